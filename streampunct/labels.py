@@ -1,0 +1,37 @@
+"""Punctuation classes and the mapping of marks to classes (Che et al., LREC 2016)."""
+
+from __future__ import annotations
+
+LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
+LABEL_TO_ID: dict[str, int] = {name: i for i, name in enumerate(LABELS)}
+O, COMMA, PERIOD, QUESTION = range(4)
+#: The mark each class renders as.
+LABEL_TO_MARK: dict[str, str] = {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}
+ID_TO_MARK: tuple[str, ...] = tuple(LABEL_TO_MARK[name] for name in LABELS)
+#: Punctuation marks and the class they fold into. Dashes count as commas.
+MARK_TO_LABEL: dict[str, int] = {
+    ",": COMMA,
+    ":": COMMA,
+    "-": COMMA,
+    "\u2013": COMMA,  # en dash
+    "\u2014": COMMA,  # em dash
+    ".": PERIOD,
+    "!": PERIOD,
+    ";": PERIOD,
+    "?": QUESTION,
+}
+#: When several marks follow one word ("?!", "...", ".,"), the strongest wins.
+_STRENGTH = {O: 0, COMMA: 1, PERIOD: 2, QUESTION: 3}
+
+
+def label_id(name: str) -> int:
+    """The id of a class name; raises ValueError naming the valid classes."""
+    try:
+        return LABEL_TO_ID[name]
+    except KeyError:
+        raise ValueError(f"unknown label {name!r}; expected one of {', '.join(LABELS)}") from None
+
+
+def strongest(a: int, b: int) -> int:
+    """The class kept when two marks follow the same word."""
+    return a if _STRENGTH[a] >= _STRENGTH[b] else b

@@ -1,0 +1,107 @@
+"""Word normalization for ASR input and rendering of words + labels back to text.
+
+The model reads lowercase words without punctuation. ASR gateways send words
+that may carry marks (``hello,``), odd casing or stray symbols; this module
+turns them into the model's form and back into readable text.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+
+#: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
+#: right single quote, both UTF-8 bytes read as cp1252.
+_MOJIBAKE = (("\u00e2\u20ac\u2122", "'"), ("\u00e2\u2122?", ""), ("\u266b", ""))
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+#: Clitic tokens of the IWSLT format ("do n't", "it 's"); rendered joined to the word before.
+CLITICS = frozenset({"n't", "'s", "'re", "'m", "'ll", "'ve", "'d"})
+#: Longest word (in characters) the service accepts; longer words are cut.
+MAX_WORD_CHARS = 100
+
+
+def _is_edge_junk(ch: str) -> bool:
+    """Punctuation or symbol characters that are stripped at word edges."""
+    cat = unicodedata.category(ch)
+    return cat[0] in "PSZC"
+
+
+def fix_mojibake(word: str) -> str:
+    """Undo the cp1252 mojibake found in the IWSLT files."""
+    for bad, good in _MOJIBAKE:
+        if bad in word:
+            word = word.replace(bad, good)
+    return word
+
+
+def normalize_word(word: str) -> str:
+    """The model's form of one ASR word: lowercase, no punctuation at the edges.
+
+    Inner apostrophes and hyphens stay (``don't``, ``well-being``); a leading
+    apostrophe stays when a letter follows (clitics such as ``'s``); the result
+    is ``""`` when nothing but punctuation was there. Words longer than
+    ``MAX_WORD_CHARS`` are cut to that length.
+    """
+    w = unicodedata.normalize("NFKC", fix_mojibake(word)).translate(_APOSTROPHES).lower()
+    start, end = 0, len(w)
+    while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):
+        if w[start] == "'" and start + 1 < end and w[start + 1].isalnum():
+            break
+        start += 1
+    while end > start and (_is_edge_junk(w[end - 1]) or w[end - 1].isspace()):
+        end -= 1
+    w = w[start:end]
+    if any(ch.isspace() for ch in w):
+        w = "".join(w.split())
+    return w[:MAX_WORD_CHARS]
+
+
+def normalize_words(words: Iterable[str]) -> list[str]:
+    """Normalize each word and drop the ones that become empty."""
+    out = []
+    for word in words:
+        w = normalize_word(word)
+        if w:
+            out.append(w)
+    return out
+
+
+def _capitalize(word: str) -> str:
+    return word[:1].upper() + word[1:]
+
+
+def _is_pronoun_i(word: str) -> bool:
+    return word == "i" or word.startswith("i'")
+
+
+def render(
+    words: Sequence[str],
+    labels: Sequence[int],
+    *,
+    capitalize: bool = False,
+    sentence_start: bool = True,
+) -> str:
+    """Words with their punctuation as text.
+
+    ``labels`` are class ids (see :mod:`streampunct.labels`). With
+    ``capitalize`` the first word of each sentence and the pronoun "i" are
+    capitalized; ``sentence_start`` says whether ``words[0]`` opens a sentence
+    (False when rendering the middle of a stream after a comma or no mark).
+    Clitic tokens of the IWSLT format are joined to the word before them.
+    """
+    if len(words) != len(labels):
+        raise ValueError(f"{len(words)} words but {len(labels)} labels")
+    parts: list[str] = []
+    starts_sentence = sentence_start
+    for word, label in zip(words, labels, strict=True):
+        shown = word
+        if capitalize and (starts_sentence or _is_pronoun_i(word)):
+            shown = _capitalize(word)
+        if parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
+            parts[-1] += shown + ID_TO_MARK[label]
+        else:
+            parts.append(shown + ID_TO_MARK[label])
+        starts_sentence = label in (PERIOD, QUESTION)
+    return " ".join(parts)
