@@ -82,6 +82,7 @@ def render(
     *,
     capitalize: bool = False,
     sentence_start: bool = True,
+    join_clitics: bool = True,
 ) -> str:
     """Words with their punctuation as text.
 
@@ -89,7 +90,8 @@ def render(
     ``capitalize`` the first word of each sentence and the pronoun "i" are
     capitalized; ``sentence_start`` says whether ``words[0]`` opens a sentence
     (False when rendering the middle of a stream after a comma or no mark).
-    Clitic tokens of the IWSLT format are joined to the word before them.
+    Clitic tokens of the IWSLT format (``do n't``) are joined to the word
+    before them unless ``join_clitics`` is False.
     """
     if len(words) != len(labels):
         raise ValueError(f"{len(words)} words but {len(labels)} labels")
@@ -99,7 +101,7 @@ def render(
         shown = word
         if capitalize and (starts_sentence or _is_pronoun_i(word)):
             shown = _capitalize(word)
-        if parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
+        if join_clitics and parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
             parts[-1] += shown + ID_TO_MARK[label]
         else:
             parts.append(shown + ID_TO_MARK[label])

@@ -1,0 +1,119 @@
+"""The offline punctuator: double-overlap windows over a whole text, one engine.
+
+``decode_offline`` is the decoder used everywhere a complete text is
+punctuated (the ``punctuate`` command, evaluation, validation during
+training, pseudo-labeling); it takes any ``infer`` callable so that training
+can pass a torch model and the runtime an Engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from streampunct.alignment import Aligner
+from streampunct.errors import InputError
+from streampunct.model import ModelInfo, load_model_info
+from streampunct.text import normalize_words, render
+from streampunct.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
+
+InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def decode_offline(
+    words: Sequence[str],
+    aligner: Aligner,
+    window: WindowConfig,
+    infer: InferFn,
+    *,
+    batch_size: int = 32,
+) -> np.ndarray:
+    """Per-word logits float32[n_words, C] from double-overlap windows.
+
+    ``words`` must be normalized (see :func:`streampunct.text.normalize_words`).
+    """
+    if not words:
+        return np.zeros((0, 4), dtype=np.float32)
+    ids: list[int] = []
+    counts = []
+    for w in words:
+        wid = aligner.word_ids(w)
+        ids.extend(wid)
+        counts.append(len(wid))
+    layout = TokenLayout.from_counts(counts, aligner.label_position)
+    windows = plan_offline(layout, window)
+    ids_arr = np.asarray(ids, dtype=np.int64)
+    out: np.ndarray | None = None
+    for k in range(0, len(windows), batch_size):
+        chunk = windows[k : k + batch_size]
+        seqs = []
+        for w in chunk:
+            seq = np.empty(w.token_end - w.token_start + 2, dtype=np.int64)
+            seq[0], seq[-1] = aligner.cls_id, aligner.sep_id
+            seq[1:-1] = ids_arr[w.token_start : w.token_end]
+            seqs.append(seq)
+        input_ids, mask = pad_batch(seqs, aligner.pad_id)
+        logits = np.asarray(infer(input_ids, mask), dtype=np.float32)
+        if out is None:
+            out = np.zeros((len(words), logits.shape[-1]), dtype=np.float32)
+        for row, w in enumerate(chunk):
+            pos = np.asarray(layout.label_pos[w.first_word : w.last_word + 1]) - w.token_start + 1
+            out[w.first_word : w.last_word + 1] = logits[row, pos]
+    assert out is not None
+    return out
+
+
+class Punctuator:
+    """Punctuates complete texts with a model folder and an engine."""
+
+    def __init__(
+        self,
+        engine,
+        aligner: Aligner,
+        window: WindowConfig,
+        *,
+        batch_size: int = 32,
+        info: ModelInfo | None = None,
+    ) -> None:
+        self.engine = engine
+        self.aligner = aligner
+        self.window = window
+        self.batch_size = batch_size
+        self.info = info
+
+    @classmethod
+    def from_model_dir(
+        cls,
+        model_dir: str | Path | None = None,
+        *,
+        engine: str = "onnxruntime",
+        window: WindowConfig | None = None,
+        batch_size: int = 32,
+        **engine_options,
+    ) -> Punctuator:
+        from engines.registry import load_engine
+
+        info = load_model_info(model_dir)
+        eng = load_engine(engine, info.path, **engine_options)
+        return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info)
+
+    def logits(self, words: Sequence[str]) -> np.ndarray:
+        return decode_offline(words, self.aligner, self.window, self.engine.infer, batch_size=self.batch_size)
+
+    def punctuate(self, words: Sequence[str]) -> list[int]:
+        """Label ids for normalized words."""
+        if not words:
+            return []
+        return [int(x) for x in np.argmax(self.logits(words), axis=-1)]
+
+    def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
+        """Punctuate raw text (any existing punctuation and casing is dropped first)."""
+        words = normalize_words(text.split())
+        if not words:
+            raise InputError("no words in the input (empty, or only punctuation)")
+        return render(words, self.punctuate(words), capitalize=capitalize)
+
+    def close(self) -> None:
+        self.engine.close()

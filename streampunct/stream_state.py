@@ -1,0 +1,241 @@
+"""Per-stream state of the streaming punctuator: pure, no I/O, no clock.
+
+The caller (the server's session handler, or a test) feeds words with the
+current time, asks for the next model call, runs it anywhere it likes and
+hands the logits back. The state says which words became final. A word is
+*decidable* at the first of: ``right_context`` more words have arrived after
+it; ``max_delay_ms`` have passed since it arrived; a flush. Decidable words
+form a prefix of the stream, and they are finalized in order, each once.
+
+One request per stream is in flight at a time: words that become decidable
+meanwhile join the next request, so under load the windows carry more words
+and the total work per word falls (the coalescing the batcher relies on).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from streampunct.alignment import Aligner
+from streampunct.windowing import TokenLayout, WindowConfig, select_window
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Latency options of one stream.
+
+    Attributes:
+        right_context: words after a word that make it decidable.
+        max_delay_ms: a word is decidable this long after it arrived, whatever
+            came after it.
+    """
+
+    right_context: int = 2
+    max_delay_ms: int = 1500
+
+    def __post_init__(self) -> None:
+        if self.right_context < 0:
+            raise ValueError("right_context must be >= 0")
+        if self.max_delay_ms < 0:
+            raise ValueError("max_delay_ms must be >= 0")
+
+
+@dataclass(frozen=True, eq=False)
+class WindowRequest:
+    """One model call for one stream.
+
+    Attributes:
+        input_ids: int64[T], CLS + content tokens + SEP, unpadded.
+        positions: int64[k], index into ``input_ids`` of each word's label token.
+        first_word: stream index of the first word the call labels.
+        partial: True for provisional labels of the undecided tail.
+    """
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    first_word: int
+    partial: bool
+
+    @property
+    def n_words(self) -> int:
+        return len(self.positions)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A label for word ``index`` of the stream (label is a class id)."""
+
+    index: int
+    word: str
+    label: int
+
+
+class StreamState:
+    """Words, their tokens and timing, and what has been finalized."""
+
+    def __init__(self, aligner: Aligner, window: WindowConfig, stream: StreamConfig) -> None:
+        self.aligner = aligner
+        self.window = window
+        self.stream = stream
+        self.words: list[str] = []
+        self._ids: list[int] = []
+        self._layout = TokenLayout([], [], [])
+        self._arrival: list[float] = []
+        self._decidable_time: list[float] = []  # filled for the decidable prefix
+        self._requested = 0  # words < this are final or in the in-flight request
+        self.n_final = 0
+        self._in_flight: WindowRequest | None = None
+        self._partial_key: tuple[int, int] | None = None
+        self.last_partial: list[Decision] = []
+
+    # -- input ---------------------------------------------------------------
+    @property
+    def n_words(self) -> int:
+        return len(self.words)
+
+    @property
+    def in_flight(self) -> WindowRequest | None:
+        return self._in_flight
+
+    @property
+    def done(self) -> bool:
+        return self.n_final == len(self.words)
+
+    def feed(self, words: Sequence[str], now: float) -> None:
+        """Append normalized, non-empty words that arrived at ``now``."""
+        for word in words:
+            if not word:
+                raise ValueError("empty word (normalize and drop empty words first)")
+            ids = self.aligner.word_ids(word)
+            self.words.append(word)
+            self._ids.extend(ids)
+            self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
+            self._arrival.append(now)
+        self._mark_decidable(len(self.words) - self.stream.right_context, now)
+
+    def flush(self, now: float) -> None:
+        """Every word that has arrived becomes decidable now."""
+        self._mark_decidable(len(self.words), now)
+
+    def _mark_decidable(self, upto: int, when: float) -> None:
+        while len(self._decidable_time) < upto:
+            self._decidable_time.append(when)
+
+    def _advance_by_delay(self, now: float) -> None:
+        delay = self.stream.max_delay_ms / 1000.0
+        n = len(self._decidable_time)
+        while n < len(self.words) and self._arrival[n] + delay <= now:
+            self._decidable_time.append(self._arrival[n] + delay)
+            n += 1
+
+    def n_decidable(self, now: float) -> int:
+        """How many words (a prefix) are decidable at ``now``."""
+        self._advance_by_delay(now)
+        return len(self._decidable_time)
+
+    def decidable_at(self, index: int) -> float:
+        """When word ``index`` became decidable (it must be decidable)."""
+        return self._decidable_time[index]
+
+    def arrival(self, index: int) -> float:
+        return self._arrival[index]
+
+    def next_deadline(self) -> float | None:
+        """When the first not-yet-decidable word becomes decidable by delay."""
+        n = len(self._decidable_time)
+        if n >= len(self.words):
+            return None
+        return self._arrival[n] + self.stream.max_delay_ms / 1000.0
+
+    # -- model calls ---------------------------------------------------------
+    def next_request(self, now: float, *, partial: bool = False) -> WindowRequest | None:
+        """The next model call: final work first, then (if asked) a partial.
+
+        None while a request is in flight or when there is nothing to do.
+        """
+        if self._in_flight is not None:
+            return None
+        n_dec = self.n_decidable(now)
+        if self._requested < n_dec:
+            w = select_window(self._layout, self._requested, n_dec - 1, len(self.words), self.window)
+            request = self._make_request(w.token_start, w.token_end, w.first_word, w.last_word, False)
+            self._requested = w.last_word + 1
+            self._in_flight = request
+            return request
+        if partial and self._requested < len(self.words):
+            key = (self.n_final, len(self.words))
+            if key == self._partial_key:
+                return None
+            request = self._partial_request()
+            self._partial_key = key
+            self._in_flight = request
+            return request
+        return None
+
+    def _partial_request(self) -> WindowRequest:
+        n = len(self.words)
+        lay = self._layout
+        first = self._requested
+        # Keep the end of the tail if it is longer than one window can hold.
+        while lay.ends[n - 1] - lay.starts[first] > self.window.size - self.window.left and first < n - 1:
+            first += 1
+        w = select_window(lay, first, n - 1, n, self.window)
+        return self._make_request(w.token_start, lay.ends[n - 1], first, n - 1, True)
+
+    def _make_request(self, a: int, b: int, first: int, last: int, partial: bool) -> WindowRequest:
+        a_ids = self.aligner
+        ids = np.empty(b - a + 2, dtype=np.int64)
+        ids[0] = a_ids.cls_id
+        ids[1:-1] = self._ids[a:b]
+        ids[-1] = a_ids.sep_id
+        positions = np.asarray(self._layout.label_pos[first : last + 1], dtype=np.int64) - a + 1
+        return WindowRequest(ids, positions, first, partial)
+
+    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[Decision]:
+        """Take the model's logits (float32[T, C]) for ``request``; return new finals.
+
+        For a partial request the provisional labels go to ``last_partial``
+        and the return value is empty.
+        """
+        if request is not self._in_flight:
+            raise ValueError("apply() got a request that is not in flight for this stream")
+        if logits.ndim != 2 or logits.shape[0] < len(request.input_ids):
+            raise ValueError(
+                f"logits of shape {logits.shape} do not cover the request's "
+                f"{len(request.input_ids)} tokens"
+            )
+        self._in_flight = None
+        labels = np.argmax(logits[request.positions], axis=-1)
+        decisions = [
+            Decision(request.first_word + k, self.words[request.first_word + k], int(label))
+            for k, label in enumerate(labels)
+        ]
+        if request.partial:
+            # Drop provisional labels for words finalized meanwhile.
+            self.last_partial = [d for d in decisions if d.index >= self.n_final]
+            return []
+        if request.first_word != self.n_final:
+            raise AssertionError("finals out of order")  # guarded by one request in flight
+        self.n_final += len(decisions)
+        if self.last_partial and self.last_partial[0].index < self.n_final:
+            self.last_partial = [d for d in self.last_partial if d.index >= self.n_final]
+        return decisions
+
+    def abort(self, request: WindowRequest) -> None:
+        """The model call failed: forget it; its words will be requested again."""
+        if request is not self._in_flight:
+            return
+        self._in_flight = None
+        if not request.partial:
+            self._requested = request.first_word
+        else:
+            self._partial_key = None
+
+    def pending_deadline_gap(self, now: float) -> float:
+        """Seconds until the next deadline (``inf`` if none); for timers."""
+        deadline = self.next_deadline()
+        return math.inf if deadline is None else max(0.0, deadline - now)

@@ -1,0 +1,155 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streampunct.stream_state import StreamConfig, StreamState
+from streampunct.windowing import WindowConfig
+from tests.streampunct.fakes import FakeAligner, fake_infer, fake_label
+
+WINDOW = WindowConfig(40, 8, 6)
+
+
+def run_requests(state, now, partial=False):
+    """Serve every request the state asks for; return the finals."""
+    finals = []
+    while (req := state.next_request(now, partial=partial)) is not None:
+        logits = fake_infer(req.input_ids[None], np.ones((1, len(req.input_ids)), np.int64))[0]
+        assert req.input_ids[0] == FakeAligner.cls_id and req.input_ids[-1] == FakeAligner.sep_id
+        assert len(req.input_ids) - 2 <= WINDOW.size
+        finals.extend(state.apply(req, logits))
+    return finals
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("words"), st.lists(st.integers(1, 6), min_size=0, max_size=12)),
+        st.tuples(st.just("wait"), st.floats(0, 3)),
+        st.tuples(st.just("flush"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=events, rc=st.integers(0, 8), delay_ms=st.integers(0, 3000))
+def test_every_word_final_once_in_order_never_early(events, rc, delay_ms):
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=rc, max_delay_ms=delay_ms))
+    now = 0.0
+    words, arrival, finals = [], [], []
+    flushed_upto = 0
+    for kind, arg in events:
+        if kind == "words":
+            new = [aligner.word(n, len(words) + k) for k, n in enumerate(arg)]
+            state.feed(new, now)
+            words += new
+            arrival += [now] * len(new)
+        elif kind == "wait":
+            now += arg
+        else:
+            state.flush(now)
+            flushed_upto = len(words)
+        got = run_requests(state, now)
+        for d in got:
+            # Never early: right context, delay or flush.
+            assert (
+                len(words) - 1 - d.index >= rc
+                or now - arrival[d.index] >= delay_ms / 1000 - 1e-9
+                or d.index < flushed_upto
+            )
+            assert state.decidable_at(d.index) <= now
+        finals += got
+        deadline = state.next_deadline()
+        if deadline is not None:
+            assert deadline > now - 1e-9
+    state.flush(now)
+    finals += run_requests(state, now)
+    assert [d.index for d in finals] == list(range(len(words)))
+    assert [d.word for d in finals] == words
+    assert [d.label for d in finals] == [fake_label(aligner.word_ids(w)[-1]) for w in words]
+    assert state.done and state.next_deadline() is None
+
+
+def test_right_context_makes_words_decidable():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state.feed([aligner.word(1, 0), aligner.word(2, 1)], 0.0)
+    assert state.next_request(0.0) is None
+    state.feed([aligner.word(1, 2)], 0.1)
+    finals = run_requests(state, 0.1)
+    assert [d.index for d in finals] == [0]
+    assert state.decidable_at(0) == 0.1
+
+
+def test_delay_makes_words_decidable_at_deadline():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=5, max_delay_ms=300))
+    state.feed([aligner.word(1, 0)], 1.0)
+    state.feed([aligner.word(1, 1)], 1.2)
+    assert state.next_deadline() == pytest.approx(1.3)
+    assert run_requests(state, 1.29) == []
+    assert [d.index for d in run_requests(state, 1.3)] == [0]
+    assert state.decidable_at(0) == pytest.approx(1.3)
+    assert state.next_deadline() == pytest.approx(1.5)
+
+
+def test_one_request_in_flight_and_coalescing():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=0))
+    state.feed([aligner.word(1, 0)], 0.0)
+    first = state.next_request(0.0)
+    assert first is not None and first.n_words == 1
+    state.feed([aligner.word(1, k) for k in range(1, 5)], 0.0)
+    assert state.next_request(0.0) is None  # one at a time
+    state.apply(first, fake_infer(first.input_ids[None], np.ones((1, len(first.input_ids)), np.int64))[0])
+    second = state.next_request(0.0)
+    assert second.first_word == 1 and second.n_words == 4  # the waiting words coalesce
+
+
+def test_abort_requeues_words():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0))
+    state.feed([aligner.word(1, 0), aligner.word(1, 1)], 0.0)
+    req = state.next_request(0.0)
+    state.abort(req)
+    again = state.next_request(0.0)
+    assert again.first_word == 0 and again.n_words == 2
+    with pytest.raises(ValueError, match="not in flight"):
+        state.apply(req, np.zeros((10, 4), np.float32))
+
+
+def test_partial_covers_undecided_tail_and_is_replaced():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=3, max_delay_ms=10_000))
+    state.feed([aligner.word(2, k) for k in range(5)], 0.0)
+    finals = run_requests(state, 0.0, partial=True)
+    assert [d.index for d in finals] == [0, 1]
+    assert [d.index for d in state.last_partial] == [2, 3, 4]
+    assert run_requests(state, 0.0, partial=True) == []  # nothing new: no new partial
+    state.feed([aligner.word(1, 5)], 0.5)
+    finals = run_requests(state, 0.5, partial=True)
+    assert [d.index for d in finals] == [2]
+    assert [d.index for d in state.last_partial] == [3, 4, 5]
+
+
+def test_left_context_comes_from_earlier_words():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0))
+    words = [aligner.word(1, k) for k in range(30)]
+    state.feed(words[:20], 0.0)
+    run_requests(state, 0.0)
+    state.feed(words[20:], 0.0)
+    req = state.next_request(0.0)
+    assert req.first_word == 20
+    # L=8 tokens of left context before word 20's label token.
+    assert req.positions[0] - 1 == 8
+    assert req.input_ids[1] == aligner.word_ids(words[12])[0]
+
+
+def test_feed_rejects_empty_words_and_bad_config():
+    state = StreamState(FakeAligner(), WINDOW, StreamConfig())
+    with pytest.raises(ValueError, match="empty word"):
+        state.feed([""], 0.0)
+    with pytest.raises(ValueError):
+        StreamConfig(right_context=-1)
