@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StreampunctError as e:
         print(f"streampunct {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"streampunct {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -93,9 +93,9 @@ class Punctuator:
         batch_size: int = 32,
         **engine_options,
     ) -> Punctuator:
+        info = load_model_info(model_dir)
         from engines.registry import load_engine
 
-        info = load_model_info(model_dir)
         eng = load_engine(engine, info.path, **engine_options)
         return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info)
 

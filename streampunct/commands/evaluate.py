@@ -1,0 +1,69 @@
+"""``streampunct evaluate``: accuracy of a model on a word<TAB>LABEL file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+NAME = "evaluate"
+HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated streaming)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
+    p.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
+    p.add_argument(
+        "--right-context", type=int, nargs="*", default=[], metavar="N",
+        help="also simulate streaming at these right contexts (words)",
+    )
+    p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
+                   help="override the model's window geometry")
+    p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from streampunct.data import read_word_labels
+    from streampunct.evaluation import offline_labels, score, streaming_labels
+    from streampunct.punctuator import Punctuator
+    from streampunct.windowing import WindowConfig
+
+    data = read_word_labels(args.data)
+    window = WindowConfig(*args.window) if args.window else None
+    punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window)
+    results: dict = {
+        "model": str(punct.info.path if punct.info else args.model),
+        "data": str(args.data),
+        "n_words": len(data),
+        "folded_lines": data.folded,
+        "window": punct.window.to_dict(),
+        "engine": args.engine,
+    }
+    try:
+        t0 = time.perf_counter()
+        pred = offline_labels(data.words, punct.aligner, punct.window, punct.engine.infer)
+        secs = time.perf_counter() - t0
+        report = score(data.labels, pred)
+        print(f"offline  ({len(data)} words, {len(data) / secs:.0f} words/s)")
+        print(report.table())
+        results["offline"] = report.to_dict() | {"words_per_second": round(len(data) / secs, 1)}
+        results["streaming"] = {}
+        for rc in args.right_context:
+            run_ = streaming_labels(
+                data.words, punct.aligner, punct.window, punct.engine.infer, right_context=rc
+            )
+            rep = score(data.labels, run_.labels)
+            print(f"\nstreaming right_context={rc}: overall F1 {rep.overall_f1:.1f} "
+                  f"({run_.model_calls} model calls)")
+            print(rep.table())
+            results["streaming"][str(rc)] = rep.to_dict() | {"model_calls": run_.model_calls}
+    finally:
+        punct.close()
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {args.json}", file=sys.stderr)
+    return 0
