@@ -31,11 +31,15 @@ class StreamingRun:
         labels: one label id per word.
         model_calls: number of window requests served.
         tokens: content tokens sent to the model in all.
+        latency_words: per word, how many later words had arrived when it became decidable.
+        latency_s: per word, seconds from its arrival to becoming decidable.
     """
 
     labels: list[int]
     model_calls: int
     tokens: int
+    latency_words: list[int]
+    latency_s: list[float]
 
 
 def offline_labels(
@@ -58,6 +62,8 @@ def streaming_labels(
     """Feed ``words`` one by one at ``words_per_second`` and collect the finals."""
     state = StreamState(aligner, window, StreamConfig(right_context, max_delay_ms))
     labels: list[int] = []
+    lat_words: list[int] = []
+    lat_s: list[float] = []
     calls = tokens = 0
 
     def drain(now: float) -> None:
@@ -67,15 +73,27 @@ def streaming_labels(
             logits = np.asarray(infer(ids, np.ones_like(ids)))[0]
             calls += 1
             tokens += len(req.input_ids) - 2
-            labels.extend(d.label for d in state.apply(req, logits))
+            for d in state.apply(req, logits):
+                labels.append(d.label)
+                became = state.decidable_at(d.index)
+                lat_s.append(became - state.arrival(d.index))
+                # Words that had arrived by then (arrival k / rate <= became).
+                arrived = min(len(words), int(became * words_per_second + 1e-9) + 1)
+                lat_words.append(max(0, arrived - 1 - d.index))
 
+    # Between arrivals, wake up at every delay deadline (as the server's timer does).
     for k, word in enumerate(words):
         now = k / words_per_second
+        while (deadline := state.next_deadline()) is not None and deadline < now:
+            drain(deadline)
         state.feed([word], now)
         drain(now)
-    state.flush(len(words) / words_per_second)
-    drain(len(words) / words_per_second)
-    return StreamingRun(labels, calls, tokens)
+    end = len(words) / words_per_second
+    while (deadline := state.next_deadline()) is not None and deadline < end:
+        drain(deadline)
+    state.flush(end)
+    drain(end)
+    return StreamingRun(labels, calls, tokens, lat_words, lat_s)
 
 
 def score(gold: Sequence[int], pred: Sequence[int]) -> Report:
