@@ -1,0 +1,318 @@
+"""Cross-stream batching: many sessions, one engine, one worker thread.
+
+Sessions call :meth:`Batcher.infer` with the unpadded token ids of one window
+and await its logits. A collector task on the event loop gathers requests from
+all sessions until the batch holds ``max_batch`` requests or the oldest one
+has waited ``max_wait_ms``, then hands the whole batch to the engine worker: a
+dedicated single-thread executor that loads the engine, warms it up, pads each
+batch to its longest sequence and runs one ``infer`` call. The event loop
+never blocks on inference. While the engine is busy new requests pile up, so
+the next batch is larger: under load the work of many streams (and, through
+:class:`~streampunct.stream_state.StreamState`, more words per stream)
+coalesces into fewer engine calls.
+
+The queue is bounded: when ``max_queue`` requests are waiting, :meth:`infer`
+raises :class:`OverloadedError` at once instead of buffering without limit.
+An engine exception fails only the requests that caused it: a failed batch
+of several requests is retried one request at a time, so one poisonous window
+does not take down the other sessions of its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streampunct.errors import StreampunctError
+from streampunct.windowing import pad_batch
+
+logger = logging.getLogger(__name__)
+
+
+class OverloadedError(StreampunctError):
+    """The batcher's queue is full; try again once it drains."""
+
+
+class EngineError(StreampunctError):
+    """The engine failed on a request (the original exception is the ``__cause__``)."""
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """Batching policy.
+
+    Attributes:
+        max_batch: most requests in one engine call.
+        max_wait_ms: longest a request waits for others to join its batch.
+        max_queue: most requests waiting (not yet in the engine); beyond it
+            :meth:`Batcher.infer` raises :class:`OverloadedError`.
+    """
+
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    max_queue: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.max_wait_ms < 0:
+            raise ValueError("max_wait_ms must be >= 0")
+        if self.max_queue < 1:
+            raise ValueError("max_queue must be >= 1")
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What one engine call did, for metrics.
+
+    Attributes:
+        size: requests in the batch.
+        tokens: padded tokens (batch size x longest sequence).
+        seconds: wall time of the engine call(s), padding included.
+        failed: requests of the batch that got an :class:`EngineError`.
+    """
+
+    size: int
+    tokens: int
+    seconds: float
+    failed: int = 0
+
+
+@dataclass(eq=False)
+class _Pending:
+    input_ids: np.ndarray
+    future: asyncio.Future[np.ndarray]
+    enqueued: float
+    done: bool = field(default=False)
+
+
+class Batcher:
+    """Owns the engine (in its worker thread) and batches requests from all sessions.
+
+    ``engine_factory`` is called in the worker thread, so engines bound to a
+    thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
+    token id sequence) is run once, alone and as a full batch, before
+    :attr:`ready` turns true. ``on_batch`` is called on the event loop after
+    every engine call.
+    """
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], object],
+        *,
+        pad_id: int,
+        config: BatcherConfig = BatcherConfig(),  # noqa: B008 (frozen, immutable)
+        warmup_ids: np.ndarray | None = None,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+    ) -> None:
+        self._engine_factory = engine_factory
+        self._pad_id = pad_id
+        self.config = config
+        self._warmup_ids = warmup_ids
+        self._on_batch = on_batch
+        self._engine = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._queue: deque[_Pending] = deque()
+        self._running: list[_Pending] = []
+        self._arrived: asyncio.Event | None = None
+        self._not_full: asyncio.Event | None = None
+        self._collector: asyncio.Task[None] | None = None
+        self._closed = False
+        self.ready = False
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        """Load and warm up the engine in the worker thread, then start batching."""
+        loop = asyncio.get_running_loop()
+        self._arrived = asyncio.Event()
+        self._not_full = asyncio.Event()
+        self._not_full.set()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streampunct-engine")
+        self._engine = await loop.run_in_executor(self._executor, self._engine_factory)
+        if self._warmup_ids is not None:
+            t0 = time.perf_counter()
+            seqs = [self._warmup_ids]
+            await loop.run_in_executor(self._executor, self._infer_padded, seqs)
+            await loop.run_in_executor(
+                self._executor, self._infer_padded, seqs * self.config.max_batch
+            )
+            logger.info("engine %s warmed up in %.3fs", self.engine_name, time.perf_counter() - t0)
+        self._collector = asyncio.create_task(self._collect(), name="streampunct-batcher")
+        self.ready = True
+
+    async def close(self) -> None:
+        """Stop batching, fail whatever still waits, close the engine in its thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self.ready = False
+        if self._collector is not None:
+            self._collector.cancel()
+            try:
+                await self._collector
+            except asyncio.CancelledError:
+                pass
+        for item in [*self._running, *self._queue]:
+            if not item.future.done():
+                item.future.set_exception(EngineError("the server is shutting down"))
+        self._queue.clear()
+        self._running = []
+        if self._executor is not None:
+            loop = asyncio.get_running_loop()
+            if self._engine is not None and hasattr(self._engine, "close"):
+                try:
+                    await loop.run_in_executor(self._executor, self._engine.close)
+                except Exception:
+                    logger.exception("engine close failed")
+            self._executor.shutdown(wait=False)
+
+    @property
+    def engine(self) -> object:
+        return self._engine
+
+    @property
+    def engine_name(self) -> str:
+        return str(getattr(self._engine, "name", type(self._engine).__name__))
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for the engine (not counting the batch it is running)."""
+        return len(self._queue)
+
+    # -- requests ------------------------------------------------------------
+    async def infer(self, input_ids: np.ndarray) -> np.ndarray:
+        """Logits float32[T, C] for one unpadded sequence int64[T].
+
+        Raises :class:`OverloadedError` when the queue is full and
+        :class:`EngineError` when the engine fails on this request. Cancelling
+        the caller removes the request from the queue.
+        """
+        if not self.ready or self._arrived is None or self._not_full is None:
+            raise EngineError("the engine is not running")
+        if len(self._queue) >= self.config.max_queue:
+            self._not_full.clear()
+            raise OverloadedError(
+                f"{len(self._queue)} requests already wait for the engine (max_queue)"
+            )
+        loop = asyncio.get_running_loop()
+        item = _Pending(input_ids, loop.create_future(), loop.time())
+        self._queue.append(item)
+        self._arrived.set()
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            if not item.done:
+                try:
+                    self._queue.remove(item)
+                except ValueError:
+                    pass
+                self._note_capacity()
+            raise
+
+    async def wait_for_capacity(self) -> None:
+        """Return once the queue has room again."""
+        assert self._not_full is not None
+        while len(self._queue) >= self.config.max_queue:
+            self._not_full.clear()
+            await self._not_full.wait()
+
+    def _note_capacity(self) -> None:
+        if self._not_full is not None and len(self._queue) < self.config.max_queue:
+            self._not_full.set()
+
+    # -- collector (event loop) ----------------------------------------------
+    async def _collect(self) -> None:
+        assert self._arrived is not None
+        loop = asyncio.get_running_loop()
+        max_wait = self.config.max_wait_ms / 1000.0
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = self._queue[0].enqueued + max_wait
+            while self._queue and len(self._queue) < self.config.max_batch:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+            batch = []
+            while self._queue and len(batch) < self.config.max_batch:
+                item = self._queue.popleft()
+                item.done = True
+                if not item.future.done():
+                    batch.append(item)
+            self._note_capacity()
+            if not batch:
+                continue
+            self._running = batch
+            try:
+                await self._run(batch)
+            except Exception:
+                # A bug here must not stall every session waiting on the engine.
+                logger.exception("batch of %d failed outside the engine", len(batch))
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(EngineError("internal batching error"))
+            finally:
+                self._running = []
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        seqs = [item.input_ids for item in batch]
+        t0 = time.perf_counter()
+        failed = 0
+        try:
+            logits = await loop.run_in_executor(self._executor, self._infer_padded, seqs)
+        except Exception as exc:
+            if len(batch) == 1:
+                results: list[np.ndarray | BaseException] = [exc]
+            else:
+                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
+                results = await loop.run_in_executor(self._executor, self._infer_each, seqs)
+        else:
+            results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
+        seconds = time.perf_counter() - t0
+        for item, result in zip(batch, results, strict=True):
+            if item.future.done():  # the session went away meanwhile
+                continue
+            if isinstance(result, BaseException):
+                failed += 1
+                logger.error("engine failed on a request", exc_info=result)
+                error = EngineError(f"inference failed: {type(result).__name__}: {result}")
+                error.__cause__ = result
+                item.future.set_exception(error)
+            else:
+                item.future.set_result(result)
+        if self._on_batch is not None:
+            longest = max(len(s) for s in seqs)
+            self._on_batch(BatchRecord(len(batch), len(batch) * longest, seconds, failed))
+
+    # -- worker thread -------------------------------------------------------
+    def _infer_padded(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
+        input_ids, attention_mask = pad_batch(seqs, self._pad_id)
+        logits = np.asarray(self._engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
+        if logits.ndim != 3 or logits.shape[:2] != input_ids.shape:
+            raise EngineError(
+                f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"
+            )
+        return logits
+
+    def _infer_each(self, seqs: Sequence[np.ndarray]) -> list[np.ndarray | BaseException]:
+        out: list[np.ndarray | BaseException] = []
+        for seq in seqs:
+            try:
+                out.append(self._infer_padded([seq])[0])
+            except Exception as exc:
+                out.append(exc)
+        return out

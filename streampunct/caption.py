@@ -1,0 +1,215 @@
+"""Live captioning against a streaming server: the logic behind ``streampunct caption``.
+
+A transcript (plain text, or a ``word<TAB>LABEL`` file whose labels are
+ignored) is streamed word by word at a given rate, in small ASR-like chunks
+(a recognizer commits a few words at a time). Captions are shown as they
+come: each completed sentence is printed on its own line, and on a terminal
+a status line shows the sentence in progress with the provisional tail
+(partials) dimmed. The final punctuated transcript and the latency figures
+the client saw are returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
+from streampunct.errors import InputError
+from streampunct.labels import LABELS, PERIOD, QUESTION
+from streampunct.protocol import Final, SessionOptions
+from streampunct.text import render
+
+_DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
+
+
+def read_transcript(path: str | Path) -> list[str]:
+    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such transcript file: {path}")
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    filled = [line for line in lines if line.strip()]
+    if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
+        from streampunct.data import read_word_labels
+
+        return read_word_labels(path).words
+    return " ".join(lines).split()
+
+
+def asr_chunks(
+    words: Sequence[str], *, wps: float, max_chunk: int = 4, seed: int = 0
+) -> list[tuple[float, list[str]]]:
+    """Split words into chunks of 1..max_chunk with the time (s) each is committed.
+
+    Word ``i`` is spoken at ``i / wps``; a chunk is sent when its last word
+    has been spoken, as a recognizer commits words in small groups.
+    """
+    if wps <= 0:
+        raise InputError("--wps must be positive")
+    if max_chunk < 1:
+        raise InputError("--max-chunk must be at least 1")
+    rng = random.Random(seed)
+    chunks = []
+    i = 0
+    while i < len(words):
+        n = rng.randint(1, max_chunk)
+        chunk = list(words[i : i + n])
+        i += len(chunk)
+        chunks.append((i / wps, chunk))
+    return chunks
+
+
+class CaptionView:
+    """Renders captions: complete sentences as lines, the sentence in progress live.
+
+    With ``live`` (a terminal), a status line shows the final words of the
+    current sentence followed by the dimmed provisional tail, rewritten in
+    place; without it, only complete lines are printed.
+    """
+
+    def __init__(self, out: TextIO, *, live: bool, width: int = 100, capitalize: bool = True) -> None:
+        self.out = out
+        self.live = live
+        self.width = max(20, width)
+        self.capitalize = capitalize
+        self._printed = 0  # final words already printed as complete sentences
+
+    def _render(self, transcript: Transcript, start: int, end: int) -> str:
+        return render(
+            transcript.words[start:end], transcript.labels[start:end],
+            capitalize=self.capitalize, sentence_start=True,
+        )
+
+    def update(self, transcript: Transcript) -> None:
+        labels = transcript.labels
+        end = None
+        for i in range(transcript.n_final - 1, self._printed - 1, -1):
+            if labels[i] in (PERIOD, QUESTION):
+                end = i + 1
+                break
+        if end is not None:
+            self.out.write((_CLEAR_LINE if self.live else "") + self._render(transcript, self._printed, end) + "\n")
+            self._printed = end
+        if self.live:
+            current = self._render(transcript, self._printed, transcript.n_final)
+            tail = " ".join(w.w + w.p for w in transcript.tail)
+            current, tail = _fit(current, tail, self.width - 1)
+            gap = " " if current and tail else ""
+            self.out.write(f"{_CLEAR_LINE}{current}{gap}{_DIM}{tail}{_RESET}")
+        self.out.flush()
+
+    def close(self, transcript: Transcript) -> None:
+        rest = self._render(transcript, self._printed, transcript.n_final)
+        self.out.write((_CLEAR_LINE if self.live else "") + (rest + "\n" if rest else ""))
+        self._printed = transcript.n_final
+        self.out.flush()
+
+
+def _fit(current: str, tail: str, width: int) -> tuple[str, str]:
+    """Keep the end of ``current + " " + tail`` within ``width`` characters."""
+    over = len(current) + 1 + len(tail) - width
+    if over <= 0:
+        return current, tail
+    if over < len(current):
+        return "\u2026" + current[over + 1 :], tail
+    return "", "\u2026" + tail[max(0, len(tail) - width + 1) :]
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    """What a captioning run produced.
+
+    Attributes:
+        transcript: final words and labels.
+        latency: latency figures seen by the client.
+        options: the session options the server confirmed.
+    """
+
+    transcript: Transcript
+    latency: LatencySummary
+    options: SessionOptions
+
+
+async def caption(
+    url: str,
+    words: Sequence[str],
+    *,
+    wps: float,
+    max_chunk: int = 4,
+    seed: int = 0,
+    token: str | None = None,
+    right_context: int | None = None,
+    max_delay_ms: int | None = None,
+    partials: bool | None = True,
+    capitalize: bool | None = True,
+    view: CaptionView | None = None,
+    json_log: TextIO | None = None,
+) -> CaptionResult:
+    """Stream ``words`` to the server at ``wps`` words per second and collect the captions."""
+    chunks = asr_chunks(words, wps=wps, max_chunk=max_chunk, seed=seed)
+    client = await StreamClient.connect(
+        url, token=token, right_context=right_context, max_delay_ms=max_delay_ms,
+        partials=partials, capitalize=capitalize,
+    )
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    tracker = LatencyTracker(client.options)
+    transcript = Transcript()
+
+    def log(direction: str, payload: dict) -> None:
+        if json_log is not None:
+            record = {"t": round(loop.time() - t0, 4), "dir": direction, "msg": payload}
+            json_log.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    log("recv", client.ready.to_json())
+    log("recv", {"type": "config", "config": client.options.to_json()})
+
+    async def send_all() -> None:
+        for at, chunk in chunks:
+            delay = t0 + at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await client.send_words(chunk)
+            tracker.words_sent(chunk, loop.time())
+            log("send", {"type": "words", "words": chunk})
+        await client.end()
+        tracker.flush_sent(loop.time())
+        log("send", {"type": "end"})
+
+    sender = asyncio.create_task(send_all())
+    try:
+        async for message in client:
+            log("recv", message.to_json())
+            if isinstance(message, Final):
+                tracker.final_received(message, loop.time())
+            transcript.apply(message)
+            if view is not None and message.type in ("final", "partial"):
+                view.update(transcript)
+    finally:
+        if not sender.done():
+            sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await client.close()
+    if transcript.ended_words is None:
+        reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
+        raise ClientError(
+            f"the server closed the stream early (close code {client.close_code})"
+            + (f": {reason}" if reason else "")
+        )
+    if view is not None:
+        view.close(transcript)
+    return CaptionResult(transcript, tracker.summary(), client.options)
+
+
+def default_view(capitalize: bool) -> CaptionView:
+    import shutil
+
+    live = sys.stdout.isatty()
+    return CaptionView(sys.stdout, live=live, width=shutil.get_terminal_size().columns, capitalize=capitalize)

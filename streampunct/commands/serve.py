@@ -1,0 +1,117 @@
+"""``streampunct serve``: the streaming punctuation server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+NAME = "serve"
+HELP = "run the streaming punctuation WebSocket server"
+
+#: Environment variable read when --auth-token is not given (keeps the token out of `ps`).
+TOKEN_ENV = "STREAMPUNCT_AUTH_TOKEN"
+
+
+def _option_value(text: str) -> object:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _engine_option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, _option_value(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streampunct.batcher import BatcherConfig
+    from streampunct.protocol import Limits, SessionOptions
+    from streampunct.server import ServerConfig
+
+    parser.add_argument("--model", metavar="DIR", default=None,
+                        help="model folder (default: the shipped models/default)")
+    parser.add_argument("--engine", default=ServerConfig.engine,
+                        choices=["onnxruntime", "tensorrt", "torch"], help="inference backend")
+    parser.add_argument("--engine-option", metavar="KEY=VALUE", type=_engine_option, action="append",
+                        default=[], help="extra backend option (repeatable)")
+    net = parser.add_argument_group("network")
+    net.add_argument("--host", default=ServerConfig.host,
+                     help="bind address (default: %(default)s; binding elsewhere exposes the server)")
+    net.add_argument("--port", type=int, default=ServerConfig.port, help="port (default: %(default)s)")
+    net.add_argument("--auth-token", default=None,
+                     help=f"require this bearer token (default: ${TOKEN_ENV} if set)")
+    batch = parser.add_argument_group("batching")
+    batch.add_argument("--max-batch", type=int, default=BatcherConfig.max_batch,
+                       help="most window requests per engine call (default: %(default)s)")
+    batch.add_argument("--max-wait-ms", type=float, default=BatcherConfig.max_wait_ms,
+                       help="longest a request waits for a batch to fill (default: %(default)s)")
+    batch.add_argument("--max-queue", type=int, default=BatcherConfig.max_queue,
+                       help="requests waiting for the engine before clients get 'overloaded' (default: %(default)s)")
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
+                        help="open sessions; more are refused with HTTP 503 (default: %(default)s)")
+    limits.add_argument("--max-words-per-message", type=int, default=Limits.max_words_per_message,
+                        help="most words in one message (default: %(default)s)")
+    limits.add_argument("--max-message-bytes", type=int, default=ServerConfig.max_message_bytes,
+                        help="WebSocket frame limit; larger frames close with 1009 (default: %(default)s)")
+    session = parser.add_argument_group("session defaults (clients may change them with 'config')")
+    session.add_argument("--right-context", type=int, default=SessionOptions.right_context,
+                         help="words after a word that make it final (default: %(default)s)")
+    session.add_argument("--max-delay-ms", type=int, default=SessionOptions.max_delay_ms,
+                         help="a word is final at the latest this long after it arrived (default: %(default)s)")
+    session.add_argument("--partials", action=argparse.BooleanOptionalAction, default=SessionOptions.partials,
+                         help="send provisional punctuation for the undecided tail")
+    session.add_argument("--capitalize", action=argparse.BooleanOptionalAction,
+                         default=SessionOptions.capitalize, help="capitalize sentence starts in 'text'")
+
+
+def build_config(args: argparse.Namespace):
+    """The :class:`ServerConfig` for parsed arguments (the CLI boundary)."""
+    from pathlib import Path
+
+    from streampunct.batcher import BatcherConfig
+    from streampunct.errors import InputError
+    from streampunct.protocol import Limits, SessionOptions
+    from streampunct.server import ServerConfig
+
+    limits = Limits(max_words_per_message=args.max_words_per_message)
+    if not 0 <= args.right_context <= limits.max_right_context:
+        raise InputError(f"--right-context must be between 0 and {limits.max_right_context}")
+    if not 0 <= args.max_delay_ms <= limits.max_delay_ms:
+        raise InputError(f"--max-delay-ms must be between 0 and {limits.max_delay_ms}")
+    try:
+        return ServerConfig(
+            model_dir=Path(args.model) if args.model else None,
+            engine=args.engine,
+            engine_options=dict(args.engine_option),
+            host=args.host,
+            port=args.port,
+            batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue),
+            max_sessions=args.max_sessions,
+            limits=limits,
+            max_message_bytes=args.max_message_bytes,
+            auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
+            session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
+        )
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from streampunct.server import run_until_signalled
+
+    def announce(server) -> None:
+        print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "
+              f"on {server.url} (Ctrl-C to stop)", flush=True)
+
+    asyncio.run(run_until_signalled(build_config(args), on_ready=announce))
+    return 0

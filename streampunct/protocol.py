@@ -1,0 +1,437 @@
+"""The streaming wire protocol, version 1 (see ``docs/protocol.md``): typed messages.
+
+Every frame is one JSON object with a string ``type``. Client messages are
+decoded here, in one place, into frozen dataclasses; anything malformed raises
+:class:`ProtocolError` carrying the error ``code`` the server sends back
+(``bad_request`` or ``too_large``). Server messages are dataclasses too and
+are turned into JSON by :func:`encode`; the client decodes them with
+:func:`decode_server`. Unknown fields are ignored in both directions, so new
+optional fields never break an older peer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from streampunct.errors import StreampunctError
+
+#: The ``protocol`` field of ``ready``.
+PROTOCOL_VERSION = 1
+
+
+class ErrorCode(StrEnum):
+    """The ``code`` of an ``error`` message."""
+
+    BAD_REQUEST = "bad_request"
+    TOO_LARGE = "too_large"
+    OVERLOADED = "overloaded"
+    INTERNAL = "internal"
+
+
+class ProtocolError(StreampunctError):
+    """A message that breaks the protocol; ``code`` is what the server answers with."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client message may carry.
+
+    Attributes:
+        max_words_per_message: most words in one ``words`` message.
+        max_word_chars: longest word (characters, before normalization).
+        max_right_context: largest ``right_context`` a client may ask for.
+        max_delay_ms: largest ``max_delay_ms`` a client may ask for.
+    """
+
+    max_words_per_message: int = 1000
+    max_word_chars: int = 256
+    max_right_context: int = 1000
+    max_delay_ms: int = 600_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Effective options of one session (the ``config`` object on the wire).
+
+    Attributes:
+        right_context: words after a word that make it final.
+        max_delay_ms: a word is final at the latest this long after it arrived.
+        partials: send ``partial`` messages for the undecided tail.
+        capitalize: capitalize sentence starts (and "I") in ``text``.
+    """
+
+    right_context: int = 2
+    max_delay_ms: int = 1500
+    partials: bool = False
+    capitalize: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "right_context": self.right_context,
+            "max_delay_ms": self.max_delay_ms,
+            "partials": self.partials,
+            "capitalize": self.capitalize,
+        }
+
+
+# -- client -> server ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Word:
+    """One ASR word; ``start``/``end`` are optional times in seconds (not used for punctuation)."""
+
+    w: str
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class ConfigRequest:
+    """``config``: options to change (None leaves an option as it is)."""
+
+    right_context: int | None = None
+    max_delay_ms: int | None = None
+    partials: bool | None = None
+    capitalize: bool | None = None
+    type: str = field(default="config", init=False)
+
+    def apply_to(self, options: SessionOptions) -> SessionOptions:
+        changes = {
+            name: getattr(self, name)
+            for name in ("right_context", "max_delay_ms", "partials", "capitalize")
+            if getattr(self, name) is not None
+        }
+        return SessionOptions(**{**options.to_json(), **changes})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for name in ("right_context", "max_delay_ms", "partials", "capitalize"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True)
+class WordsMessage:
+    """``words``: committed ASR words, in order, as sent (not yet normalized)."""
+
+    words: tuple[Word, ...]
+    type: str = field(default="words", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        items: list[Any] = []
+        for word in self.words:
+            if word.start is None and word.end is None:
+                items.append(word.w)
+            else:
+                item: dict[str, Any] = {"w": word.w}
+                if word.start is not None:
+                    item["start"] = word.start
+                if word.end is not None:
+                    item["end"] = word.end
+                items.append(item)
+        return {"type": self.type, "words": items}
+
+
+@dataclass(frozen=True)
+class FlushRequest:
+    """``flush``: finalize every pending word now; answered by ``flushed``."""
+
+    type: str = field(default="flush", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type}
+
+
+@dataclass(frozen=True)
+class EndRequest:
+    """``end``: flush, then the server sends ``end`` and closes with 1000."""
+
+    type: str = field(default="end", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type}
+
+
+ClientMessage = ConfigRequest | WordsMessage | FlushRequest | EndRequest
+
+
+# -- server -> client ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    session: str
+    model: str
+    config: SessionOptions
+    protocol: int = PROTOCOL_VERSION
+    type: str = field(default="ready", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "protocol": self.protocol,
+            "session": self.session,
+            "model": self.model,
+            "config": self.config.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class ConfigApplied:
+    config: SessionOptions
+    type: str = field(default="config", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "config": self.config.to_json()}
+
+
+@dataclass(frozen=True)
+class PunctuatedWord:
+    """A word as the server normalized it (``w``) and its mark (``p``: "", ",", "." or "?")."""
+
+    w: str
+    p: str
+
+
+@dataclass(frozen=True)
+class Final:
+    """Words ``start .. start+len(words)-1`` are final."""
+
+    start: int
+    words: tuple[PunctuatedWord, ...]
+    text: str
+    type: str = field(default="final", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "start": self.start,
+            "words": [{"w": x.w, "p": x.p} for x in self.words],
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Provisional labels for the tail ``start .. N-1``; replaces the previous partial."""
+
+    start: int
+    words: tuple[PunctuatedWord, ...]
+    text: str
+    type: str = field(default="partial", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "start": self.start,
+            "words": [{"w": x.w, "p": x.p} for x in self.words],
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Flushed:
+    upto: int
+    type: str = field(default="flushed", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "upto": self.upto}
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The server's ``end``: total words of the stream."""
+
+    words: int
+    type: str = field(default="end", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "words": self.words}
+
+
+@dataclass(frozen=True)
+class Error:
+    """``error``; ``code`` is an :class:`ErrorCode` (a plain string for codes newer than this client)."""
+
+    code: ErrorCode | str
+    message: str
+    type: str = field(default="error", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "code": str(self.code), "message": self.message}
+
+
+ServerMessage = Ready | ConfigApplied | Final | Partial | Flushed | Ended | Error
+Message = ClientMessage | ServerMessage
+
+
+def encode(message: Message) -> str:
+    """One message as the JSON text of a frame."""
+    return json.dumps(message.to_json(), ensure_ascii=False, separators=(",", ":"))
+
+
+# -- decoding -----------------------------------------------------------------
+
+
+def _bad(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_REQUEST, message)
+
+
+def _parse_object(text: str | bytes) -> dict[str, Any]:
+    if isinstance(text, bytes | bytearray | memoryview):
+        raise _bad("binary frames are not accepted; send JSON in text frames")
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise _bad(f"invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise _bad("a message must be a JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise _bad("a message needs a string field 'type'")
+    return obj
+
+
+def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    # bool is an int subclass in Python; true/false is not a number on the wire.
+    if type(value) is not int:
+        raise _bad(f"'{name}' must be an integer")
+    if not 0 <= value <= maximum:
+        raise _bad(f"'{name}' must be between 0 and {maximum}, not {value}")
+    return value
+
+
+def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise _bad(f"'{name}' must be true or false")
+    return value
+
+
+def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(f"words[{index}].{name} must be a number")
+    return float(value)
+
+
+def _decode_words(obj: Mapping[str, Any], limits: Limits) -> WordsMessage:
+    raw = obj.get("words")
+    if not isinstance(raw, list):
+        raise _bad("'words' must be a list of strings or of {\"w\": str} objects")
+    if len(raw) > limits.max_words_per_message:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"{len(raw)} words in one message; the limit is {limits.max_words_per_message}",
+        )
+    words = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            word = Word(item)
+        elif isinstance(item, dict):
+            w = item.get("w")
+            if not isinstance(w, str):
+                raise _bad(f"words[{i}].w must be a string")
+            word = Word(w, _optional_time(item, "start", i), _optional_time(item, "end", i))
+        else:
+            raise _bad(f"words[{i}] must be a string or an object with a string 'w'")
+        if len(word.w) > limits.max_word_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE,
+                f"words[{i}] has {len(word.w)} characters; the limit is {limits.max_word_chars}",
+            )
+        words.append(word)
+    return WordsMessage(tuple(words))
+
+
+def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
+    """Decode one client frame; raises :class:`ProtocolError` (the whole message is rejected)."""
+    obj = _parse_object(text)
+    kind = obj["type"]
+    if kind == "words":
+        return _decode_words(obj, limits)
+    if kind == "config":
+        return ConfigRequest(
+            right_context=_optional_int(obj, "right_context", limits.max_right_context),
+            max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
+            partials=_optional_bool(obj, "partials"),
+            capitalize=_optional_bool(obj, "capitalize"),
+        )
+    if kind == "flush":
+        return FlushRequest()
+    if kind == "end":
+        return EndRequest()
+    raise _bad(f"unknown message type {kind!r}; expected config, words, flush or end")
+
+
+# -- decoding server messages (client side) -------------------------------------
+
+
+def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = obj.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _bad(f"server message {obj.get('type')!r}: field {name!r} is missing or mistyped")
+    return value
+
+
+def _options(obj: Mapping[str, Any]) -> SessionOptions:
+    cfg = _field(obj, "config", dict)
+    return SessionOptions(
+        right_context=int(cfg["right_context"]),
+        max_delay_ms=int(cfg["max_delay_ms"]),
+        partials=bool(cfg["partials"]),
+        capitalize=bool(cfg["capitalize"]),
+    )
+
+
+def _punctuated(items: Sequence[Any]) -> tuple[PunctuatedWord, ...]:
+    return tuple(PunctuatedWord(str(x["w"]), str(x["p"])) for x in items)
+
+
+def decode_server(text: str | bytes) -> ServerMessage:
+    """Decode one server frame (used by :mod:`streampunct.client`)."""
+    obj = _parse_object(text)
+    kind = obj["type"]
+    try:
+        if kind == "final":
+            return Final(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
+        if kind == "partial":
+            return Partial(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
+        if kind == "flushed":
+            return Flushed(_field(obj, "upto", int))
+        if kind == "end":
+            return Ended(_field(obj, "words", int))
+        if kind == "error":
+            code = _field(obj, "code", str)
+            known = code in ErrorCode.__members__.values()
+            return Error(ErrorCode(code) if known else code, _field(obj, "message", str))
+        if kind == "config":
+            return ConfigApplied(_options(obj))
+        if kind == "ready":
+            return Ready(
+                _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int)
+            )
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(f"malformed server message {kind!r}: {e}") from None
+    raise _bad(f"unknown server message type {kind!r}")

@@ -1,0 +1,404 @@
+"""The streaming punctuation server: WebSocket sessions over one batched engine.
+
+``serve(config)`` starts listening at once and loads the engine in its worker
+thread; ``/healthz`` answers 503 until the engine is loaded and warmed up,
+then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
+:class:`~streampunct.session.Session`; all sessions share one
+:class:`~streampunct.batcher.Batcher`. Handshakes are checked in
+``process_request``: health and metrics endpoints, bearer-token auth (401),
+the session limit (503). :meth:`StreamServer.shutdown` stops accepting,
+finalizes and sends every pending word of every session, closes them with
+1001, then closes the engine.
+
+Tests inject an engine (``engine_factory``), an aligner and a window instead
+of a model folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import json
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import numpy as np
+from websockets import ConnectionClosed
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.datastructures import Headers
+from websockets.frames import CloseCode
+from websockets.http11 import Request, Response
+
+from streampunct.alignment import Aligner
+from streampunct.batcher import Batcher, BatcherConfig
+from streampunct.errors import InputError, ModelError, StreampunctError
+from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
+from streampunct.server_metrics import ServerMetrics
+from streampunct.session import Session, SessionContext
+from streampunct.windowing import WindowConfig
+
+logger = logging.getLogger(__name__)
+
+#: WebSocket endpoints (the protocol's path, and the root for convenience).
+STREAM_PATHS = frozenset({"/v1/stream", "/"})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server is started with; built once at the CLI boundary.
+
+    Attributes:
+        model_dir: model folder (None: the shipped ``models/default``).
+        engine: engine backend (``onnxruntime``, ``tensorrt``, ``torch``).
+        engine_options: extra keyword options for the backend.
+        host, port: where to listen (port 0 picks a free port).
+        batching: cross-stream batching policy (max batch, max wait, queue bound).
+        max_sessions: open sessions; more are refused with HTTP 503.
+        limits: per-message limits (words per message, word length, option ranges).
+        max_message_bytes: WebSocket frame limit; a larger frame closes with 1009.
+        auth_token: when set, handshakes must carry it (bearer header or ``?token=``).
+        session_defaults: session options before a client ``config``.
+        window: window geometry override (None: the model's).
+        shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
+    """
+
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    engine_options: Mapping[str, object] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8765
+    batching: BatcherConfig = BatcherConfig()
+    max_sessions: int = 256
+    limits: Limits = Limits()
+    max_message_bytes: int = 1 << 20
+    auth_token: str | None = None
+    session_defaults: SessionOptions = SessionOptions()
+    window: WindowConfig | None = None
+    shutdown_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError("max_sessions must be >= 1")
+        if self.max_message_bytes < 1024:
+            raise ValueError("max_message_bytes must be >= 1024")
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """The model-side pieces a server runs with."""
+
+    engine_factory: Callable[[], object]
+    aligner: Aligner
+    window: WindowConfig
+    model_name: str
+
+
+def _runtime_from_model(config: ServerConfig) -> _Runtime:
+    from streampunct.model import load_model_info
+
+    info = load_model_info(config.model_dir)
+    options = dict(config.engine_options)
+
+    def engine_factory() -> object:
+        from engines.registry import load_engine
+
+        return load_engine(config.engine, info.path, **options)
+
+    return _Runtime(engine_factory, info.aligner(), config.window or info.window, info.name)
+
+
+class StreamServer:
+    """A running server; create it with :func:`serve`.
+
+    Attributes:
+        config: the :class:`ServerConfig`.
+        metrics: its Prometheus metrics.
+        sessions: the open sessions (for shutdown and the session limit only;
+            each session's state lives in its handler).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        engine_factory: Callable[[], object] | None = None,
+        aligner: Aligner | None = None,
+        window: WindowConfig | None = None,
+        model_name: str | None = None,
+    ) -> None:
+        self.config = config
+        if engine_factory is None:
+            runtime = _runtime_from_model(config)
+        else:
+            if aligner is None:
+                raise ValueError("an injected engine needs an aligner")
+            runtime = _Runtime(
+                engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom"
+            )
+        self.metrics = ServerMetrics()
+        self.model_name = runtime.model_name
+        self.window = runtime.window
+        self.aligner = runtime.aligner
+        self.batcher = Batcher(
+            runtime.engine_factory,
+            pad_id=runtime.aligner.pad_id,
+            config=config.batching,
+            warmup_ids=self._warmup_ids(runtime.aligner, runtime.window),
+            on_batch=self.metrics.observe_batch,
+        )
+        self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
+        self._context = SessionContext(
+            aligner=runtime.aligner,
+            window=runtime.window,
+            batcher=self.batcher,
+            metrics=self.metrics,
+            limits=config.limits,
+            defaults=config.session_defaults,
+            model_name=runtime.model_name,
+        )
+        self.sessions: set[Session] = set()
+        self._ws: Server | None = None
+        self._port = config.port
+        self._loader: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
+        self._closing = False
+        self._shutdown_done: asyncio.Event | None = None
+
+    @staticmethod
+    def _warmup_ids(aligner: Aligner, window: WindowConfig) -> np.ndarray:
+        word = aligner.word_ids("hello")
+        content = (list(word) * (window.size // len(word) + 1))[: window.size]
+        return np.asarray([aligner.cls_id, *content, aligner.sep_id], dtype=np.int64)
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        """Listen, and load the engine in the background (see :meth:`wait_ready`)."""
+        self._shutdown_done = asyncio.Event()
+        try:
+            self._ws = await ws_serve(
+                self._handle,
+                self.config.host,
+                self.config.port,
+                process_request=self._process_request,
+                max_size=self.config.max_message_bytes,
+                logger=logging.getLogger("streampunct.server.websockets"),
+            )
+        except OSError as e:
+            raise InputError(f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}") from e
+        self._port = self._ws.sockets[0].getsockname()[1]
+        self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
+
+    async def _load(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            await self.batcher.start()
+        except StreampunctError:
+            raise
+        except Exception as e:
+            # Engines raise their own errors (engines.base.EngineError and kin).
+            raise ModelError(f"cannot load the {self.config.engine} engine: {e}") from e
+        logger.info(
+            "engine %s with model %s ready in %.2fs; listening on %s",
+            self.batcher.engine_name, self.model_name, time.perf_counter() - t0, self.url,
+        )
+
+    async def wait_ready(self) -> None:
+        """Wait until the engine is loaded and warmed up; raises what loading raised."""
+        assert self._loader is not None, "start() first"
+        await asyncio.shield(self._loader)
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher.ready and not self._closing
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when the config asked for port 0)."""
+        assert self._ws is not None, "start() first"
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        return f"ws://{host}:{self.port}/v1/stream"
+
+    async def shutdown(self) -> None:
+        """Graceful stop: refuse new connections, finalize every pending word, close with 1001."""
+        assert self._ws is not None and self._shutdown_done is not None, "start() first"
+        if self._closing:
+            await self._shutdown_done.wait()
+            return
+        self._closing = True
+        logger.info("shutting down: finalizing %d sessions", len(self.sessions))
+        self._ws.close(close_connections=False)
+        for session in list(self.sessions):
+            session.shutdown()
+        try:
+            await asyncio.wait_for(self._ws.wait_closed(), self.config.shutdown_timeout_s)
+        except TimeoutError:
+            logger.warning("sessions still open after %.1fs; closing them", self.config.shutdown_timeout_s)
+            for connection in list(self._ws.connections):
+                await connection.close(CloseCode.GOING_AWAY, "server shutting down")
+            await self._ws.wait_closed()
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+        await self.batcher.close()
+        logger.info("server closed")
+        self._shutdown_done.set()
+
+    async def __aenter__(self) -> StreamServer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # -- HTTP side of the handshake ------------------------------------------
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path, _, query = request.path.partition("?")
+        if path == "/healthz":
+            return self._healthz(connection)
+        if path == "/metrics":
+            response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
+            _set_content_type(response.headers, self.metrics.content_type)
+            return response
+        if path not in STREAM_PATHS:
+            return connection.respond(http.HTTPStatus.NOT_FOUND, f"no such endpoint: {path}\n")
+        if self.config.auth_token is not None and not self._authorized(request.headers, query):
+            self.metrics.rejected.labels(reason="auth").inc()
+            response = connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        if self._closing or not self.batcher.ready:
+            self.metrics.rejected.labels(reason="unavailable").inc()
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
+        if len(self.sessions) >= self.config.max_sessions:
+            self.metrics.rejected.labels(reason="sessions").inc()
+            return connection.respond(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"session limit reached ({self.config.max_sessions})\n",
+            )
+        return None
+
+    def _authorized(self, headers: Headers, query: str) -> bool:
+        expected = self.config.auth_token
+        assert expected is not None
+        header = headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
+            return True
+        for token in parse_qs(query).get("token", []):
+            if hmac.compare_digest(token.encode(), expected.encode()):
+                return True
+        return False
+
+    def _healthz(self, connection: ServerConnection) -> Response:
+        loader_failed = self._loader is not None and self._loader.done() and (
+            self._loader.cancelled() or self._loader.exception() is not None
+        )
+        status = "ok" if self.ready else "failed" if loader_failed else "stopping" if self._closing else "loading"
+        body = {
+            "status": status,
+            "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
+            "model": self.model_name,
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "sessions": len(self.sessions),
+            "protocol": PROTOCOL_VERSION,
+        }
+        code = http.HTTPStatus.OK if status == "ok" else http.HTTPStatus.SERVICE_UNAVAILABLE
+        response = connection.respond(code, json.dumps(body) + "\n")
+        _set_content_type(response.headers, "application/json")
+        return response
+
+    # -- WebSocket side ------------------------------------------------------
+    async def _handle(self, connection: ServerConnection) -> None:
+        if len(self.sessions) >= self.config.max_sessions:
+            # Lost a race with other handshakes that passed process_request together.
+            self.metrics.rejected.labels(reason="sessions").inc()
+            await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")
+            return
+        session = Session(connection, self._context, uuid.uuid4().hex[:12])
+        self.sessions.add(session)
+        self.metrics.sessions.inc()
+        self.metrics.sessions_total.inc()
+        logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
+        if self._closing:
+            session.shutdown()
+        try:
+            await session.run()
+        except ConnectionClosed:
+            pass
+        except Exception:
+            # The per-connection boundary: one broken session must not take the server down.
+            logger.exception("session=%s failed", session.id, extra={"session": session.id})
+            await connection.close(CloseCode.INTERNAL_ERROR, "internal error")
+        finally:
+            self.sessions.discard(session)
+            self.metrics.sessions.dec()
+            logger.info("session=%s closed", session.id, extra={"session": session.id})
+
+
+def _set_content_type(headers: Headers, value: str) -> None:
+    del headers["Content-Type"]
+    headers["Content-Type"] = value
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    engine_factory: Callable[[], object] | None = None,
+    aligner: Aligner | None = None,
+    window: WindowConfig | None = None,
+    model_name: str | None = None,
+) -> StreamServer:
+    """Start a server (listening at once; the engine loads in the background).
+
+    Use ``await server.wait_ready()`` before expecting handshakes to succeed,
+    and ``await server.shutdown()`` (or ``async with``) to stop it.
+    """
+    server = StreamServer(
+        config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name
+    )
+    await server.start()
+    return server
+
+
+async def run_until_signalled(
+    config: ServerConfig,
+    *,
+    on_ready: Callable[[StreamServer], None] | None = None,
+    **runtime: object,
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (the CLI's main loop).
+
+    ``on_ready`` is called once the engine is warm; ``runtime`` takes the
+    injections of :func:`serve` (engine_factory, aligner, window, model_name).
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    server = await serve(config, **runtime)  # type: ignore[arg-type]
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        stopped = asyncio.create_task(stop.wait())
+        loading = asyncio.ensure_future(server.wait_ready())
+        done, _ = await asyncio.wait({stopped, loading}, return_when=asyncio.FIRST_COMPLETED)
+        if loading in done:
+            loading.result()  # raises if the engine failed to load
+            if on_ready is not None:
+                on_ready(server)
+            await stopped
+        else:
+            loading.cancel()
+        logger.info("signal received; shutting down")
+    finally:
+        await server.shutdown()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

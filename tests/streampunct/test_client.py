@@ -1,0 +1,99 @@
+"""The client's bookkeeping (Transcript, LatencyTracker) and its session handling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from streampunct.client import ClientError, LatencyTracker, StreamClient, Transcript
+from streampunct.labels import COMMA, O
+from streampunct.protocol import (
+    ConfigRequest,
+    Ended,
+    Final,
+    Flushed,
+    Partial,
+    PunctuatedWord,
+    SessionOptions,
+)
+
+
+def final(start: int, *pairs: tuple[str, str]) -> Final:
+    return Final(start, tuple(PunctuatedWord(w, p) for w, p in pairs), "")
+
+
+def test_transcript_folds_finals_partials_and_control_messages():
+    t = Transcript()
+    t.apply(final(0, ("hello", ","), ("world", "")))
+    t.apply(Partial(2, (PunctuatedWord("how", ""), PunctuatedWord("are", "?")), ""))
+    assert [w.w for w in t.tail] == ["how", "are"]
+    t.apply(final(2, ("how", "")))
+    assert [w.w for w in t.tail] == ["are"]  # the final covered part of the partial
+    t.apply(Flushed(3))
+    t.apply(Ended(3))
+    assert t.words == ["hello", "world", "how"] and t.labels == [COMMA, O, O]
+    assert t.flushed_upto == 3 and t.ended_words == 3
+    assert t.text(capitalize=True) == "Hello, world how"
+
+
+@pytest.mark.parametrize("start", [2, 0], ids=["gap", "repeat"])
+def test_transcript_rejects_finals_that_are_not_contiguous(start):
+    t = Transcript()
+    t.apply(final(0, ("a", "")))
+    with pytest.raises(ClientError):
+        t.apply(final(start, ("b", ".")))
+
+
+def test_transcript_rejects_unknown_marks():
+    with pytest.raises(ClientError):
+        Transcript().apply(final(0, ("a", "!")))
+
+
+def test_latency_tracker_uses_the_first_condition_that_holds():
+    tracker = LatencyTracker(SessionOptions(right_context=2, max_delay_ms=1000))
+    tracker.words_sent(["a", "b"], 0.0)
+    tracker.words_sent(["--", "c"], 0.5)  # "--" normalizes to nothing: not a word
+    tracker.words_sent(["d"], 0.7)
+    tracker.flush_sent(0.8)
+    tracker.words_sent(["e"], 0.9)
+    assert tracker.sent_at == [0.0, 0.0, 0.5, 0.7, 0.9]
+    assert tracker.decidable_at(0) == 0.5  # "c" arrived
+    assert tracker.decidable_at(1) == 0.7  # "d" arrived
+    assert tracker.decidable_at(2) == 0.8  # the flush
+    assert tracker.decidable_at(4) == 1.9  # only the delay
+    assert tracker.decidable_at(3) == 0.8  # the flush (before the delay, and no word 5)
+    tracker.final_received(final(0, ("a", "")), 0.6)
+    tracker.final_received(final(1, ("b", ""), ("c", ""), ("d", ".")), 0.85)
+    summary = tracker.summary()
+    assert summary.words == 4
+    assert summary.latency[3] == pytest.approx(850)  # word b: 0.0 -> 0.85
+    assert summary.margin[3] == pytest.approx(150)  # word b: decidable at 0.7, final at 0.85
+    assert "4 words" in summary.format()
+
+
+def test_latency_summary_of_nothing_is_nan():
+    summary = LatencyTracker(SessionOptions()).summary()
+    assert summary.words == 0 and math.isnan(summary.latency[0])
+
+
+async def test_connect_applies_options_and_reports_refusal(start_server):
+    server = await start_server(session_defaults=SessionOptions(right_context=1))
+    async with await StreamClient.connect(server.url, max_delay_ms=250, partials=True) as client:
+        assert client.options == SessionOptions(1, 250, True, False)
+        assert client.session == client.ready.session
+    async with await StreamClient.connect(server.url) as client:
+        await client.send_words(["x"])
+        with pytest.raises(ClientError, match="config refused"):
+            await client.configure(ConfigRequest(right_context=3))
+
+
+async def test_iteration_stops_when_the_server_closes(start_server):
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=0) as client:
+        await client.send_words(["one", "two."])
+        await client.end()
+        messages = [m async for m in client]
+    assert [m.type for m in messages][-1] == "end"
+    assert [w.p for m in messages if isinstance(m, Final) for w in m.words][-1] in ("", ",", ".", "?")
+    assert client.close_code == 1000

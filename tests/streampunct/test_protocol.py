@@ -1,0 +1,168 @@
+"""Decoding and encoding of protocol messages (no sockets)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streampunct.protocol import (
+    ConfigApplied,
+    ConfigRequest,
+    Ended,
+    EndRequest,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    FlushRequest,
+    Limits,
+    Partial,
+    ProtocolError,
+    PunctuatedWord,
+    Ready,
+    SessionOptions,
+    Word,
+    WordsMessage,
+    decode,
+    decode_server,
+    encode,
+)
+
+
+def test_decode_each_client_message():
+    assert decode('{"type": "flush"}') == FlushRequest()
+    assert decode('{"type": "end", "extra": 1}') == EndRequest()
+    assert decode('{"type": "config"}') == ConfigRequest()
+    assert decode(
+        '{"type": "config", "right_context": 3, "max_delay_ms": 0, "partials": true, "capitalize": false}'
+    ) == ConfigRequest(3, 0, True, False)
+    message = decode('{"type": "words", "words": ["hello,", {"w": "World", "start": 1, "end": 1.5}, {"w": "x"}]}')
+    assert message == WordsMessage((Word("hello,"), Word("World", 1.0, 1.5), Word("x")))
+
+
+def test_unknown_fields_are_ignored():
+    assert decode('{"type": "words", "words": [], "lang": "en", "seq": 4}') == WordsMessage(())
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "not json",
+        "{",
+        "[1, 2]",
+        '"words"',
+        "{}",
+        '{"type": 3}',
+        '{"type": "hello"}',
+        '{"type": "words"}',
+        '{"type": "words", "words": "hello"}',
+        '{"type": "words", "words": [1]}',
+        '{"type": "words", "words": [null]}',
+        '{"type": "words", "words": [{"word": "x"}]}',
+        '{"type": "words", "words": [{"w": 5}]}',
+        '{"type": "words", "words": [{"w": "x", "start": "0"}]}',
+        '{"type": "words", "words": [{"w": "x", "end": true}]}',
+        '{"type": "config", "right_context": "2"}',
+        '{"type": "config", "right_context": 2.0}',
+        '{"type": "config", "right_context": true}',
+        '{"type": "config", "right_context": -1}',
+        '{"type": "config", "right_context": 1001}',
+        '{"type": "config", "max_delay_ms": -5}',
+        '{"type": "config", "max_delay_ms": 1e9}',
+        '{"type": "config", "partials": 1}',
+        '{"type": "config", "capitalize": "yes"}',
+        b'{"type": "flush"}',
+    ],
+)
+def test_bad_request(frame):
+    with pytest.raises(ProtocolError) as info:
+        decode(frame)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+    assert info.value.message
+
+
+def test_too_large():
+    limits = Limits(max_words_per_message=5, max_word_chars=10)
+    assert len(decode(json.dumps({"type": "words", "words": ["a"] * 5}), limits).words) == 5
+    with pytest.raises(ProtocolError) as info:
+        decode(json.dumps({"type": "words", "words": ["a"] * 6}), limits)
+    assert info.value.code is ErrorCode.TOO_LARGE and "6 words" in info.value.message
+    with pytest.raises(ProtocolError) as info:
+        decode(json.dumps({"type": "words", "words": ["a", {"w": "b" * 11}]}), limits)
+    assert info.value.code is ErrorCode.TOO_LARGE and "words[1]" in info.value.message
+
+
+def test_default_limits_reject_ten_thousand_words_and_a_megabyte_word():
+    with pytest.raises(ProtocolError) as info:
+        decode(json.dumps({"type": "words", "words": ["a"] * 10_000}))
+    assert info.value.code is ErrorCode.TOO_LARGE
+    with pytest.raises(ProtocolError) as info:
+        decode(json.dumps({"type": "words", "words": ["x" * 1_000_000]}))
+    assert info.value.code is ErrorCode.TOO_LARGE
+
+
+def test_config_request_applies_only_given_fields():
+    base = SessionOptions(right_context=2, max_delay_ms=1500, partials=False, capitalize=False)
+    assert ConfigRequest(right_context=5).apply_to(base) == SessionOptions(5, 1500, False, False)
+    assert ConfigRequest(partials=True, capitalize=True).apply_to(base) == SessionOptions(2, 1500, True, True)
+    assert ConfigRequest().apply_to(base) == base
+
+
+SERVER_MESSAGES = [
+    Ready("abc", "model-x", SessionOptions(4, 300, True, False)),
+    ConfigApplied(SessionOptions(0, 0, False, True)),
+    Final(3, (PunctuatedWord("hello", ","), PunctuatedWord("world", ".")), "hello, world."),
+    Partial(5, (PunctuatedWord("so", ""),), "so"),
+    Flushed(12),
+    Ended(12),
+    Error(ErrorCode.TOO_LARGE, "too many words"),
+]
+
+
+@pytest.mark.parametrize("message", SERVER_MESSAGES, ids=lambda m: m.type)
+def test_server_messages_round_trip(message):
+    text = encode(message)
+    obj = json.loads(text)
+    assert obj["type"] == message.type
+    assert decode_server(text) == message
+
+
+def test_server_message_wire_shapes():
+    assert json.loads(encode(SERVER_MESSAGES[0])) == {
+        "type": "ready", "protocol": 1, "session": "abc", "model": "model-x",
+        "config": {"right_context": 4, "max_delay_ms": 300, "partials": True, "capitalize": False},
+    }
+    assert json.loads(encode(SERVER_MESSAGES[2])) == {
+        "type": "final", "start": 3, "words": [{"w": "hello", "p": ","}, {"w": "world", "p": "."}],
+        "text": "hello, world.",
+    }
+    assert json.loads(encode(Error(ErrorCode.INTERNAL, "boom"))) == {
+        "type": "error", "code": "internal", "message": "boom",
+    }
+
+
+@pytest.mark.parametrize(
+    "message",
+    [ConfigRequest(right_context=1, partials=True), WordsMessage((Word("a"), Word("b", 0.5, None))),
+     FlushRequest(), EndRequest()],
+    ids=lambda m: m.type,
+)
+def test_client_messages_round_trip(message):
+    assert decode(encode(message)) == message
+
+
+def test_client_tolerates_new_error_codes():
+    message = decode_server('{"type": "error", "code": "rate_limited", "message": "slow down"}')
+    assert isinstance(message, Error) and message.code == "rate_limited"
+
+
+def test_docs_protocol_starts_with_the_shared_contract():
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    shared = repo.parent / "shared" / "docs" / "protocol.md"
+    if not shared.is_file():
+        pytest.skip(f"needs {shared}")
+    ours = (repo / "docs" / "protocol.md").read_text(encoding="utf-8")
+    assert ours.startswith(shared.read_text(encoding="utf-8")), "docs/protocol.md drifted from the shared protocol"

@@ -1,0 +1,79 @@
+"""With the shipped model: streaming labels agree with the offline Punctuator on test2011."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streampunct.client import StreamClient, Transcript
+from streampunct.model import DEFAULT_MODEL_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_ROOT = Path(os.environ.get("STREAMPUNCT_DATA", REPO.parent / "shared" / "data"))
+TEST2011 = DATA_ROOT / "iwslt2011_che" / "test2011"
+
+pytestmark = [pytest.mark.slow, pytest.mark.data]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no trained model at {DEFAULT_MODEL_DIR} yet (it is trained separately)")
+    pytest.importorskip("onnxruntime")
+    return DEFAULT_MODEL_DIR
+
+
+async def test_streaming_agrees_with_offline_on_test2011(model_dir):
+    if not TEST2011.is_file():
+        pytest.skip(f"needs {TEST2011}")
+    from streampunct.data import read_word_labels
+    from streampunct.model import load_model_info
+    from streampunct.punctuator import Punctuator
+    from streampunct.server import ServerConfig, serve
+
+    words = read_word_labels(TEST2011).words
+    info = load_model_info(model_dir)
+    punctuator = Punctuator.from_model_dir(model_dir)
+    try:
+        offline = await asyncio.to_thread(punctuator.punctuate, words)
+    finally:
+        punctuator.close()
+
+    # right_context in words >= R in tokens (every word has at least one token).
+    right_context = info.window.right
+    server = await serve(ServerConfig(model_dir=model_dir, port=0))
+    try:
+        await asyncio.wait_for(server.wait_ready(), 120)
+        async with await StreamClient.connect(
+            server.url, right_context=right_context, max_delay_ms=600_000
+        ) as client:
+            transcript = Transcript()
+
+            async def receive():
+                async for message in client:
+                    transcript.apply(message)
+
+            receiver = asyncio.create_task(receive())
+            rng = random.Random(0)
+            i = 0
+            while i < len(words):
+                n = rng.randint(1, 8)
+                await client.send_words(words[i : i + n])
+                i += n
+                if rng.random() < 0.05:
+                    await asyncio.sleep(0.01)
+            await client.end()
+            await asyncio.wait_for(receiver, 600)
+    finally:
+        await server.shutdown()
+
+    assert transcript.words == words
+    agreement = float(np.mean(np.asarray(transcript.labels) == np.asarray(offline)))
+    print(f"\nstreaming vs offline on test2011 ({len(words)} words, right_context={right_context}, "
+          f"window {info.window.to_dict()}): agreement {100 * agreement:.2f}%")
+    assert agreement >= 0.97

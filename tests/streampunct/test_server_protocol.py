@@ -1,0 +1,405 @@
+"""Protocol conformance of a real server on port 0, message by message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from streampunct.client import StreamClient, Transcript
+from streampunct.labels import ID_TO_MARK
+from streampunct.protocol import (
+    ConfigApplied,
+    ConfigRequest,
+    Ended,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    Partial,
+    ServerMessage,
+    SessionOptions,
+)
+from streampunct.text import normalize_words, render
+
+TIMEOUT = 5.0
+WORDS = "so this is the story of how we came to build a streaming punctuation server for captions".split()
+
+
+async def read_until(client: StreamClient, kind: str, transcript: Transcript | None = None) -> list[ServerMessage]:
+    """Messages up to and including the first of type ``kind``."""
+    out = []
+    while True:
+        message = await client.recv(timeout=TIMEOUT)
+        if transcript is not None:
+            transcript.apply(message)
+        out.append(message)
+        if message.type == kind:
+            return out
+
+
+async def finish(client: StreamClient, transcript: Transcript | None = None) -> tuple[Transcript, list]:
+    """Send ``end`` and read everything until the server closes."""
+    transcript = transcript or Transcript()
+    await client.end()
+    messages = []
+    async with asyncio.timeout(TIMEOUT):
+        async for message in client:
+            transcript.apply(message)
+            messages.append(message)
+    return transcript, messages
+
+
+async def barrier(client: StreamClient) -> None:
+    """Round trip: once this returns, the server has handled everything sent before."""
+    await client.send_raw('{"type": "ping-barrier"}')
+    message = await client.recv(timeout=TIMEOUT)
+    assert isinstance(message, Error) and "ping-barrier" in message.message, message
+
+
+async def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), TIMEOUT)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode().split("\r\n")
+    parsed = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    return int(status_line.split()[1]), parsed, body
+
+
+# -- ready / config ---------------------------------------------------------------
+
+
+async def test_ready_then_config_with_effective_values(start_server):
+    defaults = SessionOptions(right_context=3, max_delay_ms=900, partials=False, capitalize=False)
+    server = await start_server(session_defaults=defaults)
+    client = await StreamClient.connect(server.url)
+    async with client:
+        assert client.ready.protocol == 1 and client.ready.model == "fake-model"
+        assert client.ready.session and client.ready.config == defaults
+        assert await client.configure(ConfigRequest(right_context=1)) == SessionOptions(1, 900, False, False)
+        # Options accumulate over several config messages before the first words.
+        assert await client.configure(ConfigRequest(partials=True, capitalize=True)) == SessionOptions(1, 900, True, True)
+        await client.send_raw('{"type": "config", "max_delay_ms": 0, "future_option": "x"}')
+        reply = await client.recv(timeout=TIMEOUT)
+        assert isinstance(reply, ConfigApplied) and reply.config == SessionOptions(1, 0, True, True)
+
+
+async def test_config_after_words_is_rejected_and_the_stream_goes_on(start_server, fake_labels):
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=0, max_delay_ms=60_000) as client:
+        await client.send_words(WORDS[:4])
+        await client.send(ConfigRequest(right_context=5))
+        transcript = Transcript()
+        messages = await read_until(client, "error", transcript)
+        assert messages[-1].code == ErrorCode.BAD_REQUEST and "config" in messages[-1].message
+        await client.send_words(WORDS[4:8])
+        # right_context is still 0: every word is final without a flush.
+        while transcript.n_final < 8:
+            transcript.apply(await client.recv(timeout=TIMEOUT))
+        transcript, _ = await finish(client, transcript)
+    assert transcript.words == WORDS[:8] and transcript.labels == fake_labels(WORDS[:8])
+    assert transcript.ended_words == 8
+
+
+async def test_words_are_normalized_and_echoed(start_server):
+    server = await start_server()
+    async with await StreamClient.connect(server.url) as client:
+        await client.send_raw(json.dumps({"type": "words", "words": [
+            "Hello,", {"w": "WORLD!", "start": 0.5, "end": 0.9}, "...", "--", {"w": "it\u2019s"}, "\"Quoted\"",
+        ]}))
+        transcript, messages = await finish(client)
+    assert transcript.words == ["hello", "world", "it's", "quoted"]
+    assert messages[-1] == Ended(4)
+
+
+async def test_flush_finalizes_everything_before_flushed(start_server, fake_labels):
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=50, max_delay_ms=600_000) as client:
+        transcript = Transcript()
+        await client.send_words(WORDS[:5])
+        await client.flush()
+        messages = await read_until(client, "flushed", transcript)
+        assert messages[-1] == Flushed(5)
+        assert all(isinstance(m, Final) for m in messages[:-1]) and transcript.n_final == 5
+        await client.send_words(WORDS[5:9])
+        await client.flush()
+        await client.flush()  # nothing new: answered at once, same upto
+        messages = await read_until(client, "flushed", transcript)
+        assert messages[-1] == Flushed(9) and transcript.n_final == 9
+        assert await client.recv(timeout=TIMEOUT) == Flushed(9)
+        transcript, messages = await finish(client, transcript)
+    assert messages == [Ended(9)]
+    assert transcript.words == WORDS[:9] and transcript.labels == fake_labels(WORDS[:9])
+
+
+async def test_end_sends_the_rest_then_end_and_closes_normally(start_server):
+    server = await start_server()
+    client = await StreamClient.connect(server.url, right_context=100, max_delay_ms=600_000)
+    await client.send_words(WORDS)
+    transcript, messages = await finish(client)
+    assert transcript.words == WORDS
+    assert messages[-1] == Ended(len(WORDS)) and isinstance(messages[-2], Final)
+    assert client.close_code == 1000
+
+
+async def test_partials_cover_the_undecided_tail(start_server, fake_labels):
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=3, max_delay_ms=600_000, partials=True) as client:
+        assert client.options.partials
+        transcript = Transcript()
+        await client.send_words(WORDS[:6])
+        partial = None
+        while partial is None or partial.start + len(partial.words) < 6:
+            message = await client.recv(timeout=TIMEOUT)
+            transcript.apply(message)
+            if isinstance(message, Partial):
+                partial = message
+        assert transcript.n_final == 3 and partial.start == 3
+        assert [w.w for w in partial.words] == WORDS[3:6]
+        assert [w.p for w in partial.words] == [ID_TO_MARK[x] for x in fake_labels(WORDS[3:6])]
+        transcript, _ = await finish(client, transcript)
+    assert transcript.words == WORDS[:6] and not transcript.tail
+
+
+async def test_capitalize_renders_sentences(start_server, fake_labels):
+    server = await start_server()
+    words = normalize_words(WORDS * 3)
+    async with await StreamClient.connect(server.url, right_context=1, capitalize=True) as client:
+        await client.send_words(words)
+        _, messages = await finish(client)
+    texts = [m.text for m in messages if isinstance(m, Final)]
+    assert " ".join(texts) == render(words, fake_labels(words), capitalize=True)
+    assert texts[0][0].isupper()
+
+
+async def test_the_root_path_also_streams(start_server):
+    server = await start_server()
+    async with await StreamClient.connect(f"ws://127.0.0.1:{server.port}/") as client:
+        await client.send_words(["hi"])
+        transcript, _ = await finish(client)
+    assert transcript.words == ["hi"]
+
+
+# -- bad input --------------------------------------------------------------------
+
+
+async def test_bad_messages_are_rejected_whole_and_the_stream_continues(start_server, fake_labels):
+    server = await start_server()
+    good = []
+    async with await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000) as client:
+        transcript = Transcript()
+
+        async def send_good(words):
+            good.extend(words)
+            await client.send_words(words)
+
+        async def expect_error(frame, code):
+            await client.send_raw(frame)
+            message = (await read_until(client, "error", transcript))[-1]
+            assert message.code == code, (frame[:80], message)
+
+        await send_good(WORDS[:3])
+        await expect_error("{not json", ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "words", "words": ["ok", 7]}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "words", "words": "one two"}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "config", "right_context": "2"}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "subscribe"}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "config", "right_context": 1}', ErrorCode.BAD_REQUEST)  # after words
+        await send_good(WORDS[3:6])
+        await expect_error(json.dumps({"type": "words", "words": ["w"] * 10_000}), ErrorCode.TOO_LARGE)
+        await expect_error(json.dumps({"type": "words", "words": ["a", "x" * 1_000_000]}), ErrorCode.TOO_LARGE)
+        await expect_error(b'{"type": "words", "words": ["binary"]}', ErrorCode.BAD_REQUEST)
+        await send_good(WORDS[6:10])
+        transcript, _ = await finish(client, transcript)
+    assert transcript.words == good and transcript.labels == fake_labels(good)
+    assert transcript.ended_words == len(good)
+    text = server.metrics.render().decode()
+    assert 'streampunct_errors_total{code="bad_request"} 7.0' in text
+    assert 'streampunct_errors_total{code="too_large"} 2.0' in text
+
+
+async def test_oversize_frame_closes_with_1009(start_server):
+    server = await start_server(max_message_bytes=64 * 1024)
+    client = await StreamClient.connect(server.url)
+    await client.send_words(["kept"])
+    await client.send_raw(json.dumps({"type": "words", "words": ["y" * 100] * 700}))
+    async with asyncio.timeout(TIMEOUT):
+        async for _ in client:
+            pass
+    assert client.close_code == 1009
+
+
+# -- HTTP: health, metrics, auth, limits ----------------------------------------------
+
+
+async def test_healthz_and_metrics(start_server):
+    server = await start_server()
+    status, headers, body = await http_get(server.port, "/healthz")
+    assert status == 200 and headers["content-type"] == "application/json"
+    health = json.loads(body)
+    assert health["status"] == "ok" and health["engine"] == "fake" and health["model"] == "fake-model"
+    assert health["uptime_s"] >= 0
+    async with await StreamClient.connect(server.url, right_context=0) as client:
+        await client.send_words(WORDS[:5])
+        await finish(client)
+    status, headers, body = await http_get(server.port, "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    text = body.decode()
+    for line in (
+        "streampunct_words_in_total 5.0",
+        "streampunct_words_finalized_total 5.0",
+        "streampunct_sessions_opened_total 1.0",
+        "streampunct_sessions 0.0",
+        'streampunct_errors_total{code="internal"} 0.0',
+    ):
+        assert line in text, line
+    for histogram in ("streampunct_batch_size", "streampunct_engine_latency_seconds",
+                      "streampunct_finalize_margin_seconds"):
+        assert f"{histogram}_count" in text
+    assert "streampunct_finalize_margin_seconds_count 5.0" in text
+    assert (await http_get(server.port, "/nope"))[0] == 404
+
+
+async def test_healthz_is_503_until_the_engine_is_warm(aligner, fake_engine_cls):
+    import threading
+
+    from streampunct.server import ServerConfig, serve
+
+    release = threading.Event()
+    engine = fake_engine_cls()
+
+    def slow_factory():
+        release.wait(TIMEOUT)
+        return engine
+
+    server = await serve(ServerConfig(port=0), engine_factory=slow_factory, aligner=aligner)
+    try:
+        status, _, body = await http_get(server.port, "/healthz")
+        assert status == 503 and json.loads(body)["status"] == "loading"
+        with pytest.raises(InvalidStatus) as info:
+            await StreamClient.connect(server.url)
+        assert info.value.response.status_code == 503
+        release.set()
+        await asyncio.wait_for(server.wait_ready(), TIMEOUT)
+        assert engine.batch_sizes  # warmed up before ready
+        assert (await http_get(server.port, "/healthz"))[0] == 200
+    finally:
+        release.set()
+        await server.shutdown()
+
+
+async def test_auth_token_is_enforced(start_server):
+    server = await start_server(auth_token="s3cret")
+    for url, token in ((server.url, None), (server.url, "wrong"), (server.url + "?token=nope", None)):
+        with pytest.raises(InvalidStatus) as info:
+            await StreamClient.connect(url, token=token)
+        assert info.value.response.status_code == 401
+    async with await StreamClient.connect(server.url, token="s3cret") as client:
+        assert client.ready.session
+    async with await StreamClient.connect(server.url + "?token=s3cret") as client:
+        assert client.ready.session
+    assert (await http_get(server.port, "/healthz"))[0] == 200
+
+
+async def test_session_limit_is_enforced_at_the_handshake(start_server):
+    server = await start_server(max_sessions=2)
+    first = await StreamClient.connect(server.url)
+    second = await StreamClient.connect(server.url)
+    with pytest.raises(InvalidStatus) as info:
+        await StreamClient.connect(server.url)
+    assert info.value.response.status_code == 503
+    await first.close()
+    for _ in range(100):
+        if len(server.sessions) < 2:
+            break
+        await asyncio.sleep(0.01)
+    third = await StreamClient.connect(server.url)
+    await second.close()
+    await third.close()
+
+
+# -- failures, shutdown, cleanup --------------------------------------------------------
+
+
+async def test_engine_failure_reaches_only_the_affected_session(start_server, fake_engine_cls, fake_labels, aligner):
+    (poison,) = aligner.word_ids("poison")
+    server = await start_server(engine=fake_engine_cls(fail_token=poison))
+    healthy = await StreamClient.connect(server.url, right_context=1)
+    doomed = await StreamClient.connect(server.url, right_context=1)
+    await healthy.send_words(WORDS[:6])
+    await doomed.send_words(["this", "is", "poison", "for", "the", "engine"])
+    messages = [m async for m in doomed]
+    errors = [m for m in messages if isinstance(m, Error)]
+    assert [e.code for e in errors] == [ErrorCode.INTERNAL]
+    assert doomed.close_code == 1011
+    await healthy.send_words(WORDS[6:])
+    transcript, _ = await finish(healthy)
+    assert transcript.words == WORDS and transcript.labels == fake_labels(WORDS) and not transcript.errors
+    assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
+    # The server still takes new sessions.
+    async with await StreamClient.connect(server.url) as client:
+        await client.send_words(["again"])
+        assert (await finish(client))[0].words == ["again"]
+
+
+async def test_graceful_shutdown_sends_all_pending_finals_then_1001(start_server, fake_labels):
+    server = await start_server()
+    clients = [await StreamClient.connect(server.url, right_context=100, max_delay_ms=600_000) for _ in range(3)]
+    for k, client in enumerate(clients):
+        await client.send_words(WORDS[: 5 + k])
+        await barrier(client)  # the server has fed the words; none is decidable yet
+    shutdown = asyncio.create_task(server.shutdown())
+    for k, client in enumerate(clients):
+        transcript = Transcript()
+        async with asyncio.timeout(TIMEOUT):
+            async for message in client:
+                transcript.apply(message)
+        assert transcript.words == WORDS[: 5 + k]
+        assert transcript.labels == fake_labels(WORDS[: 5 + k])
+        assert client.close_code == 1001
+    await asyncio.wait_for(shutdown, TIMEOUT)
+    with pytest.raises(OSError):
+        await StreamClient.connect(server.url, open_timeout=1)
+
+
+async def test_a_client_leaving_mid_stream_leaves_nothing_behind(start_server, fake_engine_cls):
+    server = await start_server(engine=fake_engine_cls(delay_s=0.1))
+    loop = asyncio.get_running_loop()
+    for _ in range(3):
+        client = await StreamClient.connect(server.url, right_context=0, max_delay_ms=200)
+        await client.send_words(WORDS)
+        await client.send_words(WORDS)  # a second request waits in the batcher's queue
+        await asyncio.sleep(0.02)
+        client.connection.transport.abort()
+    for _ in range(200):
+        if not server.sessions and server.batcher.queue_depth == 0:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # any leftover timer would fire by now
+    assert not server.sessions
+    assert server.batcher.queue_depth == 0
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("session-")]
+    timers = [h for h in loop._scheduled if not h.cancelled() and getattr(h._callback, "__name__", "") == "set"]
+    assert not timers
+    assert "streampunct_sessions 0.0" in server.metrics.render().decode()
+
+
+async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_engine_cls, fake_labels):
+    from streampunct.batcher import BatcherConfig
+
+    server = await start_server(
+        engine=fake_engine_cls(delay_s=0.05), batching=BatcherConfig(max_batch=1, max_wait_ms=0, max_queue=1)
+    )
+    clients = [await StreamClient.connect(server.url, right_context=0) for _ in range(4)]
+    await asyncio.gather(*(c.send_words(WORDS) for c in clients))
+    results = await asyncio.gather(*(finish(c) for c in clients))
+    codes = [e.code for transcript, _ in results for e in transcript.errors]
+    assert ErrorCode.OVERLOADED in codes and set(codes) == {ErrorCode.OVERLOADED}
+    for transcript, _ in results:
+        assert transcript.words == WORDS and transcript.labels == fake_labels(WORDS)
