@@ -4,7 +4,7 @@ from __future__ import annotations
 
 LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
 LABEL_TO_ID: dict[str, int] = {name: i for i, name in enumerate(LABELS)}
-O, COMMA, PERIOD, QUESTION = range(4)
+O, COMMA, PERIOD, QUESTION = range(4)  # noqa: E741 (O is the class name)
 #: The mark each class renders as.
 LABEL_TO_MARK: dict[str, str] = {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}
 ID_TO_MARK: tuple[str, ...] = tuple(LABEL_TO_MARK[name] for name in LABELS)

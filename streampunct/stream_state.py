@@ -10,6 +10,10 @@ form a prefix of the stream, and they are finalized in order, each once.
 One request per stream is in flight at a time: words that become decidable
 meanwhile join the next request, so under load the windows carry more words
 and the total work per word falls (the coalescing the batcher relies on).
+
+Memory stays bounded on long streams: words well behind the last final (more
+than ``KEEP_WORDS`` back, and outside any window's left context) are dropped;
+word indices stay global.
 """
 
 from __future__ import annotations
@@ -74,8 +78,18 @@ class Decision:
     label: int
 
 
+#: Final words kept behind the last final (for left context and late lookups).
+KEEP_WORDS = 1024
+#: Compact when this many words could be dropped.
+COMPACT_EVERY = 4096
+
+
 class StreamState:
-    """Words, their tokens and timing, and what has been finalized."""
+    """Words, their tokens and timing, and what has been finalized.
+
+    Indices in the API (``Decision.index``, ``first_word``, ``decidable_at``)
+    count all words of the stream; internally lists start at ``_base``.
+    """
 
     def __init__(self, aligner: Aligner, window: WindowConfig, stream: StreamConfig) -> None:
         self.aligner = aligner
@@ -86,8 +100,10 @@ class StreamState:
         self._layout = TokenLayout([], [], [])
         self._arrival: list[float] = []
         self._decidable_time: list[float] = []  # filled for the decidable prefix
-        self._requested = 0  # words < this are final or in the in-flight request
-        self.n_final = 0
+        self._base = 0  # global index of self.words[0]
+        self._token_base = 0  # tokens dropped with those words
+        self._requested = 0  # local: words < this are final or in the in-flight request
+        self._n_final = 0  # local
         self._in_flight: WindowRequest | None = None
         self._partial_key: tuple[int, int] | None = None
         self.last_partial: list[Decision] = []
@@ -95,7 +111,13 @@ class StreamState:
     # -- input ---------------------------------------------------------------
     @property
     def n_words(self) -> int:
-        return len(self.words)
+        """Words received so far (all of the stream)."""
+        return self._base + len(self.words)
+
+    @property
+    def n_final(self) -> int:
+        """Words finalized so far (a prefix of the stream)."""
+        return self._base + self._n_final
 
     @property
     def in_flight(self) -> WindowRequest | None:
@@ -103,7 +125,7 @@ class StreamState:
 
     @property
     def done(self) -> bool:
-        return self.n_final == len(self.words)
+        return self._n_final == len(self.words)
 
     def feed(self, words: Sequence[str], now: float) -> None:
         """Append normalized, non-empty words that arrived at ``now``."""
@@ -116,6 +138,31 @@ class StreamState:
             self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
             self._arrival.append(now)
         self._mark_decidable(len(self.words) - self.stream.right_context, now)
+        if self._n_final - KEEP_WORDS >= COMPACT_EVERY and self._in_flight is None:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop old final words that no window can need any more."""
+        lay = self._layout
+        keep_from = self._n_final - KEEP_WORDS
+        # Never cut into the left context of the next undecided word.
+        need = lay.label_pos[self._requested] - self.window.left - 1 if self._requested < len(self.words) else None
+        while need is not None and keep_from > 0 and lay.starts[keep_from] > need:
+            keep_from -= 1
+        if keep_from <= 0:
+            return
+        tok = lay.starts[keep_from]
+        del self.words[:keep_from], self._arrival[:keep_from], self._decidable_time[:keep_from]
+        del self._ids[:tok]
+        self._layout = type(lay)(
+            [x - tok for x in lay.starts[keep_from:]],
+            [x - tok for x in lay.ends[keep_from:]],
+            [x - tok for x in lay.label_pos[keep_from:]],
+        )
+        self._base += keep_from
+        self._token_base += tok
+        self._requested -= keep_from
+        self._n_final -= keep_from
 
     def flush(self, now: float) -> None:
         """Every word that has arrived becomes decidable now."""
@@ -133,9 +180,9 @@ class StreamState:
             n += 1
 
     def n_decidable(self, now: float) -> int:
-        """How many words (a prefix) are decidable at ``now``."""
+        """How many words (a prefix of the stream) are decidable at ``now``."""
         self._advance_by_delay(now)
-        return len(self._decidable_time)
+        return self._base + len(self._decidable_time)
 
     def decidable_at(self, index: int) -> float:
         """When word ``index`` became decidable (it must be decidable)."""
@@ -159,7 +206,7 @@ class StreamState:
         """
         if self._in_flight is not None:
             return None
-        n_dec = self.n_decidable(now)
+        n_dec = self.n_decidable(now) - self._base
         if self._requested < n_dec:
             w = select_window(self._layout, self._requested, n_dec - 1, len(self.words), self.window)
             request = self._make_request(w.token_start, w.token_end, w.first_word, w.last_word, False)
@@ -167,7 +214,7 @@ class StreamState:
             self._in_flight = request
             return request
         if partial and self._requested < len(self.words):
-            key = (self.n_final, len(self.words))
+            key = (self.n_final, self.n_words)
             if key == self._partial_key:
                 return None
             request = self._partial_request()
@@ -193,7 +240,7 @@ class StreamState:
         ids[1:-1] = self._ids[a:b]
         ids[-1] = a_ids.sep_id
         positions = np.asarray(self._layout.label_pos[first : last + 1], dtype=np.int64) - a + 1
-        return WindowRequest(ids, positions, first, partial)
+        return WindowRequest(ids, positions, self._base + first, partial)
 
     def apply(self, request: WindowRequest, logits: np.ndarray) -> list[Decision]:
         """Take the model's logits (float32[T, C]) for ``request``; return new finals.
@@ -210,8 +257,9 @@ class StreamState:
             )
         self._in_flight = None
         labels = np.argmax(logits[request.positions], axis=-1)
+        first = request.first_word - self._base
         decisions = [
-            Decision(request.first_word + k, self.words[request.first_word + k], int(label))
+            Decision(request.first_word + k, self.words[first + k], int(label))
             for k, label in enumerate(labels)
         ]
         if request.partial:
@@ -220,7 +268,7 @@ class StreamState:
             return []
         if request.first_word != self.n_final:
             raise AssertionError("finals out of order")  # guarded by one request in flight
-        self.n_final += len(decisions)
+        self._n_final += len(decisions)
         if self.last_partial and self.last_partial[0].index < self.n_final:
             self.last_partial = [d for d in self.last_partial if d.index >= self.n_final]
         return decisions
@@ -231,7 +279,7 @@ class StreamState:
             return
         self._in_flight = None
         if not request.partial:
-            self._requested = request.first_word
+            self._requested = request.first_word - self._base
         else:
             self._partial_key = None
 

@@ -12,7 +12,7 @@ def test_words_tokenize_as_in_context(aligner):
     ids, starts, label_pos = aligner.encode_words(words)
     sentence = aligner.tokenizer.encode(" ".join(words), add_special_tokens=False).ids
     assert ids == sentence
-    assert starts[0] == 0 and label_pos == [s + len(aligner.word_ids(w)) - 1 for s, w in zip(starts, words)]
+    assert starts[0] == 0 and label_pos == [s + len(aligner.word_ids(w)) - 1 for s, w in zip(starts, words, strict=True)]
     assert (aligner.cls_id, aligner.sep_id, aligner.pad_id) == (101, 102, 0)
 
 

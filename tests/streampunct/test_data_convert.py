@@ -6,7 +6,7 @@ import pytest
 from streampunct.convert import text_to_word_labels
 from streampunct.data import iter_ted_talks, read_word_labels, write_word_labels
 from streampunct.errors import InputError
-from streampunct.labels import COMMA, LABELS, O, PERIOD, QUESTION
+from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O
 from streampunct.text import render
 from tests.conftest import DATA_ROOT, IWSLT, SHIPPED_TEST_DATA, need_file
 

@@ -5,7 +5,7 @@ from streampunct.data import read_word_labels
 from streampunct.metrics import evaluate
 from tests.conftest import SHIPPED_TEST_DATA
 
-O, C, P, Q = 0, 1, 2, 3
+O, C, P, Q = 0, 1, 2, 3  # noqa: E741
 
 
 def test_hand_computed_example():

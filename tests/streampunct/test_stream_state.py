@@ -153,3 +153,33 @@ def test_feed_rejects_empty_words_and_bad_config():
         state.feed([""], 0.0)
     with pytest.raises(ValueError):
         StreamConfig(right_context=-1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_long_streams_stay_bounded_and_correct(monkeypatch, seed):
+    import random
+
+    import streampunct.stream_state as ss
+
+    monkeypatch.setattr(ss, "KEEP_WORDS", 8)
+    monkeypatch.setattr(ss, "COMPACT_EVERY", 16)
+    rng = random.Random(seed)
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=rng.randint(0, 5), max_delay_ms=700))
+    words, finals, now, peak = [], [], 0.0, 0
+    while len(words) < 3000:
+        new = [aligner.word(rng.randint(1, 6), len(words) + k) for k in range(rng.randint(1, 9))]
+        state.feed(new, now)
+        words += new
+        now += rng.random()
+        if rng.random() < 0.05:
+            state.flush(now)
+        finals += run_requests(state, now)
+        peak = max(peak, len(state.words))
+    state.flush(now)
+    finals += run_requests(state, now)
+    assert [d.index for d in finals] == list(range(len(words)))
+    assert [d.word for d in finals] == words
+    assert [d.label for d in finals] == [fake_label(aligner.word_ids(w)[-1]) for w in words]
+    assert state.n_words == state.n_final == len(words)
+    assert peak < 200  # not 3000: old words were dropped

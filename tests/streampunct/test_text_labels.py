@@ -1,6 +1,6 @@
 import pytest
 
-from streampunct.labels import COMMA, LABELS, O, PERIOD, QUESTION, label_id, strongest
+from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O, label_id, strongest
 from streampunct.text import MAX_WORD_CHARS, normalize_word, normalize_words, render
 
 

