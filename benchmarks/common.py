@@ -7,7 +7,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -49,7 +49,7 @@ def write_result(name: str, payload: dict, out_dir: Path | None = None, *, comma
     record = {
         "benchmark": name,
         "command": command or " ".join(["streampunct", *sys.argv[1:]]),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
         "machine": machine(),
         **payload,

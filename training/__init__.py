@@ -1,0 +1,1 @@
+"""Training package of streampunct: data, models, losses, methods, trainer (needs the [train] extra)."""

@@ -56,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TensorRT builder workspace in GiB (default 4)")
     parser.add_argument("--no-per-channel", action="store_true",
                         help="per-tensor instead of per-channel int8 weight scales (onnxruntime)")
+    parser.add_argument("--quantize-embeddings", action="store_true",
+                        help="onnxruntime int8: also store the embedding tables as int8 (smaller file)")
 
 
 def _checkpoint_metadata(ckpt: Path, loaded: dict | None) -> tuple[dict, dict]:
@@ -138,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         precision=precision,
         opset=args.opset,
         per_channel=not args.no_per_channel,
+        quantize_embeddings=args.quantize_embeddings,
         trt=TrtBuildOptions(
             max_batch=args.max_batch,
             max_len=args.max_len,

@@ -36,8 +36,13 @@ def run(args: argparse.Namespace) -> int:
         import transformers  # noqa: F401
     except ImportError as e:
         raise DependencyError("training needs the train extra: pip install 'streampunct[train]'") from e
+    from transformers.utils import logging as hf_logging
+
     from training.config import load_config
     from training.pipeline import run as run_training
+
+    # The encoder folders carry an unused pooler; its "unexpected keys" report is noise.
+    hf_logging.set_verbosity_error()
 
     overrides = list(args.overrides)
     if args.base_model:

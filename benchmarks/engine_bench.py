@@ -1,0 +1,273 @@
+"""``bench engine``: tokens/s of each backend and precision across batch sizes and lengths.
+
+Each (backend, precision) maps to an artifact of the model folder
+(``model.onnx``, ``model.int8.onnx``, ``model.fp16.plan``, ...); missing
+artifacts and backends that cannot load here are reported as skipped, not
+errors. Inputs are random in-vocabulary token ids without padding, so
+tokens/s counts every position. All engines are loaded together and, per
+shape, timed in interleaved rounds (one call each per round) after warm-up
+calls, until ``min_runs`` rounds and ``min_seconds`` per engine have passed;
+tokens/s uses the median latency. Interleaving keeps comparisons between
+backends/precisions fair on a shared machine whose load varies.
+
+Library use: :func:`run_engine_bench`; command line ``streampunct bench engine``
+(options: :func:`add_engine_arguments`) or::
+
+    python -m benchmarks.engine_bench --model models/default --precisions fp32 int8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.base import EngineError
+from engines.registry import available_backends, load_engine
+
+#: (backend, precision) -> artifact file name in the model folder.
+ARTIFACTS: dict[tuple[str, str], str] = {
+    ("onnxruntime", "fp32"): "model.onnx",
+    ("onnxruntime", "int8"): "model.int8.onnx",
+    ("onnxruntime", "fp16"): "model.fp16.onnx",
+    ("tensorrt", "fp32"): "model.fp32.plan",
+    ("tensorrt", "fp16"): "model.fp16.plan",
+    ("tensorrt", "int8"): "model.int8.plan",
+}
+BENCH_BACKENDS = ("onnxruntime", "tensorrt")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How long to measure each shape.
+
+    Attributes:
+        warmup: untimed calls first.
+        min_runs, max_runs: timed calls per shape (bounds).
+        min_seconds: keep timing until this much time has passed (within max_runs).
+        seed: seed of the random token ids.
+    """
+
+    warmup: int = 2
+    min_runs: int = 3
+    max_runs: int = 50
+    min_seconds: float = 1.0
+    seed: int = 0
+
+
+def _vocab_size(model_dir: Path) -> int:
+    path = model_dir / "tokenizer.json"
+    if path.is_file():
+        from tokenizers import Tokenizer
+
+        return int(Tokenizer.from_file(str(path)).get_vocab_size())
+    return 100
+
+
+def _host() -> dict[str, Any]:
+    from engines.ort_engine import physical_cores
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "physical_cores": physical_cores(), "python": platform.python_version()}
+
+
+def _time_shape(
+    engines: Mapping[tuple[str, str], Any], ids: np.ndarray, mask: np.ndarray, settings: BenchSettings
+) -> dict[tuple[str, str], list[float]]:
+    """Latencies of every engine on one batch, timed in interleaved rounds so that
+    load from other processes hits all engines alike."""
+    for engine in engines.values():
+        for _ in range(settings.warmup):
+            engine.infer(ids, mask)
+    latencies: dict[tuple[str, str], list[float]] = {key: [] for key in engines}
+    started = time.perf_counter()
+    rounds = 0
+    while rounds < settings.max_runs and (
+        rounds < settings.min_runs
+        or time.perf_counter() - started < settings.min_seconds * len(engines)
+    ):
+        for key, engine in engines.items():
+            t0 = time.perf_counter()
+            engine.infer(ids, mask)
+            latencies[key].append(time.perf_counter() - t0)
+        rounds += 1
+    return latencies
+
+
+def format_table(results: Sequence[Mapping[str, Any]], batch_sizes: Sequence[int],
+                 seq_lens: Sequence[int]) -> str:
+    """Rows backend/precision, columns batch x seq, cells tokens/s."""
+    shapes = [(b, t) for b in batch_sizes for t in seq_lens]
+    cells: dict[tuple[str, tuple[int, int]], float] = {}
+    rows: list[str] = []
+    for r in results:
+        row = f"{r['backend']}/{r['precision']}"
+        if row not in rows:
+            rows.append(row)
+        cells[(row, (r["batch"], r["seq_len"]))] = r["tokens_per_s"]
+    header = f"{'tokens/s':<20}" + "".join(f"{f'{b}x{t}':>10}" for b, t in shapes)
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        values = (cells.get((row, shape)) for shape in shapes)
+        lines.append(f"{row:<20}" + "".join(f"{v:>10.0f}" if v else f"{'-':>10}" for v in values))
+    return "\n".join(lines)
+
+
+def run_engine_bench(
+    model_dir: str | Path,
+    backends: Sequence[str] | None = None,
+    precisions: Sequence[str] = ("fp32", "int8"),
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    seq_lens: Sequence[int] = (64, 128, 256),
+    out_json: str | Path | None = None,
+    *,
+    engine_options: Mapping[str, Mapping[str, Any]] | None = None,
+    settings: BenchSettings | None = None,
+    print_table: bool = True,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Measure tokens/s for every available (backend, precision) and shape.
+
+    ``backends`` defaults to those installed among onnxruntime and tensorrt;
+    ``engine_options`` maps a backend to its load options (e.g.
+    ``{"onnxruntime": {"intra_op_threads": 2}}``). Returns (and writes to
+    ``out_json`` when given) ``{"model_dir", "host", "settings", "results",
+    "skipped"}``; each result has backend, precision, artifact, batch,
+    seq_len, tokens_per_s, latency_ms_median, latency_ms_p90, runs.
+    """
+    model_dir = Path(model_dir)
+    settings = settings or BenchSettings()
+    backends = list(backends) if backends is not None else [
+        b for b in BENCH_BACKENDS if b in available_backends()
+    ]
+    vocab = _vocab_size(model_dir)
+    low = 1000 if vocab > 2000 else 4  # skip special/unused ids of real vocabularies
+    rng = np.random.default_rng(settings.seed)
+    results: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    engines: dict[tuple[str, str], Any] = {}
+    try:
+        for backend in backends:
+            for precision in precisions:
+                artifact = ARTIFACTS.get((backend, precision))
+                if artifact is None or not (model_dir / artifact).is_file():
+                    skipped.append({"backend": backend, "precision": precision,
+                                    "reason": f"no {artifact or 'artifact'} in {model_dir}"})
+                    continue
+                try:
+                    engines[(backend, precision)] = load_engine(
+                        backend, model_dir, artifact=artifact,
+                        **dict((engine_options or {}).get(backend, {})),
+                    )
+                except EngineError as e:
+                    skipped.append({"backend": backend, "precision": precision, "reason": str(e)})
+        for batch in batch_sizes:
+            for seq in seq_lens:
+                fits = {}
+                for key, engine in engines.items():
+                    spec = engine.io_spec()
+                    if (spec.max_batch and batch > spec.max_batch) or (spec.max_len and seq > spec.max_len):
+                        skipped.append({"backend": key[0], "precision": key[1],
+                                        "reason": f"{batch}x{seq} exceeds the engine's profile"})
+                    else:
+                        fits[key] = engine
+                ids = rng.integers(low, vocab, size=(batch, seq), dtype=np.int64)
+                mask = np.ones_like(ids)
+                for (backend, precision), lat in _time_shape(fits, ids, mask, settings).items():
+                    median = statistics.median(lat)
+                    results.append({
+                        "backend": backend,
+                        "precision": precision,
+                        "artifact": ARTIFACTS[(backend, precision)],
+                        "batch": batch,
+                        "seq_len": seq,
+                        "tokens_per_s": batch * seq / median,
+                        "latency_ms_median": 1e3 * median,
+                        "latency_ms_p90": 1e3 * float(np.percentile(lat, 90)),
+                        "runs": len(lat),
+                    })
+    finally:
+        for engine in engines.values():
+            engine.close()
+    report = {
+        "benchmark": "engine",
+        "command": command,
+        "model_dir": str(model_dir),
+        "host": _host(),
+        "settings": asdict(settings),
+        "engine_options": {k: dict(v) for k, v in (engine_options or {}).items()},
+        "results": results,
+        "skipped": skipped,
+    }
+    if print_table:
+        print(format_table(results, batch_sizes, seq_lens))
+        for s in skipped:
+            print(f"skipped {s['backend']}/{s['precision']}: {s['reason']}")
+    if out_json is not None:
+        out_json = Path(out_json)
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        out_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``streampunct bench engine`` (and ``python -m benchmarks.engine_bench``)."""
+    parser.add_argument("--model", type=Path, default=_REPO / "models" / "default",
+                        help="model folder (default: the shipped models/default)")
+    parser.add_argument("--backends", nargs="+", default=None, metavar="NAME",
+                        help="default: every installed one of onnxruntime, tensorrt")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "int8"], metavar="P")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32], metavar="B")
+    parser.add_argument("--seq-lens", nargs="+", type=int, default=[64, 128, 256], metavar="T")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="onnxruntime intra-op threads (default: physical cores)")
+    parser.add_argument("--spinning", action="store_true",
+                        help="let onnxruntime threads busy-wait (ORT's own default; off in streampunct)")
+    parser.add_argument("--min-seconds", type=float, default=1.0,
+                        help="time each shape for at least this long (default 1.0)")
+    parser.add_argument("--out-json", type=Path, default=_REPO / "benchmarks" / "results" / "engine.json",
+                        help="result file (default: benchmarks/results/engine.json)")
+
+
+def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    """Run the benchmark from parsed :func:`add_engine_arguments` options."""
+    ort_options: dict[str, Any] = {}
+    if args.threads:
+        ort_options["intra_op_threads"] = args.threads
+    if args.spinning:
+        ort_options["allow_spinning"] = True
+    options = {"onnxruntime": ort_options} if ort_options else None
+    run_engine_bench(
+        args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens,
+        args.out_json, engine_options=options, settings=BenchSettings(min_seconds=args.min_seconds),
+        command=command,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_engine_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_engine_from_args(args, command="python -m benchmarks.engine_bench " + " ".join(argv or sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""The Engine protocol, its IO description and the engines' exception tree.
+
+Every backend (ONNX Runtime, TensorRT, torch) implements :class:`Engine`:
+``infer(input_ids int64[B,T], attention_mask int64[B,T]) -> logits float32[B,T,C]``.
+Nothing here imports a backend, so the protocol costs only numpy to import.
+
+Exception tree (``engines`` imports neither ``streampunct`` nor ``training``,
+so it has its own root; the CLI turns these into its own errors)::
+
+    EngineError
+    ├── DependencyMissing   an optional package is not installed; names the pip extra
+    ├── ArtifactError       a model folder, artifact or sidecar is missing or malformed
+    │   └── ArtifactMismatch  an artifact does not fit this runtime (GPU, TensorRT
+    │                         version, IO names) or its sidecar
+    ├── ExportError         ONNX export or its verification failed
+    ├── GraphPrepError      fp16 / Q/DQ graph preparation failed its checks
+    ├── BuildError          a TensorRT build step returned an error status
+    ├── DataError           a validation/calibration text file is malformed
+    └── InferenceError      running a batch failed (bad input shapes, runtime errors)
+        └── CudaError       a CUDA driver call failed (see engines.cuda_ops)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+#: The model's tensor names; every artifact has exactly these.
+INPUT_NAMES: tuple[str, str] = ("input_ids", "attention_mask")
+OUTPUT_NAME = "logits"
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+LABEL_POSITIONS: tuple[str, ...] = ("last", "first")
+
+
+class EngineError(Exception):
+    """Root of every error the engines package raises on purpose."""
+
+
+class DependencyMissing(EngineError, ImportError):
+    """An optional dependency is missing; the message says what to pip install."""
+
+
+class ArtifactError(EngineError):
+    """A model folder, artifact or sidecar is missing or malformed."""
+
+
+class ArtifactMismatch(ArtifactError):
+    """An artifact does not fit its sidecar or this runtime (GPU, TensorRT version)."""
+
+
+class ExportError(EngineError):
+    """ONNX export failed, or the exported graph failed its checks."""
+
+
+class GraphPrepError(EngineError):
+    """The fp16 or Q/DQ graph preparation produced a graph that fails its checks."""
+
+
+class BuildError(EngineError):
+    """A TensorRT build step failed (parser errors, invalid profile, no plan)."""
+
+
+class DataError(EngineError, ValueError):
+    """A validation or calibration data file is malformed (the message gives path:line)."""
+
+
+class InferenceError(EngineError):
+    """Running a batch failed: bad input shapes or dtypes, or a runtime error."""
+
+
+class CudaError(InferenceError):
+    """A CUDA driver call failed."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output.
+
+    Attributes:
+        name: tensor name in the graph (``input_ids``, ``attention_mask``, ``logits``).
+        dtype: numpy dtype name (``int64``, ``float32``).
+        shape: dimensions; a string is a symbolic (dynamic) axis such as ``"batch"``.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TensorSpec:
+        return cls(name=str(d["name"]), dtype=str(d["dtype"]), shape=tuple(d["shape"]))
+
+
+@dataclass(frozen=True)
+class WindowDefaults:
+    """Window sizes tuned with the model (content tokens; the model sees size + 2).
+
+    Attributes:
+        size: content tokens per window (W).
+        left: left context a prediction needs (L).
+        right: right context a prediction needs (R).
+    """
+
+    size: int
+    left: int
+    right: int
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "left": self.left, "right": self.right}
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """What an engine takes and returns, and the metadata that travels with it.
+
+    Attributes:
+        backend: ``onnxruntime``, ``tensorrt`` or ``torch``.
+        artifact: file name of the loaded artifact (empty for torch).
+        precision: ``fp32``, ``fp16`` or ``int8``.
+        inputs, outputs: tensor descriptions (names, dtypes, symbolic shapes).
+        labels: class names in logit order.
+        label_position: ``last`` or ``first`` sub-token carries a word's label.
+        window: window defaults tuned with the model.
+        max_batch, max_len: hard limits of the engine (TensorRT profile), or
+            None where any shape works.
+        min_len: shortest sequence the engine runs natively (shorter input is
+            padded inside the engine), or None.
+    """
+
+    backend: str
+    artifact: str
+    precision: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    labels: tuple[str, ...]
+    label_position: str
+    window: WindowDefaults
+    max_batch: int | None = None
+    max_len: int | None = None
+    min_len: int | None = None
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A loaded model that maps token ids to per-token logits.
+
+    ``infer`` may be called from any thread; implementations serialize or
+    parallelize internally. ``close`` releases native resources and is
+    idempotent.
+    """
+
+    name: str
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """int64[B,T], int64[B,T] -> float32[B,T,C]."""
+        ...
+
+    def io_spec(self) -> IOSpec: ...
+
+    def close(self) -> None: ...
+
+
+def check_batch(
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    *,
+    max_batch: int | None = None,
+    max_len: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one batch and return both arrays as C-contiguous int64.
+
+    Raises InferenceError with the offending shape or dtype.
+    """
+    ids = np.asarray(input_ids)
+    mask = np.asarray(attention_mask)
+    if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+        raise InferenceError(f"input_ids must have shape [batch, seq] with both >= 1, got {ids.shape}")
+    if mask.shape != ids.shape:
+        raise InferenceError(
+            f"attention_mask shape {mask.shape} differs from input_ids shape {ids.shape}"
+        )
+    for name, arr in (("input_ids", ids), ("attention_mask", mask)):
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InferenceError(f"{name} must be an integer array, got {arr.dtype}")
+    batch, seq = ids.shape
+    if max_batch is not None and batch > max_batch:
+        raise InferenceError(f"batch {batch} exceeds this engine's max_batch {max_batch}")
+    if max_len is not None and seq > max_len:
+        raise InferenceError(f"sequence length {seq} exceeds this engine's max_len {max_len}")
+    return (
+        np.ascontiguousarray(ids, dtype=np.int64),
+        np.ascontiguousarray(mask, dtype=np.int64),
+    )

@@ -1,0 +1,176 @@
+"""Backends by name, imported lazily: ``load_engine("onnxruntime", "models/default")``.
+
+Artifact choice in a model folder (first that applies):
+
+1. ``artifact=`` given by the caller;
+2. the ``"artifact"`` key of ``streampunct.json``, when its file type suits the
+   backend (``.onnx`` for onnxruntime, ``.plan`` for tensorrt);
+3. the backend's defaults in order: onnxruntime ``model.int8.onnx`` then
+   ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
+
+The torch backend takes no artifact: it runs a module given as ``module=`` or
+produced by ``loader=`` (see engines.torch_engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
+from engines.deps import install_hint, is_installed
+
+MODEL_METADATA_FILE = "streampunct.json"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One registered backend.
+
+    Attributes:
+        name: the name users pass (``onnxruntime``, ``tensorrt``, ``torch``).
+        module: the module that implements it; imported on first use. It
+            exposes ``open_engine(model_dir, artifact, options) -> Engine``.
+        requires: import names that must be installed.
+        suffixes: artifact file types it loads (empty: no artifact).
+        default_artifacts: artifact names tried in order.
+    """
+
+    name: str
+    module: str
+    requires: tuple[str, ...]
+    suffixes: tuple[str, ...]
+    default_artifacts: tuple[str, ...]
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            "onnxruntime", "engines.ort_engine", ("onnxruntime",),
+            (".onnx",), ("model.int8.onnx", "model.onnx"),
+        ),
+        Backend(
+            "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
+            (".plan",), ("model.fp16.plan", "model.int8.plan"),
+        ),
+        Backend("torch", "engines.torch_engine", ("torch",), (), ()),
+    )
+}
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise EngineError(
+            f"unknown engine backend {name!r}; choose one of {', '.join(BACKENDS)}"
+        ) from None
+
+
+def missing_dependencies(name: str) -> list[str]:
+    """Import names the backend needs that are not installed."""
+    return [m for m in get_backend(name).requires if not is_installed(m)]
+
+
+def available_backends() -> tuple[str, ...]:
+    """Backends whose Python dependencies are installed (a GPU is not checked)."""
+    return tuple(name for name in BACKENDS if not missing_dependencies(name))
+
+
+def require_backend(name: str) -> Backend:
+    """The backend, or DependencyMissing naming the pip extra to install."""
+    backend = get_backend(name)
+    missing = missing_dependencies(name)
+    if missing:
+        raise DependencyMissing(
+            f"the {name} engine backend needs {', '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; install with: "
+            f"{install_hint(missing[0])}"
+        )
+    return backend
+
+
+def read_model_metadata(model_dir: str | Path) -> dict[str, Any]:
+    """``streampunct.json`` of a model folder, or {} when there is none."""
+    path = Path(model_dir) / MODEL_METADATA_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} must hold a JSON object")
+    return data
+
+
+def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None = None) -> Path:
+    """The artifact ``backend`` loads from ``model_dir`` (see module doc for the order)."""
+    b = get_backend(backend)
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ArtifactError(f"model folder {model_dir} does not exist")
+    if artifact is not None:
+        path = model_dir / artifact
+        if not path.is_file():
+            raise ArtifactError(f"no artifact {artifact!r} in {model_dir}")
+        return path
+    named = read_model_metadata(model_dir).get("artifact")
+    if isinstance(named, str) and Path(named).suffix in b.suffixes:
+        path = model_dir / named
+        if not path.is_file():
+            raise ArtifactError(
+                f"{model_dir / MODEL_METADATA_FILE} names artifact {named!r}, which is missing"
+            )
+        return path
+    for name in b.default_artifacts:
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise ArtifactError(
+        f"no {backend} artifact in {model_dir} (looked for "
+        f"{', '.join(b.default_artifacts)}); build one with 'streampunct build-engine'"
+    )
+
+
+def make_options(cls: type, options: Mapping[str, Any], backend: str) -> Any:
+    """Build a backend's frozen options dataclass, naming unknown options."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise EngineError(
+            f"unknown option(s) {', '.join(unknown)} for the {backend} backend; "
+            f"valid: {', '.join(sorted(fields))}"
+        )
+    values = dict(options)
+    if "providers" in values and isinstance(values["providers"], list):
+        values["providers"] = tuple(values["providers"])
+    return cls(**values)
+
+
+def load_engine(
+    backend: str, model_dir: str | Path, *, artifact: str | None = None, **options: Any
+) -> Engine:
+    """Load an engine of ``backend`` from ``model_dir``.
+
+    ``options`` are the backend's settings (e.g. ``intra_op_threads`` for
+    onnxruntime, ``device`` for tensorrt, ``module``/``loader`` for torch).
+    Raises EngineError for an unknown backend or option, DependencyMissing
+    (naming the pip extra) when the backend's packages are not installed, and
+    ArtifactError when the model folder lacks a usable artifact.
+    """
+    b = require_backend(backend)
+    path = resolve_artifact(backend, model_dir, artifact) if b.suffixes else None
+    try:
+        module = importlib.import_module(b.module)
+    except ImportError as e:
+        raise DependencyMissing(
+            f"the {backend} engine backend failed to import ({e}); install with: "
+            f"{install_hint(b.requires[0])}"
+        ) from e
+    return module.open_engine(Path(model_dir), path, options)

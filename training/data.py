@@ -1,0 +1,426 @@
+"""Training data: sources -> word/label documents -> token sequences -> batches.
+
+A *document* is a continuous stretch of words (a talk, a file) with one label
+per word. Documents are encoded once into sub-token ids with the label on one
+sub-token per word (``Aligner``). Each epoch cuts every document into
+sequences of at most ``max_len - 2`` content tokens at word boundaries,
+starting at a fresh random offset so that a word meets different contexts in
+different epochs, then shuffles the sequences into batches. Everything is
+seeded by ``(seed, epoch)``, so a resumed run sees the same batches.
+
+Converted text (TED talks, dev2010, SwDA) is cached under ``cache/`` keyed by
+the source file's hash and the converter's source, so a changed converter
+invalidates the cache.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from streampunct.alignment import Aligner
+from streampunct.errors import InputError
+from streampunct.labels import O
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IGNORE = -100
+
+#: Named sources, relative to the data root.
+LABELLED_FILES = {
+    "dev2012": "iwslt2011_che/dev2012",
+    "train2012_partial": "iwslt2011_che/train2012_partial/train2012_slice_alyakubovich",
+}
+CASED_FILES = {
+    "dev2010": "cased_spoken/ted_iwslt_dev2010_cased.txt",
+    "swda": "cased_spoken/swda_train_cased.txt",
+    "swda_val": "cased_spoken/swda_val_cased.txt",
+}
+TED_FILE = "ted_talks/ted.jsonl.gz"
+UNLABELED_FILES = {
+    "tedx": "unlabeled/tedx_autocaptions.txt.gz",
+    "swda": "unlabeled/swda_train.txt",
+    "mrda": "unlabeled/mrda_train.txt",
+    "maptask": "unlabeled/maptask_train.txt",
+}
+#: Never used for training or model selection.
+FORBIDDEN = ("test2011", "test2011asr", "tst2011")
+
+
+def data_root(configured: str = "") -> Path:
+    """The data folder: config ``data.root``, else ``$STREAMPUNCT_DATA``, else ../shared/data."""
+    if configured:
+        root = Path(configured)
+        if not root.is_absolute():
+            root = REPO_ROOT / root
+    elif os.environ.get("STREAMPUNCT_DATA"):
+        root = Path(os.environ["STREAMPUNCT_DATA"])
+    else:
+        root = REPO_ROOT.parent / "shared" / "data"
+    if not root.is_dir():
+        raise InputError(f"data folder {root} does not exist (set data.root or STREAMPUNCT_DATA)")
+    return root
+
+
+def resolve_cache(cache_dir: str) -> Path:
+    path = Path(cache_dir)
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class Document:
+    """A continuous word sequence with one label per word.
+
+    Attributes:
+        name: where it came from (for logs).
+        words: normalized words.
+        labels: label ids (punctuation or POS tag ids); ``IGNORE`` where unknown.
+        pseudo: the labels are a teacher's predictions, not human marks.
+    """
+
+    name: str
+    words: list[str]
+    labels: list[int]
+    pseudo: bool = False
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+# --- sources ------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    from streampunct.data import file_sha256
+
+    return file_sha256(path)
+
+
+def _converter_fingerprint() -> str:
+    import streampunct.convert
+
+    return hashlib.sha256(Path(streampunct.convert.__file__).read_bytes()).hexdigest()[:12]
+
+
+def _check_allowed(path: Path) -> None:
+    if any(bad in path.name for bad in FORBIDDEN):
+        raise InputError(f"{path.name} is a test set: never train or select models on it")
+
+
+def _cached_docs(cache: Path, key: str, build) -> list[Document]:
+    """Load documents from ``cache/<key>.jsonl.gz`` or build and store them."""
+    path = cache / f"{key}.jsonl.gz"
+    if path.is_file():
+        docs = []
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                obj = json.loads(line)
+                docs.append(Document(obj["name"], obj["words"], obj["labels"]))
+        return docs
+    docs = build()
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"name": d.name, "words": d.words, "labels": d.labels}) + "\n")
+    tmp.replace(path)
+    return docs
+
+
+def load_ted_talks(root: Path, cache: Path) -> list[Document]:
+    """All TED talks of ``ted.jsonl.gz`` converted to word/label documents (cached)."""
+    from streampunct.convert import text_to_word_labels
+    from streampunct.data import iter_ted_talks
+
+    src = root / TED_FILE
+    key = f"ted_{_sha256(src)[:12]}_{_converter_fingerprint()}"
+
+    def build() -> list[Document]:
+        log.info("converting %s (cached afterwards)", src)
+        docs = []
+        for talk_id, text in iter_ted_talks(src):
+            words, labels = text_to_word_labels(text)
+            if words:
+                docs.append(Document(f"ted:{talk_id}", words, labels))
+        return docs
+
+    return _cached_docs(cache, key, build)
+
+
+def load_cased_text(path: Path, cache: Path, name: str) -> Document:
+    """A cased, punctuated text file (one segment a line) as one converted document."""
+    from streampunct.convert import text_to_word_labels
+
+    _check_allowed(path)
+    key = f"{name}_{_sha256(path)[:12]}_{_converter_fingerprint()}"
+
+    def build() -> list[Document]:
+        words, labels = text_to_word_labels(path.read_text(encoding="utf-8", errors="replace"))
+        return [Document(name, words, labels)]
+
+    return _cached_docs(cache, key, build)[0]
+
+
+def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
+    """Documents of one named labelled source or ``word<TAB>LABEL`` file path."""
+    from streampunct.data import read_word_labels
+
+    if source == "ted":
+        return load_ted_talks(root, cache)
+    if source in LABELLED_FILES:
+        path = root / LABELLED_FILES[source]
+    elif source in CASED_FILES:
+        return [load_cased_text(root / CASED_FILES[source], cache, source)]
+    else:
+        path = Path(source)
+        if not path.is_absolute():
+            path = REPO_ROOT / path
+    _check_allowed(path)
+    wl = read_word_labels(path)
+    return [Document(source, wl.words, wl.labels)]
+
+
+def source_paths(source: str, root: Path, *, unlabeled: bool = False) -> Path:
+    """The file behind a named source (for data hashes)."""
+    if unlabeled and source in UNLABELED_FILES:
+        return root / UNLABELED_FILES[source]
+    if source == "ted":
+        return root / TED_FILE
+    if source in LABELLED_FILES:
+        return root / LABELLED_FILES[source]
+    if source in CASED_FILES:
+        return root / CASED_FILES[source]
+    path = Path(source)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def cap_words(docs: list[Document], max_words: int, seed: int) -> list[Document]:
+    """At most ``max_words`` words: documents in a seeded random order, the last one cut."""
+    if max_words <= 0 or sum(len(d) for d in docs) <= max_words:
+        return docs
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    out, total = [], 0
+    for i in order:
+        d = docs[i]
+        take = min(len(d), max_words - total)
+        out.append(Document(d.name, d.words[:take], d.labels[:take], d.pseudo))
+        total += take
+        if total >= max_words:
+            break
+    return out
+
+
+def load_training_docs(sources: Sequence[str], root: Path, cache: Path, *,
+                       max_words: int = 0, seed: int = 0) -> list[Document]:
+    docs: list[Document] = []
+    for source in sources:
+        docs.extend(load_labelled(source, root, cache))
+    return cap_words(docs, max_words, seed)
+
+
+def load_validation_docs(source: str, root: Path, cache: Path, *, max_words: int = 0) -> list[Document]:
+    docs = load_labelled(source, root, cache)
+    if max_words > 0:
+        docs = cap_words(docs, max_words, seed=0)
+    return docs
+
+
+def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: int) -> list[Document]:
+    """Unpunctuated transcripts, one document a line (TEDx: one talk a line).
+
+    Words go through the same converter as the labelled text so that
+    contractions are split the IWSLT way (``it 's``); labels are O placeholders.
+    """
+    from streampunct.convert import text_to_word_labels
+
+    groups: list[tuple[str, str]] = []
+    for source in sources:
+        path = source_paths(source, root, unlabeled=True)
+        _check_allowed(path)
+        if not path.is_file():
+            raise InputError(f"no such unlabeled file: {path}")
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        # Conversational files have one utterance a line: group them into
+        # documents of ~200 lines so that sequences span several turns.
+        group = 1 if source == "tedx" else 200
+        groups.extend((f"{source}:{k}", " ".join(lines[k : k + group]))
+                      for k in range(0, len(lines), group))
+    # Convert only what the cap needs, in a seeded random order.
+    random.Random(seed).shuffle(groups)
+    docs: list[Document] = []
+    total = 0
+    for name, text in groups:
+        if max_words > 0 and total >= max_words:
+            break
+        words, _ = text_to_word_labels(text)
+        if max_words > 0:
+            words = words[: max_words - total]
+        if words:
+            docs.append(Document(name, words, [O] * len(words)))
+            total += len(words)
+    return docs
+
+
+# --- encoding and batching ----------------------------------------------------------
+
+
+@dataclass
+class EncodedDoc:
+    """A document as sub-token ids.
+
+    Attributes:
+        ids: int32[n_tokens] content token ids (no CLS/SEP).
+        word_start: int64[n_words + 1] token offset of each word, then n_tokens.
+        label_tok: int64[n_words] token index carrying each word's label.
+        labels: int64[n_words].
+        pseudo: labels come from a teacher.
+    """
+
+    ids: np.ndarray
+    word_start: np.ndarray
+    label_tok: np.ndarray
+    labels: np.ndarray
+    pseudo: bool = False
+
+    @property
+    def n_words(self) -> int:
+        return len(self.labels)
+
+
+def encode_document(doc: Document, aligner: Aligner) -> EncodedDoc:
+    ids, starts, label_pos = aligner.encode_words(doc.words)
+    return EncodedDoc(
+        ids=np.asarray(ids, dtype=np.int32),
+        word_start=np.asarray([*starts, len(ids)], dtype=np.int64),
+        label_tok=np.asarray(label_pos, dtype=np.int64),
+        labels=np.asarray(doc.labels, dtype=np.int64),
+        pseudo=doc.pseudo,
+    )
+
+
+@dataclass
+class Batch:
+    """Padded model inputs.
+
+    Attributes:
+        input_ids, attention_mask: int64[B, T] (``[CLS] tokens [SEP] pad...``).
+        labels: int64[B, T], ``IGNORE`` except on label tokens.
+        pseudo: bool[B], the sequence's labels come from a teacher.
+        task: ``"pun"`` or ``"pos"`` (adversarial multi-task).
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    labels: np.ndarray
+    pseudo: np.ndarray
+    task: str = "pun"
+
+    @property
+    def n_labelled(self) -> int:
+        return int((self.labels != IGNORE).sum())
+
+
+def cut_sequences(doc: EncodedDoc, content_len: int, offset: int) -> list[tuple[int, int]]:
+    """Word spans ``[w0, w1)`` of at most ``content_len`` tokens, cut at word boundaries.
+
+    The first span holds only the words within the first ``offset`` tokens
+    (``offset`` in ``[0, content_len)``; 0 gives full spans from the start).
+    """
+    spans = []
+    ws = doc.word_start
+    offset = min(offset, content_len)
+    w = 0
+    n = doc.n_words
+    if offset > 0:
+        end = int(np.searchsorted(ws, ws[0] + offset, side="right")) - 1
+        if end > 0:
+            spans.append((0, min(end, n)))
+            w = min(end, n)
+    while w < n:
+        end = int(np.searchsorted(ws, ws[w] + content_len, side="right")) - 1
+        end = max(end, w + 1)  # a word longer than content_len still forms a span (truncated)
+        end = min(end, n)
+        spans.append((w, end))
+        w = end
+    return spans
+
+
+def make_batch(items: Sequence[tuple[EncodedDoc, int, int]], aligner: Aligner, content_len: int,
+               task: str = "pun") -> Batch:
+    """Pad sequences ``(doc, w0, w1)`` into one batch."""
+    lengths = []
+    for doc, w0, w1 in items:
+        lengths.append(min(int(doc.word_start[w1] - doc.word_start[w0]), content_len) + 2)
+    t = max(lengths)
+    b = len(items)
+    input_ids = np.full((b, t), aligner.pad_id, dtype=np.int64)
+    mask = np.zeros((b, t), dtype=np.int64)
+    labels = np.full((b, t), IGNORE, dtype=np.int64)
+    pseudo = np.zeros(b, dtype=bool)
+    for row, (doc, w0, w1) in enumerate(items):
+        t0 = int(doc.word_start[w0])
+        n = lengths[row] - 2
+        input_ids[row, 0] = aligner.cls_id
+        input_ids[row, 1 : n + 1] = doc.ids[t0 : t0 + n]
+        input_ids[row, n + 1] = aligner.sep_id
+        mask[row, : n + 2] = 1
+        pos = doc.label_tok[w0:w1] - t0 + 1
+        keep = pos <= n  # a truncated over-long word loses its label token
+        labels[row, pos[keep]] = doc.labels[w0:w1][keep]
+        pseudo[row] = doc.pseudo
+    return Batch(input_ids, mask, labels, pseudo, task)
+
+
+class SequenceDataset:
+    """Encoded documents that yield shuffled batches, one fresh cut per epoch."""
+
+    def __init__(self, docs: Sequence[Document], aligner: Aligner, *, max_len: int,
+                 task: str = "pun") -> None:
+        self.aligner = aligner
+        self.content_len = max_len - 2
+        self.task = task
+        self.docs = [encode_document(d, aligner) for d in docs if len(d)]
+        if not self.docs:
+            raise InputError("no training words")
+
+    @property
+    def n_words(self) -> int:
+        return sum(d.n_words for d in self.docs)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(d.ids) for d in self.docs)
+
+    def epoch_sequences(self, seed: int, epoch: int) -> list[tuple[EncodedDoc, int, int]]:
+        rng = np.random.default_rng([seed, epoch])
+        seqs = []
+        for doc in self.docs:
+            offset = int(rng.integers(0, self.content_len))
+            seqs.extend((doc, w0, w1) for w0, w1 in cut_sequences(doc, self.content_len, offset))
+        order = rng.permutation(len(seqs))
+        return [seqs[i] for i in order]
+
+    def batches_per_epoch(self, batch_size: int) -> int:
+        # Cuts vary a little with the offset: estimate from epoch 0 (exact enough
+        # for the learning-rate schedule).
+        return -(-len(self.epoch_sequences(0, 0)) // batch_size)
+
+    def iter_batches(self, batch_size: int, seed: int, epoch: int) -> Iterator[Batch]:
+        seqs = self.epoch_sequences(seed, epoch)
+        for k in range(0, len(seqs), batch_size):
+            yield make_batch(seqs[k : k + batch_size], self.aligner, self.content_len, self.task)

@@ -1,0 +1,79 @@
+"""Validation with the offline double-overlap decoder, as the service will run the model.
+
+The torch model is wrapped as an ``infer`` callable and decoded with
+``streampunct.punctuator.decode_offline``; the scores are word-level
+per-class and overall (micro) P/R/F1 from ``streampunct.metrics``. For a CRF
+head the emissions are scored twice: argmax per word (what an ONNX engine
+serving only the emissions does) and Viterbi over each document's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from streampunct.alignment import Aligner
+from streampunct.metrics import Report, evaluate
+from streampunct.punctuator import decode_offline
+from streampunct.windowing import WindowConfig
+from training.crf import viterbi_numpy
+from training.data import Document
+from training.model import make_infer
+
+
+@dataclass
+class Validation:
+    """Scores of one validation pass.
+
+    Attributes:
+        report: argmax over each word's emissions (serve-time decoding).
+        viterbi: CRF heads: Viterbi over each document's words; else None.
+    """
+
+    report: Report
+    viterbi: Report | None = None
+
+    @property
+    def overall_f1(self) -> float:
+        return self.report.overall_f1
+
+    def to_dict(self) -> dict:
+        out = self.report.to_dict()
+        if self.viterbi is not None:
+            out["viterbi"] = self.viterbi.to_dict()
+        return out
+
+
+def document_logits(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
+                    window: WindowConfig, *, batch_size: int = 32) -> list[np.ndarray]:
+    """Per-word emissions float32[n_words, C] of each document (model put in eval mode)."""
+    was_training = model.training
+    model.eval()
+    infer = make_infer(model)
+    try:
+        return [decode_offline(d.words, aligner, window, infer, batch_size=batch_size) for d in docs]
+    finally:
+        model.train(was_training)
+
+
+def score(model: nn.Module, docs: Sequence[Document], logits: Sequence[np.ndarray]) -> Validation:
+    gold = np.concatenate([np.asarray(d.labels, dtype=np.int64) for d in docs])
+    pred = np.concatenate([lg.argmax(-1) for lg in logits])
+    report = evaluate(gold, pred)
+    crf = getattr(getattr(model, "head", None), "crf", None)
+    if crf is None:
+        return Validation(report)
+    with torch.no_grad():
+        trans, start, end = (p.detach().double().cpu().numpy()
+                             for p in (crf.transitions, crf.start, crf.end))
+    vpred = np.concatenate([viterbi_numpy(lg, trans, start, end) for lg in logits])
+    return Validation(report, evaluate(gold, vpred))
+
+
+def validate(model: nn.Module, aligner: Aligner, docs: Sequence[Document], window: WindowConfig,
+             *, batch_size: int = 32) -> Validation:
+    return score(model, docs, document_logits(model, aligner, docs, window, batch_size=batch_size))

@@ -1,0 +1,177 @@
+"""From a config to a finished run: load data, build model and objective, train.
+
+``run(cfg, out_dir)`` is the one library call behind ``streampunct train``; it
+dispatches on ``method.kind`` (supervised, adversarial, self_training).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from streampunct.alignment import Aligner
+from training.config import TrainConfig
+from training.data import (
+    Document,
+    SequenceDataset,
+    data_root,
+    load_training_docs,
+    load_validation_docs,
+    resolve_cache,
+    source_paths,
+)
+from training.model import PunctuationModel, build_model, resolve_base_model
+from training.trainer import RunResult, Trainer, dataset_stream, interleave, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Setup:
+    """Data and tokenizer shared by every model of a run.
+
+    Attributes:
+        root, cache: data and cache folders.
+        base_path: the encoder folder.
+        aligner: its tokenizer with the configured label position.
+        train_docs, valid_docs: labelled documents.
+        data_hashes: source -> sha256 of the files read.
+    """
+
+    cfg: TrainConfig
+    root: Path
+    cache: Path
+    base_path: Path
+    aligner: Aligner
+    train_docs: list[Document]
+    valid_docs: list[Document]
+    data_hashes: dict[str, str]
+
+
+def file_hashes(sources: list[str], root: Path, *, unlabeled: bool = False) -> dict[str, str]:
+    from streampunct.data import file_sha256
+
+    out = {}
+    for s in sources:
+        path = source_paths(s, root, unlabeled=unlabeled)
+        if path.is_file():
+            out[("unlabeled:" if unlabeled else "") + s] = file_sha256(path)
+    return out
+
+
+def make_aligner(cfg: TrainConfig, base_path: Path) -> Aligner:
+    return Aligner.from_file(base_path, label_position=cfg.data.label_position,  # type: ignore[arg-type]
+                             max_word_tokens=cfg.data.max_word_tokens)
+
+
+def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
+    if cfg.optim.threads:
+        torch.set_num_threads(cfg.optim.threads)
+    seed_everything(cfg.optim.seed)
+    d = cfg.data
+    root = data_root(d.root)
+    cache = resolve_cache(d.cache_dir)
+    base_path = resolve_base_model(cfg.model.base_model if base_model is None else base_model)
+    aligner = make_aligner(cfg, base_path)
+    train_docs = load_training_docs(d.train, root, cache, max_words=d.max_train_words, seed=cfg.optim.seed)
+    valid_docs = load_validation_docs(d.valid, root, cache, max_words=d.max_valid_words)
+    hashes = file_hashes([*d.train, d.valid], root)
+    log.info("training words: %d in %d documents; validation words: %d",
+             sum(map(len, train_docs)), len(train_docs), sum(map(len, valid_docs)))
+    return Setup(cfg, root, cache, base_path, aligner, train_docs, valid_docs, hashes)
+
+
+def new_model(cfg: TrainConfig, base_path: Path) -> PunctuationModel:
+    m = cfg.model
+    return build_model(base_path, head=m.head, dropout=m.dropout, lstm_input=m.lstm_input,
+                       lstm_hidden=m.lstm_hidden, random_init=m.random_init)
+
+
+def base_metadata(setup: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = {"base_model": str(setup.base_path), "data_hashes": dict(setup.data_hashes),
+            "name": setup.cfg.name}
+    meta.update(extra or {})
+    return meta
+
+
+def supervised_trainer(setup: Setup, out_dir: Path, *, docs: list[Document] | None = None,
+                       cfg: TrainConfig | None = None, base_path: Path | None = None,
+                       metadata: dict[str, Any] | None = None) -> Trainer:
+    """A trainer for the token-classification objectives on ``docs`` (default: setup.train_docs)."""
+    from training.objectives import SupervisedObjective
+
+    cfg = cfg or setup.cfg
+    base_path = base_path or setup.base_path
+    aligner = setup.aligner if base_path == setup.base_path else make_aligner(cfg, base_path)
+    dataset = SequenceDataset(docs if docs is not None else setup.train_docs, aligner,
+                              max_len=cfg.data.max_len)
+    log.info("training sequences per epoch: ~%d (%d tokens)",
+             dataset.batches_per_epoch(1), dataset.n_tokens)
+    model = new_model(cfg, base_path)
+    objective = SupervisedObjective(cfg.method, seed=cfg.optim.seed)
+    return Trainer(cfg, model=model, objective=objective, aligner=aligner,
+                   stream=dataset_stream(dataset, cfg.optim.batch_size, cfg.optim.seed),
+                   steps_per_epoch=dataset.batches_per_epoch(cfg.optim.batch_size),
+                   valid_docs=setup.valid_docs, out_dir=out_dir, tokenizer_source=base_path,
+                   metadata=base_metadata(setup, metadata))
+
+
+def adversarial_trainer(setup: Setup, out_dir: Path) -> Trainer:
+    from training.adversarial import AuxiliaryModules, TaskDiscriminator
+    from training.heads import BLSTMCRFHead
+    from training.objectives import AdversarialObjective
+    from training.pos_tags import load_pos_docs
+
+    cfg = setup.cfg
+    d, m, o, adv = cfg.data, cfg.model, cfg.optim, cfg.method.adversarial
+    pos_docs, tagset = load_pos_docs(setup.root, setup.cache, max_words=d.max_pos_words, seed=o.seed)
+    pun_set = SequenceDataset(setup.train_docs, setup.aligner, max_len=d.max_len)
+    pos_set = SequenceDataset(pos_docs, setup.aligner, max_len=d.max_len, task="pos")
+    model = new_model(cfg, setup.base_path)
+    hidden = model.hidden_size
+    pos_head = BLSTMCRFHead(hidden, len(tagset), dropout=m.dropout, lstm_input=m.lstm_input,
+                            lstm_hidden=m.lstm_hidden)
+    disc = TaskDiscriminator(hidden, adv.disc_hidden) if adv.use_discriminator else None
+    objective = AdversarialObjective(cfg.method, AuxiliaryModules(pos_head, disc))
+    bs = o.batch_size
+    n_pun = pun_set.batches_per_epoch(bs)
+
+    def stream(epoch: int):
+        main = pun_set.iter_batches(bs, o.seed, epoch)
+        return interleave(main, lambda cycle: pos_set.iter_batches(bs, o.seed + 1, epoch * 1000 + cycle),
+                          adv.pos_every)
+
+    hashes = dict(setup.data_hashes)
+    hashes.update(file_hashes([d.pos_source], setup.root))
+    meta = base_metadata(setup, {"data_hashes": hashes, "auxiliary": {
+        "pos_tagset": list(tagset), "pos_words": sum(map(len, pos_docs)),
+        "pos_tagger": "spaCy en_core_web_sm 3.8 (silver PTB tags)",
+        "discriminator": adv.use_discriminator}})
+    return Trainer(cfg, model=model, objective=objective, aligner=setup.aligner, stream=stream,
+                   steps_per_epoch=n_pun + n_pun // adv.pos_every, valid_docs=setup.valid_docs,
+                   out_dir=out_dir, tokenizer_source=setup.base_path, metadata=meta)
+
+
+def default_out_dir(cfg: TrainConfig) -> Path:
+    from training.data import REPO_ROOT
+
+    out = Path(cfg.out) if cfg.out else Path("checkpoints") / cfg.name
+    return out if out.is_absolute() else REPO_ROOT / out
+
+
+def run(cfg: TrainConfig, out_dir: Path | None = None, *, resume: bool = False) -> RunResult:
+    """Train as the config says; returns the best checkpoint and its validation scores."""
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(cfg)
+    kind = cfg.method.kind
+    if kind == "self_training":
+        from training.self_training import run_self_training
+
+        return run_self_training(cfg, out_dir, resume=resume)
+    setup = prepare(cfg)
+    trainer = adversarial_trainer(setup, out_dir) if kind == "adversarial" \
+        else supervised_trainer(setup, out_dir)
+    return trainer.fit(resume=resume)

@@ -1,0 +1,343 @@
+"""The training loop: AdamW with warmup and linear decay, clipping, validation,
+early stopping, best checkpoint, JSON-lines metrics, resume.
+
+``train(cfg, out_dir)`` runs the ``supervised`` and ``adversarial`` kinds;
+``training.self_training`` builds on the same pieces. Runs are reproducible:
+Python, numpy and torch are seeded, and epoch e cuts and shuffles the data
+with the seed pair (seed, e), so a resumed run replays the same batches and
+skips those already done.
+
+Output folder::
+
+    best/             the best checkpoint so far (see training.checkpoint)
+    state.pt          resume state (model, optimizer, scheduler, counters, RNG)
+    metrics.jsonl     one JSON object per line: train / valid / window_tuning / done
+    config.toml       the resolved config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from streampunct.alignment import Aligner
+from streampunct.windowing import WindowConfig
+from training.checkpoint import load_checkpoint, save_checkpoint
+from training.config import TrainConfig, config_to_toml
+from training.data import Batch, Document, SequenceDataset
+from training.evaluation import Validation, validate
+from training.objectives import to_torch
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """Multiplier of the peak rate: linear warmup to 1, then linear decay to 0 at ``total``."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(warmup, 1)
+        return max(0.0, (total - step) / max(total - warmup, 1))
+
+    return f
+
+
+def param_groups(modules: list[nn.Module], weight_decay: float, *, lr: float, head_lr: float = 0.0,
+                 encoder: nn.Module | None = None) -> list[dict[str, Any]]:
+    """AdamW groups: no weight decay on biases and normalisation weights; the
+    parameters outside ``encoder`` (randomly initialised heads) use ``head_lr``."""
+    encoder_ids = {id(p) for p in encoder.parameters()} if encoder is not None else set()
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    seen: set[int] = set()
+    for module in modules:
+        for name, p in module.named_parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            lname = name.lower()
+            no_decay = p.ndim < 2 or "norm" in lname or "bias" in lname
+            is_head = encoder is not None and id(p) not in encoder_ids
+            groups.setdefault((no_decay, is_head), []).append(p)
+    return [{"params": params, "weight_decay": 0.0 if no_decay else weight_decay,
+             "lr": (head_lr or lr) if is_head else lr}
+            for (no_decay, is_head), params in sorted(groups.items())]
+
+
+class MetricsLog:
+    """Appends JSON objects, one a line, flushed at once (safe to tail while training)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, kind: str, **fields: Any) -> None:
+        record = {"type": kind, "time": round(time.time(), 1), **fields}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+@dataclass
+class RunResult:
+    """What a finished training run reports.
+
+    Attributes:
+        best_dir: the best checkpoint folder.
+        best_f1: its validation overall F1 (argmax decoding).
+        validation: its validation metrics dict.
+        steps: optimisation steps done.
+        window: the window geometry stored with the checkpoint.
+    """
+
+    best_dir: Path
+    best_f1: float
+    validation: dict[str, Any]
+    steps: int
+    window: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_f1: float = -1.0
+    best_step: int = -1
+    bad_evals: int = 0
+    stopped: bool = False
+
+
+class Trainer:
+    """Runs one model + objective over batch streams, validating and checkpointing.
+
+    ``objective(model, batch_tensors, progress, **task)`` returns ``(loss, logs)``;
+    ``stream(epoch)`` yields the epoch's batches and ``steps_per_epoch`` counts them.
+    """
+
+    def __init__(self, cfg: TrainConfig, *, model: nn.Module, objective: nn.Module,
+                 aligner: Aligner, stream: Callable[[int], Iterator[Batch]], steps_per_epoch: int,
+                 valid_docs: list[Document], out_dir: Path, tokenizer_source: Path,
+                 metadata: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.objective = objective
+        self.aligner = aligner
+        self.stream = stream
+        self.steps_per_epoch = steps_per_epoch
+        self.valid_docs = valid_docs
+        self.out_dir = Path(out_dir)
+        self.tokenizer_source = tokenizer_source
+        self.metadata = metadata
+        self.window = WindowConfig(cfg.eval.window_size, cfg.eval.window_left, cfg.eval.window_right)
+        self.window.validate_for(cfg.data.max_word_tokens)
+        o = cfg.optim
+        total = o.epochs * steps_per_epoch
+        self.total_steps = min(total, o.max_steps) if o.max_steps else total
+        modules = [model, objective]
+        self.optimizer = torch.optim.AdamW(
+            param_groups(modules, o.weight_decay, lr=o.lr, head_lr=o.head_lr,
+                         encoder=getattr(model, "encoder", None)), lr=o.lr)
+        warmup = int(o.warmup_ratio * self.total_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, linear_schedule(warmup, self.total_steps))
+        self.state = TrainState()
+        self.log = MetricsLog(self.out_dir / "metrics.jsonl")
+        self.best_dir = self.out_dir / "best"
+        self.state_path = self.out_dir / "state.pt"
+
+    # --- resume state ----------------------------------------------------------------
+
+    def save_state(self) -> None:
+        payload = {
+            "model": self.model.state_dict(),
+            "objective": self.objective.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "state": dataclasses.asdict(self.state),
+            "torch_rng": torch.get_rng_state(),
+            "config": self.cfg.to_dict(),
+        }
+        tmp = self.state_path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        tmp.replace(self.state_path)
+
+    def load_state(self) -> bool:
+        if not self.state_path.is_file():
+            return False
+        payload = torch.load(self.state_path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(payload["model"])
+        self.objective.load_state_dict(payload["objective"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.state = TrainState(**payload["state"])
+        torch.set_rng_state(payload["torch_rng"])
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", self.state_path,
+                 self.state.step, self.state.epoch, self.state.batch_in_epoch)
+        return True
+
+    # --- validation ------------------------------------------------------------------
+
+    def evaluate(self) -> Validation:
+        t0 = time.perf_counter()
+        v = validate(self.model, self.aligner, self.valid_docs, self.window,
+                     batch_size=self.cfg.eval.batch_size)
+        s = self.state
+        improved = v.overall_f1 > s.best_f1
+        self.log.write("valid", step=s.step, epoch=s.epoch, seconds=round(time.perf_counter() - t0, 1),
+                       improved=improved, **v.to_dict())
+        log.info("validation at step %d: overall F1 %.2f%s\n%s", s.step, v.overall_f1,
+                 " (best so far)" if improved else "", v.report.table())
+        if v.viterbi is not None:
+            log.info("  with Viterbi: overall F1 %.2f", v.viterbi.overall_f1)
+        if improved:
+            s.best_f1, s.best_step, s.bad_evals = v.overall_f1, s.step, 0
+            self.save_best(v.to_dict())
+        else:
+            s.bad_evals += 1
+            if self.cfg.optim.patience and s.bad_evals >= self.cfg.optim.patience:
+                log.info("early stopping: %d validations without improvement", s.bad_evals)
+                s.stopped = True
+        return v
+
+    def checkpoint_metadata(self, validation: dict[str, Any]) -> dict[str, Any]:
+        meta = dict(self.metadata)
+        meta.update(
+            label_position=self.cfg.data.label_position,
+            max_word_tokens=self.cfg.data.max_word_tokens,
+            window=self.window.to_dict(),
+            training_config=self.cfg.to_dict(),
+            validation={**validation, "step": self.state.step, "epoch": self.state.epoch},
+        )
+        return meta
+
+    def save_best(self, validation: dict[str, Any]) -> None:
+        save_checkpoint(self.best_dir, self.model, self.tokenizer_source,
+                        self.checkpoint_metadata(validation))
+
+    # --- the loop --------------------------------------------------------------------
+
+    def fit(self, *, resume: bool = False) -> RunResult:
+        cfg = self.cfg
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "config.toml").write_text(config_to_toml(cfg), encoding="utf-8")
+        if not (resume and self.load_state()):
+            self.log.write("start", config=cfg.to_dict(), steps=self.total_steps,
+                           steps_per_epoch=self.steps_per_epoch)
+        s = self.state  # after load_state, which replaces it
+        self.model.train()
+        self.objective.train()
+        o = cfg.optim
+        t_start = time.perf_counter()
+        while s.epoch < o.epochs and not s.stopped and s.step < self.total_steps:
+            skip = s.batch_in_epoch
+            bar = tqdm(total=self.steps_per_epoch, initial=skip, desc=f"epoch {s.epoch + 1}/{o.epochs}",
+                       unit="batch", dynamic_ncols=True, mininterval=5.0)
+            sums: dict[str, float] = {}
+            counts: dict[str, int] = {}  # per key: some keys exist only for one task's batches
+            tokens, t_log = 0, time.perf_counter()
+            evaluated_here = False
+            for i, batch in enumerate(self.stream(s.epoch)):
+                if i < skip:
+                    continue
+                progress = s.step / max(self.total_steps, 1)
+                tensors = to_torch(batch)
+                loss, logs = self.objective(self.model, tensors, progress, task=batch.task)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if o.grad_clip > 0:
+                    params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                    logs["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, o.grad_clip))
+                self.optimizer.step()
+                self.scheduler.step()
+                s.step += 1
+                s.batch_in_epoch = i + 1
+                evaluated_here = False
+                tokens += int(batch.attention_mask.sum())
+                logs["loss"] = float(loss.detach())
+                for k, v in logs.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                    counts[k] = counts.get(k, 0) + 1
+                bar.update(1)
+                if s.step % o.log_every == 0:
+                    dt = time.perf_counter() - t_log
+                    means = {k: round(v / counts[k], 5) for k, v in sums.items()}
+                    self.log.write("train", step=s.step, epoch=s.epoch,
+                                   lr=self.scheduler.get_last_lr()[0],
+                                   head_lr=self.scheduler.get_last_lr()[-1],
+                                   tokens_per_s=round(tokens / max(dt, 1e-9), 1), **means)
+                    bar.set_postfix(loss=f"{means['loss']:.4f}", tok_s=f"{tokens / max(dt, 1e-9):.0f}")
+                    sums, counts, tokens, t_log = {}, {}, 0, time.perf_counter()
+                if o.eval_every and s.step % o.eval_every == 0:
+                    self.evaluate()
+                    evaluated_here = True
+                    self.model.train()
+                if o.checkpoint_every and s.step % o.checkpoint_every == 0:
+                    self.save_state()
+                if s.stopped or s.step >= self.total_steps:
+                    break
+            bar.close()
+            if not evaluated_here:
+                self.evaluate()
+                self.model.train()
+            s.epoch += 1
+            s.batch_in_epoch = 0
+            self.save_state()
+        elapsed = time.perf_counter() - t_start
+        result = self.finish(elapsed)
+        return result
+
+    def finish(self, elapsed: float) -> RunResult:
+        meta = json.loads((self.best_dir / "streampunct.json").read_text(encoding="utf-8"))
+        window = meta["window"]
+        if self.cfg.eval.tune_windows:
+            from training.window_tuning import tune_checkpoint_windows
+
+            window = tune_checkpoint_windows(self.best_dir, self.valid_docs, self.cfg.eval,
+                                             max_word_tokens=self.cfg.data.max_word_tokens,
+                                             log=self.log)
+            meta = json.loads((self.best_dir / "streampunct.json").read_text(encoding="utf-8"))
+        self.log.write("done", steps=self.state.step, seconds=round(elapsed, 1),
+                       best_f1=self.state.best_f1, best_step=self.state.best_step, window=window)
+        return RunResult(self.best_dir, self.state.best_f1, meta["validation"], self.state.step, window)
+
+
+def reload_best(result: RunResult) -> nn.Module:
+    model, _ = load_checkpoint(result.best_dir)
+    return model
+
+
+def interleave(main: Iterator[Batch], aux_factory: Callable[[int], Iterator[Batch]], every: int
+               ) -> Iterator[Batch]:
+    """``every`` main batches, then one auxiliary batch, ...; the auxiliary stream cycles."""
+    cycle = 0
+    aux = aux_factory(cycle)
+    for i, batch in enumerate(main, 1):
+        yield batch
+        if i % every == 0:
+            nxt = next(aux, None)
+            if nxt is None:
+                cycle += 1
+                aux = aux_factory(cycle)
+                nxt = next(aux)
+            yield nxt
+
+
+def dataset_stream(dataset: SequenceDataset, batch_size: int, seed: int) -> Callable[[int], Iterator[Batch]]:
+    return lambda epoch: dataset.iter_batches(batch_size, seed, epoch)
