@@ -1,7 +1,8 @@
 """Every CUDA call of the engines package, through pycuda, each turned into a typed error.
 
 Nothing else in ``engines`` touches pycuda. The TensorRT engine calls these
-from its single worker thread, which owns the device's primary context:
+from its single worker thread, which owns the device's primary context, and
+``build_plan`` holds that context current around a build:
 ``PrimaryContext.open`` retains and pushes it (never ``import pycuda.autoinit``
 in library code) and ``close`` pops and releases it on the same thread.
 pycuda raises ``pycuda.driver.Error`` subclasses instead of returning status

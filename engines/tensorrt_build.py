@@ -137,25 +137,8 @@ def _load_timing_cache(config, path: Path | None):
     return cache
 
 
-def build_plan(
-    onnx_path: str | Path,
-    plan_path: str | Path,
-    options: TrtBuildOptions | None = None,
-) -> Sidecar:
-    """Build ``plan_path`` from ``onnx_path`` (fp16 or Q/DQ graph with its sidecar).
-
-    Raises BuildError naming the failed step (parser errors listed), and
-    DependencyMissing without tensorrt/pycuda.
-    """
-    options = options or TrtBuildOptions()
-    trt = require("tensorrt", feature="building TensorRT engines")
-    from engines import cuda_ops
-
-    onnx_path, plan_path = Path(onnx_path), Path(plan_path)
-    source = read_sidecar(onnx_path)
-    profile = options.profile()
-    device = cuda_ops.device_info(options.device)
-
+def _build(trt, onnx_path: Path, options: TrtBuildOptions, profile: ShapeProfile):
+    """Parse, configure and build on the current CUDA context; returns the serialized plan."""
     trt_logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(trt_logger)
     # Strongly typed: tensor types follow the ONNX graph. Required for the Q/DQ
@@ -182,20 +165,49 @@ def build_plan(
         raise BuildError(f"TensorRT rejected the optimization profile {profile.to_dict()}")
     _load_timing_cache(config, options.timing_cache)
 
-    started = time.perf_counter()
     plan = builder.build_serialized_network(network, config)
     if plan is None:
         raise BuildError(
             f"TensorRT built no engine from {onnx_path} (see the TensorRT log above; "
             "'out of memory' means raise workspace_bytes or lower max_batch/max_len)"
         )
-    seconds = time.perf_counter() - started
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
-    plan_path.write_bytes(memoryview(plan))
     if options.timing_cache is not None:
         options.timing_cache.parent.mkdir(parents=True, exist_ok=True)
         options.timing_cache.write_bytes(memoryview(config.get_timing_cache().serialize()))
     del parser, network, config, builder
+    return plan
+
+
+def build_plan(
+    onnx_path: str | Path,
+    plan_path: str | Path,
+    options: TrtBuildOptions | None = None,
+) -> Sidecar:
+    """Build ``plan_path`` from ``onnx_path`` (fp16 or Q/DQ graph with its sidecar).
+
+    Raises BuildError naming the failed step (parser errors listed), CudaError
+    for a missing device, and DependencyMissing without tensorrt/pycuda.
+    """
+    options = options or TrtBuildOptions()
+    trt = require("tensorrt", feature="building TensorRT engines")
+    from engines import cuda_ops
+
+    onnx_path, plan_path = Path(onnx_path), Path(plan_path)
+    source = read_sidecar(onnx_path)
+    profile = options.profile()
+
+    # TensorRT builds for the device of the calling thread's current context:
+    # make options.device's primary context current for the build.
+    cuda_context = cuda_ops.PrimaryContext.open(options.device)
+    device = cuda_context.device
+    started = time.perf_counter()
+    try:
+        plan = _build(trt, onnx_path, options, profile)
+    finally:
+        cuda_context.close()
+    seconds = time.perf_counter() - started
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_bytes(memoryview(plan))
 
     sidecar = new_sidecar(
         plan_path,

