@@ -10,6 +10,7 @@ int8 uses explicit Q/DQ nodes instead (engines.graph_prep).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +44,17 @@ class DynamicQuantOptions:
     quantize_embeddings: bool = False
 
 
+@contextlib.contextmanager
+def _quiet_root_logger(level: int = logging.WARNING):
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(max(old, level))
+    try:
+        yield
+    finally:
+        root.setLevel(old)
+
+
 def quantize_int8_dynamic(
     fp32_path: str | Path,
     out_path: str | Path,
@@ -58,21 +70,23 @@ def quantize_int8_dynamic(
         raise GraphPrepError(f"dynamic int8 quantization needs an fp32 graph; {fp32_path} is {parent.precision}")
     op_types = ["MatMul", "Gather"] if options.quantize_embeddings else ["MatMul"]
     try:
-        quantization.quantize_dynamic(
-            model_input=str(fp32_path),
-            model_output=str(out_path),
-            op_types_to_quantize=op_types,
-            per_channel=options.per_channel,
-            reduce_range=options.reduce_range,
-            weight_type=quantization.QuantType.QInt8,
-            nodes_to_exclude=list(options.exclude_nodes) or None,
-            extra_options={
-                # Only MatMuls with a constant B (the weights) are quantized.
-                "MatMulConstBOnly": True,
-                # Types shape inference cannot tell (after constant folding) are fp32.
-                "DefaultTensorType": onnx.TensorProto.FLOAT,
-            },
-        )
+        # The quantizer logs every node on the root logger at INFO: keep it to warnings.
+        with _quiet_root_logger():
+            quantization.quantize_dynamic(
+                model_input=str(fp32_path),
+                model_output=str(out_path),
+                op_types_to_quantize=op_types,
+                per_channel=options.per_channel,
+                reduce_range=options.reduce_range,
+                weight_type=quantization.QuantType.QInt8,
+                nodes_to_exclude=list(options.exclude_nodes) or None,
+                extra_options={
+                    # Only MatMuls with a constant B (the weights) are quantized.
+                    "MatMulConstBOnly": True,
+                    # Types shape inference cannot tell (after constant folding) are fp32.
+                    "DefaultTensorType": onnx.TensorProto.FLOAT,
+                },
+            )
     except Exception as e:  # the quantizer raises a mix of types
         raise GraphPrepError(f"quantize_dynamic failed on {fp32_path}: {e}") from e
     model = load_model(out_path)

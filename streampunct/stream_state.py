@@ -185,11 +185,25 @@ class StreamState:
         return self._base + len(self._decidable_time)
 
     def decidable_at(self, index: int) -> float:
-        """When word ``index`` became decidable (it must be decidable)."""
-        return self._decidable_time[index]
+        """When word ``index`` (a stream index) became decidable.
+
+        The word must be decidable and not older than the kept final words
+        (``KEEP_WORDS`` behind the last final): callers look up words they
+        have just finalized.
+        """
+        return self._decidable_time[self._local(index)]
 
     def arrival(self, index: int) -> float:
-        return self._arrival[index]
+        """When word ``index`` (a stream index) arrived."""
+        return self._arrival[self._local(index)]
+
+    def _local(self, index: int) -> int:
+        local = index - self._base
+        if not 0 <= local < len(self.words):
+            raise IndexError(
+                f"word {index} is not held (held: {self._base}..{self._base + len(self.words) - 1})"
+            )
+        return local
 
     def next_deadline(self) -> float | None:
         """When the first not-yet-decidable word becomes decidable by delay."""

@@ -166,15 +166,21 @@ def test_long_streams_stay_bounded_and_correct(monkeypatch, seed):
     rng = random.Random(seed)
     aligner = FakeAligner()
     state = StreamState(aligner, WINDOW, StreamConfig(right_context=rng.randint(0, 5), max_delay_ms=700))
-    words, finals, now, peak = [], [], 0.0, 0
+    words, finals, now, peak, arrived = [], [], 0.0, 0, []
     while len(words) < 3000:
         new = [aligner.word(rng.randint(1, 6), len(words) + k) for k in range(rng.randint(1, 9))]
         state.feed(new, now)
         words += new
+        arrived += [now] * len(new)
         now += rng.random()
         if rng.random() < 0.05:
             state.flush(now)
-        finals += run_requests(state, now)
+        batch = run_requests(state, now)
+        # Timing lookups take stream indices, also after old words were dropped.
+        for d in batch:
+            assert state.arrival(d.index) == arrived[d.index]
+            assert arrived[d.index] <= state.decidable_at(d.index) <= now
+        finals += batch
         peak = max(peak, len(state.words))
     state.flush(now)
     finals += run_requests(state, now)
@@ -183,3 +189,5 @@ def test_long_streams_stay_bounded_and_correct(monkeypatch, seed):
     assert [d.label for d in finals] == [fake_label(aligner.word_ids(w)[-1]) for w in words]
     assert state.n_words == state.n_final == len(words)
     assert peak < 200  # not 3000: old words were dropped
+    with pytest.raises(IndexError, match="word 0 is not held"):
+        state.arrival(0)
