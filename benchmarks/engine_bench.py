@@ -242,6 +242,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let onnxruntime threads busy-wait (ORT's own default; off in streampunct)")
     parser.add_argument("--min-seconds", type=float, default=1.0,
                         help="time each shape for at least this long (default 1.0)")
+    parser.add_argument("--decode-data", type=Path, default=_REPO / "data" / "iwslt2011" / "test2011",
+                        help="word<TAB>LABEL transcript for the offline decode throughput "
+                             "(labels unused; default: data/iwslt2011/test2011); 'none' skips it")
+    parser.add_argument("--decode-batch", type=int, default=32,
+                        help="batch size of the offline decode and its engine ceiling (default 32)")
     parser.add_argument("--out-json", type=Path, default=_REPO / "benchmarks" / "results" / "engine.json",
                         help="result file (default: benchmarks/results/engine.json)")
 
@@ -254,12 +259,39 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
     if args.spinning:
         ort_options["allow_spinning"] = True
     options = {"onnxruntime": ort_options} if ort_options else None
-    run_engine_bench(
+    report = run_engine_bench(
         args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens,
         args.out_json, engine_options=options, settings=BenchSettings(min_seconds=args.min_seconds),
         command=command,
     )
+    if str(args.decode_data) != "none":
+        report["offline_decode"] = _offline_decode(args.model, args.decode_data, args.decode_batch,
+                                                   ort_options)
+        if args.out_json is not None:
+            Path(args.out_json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def _offline_decode(model_dir: Path, data: Path, batch: int, ort_options: Mapping[str, Any]) -> dict:
+    """Offline decode words/s vs the engine ceiling (default artifact, same batch), printed."""
+    from benchmarks.decode_throughput import measure_decode_throughput
+    from streampunct.data import read_word_labels
+    from streampunct.punctuator import Punctuator
+
+    words = read_word_labels(data).words
+    punct = Punctuator.from_model_dir(model_dir, **dict(ort_options))
+    try:
+        r = measure_decode_throughput(punct.engine, punct.aligner, punct.window, words,
+                                      batch_size=batch)
+    finally:
+        punct.close()
+    r["data"] = str(data)
+    print(f"offline decode ({r['words']} words, W={r['window']['size']} L={r['window']['left']} "
+          f"R={r['window']['right']}, batch {batch}): {r['decode_words_per_s']:.0f} words/s; "
+          f"engine ceiling {r['engine_ceiling_tokens_per_s']:.0f} "
+          f"tokens/s / overlap {r['overlap_factor']:.2f} -> ideal {r['ideal_decode_words_per_s']:.0f} "
+          f"words/s; ratio {r['ratio_to_ideal']:.2f} (target >= 0.8)")
+    return r
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,7 +76,8 @@ def test_command_line_options(folder, tmp_path, capsys):
     out = tmp_path / "engine.json"
     args = parser.parse_args(["--model", str(folder), "--backends", "onnxruntime", "--precisions", "int8",
                               "--batch-sizes", "2", "--seq-lens", "8", "--threads", "1",
-                              "--spinning", "--min-seconds", "0", "--out-json", str(out)])
+                              "--spinning", "--min-seconds", "0", "--decode-data", "none",
+                              "--out-json", str(out)])
     assert run_engine_from_args(args, command="streampunct bench engine ...") == 0
     saved = json.loads(out.read_text())
     assert saved["command"] == "streampunct bench engine ..."
