@@ -269,7 +269,45 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
                                                    ort_options)
         if args.out_json is not None:
             Path(args.out_json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.out_json is not None and report["results"]:
+        plot_engine(report, Path(args.out_json).with_suffix(".png"))
     return 0
+
+
+def plot_engine(report: Mapping[str, Any], png: Path) -> Path | None:
+    """Bar chart of tokens/s per shape, one bar per backend/precision (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+        return None
+    results = report["results"]
+    shapes = sorted({(r["batch"], r["seq_len"]) for r in results})
+    kinds = sorted({(r["backend"], r["precision"]) for r in results})
+    speed = {(r["backend"], r["precision"], r["batch"], r["seq_len"]): r["tokens_per_s"] for r in results}
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(kinds)
+    for k, (backend, precision) in enumerate(kinds):
+        xs = [i + k * width for i in range(len(shapes))]
+        ys = [speed.get((backend, precision, b, t), 0.0) for b, t in shapes]
+        ax.bar(xs, ys, width, label=f"{backend} {precision}")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))])
+    ax.set_xticklabels([f"{b}x{t}" for b, t in shapes])
+    ax.set_xlabel("batch x sequence length (tokens)")
+    ax.set_ylabel("tokens/s")
+    host = report.get("host", {})
+    ax.set_title(f"engine speed ({host.get('physical_cores', '?')} cores, {Path(report['model_dir']).name})")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    print(f"wrote {png}")
+    return png
 
 
 def _offline_decode(model_dir: Path, data: Path, batch: int, ort_options: Mapping[str, Any]) -> dict:

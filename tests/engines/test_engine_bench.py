@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
@@ -83,3 +84,5 @@ def test_command_line_options(folder, tmp_path, capsys):
     assert saved["command"] == "streampunct bench engine ..."
     assert [(r["precision"], r["batch"], r["seq_len"]) for r in saved["results"]] == [("int8", 2, 8)]
     assert saved["engine_options"] == {"onnxruntime": {"intra_op_threads": 1, "allow_spinning": True}}
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "engine.png").read_bytes()[:4] == b"\x89PNG"
