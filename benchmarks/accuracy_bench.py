@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, percentile, write_result
+from benchmarks.common import RESULTS_DIR, percentile, pyplot, write_result
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,8 @@ def format_table(points: list[dict]) -> str:
 
 
 def plot_accuracy(payload: dict, path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for mode, marker in (("right_context", "o-"), ("max_delay_ms", "s--")):

@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: machine description, result files."""
+"""Helpers shared by the benchmarks: machine description, result files, plotting."""
 
 from __future__ import annotations
 
@@ -63,3 +63,16 @@ def percentile(values, q: float) -> float:
     import numpy as np
 
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else float("nan")
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a note) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+        return None
+    return plt

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import pyplot
 from engines.base import EngineError
 from engines.registry import available_backends, load_engine
 
@@ -218,10 +219,14 @@ def run_engine_bench(
         for s in skipped:
             print(f"skipped {s['backend']}/{s['precision']}: {s['reason']}")
     if out_json is not None:
-        out_json = Path(out_json)
-        out_json.parent.mkdir(parents=True, exist_ok=True)
-        out_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _write_json(report, out_json)
     return report
+
+
+def _write_json(report: Mapping[str, Any], out_json: str | Path) -> None:
+    out_json = Path(out_json)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -259,16 +264,17 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
     if args.spinning:
         ort_options["allow_spinning"] = True
     options = {"onnxruntime": ort_options} if ort_options else None
+    decode = str(args.decode_data) != "none"
     report = run_engine_bench(
         args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens,
-        args.out_json, engine_options=options, settings=BenchSettings(min_seconds=args.min_seconds),
-        command=command,
+        None if decode else args.out_json, engine_options=options,
+        settings=BenchSettings(min_seconds=args.min_seconds), command=command,
     )
-    if str(args.decode_data) != "none":
+    if decode:
         report["offline_decode"] = _offline_decode(args.model, args.decode_data, args.decode_batch,
                                                    ort_options)
         if args.out_json is not None:
-            Path(args.out_json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            _write_json(report, args.out_json)
     if args.out_json is not None and report["results"]:
         plot_engine(report, Path(args.out_json).with_suffix(".png"))
     return 0
@@ -276,13 +282,8 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
 
 def plot_engine(report: Mapping[str, Any], png: Path) -> Path | None:
     """Bar chart of tokens/s per shape, one bar per backend/precision (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+    plt = pyplot()
+    if plt is None:
         return None
     results = report["results"]
     shapes = sorted({(r["batch"], r["seq_len"]) for r in results})

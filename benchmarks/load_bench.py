@@ -60,7 +60,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, machine, percentile, write_result
+from benchmarks.common import RESULTS_DIR, machine, percentile, pyplot, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -1043,13 +1043,8 @@ def summary_text(payload: Mapping) -> str:
 
 
 def plot_load(payload: Mapping, path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+    plt = pyplot()
+    if plt is None:
         return None
     steps = sorted(payload["steps"], key=lambda s: s["sessions"])
     if not steps:
