@@ -9,16 +9,19 @@ this on a test set.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from streampunct.alignment import Aligner
+from streampunct.evaluation import offline_labels
+from streampunct.metrics import Report, evaluate
 from streampunct.windowing import WindowConfig
 from training.config import EvalConfig
 from training.data import Document
@@ -41,24 +44,43 @@ def window_grid(sizes: Sequence[int], lefts: Sequence[int], rights: Sequence[int
     return out
 
 
-def tune_windows(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
-                 grid: Sequence[WindowConfig], *, batch_size: int = 32
-                 ) -> tuple[WindowConfig, list[dict[str, Any]]]:
-    """The geometry with the best validation overall F1 (ties: the larger step, i.e. cheaper)."""
+def search_windows(score: Callable[[WindowConfig], Report], grid: Sequence[WindowConfig]
+                   ) -> tuple[WindowConfig, list[dict[str, Any]]]:
+    """The geometry with the best ``score(w).overall_f1`` (ties: the larger step, i.e. cheaper)."""
     if not grid:
         raise ValueError("empty window grid")
     rows = []
     best: tuple[float, int, WindowConfig] | None = None
     for w in grid:
-        v = validate(model, aligner, docs, w, batch_size=batch_size)
-        rows.append({**w.to_dict(), "overall_f1": round(v.overall_f1, 2),
-                     "per_class_f1": {k: round(f, 2) for k, (_, _, f) in v.report.per_class.items()}})
-        log.info("window W=%d L=%d R=%d: overall F1 %.2f", w.size, w.left, w.right, v.overall_f1)
-        key = (round(v.overall_f1, 6), w.step, w)
+        report = score(w)
+        rows.append({**w.to_dict(), "overall_f1": round(report.overall_f1, 2),
+                     "per_class_f1": {k: round(f, 2) for k, (_, _, f) in report.per_class.items()}})
+        log.info("window W=%d L=%d R=%d: overall F1 %.2f", w.size, w.left, w.right, report.overall_f1)
+        key = (round(report.overall_f1, 6), w.step, w)
         if best is None or key[:2] > best[:2]:
             best = key
     assert best is not None
     return best[2], rows
+
+
+def tune_windows(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
+                 grid: Sequence[WindowConfig], *, batch_size: int = 32
+                 ) -> tuple[WindowConfig, list[dict[str, Any]]]:
+    """Grid search for a torch model (training checkpoints)."""
+    return search_windows(lambda w: validate(model, aligner, docs, w, batch_size=batch_size).report, grid)
+
+
+def tune_runtime_windows(infer: Callable, aligner: Aligner, docs: Sequence[Document],
+                         grid: Sequence[WindowConfig], *, batch_size: int = 32
+                         ) -> tuple[WindowConfig, list[dict[str, Any]]]:
+    """Grid search for an engine's ``infer`` (runtime model folders, e.g. the shipped int8 model)."""
+    gold = [x for d in docs for x in d.labels]
+
+    def score(w: WindowConfig) -> Report:
+        pred = [x for d in docs for x in offline_labels(d.words, aligner, w, infer, batch_size=batch_size)]
+        return evaluate(gold, pred)
+
+    return search_windows(score, grid)
 
 
 def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg: EvalConfig, *,
@@ -78,3 +100,49 @@ def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg
     if log is not None:
         log.write("window_tuning", grid=rows, chosen=best.to_dict())
     return best.to_dict()
+
+
+def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Sequence[WindowConfig],
+                      *, set_name: str = "validation") -> dict[str, int]:
+    """Tune the window of a runtime model folder (ONNX engine) in place; returns the chosen geometry."""
+    from streampunct.punctuator import Punctuator
+
+    directory = Path(directory)
+    p = Punctuator.from_model_dir(directory)
+    try:
+        best, rows = tune_runtime_windows(p.engine.infer, p.aligner, docs, grid)
+    finally:
+        p.close()
+    meta_path = directory / "streampunct.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if "window_tuning" in meta and meta["window_tuning"].get("engine") != "onnxruntime":
+        meta["window_tuning_at_training"] = meta["window_tuning"]  # the torch grid of the checkpoint
+    meta["window"] = best.to_dict()
+    meta["window_tuning"] = {"set": set_name, "engine": "onnxruntime", "grid": rows, "chosen": best.to_dict()}
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return best.to_dict()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m training.window_tuning MODEL_DIR``: tune a runtime model folder on validation data."""
+    from training.data import data_root, load_validation_docs, resolve_cache
+
+    ap = argparse.ArgumentParser(prog="python -m training.window_tuning", description=main.__doc__)
+    ap.add_argument("model", type=Path, help="runtime model folder (ONNX artifact + streampunct.json)")
+    ap.add_argument("--valid", default="dev2010", help="validation source (never a test set; default dev2010)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[62, 94, 126])
+    ap.add_argument("--lefts", type=int, nargs="+", default=[20, 30, 40])
+    ap.add_argument("--rights", type=int, nargs="+", default=[10, 15, 20])
+    ap.add_argument("--data-root", default=None, help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    docs = load_validation_docs(args.valid, data_root(args.data_root or ""), resolve_cache("cache"))
+    meta = json.loads((args.model / "streampunct.json").read_text(encoding="utf-8"))
+    grid = window_grid(args.sizes, args.lefts, args.rights, int(meta.get("max_word_tokens", 16)))
+    chosen = tune_model_folder(args.model, docs, grid, set_name=args.valid)
+    print(f"chosen window: {chosen} (written to {args.model / 'streampunct.json'})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

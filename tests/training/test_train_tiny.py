@@ -165,3 +165,83 @@ def test_param_groups_give_heads_their_own_rate(tiny_base_model):
     enc = model.encoder.embeddings.word_embeddings.weight
     assert by_id[id(enc)]["lr"] == 1e-4 and by_id[id(enc)]["weight_decay"] == 0.01
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_path):
+    """A runtime model folder (ONNX + streampunct.json, like models/default) can teach."""
+    pytest.importorskip("onnxruntime")
+    from streampunct.cli import main as cli
+    from streampunct.punctuator import Punctuator
+    from training.self_training import RuntimeTeacher, is_runtime_model
+
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "t", "optim.max_steps=20"))
+    folder = tmp_path / "runtime"
+    assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
+                "--precision", "fp32", "--out", str(folder)]) == 0
+    assert is_runtime_model(folder) and not is_runtime_model(teacher.best_dir)
+
+    # the ONNX teacher labels like the torch checkpoint it was built from
+    t_model, t_meta = load_checkpoint(teacher.best_dir)
+    from streampunct.windowing import WindowConfig
+
+    unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=2_000, seed=0)
+    torch_pseudo = pseudo_label(t_model, checkpoint_aligner(teacher.best_dir), unlabeled,
+                                WindowConfig(**t_meta["window"]), batch_size=8)
+    rt = RuntimeTeacher.open(folder)
+    try:
+        onnx_pseudo = rt.pseudo_label(unlabeled, batch_size=8)
+    finally:
+        rt.close()
+    got = np.concatenate([d.labels for d in onnx_pseudo])
+    want = np.concatenate([d.labels for d in torch_pseudo])
+    assert all(d.pseudo for d in onnx_pseudo) and len(got) == len(want)
+    assert np.mean(got == want) > 0.99
+
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "st", "optim.max_steps=2",
+                      'method.kind="self_training"', "method.self_training.max_iterations=1",
+                      f'method.self_training.teacher="{folder}"')
+    run(cfg)
+    record = json.loads((tmp_path / "st" / "self_training.json").read_text())
+    assert record["teacher"]["dir"] == str(folder)
+    # the teacher's validation F1 is the ONNX model's own figure on the validation set
+    p = Punctuator.from_model_dir(folder)
+    try:
+        from streampunct.evaluation import offline_labels
+        from streampunct.metrics import evaluate
+        from training.data import load_validation_docs, resolve_cache
+
+        docs = load_validation_docs("dev2010", data_root(str(tiny_data_root)),
+                                    resolve_cache(str(tmp_path / "cache")))
+        win = WindowConfig(30, 6, 4)
+        gold = [x for d in docs for x in d.labels]
+        pred = [x for d in docs for x in offline_labels(d.words, p.aligner, win, p.engine.infer)]
+    finally:
+        p.close()
+    assert record["teacher"]["overall_f1"] == pytest.approx(round(evaluate(gold, pred).overall_f1, 2), abs=0.01)
+    assert len(record["rounds"]) == 1 and record["rounds"][0]["dir"].endswith("student_1/best")
+
+
+def test_window_tuning_of_a_runtime_model_folder(tiny_base_model, tiny_data_root, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from streampunct.cli import main as cli
+    from streampunct.windowing import WindowConfig
+    from training.data import load_validation_docs, resolve_cache
+    from training.window_tuning import tune_model_folder, window_grid
+
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "t", "optim.max_steps=10"))
+    folder = tmp_path / "runtime"
+    assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
+                "--precision", "fp32", "--out", str(folder)]) == 0
+    docs = load_validation_docs("dev2010", data_root(str(tiny_data_root)), resolve_cache(str(tmp_path / "cache")))
+    grid = window_grid([30, 40], [4, 6, 40], [4], max_word_tokens=8)
+    assert WindowConfig(40, 40, 4) not in grid and len(grid) == 4  # L + R + two words must fit
+    chosen = tune_model_folder(folder, docs, grid)
+    meta = json.loads((folder / "streampunct.json").read_text())
+    rows = meta["window_tuning"]["grid"]
+    assert meta["window"] == chosen == meta["window_tuning"]["chosen"]
+    assert meta["window_tuning"]["engine"] == "onnxruntime" and len(rows) == 4
+    best = max(r["overall_f1"] for r in rows)
+    picked = [r for r in rows if r["overall_f1"] == best]
+    # ties go to the larger step (W - L - R): the cheaper geometry
+    assert chosen == {k: max(picked, key=lambda r: r["size"] - r["left"] - r["right"])[k]
+                      for k in ("size", "left", "right")}

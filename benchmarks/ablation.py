@@ -1,0 +1,167 @@
+"""Score a set of models once on the IWSLT2011 test sets: the method ablation table.
+
+Each model is ``NAME=FOLDER``: a training checkpoint (torch, fp32) or a
+runtime model folder (ONNX Runtime, e.g. ``models/default``). Every model is
+decoded with the offline double-overlap decoder at its own stored window
+(argmax per word, as served); CRF heads are also scored with Viterbi over the
+whole test document. Validation figures are read from the folder's
+``streampunct.json`` (they were measured at training time; the test sets
+play no part in training, selection or window choice).
+
+    python -m benchmarks.ablation abl_ce=checkpoints/abl_ce/best shipped=models/default \\
+        --json benchmarks/results/ablation.json
+
+Prints a Markdown table (validation and test overall micro F1, test
+per-class F1) and writes every figure to the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import write_result
+from streampunct.data import read_word_labels
+from streampunct.metrics import evaluate
+
+DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
+
+
+def _parse_model(spec: str) -> tuple[str, Path]:
+    name, sep, folder = spec.partition("=")
+    if not sep or not name or not folder:
+        raise SystemExit(f"error: model {spec!r} must be NAME=FOLDER")
+    path = Path(folder)
+    if not (path / "streampunct.json").is_file():
+        raise SystemExit(f"error: {path} is not a model folder or checkpoint (no streampunct.json)")
+    return name, path
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "model.safetensors").is_file() and (path / "head.safetensors").is_file()
+
+
+class _Scorer:
+    """Per-word emissions of one model on a word list, plus CRF parameters when it has a CRF."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.meta = json.loads((path / "streampunct.json").read_text(encoding="utf-8"))
+        self.crf = None
+        if _is_checkpoint(path):
+            from streampunct.windowing import WindowConfig
+            from training.checkpoint import checkpoint_aligner, load_checkpoint
+            from training.model import make_infer
+
+            model, meta = load_checkpoint(path)
+            self.aligner = checkpoint_aligner(path, meta)
+            self.window = WindowConfig(**meta["window"])
+            self.infer = make_infer(model)
+            self.engine = "torch fp32"
+            crf = getattr(getattr(model, "head", None), "crf", None)
+            if crf is not None:
+                self.crf = tuple(p.detach().double().cpu().numpy() for p in (crf.transitions, crf.start, crf.end))
+            self._close = lambda: None
+        else:
+            from streampunct.punctuator import Punctuator
+
+            p = Punctuator.from_model_dir(path)
+            self.aligner, self.window, self.infer, self._close = p.aligner, p.window, p.engine.infer, p.close
+            self.engine = "onnxruntime " + ("int8" if any(path.glob("*.int8.onnx")) else "fp32")
+
+    def emissions(self, words: Sequence[str]) -> np.ndarray:
+        from streampunct.punctuator import decode_offline
+
+        return decode_offline(words, self.aligner, self.window, self.infer, batch_size=32)
+
+    def close(self) -> None:
+        self._close()
+
+
+def score_model(name: str, path: Path, sets: Sequence[Path]) -> dict[str, Any]:
+    scorer = _Scorer(path)
+    meta = scorer.meta
+    out: dict[str, Any] = {
+        "name": name,
+        "path": str(path),
+        "engine": scorer.engine,
+        "window": scorer.window.to_dict(),
+        "head": meta.get("head", "linear"),
+        "training_config": meta.get("training_config"),
+        "validation": meta.get("validation"),
+        "self_training": meta.get("self_training"),
+        "test": {},
+    }
+    try:
+        for data_path in sets:
+            data = read_word_labels(data_path)
+            t0 = time.perf_counter()
+            em = scorer.emissions(data.words)
+            secs = time.perf_counter() - t0
+            gold = np.asarray(data.labels, dtype=np.int64)
+            rec = evaluate(gold, em.argmax(-1)).to_dict() | {"n_words": len(data), "decode_s": round(secs, 1)}
+            if scorer.crf is not None:
+                from training.crf import viterbi_numpy
+
+                rec["viterbi"] = evaluate(gold, np.asarray(viterbi_numpy(em, *scorer.crf))).to_dict()
+            out["test"][Path(data_path).name] = rec
+            print(f"{name} {Path(data_path).name}: overall F1 {rec['overall_f1']:.2f} ({secs:.0f} s)",
+                  file=sys.stderr)
+    finally:
+        scorer.close()
+    return out
+
+
+def _f1(rec: dict | None, cls: str | None = None) -> str:
+    if not rec:
+        return ""
+    if cls is None:
+        return f"{rec['overall_f1']:.1f}"
+    return f"{rec['per_class'][cls]['f1']:.1f}"
+
+
+def markdown(results: Sequence[dict]) -> str:
+    rows = ["| model | valid (dev2010) | test2011 | test2011asr | test2011 COMMA / PERIOD / QUESTION F1 "
+            "| CRF Viterbi test2011 / asr |",
+            "|---|---:|---:|---:|---|---|"]
+    for r in results:
+        ref, asr = r["test"].get("test2011"), r["test"].get("test2011asr")
+        per = " / ".join(_f1(ref, c) for c in ("COMMA", "PERIOD", "QUESTION")) if ref else ""
+        vit = ""
+        if ref and "viterbi" in ref:
+            vit = f"{_f1(ref['viterbi'])} / {_f1(asr.get('viterbi')) if asr else ''}"
+        val = r.get("validation") or {}
+        rows.append(f"| {r['name']} | {val.get('overall_f1', float('nan')):.1f} | {_f1(ref)} | {_f1(asr)} "
+                    f"| {per} | {vit} |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.ablation", description=__doc__.split("\n")[0])
+    ap.add_argument("models", nargs="+", metavar="NAME=FOLDER")
+    ap.add_argument("--data", type=Path, nargs="+", default=[Path(s) for s in DEFAULT_SETS],
+                    help="labelled test files (default: test2011 and test2011asr)")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+    models = [_parse_model(m) for m in args.models]
+    for d in args.data:
+        if not d.is_file():
+            raise SystemExit(f"error: no such data file: {d}")
+    results = [score_model(name, path, args.data) for name, path in models]
+    print(markdown(results))
+    if args.json:
+        command = " ".join(["python -m benchmarks.ablation", *(argv if argv is not None else sys.argv[1:])])
+        path = write_result(args.json.stem, {"models": results}, args.json.parent, command=command)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

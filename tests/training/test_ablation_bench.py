@@ -1,0 +1,73 @@
+"""benchmarks.ablation: scoring checkpoints once on labelled test files."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from benchmarks.ablation import main, markdown  # noqa: E402
+from streampunct.labels import LABELS  # noqa: E402
+from streampunct.metrics import evaluate  # noqa: E402
+from training.pipeline import run  # noqa: E402
+
+from .conftest import synthetic_words  # noqa: E402
+from .test_train_tiny import tiny_config  # noqa: E402
+
+
+def _write_test_set(path, n, seed):
+    words, labels = synthetic_words(n, seed=seed)
+    path.write_text("".join(f"{w}\t{lab}\n" for w, lab in zip(words, labels, strict=True)), encoding="utf-8")
+    return words, [LABELS.index(lab) for lab in labels]
+
+
+def test_scores_a_crf_checkpoint_with_argmax_and_viterbi(tiny_base_model, tiny_data_root, tmp_path, capsys):
+    result = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "crf", "optim.max_steps=10",
+                             'model.head="blstm_crf"'))
+    words, gold = _write_test_set(tmp_path / "test_a", 300, seed=11)
+    _write_test_set(tmp_path / "test_b", 120, seed=12)
+    out = tmp_path / "res" / "abl.json"
+    assert main([f"tiny={result.best_dir}", "--data", str(tmp_path / "test_a"), str(tmp_path / "test_b"),
+                 "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["benchmark"] == "abl" and rec["command"].startswith("python -m benchmarks.ablation tiny=")
+    (m,) = rec["models"]
+    assert m["name"] == "tiny" and m["head"] == "blstm_crf" and m["engine"] == "torch fp32"
+    assert set(m["test"]) == {"test_a", "test_b"}
+    assert m["validation"]["overall_f1"] == pytest.approx(result.best_f1, abs=0.01)
+    assert "viterbi" in m["test"]["test_a"] and m["test"]["test_a"]["n_words"] == 300
+
+    # the figure is the argmax of the checkpoint's own offline decode, computed independently here
+    from streampunct.punctuator import Punctuator
+    from training.checkpoint import load_checkpoint
+
+    p = Punctuator.from_model_dir(result.best_dir, engine="torch", loader=load_checkpoint)
+    try:
+        pred = p.punctuate(words)
+    finally:
+        p.close()
+    assert m["test"]["test_a"]["overall_f1"] == pytest.approx(round(evaluate(gold, pred).overall_f1, 2))
+    table = capsys.readouterr().out
+    assert "| tiny |" in table and table.count("\n") >= 2
+
+
+def test_markdown_rows_follow_the_input_order():
+    def rec(name, f1):
+        per = {c: {"f1": f1} for c in ("COMMA", "PERIOD", "QUESTION")}
+        return {"name": name, "validation": {"overall_f1": f1},
+                "test": {"test2011": {"overall_f1": f1, "per_class": per},
+                         "test2011asr": {"overall_f1": f1 - 5, "per_class": per}}}
+
+    lines = markdown([rec("b", 60.0), rec("a", 50.0)]).splitlines()
+    assert lines[2].startswith("| b | 60.0 | 60.0 | 55.0 | 60.0 / 60.0 / 60.0 |")
+    assert lines[3].startswith("| a | 50.0 | 50.0 | 45.0 |")
+
+
+def test_bad_model_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(SystemExit, match="must be NAME=FOLDER"):
+        main(["checkpoints/x"])
+    with pytest.raises(SystemExit, match="no streampunct.json"):
+        main([f"x={tmp_path}"])
+    (tmp_path / "streampunct.json").write_text("{}")
+    with pytest.raises(SystemExit, match="no such data file"):
+        main([f"x={tmp_path}", "--data", str(tmp_path / "missing")])
