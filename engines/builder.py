@@ -56,6 +56,8 @@ class BuildConfig:
         precision: ``fp32``, ``fp16`` or ``int8``.
         opset: ONNX opset of the export.
         per_channel: per-channel weight scales for ORT dynamic int8.
+        reduce_range: 7-bit int8 weights (same labels on every x86 CPU; see
+            engines.quantize.DynamicQuantOptions).
         quantize_embeddings: ORT dynamic int8 also quantizes the embedding tables.
         qdq_high_precision: type of the non-quantized part of the Q/DQ graph.
         trt: TensorRT build options (profile limits, workspace, timing cache).
@@ -66,6 +68,7 @@ class BuildConfig:
     precision: str = "int8"
     opset: int = DEFAULT_OPSET
     per_channel: bool = True
+    reduce_range: bool = True
     quantize_embeddings: bool = False
     qdq_high_precision: str = "fp16"
     trt: TrtBuildOptions = field(default_factory=TrtBuildOptions)
@@ -136,7 +139,8 @@ def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: EvalWindow
         from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
 
         quantize_int8_dynamic(fp32, out, DynamicQuantOptions(
-            per_channel=config.per_channel, quantize_embeddings=config.quantize_embeddings
+            per_channel=config.per_channel, reduce_range=config.reduce_range,
+            quantize_embeddings=config.quantize_embeddings,
         ))
         return
     if calibration is None or len(calibration) == 0:

@@ -44,23 +44,29 @@ def window_grid(sizes: Sequence[int], lefts: Sequence[int], rights: Sequence[int
     return out
 
 
-def search_windows(score: Callable[[WindowConfig], Report], grid: Sequence[WindowConfig]
-                   ) -> tuple[WindowConfig, list[dict[str, Any]]]:
-    """The geometry with the best ``score(w).overall_f1`` (ties: the larger step, i.e. cheaper)."""
+def search_windows(score: Callable[[WindowConfig], Report], grid: Sequence[WindowConfig],
+                   *, tolerance: float = 0.0) -> tuple[WindowConfig, list[dict[str, Any]]]:
+    """The geometry with the best ``score(w).overall_f1`` (ties: the larger step, i.e. cheaper).
+
+    With ``tolerance`` > 0, the largest step (then the best F1) among the geometries
+    within ``tolerance`` points of the best: differences below the validation set's
+    noise should not buy a more expensive window (more overlap = more tokens decoded).
+    """
     if not grid:
         raise ValueError("empty window grid")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
     rows = []
-    best: tuple[float, int, WindowConfig] | None = None
+    scored: list[tuple[float, WindowConfig]] = []
     for w in grid:
         report = score(w)
         rows.append({**w.to_dict(), "overall_f1": round(report.overall_f1, 2),
                      "per_class_f1": {k: round(f, 2) for k, (_, _, f) in report.per_class.items()}})
         log.info("window W=%d L=%d R=%d: overall F1 %.2f", w.size, w.left, w.right, report.overall_f1)
-        key = (round(report.overall_f1, 6), w.step, w)
-        if best is None or key[:2] > best[:2]:
-            best = key
-    assert best is not None
-    return best[2], rows
+        scored.append((round(report.overall_f1, 6), w))
+    top = max(f for f, _ in scored)
+    near = [(w.step, f, w) for f, w in scored if f >= top - tolerance]
+    return max(near, key=lambda t: t[:2])[2], rows
 
 
 def tune_windows(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
@@ -71,7 +77,7 @@ def tune_windows(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
 
 
 def tune_runtime_windows(infer: Callable, aligner: Aligner, docs: Sequence[Document],
-                         grid: Sequence[WindowConfig], *, batch_size: int = 32
+                         grid: Sequence[WindowConfig], *, batch_size: int = 32, tolerance: float = 0.0
                          ) -> tuple[WindowConfig, list[dict[str, Any]]]:
     """Grid search for an engine's ``infer`` (runtime model folders, e.g. the shipped int8 model)."""
     gold = [x for d in docs for x in d.labels]
@@ -80,7 +86,7 @@ def tune_runtime_windows(infer: Callable, aligner: Aligner, docs: Sequence[Docum
         pred = [x for d in docs for x in offline_labels(d.words, aligner, w, infer, batch_size=batch_size)]
         return evaluate(gold, pred)
 
-    return search_windows(score, grid)
+    return search_windows(score, grid, tolerance=tolerance)
 
 
 def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg: EvalConfig, *,
@@ -103,14 +109,14 @@ def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg
 
 
 def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Sequence[WindowConfig],
-                      *, set_name: str = "validation") -> dict[str, int]:
+                      *, set_name: str = "validation", tolerance: float = 0.0) -> dict[str, int]:
     """Tune the window of a runtime model folder (ONNX engine) in place; returns the chosen geometry."""
     from streampunct.punctuator import Punctuator
 
     directory = Path(directory)
     p = Punctuator.from_model_dir(directory)
     try:
-        best, rows = tune_runtime_windows(p.engine.infer, p.aligner, docs, grid)
+        best, rows = tune_runtime_windows(p.engine.infer, p.aligner, docs, grid, tolerance=tolerance)
     finally:
         p.close()
     meta_path = directory / "streampunct.json"
@@ -118,7 +124,8 @@ def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Seq
     if "window_tuning" in meta and meta["window_tuning"].get("engine") != "onnxruntime":
         meta["window_tuning_at_training"] = meta["window_tuning"]  # the torch grid of the checkpoint
     meta["window"] = best.to_dict()
-    meta["window_tuning"] = {"set": set_name, "engine": "onnxruntime", "grid": rows, "chosen": best.to_dict()}
+    meta["window_tuning"] = {"set": set_name, "engine": "onnxruntime", "tolerance": tolerance,
+                             "grid": rows, "chosen": best.to_dict()}
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return best.to_dict()
 
@@ -133,13 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[62, 94, 126])
     ap.add_argument("--lefts", type=int, nargs="+", default=[20, 30, 40])
     ap.add_argument("--rights", type=int, nargs="+", default=[10, 15, 20])
+    ap.add_argument("--tolerance", type=float, default=0.5,
+                    help="take the cheapest geometry (largest step) within this many F1 points of the "
+                         "best (default 0.5: below the noise of a 17k-word validation set)")
     ap.add_argument("--data-root", default=None, help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     docs = load_validation_docs(args.valid, data_root(args.data_root or ""), resolve_cache("cache"))
     meta = json.loads((args.model / "streampunct.json").read_text(encoding="utf-8"))
     grid = window_grid(args.sizes, args.lefts, args.rights, int(meta.get("max_word_tokens", 16)))
-    chosen = tune_model_folder(args.model, docs, grid, set_name=args.valid)
+    chosen = tune_model_folder(args.model, docs, grid, set_name=args.valid, tolerance=args.tolerance)
     print(f"chosen window: {chosen} (written to {args.model / 'streampunct.json'})")
     return 0
 

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TensorRT builder workspace in GiB (default 4)")
     parser.add_argument("--no-per-channel", action="store_true",
                         help="per-tensor instead of per-channel int8 weight scales (onnxruntime)")
+    parser.add_argument("--full-range", action="store_true",
+                        help="onnxruntime int8: 8-bit instead of 7-bit weights (labels then differ "
+                             "between x86 CPUs with and without VNNI)")
     parser.add_argument("--quantize-embeddings", action="store_true",
                         help="onnxruntime int8: also store the embedding tables as int8 (smaller file)")
 
@@ -140,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         precision=precision,
         opset=args.opset,
         per_channel=not args.no_per_channel,
+        reduce_range=not args.full_range,
         quantize_embeddings=args.quantize_embeddings,
         trt=TrtBuildOptions(
             max_batch=args.max_batch,

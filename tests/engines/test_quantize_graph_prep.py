@@ -17,7 +17,7 @@ from engines.base import GraphPrepError
 from engines.onnx_graph import count_ops, load_model
 from engines.ort_engine import OrtEngine, OrtOptions
 from engines.parity import parity_on_windows
-from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
+from engines.quantize import REDUCED_RANGE, DynamicQuantOptions, quantize_int8_dynamic, reduce_weight_range
 
 onnx = pytest.importorskip("onnx")
 
@@ -37,7 +37,7 @@ def test_dynamic_int8_quantizes_matmul_weights_only(folder, tiny_windows):
     sidecar = quantize_int8_dynamic(folder / "model.onnx", folder / "model.int8.onnx")
     assert sidecar.precision == "int8" and sidecar.backend == "onnxruntime"
     assert sidecar.parent["artifact"] == "model.onnx"
-    assert sidecar.recipe["per_channel"] is True
+    assert sidecar.recipe["per_channel"] is True and sidecar.recipe["reduce_range"] is True
     ops = count_ops(load_model(folder / "model.int8.onnx"))
     # 2 layers x (q, k, v, attention output, 2 feed-forward) + the head = 13 weight MatMuls.
     assert ops["MatMulInteger"] == 13 == sidecar.recipe["int8_matmuls"]
@@ -57,6 +57,48 @@ def test_dynamic_int8_options_are_recorded(folder, tmp_path):
     assert (sidecar.recipe["per_channel"], sidecar.recipe["reduce_range"]) == (False, True)
     assert sidecar.recipe["op_types"] == ["MatMul"]
     out.unlink()
+
+
+def _weights(path):
+    from onnx import numpy_helper
+
+    model = load_model(path)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    names = [n.input[1] for n in model.graph.node if n.op_type == "MatMulInteger"]
+    return {n: (inits[n], inits[n.removesuffix("_quantized") + "_scale"]) for n in names}
+
+
+def test_default_int8_weights_are_7_bit(folder, tmp_path):
+    quantize_int8_dynamic(folder / "model.onnx", tmp_path / "model.int8.onnx")
+    lo, hi = REDUCED_RANGE
+    for q, _ in _weights(tmp_path / "model.int8.onnx").values():
+        assert q.min() >= lo and q.max() <= hi
+
+
+def test_an_8_bit_graph_is_reduced_to_7_bit_weights(folder, tiny_windows, tmp_path):
+    full = tmp_path / "model.int8.onnx"
+    quantize_int8_dynamic(folder / "model.onnx", full, DynamicQuantOptions(reduce_range=False))
+    before = _weights(full)
+    assert max(int(np.abs(q).max()) for q, _ in before.values()) == 127
+    out = tmp_path / "model.r7.int8.onnx"
+    sidecar = reduce_weight_range(full, out)
+    after = _weights(out)
+    lo, hi = REDUCED_RANGE
+    assert set(after) == set(before) and sidecar.recipe["reduced_matmuls"] == len(before) == 13
+    assert sidecar.recipe["reduce_range"] is True and sidecar.parent["artifact"] == "model.int8.onnx"
+    for name, (q8, s8) in before.items():
+        q7, s7 = after[name]
+        assert q7.dtype == np.int8 and q7.min() >= lo and q7.max() <= hi
+        # each column keeps its peak at the 7-bit edge, and the dequantized weights move
+        # by at most half a new step
+        np.testing.assert_allclose(s7, np.abs(q8 * s8).max(axis=0) / hi, rtol=1e-6)
+        assert np.all(np.abs(q7 * s7 - q8 * s8) <= s7 / 2 + 1e-7)
+    report = parity_on_windows(_engine(full).infer, _engine(out).infer, tiny_windows)
+    assert report.label_agreement >= 0.99
+    with pytest.raises(GraphPrepError, match="no 8-bit MatMulInteger weight"):
+        reduce_weight_range(out, tmp_path / "again.onnx")
+    with pytest.raises(GraphPrepError, match="not a dynamic int8 graph"):
+        reduce_weight_range(folder / "model.onnx", tmp_path / "fp32.onnx")
 
 
 def test_embeddings_can_be_quantized_too(folder, tiny_windows):

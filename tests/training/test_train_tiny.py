@@ -245,3 +245,21 @@ def test_window_tuning_of_a_runtime_model_folder(tiny_base_model, tiny_data_root
     # ties go to the larger step (W - L - R): the cheaper geometry
     assert chosen == {k: max(picked, key=lambda r: r["size"] - r["left"] - r["right"])[k]
                       for k in ("size", "left", "right")}
+
+
+def test_window_search_tolerance_prefers_the_cheaper_geometry():
+    from streampunct.metrics import evaluate
+    from streampunct.windowing import WindowConfig
+    from training.window_tuning import search_windows
+
+    cheap, costly, worse = WindowConfig(126, 30, 15), WindowConfig(94, 40, 10), WindowConfig(126, 20, 10)
+    gold = [0, 1, 0, 2, 0, 3, 0, 1, 0, 2]
+    preds = {costly: gold, cheap: [0, 1, 0, 2, 0, 3, 0, 1, 0, 0], worse: [0] * 10}
+    f1 = {w: evaluate(gold, p).overall_f1 for w, p in preds.items()}
+    assert f1[costly] == 100.0 and 80 < f1[cheap] < 100 and f1[worse] == 0.0
+    grid = list(preds)
+    assert search_windows(lambda w: evaluate(gold, preds[w]), grid)[0] == costly
+    # within 15 points the larger step wins; the far worse geometry never does
+    assert search_windows(lambda w: evaluate(gold, preds[w]), grid, tolerance=15)[0] == cheap
+    with pytest.raises(ValueError, match="tolerance"):
+        search_windows(lambda w: evaluate(gold, preds[w]), grid, tolerance=-1)
