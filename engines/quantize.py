@@ -185,7 +185,9 @@ def reduce_weight_range(int8_path: str | Path, out_path: str | Path) -> Sidecar:
     inputs, outputs = io_specs(load_model(out_path))
     recipe = dict(parent.recipe or {})
     recipe.update({"reduce_range": True, "reduced_after_quantization": True,
-                   "reduced_matmuls": changed, "weight_range": list(REDUCED_RANGE)})
+                   "reduced_matmuls": changed, "weight_range": list(REDUCED_RANGE),
+                   # lineage of the 8-bit graph: its own parent and parity figures
+                   "parent_of_8bit": parent.parent, "parity_of_8bit": parent.parity})
     sidecar = new_sidecar(out_path, backend="onnxruntime", precision="int8", inputs=inputs, outputs=outputs,
                           metadata=parent.metadata, parent=parent, recipe=recipe)
     write_sidecar(sidecar, out_path)

@@ -17,7 +17,12 @@ from engines.base import GraphPrepError
 from engines.onnx_graph import count_ops, load_model
 from engines.ort_engine import OrtEngine, OrtOptions
 from engines.parity import parity_on_windows
-from engines.quantize import REDUCED_RANGE, DynamicQuantOptions, quantize_int8_dynamic, reduce_weight_range
+from engines.quantize import (
+    REDUCED_RANGE,
+    DynamicQuantOptions,
+    quantize_int8_dynamic,
+    reduce_weight_range,
+)
 
 onnx = pytest.importorskip("onnx")
 

@@ -167,17 +167,24 @@ def test_param_groups_give_heads_their_own_rate(tiny_base_model):
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
 
-def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_path):
-    """A runtime model folder (ONNX + streampunct.json, like models/default) can teach."""
+def trained_runtime_folder(base, root, tmp_path, steps):
+    """A tiny trained checkpoint and the fp32 ONNX runtime model folder built from it."""
     pytest.importorskip("onnxruntime")
     from streampunct.cli import main as cli
-    from streampunct.punctuator import Punctuator
-    from training.self_training import RuntimeTeacher, is_runtime_model
 
-    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "t", "optim.max_steps=20"))
+    teacher = run(tiny_config(base, root, tmp_path / "t", f"optim.max_steps={steps}"))
     folder = tmp_path / "runtime"
     assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
                 "--precision", "fp32", "--out", str(folder)]) == 0
+    return teacher, folder
+
+
+def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_path):
+    """A runtime model folder (ONNX + streampunct.json, like models/default) can teach."""
+    from streampunct.punctuator import Punctuator
+    from training.self_training import RuntimeTeacher, is_runtime_model
+
+    teacher, folder = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 20)
     assert is_runtime_model(folder) and not is_runtime_model(teacher.best_dir)
 
     # the ONNX teacher labels like the torch checkpoint it was built from
@@ -222,16 +229,11 @@ def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_pa
 
 
 def test_window_tuning_of_a_runtime_model_folder(tiny_base_model, tiny_data_root, tmp_path):
-    pytest.importorskip("onnxruntime")
-    from streampunct.cli import main as cli
     from streampunct.windowing import WindowConfig
     from training.data import load_validation_docs, resolve_cache
     from training.window_tuning import tune_model_folder, window_grid
 
-    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "t", "optim.max_steps=10"))
-    folder = tmp_path / "runtime"
-    assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
-                "--precision", "fp32", "--out", str(folder)]) == 0
+    _, folder = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 10)
     docs = load_validation_docs("dev2010", data_root(str(tiny_data_root)), resolve_cache(str(tmp_path / "cache")))
     grid = window_grid([30, 40], [4, 6, 40], [4], max_word_tokens=8)
     assert WindowConfig(40, 40, 4) not in grid and len(grid) == 4  # L + R + two words must fit
