@@ -71,3 +71,32 @@ def test_bad_model_arguments_are_clear_errors(tmp_path):
     (tmp_path / "streampunct.json").write_text("{}")
     with pytest.raises(SystemExit, match="no such data file"):
         main([f"x={tmp_path}", "--data", str(tmp_path / "missing")])
+
+
+def test_compare_models_reports_both_scores_and_agreement(tiny_base_model, tiny_data_root, tmp_path):
+    import shutil
+
+    from benchmarks.compare_models import main as compare_main
+    from streampunct.windowing import WindowConfig
+
+    from .test_train_tiny import trained_runtime_folder
+
+    _, a = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 10)
+    b = tmp_path / "copy"
+    shutil.copytree(a, b)
+    out = tmp_path / "cmp.json"
+    assert compare_main([str(a), str(b), "--data-root", str(tiny_data_root), "--window", "30", "6", "4",
+                         "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["label_agreement"] == 100.0 and rec["f1_difference"] == 0.0
+    assert rec["n_words"] == 200 and rec["valid"] == "dev2010"
+    ma, mb = rec["models"][str(a)], rec["models"][str(b)]
+    assert ma["window"] == mb["window"] == WindowConfig(30, 6, 4).to_dict()
+    assert ma["overall_f1"] == mb["overall_f1"]
+
+def test_compare_models_refuses_a_test_set(capsys, tmp_path):
+    from benchmarks.compare_models import main as compare_main
+
+    args = ["models/default", "models/default", "--valid", "test2011", "--data-root", str(tmp_path)]
+    assert compare_main(args) == 2
+    assert "test2011 is a test set: never train or select models on it" in capsys.readouterr().err
