@@ -8,8 +8,8 @@
 # test2011 / test2011asr by benchmarks.ablation.
 #
 #   bash scripts/ablation.sh            # train (two queues, one thread per run) + score
-#   bash scripts/ablation.sh score      # score the finished checkpoints only
-#   bash scripts/ablation.sh extra      # two more runs (see extra() below)
+#   bash scripts/ablation.sh extra      # the two runs of extra() below
+#   bash scripts/ablation.sh score      # score all nine checkpoints (+ the shipped model)
 #
 # About 90 minutes on 2 CPU cores. Two one-thread runs side by side train faster in all
 # than one two-thread run here (3.15 s/batch each vs 2.2 s/batch: 1.4x the throughput).
@@ -54,9 +54,9 @@ queue_b() {
     --set 'method.self_training.teacher="checkpoints/abl_ce/best"'
 }
 
-# Two more rows that did not fit the session that made benchmarks/results/ablation.json
-# (about 40 + 20 minutes): POS multi-task without the discriminator, and Disc-ST with the
-# shipped int8 model as the (stronger) teacher.  bash scripts/ablation.sh extra
+# Two more rows, run after the two queues (about 40 + 20 minutes): POS multi-task without
+# the discriminator, and Disc-ST with the shipped int8 model as the (stronger) teacher.
+#   bash scripts/ablation.sh extra
 extra() {
   train abl_pos_mtl training/configs/adversarial.toml --set method.adversarial.use_discriminator=false
   train abl_disc_st_shipped training/configs/disc_st.toml "${st[@]}" \
@@ -66,14 +66,15 @@ extra() {
 case "${1:-}" in
   score) ;;
   extra) extra; exit 0 ;;
-  *) queue_a & a=$!; queue_b & b=$!; wait $a $b ;;
+  *) queue_a & a=$!; queue_b & b=$!; wait $a $b; extra ;;
 esac
 
 $py -m benchmarks.ablation \
   abl_ce=checkpoints/abl_ce/best abl_focal=checkpoints/abl_focal/best \
   abl_scl_paper=checkpoints/abl_scl_paper/best abl_scl_clean=checkpoints/abl_scl_clean/best \
-  abl_blstm_crf=checkpoints/abl_blstm_crf/best \
+  abl_blstm_crf=checkpoints/abl_blstm_crf/best abl_pos_mtl=checkpoints/abl_pos_mtl/best \
   abl_adversarial=checkpoints/abl_adversarial/best \
   abl_disc_st_self=checkpoints/abl_disc_st_self/student_1/best \
+  abl_disc_st_shipped=checkpoints/abl_disc_st_shipped/student_1/best \
   shipped=models/default \
   --json benchmarks/results/ablation.json
