@@ -25,11 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.common import write_result
 from streampunct.data import read_word_labels
-from streampunct.metrics import evaluate
 
 DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
 
@@ -48,51 +45,34 @@ def _is_checkpoint(path: Path) -> bool:
     return (path / "model.safetensors").is_file() and (path / "head.safetensors").is_file()
 
 
-class _Scorer:
-    """Per-word emissions of one model on a word list, plus CRF parameters when it has a CRF."""
+def _open(path: Path):
+    """(model or None, infer, aligner, window, close, engine name) of a checkpoint or runtime folder."""
+    if _is_checkpoint(path):
+        from streampunct.windowing import WindowConfig
+        from training.checkpoint import checkpoint_aligner, load_checkpoint
+        from training.model import make_infer
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.meta = json.loads((path / "streampunct.json").read_text(encoding="utf-8"))
-        self.crf = None
-        if _is_checkpoint(path):
-            from streampunct.windowing import WindowConfig
-            from training.checkpoint import checkpoint_aligner, load_checkpoint
-            from training.model import make_infer
+        model, meta = load_checkpoint(path)
+        return (model, make_infer(model), checkpoint_aligner(path, meta), WindowConfig(**meta["window"]),
+                lambda: None, "torch fp32")
+    from training.evaluation import RuntimeModel
 
-            model, meta = load_checkpoint(path)
-            self.aligner = checkpoint_aligner(path, meta)
-            self.window = WindowConfig(**meta["window"])
-            self.infer = make_infer(model)
-            self.engine = "torch fp32"
-            crf = getattr(getattr(model, "head", None), "crf", None)
-            if crf is not None:
-                self.crf = tuple(p.detach().double().cpu().numpy() for p in (crf.transitions, crf.start, crf.end))
-            self._close = lambda: None
-        else:
-            from streampunct.punctuator import Punctuator
-
-            p = Punctuator.from_model_dir(path)
-            self.aligner, self.window, self.infer, self._close = p.aligner, p.window, p.engine.infer, p.close
-            self.engine = "onnxruntime " + ("int8" if any(path.glob("*.int8.onnx")) else "fp32")
-
-    def emissions(self, words: Sequence[str]) -> np.ndarray:
-        from streampunct.punctuator import decode_offline
-
-        return decode_offline(words, self.aligner, self.window, self.infer, batch_size=32)
-
-    def close(self) -> None:
-        self._close()
+    rt = RuntimeModel.open(path)
+    engine = "onnxruntime " + ("int8" if any(path.glob("*.int8.onnx")) else "fp32")
+    return None, rt.infer, rt.aligner, rt.window, rt.close, engine
 
 
 def score_model(name: str, path: Path, sets: Sequence[Path]) -> dict[str, Any]:
-    scorer = _Scorer(path)
-    meta = scorer.meta
+    from training.data import Document
+    from training.evaluation import decode_documents, score
+
+    meta = json.loads((path / "streampunct.json").read_text(encoding="utf-8"))
+    model, infer, aligner, window, close, engine = _open(path)
     out: dict[str, Any] = {
         "name": name,
         "path": str(path),
-        "engine": scorer.engine,
-        "window": scorer.window.to_dict(),
+        "engine": engine,
+        "window": window.to_dict(),
         "head": meta.get("head", "linear"),
         "training_config": meta.get("training_config"),
         "validation": meta.get("validation"),
@@ -102,20 +82,16 @@ def score_model(name: str, path: Path, sets: Sequence[Path]) -> dict[str, Any]:
     try:
         for data_path in sets:
             data = read_word_labels(data_path)
+            doc = Document(Path(data_path).name, list(data.words), list(data.labels))
             t0 = time.perf_counter()
-            em = scorer.emissions(data.words)
+            logits = decode_documents(infer, aligner, [doc], window)
             secs = time.perf_counter() - t0
-            gold = np.asarray(data.labels, dtype=np.int64)
-            rec = evaluate(gold, em.argmax(-1)).to_dict() | {"n_words": len(data), "decode_s": round(secs, 1)}
-            if scorer.crf is not None:
-                from training.crf import viterbi_numpy
-
-                rec["viterbi"] = evaluate(gold, np.asarray(viterbi_numpy(em, *scorer.crf))).to_dict()
-            out["test"][Path(data_path).name] = rec
-            print(f"{name} {Path(data_path).name}: overall F1 {rec['overall_f1']:.2f} ({secs:.0f} s)",
-                  file=sys.stderr)
+            # argmax per word (as served), plus Viterbi over the document for CRF heads
+            rec = score(model, [doc], logits).to_dict() | {"n_words": len(data), "decode_s": round(secs, 1)}
+            out["test"][doc.name] = rec
+            print(f"{name} {doc.name}: overall F1 {rec['overall_f1']:.2f} ({secs:.0f} s)", file=sys.stderr)
     finally:
-        scorer.close()
+        close()
     return out
 
 

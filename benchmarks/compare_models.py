@@ -20,19 +20,19 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import write_result
-from streampunct.evaluation import offline_labels
 from streampunct.metrics import evaluate
-from streampunct.punctuator import Punctuator
 from streampunct.windowing import WindowConfig
 
 
 def folder_labels(folder: Path, docs, window: WindowConfig | None) -> tuple[np.ndarray, dict]:
-    p = Punctuator.from_model_dir(folder, window=window)
+    from training.evaluation import RuntimeModel
+
+    model = RuntimeModel.open(folder)
     try:
-        pred = [x for d in docs for x in offline_labels(d.words, p.aligner, p.window, p.engine.infer)]
-        return np.asarray(pred, dtype=np.int64), p.window.to_dict()
+        logits = model.logits(docs, window)
+        return np.concatenate([lg.argmax(-1) for lg in logits]), (window or model.window).to_dict()
     finally:
-        p.close()
+        model.close()
 
 
 def compare(a: Path, b: Path, docs, window: WindowConfig | None = None) -> dict:

@@ -9,8 +9,9 @@ serving only the emissions does) and Viterbi over each document's words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,19 +49,24 @@ class Validation:
         return out
 
 
+def decode_documents(infer: Callable, aligner: Aligner, docs: Sequence[Document], window: WindowConfig,
+                     *, batch_size: int = 32) -> list[np.ndarray]:
+    """Per-word emissions float32[n_words, C] of each document from any ``infer`` callable."""
+    return [decode_offline(d.words, aligner, window, infer, batch_size=batch_size) for d in docs]
+
+
 def document_logits(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
                     window: WindowConfig, *, batch_size: int = 32) -> list[np.ndarray]:
     """Per-word emissions float32[n_words, C] of each document (model put in eval mode)."""
     was_training = model.training
     model.eval()
-    infer = make_infer(model)
     try:
-        return [decode_offline(d.words, aligner, window, infer, batch_size=batch_size) for d in docs]
+        return decode_documents(make_infer(model), aligner, docs, window, batch_size=batch_size)
     finally:
         model.train(was_training)
 
 
-def score(model: nn.Module, docs: Sequence[Document], logits: Sequence[np.ndarray]) -> Validation:
+def score(model: nn.Module | None, docs: Sequence[Document], logits: Sequence[np.ndarray]) -> Validation:
     gold = np.concatenate([np.asarray(d.labels, dtype=np.int64) for d in docs])
     pred = np.concatenate([lg.argmax(-1) for lg in logits])
     report = evaluate(gold, pred)
@@ -77,3 +83,39 @@ def score(model: nn.Module, docs: Sequence[Document], logits: Sequence[np.ndarra
 def validate(model: nn.Module, aligner: Aligner, docs: Sequence[Document], window: WindowConfig,
              *, batch_size: int = 32) -> Validation:
     return score(model, docs, document_logits(model, aligner, docs, window, batch_size=batch_size))
+
+
+@dataclass
+class RuntimeModel:
+    """A runtime model folder (ONNX artifact + streampunct.json, e.g. ``models/default``)
+    decoded exactly as the service decodes it (its engine, its window unless one is given).
+
+    Used as a self-training teacher, for window tuning and for comparing builds.
+    """
+
+    directory: Path
+    infer: Callable
+    aligner: Aligner
+    window: WindowConfig
+    close: Callable[[], None]
+
+    @classmethod
+    def open(cls, directory: str | Path) -> RuntimeModel:
+        from streampunct.punctuator import Punctuator
+
+        p = Punctuator.from_model_dir(directory)
+        return cls(Path(directory), p.engine.infer, p.aligner, p.window, p.close)
+
+    def logits(self, docs: Sequence[Document], window: WindowConfig | None = None,
+               *, batch_size: int = 32) -> list[np.ndarray]:
+        return decode_documents(self.infer, self.aligner, docs, window or self.window, batch_size=batch_size)
+
+    def validate(self, docs: Sequence[Document], window: WindowConfig | None = None,
+                 *, batch_size: int = 32) -> Validation:
+        return score(None, docs, self.logits(docs, window, batch_size=batch_size))
+
+
+def is_runtime_model(directory: Path) -> bool:
+    """A runtime model folder (ONNX artifact + streampunct.json) rather than a training checkpoint."""
+    return (directory / "streampunct.json").is_file() and not (directory / "model.safetensors").is_file() \
+        and any(directory.glob("model*.onnx"))

@@ -3,7 +3,8 @@
 1. A teacher is trained on human-labelled data (or taken from
    ``method.self_training.teacher``: a training checkpoint, possibly of a
    larger encoder than the student, or a runtime model folder such as the
-   shipped ``models/default``, whose ONNX engine then does the labelling).
+   shipped ``models/default``, whose ONNX engine then does the labelling;
+   ``training.evaluation.RuntimeModel``).
 2. The teacher labels unlabeled transcripts (TEDx automatic captions, ...)
    with the offline double-overlap decoder; the labels are word-level, so
    teacher and student may use different tokenizers.
@@ -24,8 +25,7 @@ import dataclasses
 import json
 import logging
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,13 +33,11 @@ from torch import nn
 
 from streampunct.alignment import Aligner
 from streampunct.labels import LABELS
-from streampunct.metrics import evaluate
-from streampunct.punctuator import decode_offline
 from streampunct.windowing import WindowConfig
 from training.checkpoint import checkpoint_aligner, load_checkpoint
 from training.config import TrainConfig
 from training.data import REPO_ROOT, Document, load_unlabeled
-from training.evaluation import document_logits, validate
+from training.evaluation import RuntimeModel, document_logits, is_runtime_model, validate
 from training.model import resolve_base_model
 from training.trainer import RunResult
 
@@ -53,50 +51,15 @@ def pseudo_label(model: nn.Module, aligner: Aligner, docs: Sequence[Document], w
     return _as_pseudo(docs, logits)
 
 
+def runtime_pseudo_label(model: RuntimeModel, docs: Sequence[Document], *, batch_size: int = 32
+                         ) -> list[Document]:
+    """A runtime model folder's predictions (its engine and window) as pseudo-labelled documents."""
+    return _as_pseudo(docs, model.logits(docs, batch_size=batch_size))
+
+
 def _as_pseudo(docs: Sequence[Document], logits: Sequence[np.ndarray]) -> list[Document]:
     return [Document(d.name, list(d.words), [int(x) for x in lg.argmax(-1)], pseudo=True)
             for d, lg in zip(docs, logits, strict=True)]
-
-
-def is_runtime_model(directory: Path) -> bool:
-    """A runtime model folder (ONNX artifact + streampunct.json) rather than a training checkpoint."""
-    return (directory / "streampunct.json").is_file() and not (directory / "model.safetensors").is_file() \
-        and any(directory.glob("model*.onnx"))
-
-
-@dataclass
-class RuntimeTeacher:
-    """A runtime model folder (e.g. the shipped int8 ONNX model) used as a teacher.
-
-    Its ONNX Runtime engine decodes with the same offline double-overlap
-    decoder as the torch path, so pseudo-labels are what the service outputs.
-    """
-
-    directory: Path
-    infer: Callable
-    aligner: Aligner
-    window: WindowConfig
-    close: Callable[[], None]
-
-    @classmethod
-    def open(cls, directory: Path) -> RuntimeTeacher:
-        from streampunct.punctuator import Punctuator
-
-        p = Punctuator.from_model_dir(directory)
-        return cls(directory, p.engine.infer, p.aligner, p.window, p.close)
-
-    def logits(self, docs: Sequence[Document], window: WindowConfig | None = None,
-               *, batch_size: int = 32) -> list[np.ndarray]:
-        return [decode_offline(d.words, self.aligner, window or self.window, self.infer,
-                               batch_size=batch_size) for d in docs]
-
-    def validate(self, docs: Sequence[Document], window: WindowConfig, *, batch_size: int = 32) -> dict:
-        gold = np.concatenate([np.asarray(d.labels, dtype=np.int64) for d in docs])
-        pred = np.concatenate([lg.argmax(-1) for lg in self.logits(docs, window, batch_size=batch_size)])
-        return evaluate(gold, pred).to_dict()
-
-    def pseudo_label(self, docs: Sequence[Document], *, batch_size: int = 32) -> list[Document]:
-        return _as_pseudo(docs, self.logits(docs, batch_size=batch_size))
 
 
 def label_distribution(docs: Sequence[Document]) -> dict[str, int]:
@@ -134,12 +97,12 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
         # Scored with the same window as the students, for a fair comparison.
         window = WindowConfig(cfg.eval.window_size, cfg.eval.window_left, cfg.eval.window_right)
         if is_runtime_model(teacher_dir):
-            rt = RuntimeTeacher.open(teacher_dir)
+            rt = RuntimeModel.open(teacher_dir)
             try:
                 t_val = rt.validate(setup.valid_docs, window, batch_size=cfg.eval.batch_size)
             finally:
                 rt.close()
-            best = RunResult(teacher_dir, t_val["overall_f1"], t_val, 0, rt.window.to_dict())
+            best = RunResult(teacher_dir, t_val.overall_f1, t_val.to_dict(), 0, rt.window.to_dict())
         else:
             t_model, t_meta = load_checkpoint(teacher_dir)
             v = validate(t_model, checkpoint_aligner(teacher_dir, t_meta), setup.valid_docs,
@@ -165,9 +128,9 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
     hashes = file_hashes(list(cfg.data.unlabeled), setup.root, unlabeled=True)
     for it in range(1, st.max_iterations + 1):
         if is_runtime_model(best.best_dir):
-            rt = RuntimeTeacher.open(best.best_dir)
+            rt = RuntimeModel.open(best.best_dir)
             try:
-                pseudo = rt.pseudo_label(unlabeled, batch_size=cfg.eval.batch_size)
+                pseudo = runtime_pseudo_label(rt, unlabeled, batch_size=cfg.eval.batch_size)
             finally:
                 rt.close()
         else:

@@ -20,12 +20,11 @@ from typing import Any
 from torch import nn
 
 from streampunct.alignment import Aligner
-from streampunct.evaluation import offline_labels
-from streampunct.metrics import Report, evaluate
+from streampunct.metrics import Report
 from streampunct.windowing import WindowConfig
 from training.config import EvalConfig
 from training.data import Document
-from training.evaluation import validate
+from training.evaluation import RuntimeModel, validate
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +75,12 @@ def tune_windows(model: nn.Module, aligner: Aligner, docs: Sequence[Document],
     return search_windows(lambda w: validate(model, aligner, docs, w, batch_size=batch_size).report, grid)
 
 
-def tune_runtime_windows(infer: Callable, aligner: Aligner, docs: Sequence[Document],
-                         grid: Sequence[WindowConfig], *, batch_size: int = 32, tolerance: float = 0.0
+def tune_runtime_windows(model: RuntimeModel, docs: Sequence[Document], grid: Sequence[WindowConfig],
+                         *, batch_size: int = 32, tolerance: float = 0.0
                          ) -> tuple[WindowConfig, list[dict[str, Any]]]:
-    """Grid search for an engine's ``infer`` (runtime model folders, e.g. the shipped int8 model)."""
-    gold = [x for d in docs for x in d.labels]
-
-    def score(w: WindowConfig) -> Report:
-        pred = [x for d in docs for x in offline_labels(d.words, aligner, w, infer, batch_size=batch_size)]
-        return evaluate(gold, pred)
-
-    return search_windows(score, grid, tolerance=tolerance)
+    """Grid search for a runtime model folder's engine (e.g. the shipped int8 model)."""
+    return search_windows(lambda w: model.validate(docs, w, batch_size=batch_size).report, grid,
+                          tolerance=tolerance)
 
 
 def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg: EvalConfig, *,
@@ -111,14 +105,12 @@ def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg
 def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Sequence[WindowConfig],
                       *, set_name: str = "validation", tolerance: float = 0.0) -> dict[str, int]:
     """Tune the window of a runtime model folder (ONNX engine) in place; returns the chosen geometry."""
-    from streampunct.punctuator import Punctuator
-
     directory = Path(directory)
-    p = Punctuator.from_model_dir(directory)
+    model = RuntimeModel.open(directory)
     try:
-        best, rows = tune_runtime_windows(p.engine.infer, p.aligner, docs, grid, tolerance=tolerance)
+        best, rows = tune_runtime_windows(model, docs, grid, tolerance=tolerance)
     finally:
-        p.close()
+        model.close()
     meta_path = directory / "streampunct.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     if "window_tuning" in meta and meta["window_tuning"].get("engine") != "onnxruntime":

@@ -182,7 +182,8 @@ def trained_runtime_folder(base, root, tmp_path, steps):
 def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_path):
     """A runtime model folder (ONNX + streampunct.json, like models/default) can teach."""
     from streampunct.punctuator import Punctuator
-    from training.self_training import RuntimeTeacher, is_runtime_model
+    from training.evaluation import RuntimeModel, is_runtime_model
+    from training.self_training import runtime_pseudo_label
 
     teacher, folder = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 20)
     assert is_runtime_model(folder) and not is_runtime_model(teacher.best_dir)
@@ -194,9 +195,9 @@ def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_pa
     unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=2_000, seed=0)
     torch_pseudo = pseudo_label(t_model, checkpoint_aligner(teacher.best_dir), unlabeled,
                                 WindowConfig(**t_meta["window"]), batch_size=8)
-    rt = RuntimeTeacher.open(folder)
+    rt = RuntimeModel.open(folder)
     try:
-        onnx_pseudo = rt.pseudo_label(unlabeled, batch_size=8)
+        onnx_pseudo = runtime_pseudo_label(rt, unlabeled, batch_size=8)
     finally:
         rt.close()
     got = np.concatenate([d.labels for d in onnx_pseudo])
