@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from streampunct.labels import COMMA, MARK_TO_LABEL, O, strongest
+from streampunct.labels import COMMA, MARK_TO_LABEL, O, case_class, strongest
 from streampunct.text import fix_mojibake, normalize_word
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
@@ -49,10 +49,19 @@ def text_to_word_labels(text: str, *, split_contractions: bool = True) -> tuple[
 
     Returns empty lists for text with no words (only punctuation, or blank).
     """
+    words, labels, _ = text_to_word_labels_cased(text, split_contractions=split_contractions)
+    return words, labels
+
+
+def text_to_word_labels_cased(text: str, *, split_contractions: bool = True
+                              ) -> tuple[list[str], list[int], list[int]]:
+    """Like :func:`text_to_word_labels`, plus each word's case class as written
+    (``streampunct.labels.case_class``: lower / capitalized / upper / mixed)."""
     text = unicodedata.normalize("NFKC", fix_mojibake(text)).translate(_APOSTROPHES)
     text = _DASHES.sub(" -- ", text)
     words: list[str] = []
     labels: list[int] = []
+    cases: list[int] = []
     for token in text.split():
         if set(token) <= set("-\u2013\u2014"):
             if labels:
@@ -86,13 +95,27 @@ def text_to_word_labels(text: str, *, split_contractions: bool = True) -> tuple[
         for ch in trail_marks:
             label = strongest(label, MARK_TO_LABEL.get(ch, O))
         split = _split_clitic(lowered) if split_contractions else [lowered]
-        pieces = [p for p in (normalize_word(p) for p in split) if p]
+        cased = _cased_pieces(core, split)
+        pieces = [(p, case_class(c)) for p, c in ((normalize_word(p), c) for p, c in zip(split, cased, strict=True))
+                  if p]
         if not pieces:
             if labels:
                 labels[-1] = strongest(labels[-1], label)
             continue
-        for piece in pieces:
+        for piece, case in pieces:
             words.append(piece)
             labels.append(O)
+            cases.append(case)
         labels[-1] = label
-    return words, labels
+    return words, labels, cases
+
+
+def _cased_pieces(core: str, lowered_pieces: list[str]) -> list[str]:
+    """The written (cased) form of each lowercased piece of ``core``."""
+    if sum(map(len, lowered_pieces)) != len(core):  # lowercasing changed the length (rare)
+        return lowered_pieces
+    out, k = [], 0
+    for piece in lowered_pieces:
+        out.append(core[k : k + len(piece)])
+        k += len(piece)
+    return out

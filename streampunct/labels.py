@@ -35,3 +35,24 @@ def label_id(name: str) -> int:
 def strongest(a: int, b: int) -> int:
     """The class kept when two marks follow the same word."""
     return a if _STRENGTH[a] >= _STRENGTH[b] else b
+
+#: Case classes of the truecasing head: lower, Capitalized, ALL CAPS, MiXed.
+CASE_LABELS: tuple[str, ...] = ("lower", "capitalized", "upper", "mixed")
+LOWER, CAPITALIZED, UPPER, MIXED = range(4)
+
+
+def case_class(word: str) -> int:
+    """The case class of a written word, judged on its letters.
+
+    ``"hello"`` lower, ``"Hello"``/``"I"`` capitalized, ``"NASA"`` upper (two or
+    more letters, all capitals), ``"iPhone"``/``"McDonald"`` mixed. A word
+    without letters is lower.
+    """
+    letters = [ch for ch in word if ch.isalpha()]
+    if not letters or not any(ch.isupper() for ch in letters):
+        return LOWER
+    if len(letters) >= 2 and all(ch.isupper() for ch in letters):
+        return UPPER
+    if letters[0].isupper() and not any(ch.isupper() for ch in letters[1:]):
+        return CAPITALIZED
+    return MIXED

@@ -39,6 +39,7 @@ def head_config(model: nn.Module) -> dict[str, Any]:
     cfg: dict[str, Any] = {"kind": head.kind, "num_labels": len(LABELS)}
     if head.kind == "blstm_crf":
         cfg.update(lstm_input=head.proj.out_features, lstm_hidden=head.lstm.hidden_size)
+    cfg["case_head"] = getattr(model, "case_head", None) is not None
     return cfg
 
 
@@ -71,6 +72,9 @@ def save_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Aligner 
         if not (tmp / "tokenizer.json").is_file():
             raise ModelError(f"{src} has no tokenizer.json to copy")
     state = {k: v.detach().contiguous().cpu() for k, v in model.head.state_dict().items()}
+    if getattr(model, "case_head", None) is not None:
+        state.update({f"case_head.{k}": v.detach().contiguous().cpu()
+                      for k, v in model.case_head.state_dict().items()})
     save_file(state, str(tmp / "head.safetensors"))
     meta = {key: {} for key in ("training_config", "data_hashes", "validation")}
     meta.update(metadata)
@@ -105,7 +109,7 @@ def load_checkpoint(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     from safetensors.torch import load_file
 
     from training.heads import build_head
-    from training.model import PunctuationModel, load_encoder
+    from training.model import CaseHead, PunctuationModel, load_encoder
 
     directory = Path(directory)
     meta = read_metadata(directory)
@@ -118,11 +122,18 @@ def load_checkpoint(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     head_path = directory / "head.safetensors"
     if not head_path.is_file():
         raise ModelError(f"{directory}: no head.safetensors")
-    missing, unexpected = head.load_state_dict(load_file(str(head_path)), strict=False)
+    weights = load_file(str(head_path))
+    case_weights = {k[len("case_head."):]: v for k, v in weights.items() if k.startswith("case_head.")}
+    weights = {k: v for k, v in weights.items() if not k.startswith("case_head.")}
+    missing, unexpected = head.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise ModelError(f"{head_path}: head weights do not match a {hc['kind']} head "
                          f"(missing {missing}, unexpected {unexpected})")
-    model = PunctuationModel(encoder, head)
+    case_head = None
+    if hc.get("case_head"):
+        case_head = CaseHead(int(encoder.config.hidden_size))
+        case_head.load_state_dict(case_weights)
+    model = PunctuationModel(encoder, head, case_head)
     model.eval()
     return model, meta
 

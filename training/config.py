@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from streampunct.errors import InputError
+from training.augment import NoiseConfig
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,15 @@ class DataConfig:
         max_unlabeled_words: cap on unlabeled words used for pseudo-labels.
         pos_source: cased text tagged for the POS auxiliary task (``ted``).
         max_pos_words: cap on POS-tagged words.
+        soft_labels: soft-label files written by ``python -m training.distill
+            label`` (a teacher's per-word probabilities); their documents join
+            the training data, and a human document with the same name and words
+            gets the teacher's probabilities attached (see ``[method.distill]``).
+        stream_cut_share: share of training spans cut at a random word, so that
+            their last words learn to decide with little right context
+            (streaming-aware training; 0 turns it off).
+        noise: disfluency and ASR-error augmentation (``[data.noise]``, see
+            ``training.augment.NoiseConfig``; ``share = 0`` turns it off).
     """
 
     root: str = ""
@@ -62,8 +72,14 @@ class DataConfig:
     max_unlabeled_words: int = 200_000
     pos_source: str = "ted"
     max_pos_words: int = 150_000
+    soft_labels: tuple[str, ...] = ()
+    stream_cut_share: float = 0.0
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
 
     def validate(self) -> None:
+        self.noise.validate()
+        if not 0.0 <= self.stream_cut_share <= 1.0:
+            raise InputError("data.stream_cut_share must be in [0, 1]")
         if self.label_position not in ("last", "first"):
             raise InputError("data.label_position must be 'last' or 'first'")
         if not 8 <= self.max_len <= 512:
@@ -88,6 +104,8 @@ class ModelConfig:
         lstm_hidden: BLSTM-CRF head: LSTM cells per direction.
         random_init: build the encoder from its config with random weights (tests,
             the random-init baseline).
+        case_head: add a truecasing head (lower / Capitalized / ALL CAPS / MiXed
+            per word, learned from cased text); the ONNX graph then outputs both.
     """
 
     base_model: str = ""
@@ -96,6 +114,7 @@ class ModelConfig:
     lstm_input: int = 120
     lstm_hidden: int = 120
     random_init: bool = False
+    case_head: bool = False
 
     def validate(self) -> None:
         if self.head not in ("linear", "blstm_crf"):
@@ -126,6 +145,10 @@ class OptimConfig:
         checkpoint_every: steps between resume states (0: only at epoch ends).
         eval_every: steps between validations (0: once per epoch).
         threads: torch intra-op threads (0: torch's default).
+        checkpoint_minutes: also write the resume state when this many minutes
+            passed since the last one (0: off). SIGTERM/SIGINT write it too.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        precision: ``fp32`` or ``bf16`` (autocast on CUDA; weights stay fp32).
     """
 
     lr: float = 2e-4
@@ -142,8 +165,17 @@ class OptimConfig:
     checkpoint_every: int = 500
     eval_every: int = 0
     threads: int = 0
+    checkpoint_minutes: float = 15.0
+    device: str = "auto"
+    precision: str = "fp32"
 
     def validate(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise InputError("optim.device must be 'auto', 'cpu' or 'cuda'")
+        if self.precision not in ("fp32", "bf16"):
+            raise InputError("optim.precision must be 'fp32' or 'bf16'")
+        if self.checkpoint_minutes < 0:
+            raise InputError("optim.checkpoint_minutes must be >= 0")
         if self.head_lr < 0:
             raise InputError("optim.head_lr must be >= 0 (0: same as optim.lr)")
         if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1:
@@ -232,6 +264,28 @@ class SelfTrainingConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """Knowledge distillation from per-word soft labels (``data.soft_labels``).
+
+    Per labelled word: T^2 KL(teacher_T || student_T) where the teacher gave
+    probabilities, plus ``alpha`` times cross-entropy where a human label
+    exists; summed and divided by the number of labelled words.
+
+    Attributes:
+        temperature: T; the teacher's probabilities are sharpened/softened as
+            p^(1/T) renormalised, the student's logits divided by T.
+        alpha: weight of the human-label cross-entropy.
+    """
+
+    temperature: float = 2.0
+    alpha: float = 0.5
+
+    def validate(self) -> None:
+        if self.temperature <= 0 or self.alpha < 0:
+            raise InputError("method.distill: temperature must be > 0 and alpha >= 0")
+
+
+@dataclass(frozen=True)
 class MethodConfig:
     """What is optimised.
 
@@ -241,6 +295,7 @@ class MethodConfig:
         loss: ``ce`` or ``focal`` (linear head; the CRF head uses its NLL).
         focal_gamma: focal loss exponent; 0 gives cross-entropy.
         label_smoothing: beta of y_LS = (1 - beta) y + beta / K.
+        case_weight: weight of the case head's cross-entropy (model.case_head).
     """
 
     kind: str = "supervised"
@@ -250,8 +305,11 @@ class MethodConfig:
     scl: SCLConfig = field(default_factory=SCLConfig)
     adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
     self_training: SelfTrainingConfig = field(default_factory=SelfTrainingConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    case_weight: float = 0.5
 
     def validate(self) -> None:
+        self.distill.validate()
         if self.kind not in ("supervised", "adversarial", "self_training"):
             raise InputError("method.kind must be 'supervised', 'adversarial' or 'self_training'")
         if self.loss not in ("ce", "focal"):

@@ -30,11 +30,11 @@ import numpy as np
 from streampunct.alignment import Aligner
 from streampunct.errors import InputError
 from streampunct.labels import O
+from training.augment import IGNORE, NoiseConfig, augment
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-IGNORE = -100
 
 #: Named sources, relative to the data root.
 LABELLED_FILES = {
@@ -89,12 +89,19 @@ class Document:
         words: normalized words.
         labels: label ids (punctuation or POS tag ids); ``IGNORE`` where unknown.
         pseudo: the labels are a teacher's predictions, not human marks.
+        case: case class of each word (``streampunct.labels.case_class``), ``IGNORE``
+            where unknown; None when the source has no case (lowercase files).
+        soft: a teacher's per-word probabilities float[n_words, C] (C = 4, or 8
+            with the case head's 4 after the punctuation's), NaN rows where the
+            teacher said nothing; None without a teacher (see ``training.distill``).
     """
 
     name: str
     words: list[str]
     labels: list[int]
     pseudo: bool = False
+    case: list[int] | None = None
+    soft: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.words)
@@ -128,20 +135,23 @@ def _cached_docs(cache: Path, key: str, build) -> list[Document]:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 obj = json.loads(line)
-                docs.append(Document(obj["name"], obj["words"], obj["labels"]))
+                docs.append(Document(obj["name"], obj["words"], obj["labels"], case=obj.get("case")))
         return docs
     docs = build()
     tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as f:
         for d in docs:
-            f.write(json.dumps({"name": d.name, "words": d.words, "labels": d.labels}) + "\n")
+            rec = {"name": d.name, "words": d.words, "labels": d.labels}
+            if d.case is not None:
+                rec["case"] = d.case
+            f.write(json.dumps(rec) + "\n")
     tmp.replace(path)
     return docs
 
 
 def load_ted_talks(root: Path, cache: Path) -> list[Document]:
     """All TED talks of ``ted.jsonl.gz`` converted to word/label documents (cached)."""
-    from streampunct.convert import text_to_word_labels
+    from streampunct.convert import text_to_word_labels_cased
     from streampunct.data import iter_ted_talks
 
     src = root / TED_FILE
@@ -151,9 +161,9 @@ def load_ted_talks(root: Path, cache: Path) -> list[Document]:
         log.info("converting %s (cached afterwards)", src)
         docs = []
         for talk_id, text in iter_ted_talks(src):
-            words, labels = text_to_word_labels(text)
+            words, labels, case = text_to_word_labels_cased(text)
             if words:
-                docs.append(Document(f"ted:{talk_id}", words, labels))
+                docs.append(Document(f"ted:{talk_id}", words, labels, case=case))
         return docs
 
     return _cached_docs(cache, key, build)
@@ -161,14 +171,14 @@ def load_ted_talks(root: Path, cache: Path) -> list[Document]:
 
 def load_cased_text(path: Path, cache: Path, name: str) -> Document:
     """A cased, punctuated text file (one segment a line) as one converted document."""
-    from streampunct.convert import text_to_word_labels
+    from streampunct.convert import text_to_word_labels_cased
 
     _check_allowed(path)
     key = f"{name}_{_sha256(path)[:12]}_{_converter_fingerprint()}"
 
     def build() -> list[Document]:
-        words, labels = text_to_word_labels(path.read_text(encoding="utf-8", errors="replace"))
-        return [Document(name, words, labels)]
+        words, labels, case = text_to_word_labels_cased(path.read_text(encoding="utf-8", errors="replace"))
+        return [Document(name, words, labels, case=case)]
 
     return _cached_docs(cache, key, build)[0]
 
@@ -216,7 +226,9 @@ def cap_words(docs: list[Document], max_words: int, seed: int) -> list[Document]
     for i in order:
         d = docs[i]
         take = min(len(d), max_words - total)
-        out.append(Document(d.name, d.words[:take], d.labels[:take], d.pseudo))
+        out.append(Document(d.name, d.words[:take], d.labels[:take], d.pseudo,
+                            d.case[:take] if d.case is not None else None,
+                            d.soft[:take] if d.soft is not None else None))
         total += take
         if total >= max_words:
             break
@@ -289,6 +301,8 @@ class EncodedDoc:
         label_tok: int64[n_words] token index carrying each word's label.
         labels: int64[n_words].
         pseudo: labels come from a teacher.
+        case: int64[n_words] case classes (``IGNORE`` where unknown) or None.
+        soft: float32[n_words, C] teacher probabilities (NaN rows: none) or None.
     """
 
     ids: np.ndarray
@@ -296,6 +310,8 @@ class EncodedDoc:
     label_tok: np.ndarray
     labels: np.ndarray
     pseudo: bool = False
+    case: np.ndarray | None = None
+    soft: np.ndarray | None = None
 
     @property
     def n_words(self) -> int:
@@ -310,6 +326,8 @@ def encode_document(doc: Document, aligner: Aligner) -> EncodedDoc:
         label_tok=np.asarray(label_pos, dtype=np.int64),
         labels=np.asarray(doc.labels, dtype=np.int64),
         pseudo=doc.pseudo,
+        case=np.asarray(doc.case, dtype=np.int64) if doc.case is not None else None,
+        soft=np.asarray(doc.soft, dtype=np.float32) if doc.soft is not None else None,
     )
 
 
@@ -322,6 +340,10 @@ class Batch:
         labels: int64[B, T], ``IGNORE`` except on label tokens.
         pseudo: bool[B], the sequence's labels come from a teacher.
         task: ``"pun"`` or ``"pos"`` (adversarial multi-task).
+        case_labels: int64[B, T] case classes on label tokens (``IGNORE``
+            elsewhere), or None when no document of the batch has case.
+        soft: float32[B, T, C] teacher probabilities on label tokens, NaN
+            elsewhere, or None when no document has them.
     """
 
     input_ids: np.ndarray
@@ -329,6 +351,8 @@ class Batch:
     labels: np.ndarray
     pseudo: np.ndarray
     task: str = "pun"
+    case_labels: np.ndarray | None = None
+    soft: np.ndarray | None = None
 
     @property
     def n_labelled(self) -> int:
@@ -372,6 +396,9 @@ def make_batch(items: Sequence[tuple[EncodedDoc, int, int]], aligner: Aligner, c
     mask = np.zeros((b, t), dtype=np.int64)
     labels = np.full((b, t), IGNORE, dtype=np.int64)
     pseudo = np.zeros(b, dtype=bool)
+    case = np.full((b, t), IGNORE, dtype=np.int64) if any(d.case is not None for d, _, _ in items) else None
+    soft_c = next((d.soft.shape[1] for d, _, _ in items if d.soft is not None), 0)
+    soft = np.full((b, t, soft_c), np.nan, dtype=np.float32) if soft_c else None
     for row, (doc, w0, w1) in enumerate(items):
         t0 = int(doc.word_start[w0])
         n = lengths[row] - 2
@@ -383,20 +410,61 @@ def make_batch(items: Sequence[tuple[EncodedDoc, int, int]], aligner: Aligner, c
         keep = pos <= n  # a truncated over-long word loses its label token
         labels[row, pos[keep]] = doc.labels[w0:w1][keep]
         pseudo[row] = doc.pseudo
-    return Batch(input_ids, mask, labels, pseudo, task)
+        if case is not None and doc.case is not None:
+            case[row, pos[keep]] = doc.case[w0:w1][keep]
+        if soft is not None and doc.soft is not None and doc.soft.shape[1] == soft_c:
+            soft[row, pos[keep]] = doc.soft[w0:w1][keep]
+    return Batch(input_ids, mask, labels, pseudo, task, case, soft)
+
+
+def stream_cut(doc: EncodedDoc, w0: int, w1: int, rng: np.random.Generator) -> tuple[int, int]:
+    """Streaming-aware cut: end the span ``[w0, w1)`` at a random word.
+
+    The server decides words with little or no right context (a delay bound
+    fires, a chunk ends); a span that ends at a random word teaches the last
+    words of the span to decide that way (their right context is 0, 1, 2...
+    words), with the left context the span had.
+    """
+    if w1 - w0 < 2:
+        return w0, w1
+    return w0, int(rng.integers(w0 + 1, w1 + 1))
 
 
 class SequenceDataset:
-    """Encoded documents that yield shuffled batches, one fresh cut per epoch."""
+    """Encoded documents that yield shuffled batches, one fresh cut per epoch.
+
+    Options (both seeded by ``(seed, epoch)``, so resumed runs replay them):
+    ``noise`` rewrites a share of the documents each epoch with disfluencies
+    and ASR errors (``training.augment``); ``stream_cut_share`` ends that share
+    of the spans at a random word (``stream_cut``).
+    """
 
     def __init__(self, docs: Sequence[Document], aligner: Aligner, *, max_len: int,
-                 task: str = "pun") -> None:
+                 task: str = "pun", noise: NoiseConfig | None = None,
+                 stream_cut_share: float = 0.0) -> None:
         self.aligner = aligner
         self.content_len = max_len - 2
         self.task = task
+        self.noise = noise if noise is not None and noise.enabled else None
+        self.stream_cut_share = stream_cut_share
+        self.raw = [d for d in docs if len(d)] if self.noise is not None else []
         self.docs = [encode_document(d, aligner) for d in docs if len(d)]
         if not self.docs:
             raise InputError("no training words")
+
+    def epoch_docs(self, rng: np.random.Generator) -> list[EncodedDoc]:
+        """The documents of one epoch: noisy copies of a share when noise is on."""
+        if self.noise is None:
+            return self.docs
+        out = []
+        for raw, enc in zip(self.raw, self.docs, strict=True):
+            if rng.random() >= self.noise.share:
+                out.append(enc)
+                continue
+            words, labels, case, soft = augment(raw.words, raw.labels, raw.case, raw.soft, rng, self.noise)
+            out.append(encode_document(Document(raw.name, words, labels, raw.pseudo, case, soft),
+                                       self.aligner))
+        return out
 
     @property
     def n_words(self) -> int:
@@ -409,16 +477,22 @@ class SequenceDataset:
     def epoch_sequences(self, seed: int, epoch: int) -> list[tuple[EncodedDoc, int, int]]:
         rng = np.random.default_rng([seed, epoch])
         seqs = []
-        for doc in self.docs:
+        for doc in self.epoch_docs(rng):
             offset = int(rng.integers(0, self.content_len))
             seqs.extend((doc, w0, w1) for w0, w1 in cut_sequences(doc, self.content_len, offset))
+        if self.stream_cut_share > 0:
+            chosen = rng.random(len(seqs)) < self.stream_cut_share
+            seqs = [(d, *stream_cut(d, w0, w1, rng)) if c else (d, w0, w1)
+                    for (d, w0, w1), c in zip(seqs, chosen, strict=True)]
         order = rng.permutation(len(seqs))
         return [seqs[i] for i in order]
 
     def batches_per_epoch(self, batch_size: int) -> int:
         # Cuts vary a little with the offset: estimate from epoch 0 (exact enough
         # for the learning-rate schedule).
-        return -(-len(self.epoch_sequences(0, 0)) // batch_size)
+        if getattr(self, "_n_seqs", None) is None:
+            self._n_seqs = len(self.epoch_sequences(0, 0))
+        return -(-self._n_seqs // batch_size)
 
     def iter_batches(self, batch_size: int, seed: int, epoch: int) -> Iterator[Batch]:
         seqs = self.epoch_sequences(seed, epoch)

@@ -48,3 +48,57 @@ def self_training_loss(logits: torch.Tensor, labels: torch.Tensor, pseudo: torch
     human = token_losses(logits[~pseudo], labels[~pseudo], gamma=gamma, smoothing=beta1)
     teach = token_losses(logits[pseudo], labels[pseudo], gamma=gamma, smoothing=beta2)
     return (human.sum() + alpha * teach.sum()) / n
+
+
+def kd_terms(logits: torch.Tensor, teacher_probs: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Per-token T^2 KL(teacher_T || student_T) [N]; ``teacher_probs`` are plain probabilities,
+    tempered here as p^(1/T) renormalised (= softmax(teacher_logits / T))."""
+    t = temperature
+    logq = torch.log(teacher_probs.float().clamp(min=1e-8)) / t
+    q = torch.softmax(logq, dim=-1)
+    logp = F.log_softmax(logits.float() / t, dim=-1)
+    return (t * t) * (q * (torch.log(q.clamp(min=1e-12)) - logp)).sum(-1)
+
+
+def distill_loss(logits: torch.Tensor, soft: torch.Tensor, labels: torch.Tensor, pseudo: torch.Tensor,
+                 *, temperature: float, alpha: float) -> torch.Tensor:
+    """Knowledge distillation over one batch of labelled positions [N].
+
+    (sum over tokens with a teacher row of T^2 KL + alpha * sum over human-labelled
+    tokens of CE) / N. ``soft`` [N, C] holds teacher probabilities, NaN rows
+    where the teacher said nothing; ``pseudo`` marks tokens without a human label.
+    """
+    n = labels.numel()
+    if n == 0:
+        return logits.sum() * 0.0
+    has_soft = ~torch.isnan(soft).any(-1)
+    kd = kd_terms(logits[has_soft], soft[has_soft], temperature).sum()
+    human = ~pseudo.bool()
+    ce = token_losses(logits[human], labels[human]).sum() if human.any() else logits.sum() * 0.0
+    return (kd + alpha * ce) / n
+
+
+def case_loss(case_logits: torch.Tensor, case_labels: torch.Tensor | None, labels: torch.Tensor,
+              soft: torch.Tensor | None, *, temperature: float) -> torch.Tensor:
+    """Case head loss over the label tokens: CE on known case classes, plus T^2 KL to the
+    teacher's case probabilities (``soft[..., 4:8]``) where it gave them; a mean over the
+    tokens that have either."""
+    keep = labels != -100
+    logits = case_logits[keep]
+    total = logits.sum() * 0.0
+    count = 0
+    if case_labels is not None:
+        y = case_labels[keep]
+        known = y != -100
+        if known.any():
+            total = total + F.cross_entropy(logits[known].float(), y[known], reduction="sum")
+            count += int(known.sum())
+    if soft is not None and soft.shape[-1] >= 8:
+        s = soft[keep][:, 4:8]
+        has = ~torch.isnan(s).any(-1)
+        if case_labels is not None:
+            has = has & (case_labels[keep] == -100)  # a human case label wins
+        if has.any():
+            total = total + kd_terms(logits[has], s[has], temperature).sum()
+            count += int(has.sum())
+    return total / max(count, 1)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from streampunct.errors import DependencyError, ModelError
-from streampunct.labels import LABELS
+from streampunct.labels import CASE_LABELS, LABELS
 from training.heads import build_head
 
 log = logging.getLogger(__name__)
@@ -61,18 +61,32 @@ def load_encoder(path: str | Path, *, random_init: bool = False, dropout: float 
 _POOLED = ("bert", "roberta", "mpnet", "xlm-roberta")
 
 
+class CaseHead(nn.Module):
+    """Truecasing: dropout + linear map to the case classes (lower, Capitalized, ALL CAPS, MiXed)."""
+
+    def __init__(self, hidden: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(hidden, len(CASE_LABELS))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.dropout(hidden))
+
+
 class PunctuationModel(nn.Module):
-    """Encoder + head; ``forward`` gives punctuation emissions [B, T, C].
+    """Encoder + head (+ optional case head); ``forward`` gives punctuation emissions [B, T, C].
 
     Attributes:
         encoder: the Hugging Face model (last hidden state is used).
         head: a ``LinearHead`` or ``BLSTMCRFHead``.
+        case_head: a ``CaseHead`` or None.
     """
 
-    def __init__(self, encoder: nn.Module, head: nn.Module) -> None:
+    def __init__(self, encoder: nn.Module, head: nn.Module, case_head: nn.Module | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = head
+        self.case_head = case_head
         self._token_types = "token_type_ids" in inspect.signature(encoder.forward).parameters \
             and getattr(encoder.config, "type_vocab_size", 0) > 0
 
@@ -91,24 +105,63 @@ class PunctuationModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.encode(input_ids, attention_mask), attention_mask)
 
+    def forward_heads(self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Punctuation emissions [B, T, 4] and case logits [B, T, 4] (None without a case head)."""
+        hidden = self.encode(input_ids, attention_mask)
+        case = self.case_head(hidden) if self.case_head is not None else None
+        return self.head(hidden, attention_mask), case
+
+
+class TwoHeadExport(nn.Module):
+    """``forward -> (logits, case_logits)``: the graph exported for a model with a case head."""
+
+    def __init__(self, model: PunctuationModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        return self.model.forward_heads(input_ids, attention_mask)
+
 
 def build_model(base_model: str | Path, *, head: str = "linear", dropout: float = 0.1,
                 lstm_input: int = 120, lstm_hidden: int = 120, random_init: bool = False,
-                num_labels: int = len(LABELS)) -> PunctuationModel:
+                num_labels: int = len(LABELS), case_head: bool = False) -> PunctuationModel:
     encoder = load_encoder(base_model, random_init=random_init, dropout=dropout)
     hidden = int(encoder.config.hidden_size)
     return PunctuationModel(encoder, build_head(head, hidden, num_labels, dropout=dropout,
-                                                lstm_input=lstm_input, lstm_hidden=lstm_hidden))
+                                                lstm_input=lstm_input, lstm_hidden=lstm_hidden),
+                            CaseHead(hidden, dropout=dropout) if case_head else None)
 
 
-def make_infer(model: nn.Module, *, device: str = "cpu"):
-    """Wrap a torch module as the ``infer(input_ids, attention_mask) -> logits`` callable."""
+def model_device(model: nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def make_infer(model: nn.Module, *, device: str | torch.device | None = None, heads: str = "punct",
+               bf16: bool = False):
+    """Wrap a torch module as the ``infer(input_ids, attention_mask) -> logits`` callable.
+
+    ``heads="punct"`` returns the punctuation emissions [B, T, 4]; ``"all"``
+    returns them followed by the case logits ([B, T, 8]) when the model has a
+    case head. Inputs go to the model's device unless ``device`` is given;
+    ``bf16`` runs under bfloat16 autocast (CUDA).
+    """
     import numpy as np
 
+    dev = torch.device(device) if device is not None else model_device(model)
+
     def infer(input_ids, attention_mask):
-        with torch.inference_mode():
-            out = model(torch.as_tensor(input_ids, device=device),
-                        torch.as_tensor(attention_mask, device=device))
+        ids = torch.as_tensor(input_ids, device=dev)
+        mask = torch.as_tensor(attention_mask, device=dev)
+        with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            if heads == "all" and getattr(model, "case_head", None) is not None:
+                out = torch.cat(model.forward_heads(ids, mask), dim=-1)
+            else:
+                out = model(ids, mask)
         return out.float().cpu().numpy().astype(np.float32, copy=False)
 
     return infer

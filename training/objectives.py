@@ -15,17 +15,22 @@ from training.adversarial import POS, PUN, AuxiliaryModules, grl_lambda
 from training.config import MethodConfig
 from training.data import IGNORE, Batch
 from training.heads import gather_labelled
-from training.losses import self_training_loss, token_losses
+from training.losses import case_loss, distill_loss, self_training_loss, token_losses
 from training.scl import scl_clean, scl_paper
 
 
-def to_torch(batch: Batch, device: str = "cpu") -> dict[str, torch.Tensor]:
-    return {
+def to_torch(batch: Batch, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    out = {
         "input_ids": torch.as_tensor(batch.input_ids, device=device),
         "attention_mask": torch.as_tensor(batch.attention_mask, device=device),
         "labels": torch.as_tensor(batch.labels, device=device),
         "pseudo": torch.as_tensor(batch.pseudo, device=device),
     }
+    if batch.case_labels is not None:
+        out["case_labels"] = torch.as_tensor(batch.case_labels, device=device)
+    if batch.soft is not None:
+        out["soft"] = torch.as_tensor(batch.soft, device=device)
+    return out
 
 
 def crf_loss(head: nn.Module, emissions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -45,10 +50,13 @@ class SupervisedObjective(nn.Module):
         self._gen = torch.Generator().manual_seed(seed)
 
     def task_loss(self, model: nn.Module, emissions: torch.Tensor, labels: torch.Tensor,
-                  attention_mask: torch.Tensor, pseudo: torch.Tensor) -> torch.Tensor:
+                  attention_mask: torch.Tensor, pseudo: torch.Tensor,
+                  soft: torch.Tensor | None = None) -> torch.Tensor:
         m = self.method
         if getattr(model.head, "crf", None) is not None:
             return crf_loss(model.head, emissions, labels)
+        if soft is not None and m.scl.enabled and m.scl.mode == "paper":
+            raise ValueError("distillation needs labelled positions: use method.scl.mode = 'clean'")
         if m.scl.enabled and m.scl.mode == "paper":
             # Published code: every position (padding too) is a target, O where unlabelled.
             flat_labels = torch.where(labels == IGNORE, torch.zeros_like(labels), labels).reshape(-1)
@@ -59,6 +67,11 @@ class SupervisedObjective(nn.Module):
             flat_labels = labels[keep]
             flat_logits = emissions[keep]
             flat_pseudo = pseudo.unsqueeze(1).expand_as(labels)[keep]
+        if soft is not None:
+            n_punct = emissions.shape[-1]
+            flat_soft = soft[keep][:, :n_punct]
+            return distill_loss(flat_logits, flat_soft, flat_labels, flat_pseudo,
+                                temperature=m.distill.temperature, alpha=m.distill.alpha)
         if m.kind == "self_training":
             st = m.self_training
             return self_training_loss(flat_logits, flat_labels, flat_pseudo, alpha=st.alpha,
@@ -70,8 +83,16 @@ class SupervisedObjective(nn.Module):
                 task: str = "pun") -> tuple[torch.Tensor, dict[str, float]]:
         hidden = model.encode(batch["input_ids"], batch["attention_mask"])
         emissions = model.head(hidden, batch["attention_mask"])
-        task = self.task_loss(model, emissions, batch["labels"], batch["attention_mask"], batch["pseudo"])
+        soft = batch.get("soft")
+        task = self.task_loss(model, emissions, batch["labels"], batch["attention_mask"], batch["pseudo"],
+                              soft)
         logs = {"task": float(task.detach())}
+        case_head = getattr(model, "case_head", None)
+        if case_head is not None and ("case_labels" in batch or soft is not None):
+            case = case_loss(case_head(hidden), batch.get("case_labels"), batch["labels"], soft,
+                             temperature=self.method.distill.temperature)
+            logs["case"] = float(case.detach())
+            task = task + self.method.case_weight * case
         scl = self.method.scl
         if not scl.enabled:
             return task, logs

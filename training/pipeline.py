@@ -78,6 +78,10 @@ def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
     base_path = resolve_base_model(cfg.model.base_model if base_model is None else base_model)
     aligner = make_aligner(cfg, base_path)
     train_docs = load_training_docs(d.train, root, cache, max_words=d.max_train_words, seed=cfg.optim.seed)
+    if d.soft_labels:
+        from training.distill import attach_soft_labels
+
+        train_docs = attach_soft_labels(train_docs, d.soft_labels)
     valid_docs = load_validation_docs(d.valid, root, cache, max_words=d.max_valid_words)
     hashes = file_hashes([*d.train, d.valid], root)
     log.info("training words: %d in %d documents; validation words: %d",
@@ -88,7 +92,7 @@ def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
 def new_model(cfg: TrainConfig, base_path: Path) -> PunctuationModel:
     m = cfg.model
     return build_model(base_path, head=m.head, dropout=m.dropout, lstm_input=m.lstm_input,
-                       lstm_hidden=m.lstm_hidden, random_init=m.random_init)
+                       lstm_hidden=m.lstm_hidden, random_init=m.random_init, case_head=m.case_head)
 
 
 def base_metadata(setup: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -108,7 +112,8 @@ def supervised_trainer(setup: Setup, out_dir: Path, *, docs: list[Document] | No
     base_path = base_path or setup.base_path
     aligner = setup.aligner if base_path == setup.base_path else make_aligner(cfg, base_path)
     dataset = SequenceDataset(docs if docs is not None else setup.train_docs, aligner,
-                              max_len=cfg.data.max_len)
+                              max_len=cfg.data.max_len, noise=cfg.data.noise,
+                              stream_cut_share=cfg.data.stream_cut_share)
     log.info("training sequences per epoch: ~%d (%d tokens)",
              dataset.batches_per_epoch(1), dataset.n_tokens)
     model = new_model(cfg, base_path)

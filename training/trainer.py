@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import random
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from torch import nn
 from tqdm import tqdm
 
 from streampunct.alignment import Aligner
+from streampunct.errors import StreampunctError
 from streampunct.windowing import WindowConfig
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.config import TrainConfig, config_to_toml
@@ -41,6 +44,60 @@ from training.evaluation import Validation, validate
 from training.objectives import to_torch
 
 log = logging.getLogger(__name__)
+
+
+class TrainingInterrupted(StreampunctError):
+    """SIGTERM/SIGINT stopped the run after its resume state was written."""
+
+    def __init__(self, step: int, state_path: Path) -> None:
+        super().__init__(f"interrupted at step {step}; resume state written to {state_path} "
+                         "(continue with --resume)")
+        self.step = step
+        self.state_path = state_path
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        from streampunct.errors import InputError
+
+        raise InputError("optim.device = 'cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random generator a step draws from (Python, numpy, torch CPU and CUDA)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def atomic_torch_save(payload: Any, path: Path) -> None:
+    """Write ``path`` so that a kill at any moment leaves either the old or the new file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:  # pragma: no cover - platforms without directory fsync
+        pass
 
 
 def seed_everything(seed: int) -> None:
@@ -93,6 +150,24 @@ class MetricsLog:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps after ``step`` (written after the resume state the run
+        continues from), so a resumed run's log reads as one run."""
+        if not self.path.is_file():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the kill
+            if rec.get("type") == "done" or rec.get("step", -1) > step:
+                continue
+            kept.append(line)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        tmp.replace(self.path)
+
 
 @dataclass
 class RunResult:
@@ -122,6 +197,7 @@ class TrainState:
     best_step: int = -1
     bad_evals: int = 0
     stopped: bool = False
+    words_seen: int = 0
 
 
 class Trainer:
@@ -148,6 +224,13 @@ class Trainer:
         self.window = WindowConfig(cfg.eval.window_size, cfg.eval.window_left, cfg.eval.window_right)
         self.window.validate_for(cfg.data.max_word_tokens)
         o = cfg.optim
+        self.device = resolve_device(o.device)
+        self.bf16 = o.precision == "bf16"
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        model.to(self.device)
+        objective.to(self.device)
         total = o.epochs * steps_per_epoch
         self.total_steps = min(total, o.max_steps) if o.max_steps else total
         modules = [model, objective]
@@ -161,33 +244,48 @@ class Trainer:
         self.log = MetricsLog(self.out_dir / "metrics.jsonl")
         self.best_dir = self.out_dir / "best"
         self.state_path = self.out_dir / "state.pt"
+        self._stop_signal: int | None = None
+        #: Called after every step with the state (tests use it to interrupt a run).
+        self.on_step: Callable[[TrainState], None] | None = None
 
     # --- resume state ----------------------------------------------------------------
 
     def save_state(self) -> None:
+        gen = getattr(self.objective, "_gen", None)
         payload = {
             "model": self.model.state_dict(),
             "objective": self.objective.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "state": dataclasses.asdict(self.state),
-            "torch_rng": torch.get_rng_state(),
+            "rng": rng_state(),
+            "objective_rng": gen.get_state() if gen is not None else None,
             "config": self.cfg.to_dict(),
         }
-        tmp = self.state_path.with_suffix(".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(self.state_path)
+        atomic_torch_save(payload, self.state_path)
+        self._last_save = time.monotonic()
 
     def load_state(self) -> bool:
         if not self.state_path.is_file():
             return False
-        payload = torch.load(self.state_path, map_location="cpu", weights_only=False)
+        payload = torch.load(self.state_path, map_location=self.device, weights_only=False)
         self.model.load_state_dict(payload["model"])
         self.objective.load_state_dict(payload["objective"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.state = TrainState(**payload["state"])
-        torch.set_rng_state(payload["torch_rng"])
+        if "rng" in payload:
+            rng = payload["rng"]
+            rng["torch"] = rng["torch"].cpu()
+            if "cuda" in rng:
+                rng["cuda"] = [t.cpu() for t in rng["cuda"]]
+            set_rng_state(rng)
+        else:  # resume states written before the full RNG record
+            torch.set_rng_state(payload["torch_rng"].cpu())
+        gen = getattr(self.objective, "_gen", None)
+        if gen is not None and payload.get("objective_rng") is not None:
+            gen.set_state(payload["objective_rng"].cpu())
+        self.log.truncate_after(self.state.step)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", self.state_path,
                  self.state.step, self.state.epoch, self.state.batch_in_epoch)
         return True
@@ -200,7 +298,8 @@ class Trainer:
                      batch_size=self.cfg.eval.batch_size)
         s = self.state
         improved = v.overall_f1 > s.best_f1
-        self.log.write("valid", step=s.step, epoch=s.epoch, seconds=round(time.perf_counter() - t0, 1),
+        self.log.write("valid", step=s.step, epoch=s.epoch, words_seen=s.words_seen,
+                       seconds=round(time.perf_counter() - t0, 1),
                        improved=improved, **v.to_dict())
         log.info("validation at step %d: overall F1 %.2f%s\n%s", s.step, v.overall_f1,
                  " (best so far)" if improved else "", v.report.table())
@@ -233,7 +332,28 @@ class Trainer:
 
     # --- the loop --------------------------------------------------------------------
 
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop_signal is not None:  # a second signal: stop at once
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        log.warning("signal %d: writing the resume state after this step, then stopping", signum)
+
     def fit(self, *, resume: bool = False) -> RunResult:
+        """Train to the end, or until SIGTERM/SIGINT (then the resume state is written and
+        ``TrainingInterrupted`` raised)."""
+        handlers = {}
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                handlers[sig] = signal.signal(sig, self._on_signal)
+        except ValueError:  # not the main thread: no signal handling
+            handlers = {}
+        try:
+            return self._fit(resume=resume)
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+
+    def _fit(self, *, resume: bool = False) -> RunResult:
         cfg = self.cfg
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "config.toml").write_text(config_to_toml(cfg), encoding="utf-8")
@@ -245,6 +365,7 @@ class Trainer:
         self.objective.train()
         o = cfg.optim
         t_start = time.perf_counter()
+        self._last_save = time.monotonic()
         while s.epoch < o.epochs and not s.stopped and s.step < self.total_steps:
             skip = s.batch_in_epoch
             bar = tqdm(total=self.steps_per_epoch, initial=skip, desc=f"epoch {s.epoch + 1}/{o.epochs}",
@@ -257,8 +378,9 @@ class Trainer:
                 if i < skip:
                     continue
                 progress = s.step / max(self.total_steps, 1)
-                tensors = to_torch(batch)
-                loss, logs = self.objective(self.model, tensors, progress, task=batch.task)
+                tensors = to_torch(batch, self.device)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    loss, logs = self.objective(self.model, tensors, progress, task=batch.task)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if o.grad_clip > 0:
@@ -270,6 +392,7 @@ class Trainer:
                 s.batch_in_epoch = i + 1
                 evaluated_here = False
                 tokens += int(batch.attention_mask.sum())
+                s.words_seen += batch.n_labelled
                 logs["loss"] = float(loss.detach())
                 for k, v in logs.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -288,8 +411,16 @@ class Trainer:
                     self.evaluate()
                     evaluated_here = True
                     self.model.train()
-                if o.checkpoint_every and s.step % o.checkpoint_every == 0:
+                if o.checkpoint_every and s.step % o.checkpoint_every == 0 or \
+                        o.checkpoint_minutes and time.monotonic() - self._last_save >= 60 * o.checkpoint_minutes:
                     self.save_state()
+                if self.on_step is not None:
+                    self.on_step(s)
+                if self._stop_signal is not None:
+                    bar.close()
+                    self.save_state()
+                    self.log.write("interrupted", step=s.step, signal=self._stop_signal)
+                    raise TrainingInterrupted(s.step, self.state_path)
                 if s.stopped or s.step >= self.total_steps:
                     break
             bar.close()

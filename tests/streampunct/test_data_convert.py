@@ -118,3 +118,15 @@ def test_ted_collection_converts():
     words, labels = text_to_word_labels(text)
     assert len(words) > 100
     assert PERIOD in labels and COMMA in labels
+
+
+def test_case_classes_of_the_written_words():
+    from streampunct.convert import text_to_word_labels, text_to_word_labels_cased
+    from streampunct.labels import CAPITALIZED, LOWER, MIXED, UPPER, case_class
+
+    words, labels, cases = text_to_word_labels_cased("Hello, NASA said I don't own an iPhone. What's up?")
+    assert words == ["hello", "nasa", "said", "i", "do", "n't", "own", "an", "iphone", "what", "'s", "up"]
+    assert cases == [CAPITALIZED, UPPER, LOWER, CAPITALIZED, LOWER, LOWER, LOWER, LOWER, MIXED,
+                     CAPITALIZED, LOWER, LOWER]
+    assert (words, labels) == text_to_word_labels("Hello, NASA said I don't own an iPhone. What's up?")
+    assert [case_class(w) for w in ("", "42", "A", "McDonald", "U.S.")] == [LOWER, LOWER, CAPITALIZED, MIXED, UPPER]

@@ -266,3 +266,19 @@ def test_window_search_tolerance_prefers_the_cheaper_geometry():
     assert search_windows(lambda w: evaluate(gold, preds[w]), grid, tolerance=15)[0] == cheap
     with pytest.raises(ValueError, match="tolerance"):
         search_windows(lambda w: evaluate(gold, preds[w]), grid, tolerance=-1)
+
+
+def test_case_head_round_trip_and_training_signal(tiny_base_model, tiny_data_root, tmp_path):
+    out = tmp_path / "case"
+    result = run(tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=6", "model.case_head=true",
+                             'data.train=["ted"]', "model.dropout=0.0"))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("case" in r for r in rows if r["type"] == "train")  # TED text is cased: the head learns
+    model, meta = load_checkpoint(result.best_dir)
+    assert meta["head_config"]["case_head"] is True
+    ids = torch.tensor([[101, 2054, 2003, 102]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        punct, case = model.forward_heads(ids, mask)
+        torch.testing.assert_close(punct, model(ids, mask))
+    assert case.shape == (1, 4, 4)

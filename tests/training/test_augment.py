@@ -1,0 +1,96 @@
+"""Noise augmentation and streaming-aware cuts keep labels where the audio keeps them."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streampunct.labels import COMMA, O, PERIOD, QUESTION
+from training.augment import FILLERS, IGNORE, NoiseConfig, augment
+from training.data import EncodedDoc, cut_sequences, stream_cut
+
+OFF = NoiseConfig(share=1.0, asr_rate=0.0, filler=0.0, repeat=0.0, restart=0.0, split_merge=0.0)
+WORDS = ["so", "i", "went", "to", "the", "store", "and", "bought", "milk", "then", "what", "did", "you", "do"]
+LABELS = [COMMA, O, O, O, O, O, O, O, PERIOD, O, O, O, O, QUESTION]
+
+
+def run(cfg, seed=0, case=None, soft=None):
+    return augment(WORDS, LABELS, case, soft, np.random.default_rng(seed), cfg)
+
+
+def test_no_noise_is_identity():
+    w, lab, case, soft = run(OFF, case=[1] * len(WORDS), soft=np.ones((len(WORDS), 4)))
+    assert w == WORDS and lab == LABELS and case == [1] * len(WORDS)
+    np.testing.assert_array_equal(soft, np.ones((len(WORDS), 4)))
+
+
+def test_fillers_take_no_mark_and_keep_the_sentence_marks():
+    cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=1.0, repeat=0.0, restart=0.0, split_merge=0.0)
+    w, lab, case, soft = run(cfg, case=[0] * len(WORDS), soft=np.ones((len(WORDS), 4)))
+    filler_words = {x for f in FILLERS for x in f}
+    kept = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c != IGNORE]
+    assert kept == list(zip(WORDS, LABELS, strict=True))  # every real word once, its label kept
+    added = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c == IGNORE]
+    assert len(added) >= len(WORDS) and all(x in filler_words and y == O for x, y in added)
+    assert np.isnan(soft[[i for i, c in enumerate(case) if c == IGNORE]]).all()  # no teacher label for noise
+
+
+def test_deletion_passes_a_mark_to_the_word_before():
+    cfg = NoiseConfig(share=1.0, asr_rate=1.0, substitute=0.0, delete=1.0, insert=0.0, filler=0.0,
+                      repeat=0.0, restart=0.0, split_merge=0.0)
+    w, lab, _, _ = run(cfg)
+    assert w == []  # everything deleted at rate 1
+    w, lab, _, _ = augment(["a", "b", "c"], [O, PERIOD, O], None, None, _FixedRng([1.0, 0.0, 1.0]), cfg)
+    assert w == ["a", "c"] and lab == [PERIOD, O]
+
+
+class _FixedRng:
+    """A generator whose first uniform column is given (deletion draws), the rest 1.0 (nothing else fires)."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def random(self, shape):
+        out = np.ones(shape)
+        if out.ndim == 2:
+            out[:, 0] = self.first
+        return out
+
+    def integers(self, lo, hi, size):
+        return np.full(size, lo)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), rate=st.floats(0.0, 0.5))
+def test_noise_keeps_lengths_consistent_and_marks_count(seed, rate):
+    cfg = NoiseConfig(share=1.0, asr_rate=rate, filler=rate, repeat=rate, restart=rate, split_merge=rate)
+    w, lab, case, soft = run(cfg, seed, case=[0] * len(WORDS), soft=np.zeros((len(WORDS), 8)))
+    assert len(w) == len(lab) == len(case) == len(soft)
+    assert all(x for x in w) and set(lab) <= {O, COMMA, PERIOD, QUESTION}
+    # noise never invents sentence ends: at most one mark per original mark survives
+    assert sum(x != O for x in lab) <= sum(x != O for x in LABELS)
+
+
+def test_same_seed_same_noise():
+    cfg = NoiseConfig(share=1.0, asr_rate=0.3, filler=0.2)
+    assert run(cfg, 7)[:2] == run(cfg, 7)[:2]
+    assert run(cfg, 7)[:2] != run(cfg, 8)[:2]
+
+
+def test_stream_cut_ends_a_span_at_a_random_word():
+    doc = EncodedDoc(ids=np.arange(20, dtype=np.int32), word_start=np.arange(21), label_tok=np.arange(20),
+                     labels=np.zeros(20, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    ends = {stream_cut(doc, 0, 10, rng)[1] for _ in range(300)}
+    assert ends == set(range(1, 11))  # anywhere from one word to the whole span
+    assert stream_cut(doc, 3, 4, rng) == (3, 4)
+    assert cut_sequences(doc, 10, 0) == [(0, 10), (10, 20)]
+
+
+def test_noise_config_is_validated():
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match="data.noise.share"):
+        NoiseConfig(share=2.0).validate()
+    with pytest.raises(InputError, match="positive sum"):
+        NoiseConfig(substitute=0, delete=0, insert=0).validate()

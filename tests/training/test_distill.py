@@ -1,0 +1,68 @@
+"""Distillation end to end on a tiny model: teacher -> soft labels file -> student; plus the loss."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.distill import attach_soft_labels, label_sources, read_soft_labels, write_soft_labels  # noqa: E402
+from training.data import Document  # noqa: E402
+from training.losses import distill_loss, kd_terms  # noqa: E402
+from training.pipeline import run  # noqa: E402
+
+from .test_train_tiny import tiny_config  # noqa: E402
+
+
+def test_kd_is_zero_when_student_matches_teacher_and_positive_otherwise():
+    logits = torch.tensor([[2.0, 0.5, -1.0, 0.0]])
+    probs = torch.softmax(logits, -1)
+    assert float(kd_terms(logits, probs, 2.0)[0]) == pytest.approx(0.0, abs=1e-5)
+    assert float(kd_terms(torch.zeros(1, 4), probs, 2.0)[0]) > 0.01
+
+
+def test_distill_loss_mixes_kd_and_human_ce():
+    logits = torch.randn(3, 4)
+    soft = torch.softmax(torch.randn(3, 4), -1)
+    soft[2] = float("nan")  # no teacher row for the last token
+    labels = torch.tensor([1, 2, 0])
+    pseudo = torch.tensor([True, False, False])  # token 0 has no human label
+    got = distill_loss(logits, soft, labels, pseudo, temperature=2.0, alpha=0.5)
+    kd = kd_terms(logits[:2], soft[:2], 2.0).sum()
+    ce = torch.nn.functional.cross_entropy(logits[1:], labels[1:], reduction="sum")
+    assert float(got) == pytest.approx(float((kd + 0.5 * ce) / 3), rel=1e-5)
+
+
+def test_soft_label_file_round_trip_and_attach(tmp_path):
+    docs = [Document("ted:1", ["so", "what"], [0, 3], case=[1, 0]), Document("tedx:0", ["um", "yes"], [0, 0], True)]
+    probs = [np.array([[0.7, 0.1, 0.1, 0.1, 0.1, 0.8, 0.05, 0.05], [0.1, 0.1, 0.2, 0.6, 0.9, 0.1, 0, 0]]),
+             np.array([[0.9, 0.1, 0, 0, 1, 0, 0, 0], [0.1, 0, 0.8, 0.1, 1, 0, 0, 0]])]
+    path = write_soft_labels(tmp_path / "s.npz", docs, probs, {"teacher": "t"})
+    back, meta = read_soft_labels(path)
+    assert meta["teacher"] == "t"
+    assert [d.words for d in back] == [["so", "what"], ["um", "yes"]]
+    assert back[0].labels == [0, 3] and not back[0].pseudo and back[0].case == [1, 0]
+    assert back[1].pseudo and back[1].labels == [0, 2]  # teacher argmax where no human label
+    np.testing.assert_allclose(back[0].soft, probs[0], atol=1e-3)  # float16 storage
+    human = [Document("ted:1", ["so", "what"], [0, 3], case=[1, 0]), Document("ted:2", ["x"], [0])]
+    merged = attach_soft_labels(human, [str(path)])
+    assert [d.name for d in merged] == ["ted:1", "ted:2", "tedx:0"]
+    assert merged[0].soft is not None and merged[0].labels == [0, 3] and merged[1].soft is None
+
+
+def test_teacher_soft_labels_train_a_student(tiny_base_model, tiny_data_root, tmp_path):
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=30",
+                              "model.case_head=true", 'data.train=["dev2012", "ted"]'))
+    soft = label_sources(teacher.best_dir, ["ted", "dev2012"], ["tedx"], tmp_path / "soft.npz",
+                         data_root_dir=str(tiny_data_root), cache_dir=str(tmp_path / "cache"), device="cpu")
+    docs, meta = read_soft_labels(soft)
+    assert meta["classes"][-4:] == ["lower", "capitalized", "upper", "mixed"]
+    assert all(d.soft.shape == (len(d), 8) for d in docs)
+    assert {d.name.split(":")[0] for d in docs} == {"ted", "dev2012", "tedx"}
+    student = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "student", "optim.max_steps=30",
+                              "model.case_head=true", 'data.train=["dev2012", "ted"]',
+                              f'data.soft_labels=["{soft}"]', "data.noise.share=0.5",
+                              "data.stream_cut_share=0.3"))
+    model, _ = load_checkpoint(student.best_dir)
+    assert model.case_head is not None
+    assert student.best_f1 > 50  # the tiny task is learnable from the teacher's labels

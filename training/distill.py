@@ -1,0 +1,232 @@
+"""Knowledge distillation: a teacher writes per-word soft labels once; students read them.
+
+``python -m training.distill label --teacher DIR --labelled ted swda --unlabeled tedx --out F.npz``
+decodes the texts with the teacher (a training checkpoint, torch; or a runtime
+model folder, ONNX) exactly as the service decodes (offline double-overlap
+windows) and stores each word's class probabilities as float16: the
+punctuation's 4, then the case head's 4 when the teacher has one. Labels are
+per *word*, so a student with another tokenizer reads them as they are.
+
+A student trains on them with ``data.soft_labels = ["F.npz"]`` and the loss of
+``[method.distill]`` (``training.losses.distill_loss``): documents that are
+also in ``data.train`` (same name, same words) get the probabilities
+attached to their human labels; the others (unlabeled text) join the
+training data as teacher-only documents.
+
+File format (``numpy.savez_compressed``): ``probs`` float16[N, C], ``labels``
+int8[N] (human punctuation label, -1 unknown), ``case`` int8[N] (case
+class, -1 unknown), ``lengths`` int64[D], ``text`` uint8 (UTF-8 of the
+documents, one a line, words separated by spaces), ``names`` uint8 (UTF-8,
+one a line), ``meta`` uint8 (UTF-8 JSON: teacher, sources, classes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from streampunct.errors import InputError
+from streampunct.labels import CASE_LABELS, LABELS
+from training.data import IGNORE, Document
+
+log = logging.getLogger(__name__)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def logits_to_probs(logits: np.ndarray) -> np.ndarray:
+    """Per-word logits [n, 4] or [n, 8] (punctuation, then case) -> probabilities per head."""
+    n_punct = len(LABELS)
+    parts = [softmax(logits[:, :n_punct])]
+    if logits.shape[1] > n_punct:
+        parts.append(softmax(logits[:, n_punct : n_punct + len(CASE_LABELS)]))
+    return np.concatenate(parts, axis=1)
+
+
+def _utf8(lines: Sequence[str]) -> np.ndarray:
+    return np.frombuffer("\n".join(lines).encode("utf-8"), dtype=np.uint8)
+
+
+def _lines(arr: np.ndarray) -> list[str]:
+    text = arr.tobytes().decode("utf-8")
+    return text.split("\n") if text else []
+
+
+def write_soft_labels(path: str | Path, docs: Sequence[Document], probs: Sequence[np.ndarray],
+                      meta: dict) -> Path:
+    """Store documents with their per-word teacher probabilities (atomically)."""
+    if len(docs) != len(probs):
+        raise ValueError("one probability array per document")
+    for d, p in zip(docs, probs, strict=True):
+        if len(p) != len(d) or any(" " in w or "\n" in w for w in d.words):
+            raise ValueError(f"{d.name}: {len(p)} rows for {len(d)} words, or a word holds a space")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = np.concatenate([np.asarray([x if not d.pseudo else -1 for x in d.labels], dtype=np.int8)
+                             for d in docs]) if docs else np.zeros(0, np.int8)
+    case = np.concatenate([np.asarray(d.case if d.case is not None else [-1] * len(d), dtype=np.int64)
+                           .clip(-1, 127).astype(np.int8) for d in docs]) if docs else np.zeros(0, np.int8)
+    case[case < 0] = -1
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(
+        tmp,
+        probs=np.concatenate(probs).astype(np.float16) if docs else np.zeros((0, 4), np.float16),
+        labels=labels, case=case,
+        lengths=np.asarray([len(d) for d in docs], dtype=np.int64),
+        text=_utf8([" ".join(d.words) for d in docs]),
+        names=_utf8([d.name for d in docs]),
+        meta=_utf8([json.dumps(meta)]),
+    )
+    tmp.replace(path)
+    return path
+
+
+def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
+    """Documents with ``soft`` set (float32) and their metadata.
+
+    Words without a human label get the teacher's argmax as label and the
+    document is marked ``pseudo`` (no human cross-entropy is taken on it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such soft-label file: {path}")
+    z = np.load(path)
+    probs = z["probs"].astype(np.float32)
+    labels, case, lengths = z["labels"], z["case"], z["lengths"]
+    texts, names = _lines(z["text"]), _lines(z["names"])
+    meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+    docs = []
+    k = 0
+    for name, text, n in zip(names, texts, lengths, strict=True):
+        n = int(n)
+        words = text.split(" ") if n else []
+        p = probs[k : k + n]
+        lab = labels[k : k + n].astype(np.int64)
+        pseudo = bool((lab < 0).any())
+        if pseudo:
+            lab = np.where(lab < 0, p[:, : len(LABELS)].argmax(-1), lab)
+        c = case[k : k + n].astype(np.int64)
+        docs.append(Document(name, words, lab.tolist(), pseudo,
+                             np.where(c < 0, IGNORE, c).tolist() if (c >= 0).any() else None, p))
+        k += n
+    return docs, meta
+
+
+def attach_soft_labels(train_docs: Sequence[Document], paths: Sequence[str]) -> list[Document]:
+    """Training documents with teacher probabilities attached where a soft-label file has
+    the same document (name and words); the files' other documents are appended."""
+    by_name = {d.name: i for i, d in enumerate(train_docs)}
+    out = list(train_docs)
+    attached = appended = 0
+    for path in paths:
+        soft_docs, meta = read_soft_labels(path)
+        for sd in soft_docs:
+            i = by_name.get(sd.name)
+            if i is not None and out[i].words == sd.words:
+                d = out[i]
+                out[i] = Document(d.name, d.words, d.labels, d.pseudo, d.case, sd.soft)
+                attached += 1
+            else:
+                out.append(sd)
+                appended += 1
+        log.info("soft labels %s (teacher %s): %d documents attached, %d added",
+                 path, meta.get("teacher"), attached, appended)
+    return out
+
+
+# --- labelling ---------------------------------------------------------------------
+
+
+def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = False):
+    """``(decode(docs) -> per-word logits list, description)`` for a checkpoint or runtime folder."""
+    from training.evaluation import RuntimeModel, decode_documents, is_runtime_model
+
+    path = Path(teacher)
+    if is_runtime_model(path):
+        rm = RuntimeModel.open(path)
+        return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {"teacher": str(path), "kind": "runtime"}
+    import torch
+
+    from streampunct.windowing import WindowConfig
+    from training.checkpoint import checkpoint_aligner, load_checkpoint
+    from training.model import make_infer
+
+    model, meta = load_checkpoint(path)
+    dev = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+    model.to(dev).eval()
+    aligner = checkpoint_aligner(path, meta)
+    window = WindowConfig(**{k: meta["window"][k] for k in ("size", "left", "right")})
+    infer = make_infer(model, heads="all", bf16=bf16)
+
+    def decode(docs, bs=64):
+        return decode_documents(infer, aligner, docs, window, batch_size=bs)
+
+    return decode, {"teacher": str(path), "kind": "checkpoint",
+                    "case_head": getattr(model, "case_head", None) is not None}
+
+
+def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
+                  *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
+                  seed: int = 0, batch_size: int = 64, device: str = "auto", bf16: bool = False) -> Path:
+    from tqdm import tqdm
+
+    from training.data import data_root, load_labelled, load_unlabeled, resolve_cache
+
+    root = data_root(data_root_dir)
+    cache = resolve_cache(cache_dir)
+    docs: list[Document] = []
+    for source in labelled:
+        docs.extend(load_labelled(source, root, cache))
+    if unlabeled:
+        docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
+    decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
+    t0 = time.perf_counter()
+    probs = []
+    # Documents in chunks so the progress bar moves; the decoder batches windows itself.
+    for d in tqdm(docs, desc="soft labels", unit="doc", mininterval=5.0, file=sys.stderr):
+        probs.append(logits_to_probs(decode([d], batch_size)[0]))
+    meta.update(labelled=list(labelled), unlabeled=list(unlabeled), words=sum(map(len, docs)),
+                seconds=round(time.perf_counter() - t0, 1), classes=list(LABELS) + (
+                    list(CASE_LABELS) if probs and probs[0].shape[1] > len(LABELS) else []))
+    path = write_soft_labels(out, docs, probs, meta)
+    log.info("wrote %s: %d documents, %d words", path, len(docs), meta["words"])
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.distill", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lab = sub.add_parser("label", help="write a teacher's per-word soft labels for texts")
+    lab.add_argument("--teacher", required=True, help="training checkpoint or runtime model folder")
+    lab.add_argument("--labelled", nargs="*", default=[], help="labelled sources (ted, dev2012, swda, paths)")
+    lab.add_argument("--unlabeled", nargs="*", default=[], help="unlabeled sources (tedx, swda, mrda, ...)")
+    lab.add_argument("--max-unlabeled-words", type=int, default=0)
+    lab.add_argument("--out", required=True)
+    lab.add_argument("--data-root", default="")
+    lab.add_argument("--batch-size", type=int, default=64)
+    lab.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    lab.add_argument("--bf16", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        label_sources(args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
+                      max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
+                      device=args.device, bf16=args.bf16)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
