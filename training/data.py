@@ -169,18 +169,33 @@ def load_ted_talks(root: Path, cache: Path) -> list[Document]:
     return _cached_docs(cache, key, build)
 
 
-def load_cased_text(path: Path, cache: Path, name: str) -> Document:
-    """A cased, punctuated text file (one segment a line) as one converted document."""
+#: Conversational training text is cut into documents of this many lines (turns), so that
+#: a word cap samples it evenly and epochs shuffle it; validation files stay one document.
+CHUNKED_LINES = {"swda": 200}
+
+
+def load_cased_text(path: Path, cache: Path, name: str, *, lines_per_doc: int = 0) -> list[Document]:
+    """A cased, punctuated text file (one segment a line) as converted documents: one, or one
+    per ``lines_per_doc`` lines (named ``name:k``)."""
     from streampunct.convert import text_to_word_labels_cased
 
     _check_allowed(path)
-    key = f"{name}_{_sha256(path)[:12]}_{_converter_fingerprint()}"
+    key = f"{name}_{_sha256(path)[:12]}_{_converter_fingerprint()}" + (f"_c{lines_per_doc}" if lines_per_doc else "")
 
     def build() -> list[Document]:
-        words, labels, case = text_to_word_labels_cased(path.read_text(encoding="utf-8", errors="replace"))
-        return [Document(name, words, labels, case=case)]
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if not lines_per_doc:
+            words, labels, case = text_to_word_labels_cased(text)
+            return [Document(name, words, labels, case=case)]
+        lines = text.splitlines()
+        docs = []
+        for k in range(0, len(lines), lines_per_doc):
+            words, labels, case = text_to_word_labels_cased("\n".join(lines[k : k + lines_per_doc]))
+            if words:
+                docs.append(Document(f"{name}:{k // lines_per_doc}", words, labels, case=case))
+        return docs
 
-    return _cached_docs(cache, key, build)[0]
+    return _cached_docs(cache, key, build)
 
 
 def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
@@ -192,7 +207,8 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
     if source in LABELLED_FILES:
         path = root / LABELLED_FILES[source]
     elif source in CASED_FILES:
-        return [load_cased_text(root / CASED_FILES[source], cache, source)]
+        return load_cased_text(root / CASED_FILES[source], cache, source,
+                               lines_per_doc=CHUNKED_LINES.get(source, 0))
     else:
         path = Path(source)
         if not path.is_absolute():

@@ -177,16 +177,19 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
 
 def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
                   *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
-                  seed: int = 0, batch_size: int = 64, device: str = "auto", bf16: bool = False) -> Path:
+                  max_labelled_words: int = 0, seed: int = 13, batch_size: int = 64, device: str = "auto",
+                  bf16: bool = False) -> Path:
+    """Soft labels for ``labelled`` sources (capped like ``data.max_train_words`` with the same
+    seed, so a student with the same sources, cap and seed trains on exactly these documents)
+    and ``unlabeled`` sources (capped by ``max_unlabeled_words``)."""
     from tqdm import tqdm
 
-    from training.data import data_root, load_labelled, load_unlabeled, resolve_cache
+    from training.data import data_root, load_training_docs, load_unlabeled, resolve_cache
 
     root = data_root(data_root_dir)
     cache = resolve_cache(cache_dir)
-    docs: list[Document] = []
-    for source in labelled:
-        docs.extend(load_labelled(source, root, cache))
+    docs: list[Document] = load_training_docs(labelled, root, cache, max_words=max_labelled_words, seed=seed) \
+        if labelled else []
     if unlabeled:
         docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
@@ -211,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--labelled", nargs="*", default=[], help="labelled sources (ted, dev2012, swda, paths)")
     lab.add_argument("--unlabeled", nargs="*", default=[], help="unlabeled sources (tedx, swda, mrda, ...)")
     lab.add_argument("--max-unlabeled-words", type=int, default=0)
+    lab.add_argument("--max-labelled-words", type=int, default=0,
+                     help="cap as data.max_train_words does (same --seed: same documents)")
+    lab.add_argument("--seed", type=int, default=13, help="the student's optim.seed")
     lab.add_argument("--out", required=True)
     lab.add_argument("--data-root", default="")
     lab.add_argument("--batch-size", type=int, default=64)
@@ -221,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         label_sources(args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
                       max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
+                      max_labelled_words=args.max_labelled_words, seed=args.seed,
                       device=args.device, bf16=args.bf16)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
