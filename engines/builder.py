@@ -37,7 +37,7 @@ from engines.onnx_export import (
     sample_batch,
     vocab_size_of,
 )
-from engines.parity import EvalWindows, ParityReport, compare_logits, parity_on_windows
+from engines.parity import ParityWindows, ParityReport, compare_logits, parity_on_windows
 from engines.sidecar import ModelMetadata, read_sidecar, write_sidecar
 from engines.tensorrt_build import TrtBuildOptions
 from engines.torch_engine import TorchEngine
@@ -133,7 +133,7 @@ def _artifact_plan(config: BuildConfig) -> tuple[str | None, str | None]:
     return onnx_name, f"model.{config.precision}.plan"
 
 
-def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: EvalWindows | None) -> None:
+def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: ParityWindows | None) -> None:
     name = out.name
     if name == "model.int8.onnx":
         from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
@@ -178,8 +178,8 @@ def build_model_folder(
     *,
     metadata: ModelMetadata | Mapping[str, Any],
     config: BuildConfig,
-    parity_windows: EvalWindows | None = None,
-    calibration_windows: EvalWindows | None = None,
+    parity_windows: ParityWindows | None = None,
+    calibration_windows: ParityWindows | None = None,
     copy_files: Mapping[str, Path] | None = None,
     model_metadata: Mapping[str, Any] | None = None,
     parity_source: str = "",

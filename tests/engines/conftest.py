@@ -129,9 +129,22 @@ def tiny_words(tmp_path_factory) -> Path:
     return write_word_labels(tmp_path_factory.mktemp("data") / "words.tsv")
 
 
+def parity_windows(words_path: Path, tokenizer_path: Path, size: int = 62, left: int = 10, right: int = 10):
+    """Validation-style windows built with the runtime's reader, aligner and windowing."""
+    from engines.parity import ParityWindows
+    from streampunct.alignment import Aligner
+    from streampunct.data import read_word_labels
+    from streampunct.windowing import WindowConfig, offline_windows
+
+    aligner = Aligner.from_file(tokenizer_path)
+    data = read_word_labels(words_path)
+    batch = offline_windows(
+        [aligner.word_ids(w) for w in data.words], WindowConfig(size, left, right),
+        label_position="last", cls_id=aligner.cls_id, sep_id=aligner.sep_id, pad_id=aligner.pad_id,
+    )
+    return ParityWindows(batch.input_ids, batch.attention_mask, batch.positions)
+
+
 @pytest.fixture(scope="session")
 def tiny_windows(tiny_export, tiny_words):
-    from engines.parity import encode_windows, read_word_labels
-
-    data = read_word_labels(tiny_words, LABELS)
-    return encode_windows(tiny_export.path.parent / "tokenizer.json", data, max_len=64)
+    return parity_windows(tiny_words, tiny_export.path.parent / "tokenizer.json")

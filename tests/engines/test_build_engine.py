@@ -33,7 +33,7 @@ def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
     fp32 = read_sidecar(out / "model.onnx").parity
     assert fp32["reference"] == "torch" and fp32["data"] == "tiny words"
     assert fp32["max_rel_diff"] < 1e-4 and fp32["label_agreement"] == 1.0
-    assert fp32["n_labels"] == len(tiny_windows.gold)
+    assert fp32["n_labels"] == len(tiny_windows.positions)
     int8 = read_sidecar(out / "model.int8.onnx").parity
     assert int8["label_agreement"] >= 0.99 and int8["label_agreement_vs_onnx_fp32"] >= 0.99
     text = "\n".join(report.summary_lines())
