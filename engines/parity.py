@@ -94,6 +94,11 @@ class ParityWindows:
     attention_mask: np.ndarray
     positions: np.ndarray
 
+    @classmethod
+    def of(cls, windows) -> ParityWindows:
+        """From any object with these three arrays (e.g. the runtime's ``WindowBatch``)."""
+        return cls(windows.input_ids, windows.attention_mask, windows.positions)
+
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 

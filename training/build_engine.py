@@ -18,11 +18,9 @@ import os
 from pathlib import Path
 
 from engines.parity import ParityWindows
-from streampunct.alignment import Aligner
 from streampunct.data import read_word_labels
 from streampunct.errors import DependencyError, InputError, ModelError
-from streampunct.model import ModelInfo, load_model_info
-from streampunct.windowing import offline_windows
+from streampunct.model import load_model_info
 
 NAME = "build-engine"
 HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8) or TensorRT (fp16/int8), with parity figures"
@@ -85,15 +83,6 @@ def run(args: argparse.Namespace) -> int:
         raise ModelError(str(e)) from e
 
 
-def _windows(words: list[str], info: ModelInfo, aligner: Aligner) -> ParityWindows:
-    """The offline decoder's windows over ``words``, as arrays for the engines."""
-    batch = offline_windows(
-        [aligner.word_ids(w) for w in words], info.window, label_position=info.label_position,
-        cls_id=aligner.cls_id, sep_id=aligner.sep_id, pad_id=aligner.pad_id,
-    )
-    return ParityWindows(batch.input_ids, batch.attention_mask, batch.positions)
-
-
 def _run(args: argparse.Namespace) -> int:
     from engines.builder import BuildConfig, build_model_folder
     from engines.sidecar import sha256_files
@@ -139,9 +128,11 @@ def _run(args: argparse.Namespace) -> int:
         data = read_word_labels(parity_path)
         words = data.words[: args.parity_lines + args.calibration_windows * _LINES_PER_WINDOW]
         n_parity = min(len(words), args.parity_lines)
-        parity = _windows(words[:n_parity], info, aligner)
+        parity = ParityWindows.of(aligner.offline_windows(words[:n_parity], info.window))
         if len(words) > n_parity:
-            calibration = _windows(words[n_parity:], info, aligner).head(args.calibration_windows)
+            calibration = ParityWindows.of(
+                aligner.offline_windows(words[n_parity:], info.window)
+            ).head(args.calibration_windows)
         elif needs_calibration:
             calibration = parity  # short validation file: calibrate on the parity windows
         parity_source = f"{parity_path.name} (first {n_parity} words, {len(parity)} windows)"

@@ -134,15 +134,11 @@ def parity_windows(words_path: Path, tokenizer_path: Path, size: int = 62, left:
     from engines.parity import ParityWindows
     from streampunct.alignment import Aligner
     from streampunct.data import read_word_labels
-    from streampunct.windowing import WindowConfig, offline_windows
+    from streampunct.windowing import WindowConfig
 
     aligner = Aligner.from_file(tokenizer_path)
-    data = read_word_labels(words_path)
-    batch = offline_windows(
-        [aligner.word_ids(w) for w in data.words], WindowConfig(size, left, right),
-        label_position="last", cls_id=aligner.cls_id, sep_id=aligner.sep_id, pad_id=aligner.pad_id,
-    )
-    return ParityWindows(batch.input_ids, batch.attention_mask, batch.positions)
+    words = read_word_labels(words_path).words
+    return ParityWindows.of(aligner.offline_windows(words, WindowConfig(size, left, right)))
 
 
 @pytest.fixture(scope="session")
