@@ -113,10 +113,6 @@ def _run(args: argparse.Namespace) -> int:
     module, _ = load_checkpoint(ckpt)
     info = load_model_info(ckpt)
     files = [p for p in ckpt.rglob("*") if p.is_file()]
-    metadata = {
-        "labels": list(info.labels), "label_position": info.label_position,
-        "window": info.window.to_dict(), "source_sha256": sha256_files(files, ckpt),
-    }
 
     parity = calibration = None
     if parity_path is None:
@@ -154,12 +150,15 @@ def _run(args: argparse.Namespace) -> int:
     report = build_model_folder(
         module,
         args.out,
-        metadata=metadata,
         config=config,
+        model_metadata={
+            **info.metadata, "labels": list(info.labels), "label_position": info.label_position,
+            "window": info.window.to_dict(),
+        },
+        source_sha256=sha256_files(files, ckpt),
         parity_windows=parity,
         calibration_windows=calibration,
         copy_files={"tokenizer.json": tokenizer_path},
-        model_metadata=info.metadata,
         parity_source=parity_source,
     )
     print(f"built {args.backend} {precision} from {ckpt}")

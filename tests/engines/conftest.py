@@ -118,7 +118,7 @@ def tiny_export(tmp_path_factory, tiny_module):
     from engines.onnx_export import export_onnx
 
     folder = tmp_path_factory.mktemp("tiny_model")
-    result = export_onnx(tiny_module, folder / "model.onnx", metadata=METADATA)
+    result = export_onnx(tiny_module, folder / "model.onnx")
     write_tiny_tokenizer(folder / "tokenizer.json")
     (folder / "streampunct.json").write_text(json.dumps({**METADATA, "encoder": "tiny-bert"}))
     return result

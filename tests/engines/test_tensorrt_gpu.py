@@ -116,7 +116,7 @@ def test_plan_agrees_with_onnxruntime(workdir, windows, ort_fp32, gpu, precision
               f"max |diff| {report.max_abs_diff:.3g}")
         assert report.label_agreement >= MIN_AGREEMENT
         short = engine.infer(np.array([[101, 2023, 102]]), np.ones((1, 3), np.int64))
-        assert short.shape == (1, 3, len(spec.labels))
+        assert short.shape == (1, 3, spec.num_labels)
     finally:
         engine.close()
 
