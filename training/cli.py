@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from training.config import load_config
-    from training.pipeline import run as run_training
+    from training.run import run as run_training
 
     # The encoder folders carry an unused pooler; its "unexpected keys" report is noise.
     hf_logging.set_verbosity_error()

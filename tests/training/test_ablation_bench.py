@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from benchmarks.ablation import main, markdown  # noqa: E402
 from streampunct.labels import LABELS  # noqa: E402
 from streampunct.metrics import evaluate  # noqa: E402
-from training.pipeline import run  # noqa: E402
+from training.run import run  # noqa: E402
 
 from .conftest import synthetic_words  # noqa: E402
 from .test_train_tiny import tiny_config  # noqa: E402

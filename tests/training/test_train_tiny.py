@@ -12,7 +12,8 @@ from streampunct.alignment import Aligner  # noqa: E402
 from training.checkpoint import checkpoint_aligner, load_checkpoint, save_checkpoint  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.data import Document, data_root, load_unlabeled  # noqa: E402
-from training.pipeline import prepare, run, supervised_trainer  # noqa: E402
+from training.pipeline import prepare, supervised_trainer  # noqa: E402
+from training.run import run  # noqa: E402
 from training.self_training import pseudo_label  # noqa: E402
 from training.trainer import linear_schedule  # noqa: E402
 
