@@ -10,7 +10,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "benchmarks" / "results"
 
 
 def machine() -> dict:

@@ -43,26 +43,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import random
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, astuple, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, machine, percentile, pyplot, write_result
-
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.common import REPO, RESULTS_DIR, machine, write_result
+from benchmarks.load_finals import FinalsCheck, check_finals
+from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
+from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
+from benchmarks.load_search import best_sessions, next_refinement, slo_failures, step_estimate_s
+from benchmarks.load_server_process import ServerProcess, http_get, machine_cpu_busy
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
@@ -147,93 +147,6 @@ class LoadBenchConfig:
             host = urlsplit(self.url).hostname or ""
             if urlsplit(self.url).scheme != "ws" or host not in ("127.0.0.1", "localhost", "::1"):
                 raise ValueError(f"the load bench talks to loopback only (ws://127.0.0.1:PORT/...), not {self.url}")
-
-
-# -- the exactly-once check ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FinalsCheck:
-    """What the finals of one stream got wrong (all zero: every word final exactly once).
-
-    Attributes:
-        lost: sent words that never got a final.
-        duplicated: finals for a word that already had one.
-        out_of_order: first finals for a word that came after a final for a later word.
-        mismatched: finals whose word differs from the word sent at that index
-            (after normalization), or for an index that was never sent.
-        finalized: distinct sent words that got a final.
-    """
-
-    lost: int = 0
-    duplicated: int = 0
-    out_of_order: int = 0
-    mismatched: int = 0
-    finalized: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.out_of_order or self.mismatched)
-
-    def __add__(self, other: FinalsCheck) -> FinalsCheck:
-        return FinalsCheck(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
-
-
-def _final_items(message: object) -> tuple[int, list[str]]:
-    """(start, words) of a ``final`` as a protocol object or its JSON dict."""
-    if isinstance(message, Mapping):
-        words = message["words"]
-        start = message["start"]
-    else:
-        words = message.words  # type: ignore[attr-defined]
-        start = message.start  # type: ignore[attr-defined]
-    out = []
-    for w in words:
-        if isinstance(w, Mapping):
-            out.append(str(w["w"]))
-        elif isinstance(w, str):
-            out.append(w)
-        else:
-            out.append(str(w.w))
-    return int(start), out
-
-
-def check_finals(sent_words: Sequence[str], final_messages: Iterable[object]) -> FinalsCheck:
-    """Check the finals of one stream against the words sent, in arrival order.
-
-    ``sent_words`` are the words the client sent (index i = stream word i;
-    compared after :func:`~streampunct.text.normalize_word`, so send words
-    that normalize to something). ``final_messages`` are ``final`` messages
-    (:class:`~streampunct.protocol.Final` or their JSON dicts) in the order
-    they arrived. Pure: no clock, no I/O.
-    """
-    from streampunct.text import normalize_word
-
-    sent = [normalize_word(w) for w in sent_words]
-    seen = [0] * len(sent)
-    duplicated = out_of_order = mismatched = 0
-    highest = -1
-    for message in final_messages:
-        start, words = _final_items(message)
-        for k, word in enumerate(words):
-            index = start + k
-            if not 0 <= index < len(sent):
-                mismatched += 1
-                continue
-            seen[index] += 1
-            if seen[index] > 1:
-                duplicated += 1
-                continue
-            if index < highest:
-                out_of_order += 1
-            highest = max(highest, index)
-            if normalize_word(word) != sent[index]:
-                mismatched += 1
-    finalized = sum(1 for s in seen if s)
-    return FinalsCheck(len(sent) - finalized, duplicated, out_of_order, mismatched, finalized)
-
-
-# -- transcript and schedule -----------------------------------------------------
 
 
 def load_corpus(path: Path) -> list[str]:
@@ -402,278 +315,15 @@ def analyse_session(
     return check, SessionTimes((final_at - decidable)[measured], (final_at - sent)[measured], final_at[measured])
 
 
-# -- the server process, /metrics and /proc ------------------------------------------
-
-
-def _proc_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (None if it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
-
-
-def _machine_jiffies() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all cores, from /proc/stat."""
-    try:
-        first = Path("/proc/stat").read_text().splitlines()[0].split()
-    except OSError:
-        return None
-    values = [int(x) for x in first[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return sum(values) - idle, sum(values)
-
-
-_ANNOUNCE = re.compile(r"serving (\S+) with (\S+) on (ws://\S+)")
-
-
-class ServerProcess:
-    """A server in a child process, on a free loopback port (``--port 0``).
-
-    The port is read from the line the server prints once its engine is
-    ready (``... on ws://127.0.0.1:PORT/v1/stream``). Output goes to a log
-    file (never a pipe that could fill up and block the server).
-    """
-
-    def __init__(self, cfg: LoadBenchConfig, max_sessions: int, workdir: Path) -> None:
-        self.cfg = cfg
-        self.log_path = workdir / "server.log"
-        self.profile_path = workdir / "server.prof" if cfg.profile else None
-        python = [sys.executable]
-        if self.profile_path is not None:
-            python += ["-m", "cProfile", "-o", str(self.profile_path)]
-        common = [
-            "--port", "0", "--host", "127.0.0.1",
-            "--max-batch", str(cfg.max_batch), "--max-wait-ms", str(cfg.max_wait_ms),
-            "--max-sessions", str(max_sessions),
-            "--right-context", str(cfg.right_context), "--max-delay-ms", str(cfg.max_delay_ms),
-        ]
-        if cfg.engine == "fake":
-            self.argv = [*python, "-m", "benchmarks.load_server", *common,
-                         "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]
-            if cfg.fake_sleep:
-                self.argv.append("--sleep")
-            if cfg.model_dir is not None:
-                self.argv += ["--tokenizer", str(Path(cfg.model_dir) / "tokenizer.json")]
-        else:
-            self.argv = [*python, "-m", "streampunct.cli", "--log-level", "WARNING", "serve", *common,
-                         "--engine", cfg.engine]
-            if cfg.model_dir is not None:
-                self.argv += ["--model", str(cfg.model_dir)]
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-        self.model: str | None = None
-        self.engine: str | None = None
-
-    def start(self) -> str:
-        """Start it and wait until it is ready; returns its WebSocket URL."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
-            )
-        deadline = time.monotonic() + self.cfg.startup_timeout_s
-        while time.monotonic() < deadline:
-            text = self.log_path.read_text(errors="replace")
-            match = _ANNOUNCE.search(text)
-            if match:
-                self.model, self.engine, self.url = match.group(1), match.group(2), match.group(3)
-                return self.url
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the server exited with code {self.proc.returncode} before it was ready:\n"
-                    + self.log_tail()
-                )
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the server was not ready after {self.cfg.startup_timeout_s:.0f}s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def cpu_seconds(self) -> float | None:
-        return _proc_cpu_seconds(self.proc.pid) if self.alive else None  # type: ignore[union-attr]
-
-    def rss_mb(self) -> float | None:
-        return _proc_rss_mb(self.proc.pid) if self.alive else None  # type: ignore[union-attr]
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM (graceful shutdown; cProfile writes its file), then SIGKILL if it hangs."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
-
-
-async def http_get(url: str, path: str, timeout: float = 5.0) -> tuple[int, str] | None:
-    """GET ``path`` on the server of a ws:// URL (loopback); None if it cannot be reached."""
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    try:
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
-            try:
-                writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
-                await writer.drain()
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                status = int(lines[0].split()[1])
-                length = None
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value.strip())
-                body = await (reader.readexactly(length) if length is not None else reader.read())
-            finally:
-                writer.close()
-    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
-        return None
-    return status, body.decode("utf-8", errors="replace")
-
-
-def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Prometheus text -> {(sample name, sorted labels): value}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
-    return out
-
-
-def metrics_delta(before: Mapping, after: Mapping) -> dict:
-    """after - before, sample by sample (counters and histograms over one step)."""
-    return {k: v - before.get(k, 0.0) for k, v in after.items()}
-
-
-def histogram(samples: Mapping, name: str) -> dict | None:
-    """A histogram's cumulative buckets, sum and count from parsed samples."""
-    buckets = sorted(
-        (float(dict(labels)["le"]), value)
-        for (sample, labels), value in samples.items()
-        if sample == f"{name}_bucket" and "le" in dict(labels)
-    )
-    if not buckets:
-        return None
-    return {
-        "buckets": buckets,
-        "sum": samples.get((f"{name}_sum", ()), 0.0),
-        "count": samples.get((f"{name}_count", ()), 0.0),
-    }
-
-
-def histogram_quantile(hist: Mapping, q: float, *, interpolate: bool = True) -> float:
-    """Prometheus-style quantile estimate: linear within the bucket that holds it.
-
-    With ``interpolate=False`` the bucket's upper bound (for integer-valued
-    histograms such as batch sizes, where "p50 <= 2" says more than "1.6").
-    """
-    count = hist["count"]
-    if count <= 0:
-        return math.nan
-    rank = q * count
-    lower, prev = 0.0, 0.0
-    for le, cum in hist["buckets"]:
-        if cum >= rank:
-            if math.isinf(le):
-                return lower
-            if cum == prev or not interpolate:
-                return le
-            return lower + (le - lower) * (rank - prev) / (cum - prev)
-        lower, prev = le, cum
-    return lower
-
-
-def _sample(samples: Mapping, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def server_figures(delta: Mapping, wall_s: float) -> dict:
-    """Engine batching, engine time and the server's own margin over one step."""
-    out: dict = {"words_in": _sample(delta, "streampunct_words_in_total"),
-                 "words_finalized": _sample(delta, "streampunct_words_finalized_total")}
-    batch = histogram(delta, "streampunct_batch_size")
-    if batch and batch["count"] > 0:
-        out["engine_calls"] = int(batch["count"])
-        out["batch_size"] = {
-            "mean": round(batch["sum"] / batch["count"], 2),
-            "p50_at_most": histogram_quantile(batch, 0.5, interpolate=False),
-            "p95_at_most": histogram_quantile(batch, 0.95, interpolate=False),
-            "max_at_most": histogram_quantile(batch, 1.0, interpolate=False),
-            "cumulative": {str(int(le)) if not math.isinf(le) else "+Inf": int(c) for le, c in batch["buckets"]},
-        }
-        out["requests"] = int(batch["sum"])
-        if out["requests"]:
-            out["words_per_request"] = round(out["words_finalized"] / out["requests"], 2)
-    engine = histogram(delta, "streampunct_engine_latency_seconds")
-    if engine and engine["count"] > 0:
-        out["engine_ms"] = {
-            "mean": round(1e3 * engine["sum"] / engine["count"], 2),
-            "p50": round(1e3 * histogram_quantile(engine, 0.5), 2),
-            "p95": round(1e3 * histogram_quantile(engine, 0.95), 2),
-        }
-        out["engine_busy"] = round(engine["sum"] / wall_s, 3) if wall_s > 0 else None
-    margin = histogram(delta, "streampunct_finalize_margin_seconds")
-    if margin and margin["count"] > 0:
-        out["server_margin_ms"] = {
-            "p50": round(1e3 * histogram_quantile(margin, 0.5), 1),
-            "p95": round(1e3 * histogram_quantile(margin, 0.95), 1),
-            "p99": round(1e3 * histogram_quantile(margin, 0.99), 1),
-        }
-    errors = {dict(labels)["code"]: int(v) for (name, labels), v in delta.items()
-              if name == "streampunct_errors_total" and v}
-    if errors:
-        out["errors"] = errors
-    rejected = {dict(labels)["reason"]: int(v) for (name, labels), v in delta.items()
-                if name == "streampunct_handshakes_rejected_total" and v}
-    if rejected:
-        out["rejected"] = rejected
-    return out
-
-
-# -- one step ------------------------------------------------------------------------
-
-
 def _quantiles_ms(values: np.ndarray | Sequence[float]) -> dict:
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         return {"p50": None, "p95": None, "p99": None, "max": None, "mean": None}
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
     return {
-        "p50": round(1e3 * percentile(values, 50), 1),
-        "p95": round(1e3 * percentile(values, 95), 1),
-        "p99": round(1e3 * percentile(values, 99), 1),
+        "p50": round(1e3 * float(p50), 1),
+        "p95": round(1e3 * float(p95), 1),
+        "p99": round(1e3 * float(p99), 1),
         "max": round(1e3 * float(values.max()), 1),
         "mean": round(1e3 * float(values.mean()), 1),
     }
@@ -719,7 +369,7 @@ async def run_step(
 
     before = await http_get(url, "/metrics")
     cpu0 = server.cpu_seconds() if server else None
-    machine0 = _machine_jiffies()
+    machine0 = machine_cpu_busy()
     client_cpu0, wall0 = time.process_time(), time.perf_counter()
 
     stop = asyncio.Event()
@@ -738,7 +388,7 @@ async def run_step(
     wall = time.perf_counter() - wall0
     client_cpu = time.process_time() - client_cpu0
     cpu1 = server.cpu_seconds() if server else None
-    machine1 = _machine_jiffies()
+    machine1 = machine_cpu_busy()
     after = await http_get(url, "/metrics")
 
     check = FinalsCheck()
@@ -788,7 +438,7 @@ async def run_step(
         "send_lag_ms": _quantiles_ms(np.asarray(send_lag)),
         "loop_lag_ms": _quantiles_ms(lag),
     }
-    if machine0 and machine1 and machine1[1] > machine0[1]:
+    if machine1[1] > machine0[1]:
         cores = os.cpu_count() or 1
         busy = cores * (machine1[0] - machine0[0]) / (machine1[1] - machine0[1])
         step["machine_busy_cores"] = round(busy, 2)
@@ -820,100 +470,6 @@ def _steady_rate(final_at: np.ndarray, starts: Sequence[float], cfg: LoadBenchCo
         return None
     inside = np.count_nonzero((final_at >= lo) & (final_at < hi))
     return round(inside / (hi - lo), 1)
-
-
-def slo_failures(step: Mapping, slo_p95_ms: float) -> list[str]:
-    """Why a step misses the SLO (empty: it meets it)."""
-    reasons = []
-    if step["connected"] < step["sessions"]:
-        reasons.append(f"{step['sessions'] - step['connected']} sessions could not connect")
-    c = step["check"]
-    for key in ("lost", "duplicated", "out_of_order", "mismatched"):
-        if c[key]:
-            reasons.append(f"{c[key]} {key.replace('_', '-')} words")
-    p95 = step["margin_ms"]["p95"]
-    if p95 is None:
-        reasons.append("no word was finalized")
-    elif p95 > slo_p95_ms:
-        reasons.append(f"p95 finalize margin {p95:.0f} ms > {slo_p95_ms:.0f} ms")
-    return reasons
-
-
-# -- the ramp --------------------------------------------------------------------------
-
-
-def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
-    """Rough wall time of a step that keeps up (connects, stagger, speech, last finals)."""
-    speech = (1.0 if cfg.prefill_words else 0.0) + cfg.duration_s + cfg.jitter_ms / 1000.0
-    return 1.5 + 0.01 * n + cfg.stagger_s + speech + 1.0
-
-
-def next_refinement(steps: Sequence[Mapping], granularity: int = 5) -> int | None:
-    """The N halfway between the largest good N and the smallest bad N above it (None: done)."""
-    bad = [s["sessions"] for s in steps if not s["slo_met"]]
-    if not bad:
-        return None
-    hi = min(bad)
-    good = [s["sessions"] for s in steps if s["slo_met"] and s["sessions"] < hi]
-    lo = max(good, default=0)
-    mid = int(round((lo + hi) / 2 / granularity)) * granularity
-    if mid <= lo or mid >= hi or hi - lo <= max(granularity, 0.1 * hi):
-        return None
-    return mid
-
-
-def best_sessions(steps: Sequence[Mapping]) -> int | None:
-    """The largest N that met the SLO below the smallest N that missed it."""
-    bad = [s["sessions"] for s in steps if not s["slo_met"]]
-    limit = min(bad) if bad else math.inf
-    good = [s["sessions"] for s in steps if s["slo_met"] and s["sessions"] < limit]
-    return max(good) if good else None
-
-
-def format_step(s: Mapping) -> str:
-    m, e, srv, cl, c = s["margin_ms"], s["latency_ms"], s["server"], s["client"], s["check"]
-
-    def f(x: float | None, spec: str = ".0f") -> str:
-        return "-" if x is None else format(x, spec)
-
-    parts = [
-        f"N={s['sessions']:<4d} margin p50/p95/p99/max {f(m['p50'])}/{f(m['p95'])}/{f(m['p99'])}/{f(m['max'])} ms",
-        f"e2e p50/p95 {f(e['p50'])}/{f(e['p95'])} ms",
-        f"{f(s['finalized_wps'])}/{s['offered_wps']:.0f} w/s",
-    ]
-    if "batch_size" in srv:
-        parts.append(f"batch mean {srv['batch_size']['mean']:.1f}")
-    if "engine_busy" in srv:
-        parts.append(f"engine busy {100 * srv['engine_busy']:.0f}%")
-    if "cpu_cores" in srv:
-        parts.append(f"server cpu {srv['cpu_cores']:.2f}")
-    parts.append(f"client cpu {cl['cpu_cores']:.2f} send-lag p95 {f(cl['send_lag_ms']['p95'])} ms")
-    if "other_processes_cores" in s:
-        parts.append(f"others {s['other_processes_cores']:.2f} cores")
-    parts.append(f"lost {c['lost']} dup {c['duplicated']} ooo {c['out_of_order']} mism {c['mismatched']}")
-    if s["errors"]:
-        parts.append("errors " + ",".join(f"{k}={v}" for k, v in s["errors"].items()))
-    verdict = "SLO met" if s["slo_met"] else "SLO missed: " + "; ".join(s["slo_failures"])
-    if cl["behind"]:
-        verdict += " [load generator behind schedule]"
-    return " | ".join(parts) + " | " + verdict
-
-
-def _profile_top(path: Path | None, limit: int = 20) -> list[dict] | None:
-    """The server main thread's costliest functions (own time), idle waits left out."""
-    if path is None or not path.is_file():
-        return None
-    import pstats
-
-    stats = pstats.Stats(str(path))
-    rows = []
-    for (filename, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        if "epoll" in func or "select" in func or func in ("<built-in method time.sleep>",):
-            continue  # the event loop waiting for work: idle, not cost
-        rows.append({"function": f"{Path(filename).name}:{line}({func})", "calls": nc,
-                     "tottime_s": round(tt, 3), "cumtime_s": round(ct, 3)})
-    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
-    return rows[:limit]
 
 
 async def _ramp(cfg: LoadBenchConfig, url: str, corpus: Sequence[str], server: ServerProcess | None,
@@ -974,7 +530,7 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
             rc = server.stop() if server is not None else None
         if server is not None and rc not in (0, None, -signal.SIGTERM):
             notes.append(f"server exit code {rc}; log tail:\n{server.log_tail()}")
-        profile = _profile_top(server.profile_path) if server is not None else None
+        profile = profile_top(server.profile_path) if server is not None else None
     best = best_sessions(steps)
     behind = [s["sessions"] for s in steps if s["client"]["behind"]]
     if behind:
@@ -1020,80 +576,6 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
     print(summary_text(payload))
     print(f"wrote {path}" + (f" and {png}" if png else ""))
     return payload
-
-
-def summary_text(payload: Mapping) -> str:
-    best = payload["max_sessions_meeting_slo"]
-    slo = payload["slo"]["p95_margin_ms"]
-    target = payload["target_sessions"]
-    largest_run = max((s["sessions"] for s in payload["steps"]), default=0)
-    if payload["target_met"]:
-        verdict = "met"
-    elif largest_run < target and all(s["slo_met"] for s in payload["steps"]):
-        verdict = f"not tested (largest N run: {largest_run})"
-    else:
-        verdict = "NOT met"
-    lines = [
-        f"largest N meeting the SLO (p95 finalize margin <= {slo:.0f} ms, no lost/duplicated words): "
-        f"{best if best is not None else 'none'}; target {target}: {verdict} "
-        f"({payload['stopped']}; {payload['total_s']:.0f}s)",
-    ]
-    lines += [f"note: {n}" for n in payload["notes"]]
-    return "\n".join(lines)
-
-
-def plot_load(payload: Mapping, path: Path) -> Path | None:
-    plt = pyplot()
-    if plt is None:
-        return None
-    steps = sorted(payload["steps"], key=lambda s: s["sessions"])
-    if not steps:
-        return None
-    n = [s["sessions"] for s in steps]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for key, style in (("p50", "o-"), ("p95", "s-"), ("p99", "^--")):
-        values = [s["margin_ms"][key] for s in steps]
-        ax1.plot(n, [max(v, 1.0) if v is not None else np.nan for v in values], style, label=f"margin {key}")
-    slo = payload["slo"]["p95_margin_ms"]
-    ax1.axhline(slo, color="red", linestyle=":", label=f"SLO p95 <= {slo:.0f} ms")
-    for s in steps:
-        if not s["slo_met"]:
-            ax1.axvline(s["sessions"], color="gray", alpha=0.25, linewidth=6)
-    best = payload["max_sessions_meeting_slo"]
-    if best is not None:
-        ax1.axvline(best, color="green", linestyle="--", label=f"largest N meeting SLO: {best}")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("concurrent sessions")
-    ax1.set_ylabel("finalize margin (ms, log; floor 1 ms)")
-    ax1.set_title("final after decidable (gray: SLO missed)")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
-    ax2.plot(n, [s["offered_wps"] for s in steps], "k:", label="offered words/s")
-    ax2.plot(n, [s["finalized_wps"] or np.nan for s in steps], "o-", label="finalized words/s")
-    ax2.set_xlabel("concurrent sessions")
-    ax2.set_ylabel("words/s")
-    ax2.grid(alpha=0.3)
-    ax3 = ax2.twinx()
-    ax3.plot(n, [s["server"].get("cpu_cores", np.nan) for s in steps], "s--", color="tab:red",
-             label="server CPU (cores)")
-    ax3.plot(n, [s["client"]["cpu_cores"] for s in steps], "^--", color="tab:purple",
-             label="load generator CPU (cores)")
-    ax3.plot(n, [s["server"].get("engine_busy", np.nan) for s in steps], "d:", color="tab:green",
-             label="engine busy (fraction)")
-    ax3.plot(n, [s.get("other_processes_cores", np.nan) for s in steps], "x:", color="gray",
-             label="other processes CPU (cores)")
-    ax3.set_ylabel("cores / fraction")
-    ax3.set_ylim(bottom=0)
-    h1, l1 = ax2.get_legend_handles_labels()
-    h2, l2 = ax3.get_legend_handles_labels()
-    ax2.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
-    srv = payload["server"]
-    ax2.set_title(f"throughput and CPU ({srv.get('engine')}, {srv.get('model') or 'external server'})")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 # -- command line ------------------------------------------------------------------------

@@ -144,9 +144,9 @@ def build_proxy_model(out: Path, *, encoder: Path | None = None, seed: int = 0) 
     """Write the proxy model folder (model.onnx, model.int8.onnx, sidecars, tokenizer, metadata)."""
     import onnx
 
-    from engines.base import TensorSpec, WindowDefaults
+    from engines.base import TensorSpec
     from engines.quantize import quantize_int8_dynamic
-    from engines.sidecar import ModelMetadata, new_sidecar, write_sidecar
+    from engines.sidecar import new_sidecar, write_sidecar
 
     encoder = encoder or minilm_dir()
     out = Path(out)
@@ -155,11 +155,10 @@ def build_proxy_model(out: Path, *, encoder: Path | None = None, seed: int = 0) 
     model = build_graph(read_safetensors(encoder / "model.safetensors"), config, seed)
     fp32 = out / "model.onnx"
     onnx.save(model, str(fp32))
-    meta = ModelMetadata(LABELS, "last", WindowDefaults(**WINDOW), source_sha256="")
     spec_in = (TensorSpec("input_ids", "int64", ("batch", "seq")), TensorSpec("attention_mask", "int64", ("batch", "seq")))
     spec_out = (TensorSpec("logits", "float32", ("batch", "seq", len(LABELS))),)
     sidecar = new_sidecar(fp32, backend="onnxruntime", precision="fp32", inputs=spec_in, outputs=spec_out,
-                          metadata=meta, recipe={"exporter": "benchmarks.load_proxy_model (hand-built graph)",
+                          source_sha256="", recipe={"exporter": "benchmarks.load_proxy_model (hand-built graph)",
                                                  "head": f"random linear, seed {seed}"})
     write_sidecar(sidecar, fp32)
     quantize_int8_dynamic(fp32, out / "model.int8.onnx")

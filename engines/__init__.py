@@ -15,7 +15,6 @@ from engines.base import (
     ArtifactMismatch,
     BuildError,
     CudaError,
-    DataError,
     DependencyMissing,
     Engine,
     EngineError,
@@ -24,7 +23,6 @@ from engines.base import (
     InferenceError,
     IOSpec,
     TensorSpec,
-    WindowDefaults,
 )
 from engines.registry import available_backends, load_engine
 
@@ -33,7 +31,6 @@ __all__ = [
     "ArtifactMismatch",
     "BuildError",
     "CudaError",
-    "DataError",
     "DependencyMissing",
     "Engine",
     "EngineError",
@@ -42,7 +39,6 @@ __all__ = [
     "IOSpec",
     "InferenceError",
     "TensorSpec",
-    "WindowDefaults",
     "available_backends",
     "load_engine",
 ]

@@ -15,7 +15,6 @@ so it has its own root; the CLI turns these into its own errors)::
     ├── ExportError         ONNX export or its verification failed
     ├── GraphPrepError      fp16 / Q/DQ graph preparation failed its checks
     ├── BuildError          a TensorRT build step returned an error status
-    ├── DataError           a validation/calibration text file is malformed
     └── InferenceError      running a batch failed (bad input shapes, runtime errors)
         └── CudaError       a CUDA driver call failed (see engines.cuda_ops)
 """
@@ -31,7 +30,6 @@ import numpy as np
 INPUT_NAMES: tuple[str, str] = ("input_ids", "attention_mask")
 OUTPUT_NAME = "logits"
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
-LABEL_POSITIONS: tuple[str, ...] = ("last", "first")
 
 
 class EngineError(Exception):
@@ -60,10 +58,6 @@ class GraphPrepError(EngineError):
 
 class BuildError(EngineError):
     """A TensorRT build step failed (parser errors, invalid profile, no plan)."""
-
-
-class DataError(EngineError, ValueError):
-    """A validation or calibration data file is malformed (the message gives path:line)."""
 
 
 class InferenceError(EngineError):
@@ -97,35 +91,18 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class WindowDefaults:
-    """Window sizes tuned with the model (content tokens; the model sees size + 2).
-
-    Attributes:
-        size: content tokens per window (W).
-        left: left context a prediction needs (L).
-        right: right context a prediction needs (R).
-    """
-
-    size: int
-    left: int
-    right: int
-
-    def to_dict(self) -> dict:
-        return {"size": self.size, "left": self.left, "right": self.right}
-
-
-@dataclass(frozen=True)
 class IOSpec:
-    """What an engine takes and returns, and the metadata that travels with it.
+    """What an engine takes and returns.
+
+    Labels, label position and window belong to the model, not to an
+    artifact: they live in the model folder's ``streampunct.json``, which the
+    runtime reads (``streampunct.model.load_model_info``).
 
     Attributes:
         backend: ``onnxruntime``, ``tensorrt`` or ``torch``.
         artifact: file name of the loaded artifact (empty for torch).
         precision: ``fp32``, ``fp16`` or ``int8``.
         inputs, outputs: tensor descriptions (names, dtypes, symbolic shapes).
-        labels: class names in logit order.
-        label_position: ``last`` or ``first`` sub-token carries a word's label.
-        window: window defaults tuned with the model.
         max_batch, max_len: hard limits of the engine (TensorRT profile), or
             None where any shape works.
         min_len: shortest sequence the engine runs natively (shorter input is
@@ -137,16 +114,15 @@ class IOSpec:
     precision: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    labels: tuple[str, ...]
-    label_position: str
-    window: WindowDefaults
     max_batch: int | None = None
     max_len: int | None = None
     min_len: int | None = None
 
     @property
-    def num_labels(self) -> int:
-        return len(self.labels)
+    def num_labels(self) -> int | None:
+        """C, the logits' last axis (None where the artifact leaves it symbolic)."""
+        last = self.outputs[0].shape[-1]
+        return last if isinstance(last, int) else None
 
 
 @runtime_checkable

@@ -37,8 +37,8 @@ from engines.onnx_export import (
     sample_batch,
     vocab_size_of,
 )
-from engines.parity import EvalWindows, ParityReport, compare_logits, parity_on_windows
-from engines.sidecar import ModelMetadata, read_sidecar, write_sidecar
+from engines.parity import ParityReport, ParityWindows, compare_logits, parity_on_windows
+from engines.sidecar import read_sidecar, write_sidecar
 from engines.tensorrt_build import TrtBuildOptions
 from engines.torch_engine import TorchEngine
 
@@ -133,7 +133,7 @@ def _artifact_plan(config: BuildConfig) -> tuple[str | None, str | None]:
     return onnx_name, f"model.{config.precision}.plan"
 
 
-def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: EvalWindows | None) -> None:
+def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: ParityWindows | None) -> None:
     name = out.name
     if name == "model.int8.onnx":
         from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
@@ -176,27 +176,31 @@ def build_model_folder(
     module: Any,
     out_dir: str | Path,
     *,
-    metadata: ModelMetadata | Mapping[str, Any],
     config: BuildConfig,
-    parity_windows: EvalWindows | None = None,
-    calibration_windows: EvalWindows | None = None,
+    model_metadata: Mapping[str, Any],
+    source_sha256: str = "",
+    parity_windows: ParityWindows | None = None,
+    calibration_windows: ParityWindows | None = None,
     copy_files: Mapping[str, Path] | None = None,
-    model_metadata: Mapping[str, Any] | None = None,
     parity_source: str = "",
 ) -> BuildReport:
     """Export ``module``, derive the artifacts ``config`` asks for, check parity, and
     write the runtime model folder ``out_dir``.
 
     ``copy_files`` maps destination names to files (e.g. ``tokenizer.json``);
-    ``model_metadata`` becomes streampunct.json with ``"artifact"`` set.
+    ``model_metadata`` (the model's labels, label position, window and
+    record, which this package passes through unread) becomes
+    streampunct.json with ``"artifact"`` set; ``source_sha256`` names the
+    checkpoint in every sidecar.
     Without ``parity_windows`` the parity figures use random token ids.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = metadata if isinstance(metadata, ModelMetadata) else ModelMetadata.from_dict(metadata)
     written: list[Path] = []
 
-    export = export_onnx(module, out_dir / "model.onnx", metadata=meta, opset=config.opset)
+    export = export_onnx(
+        module, out_dir / "model.onnx", source_sha256=source_sha256, opset=config.opset
+    )
     written.append(export.path)
     fp32 = export.path
     onnx_name, plan_name = _artifact_plan(config)
@@ -212,7 +216,7 @@ def build_model_folder(
         build_plan(prepared or fp32, final, config.trt)
         written.append(final)
 
-    reference = TorchEngine(module, meta)
+    reference = TorchEngine(module, num_labels=export.num_labels)
     vocab = vocab_size_of(module)
     parity: dict[str, ParityReport] = {}
     vs_onnx: dict[str, ParityReport] = {}
@@ -247,15 +251,7 @@ def build_model_folder(
     for name, source in (copy_files or {}).items():
         shutil.copyfile(source, out_dir / name)
         written.append(out_dir / name)
-    info = dict(model_metadata or {})
-    info.update(
-        {
-            "artifact": final.name,
-            "labels": list(meta.labels),
-            "label_position": meta.label_position,
-            "window": meta.window.to_dict(),
-        }
-    )
+    info = {**model_metadata, "artifact": final.name}
     (out_dir / "streampunct.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     written.append(out_dir / "streampunct.json")
     return BuildReport(

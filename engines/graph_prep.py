@@ -213,7 +213,7 @@ def prepare_fp16(
         precision="fp16",
         inputs=inputs,
         outputs=outputs,
-        metadata=parent.metadata,
+        source_sha256=parent.source_sha256,
         parent=parent,
         recipe={
             "method": "modelopt.onnx.autocast.convert_to_mixed_precision",
@@ -302,7 +302,7 @@ def prepare_int8_qdq(
         precision="int8",
         inputs=inputs,
         outputs=outputs,
-        metadata=parent.metadata,
+        source_sha256=parent.source_sha256,
         parent=parent,
         recipe={
             "method": "modelopt.onnx.quantization.quantize (explicit Q/DQ)",

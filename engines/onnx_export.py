@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from engines.base import INPUT_NAMES, OUTPUT_NAME, ExportError
 from engines.deps import require
 from engines.onnx_graph import interface_problems, io_specs
 from engines.parity import compare_logits
-from engines.sidecar import ModelMetadata, Sidecar, new_sidecar, write_sidecar
+from engines.sidecar import Sidecar, new_sidecar, write_sidecar
 from engines.torch_engine import logits_module
 
 logger = logging.getLogger(__name__)
@@ -102,15 +101,14 @@ def export_onnx(
     module: Any,
     out_path: str | Path,
     *,
-    metadata: ModelMetadata | Mapping[str, Any],
+    source_sha256: str = "",
     opset: int = DEFAULT_OPSET,
     verify_rtol: float = 1e-4,
 ) -> ExportResult:
     """Export ``module`` (forward(input_ids, attention_mask) -> logits) to ``out_path``.
 
-    Writes the fp32 ONNX graph and its sidecar. ``metadata`` carries labels,
-    label_position, window and optionally source_sha256 (the checkpoint hash;
-    a hash of the module's weights is used when it is absent). Raises
+    Writes the fp32 ONNX graph and its sidecar. ``source_sha256`` names the
+    checkpoint (a hash of the module's weights is used when it is empty). Raises
     ExportError when the exporter fails, the graph fails ``onnx.checker`` or
     the interface check, or ONNX Runtime's logits differ from torch's by more
     than ``verify_rtol`` relative to the largest logit.
@@ -118,7 +116,6 @@ def export_onnx(
     torch = require("torch", feature="ONNX export")
     onnx = require("onnx", feature="ONNX export")
     ort = require("onnxruntime", feature="verifying the ONNX export")
-    meta = metadata if isinstance(metadata, ModelMetadata) else ModelMetadata.from_dict(metadata)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -131,11 +128,6 @@ def export_onnx(
         raise ExportError(
             f"module returned shape {reference.shape} for input {trace_ids.shape}; "
             "expected logits [batch, seq, C]"
-        )
-    if reference.shape[2] != len(meta.labels):
-        raise ExportError(
-            f"module has {reference.shape[2]} output classes but the metadata names "
-            f"{len(meta.labels)} labels {list(meta.labels)}"
         )
     dynamic = {"batch": 0, "sequence": 1}
     dynamic_axes = {
@@ -186,15 +178,13 @@ def export_onnx(
             "the export specialized on the traced shape or dropped the attention mask"
         )
 
-    if not meta.source_sha256:
-        meta = ModelMetadata(meta.labels, meta.label_position, meta.window, weights_sha256(module))
     sidecar = new_sidecar(
         out_path,
         backend="onnxruntime",
         precision="fp32",
         inputs=inputs,
         outputs=outputs,
-        metadata=meta,
+        source_sha256=source_sha256 or weights_sha256(module),
         recipe={"method": "torch.onnx.export (TorchScript, dynamo=False)", "opset": opset},
     )
     write_sidecar(sidecar, out_path)

@@ -1,31 +1,21 @@
-"""Parity figures between two engines, on random shapes or on validation text.
+"""Parity figures between two engines: logits and labels compared on given windows.
 
-Validation text is a ``word<TAB>LABEL`` file (Che et al. format, e.g. IWSLT
-``dev2012``). It is cut into non-overlapping ``[CLS] words... [SEP]`` windows
-of at most ``max_len`` tokens at word boundaries; each word's label sits on
-its last (or first) sub-token, as the sidecar's ``label_position`` says. This
-is deliberately simpler than the service's double-overlap decoding: it is
-for comparing two engines on identical inputs, not for reporting accuracy.
+The windows are arrays (token ids, attention mask and the position of each
+word's label token); whoever has text builds them with the runtime's
+windowing (``streampunct.windowing.offline_windows``), so this module knows
+nothing of files, tokenizers or metrics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-
-from engines.base import DataError
-from engines.deps import require
 
 #: One engine call: int64[B,T], int64[B,T] -> float32[B,T,C].
 InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
-_CLS = ("[CLS]", "<s>")
-_SEP = ("[SEP]", "</s>")
-_PAD = ("[PAD]", "<pad>")
-_UNK = ("[UNK]", "<unk>")
 
 
 @dataclass(frozen=True)
@@ -92,76 +82,22 @@ def compare_logits(
 
 
 @dataclass(frozen=True)
-class WordLabelData:
-    """Words and gold label ids read from a ``word<TAB>LABEL`` file.
-
-    Attributes:
-        words: lowercased words.
-        labels: int64 label ids (indices into the label names given to the reader).
-        source: the file, for messages.
-    """
-
-    words: tuple[str, ...]
-    labels: np.ndarray
-    source: str
-
-
-def read_word_labels(
-    path: str | Path, label_names: Sequence[str], *, max_lines: int | None = None
-) -> WordLabelData:
-    """Read ``word<TAB>LABEL`` lines (the first ``max_lines`` when given).
-
-    A line whose word is empty carries its label over to the previous word
-    when that word has the first label (``O``) so no punctuation is lost.
-    """
-    index = {name: i for i, name in enumerate(label_names)}
-    words: list[str] = []
-    labels: list[int] = []
-    path = Path(path)
-    try:
-        handle = open(path, encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e}") from e
-    with handle:
-        for lineno, line in enumerate(handle, 1):
-            if max_lines is not None and lineno > max_lines:
-                break
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            word, sep, label = line.rpartition("\t")
-            if not sep:
-                raise DataError(f"{path}:{lineno}: expected 'word<TAB>LABEL', got {line[:40]!r}")
-            if label not in index:
-                raise DataError(
-                    f"{path}:{lineno}: unknown label {label!r}; expected one of {list(label_names)}"
-                )
-            word = word.strip().lower()
-            if not word:
-                if words and labels[-1] == 0:
-                    labels[-1] = index[label]
-                continue
-            words.append(word)
-            labels.append(index[label])
-    if not words:
-        raise DataError(f"{path} holds no word/label lines")
-    return WordLabelData(tuple(words), np.asarray(labels, dtype=np.int64), str(path))
-
-
-@dataclass(frozen=True)
-class EvalWindows:
-    """Validation text as model inputs.
+class ParityWindows:
+    """Model inputs to compare two engines on.
 
     Attributes:
         input_ids, attention_mask: int64[N, T], right-padded with the pad id / 0.
         positions: int64[K, 2], (window, token) of each word's label token.
-        gold: int64[K], each word's gold label id.
     """
 
     input_ids: np.ndarray
     attention_mask: np.ndarray
     positions: np.ndarray
-    gold: np.ndarray
+
+    @classmethod
+    def of(cls, windows) -> ParityWindows:
+        """From any object with these three arrays (e.g. the runtime's ``WindowBatch``)."""
+        return cls(windows.input_ids, windows.attention_mask, windows.positions)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -173,87 +109,17 @@ class EvalWindows:
             width = int(mask.sum(axis=1).max())
             yield self.input_ids[start:start + batch_size, :width], mask[:, :width]
 
-    def head(self, n: int) -> EvalWindows:
+    def head(self, n: int) -> ParityWindows:
         """The first ``n`` windows (and their words)."""
         keep = self.positions[:, 0] < n
-        return EvalWindows(
-            self.input_ids[:n], self.attention_mask[:n], self.positions[keep], self.gold[keep]
-        )
+        return ParityWindows(self.input_ids[:n], self.attention_mask[:n], self.positions[keep])
 
     def calibration_feed(self, n: int) -> dict[str, np.ndarray]:
         """The first ``n`` windows as an input feed (for Q/DQ calibration)."""
         return {"input_ids": self.input_ids[:n], "attention_mask": self.attention_mask[:n]}
 
 
-def _special(tokenizer, names: tuple[str, ...]) -> int:
-    for name in names:
-        token_id = tokenizer.token_to_id(name)
-        if token_id is not None:
-            return int(token_id)
-    raise DataError(f"tokenizer has none of the special tokens {names}")
-
-
-def load_tokenizer(path: str | Path):
-    """A ``tokenizers.Tokenizer`` from tokenizer.json (or a folder holding one), without
-    the padding/truncation settings such files often carry."""
-    tokenizers = require("tokenizers", feature="tokenizing validation text")
-    path = Path(path)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
-        raise DataError(f"no tokenizer.json at {path}")
-    tokenizer = tokenizers.Tokenizer.from_file(str(path))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
-
-
-def encode_windows(
-    tokenizer,
-    data: WordLabelData,
-    *,
-    max_len: int = 128,
-    label_position: str = "last",
-    max_word_tokens: int = 16,
-) -> EvalWindows:
-    """Cut ``data`` into ``[CLS] ... [SEP]`` windows of at most ``max_len`` tokens."""
-    if isinstance(tokenizer, str | Path):
-        tokenizer = load_tokenizer(tokenizer)
-    if max_len < max_word_tokens + 2:
-        raise ValueError(f"max_len {max_len} must leave room for a {max_word_tokens}-token word")
-    cls_id, sep_id = _special(tokenizer, _CLS), _special(tokenizer, _SEP)
-    pad_id, unk_id = _special(tokenizer, _PAD), _special(tokenizer, _UNK)
-    cache: dict[str, list[int]] = {}
-    budget = max_len - 2
-    windows: list[list[int]] = []
-    positions: list[tuple[int, int]] = []
-    current: list[int] = [cls_id]
-    for word in data.words:
-        ids = cache.get(word)
-        if ids is None:
-            ids = tokenizer.encode(word, add_special_tokens=False).ids or [unk_id]
-            if len(ids) > max_word_tokens:
-                ids = ids[: max_word_tokens - 1] + ids[-1:]
-            cache[word] = ids
-        if len(current) - 1 + len(ids) > budget:
-            windows.append(current + [sep_id])
-            current = [cls_id]
-        offset = len(ids) - 1 if label_position == "last" else 0
-        positions.append((len(windows), len(current) + offset))
-        current.extend(ids)
-    windows.append(current + [sep_id])
-    width = max(len(w) for w in windows)
-    input_ids = np.full((len(windows), width), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((len(windows), width), dtype=np.int64)
-    for row, window in enumerate(windows):
-        input_ids[row, : len(window)] = window
-        attention_mask[row, : len(window)] = 1
-    return EvalWindows(
-        input_ids, attention_mask, np.asarray(positions, dtype=np.int64), data.labels.copy()
-    )
-
-
-def run_windows(infer: InferFn, windows: EvalWindows, *, batch_size: int = 32) -> np.ndarray:
+def run_windows(infer: InferFn, windows: ParityWindows, *, batch_size: int = 32) -> np.ndarray:
     """Logits float32[N, T, C] of every window (padded positions left at 0)."""
     chunks = []
     for ids, mask in windows.batches(batch_size):
@@ -265,40 +131,10 @@ def run_windows(infer: InferFn, windows: EvalWindows, *, batch_size: int = 32) -
 
 
 def parity_on_windows(
-    reference: InferFn, candidate: InferFn, windows: EvalWindows, *, batch_size: int = 32
+    reference: InferFn, candidate: InferFn, windows: ParityWindows, *, batch_size: int = 32
 ) -> ParityReport:
     """Run both engines on the same windows; diffs on attended tokens, agreement on
     each word's label token."""
     ref = run_windows(reference, windows, batch_size=batch_size)
     cand = run_windows(candidate, windows, batch_size=batch_size)
     return compare_logits(ref, cand, windows.attention_mask, windows.positions)
-
-
-def word_predictions(logits: np.ndarray, windows: EvalWindows) -> np.ndarray:
-    """Predicted label id of each word (argmax at its label token)."""
-    return logits[windows.positions[:, 0], windows.positions[:, 1]].argmax(-1)
-
-
-def micro_f1(
-    gold: np.ndarray, pred: np.ndarray, classes: Sequence[int], names: Sequence[str] | None = None
-) -> dict[str, dict[str, float]]:
-    """Precision/recall/F1 (in %) per class and micro-averaged over ``classes``
-    (the punctuation classes; the no-punctuation class is left out as usual)."""
-    gold, pred = np.asarray(gold), np.asarray(pred)
-    result: dict[str, dict[str, float]] = {}
-    tp_all = fp_all = fn_all = 0
-    for c in classes:
-        tp = int(((pred == c) & (gold == c)).sum())
-        fp = int(((pred == c) & (gold != c)).sum())
-        fn = int(((pred != c) & (gold == c)).sum())
-        tp_all, fp_all, fn_all = tp_all + tp, fp_all + fp, fn_all + fn
-        result[names[c] if names else str(c)] = _prf(tp, fp, fn)
-    result["overall"] = _prf(tp_all, fp_all, fn_all)
-    return result
-
-
-def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
-    p = tp / (tp + fp) if tp + fp else 0.0
-    r = tp / (tp + fn) if tp + fn else 0.0
-    f = 2 * p * r / (p + r) if p + r else 0.0
-    return {"precision": 100 * p, "recall": 100 * r, "f1": 100 * f, "support": float(tp + fn)}

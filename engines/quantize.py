@@ -107,7 +107,7 @@ def quantize_int8_dynamic(
         precision="int8",
         inputs=inputs,
         outputs=outputs,
-        metadata=parent.metadata,
+        source_sha256=parent.source_sha256,
         parent=parent,
         recipe={
             "method": "onnxruntime.quantization.quantize_dynamic",
@@ -189,7 +189,7 @@ def reduce_weight_range(int8_path: str | Path, out_path: str | Path) -> Sidecar:
                    # lineage of the 8-bit graph: its own parent and parity figures
                    "parent_of_8bit": parent.parent, "parity_of_8bit": parent.parity})
     sidecar = new_sidecar(out_path, backend="onnxruntime", precision="int8", inputs=inputs, outputs=outputs,
-                          metadata=parent.metadata, parent=parent, recipe=recipe)
+                          source_sha256=parent.source_sha256, parent=parent, recipe=recipe)
     write_sidecar(sidecar, out_path)
     logger.info("wrote %s (%d MatMul weights reduced to 7 bits)", out_path, changed)
     return sidecar

@@ -8,8 +8,8 @@ Artifact choice in a model folder (first that applies):
 3. the backend's defaults in order: onnxruntime ``model.int8.onnx`` then
    ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
 
-The torch backend takes no artifact: it runs a module given as ``module=`` or
-produced by ``loader=`` (see engines.torch_engine).
+A torch module is not a serving backend (a model folder holds artifacts, not
+modules); engines.torch_engine wraps one as the parity reference.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ class Backend:
     """One registered backend.
 
     Attributes:
-        name: the name users pass (``onnxruntime``, ``tensorrt``, ``torch``).
+        name: the name users pass (``onnxruntime``, ``tensorrt``).
         module: the module that implements it; imported on first use. It
             exposes ``open_engine(model_dir, artifact, options) -> Engine``.
         requires: import names that must be installed.
-        suffixes: artifact file types it loads (empty: no artifact).
+        suffixes: artifact file types it loads.
         default_artifacts: artifact names tried in order.
     """
 
@@ -59,7 +59,6 @@ BACKENDS: dict[str, Backend] = {
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
             (".plan",), ("model.fp16.plan", "model.int8.plan"),
         ),
-        Backend("torch", "engines.torch_engine", ("torch",), (), ()),
     )
 }
 
@@ -159,13 +158,13 @@ def load_engine(
     """Load an engine of ``backend`` from ``model_dir``.
 
     ``options`` are the backend's settings (e.g. ``intra_op_threads`` for
-    onnxruntime, ``device`` for tensorrt, ``module``/``loader`` for torch).
+    onnxruntime, ``device`` for tensorrt).
     Raises EngineError for an unknown backend or option, DependencyMissing
     (naming the pip extra) when the backend's packages are not installed, and
     ArtifactError when the model folder lacks a usable artifact.
     """
     b = require_backend(backend)
-    path = resolve_artifact(backend, model_dir, artifact) if b.suffixes else None
+    path = resolve_artifact(backend, model_dir, artifact)
     try:
         module = importlib.import_module(b.module)
     except ImportError as e:

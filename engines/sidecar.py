@@ -1,15 +1,18 @@
 """The JSON sidecar that travels with every artifact (``model.onnx`` -> ``model.onnx.json``).
 
-The sidecar says what the artifact takes and returns, which labels its logits
-mean, how it was made and from what. Keys (``format_version`` 1):
+The sidecar holds artifact facts: what the artifact takes and returns, how it
+was made and from what. Labels, label position and window are facts of the
+model and live once, in the model folder's ``streampunct.json``. Keys
+(``format_version`` 2):
 
 ``format_version``, ``artifact``, ``backend``, ``precision``, ``inputs``,
-``outputs``, ``labels``, ``label_position``, ``window``, ``source_sha256``,
-``artifact_sha256``, ``tool_versions``, ``recipe`` (how the artifact was made:
+``outputs``, ``source_sha256``, ``artifact_sha256``, ``tool_versions``, ``recipe`` (how the artifact was made:
 exporter, quantizer and their settings), and where they apply ``parent`` (the
 artifact this one was derived from), ``build``
 (TensorRT: GPU, compute capability, TensorRT version, profiles) and
-``parity`` (figures measured against the torch model). See docs/engines.md.
+``parity`` (figures measured against the torch model). Version 1 sidecars
+also carried ``labels``, ``label_position`` and ``window``; they are read and
+those keys ignored. See docs/engines.md.
 """
 
 from __future__ import annotations
@@ -22,71 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.base import (
-    LABEL_POSITIONS,
-    PRECISIONS,
-    ArtifactError,
-    ArtifactMismatch,
-    IOSpec,
-    TensorSpec,
-    WindowDefaults,
-)
+from engines.base import PRECISIONS, ArtifactError, ArtifactMismatch, IOSpec, TensorSpec
 from engines.deps import tool_versions
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 BACKENDS_WITH_ARTIFACTS = ("onnxruntime", "tensorrt")
-_REQUIRED = (
-    "format_version", "artifact", "backend", "precision", "inputs", "outputs", "labels",
-    "label_position", "window", "source_sha256",
-)
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    """The pass-through fields every sidecar carries, given by whoever exports.
-
-    Attributes:
-        labels: class names in logit order, e.g. ``("O", "COMMA", "PERIOD", "QUESTION")``.
-        label_position: ``last`` or ``first`` sub-token carries a word's label.
-        window: window defaults tuned with the model.
-        source_sha256: hash of the training checkpoint the artifact comes from
-            (empty when unknown; export fills in a hash of the weights).
-    """
-
-    labels: tuple[str, ...]
-    label_position: str
-    window: WindowDefaults
-    source_sha256: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.labels or not all(isinstance(x, str) and x for x in self.labels):
-            raise ArtifactError(f"labels must be a non-empty list of names, got {self.labels!r}")
-        if len(set(self.labels)) != len(self.labels):
-            raise ArtifactError(f"labels must be distinct, got {self.labels!r}")
-        if self.label_position not in LABEL_POSITIONS:
-            raise ArtifactError(
-                f"label_position must be one of {LABEL_POSITIONS}, got {self.label_position!r}"
-            )
-        w = self.window
-        if not (w.size > 0 and w.left >= 0 and w.right >= 0 and w.left + w.right < w.size):
-            raise ArtifactError(f"window needs size > left + right >= 0, got {w.to_dict()}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ModelMetadata:
-        """Read ``labels``, ``label_position``, ``window`` and optional ``source_sha256``."""
-        missing = [k for k in ("labels", "label_position", "window") if k not in d]
-        if missing:
-            raise ArtifactError(f"model metadata lacks {', '.join(missing)}")
-        try:
-            window = WindowDefaults(**{k: int(d["window"][k]) for k in ("size", "left", "right")})
-        except (KeyError, TypeError, ValueError) as e:
-            raise ArtifactError(f"window must be {{size, left, right}} integers, got {d['window']!r}") from e
-        return cls(
-            labels=tuple(d["labels"]),
-            label_position=str(d["label_position"]),
-            window=window,
-            source_sha256=str(d.get("source_sha256", "")),
-        )
+_REQUIRED = ("format_version", "artifact", "backend", "precision", "inputs", "outputs", "source_sha256")
 
 
 @dataclass(frozen=True)
@@ -98,9 +42,6 @@ class Sidecar:
     precision: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    labels: tuple[str, ...]
-    label_position: str
-    window: WindowDefaults
     source_sha256: str
     artifact_sha256: str = ""
     tool_versions: Mapping[str, str] = field(default_factory=dict)
@@ -117,12 +58,6 @@ class Sidecar:
             )
         if self.precision not in PRECISIONS:
             raise ArtifactError(f"sidecar precision must be one of {PRECISIONS}, got {self.precision!r}")
-        # Validates labels, label position and window.
-        ModelMetadata(self.labels, self.label_position, self.window)
-
-    @property
-    def metadata(self) -> ModelMetadata:
-        return ModelMetadata(self.labels, self.label_position, self.window, self.source_sha256)
 
     def replace(self, **changes: Any) -> Sidecar:
         return dataclasses.replace(self, **changes)
@@ -135,9 +70,6 @@ class Sidecar:
             precision=self.precision,
             inputs=self.inputs,
             outputs=self.outputs,
-            labels=self.labels,
-            label_position=self.label_position,
-            window=self.window,
             **limits,
         )
 
@@ -149,9 +81,6 @@ class Sidecar:
             "precision": self.precision,
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
-            "labels": list(self.labels),
-            "label_position": self.label_position,
-            "window": self.window.to_dict(),
             "source_sha256": self.source_sha256,
             "artifact_sha256": self.artifact_sha256,
             "tool_versions": dict(self.tool_versions),
@@ -174,16 +103,12 @@ class Sidecar:
                 f"{FORMAT_VERSION}: upgrade streampunct or rebuild the artifact"
             )
         try:
-            meta = ModelMetadata.from_dict(d)
             return cls(
                 artifact=str(d["artifact"]),
                 backend=str(d["backend"]),
                 precision=str(d["precision"]),
                 inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
                 outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
-                labels=meta.labels,
-                label_position=meta.label_position,
-                window=meta.window,
                 source_sha256=str(d["source_sha256"]),
                 artifact_sha256=str(d.get("artifact_sha256", "")),
                 tool_versions=dict(d.get("tool_versions", {})),
@@ -287,12 +212,15 @@ def new_sidecar(
     precision: str,
     inputs: tuple[TensorSpec, ...],
     outputs: tuple[TensorSpec, ...],
-    metadata: ModelMetadata,
+    source_sha256: str,
     parent: Sidecar | None = None,
     recipe: Mapping[str, Any] | None = None,
     build: Mapping[str, Any] | None = None,
 ) -> Sidecar:
-    """A sidecar for a freshly written artifact (hashes it, records tool versions)."""
+    """A sidecar for a freshly written artifact (hashes it, records tool versions).
+
+    ``source_sha256`` names what the artifact was made from (the checkpoint,
+    or for a derived artifact its parent's source)."""
     artifact_path = Path(artifact_path)
     return Sidecar(
         artifact=artifact_path.name,
@@ -300,10 +228,7 @@ def new_sidecar(
         precision=precision,
         inputs=inputs,
         outputs=outputs,
-        labels=metadata.labels,
-        label_position=metadata.label_position,
-        window=metadata.window,
-        source_sha256=metadata.source_sha256,
+        source_sha256=source_sha256,
         artifact_sha256=sha256_file(artifact_path),
         tool_versions=tool_versions(),
         parent=(

@@ -215,7 +215,7 @@ def build_plan(
         precision=source.precision,
         inputs=source.inputs,
         outputs=source.outputs,
-        metadata=source.metadata,
+        source_sha256=source.source_sha256,
         parent=source,
         recipe={"method": "tensorrt strongly typed network from ONNX", "source_recipe": source.recipe},
         build={

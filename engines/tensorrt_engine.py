@@ -238,10 +238,9 @@ class TensorRTEngine:
         out_shape = tuple(context.get_tensor_shape(OUTPUT_NAME))
         if len(out_shape) != 3 or min(out_shape) < 1:
             raise ArtifactMismatch(f"{self.path}: logits shape at max input is {out_shape}")
-        if out_shape[2] != len(self.sidecar.labels):
-            raise ArtifactMismatch(
-                f"{self.path} returns {out_shape[2]} classes, its sidecar names {len(self.sidecar.labels)}"
-            )
+        classes = self.sidecar.io_spec().num_labels
+        if classes is not None and out_shape[2] != classes:
+            raise ArtifactMismatch(f"{self.path} returns {out_shape[2]} classes, its sidecar says {classes}")
         state.output = self._bind(trt, cuda_ops, engine, context, OUTPUT_NAME, out_shape)
 
     @staticmethod

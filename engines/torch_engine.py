@@ -1,18 +1,14 @@
-"""The torch backend: runs a token classifier module directly (reference and training use).
+"""A torch module behind the Engine protocol: the reference that artifacts are compared with.
 
-It stays independent of the training package: the module comes in as
-``module=`` or from a ``loader=`` callable (for instance
-``training.checkpoint.load_checkpoint``) that maps the model folder to a
-module or to ``(module, metadata)``. Labels, label position and window come
-from that metadata, from ``metadata=``, or from the folder's streampunct.json.
+It stays independent of the training package: the caller hands in the module
+(``build-engine`` loads it with ``training.checkpoint.load_checkpoint``). It
+is not a serving backend: a model folder holds artifacts, not modules.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +16,6 @@ import numpy as np
 from engines.base import (
     INPUT_NAMES,
     OUTPUT_NAME,
-    ArtifactError,
     EngineError,
     InferenceError,
     IOSpec,
@@ -28,7 +23,6 @@ from engines.base import (
     check_batch,
 )
 from engines.deps import require
-from engines.sidecar import ModelMetadata
 
 
 def logits_module(module: Any) -> Any:
@@ -72,36 +66,19 @@ def logits_module(module: Any) -> Any:
     return LogitsOnly().eval()
 
 
-@dataclass(frozen=True)
-class TorchOptions:
-    """Options of the torch backend.
-
-    Attributes:
-        module: a module with forward(input_ids, attention_mask) -> logits.
-        loader: called with the model folder when ``module`` is None; returns a
-            module or ``(module, metadata)``.
-        metadata: labels / label_position / window (overrides the loader's).
-        device: torch device string.
-        threads: torch intra-op threads (process-wide); None leaves torch's default.
-    """
-
-    module: Any = None
-    loader: Callable[[Path], Any] | None = None
-    metadata: Mapping[str, Any] | None = None
-    device: str = "cpu"
-    threads: int | None = None
-
-
 class TorchEngine:
-    """A torch module behind the Engine protocol (fp32, no artifact)."""
+    """A torch module behind the Engine protocol (fp32, no artifact).
+
+    ``num_labels`` (C) only fills in :meth:`io_spec`; a name keeps the axis symbolic.
+    """
 
     name = "torch"
 
     def __init__(
         self,
         module: Any,
-        metadata: ModelMetadata | Mapping[str, Any],
         *,
+        num_labels: int | str = "labels",
         device: str = "cpu",
         threads: int | None = None,
     ) -> None:
@@ -110,9 +87,7 @@ class TorchEngine:
             torch.set_num_threads(threads)
         self._torch = torch
         self.device = torch.device(device)
-        self.metadata = (
-            metadata if isinstance(metadata, ModelMetadata) else ModelMetadata.from_dict(metadata)
-        )
+        self.num_labels = num_labels
         self._module = logits_module(module.to(self.device).eval())
 
     def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -137,40 +112,8 @@ class TorchEngine:
             artifact="",
             precision="fp32",
             inputs=tuple(TensorSpec(n, "int64", dyn) for n in INPUT_NAMES),
-            outputs=(TensorSpec(OUTPUT_NAME, "float32", (*dyn, len(self.metadata.labels))),),
-            labels=self.metadata.labels,
-            label_position=self.metadata.label_position,
-            window=self.metadata.window,
+            outputs=(TensorSpec(OUTPUT_NAME, "float32", (*dyn, self.num_labels)),),
         )
 
     def close(self) -> None:
         self._module = None
-
-
-def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> TorchEngine:
-    """Registry entry point: ``load_engine("torch", dir, module=... | loader=...)``."""
-    from engines.registry import make_options, read_model_metadata
-
-    opts: TorchOptions = make_options(TorchOptions, options, "torch")
-    module, metadata = opts.module, opts.metadata
-    if module is None:
-        if opts.loader is None:
-            raise EngineError(
-                "the torch backend needs module= or loader= (for a training checkpoint: "
-                "loader=training.checkpoint.load_checkpoint)"
-            )
-        loaded = opts.loader(model_dir)
-        if isinstance(loaded, tuple):
-            module, loaded_meta = loaded
-            metadata = metadata if metadata is not None else loaded_meta
-        else:
-            module = loaded
-    if metadata is None:
-        metadata = read_model_metadata(model_dir)
-    try:
-        meta = ModelMetadata.from_dict(metadata)
-    except ArtifactError as e:
-        raise ArtifactError(
-            f"torch backend: no usable labels/label_position/window for {model_dir}: {e}"
-        ) from e
-    return TorchEngine(module, meta, device=opts.device, threads=opts.threads)

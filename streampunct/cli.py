@@ -1,33 +1,56 @@
 """The ``streampunct`` command line: one entry point, one module per subcommand.
 
-Each subcommand lives in ``streampunct/commands/<name>.py`` and exposes
-``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``. A
-subcommand is listed only when its module is present, so the CLI never offers
-a feature that has not landed. Heavy imports (torch, onnx) happen inside
-``run`` so that ``streampunct --help`` stays fast and works on the base install.
+A subcommand module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``. The runtime's own subcommands (``serve``,
+``punctuate``, ``caption``, ``evaluate``) live in ``streampunct/commands/``.
+Every other subcommand registers itself under the entry-point group
+:data:`ENTRY_POINT_GROUP` (``train`` and ``build-engine`` from ``training``,
+``bench`` from ``benchmarks``; see pyproject.toml), so the runtime never
+imports the packages it does not need to serve. A plugin that fails to
+import is left out of ``--help`` with a warning instead of breaking the CLI.
+Heavy imports (torch, onnx) happen inside ``run`` so that ``streampunct
+--help`` stays fast and works on the base install.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
+from types import ModuleType
 
 from streampunct import __version__
 from streampunct.errors import StreampunctError
 
-#: Order in which subcommands are listed.
-COMMANDS = ("serve", "punctuate", "caption", "build_engine", "train", "evaluate", "bench")
+log = logging.getLogger(__name__)
+
+#: The runtime's own subcommands, in the order ``--help`` lists them.
+COMMANDS = ("serve", "punctuate", "caption", "evaluate")
+
+#: Entry-point group through which other packages add subcommands.
+ENTRY_POINT_GROUP = "streampunct.commands"
 
 
-def _available_commands():
+def plugin_commands() -> Iterator[ModuleType]:
+    """Subcommand modules registered under :data:`ENTRY_POINT_GROUP`, sorted by name."""
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        if ep.name in COMMANDS:
+            log.warning("entry point %s=%s shadows a runtime subcommand; ignored", ep.name, ep.value)
+            continue
+        try:
+            yield ep.load()
+        except Exception as e:  # a broken plugin must not take the runtime's commands down
+            log.warning("subcommand %s (%s) is unavailable: %s: %s", ep.name, ep.value,
+                        type(e).__name__, e)
+
+
+def available_commands() -> Iterator[ModuleType]:
     for name in COMMANDS:
-        module_name = f"streampunct.commands.{name}"
-        if importlib.util.find_spec(module_name) is not None:
-            yield importlib.import_module(module_name)
+        yield importlib.import_module(f"streampunct.commands.{name}")
+    yield from plugin_commands()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,30 +64,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default: INFO)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _available_commands():
+    for module in available_commands():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def run_command(run, args: argparse.Namespace, prog: str) -> int:
+    """Run one subcommand; project errors become a one-line message and status 2."""
     try:
-        return int(args._run(args) or 0)
-    except StreampunctError as e:
-        print(f"streampunct {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"streampunct {args.command}: error: {e}", file=sys.stderr)
+        return int(run(args) or 0)
+    except (StreampunctError, OSError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    return run_command(args._run, args, f"streampunct {args.command}")
+
+
+def command_main(module: ModuleType, argv: Sequence[str] | None = None) -> int:
+    """``python -m <subcommand module>``: one subcommand without the CLI frame."""
+    parser = argparse.ArgumentParser(prog=f"streampunct {module.NAME}", description=module.HELP)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging("INFO")
+    return run_command(module.run, args, parser.prog)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.frames import CloseCode
 
 from streampunct.alignment import Aligner
-from streampunct.batcher import Batcher, EngineError, OverloadedError
+from streampunct.batcher import Batcher, EngineFailedError, OverloadedError
 from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
 from streampunct.protocol import (
     ConfigApplied,
@@ -169,7 +169,7 @@ class Session:
         exc = driver.exception()
         if isinstance(exc, websockets.ConnectionClosed) or exc is None:
             return
-        if isinstance(exc, EngineError):
+        if isinstance(exc, EngineFailedError):
             self._log.error("engine failure: %s", exc)
             await self._send_error(ErrorCode.INTERNAL, "the punctuation engine failed; closing the stream")
             await self._ws.close(CloseCode.INTERNAL_ERROR, "engine failure")

@@ -163,3 +163,45 @@ def pad_batch(seqs: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.n
         ids[k, : len(s)] = s
         mask[k, : len(s)] = 1
     return ids, mask
+
+
+@dataclass(frozen=True)
+class WindowBatch:
+    """A text's offline windows as model inputs (what the offline decoder runs).
+
+    Attributes:
+        input_ids, attention_mask: int64[N, T], ``[CLS] tokens [SEP]`` rows
+            right-padded to the longest with the pad id / 0.
+        positions: int64[n_words, 2], in word order: (row, column) of the
+            token that carries each word's label in the window that decides it.
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    positions: np.ndarray
+
+
+def offline_windows(
+    word_ids: Sequence[Sequence[int]],
+    cfg: WindowConfig,
+    *,
+    label_position: str,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+) -> WindowBatch:
+    """The :func:`plan_offline` grid over words given as sub-token ids, framed and padded."""
+    if not word_ids:
+        raise ValueError("no words")
+    layout = TokenLayout.from_counts([len(w) for w in word_ids], label_position)
+    ids = np.fromiter((t for w in word_ids for t in w), dtype=np.int64)
+    windows = plan_offline(layout, cfg)
+    seqs = [np.concatenate(([cls_id], ids[w.token_start:w.token_end], [sep_id])) for w in windows]
+    input_ids, mask = pad_batch(seqs, pad_id)
+    positions = np.empty((len(layout), 2), dtype=np.int64)
+    label_pos = np.asarray(layout.label_pos, dtype=np.int64)
+    for row, w in enumerate(windows):
+        decided = slice(w.first_word, w.last_word + 1)
+        positions[decided, 0] = row
+        positions[decided, 1] = label_pos[decided] - w.token_start + 1
+    return WindowBatch(input_ids, mask, positions)

@@ -1,7 +1,8 @@
-"""From a config to a finished run: load data, build model and objective, train.
+"""From a config to a trainer: load data, build model and objective.
 
-``run(cfg, out_dir)`` is the one library call behind ``streampunct train``; it
-dispatches on ``method.kind`` (supervised, adversarial, self_training).
+``training.run.run(cfg, out_dir)``, the one library call behind ``streampunct
+train``, dispatches on ``method.kind`` to the trainers built here or to
+``training.self_training`` (which builds on this module).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from training.data import (
     source_paths,
 )
 from training.model import PunctuationModel, build_model, resolve_base_model
-from training.trainer import RunResult, Trainer, dataset_stream, interleave, seed_everything
+from training.trainer import Trainer, dataset_stream, interleave, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -159,24 +160,3 @@ def adversarial_trainer(setup: Setup, out_dir: Path) -> Trainer:
     return Trainer(cfg, model=model, objective=objective, aligner=setup.aligner, stream=stream,
                    steps_per_epoch=n_pun + n_pun // adv.pos_every, valid_docs=setup.valid_docs,
                    out_dir=out_dir, tokenizer_source=setup.base_path, metadata=meta)
-
-
-def default_out_dir(cfg: TrainConfig) -> Path:
-    from training.data import REPO_ROOT
-
-    out = Path(cfg.out) if cfg.out else Path("checkpoints") / cfg.name
-    return out if out.is_absolute() else REPO_ROOT / out
-
-
-def run(cfg: TrainConfig, out_dir: Path | None = None, *, resume: bool = False) -> RunResult:
-    """Train as the config says; returns the best checkpoint and its validation scores."""
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(cfg)
-    kind = cfg.method.kind
-    if kind == "self_training":
-        from training.self_training import run_self_training
-
-        return run_self_training(cfg, out_dir, resume=resume)
-    setup = prepare(cfg)
-    trainer = adversarial_trainer(setup, out_dir) if kind == "adversarial" \
-        else supervised_trainer(setup, out_dir)
-    return trainer.fit(resume=resume)

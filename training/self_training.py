@@ -39,6 +39,7 @@ from training.config import TrainConfig
 from training.data import REPO_ROOT, Document, load_unlabeled
 from training.evaluation import RuntimeModel, document_logits, is_runtime_model, validate
 from training.model import resolve_base_model
+from training.pipeline import file_hashes, prepare, supervised_trainer
 from training.trainer import RunResult
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,6 @@ def _result_of(run_dir: Path) -> RunResult:
 
 
 def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) -> RunResult:
-    from training.pipeline import prepare, supervised_trainer
-
     st = cfg.method.self_training
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = prepare(cfg)
@@ -123,7 +122,6 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
     unlabeled = load_unlabeled(cfg.data.unlabeled, setup.root, max_words=cfg.data.max_unlabeled_words,
                                seed=cfg.optim.seed)
     student_base = resolve_base_model(st.student_base_model or cfg.model.base_model)
-    from training.pipeline import file_hashes
 
     hashes = file_hashes(list(cfg.data.unlabeled), setup.root, unlabeled=True)
     for it in range(1, st.max_iterations + 1):

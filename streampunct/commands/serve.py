@@ -33,6 +33,7 @@ def _engine_option(text: str) -> tuple[str, object]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from engines.registry import BACKENDS
     from streampunct.batcher import BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import ServerConfig
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="DIR", default=None,
                         help="model folder (default: the shipped models/default)")
     parser.add_argument("--engine", default=ServerConfig.engine,
-                        choices=["onnxruntime", "tensorrt", "torch"], help="inference backend")
+                        choices=list(BACKENDS), help="inference backend")
     parser.add_argument("--engine-option", metavar="KEY=VALUE", type=_engine_option, action="append",
                         default=[], help="extra backend option (repeatable)")
     net = parser.add_argument_group("network")

@@ -17,25 +17,24 @@ import numpy as np
 import pytest
 
 from benchmarks.load_bench import (
-    FinalsCheck,
     LoadBenchConfig,
     SessionOutcome,
     SessionPlan,
     add_load_arguments,
     analyse_session,
-    best_sessions,
-    check_finals,
-    histogram,
-    histogram_quantile,
-    metrics_delta,
-    next_refinement,
-    parse_metrics,
     plan_session,
     run_load_bench,
     run_load_from_args,
-    server_figures,
-    slo_failures,
 )
+from benchmarks.load_finals import FinalsCheck, check_finals
+from benchmarks.load_metrics import (
+    histogram,
+    histogram_quantile,
+    metrics_delta,
+    parse_metrics,
+    server_figures,
+)
+from benchmarks.load_search import best_sessions, next_refinement, slo_failures
 
 WORDS = ["so", "this", "is", "the", "story", "of", "how", "we", "came", "here"]
 
@@ -342,7 +341,7 @@ def test_real_server_subprocess_with_fake_engine(tmp_path):
     server = step["server"]
     assert server["words_in"] == step["words_sent"] and server["words_finalized"] == step["words_sent"]
     assert server["engine_calls"] >= 1 and server["batch_size"]["mean"] >= 1
-    assert server["cpu_cores"] >= 0 and server["rss_mb"] > 0
+    assert server["cpu_cores"] > 0 and server["rss_mb"] > 0
     assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
     assert json.loads(payload["server"]["healthz"])["status"] == "ok"
     assert (tmp_path / "load_test.png").is_file()

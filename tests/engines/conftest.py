@@ -118,7 +118,7 @@ def tiny_export(tmp_path_factory, tiny_module):
     from engines.onnx_export import export_onnx
 
     folder = tmp_path_factory.mktemp("tiny_model")
-    result = export_onnx(tiny_module, folder / "model.onnx", metadata=METADATA)
+    result = export_onnx(tiny_module, folder / "model.onnx")
     write_tiny_tokenizer(folder / "tokenizer.json")
     (folder / "streampunct.json").write_text(json.dumps({**METADATA, "encoder": "tiny-bert"}))
     return result
@@ -129,9 +129,18 @@ def tiny_words(tmp_path_factory) -> Path:
     return write_word_labels(tmp_path_factory.mktemp("data") / "words.tsv")
 
 
+def parity_windows(words_path: Path, tokenizer_path: Path, size: int = 62, left: int = 10, right: int = 10):
+    """Validation-style windows built with the runtime's reader, aligner and windowing."""
+    from engines.parity import ParityWindows
+    from streampunct.alignment import Aligner
+    from streampunct.data import read_word_labels
+    from streampunct.windowing import WindowConfig
+
+    aligner = Aligner.from_file(tokenizer_path)
+    words = read_word_labels(words_path).words
+    return ParityWindows.of(aligner.offline_windows(words, WindowConfig(size, left, right)))
+
+
 @pytest.fixture(scope="session")
 def tiny_windows(tiny_export, tiny_words):
-    from engines.parity import encode_windows, read_word_labels
-
-    data = read_word_labels(tiny_words, LABELS)
-    return encode_windows(tiny_export.path.parent / "tokenizer.json", data, max_len=64)
+    return parity_windows(tiny_words, tiny_export.path.parent / "tokenizer.json")

@@ -18,9 +18,10 @@ from .conftest import LABELS, METADATA, write_tiny_tokenizer, write_word_labels
 def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
     tok = write_tiny_tokenizer(tmp_path / "src_tokenizer.json")
     report = build_model_folder(
-        tiny_module, tmp_path / "out", metadata=METADATA, config=BuildConfig(),
+        tiny_module, tmp_path / "out", config=BuildConfig(),
         parity_windows=tiny_windows, copy_files={"tokenizer.json": tok},
-        model_metadata={"encoder": "tiny-bert", "artifact": "stale.onnx"}, parity_source="tiny words",
+        model_metadata={**METADATA, "encoder": "tiny-bert", "artifact": "stale.onnx"},
+        parity_source="tiny words",
     )
     out = tmp_path / "out"
     assert report.artifact == out / "model.int8.onnx"
@@ -33,7 +34,7 @@ def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
     fp32 = read_sidecar(out / "model.onnx").parity
     assert fp32["reference"] == "torch" and fp32["data"] == "tiny words"
     assert fp32["max_rel_diff"] < 1e-4 and fp32["label_agreement"] == 1.0
-    assert fp32["n_labels"] == len(tiny_windows.gold)
+    assert fp32["n_labels"] == len(tiny_windows.positions)
     int8 = read_sidecar(out / "model.int8.onnx").parity
     assert int8["label_agreement"] >= 0.99 and int8["label_agreement_vs_onnx_fp32"] >= 0.99
     text = "\n".join(report.summary_lines())
@@ -43,7 +44,7 @@ def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
 
 def test_without_validation_text_parity_uses_random_ids(tmp_path, tiny_module):
     report = build_model_folder(
-        tiny_module, tmp_path / "out", metadata=METADATA, config=BuildConfig(precision="fp32")
+        tiny_module, tmp_path / "out", config=BuildConfig(precision="fp32"), model_metadata=METADATA
     )
     assert report.artifact.name == "model.onnx"
     assert report.parity_source == "random token ids"

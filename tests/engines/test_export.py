@@ -13,8 +13,6 @@ from engines.ort_engine import OrtEngine, OrtOptions
 from engines.parity import compare_logits
 from engines.torch_engine import TorchEngine
 
-from .conftest import LABELS, METADATA
-
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
@@ -41,10 +39,10 @@ def test_interface_is_exactly_two_int64_inputs_and_float_logits(tiny_export):
     assert tiny_export.num_labels == 4
 
 
-def test_sidecar_written_with_metadata_and_recipe(tiny_export):
+def test_sidecar_written_with_artifact_facts_and_recipe(tiny_export):
     data = json.loads(tiny_export.path.with_name("model.onnx.json").read_text())
     assert data["precision"] == "fp32" and data["backend"] == "onnxruntime"
-    assert data["labels"] == LABELS and data["label_position"] == "last"
+    assert not {"labels", "label_position", "window"} & data.keys()
     assert data["recipe"]["method"].startswith("torch.onnx.export (TorchScript")
     assert data["recipe"]["opset"] == 17
     assert len(data["source_sha256"]) == 64  # hash of the weights, no checkpoint hash given
@@ -54,7 +52,7 @@ def test_sidecar_written_with_metadata_and_recipe(tiny_export):
 def test_ort_matches_torch_on_any_shape(tiny_export, tiny_module, batch, seq):
     engine = OrtEngine(tiny_export.path, OrtOptions(intra_op_threads=1))
     ids, mask = sample_batch(batch, seq, 84, seed=batch * 1000 + seq)
-    ref = TorchEngine(tiny_module, METADATA).infer(ids, mask)
+    ref = TorchEngine(tiny_module).infer(ids, mask)
     report = compare_logits(ref, engine.infer(ids, mask), mask)
     assert report.max_rel_diff < 1e-4
     assert report.label_agreement == 1.0
@@ -79,14 +77,10 @@ def test_module_outputs_are_reduced_to_logits(tmp_path, tiny_module):
         def forward(self, input_ids, attention_mask):
             return (self.inner(input_ids, attention_mask), None)
 
-    result = export_onnx(TupleOut(), tmp_path / "model.onnx", metadata=METADATA)
+    result = export_onnx(TupleOut(), tmp_path / "model.onnx")
     assert result.max_rel_diff < 1e-4 and result.num_labels == 4
 
 
-def test_label_count_mismatch_is_an_export_error(tmp_path, tiny_module):
-    meta = {**METADATA, "labels": ["O", "PERIOD"]}
-    with pytest.raises(ExportError, match="module has 4 output classes but the metadata names 2 labels"):
-        export_onnx(tiny_module, tmp_path / "model.onnx", metadata=meta)
 
 
 def test_wrong_output_rank_is_an_export_error(tmp_path):
@@ -95,7 +89,7 @@ def test_wrong_output_rank_is_an_export_error(tmp_path):
             return input_ids.float().mean(dim=1, keepdim=True)
 
     with pytest.raises(ExportError, match=r"expected logits \[batch, seq, C\]"):
-        export_onnx(Pooled(), tmp_path / "model.onnx", metadata=METADATA)
+        export_onnx(Pooled(), tmp_path / "model.onnx")
 
 
 @pytest.mark.slow
@@ -117,7 +111,7 @@ def test_minilm_export_matches_torch(tmp_path):
             return self.head(hidden)
 
     module = Tagger().eval()
-    result = export_onnx(module, tmp_path / "model.onnx", metadata=METADATA)
+    result = export_onnx(module, tmp_path / "model.onnx")
     inputs, outputs = _graph_interface(result.path)
     assert [i[0] for i in inputs] == ["input_ids", "attention_mask"]
     assert outputs[0][2] == ["batch", "sequence", 4]
@@ -126,7 +120,7 @@ def test_minilm_export_matches_torch(tmp_path):
     ids = rng.integers(1000, 30000, size=(4, 128), dtype=np.int64)
     mask = np.ones_like(ids)
     mask[3, 90:] = 0
-    report = compare_logits(TorchEngine(module, METADATA).infer(ids, mask), engine.infer(ids, mask), mask)
+    report = compare_logits(TorchEngine(module).infer(ids, mask), engine.infer(ids, mask), mask)
     assert report.max_rel_diff < 1e-4
     assert report.label_agreement == 1.0
     assert report.n_tokens == 4 * 128 - 38

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from engines.base import ArtifactError, ArtifactMismatch, TensorSpec, WindowDefaults
+from engines.base import ArtifactError, ArtifactMismatch, TensorSpec
 from engines.sidecar import (
     FORMAT_VERSION,
-    ModelMetadata,
     Sidecar,
     new_sidecar,
     read_sidecar,
@@ -18,8 +17,6 @@ from engines.sidecar import (
     verify_artifact,
     write_sidecar,
 )
-
-from .conftest import METADATA
 
 INPUTS = (
     TensorSpec("input_ids", "int64", ("batch", "sequence")),
@@ -37,7 +34,7 @@ def _artifact(tmp_path, name="model.int8.onnx", content=b"fake onnx bytes"):
 def _sidecar(path, **extra):
     return new_sidecar(
         path, backend="onnxruntime", precision="int8", inputs=INPUTS, outputs=OUTPUTS,
-        metadata=ModelMetadata.from_dict({**METADATA, "source_sha256": "ab" * 32}), **extra,
+        source_sha256="ab" * 32, **extra,
     )
 
 
@@ -55,8 +52,8 @@ def test_round_trip_preserves_every_field(tmp_path):
     data = json.loads(written.read_text())
     assert data["format_version"] == FORMAT_VERSION
     assert data["artifact"] == "model.int8.onnx"
-    assert data["labels"] == METADATA["labels"]
-    assert data["window"] == {"size": 126, "left": 40, "right": 20}
+    # Labels and window are the model's (streampunct.json), not the artifact's.
+    assert not {"labels", "label_position", "window"} & data.keys()
     assert data["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]}
     assert data["outputs"][0]["shape"] == ["batch", "sequence", 4]
     assert data["artifact_sha256"] == sha256_file(path)
@@ -66,9 +63,7 @@ def test_round_trip_preserves_every_field(tmp_path):
 
 def test_io_spec_from_sidecar(tmp_path):
     spec = _sidecar(_artifact(tmp_path)).io_spec(max_batch=4, max_len=64)
-    assert spec.labels == tuple(METADATA["labels"])
     assert spec.num_labels == 4
-    assert spec.window == WindowDefaults(126, 40, 20)
     assert (spec.max_batch, spec.max_len, spec.min_len) == (4, 64, None)
     assert spec.precision == "int8" and spec.backend == "onnxruntime"
 
@@ -82,10 +77,22 @@ def test_missing_sidecar_says_how_to_fix(tmp_path):
 def test_missing_keys_are_named(tmp_path):
     path = _artifact(tmp_path)
     data = _sidecar(path).to_dict()
-    del data["labels"], data["window"]
+    del data["outputs"], data["source_sha256"]
     sidecar_path(path).write_text(json.dumps(data))
-    with pytest.raises(ArtifactError, match="lacks required keys: labels, window"):
+    with pytest.raises(ArtifactError, match="lacks required keys: outputs, source_sha256"):
         read_sidecar(path)
+
+
+def test_version_1_sidecars_are_read_and_their_model_keys_ignored(tmp_path):
+    path = _artifact(tmp_path)
+    data = _sidecar(path).to_dict() | {
+        "format_version": 1, "labels": ["O", "COMMA", "PERIOD", "QUESTION"],
+        "label_position": "last", "window": {"size": 126, "left": 40, "right": 20},
+    }
+    sidecar_path(path).write_text(json.dumps(data))
+    back = read_sidecar(path)
+    assert back.format_version == 1 and back.source_sha256 == "ab" * 32
+    assert "labels" not in back.to_dict()
 
 
 def test_newer_format_version_is_refused(tmp_path):
@@ -93,7 +100,7 @@ def test_newer_format_version_is_refused(tmp_path):
     data = _sidecar(path).to_dict()
     data["format_version"] = FORMAT_VERSION + 1
     sidecar_path(path).write_text(json.dumps(data))
-    with pytest.raises(ArtifactError, match="format_version 2.*upgrade streampunct"):
+    with pytest.raises(ArtifactError, match=f"format_version {FORMAT_VERSION + 1}.*upgrade streampunct"):
         read_sidecar(path)
 
 
@@ -120,21 +127,6 @@ def test_checksum_detects_a_replaced_file(tmp_path):
     path.write_bytes(b"another model")
     with pytest.raises(ArtifactMismatch, match="does not match its sidecar"):
         verify_artifact(path, sidecar)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"label_position": "middle"}, "label_position must be one of"),
-        ({"labels": []}, "labels must be a non-empty list"),
-        ({"labels": ["O", "O"]}, "labels must be distinct"),
-        ({"window": {"size": 10, "left": 6, "right": 4}}, "window needs size > left"),
-        ({"window": {"size": 10}}, "window must be"),
-    ],
-)
-def test_metadata_validation(change, message):
-    with pytest.raises(ArtifactError, match=message):
-        ModelMetadata.from_dict({**METADATA, **change})
 
 
 def test_unknown_precision_or_backend_rejected(tmp_path):

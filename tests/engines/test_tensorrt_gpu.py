@@ -61,16 +61,15 @@ def workdir(gpu, tmp_path_factory):
 def windows(workdir):
     if not DEV2012.is_file():
         pytest.skip(f"needs validation text {DEV2012}")
-    from engines.parity import WordLabelData, encode_windows, read_word_labels
-    from engines.sidecar import read_sidecar
+    from engines.parity import ParityWindows
+    from streampunct.data import read_word_labels
+    from streampunct.model import load_model_info
 
-    sidecar = read_sidecar(workdir / "model.onnx")
-    data = read_word_labels(DEV2012, sidecar.labels, max_lines=2000 + 64 * 110)
-    tokenizer = workdir / "tokenizer.json"
-    parity = encode_windows(tokenizer, WordLabelData(data.words[:2000], data.labels[:2000], data.source),
-                            label_position=sidecar.label_position)
-    calibration = encode_windows(tokenizer, WordLabelData(data.words[2000:], data.labels[2000:], data.source),
-                                 label_position=sidecar.label_position).head(64)
+    info = load_model_info(MODEL_DIR)
+    aligner = info.aligner()
+    words = read_word_labels(DEV2012).words[: 2000 + 64 * 110]
+    parity = ParityWindows.of(aligner.offline_windows(words[:2000], info.window))
+    calibration = ParityWindows.of(aligner.offline_windows(words[2000:], info.window)).head(64)
     return parity, calibration
 
 
@@ -117,7 +116,7 @@ def test_plan_agrees_with_onnxruntime(workdir, windows, ort_fp32, gpu, precision
               f"max |diff| {report.max_abs_diff:.3g}")
         assert report.label_agreement >= MIN_AGREEMENT
         short = engine.infer(np.array([[101, 2023, 102]]), np.ones((1, 3), np.int64))
-        assert short.shape == (1, 3, len(spec.labels))
+        assert short.shape == (1, 3, spec.num_labels)
     finally:
         engine.close()
 

@@ -9,7 +9,13 @@ import time
 import numpy as np
 import pytest
 
-from streampunct.batcher import Batcher, BatcherConfig, BatchRecord, EngineError, OverloadedError
+from streampunct.batcher import (
+    Batcher,
+    BatcherConfig,
+    BatchRecord,
+    EngineFailedError,
+    OverloadedError,
+)
 
 PAD = 0
 
@@ -132,7 +138,7 @@ async def test_engine_failure_fails_only_the_poisoned_request(fake_engine_cls):
         assert (await batcher.infer(seq(2))).shape == (2, 4)
     finally:
         await batcher.close()
-    assert isinstance(results[1], EngineError) and isinstance(results[1].__cause__, RuntimeError)
+    assert isinstance(results[1], EngineFailedError) and isinstance(results[1].__cause__, RuntimeError)
     assert results[0].shape == (3, 4) and results[2].shape == (5, 4)
     assert records[0].size == 3 and records[0].failed == 1
 
@@ -144,7 +150,7 @@ async def test_wrong_logits_shape_is_an_engine_error():
 
     batcher, _ = await started(Broken(), max_wait_ms=0)
     try:
-        with pytest.raises(EngineError, match="shape"):
+        with pytest.raises(EngineFailedError, match="shape"):
             await batcher.infer(seq(5))
     finally:
         await batcher.close()
@@ -154,7 +160,7 @@ async def test_warmup_runs_before_ready(fake_engine_cls):
     engine = fake_engine_cls()
     batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_batch=4), warmup_ids=seq(6))
     assert not batcher.ready
-    with pytest.raises(EngineError):
+    with pytest.raises(EngineFailedError):
         await batcher.infer(seq(2))
     await batcher.start()
     try:

@@ -4,7 +4,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streampunct.punctuator import decode_offline
-from streampunct.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline, select_window
+from streampunct.windowing import (
+    TokenLayout,
+    WindowConfig,
+    offline_windows,
+    pad_batch,
+    plan_offline,
+    select_window,
+)
 from tests.streampunct.fakes import FakeAligner, fake_infer, fake_label
 
 MAX_WORD = 6
@@ -82,3 +89,24 @@ def test_decode_offline_reads_each_words_label_token(counts, batch):
 
 def test_decode_offline_empty():
     assert decode_offline([], FakeAligner(), WindowConfig(), fake_infer).shape == (0, 4)
+
+
+@settings(max_examples=50, deadline=None)
+@given(counts=st.lists(st.integers(1, MAX_WORD), min_size=1, max_size=200),
+       position=st.sampled_from(["last", "first"]))
+def test_offline_windows_are_the_offline_decoders_windows(counts, position):
+    aligner = FakeAligner(position)
+    words = [aligner.word(n, k) for k, n in enumerate(counts)]
+    cfg = WindowConfig(40, 8, 6)
+    batch = offline_windows([aligner.word_ids(w) for w in words], cfg, label_position=position,
+                            cls_id=aligner.cls_id, sep_id=aligner.sep_id, pad_id=aligner.pad_id)
+    lengths = batch.attention_mask.sum(axis=1)
+    assert (batch.input_ids[:, 0] == aligner.cls_id).all()
+    assert all(batch.input_ids[row, n - 1] == aligner.sep_id for row, n in enumerate(lengths))
+    assert lengths.max() <= cfg.size + 2 and len(batch.positions) == len(words)
+    rows, cols = batch.positions[:, 0], batch.positions[:, 1]
+    expected = [aligner.word_ids(w)[aligner.label_offset(len(aligner.word_ids(w)))] for w in words]
+    assert batch.input_ids[rows, cols].tolist() == expected
+    logits = fake_infer(batch.input_ids, batch.attention_mask)[rows, cols]
+    decoded = decode_offline(words, aligner, cfg, fake_infer)
+    assert logits.argmax(-1).tolist() == decoded.argmax(-1).tolist()

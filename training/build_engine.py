@@ -1,33 +1,41 @@
 """``streampunct build-engine``: a training checkpoint -> a runtime model folder.
 
+Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
+
 Loads the checkpoint with ``training.checkpoint.load_checkpoint``, exports
 ONNX, derives the artifact for the chosen backend and precision, measures
-parity against torch on validation text, and writes the model folder (see
+parity against torch on validation text (cut into windows by the runtime's
+windowing, so parity is measured on what the offline decoder runs; without
+validation text, on random token ids), and writes the model folder (see
 ``engines.builder`` and docs/engines.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import os
 from pathlib import Path
 
+from engines.parity import ParityWindows
+from streampunct.data import read_word_labels
 from streampunct.errors import DependencyError, InputError, ModelError
+from streampunct.model import load_model_info
 
 NAME = "build-engine"
 HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8) or TensorRT (fp16/int8), with parity figures"
 
-_DEFAULT_WINDOW = {"size": 126, "left": 40, "right": 20}
-#: Words per 128-token window on TED text is about 100; calibration reads this many lines per window.
+log = logging.getLogger(__name__)
+#: Calibration reads this many words per window wanted (a 128-token window holds about 100).
 _LINES_PER_WINDOW = 110
 
 
-def default_parity_data() -> Path:
-    """IWSLT dev2012 under $STREAMPUNCT_DATA or ../shared/data (never a test set)."""
+def default_parity_data() -> Path | None:
+    """IWSLT dev2012 under $STREAMPUNCT_DATA or ../shared/data (never a test set), if present."""
     root = os.environ.get("STREAMPUNCT_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    return base / "iwslt2011_che" / "dev2012"
+    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    path = base / "iwslt2011_che" / "dev2012"
+    return path if path.is_file() else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,9 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TensorRT profile max sequence length in tokens (default 256)")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     parser.add_argument("--parity-data", type=Path, default=None, metavar="PATH",
-                        help="word<TAB>LABEL validation file (default: iwslt2011_che/dev2012)")
+                        help="word<TAB>LABEL validation file (default: iwslt2011_che/dev2012 when "
+                             "present; without one, parity uses random token ids)")
     parser.add_argument("--parity-lines", type=int, default=2000,
-                        help="lines of the validation file used for parity (default 2000)")
+                        help="words of the validation file used for parity (default 2000)")
     parser.add_argument("--calibration-windows", type=int, default=64,
                         help="128-token windows (read after the parity lines) for fp16/int8 "
                              "calibration (default 64)")
@@ -63,25 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="onnxruntime int8: also store the embedding tables as int8 (smaller file)")
 
 
-def _checkpoint_metadata(ckpt: Path, loaded: dict | None) -> tuple[dict, dict]:
-    """labels / label_position / window from the loader, else the checkpoint's streampunct.json."""
-    from streampunct.labels import LABELS
-
-    on_disk: dict = {}
-    path = ckpt / "streampunct.json"
-    if path.is_file():
-        try:
-            on_disk = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ModelError(f"cannot read {path}: {e}") from e
-    merged = {**on_disk, **(loaded or {})}
-    return {
-        "labels": list(merged.get("labels") or LABELS),
-        "label_position": merged.get("label_position") or "last",
-        "window": merged.get("window") or _DEFAULT_WINDOW,
-    }, on_disk
-
-
 def run(args: argparse.Namespace) -> int:
     from engines.base import DependencyMissing, EngineError
 
@@ -95,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from engines.builder import BuildConfig, build_model_folder
-    from engines.parity import encode_windows, load_tokenizer, read_word_labels
     from engines.sidecar import sha256_files
     from engines.tensorrt_build import TrtBuildOptions
 
@@ -105,12 +94,14 @@ def _run(args: argparse.Namespace) -> int:
     tokenizer_path = ckpt / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
-    parity_path: Path = args.parity_data or default_parity_data()
-    if "test2011" in parity_path.name:
+    parity_path: Path | None = args.parity_data or default_parity_data()
+    if parity_path is not None and "test2011" in parity_path.name:
         raise InputError("the IWSLT test sets are for final evaluation only: pass a validation file")
-    if not parity_path.is_file():
-        raise InputError(f"no validation data at {parity_path}; pass --parity-data word<TAB>LABEL file")
     precision = args.precision or ("int8" if args.backend == "onnxruntime" else "fp16")
+    needs_calibration = precision != "fp32" and (args.backend == "tensorrt" or precision == "fp16")
+    if parity_path is None and needs_calibration:
+        raise InputError(f"{args.backend} {precision} needs validation text for calibration: "
+                         "pass --parity-data word<TAB>LABEL file")
 
     try:
         from training.checkpoint import load_checkpoint
@@ -119,24 +110,28 @@ def _run(args: argparse.Namespace) -> int:
             f"build-engine loads checkpoints with the training package ({e}); "
             "install with: pip install 'streampunct[train]'"
         ) from e
-    module, loaded_meta = load_checkpoint(ckpt)
-    metadata, on_disk = _checkpoint_metadata(ckpt, loaded_meta)
+    module, _ = load_checkpoint(ckpt)
+    info = load_model_info(ckpt)
     files = [p for p in ckpt.rglob("*") if p.is_file()]
-    metadata["source_sha256"] = sha256_files(files, ckpt)
 
-    tokenizer = load_tokenizer(tokenizer_path)
-    cal_lines = args.calibration_windows * _LINES_PER_WINDOW
-    data = read_word_labels(parity_path, metadata["labels"], max_lines=args.parity_lines + cal_lines)
-    n_parity = min(len(data.words), args.parity_lines)
-    parity_data = type(data)(data.words[:n_parity], data.labels[:n_parity], data.source)
-    parity = encode_windows(tokenizer, parity_data, label_position=metadata["label_position"])
-    calibration = None
-    if len(data.words) > n_parity:
-        cal_data = type(data)(data.words[n_parity:], data.labels[n_parity:], data.source)
-        calibration = encode_windows(tokenizer, cal_data, label_position=metadata["label_position"])
-        calibration = calibration.head(args.calibration_windows)
-    elif precision != "fp32" and (args.backend == "tensorrt" or precision == "fp16"):
-        calibration = parity  # short validation file: calibrate on the parity windows
+    parity = calibration = None
+    if parity_path is None:
+        log.warning("no validation text (no --parity-data, no dev2012 under $STREAMPUNCT_DATA or "
+                    "../shared/data): parity is measured on random token ids")
+        parity_source = ""
+    else:
+        aligner = info.aligner()
+        data = read_word_labels(parity_path)
+        words = data.words[: args.parity_lines + args.calibration_windows * _LINES_PER_WINDOW]
+        n_parity = min(len(words), args.parity_lines)
+        parity = ParityWindows.of(aligner.offline_windows(words[:n_parity], info.window))
+        if len(words) > n_parity:
+            calibration = ParityWindows.of(
+                aligner.offline_windows(words[n_parity:], info.window)
+            ).head(args.calibration_windows)
+        elif needs_calibration:
+            calibration = parity  # short validation file: calibrate on the parity windows
+        parity_source = f"{parity_path.name} (first {n_parity} words, {len(parity)} windows)"
 
     config = BuildConfig(
         backend=args.backend,
@@ -155,15 +150,31 @@ def _run(args: argparse.Namespace) -> int:
     report = build_model_folder(
         module,
         args.out,
-        metadata=metadata,
         config=config,
+        model_metadata={
+            **info.metadata, "labels": list(info.labels), "label_position": info.label_position,
+            "window": info.window.to_dict(),
+        },
+        source_sha256=sha256_files(files, ckpt),
         parity_windows=parity,
         calibration_windows=calibration,
         copy_files={"tokenizer.json": tokenizer_path},
-        model_metadata=on_disk,
-        parity_source=f"{parity_path.name} (first {n_parity} words, {len(parity)} windows)",
+        parity_source=parity_source,
     )
     print(f"built {args.backend} {precision} from {ckpt}")
     for line in report.summary_lines():
         print(line)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m training.build_engine``: the same command without the CLI frame."""
+    import sys
+
+    from streampunct.cli import command_main
+
+    return command_main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

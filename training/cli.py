@@ -1,5 +1,7 @@
 """``streampunct train``: fine-tune a punctuation model from a TOML config.
 
+Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
+
 Needs the ``[train]`` extra (torch, transformers, safetensors, spaCy); torch
 is imported only when the command runs.
 """
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from training.config import load_config
-    from training.pipeline import run as run_training
+    from training.run import run as run_training
 
     # The encoder folders carry an unused pooler; its "unexpected keys" report is noise.
     hf_logging.set_verbosity_error()
@@ -64,20 +66,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streampunct.commands.train``: the same command without the CLI frame."""
+    """``python -m training.cli``: the same command without the CLI frame."""
     import sys
 
-    from streampunct.errors import StreampunctError
+    from streampunct.cli import command_main
 
-    parser = argparse.ArgumentParser(prog="streampunct train", description=HELP)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return run(args)
-    except StreampunctError as e:
-        print(f"streampunct train: error: {e}", file=sys.stderr)
-        return 2
+    return command_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

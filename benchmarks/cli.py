@@ -1,0 +1,71 @@
+"""``streampunct bench accuracy|load|engine``: the benchmarks.
+
+Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from benchmarks.common import RESULTS_DIR
+
+NAME = "bench"
+HELP = "benchmarks: accuracy vs latency, streaming load, engine speed"
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from benchmarks.engine_bench import add_engine_arguments
+    from benchmarks.load_bench import add_load_arguments
+
+    sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")
+    a.add_argument("--model", type=Path, default=None, help="model folder (default: shipped model)")
+    a.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
+                   help="labeled word<TAB>LABEL file (default: data/iwslt2011/test2011)")
+    a.add_argument("--right-context", type=int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N")
+    a.add_argument("--max-delay-ms", type=int, nargs="+", default=[400, 800, 1600, 3200], metavar="MS")
+    a.add_argument("--wps", type=float, default=2.5, help="speech rate, words/s (default 2.5)")
+    a.add_argument("--engine", default="onnxruntime")
+    a.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    a.add_argument("--name", default="accuracy", help="result file stem (default: accuracy)")
+    a.set_defaults(_bench=_accuracy)
+    lp = sub.add_parser("load", help="concurrent real-time sessions: finalize margin, SLO search")
+    add_load_arguments(lp)
+    lp.set_defaults(_bench=_load)
+    e = sub.add_parser("engine", help="engine tokens/s by backend, precision, batch and length")
+    add_engine_arguments(e)
+    e.set_defaults(_bench=_engine)
+
+
+def _command() -> str:
+    return "streampunct " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from benchmarks.accuracy_bench import AccuracyBenchConfig, run_accuracy_bench
+
+    cfg = AccuracyBenchConfig(
+        model_dir=args.model, data=args.data, right_contexts=tuple(args.right_context),
+        delays_ms=tuple(args.max_delay_ms), words_per_second=args.wps, engine=args.engine,
+        out_dir=args.out_dir, name=args.name,
+    )
+    run_accuracy_bench(cfg, command=_command())
+    return 0
+
+
+def _load(args: argparse.Namespace) -> int:
+    from benchmarks.load_bench import run_load_from_args
+
+    return run_load_from_args(args, command=_command())
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from benchmarks.engine_bench import run_engine_from_args
+
+    return run_engine_from_args(args, command=_command())
+
+
+def run(args: argparse.Namespace) -> int:
+    return args._bench(args)

@@ -1,0 +1,110 @@
+"""The server's side of a load step, from two scrapes of its Prometheus ``/metrics``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text -> {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+    return out
+
+
+def metrics_delta(before: Mapping, after: Mapping) -> dict:
+    """after - before, sample by sample (counters and histograms over one step)."""
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def histogram(samples: Mapping, name: str) -> dict | None:
+    """A histogram's cumulative buckets, sum and count from parsed samples."""
+    buckets = sorted(
+        (float(dict(labels)["le"]), value)
+        for (sample, labels), value in samples.items()
+        if sample == f"{name}_bucket" and "le" in dict(labels)
+    )
+    if not buckets:
+        return None
+    return {
+        "buckets": buckets,
+        "sum": samples.get((f"{name}_sum", ()), 0.0),
+        "count": samples.get((f"{name}_count", ()), 0.0),
+    }
+
+
+def histogram_quantile(hist: Mapping, q: float, *, interpolate: bool = True) -> float:
+    """Prometheus-style quantile estimate: linear within the bucket that holds it.
+
+    With ``interpolate=False`` the bucket's upper bound (for integer-valued
+    histograms such as batch sizes, where "p50 <= 2" says more than "1.6").
+    """
+    count = hist["count"]
+    if count <= 0:
+        return math.nan
+    rank = q * count
+    lower, prev = 0.0, 0.0
+    for le, cum in hist["buckets"]:
+        if cum >= rank:
+            if math.isinf(le):
+                return lower
+            if cum == prev or not interpolate:
+                return le
+            return lower + (le - lower) * (rank - prev) / (cum - prev)
+        lower, prev = le, cum
+    return lower
+
+
+def _sample(samples: Mapping, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def server_figures(delta: Mapping, wall_s: float) -> dict:
+    """Engine batching, engine time and the server's own margin over one step."""
+    out: dict = {"words_in": _sample(delta, "streampunct_words_in_total"),
+                 "words_finalized": _sample(delta, "streampunct_words_finalized_total")}
+    batch = histogram(delta, "streampunct_batch_size")
+    if batch and batch["count"] > 0:
+        out["engine_calls"] = int(batch["count"])
+        out["batch_size"] = {
+            "mean": round(batch["sum"] / batch["count"], 2),
+            "p50_at_most": histogram_quantile(batch, 0.5, interpolate=False),
+            "p95_at_most": histogram_quantile(batch, 0.95, interpolate=False),
+            "max_at_most": histogram_quantile(batch, 1.0, interpolate=False),
+            "cumulative": {str(int(le)) if not math.isinf(le) else "+Inf": int(c) for le, c in batch["buckets"]},
+        }
+        out["requests"] = int(batch["sum"])
+        if out["requests"]:
+            out["words_per_request"] = round(out["words_finalized"] / out["requests"], 2)
+    engine = histogram(delta, "streampunct_engine_latency_seconds")
+    if engine and engine["count"] > 0:
+        out["engine_ms"] = {
+            "mean": round(1e3 * engine["sum"] / engine["count"], 2),
+            "p50": round(1e3 * histogram_quantile(engine, 0.5), 2),
+            "p95": round(1e3 * histogram_quantile(engine, 0.95), 2),
+        }
+        out["engine_busy"] = round(engine["sum"] / wall_s, 3) if wall_s > 0 else None
+    margin = histogram(delta, "streampunct_finalize_margin_seconds")
+    if margin and margin["count"] > 0:
+        out["server_margin_ms"] = {
+            "p50": round(1e3 * histogram_quantile(margin, 0.5), 1),
+            "p95": round(1e3 * histogram_quantile(margin, 0.95), 1),
+            "p99": round(1e3 * histogram_quantile(margin, 0.99), 1),
+        }
+    errors = {dict(labels)["code"]: int(v) for (name, labels), v in delta.items()
+              if name == "streampunct_errors_total" and v}
+    if errors:
+        out["errors"] = errors
+    rejected = {dict(labels)["reason"]: int(v) for (name, labels), v in delta.items()
+                if name == "streampunct_handshakes_rejected_total" and v}
+    if rejected:
+        out["rejected"] = rejected
+    return out
+
+
+# -- one step ------------------------------------------------------------------------

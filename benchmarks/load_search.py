@@ -1,0 +1,58 @@
+"""The SLO search: a step's verdict, the next N to try, the best N found, time estimates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.load_bench import LoadBenchConfig
+
+
+def slo_failures(step: Mapping, slo_p95_ms: float) -> list[str]:
+    """Why a step misses the SLO (empty: it meets it)."""
+    reasons = []
+    if step["connected"] < step["sessions"]:
+        reasons.append(f"{step['sessions'] - step['connected']} sessions could not connect")
+    c = step["check"]
+    for key in ("lost", "duplicated", "out_of_order", "mismatched"):
+        if c[key]:
+            reasons.append(f"{c[key]} {key.replace('_', '-')} words")
+    p95 = step["margin_ms"]["p95"]
+    if p95 is None:
+        reasons.append("no word was finalized")
+    elif p95 > slo_p95_ms:
+        reasons.append(f"p95 finalize margin {p95:.0f} ms > {slo_p95_ms:.0f} ms")
+    return reasons
+
+
+# -- the ramp --------------------------------------------------------------------------
+
+
+def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
+    """Rough wall time of a step that keeps up (connects, stagger, speech, last finals)."""
+    speech = (1.0 if cfg.prefill_words else 0.0) + cfg.duration_s + cfg.jitter_ms / 1000.0
+    return 1.5 + 0.01 * n + cfg.stagger_s + speech + 1.0
+
+
+def next_refinement(steps: Sequence[Mapping], granularity: int = 5) -> int | None:
+    """The N halfway between the largest good N and the smallest bad N above it (None: done)."""
+    bad = [s["sessions"] for s in steps if not s["slo_met"]]
+    if not bad:
+        return None
+    hi = min(bad)
+    good = [s["sessions"] for s in steps if s["slo_met"] and s["sessions"] < hi]
+    lo = max(good, default=0)
+    mid = int(round((lo + hi) / 2 / granularity)) * granularity
+    if mid <= lo or mid >= hi or hi - lo <= max(granularity, 0.1 * hi):
+        return None
+    return mid
+
+
+def best_sessions(steps: Sequence[Mapping]) -> int | None:
+    """The largest N that met the SLO below the smallest N that missed it."""
+    bad = [s["sessions"] for s in steps if not s["slo_met"]]
+    limit = min(bad) if bad else math.inf
+    good = [s["sessions"] for s in steps if s["slo_met"] and s["sessions"] < limit]
+    return max(good) if good else None

@@ -1,0 +1,76 @@
+"""Dependency directions between the four packages, read from every module's imports.
+
+The runtime (``streampunct``) depends on ``engines`` only; ``engines`` on
+nothing of ours (it takes files and arrays); ``training`` on the runtime and
+engines; ``benchmarks`` on the runtime, engines and training (the method
+ablation scores training checkpoints), never the other way round. Imports
+inside functions count too: "lazily" is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("streampunct", "engines", "training", "benchmarks")
+ALLOWED = {
+    "streampunct": {"streampunct", "engines"},
+    "engines": {"engines"},
+    "training": {"training", "streampunct", "engines"},
+    "benchmarks": {"benchmarks", "streampunct", "engines", "training"},
+}
+
+
+def imported_packages(path: Path) -> dict[str, int]:
+    """Our top-level packages that ``path`` imports -> first line that does."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.ImportFrom):
+            names = [path.relative_to(REPO).parts[0]]  # relative import: same package
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+              in ("import_module", "find_spec") and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names = [node.args[0].value]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in PACKAGES:
+                found.setdefault(top, node.lineno)
+    return found
+
+
+def modules_of(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_dependency_directions(package):
+    wrong = [
+        f"{path.relative_to(REPO)}:{line} imports {dep}"
+        for path in modules_of(package)
+        for dep, line in imported_packages(path).items()
+        if dep not in ALLOWED[package]
+    ]
+    assert not wrong, f"{package} may import only {sorted(ALLOWED[package])}:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_lazy_and_dynamic_imports(tmp_path):
+    probe = REPO / "streampunct" / "__init__.py"  # any module of ours, for the relative-import rule
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import os\n"
+        "def f():\n"
+        "    from training.pipeline import run\n"
+        "    import benchmarks.common\n"
+        "    importlib.import_module('engines.registry')\n"
+    )
+    assert imported_packages(source) == {"training": 3, "benchmarks": 4, "engines": 5}
+    assert imported_packages(probe).keys() <= {"streampunct"}
