@@ -24,7 +24,7 @@ train() {  # name [--set ...]
   local name=$1; shift
   if [ -f "checkpoints/$name/DONE" ]; then echo "skip $name (done)"; return; fi
   echo "train $name"
-  $py -m streampunct.commands.train "${common[@]}" "$@" --out "checkpoints/$name" --resume \
+  $py -m training.cli "${common[@]}" "$@" --out "checkpoints/$name" --resume \
     >> "logs/$name.log" 2>&1
   touch "checkpoints/$name/DONE"
 }
