@@ -31,7 +31,15 @@ from websockets.frames import CloseCode
 from streampunct.alignment import Aligner
 from streampunct.batcher import Batcher, EngineError, OverloadedError
 from streampunct.options import SessionOptions
-from streampunct.protocol import ConfigApplied, Error, ErrorCode, Final, Limits, ServerMessage, encode
+from streampunct.protocol import (
+    ConfigApplied,
+    Error,
+    ErrorCode,
+    Final,
+    Limits,
+    ServerMessage,
+    encode,
+)
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session_protocol import SessionProtocol
 from streampunct.windowing import WindowConfig

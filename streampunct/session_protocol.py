@@ -81,7 +81,7 @@ class SessionProtocol:
         *,
         aligner: Aligner,
         window: WindowConfig,
-        defaults: SessionOptions = SessionOptions(),
+        defaults: SessionOptions | None = None,
         limits: Limits = DEFAULT_LIMITS,
         session_id: str = "",
         model_name: str = "",
@@ -91,7 +91,7 @@ class SessionProtocol:
         self._limits = limits
         self.session_id = session_id
         self.model_name = model_name
-        self.options = defaults
+        self.options = defaults if defaults is not None else SessionOptions()
         self.state = self._new_state()
         self.end_received = False
         self.finished = False
