@@ -95,6 +95,7 @@ class SessionProtocol:
         self.state = self._new_state()
         self.end_received = False
         self.finished = False
+        self._finishing = False  # end or shutdown: no more partials
         self._words_seen = False
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
@@ -155,6 +156,8 @@ class SessionProtocol:
 
     def finish(self, now: float) -> list[ServerMessage]:
         """Every word that has arrived must be finalized (client ``end`` or server shutdown)."""
+        self._finishing = True
+        self._partial_owed = False
         self.state.flush(now)
         self._until.append((self.state.n_words, _Until.DONE))
         return self._settle()
@@ -192,7 +195,7 @@ class SessionProtocol:
     # -- model calls ---------------------------------------------------------
     def next_request(self, now: float) -> WindowRequest | None:
         """The next model call (finals first, then a partial when partials are on)."""
-        return self.state.next_request(now, partial=self.options.partials)
+        return self.state.next_request(now, partial=self.options.partials and not self._finishing)
 
     def next_deadline(self) -> float | None:
         """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
@@ -206,7 +209,8 @@ class SessionProtocol:
         """Take the logits (float32[T, C]) of ``request``; the messages they produce."""
         decisions = self.state.apply(request, logits)
         if request.partial:
-            out = self._partial(request)
+            # A partial that comes back after end or shutdown is no longer news.
+            out = [] if self._finishing else self._partial(request)
         else:
             out = [self._final(decisions)] if decisions else []
             out += self._settle()
