@@ -10,10 +10,9 @@ import sys
 import pytest
 
 from streampunct.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
-from streampunct.client import StreamClient
-from streampunct.labels import ID_TO_MARK
-from streampunct.client import Transcript
+from streampunct.client import StreamClient, Transcript
 from streampunct.errors import InputError
+from streampunct.labels import ID_TO_MARK
 from streampunct.protocol import Final, Partial, PunctuatedWord
 from streampunct.text import normalize_words, render
 

@@ -30,8 +30,8 @@ def timed(text: str, *, step: float = 0.4, start: float = 0.0) -> list[TimedWord
     return out
 
 
-def build(words, limits=CueLimits()):
-    builder = CueBuilder(limits)
+def build(words):
+    builder = CueBuilder(CueLimits())
     cues = [cue for w in words for cue in builder.add(w)]
     return cues + builder.close()
 
