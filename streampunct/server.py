@@ -17,8 +17,10 @@ of a model folder.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import http
+import importlib.resources
 import json
 import logging
 import signal
@@ -265,6 +267,10 @@ class StreamServer:
         path, _, query = request.path.partition("?")
         if path == "/healthz":
             return self._healthz(connection)
+        if path == "/captions":
+            response = connection.respond(http.HTTPStatus.OK, _captions_page())
+            _set_content_type(response.headers, "text/html; charset=utf-8")
+            return response
         if path == "/metrics":
             response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
             _set_content_type(response.headers, self.metrics.content_type)
@@ -343,6 +349,12 @@ class StreamServer:
             self.sessions.discard(session)
             self.metrics.sessions.dec()
             logger.info("session=%s closed", session.id, extra={"session": session.id})
+
+
+@functools.cache
+def _captions_page() -> str:
+    """The self-contained live-caption page (package data ``streampunct/static/captions.html``)."""
+    return importlib.resources.files("streampunct").joinpath("static/captions.html").read_text(encoding="utf-8")
 
 
 def _set_content_type(headers: Headers, value: str) -> None:
