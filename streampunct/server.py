@@ -5,7 +5,8 @@ thread; ``/healthz`` answers 503 until the engine is loaded and warmed up,
 then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
 :class:`~streampunct.session.Session`; all sessions share one
 :class:`~streampunct.batcher.Batcher`. Handshakes are checked in
-``process_request``: health and metrics endpoints, bearer-token auth (401),
+``process_request``: health and metrics endpoints, the caption page
+(``/captions``), bearer-token auth (401),
 the session limit (503). :meth:`StreamServer.shutdown` stops accepting,
 finalizes and sends every pending word of every session, closes them with
 1001, then closes the engine.
