@@ -1,12 +1,15 @@
 """Live captioning against a streaming server: the logic behind ``streampunct caption``.
 
-A transcript (plain text, or a ``word<TAB>LABEL`` file whose labels are
-ignored) is streamed word by word at a given rate, in small ASR-like chunks
-(a recognizer commits a few words at a time). Captions are shown as they
-come: each completed sentence is printed on its own line, and on a terminal
-a status line shows the sentence in progress with the provisional tail
-(partials) dimmed. The final punctuated transcript and the latency figures
-the client saw are returned.
+ASR events (:mod:`streampunct.caption_input`: a paced plain-text transcript,
+or JSON lines from a recognizer, with timestamps and interim hypotheses) are
+streamed to the server: committed words as ``words``, interim ones as
+``hypothesis``. Captions are shown as they come: each completed sentence on
+its own line, and on a terminal a status line with the sentence in progress
+and the provisional tail dimmed; or written as subtitles
+(:mod:`streampunct.subtitles`). The final punctuated transcript and the
+latency figures the client saw are returned. Whatever happens to the
+connection, everything received is kept (:class:`StreamClosedEarly` carries
+it).
 """
 
 from __future__ import annotations
@@ -15,16 +18,21 @@ import asyncio
 import json
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from streampunct.caption_input import AsrEvent, text_events
 from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
 from streampunct.errors import InputError
-from streampunct.labels import LABELS, PERIOD, QUESTION
+from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
 from streampunct.protocol import Final, SessionOptions
+from streampunct.subtitles import SubtitleWriter, TimedWord
 from streampunct.text import render
+from streampunct.textfile import read_text
 
 _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 
@@ -34,7 +42,7 @@ def read_transcript(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such transcript file: {path}")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = read_text(path).splitlines()
     filled = [line for line in lines if line.strip()]
     if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
         from streampunct.data import read_word_labels
@@ -137,11 +145,52 @@ class CaptionResult:
     options: SessionOptions
 
 
+class StreamClosedEarly(ClientError):
+    """The server closed the stream before its ``end`` (shutdown, error); ``result`` has what came."""
+
+    def __init__(self, message: str, result: CaptionResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+#: What a refused handshake means, by HTTP status.
+_REFUSALS = {
+    401: "missing or wrong token (pass --token or set $STREAMPUNCT_AUTH_TOKEN)",
+    404: "no streaming endpoint at this path (the server listens on /v1/stream)",
+    503: "the server is not serving now (loading, stopping, or at its session limit)",
+}
+
+
+async def connect(url: str, **options) -> StreamClient:
+    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ClientError`."""
+    try:
+        return await StreamClient.connect(url, **options)
+    except InvalidURI:
+        raise ClientError(f"{url!r} is not a WebSocket URL (expected ws://HOST:PORT/v1/stream)") from None
+    except InvalidStatus as e:
+        status = e.response.status_code
+        reason = _REFUSALS.get(status, "unexpected answer")
+        raise ClientError(f"the server refused the connection: HTTP {status}: {reason}") from None
+    except ConnectionClosed as e:
+        raise ClientError(f"the server closed the connection at once (close code {e.code})") from None
+    except (OSError, TimeoutError, InvalidHandshake) as e:
+        raise ClientError(f"cannot connect to {url}: {e or type(e).__name__}") from None
+
+
+def _word_times(word, arrival: float) -> tuple[float, float]:
+    start = word.start if word.start is not None else word.end
+    end = word.end if word.end is not None else word.start
+    if start is None or end is None:
+        return arrival, arrival
+    return float(start), float(end)
+
+
 async def caption(
     url: str,
-    words: Sequence[str],
+    words: Sequence[str] | None = None,
     *,
-    wps: float,
+    events: Sequence[AsrEvent] | AsyncIterable[AsrEvent] | None = None,
+    wps: float = 2.5,
     max_chunk: int = 4,
     seed: int = 0,
     token: str | None = None,
@@ -151,10 +200,19 @@ async def caption(
     capitalize: bool | None = True,
     view: CaptionView | None = None,
     json_log: TextIO | None = None,
+    subtitles: SubtitleWriter | None = None,
 ) -> CaptionResult:
-    """Stream ``words`` to the server at ``wps`` words per second and collect the captions."""
-    chunks = asr_chunks(words, wps=wps, max_chunk=max_chunk, seed=seed)
-    client = await StreamClient.connect(
+    """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
+
+    Raises :class:`StreamClosedEarly` (after closing the view and the
+    subtitles, so nothing received is lost) when the server closes the
+    stream before its ``end``.
+    """
+    if events is None:
+        if words is None:
+            raise ValueError("caption() needs words or events")
+        events = text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
+    client = await connect(
         url, token=token, right_context=right_context, max_delay_ms=max_delay_ms,
         partials=partials, capitalize=capitalize,
     )
@@ -171,14 +229,30 @@ async def caption(
     log("recv", client.ready.to_json())
     log("recv", {"type": "config", "config": client.options.to_json()})
 
-    async def send_all() -> None:
-        for at, chunk in chunks:
-            delay = t0 + at - loop.time()
+    async def send(event: AsrEvent) -> None:
+        if event.at is not None:
+            delay = t0 + event.at - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await client.send_words(chunk)
-            tracker.words_sent(chunk, loop.time())
-            log("send", {"type": "words", "words": chunk})
+        if event.interim:
+            await client.send_hypothesis(event.words)
+            log("send", {"type": "hypothesis", "words": [w.w for w in event.words]})
+        else:
+            await client.send_words(event.words)
+            tracker.words_sent([w.w for w in event.words], loop.time())
+            log("send", {"type": "words", "words": [w.w for w in event.words]})
+
+    async def send_all() -> None:
+        try:
+            if isinstance(events, AsyncIterable):
+                async for event in events:
+                    await send(event)
+            else:
+                for event in events:
+                    await send(event)
+        except Exception:
+            await client.close()  # ends the receiving loop below
+            raise
         await client.end()
         tracker.flush_sent(loop.time())
         log("send", {"type": "end"})
@@ -189,23 +263,36 @@ async def caption(
             log("recv", message.to_json())
             if isinstance(message, Final):
                 tracker.final_received(message, loop.time())
+                if subtitles is not None:
+                    for k, word in enumerate(message.words):
+                        start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
+                        subtitles.add(TimedWord(word.w, ID_TO_MARK.index(word.p), start, end))
             transcript.apply(message)
             if view is not None and message.type in ("final", "partial"):
                 view.update(transcript)
     finally:
         if not sender.done():
             sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
+        results = await asyncio.gather(sender, return_exceptions=True)
         await client.close()
+        if view is not None:
+            view.close(transcript)
+        if subtitles is not None:
+            subtitles.close()
+    result = CaptionResult(transcript, tracker.summary(), client.options)
+    failure = results[0]
+    if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed):
+        raise failure  # e.g. bad input read while streaming; what came back is written already
     if transcript.ended_words is None:
         reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
-        raise ClientError(
-            f"the server closed the stream early (close code {client.close_code})"
-            + (f": {reason}" if reason else "")
+        code = client.close_code
+        why = "the server is shutting down" if code == 1001 else f"close code {code}"
+        raise StreamClosedEarly(
+            f"the server closed the stream early ({why}); {transcript.n_final} final words kept"
+            + (f": {reason}" if reason else ""),
+            result,
         )
-    if view is not None:
-        view.close(transcript)
-    return CaptionResult(transcript, tracker.summary(), client.options)
+    return result
 
 
 def default_view(capitalize: bool) -> CaptionView:

@@ -38,6 +38,7 @@ from streampunct.protocol import (
     Final,
     Flushed,
     FlushRequest,
+    HypothesisMessage,
     Partial,
     PunctuatedWord,
     Ready,
@@ -114,7 +115,9 @@ class StreamClient:
         self.options = reply.config
         return reply.config
 
-    async def send(self, message: ConfigRequest | WordsMessage | FlushRequest | EndRequest) -> None:
+    async def send(
+        self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest
+    ) -> None:
         await self.connection.send(encode(message))
 
     async def send_raw(self, frame: str | bytes) -> None:
@@ -123,6 +126,10 @@ class StreamClient:
 
     async def send_words(self, words: Sequence[str | Word]) -> None:
         await self.send(WordsMessage(tuple(w if isinstance(w, Word) else Word(w) for w in words)))
+
+    async def send_hypothesis(self, words: Sequence[str | Word]) -> None:
+        """Replace the interim hypothesis (an empty list clears it)."""
+        await self.send(HypothesisMessage(tuple(w if isinstance(w, Word) else Word(w) for w in words)))
 
     async def flush(self) -> None:
         await self.send(FlushRequest())
@@ -171,6 +178,8 @@ class Transcript:
         words: final words (as the server normalized them), in stream order.
         labels: their label ids.
         partial: the latest provisional tail (words after the finals).
+        hypothesis: the latest partial's punctuated interim hypothesis.
+        final_words: every final word as received (with echoed start/end).
         flushed_upto, ended_words: from ``flushed`` and ``end``.
         errors: ``error`` messages received.
     """
@@ -179,6 +188,8 @@ class Transcript:
     labels: list[int] = field(default_factory=list)
     partial: list[PunctuatedWord] = field(default_factory=list)
     partial_start: int = 0
+    hypothesis: list[PunctuatedWord] = field(default_factory=list)
+    final_words: list[PunctuatedWord] = field(default_factory=list)
     flushed_upto: int = 0
     ended_words: int | None = None
     errors: list[Error] = field(default_factory=list)
@@ -192,8 +203,10 @@ class Transcript:
                 )
             self.words.extend(w.w for w in message.words)
             self.labels.extend(_mark_to_label(w.p) for w in message.words)
+            self.final_words.extend(message.words)
         elif isinstance(message, Partial):
             self.partial, self.partial_start = list(message.words), message.start
+            self.hypothesis = list(message.hypothesis)
         elif isinstance(message, Flushed):
             self.flushed_upto = message.upto
         elif isinstance(message, Ended):

@@ -12,12 +12,14 @@ optional fields never break an older peer.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from streampunct.errors import StreampunctError
+from streampunct.options import SessionOptions
 
 #: The ``protocol`` field of ``ready``.
 PROTOCOL_VERSION = 1
@@ -61,31 +63,6 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(frozen=True)
-class SessionOptions:
-    """Effective options of one session (the ``config`` object on the wire).
-
-    Attributes:
-        right_context: words after a word that make it final.
-        max_delay_ms: a word is final at the latest this long after it arrived.
-        partials: send ``partial`` messages for the undecided tail.
-        capitalize: capitalize sentence starts (and "I") in ``text``.
-    """
-
-    right_context: int = 2
-    max_delay_ms: int = 1500
-    partials: bool = False
-    capitalize: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "right_context": self.right_context,
-            "max_delay_ms": self.max_delay_ms,
-            "partials": self.partials,
-            "capitalize": self.capitalize,
-        }
-
-
 # -- client -> server ---------------------------------------------------------
 
 
@@ -125,11 +102,8 @@ class ConfigRequest:
 
 
 @dataclass(frozen=True)
-class WordsMessage:
-    """``words``: committed ASR words, in order, as sent (not yet normalized)."""
-
+class _WordList:
     words: tuple[Word, ...]
-    type: str = field(default="words", init=False)
 
     def to_json(self) -> dict[str, Any]:
         items: list[Any] = []
@@ -143,7 +117,21 @@ class WordsMessage:
                 if word.end is not None:
                     item["end"] = word.end
                 items.append(item)
-        return {"type": self.type, "words": items}
+        return {"type": self.type, "words": items}  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class WordsMessage(_WordList):
+    """``words``: committed ASR words, in order, as sent (not yet normalized)."""
+
+    type: str = field(default="words", init=False)
+
+
+@dataclass(frozen=True)
+class HypothesisMessage(_WordList):
+    """``hypothesis``: the ASR's interim words after the committed ones; replaces the previous one."""
+
+    type: str = field(default="hypothesis", init=False)
 
 
 @dataclass(frozen=True)
@@ -166,7 +154,7 @@ class EndRequest:
         return {"type": self.type}
 
 
-ClientMessage = ConfigRequest | WordsMessage | FlushRequest | EndRequest
+ClientMessage = ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest
 
 
 # -- server -> client ---------------------------------------------------------
@@ -201,46 +189,62 @@ class ConfigApplied:
 
 @dataclass(frozen=True)
 class PunctuatedWord:
-    """A word as the server normalized it (``w``) and its mark (``p``: "", ",", "." or "?")."""
+    """A word as the server normalized it (``w``) and its mark (``p``: "", ",", "." or "?").
+
+    ``start``/``end`` are the client's times for the word, echoed in finals
+    when the client sent them.
+    """
 
     w: str
     p: str
+    start: float | None = None
+    end: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"w": self.w, "p": self.p}
+        if self.start is not None:
+            out["start"] = self.start
+        if self.end is not None:
+            out["end"] = self.end
+        return out
 
 
 @dataclass(frozen=True)
-class Final:
-    """Words ``start .. start+len(words)-1`` are final."""
+class _LabeledSpan:
+    """Words ``start .. start+len(words)-1`` with their marks, and ``text`` rendering them."""
 
     start: int
     words: tuple[PunctuatedWord, ...]
     text: str
-    type: str = field(default="final", init=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "type": self.type,
+            "type": self.type,  # type: ignore[attr-defined]
             "start": self.start,
-            "words": [{"w": x.w, "p": x.p} for x in self.words],
+            "words": [x.to_json() for x in self.words],
             "text": self.text,
         }
 
 
 @dataclass(frozen=True)
-class Partial:
-    """Provisional labels for the tail ``start .. N-1``; replaces the previous partial."""
+class Final(_LabeledSpan):
+    """Words ``start .. start+len(words)-1`` are final."""
 
-    start: int
-    words: tuple[PunctuatedWord, ...]
-    text: str
+    type: str = field(default="final", init=False)
+
+
+@dataclass(frozen=True)
+class Partial(_LabeledSpan):
+    """Provisional labels for the tail ``start .. N-1`` followed by the interim
+    ``hypothesis`` (no indices); replaces the previous partial."""
+
+    hypothesis: tuple[PunctuatedWord, ...] = ()
     type: str = field(default="partial", init=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "start": self.start,
-            "words": [{"w": x.w, "p": x.p} for x in self.words],
-            "text": self.text,
-        }
+        out = super().to_json()
+        out["hypothesis"] = [{"w": x.w, "p": x.p} for x in self.hypothesis]
+        return out
 
 
 @dataclass(frozen=True)
@@ -331,12 +335,12 @@ def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | No
     value = item.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _bad(f"words[{index}].{name} must be a number")
-    return float(value)
+    return value  # as sent (an int stays an int), so that finals echo it unchanged
 
 
-def _decode_words(obj: Mapping[str, Any], limits: Limits) -> WordsMessage:
+def _decode_words(obj: Mapping[str, Any], limits: Limits) -> tuple[Word, ...]:
     raw = obj.get("words")
     if not isinstance(raw, list):
         raise _bad("'words' must be a list of strings or of {\"w\": str} objects")
@@ -362,7 +366,7 @@ def _decode_words(obj: Mapping[str, Any], limits: Limits) -> WordsMessage:
                 f"words[{i}] has {len(word.w)} characters; the limit is {limits.max_word_chars}",
             )
         words.append(word)
-    return WordsMessage(tuple(words))
+    return tuple(words)
 
 
 def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
@@ -370,7 +374,9 @@ def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
     obj = _parse_object(text)
     kind = obj["type"]
     if kind == "words":
-        return _decode_words(obj, limits)
+        return WordsMessage(_decode_words(obj, limits))
+    if kind == "hypothesis":
+        return HypothesisMessage(_decode_words(obj, limits))
     if kind == "config":
         return ConfigRequest(
             right_context=_optional_int(obj, "right_context", limits.max_right_context),
@@ -382,7 +388,7 @@ def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         return FlushRequest()
     if kind == "end":
         return EndRequest()
-    raise _bad(f"unknown message type {kind!r}; expected config, words, flush or end")
+    raise _bad(f"unknown message type {kind!r}; expected config, words, hypothesis, flush or end")
 
 
 # -- decoding server messages (client side) -------------------------------------
@@ -405,8 +411,15 @@ def _options(obj: Mapping[str, Any]) -> SessionOptions:
     )
 
 
+def _time(item: Mapping[str, Any], name: str) -> float | None:
+    value = item.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise TypeError(f"{name} must be a number")
+    return value
+
+
 def _punctuated(items: Sequence[Any]) -> tuple[PunctuatedWord, ...]:
-    return tuple(PunctuatedWord(str(x["w"]), str(x["p"])) for x in items)
+    return tuple(PunctuatedWord(str(x["w"]), str(x["p"]), _time(x, "start"), _time(x, "end")) for x in items)
 
 
 def decode_server(text: str | bytes) -> ServerMessage:
@@ -417,7 +430,10 @@ def decode_server(text: str | bytes) -> ServerMessage:
         if kind == "final":
             return Final(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
         if kind == "partial":
-            return Partial(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
+            return Partial(
+                _field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str),
+                _punctuated(obj.get("hypothesis") or ()),
+            )
         if kind == "flushed":
             return Flushed(_field(obj, "upto", int))
         if kind == "end":

@@ -5,7 +5,8 @@ thread; ``/healthz`` answers 503 until the engine is loaded and warmed up,
 then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
 :class:`~streampunct.session.Session`; all sessions share one
 :class:`~streampunct.batcher.Batcher`. Handshakes are checked in
-``process_request``: health and metrics endpoints, bearer-token auth (401),
+``process_request``: health and metrics endpoints, the caption page
+(``/captions``), bearer-token auth (401),
 the session limit (503). :meth:`StreamServer.shutdown` stops accepting,
 finalizes and sends every pending word of every session, closes them with
 1001, then closes the engine.
@@ -17,8 +18,10 @@ of a model folder.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import http
+import importlib.resources
 import json
 import logging
 import signal
@@ -265,6 +268,10 @@ class StreamServer:
         path, _, query = request.path.partition("?")
         if path == "/healthz":
             return self._healthz(connection)
+        if path == "/captions":
+            response = connection.respond(http.HTTPStatus.OK, _captions_page())
+            _set_content_type(response.headers, "text/html; charset=utf-8")
+            return response
         if path == "/metrics":
             response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
             _set_content_type(response.headers, self.metrics.content_type)
@@ -343,6 +350,12 @@ class StreamServer:
             self.sessions.discard(session)
             self.metrics.sessions.dec()
             logger.info("session=%s closed", session.id, extra={"session": session.id})
+
+
+@functools.cache
+def _captions_page() -> str:
+    """The self-contained live-caption page (package data ``streampunct/static/captions.html``)."""
+    return importlib.resources.files("streampunct").joinpath("static/captions.html").read_text(encoding="utf-8")
 
 
 def _set_content_type(headers: Headers, value: str) -> None:

@@ -18,6 +18,7 @@ word indices stay global.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,27 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streampunct.alignment import Aligner
+from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """Latency options of one stream.
-
-    Attributes:
-        right_context: words after a word that make it decidable.
-        max_delay_ms: a word is decidable this long after it arrived, whatever
-            came after it.
-    """
-
-    right_context: int = 2
-    max_delay_ms: int = 1500
-
-    def __post_init__(self) -> None:
-        if self.right_context < 0:
-            raise ValueError("right_context must be >= 0")
-        if self.max_delay_ms < 0:
-            raise ValueError("max_delay_ms must be >= 0")
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,12 +39,19 @@ class WindowRequest:
         positions: int64[k], index into ``input_ids`` of each word's label token.
         first_word: stream index of the first word the call labels.
         partial: True for provisional labels of the undecided tail.
+        hypothesis: (partial requests only) the interim hypothesis words that
+            followed the committed words when the request was made.
+        hypothesis_from: the labels of ``hypothesis[hypothesis_from:]`` come
+            last in ``positions``; earlier hypothesis words did not fit the
+            window and get no mark.
     """
 
     input_ids: np.ndarray
     positions: np.ndarray
     first_word: int
     partial: bool
+    hypothesis: tuple[str, ...] = ()
+    hypothesis_from: int = 0
 
     @property
     def n_words(self) -> int:
@@ -105,8 +94,13 @@ class StreamState:
         self._requested = 0  # local: words < this are final or in the in-flight request
         self._n_final = 0  # local
         self._in_flight: WindowRequest | None = None
-        self._partial_key: tuple[int, int] | None = None
+        self._partial_key: tuple[int, int, int] | None = None
         self.last_partial: list[Decision] = []
+        # Interim hypothesis (see "interim hypothesis" below).
+        self._hypothesis: tuple[str, ...] = ()
+        self._hypothesis_ids: list[tuple[int, ...]] = []
+        self._hypothesis_version = 0
+        self.last_hypothesis: list[tuple[str, int]] = []
 
     # -- input ---------------------------------------------------------------
     @property
@@ -227,8 +221,8 @@ class StreamState:
             self._requested = w.last_word + 1
             self._in_flight = request
             return request
-        if partial and self._requested < len(self.words):
-            key = (self.n_final, self.n_words)
+        if partial and (self._requested < len(self.words) or self._hypothesis):
+            key = (self.n_final, self.n_words, self._hypothesis_version)
             if key == self._partial_key:
                 return None
             request = self._partial_request()
@@ -238,14 +232,22 @@ class StreamState:
         return None
 
     def _partial_request(self) -> WindowRequest:
+        """Provisional labels for the undecided tail followed by the hypothesis."""
         n = len(self.words)
-        lay = self._layout
-        first = self._requested
+        lay, ids, lo = self._layout_with_hypothesis()
+        total = len(lay)
+        first = self._requested - lo
         # Keep the end of the tail if it is longer than one window can hold.
-        while lay.ends[n - 1] - lay.starts[first] > self.window.size - self.window.left and first < n - 1:
+        while lay.ends[total - 1] - lay.starts[first] > self.window.size - self.window.left and first < total - 1:
             first += 1
-        w = select_window(lay, first, n - 1, n, self.window)
-        return self._make_request(w.token_start, lay.ends[n - 1], first, n - 1, True)
+        w = select_window(lay, first, total - 1, total, self.window)
+        a, b = w.token_start, lay.ends[total - 1]
+        request_ids = np.asarray([self.aligner.cls_id, *ids[a:b], self.aligner.sep_id], dtype=np.int64)
+        positions = np.asarray(lay.label_pos[first:total], dtype=np.int64) - a + 1
+        return WindowRequest(
+            request_ids, positions, self._base + min(first + lo, n), True,
+            hypothesis=self._hypothesis, hypothesis_from=max(0, first + lo - n),
+        )
 
     def _make_request(self, a: int, b: int, first: int, last: int, partial: bool) -> WindowRequest:
         a_ids = self.aligner
@@ -272,11 +274,14 @@ class StreamState:
         self._in_flight = None
         labels = np.argmax(logits[request.positions], axis=-1)
         first = request.first_word - self._base
+        n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [
             Decision(request.first_word + k, self.words[first + k], int(label))
-            for k, label in enumerate(labels)
+            for k, label in enumerate(labels[:n_committed])
         ]
         if request.partial:
+            hyp_labels = [0] * request.hypothesis_from + [int(x) for x in labels[n_committed:]]
+            self.last_hypothesis = list(zip(request.hypothesis, hyp_labels, strict=True))
             # Drop provisional labels for words finalized meanwhile.
             self.last_partial = [d for d in decisions if d.index >= self.n_final]
             return []
@@ -301,3 +306,46 @@ class StreamState:
         """Seconds until the next deadline (``inf`` if none); for timers."""
         deadline = self.next_deadline()
         return math.inf if deadline is None else max(0.0, deadline - now)
+
+    # -- interim hypothesis (issue 14) ----------------------------------------
+    # The ASR's interim words after the committed ones. They are labeled in
+    # partial requests only and never enter ``words``/``_ids``/``_layout``, so
+    # final windows, and therefore finals, are built from committed words alone.
+    @property
+    def hypothesis(self) -> tuple[str, ...]:
+        return self._hypothesis
+
+    def set_hypothesis(self, words: Sequence[str]) -> None:
+        """Replace the interim hypothesis (normalized, non-empty words; empty clears it)."""
+        if any(not w for w in words):
+            raise ValueError("empty word (normalize and drop empty words first)")
+        self._hypothesis = tuple(words)
+        self._hypothesis_ids = [self.aligner.word_ids(w) for w in words]
+        self._hypothesis_version += 1
+        if not words:
+            self.last_hypothesis = []
+
+    def _layout_with_hypothesis(self) -> tuple[TokenLayout, list[int], int]:
+        """Token layout and ids of the words a partial window may use, hypothesis appended.
+
+        Covers committed words from ``lo`` (a window's length before the first
+        undecided word, enough for any left context) to the end; positions are
+        relative to word ``lo``'s first token. Returns ``(layout, ids, lo)``.
+        """
+        lay = self._layout
+        n = len(self.words)
+        lo = 0
+        if n:
+            want = lay.starts[min(self._requested, n - 1)] - self.window.size
+            lo = max(0, bisect.bisect_right(lay.starts, want) - 1)
+        base = lay.starts[lo] if n else 0
+        local = TokenLayout(
+            [x - base for x in lay.starts[lo:]],
+            [x - base for x in lay.ends[lo:]],
+            [x - base for x in lay.label_pos[lo:]],
+        )
+        ids = self._ids[base:]
+        for word_ids in self._hypothesis_ids:
+            ids.extend(word_ids)
+            local.append(len(word_ids), self.aligner.label_offset(len(word_ids)))
+        return local, ids, lo

@@ -1,4 +1,4 @@
-"""``streampunct caption``: stream a transcript to a server and show live captions."""
+"""``streampunct caption``: stream a transcript or ASR output to a server; live captions or subtitles."""
 
 from __future__ import annotations
 
@@ -8,27 +8,42 @@ import os
 import sys
 
 NAME = "caption"
-HELP = "stream a transcript to a running server at a given pace and show live captions"
+HELP = "stream a transcript or ASR output (JSON lines, Vosk, Whisper) to a running server; captions or subtitles"
 
 #: Environment variable read when --token is not given.
 TOKEN_ENV = "STREAMPUNCT_AUTH_TOKEN"
+FORMATS = ("text", "vtt", "srt", "jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("transcript", help="plain text file, or a word<TAB>LABEL file (labels are ignored)")
+    from streampunct.caption_input import INPUT_FORMATS
+
+    parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
+                        help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "
+                             "whisper (segments with words); default: detected from the first line")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text: live captions on stdout; vtt/srt: subtitles; jsonl: one cue per line "
+                             "(default: %(default)s)")
     parser.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream", help="server (default: %(default)s)")
     parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV} if set)")
-    parser.add_argument("--wps", type=float, default=2.5, help="words per second to send (default: %(default)s)")
+    parser.add_argument("--wps", type=float, default=2.5,
+                        help="plain text: words per second to send (default: %(default)s)")
     parser.add_argument("--max-chunk", type=int, default=4,
-                        help="words per ASR chunk, drawn from 1..N (default: %(default)s)")
+                        help="plain text: words per ASR chunk, drawn from 1..N (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the chunk sizes (default: %(default)s)")
+    parser.add_argument("--speed", type=float, default=1.0,
+                        help="files with timestamps: replay at this many times real time, 0 = at once "
+                             "(default: %(default)s)")
     parser.add_argument("--right-context", type=int, default=None, help="session right_context (default: server's)")
     parser.add_argument("--max-delay-ms", type=int, default=None, help="session max_delay_ms (default: server's)")
     parser.add_argument("--partials", action=argparse.BooleanOptionalAction, default=True,
                         help="show the provisional tail (default: on)")
     parser.add_argument("--capitalize", action=argparse.BooleanOptionalAction, default=True,
                         help="capitalize sentence starts (default: on)")
-    parser.add_argument("--out", metavar="FILE", default=None, help="write the final punctuated transcript here")
+    parser.add_argument("--out", metavar="FILE", default=None,
+                        help="text: write the final punctuated transcript here; vtt/srt/jsonl: the subtitles "
+                             "(also on stdout)")
     parser.add_argument("--json", action="store_true",
                         help="log every message sent and received as JSON lines on stdout (instead of captions)")
 
@@ -36,23 +51,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streampunct.caption import caption, default_view, read_transcript
-    from streampunct.errors import InputError
+    from streampunct.caption import StreamClosedEarly, caption, default_view
+    from streampunct.caption_input import read_events, stdin_events
+    from streampunct.subtitles import CueBuilder, SubtitleWriter
 
-    words = read_transcript(args.transcript)
-    if not words:
-        raise InputError(f"{args.transcript}: no words")
-    result = asyncio.run(
-        caption(
-            args.url, words, wps=args.wps, max_chunk=args.max_chunk, seed=args.seed,
-            token=args.token or os.environ.get(TOKEN_ENV) or None,
-            right_context=args.right_context, max_delay_ms=args.max_delay_ms,
-            partials=args.partials, capitalize=args.capitalize,
-            view=None if args.json else default_view(args.capitalize),
-            json_log=sys.stdout if args.json else None,
+    if args.transcript == "-":
+        events = stdin_events(args.input_format)
+    else:
+        events = read_events(
+            args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
+            seed=args.seed, speed=args.speed,
         )
-    )
-    if args.out:
+    out_file = None
+    subtitles = None
+    view = None
+    if args.format != "text":
+        out_file = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115
+        outs = [sys.stdout, out_file] if out_file else [sys.stdout]
+        subtitles = SubtitleWriter(args.format, outs, CueBuilder(capitalize=args.capitalize))
+    elif not args.json:
+        view = default_view(args.capitalize)
+    try:
+        result = asyncio.run(
+            caption(
+                args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
+                right_context=args.right_context, max_delay_ms=args.max_delay_ms,
+                partials=args.partials, capitalize=args.capitalize, view=view,
+                json_log=sys.stdout if args.json and args.format == "text" else None,
+                subtitles=subtitles,
+            )
+        )
+        closed_early = None
+    except StreamClosedEarly as e:
+        result, closed_early = e.result, e
+    finally:
+        if out_file is not None:
+            out_file.close()
+    if args.out and args.format == "text":
         Path(args.out).write_text(result.transcript.text(capitalize=args.capitalize) + "\n", encoding="utf-8")
+    if closed_early is not None:
+        print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
+        return 1
     print(f"latency ({result.options.to_json()}): {result.latency.format()}", file=sys.stderr)
     return 0

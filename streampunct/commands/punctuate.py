@@ -9,7 +9,7 @@ from pathlib import Path
 from streampunct.errors import InputError
 
 NAME = "punctuate"
-HELP = "punctuate a transcript (plain text, or a word<TAB>LABEL file) with the offline decoder"
+HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline decoder"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,44 +20,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
 
 
-def read_transcript_words(source: str) -> list[str]:
-    """Words of a plain-text or ``word<TAB>LABEL`` transcript, normalized.
+def read_transcript_lines(source: str) -> list[list[str]]:
+    """Normalized words of each line of a plain-text transcript (blank lines give ``[]``).
 
-    Undecodable bytes are replaced; raises InputError when nothing is left.
+    A ``word<TAB>LABEL`` file is one segment (one line). Text is decoded by
+    its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
+    replaced); binary input and input without words raise InputError.
     """
     from streampunct.text import normalize_words
+    from streampunct.textfile import read_text
 
-    if source == "-":
-        raw = sys.stdin.buffer.read()
-    else:
-        path = Path(source)
-        if not path.exists() or path.is_dir():
-            raise InputError(f"no such file: {path}")
-        raw = path.read_bytes()
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.splitlines()
+    lines = read_text(source).splitlines()
     if lines and all("\t" in line for line in lines if line.strip()):
-        tokens = [line.rpartition("\t")[0] for line in lines if line.strip()]
+        segments = [normalize_words(line.rpartition("\t")[0] for line in lines if line.strip())]
     else:
-        tokens = text.split()
-    words = normalize_words(tokens)
-    if not words:
+        segments = [normalize_words(line.split()) for line in lines]
+    if not any(segments):
         raise InputError("no words in the input (it is empty or holds only punctuation)")
-    return words
+    return segments
+
+
+def read_transcript_words(source: str) -> list[str]:
+    """Words of a plain-text or ``word<TAB>LABEL`` transcript, normalized, lines joined."""
+    return [w for line in read_transcript_lines(source) for w in line]
+
+
+def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool = False) -> list[str]:
+    """Each line punctuated as its own segment; blank lines stay blank.
+
+    With ``capitalize`` a line opens a sentence after a line that ended one,
+    and after a blank line (a paragraph break).
+    """
+    from streampunct.labels import PERIOD, QUESTION
+    from streampunct.text import render
+
+    out = []
+    sentence_start = True
+    for words in segments:
+        if not words:
+            out.append("")
+            sentence_start = True
+            continue
+        labels = punctuator.punctuate(words)
+        out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start))
+        sentence_start = labels[-1] in (PERIOD, QUESTION)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     from streampunct.punctuator import Punctuator
-    from streampunct.text import render
 
-    words = read_transcript_words(args.input)
+    segments = read_transcript_lines(args.input)
     punctuator = Punctuator.from_model_dir(args.model, engine=args.engine)
     try:
-        text = render(words, punctuator.punctuate(words), capitalize=args.capitalize)
+        text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize))
     finally:
         punctuator.close()
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
     else:
-        print(text)
+        sys.stdout.write(text + "\n")
     return 0

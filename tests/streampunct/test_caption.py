@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from streampunct.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
-from streampunct.client import Transcript
+from streampunct.client import StreamClient, Transcript
 from streampunct.errors import InputError
+from streampunct.labels import ID_TO_MARK
 from streampunct.protocol import Final, Partial, PunctuatedWord
 from streampunct.text import normalize_words, render
 
@@ -132,3 +133,149 @@ async def test_caption_json_mode_and_auth(start_server, tmp_path):
     records = [json.loads(line) for line in stdout.decode().splitlines()]
     assert [r["dir"] for r in records].count("send") >= 2
     assert records[-1]["msg"]["type"] == "end"
+
+
+# -- subtitles, input adapters, errors, early close (issue 14) -----------------------
+
+
+async def run_cli(*args, stdin: bytes | None = None, timeout: float = 30):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    return proc.returncode, stdout.decode(), stderr.decode()
+
+
+def _seconds(stamp: str) -> float:
+    h, m, s = stamp.replace(",", ".").split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+async def test_caption_vtt_from_timestamped_words_is_valid_and_within_limits(start_server, tmp_path, fake_labels):
+    webvtt = pytest.importorskip("webvtt", reason="needs webvtt-py (the dev extra)")
+    server = await start_server()
+    words = ("so this is the story of how we came to build a streaming punctuation server for live "
+             "captions and why it had to be fast enough for real television broadcasts").split()
+    source = tmp_path / "asr.jsonl"
+    source.write_text("".join(
+        json.dumps({"w": w, "start": 5 + 0.6 * i, "end": 5 + 0.6 * i + 0.5}) + "\n" for i, w in enumerate(words)
+    ))
+    out = tmp_path / "talk.vtt"
+    rc, stdout, stderr = await run_cli(
+        str(source), "--url", server.url, "--format", "vtt", "--speed", "0", "--out", str(out),
+        "--right-context", "1",
+    )
+    assert rc == 0, stderr
+    assert stdout == out.read_text(encoding="utf-8") and stdout.startswith("WEBVTT")
+    captions = list(webvtt.read(str(out)))
+    text = " ".join(c.text.replace("\n", " ") for c in captions)
+    assert text.lower().replace(",", "").replace(".", "").replace("?", "").split() == words
+    for c in captions:
+        start, end = _seconds(c.start), _seconds(c.end)
+        lines = c.text.split("\n")
+        assert start < end and end - start <= 7.0 and len(lines) <= 2 and all(len(x) <= 42 for x in lines)
+    # Times come from the word timestamps (the stream started at 5 s), not from the clock.
+    assert _seconds(captions[0].start) == pytest.approx(5.0)
+    assert _seconds(captions[-1].end) == pytest.approx(5 + 0.6 * (len(words) - 1) + 0.5)
+    # Cues break at sentence ends: a sentence mark only ever ends a cue.
+    marks = [ID_TO_MARK[x] for x in fake_labels(words)]
+    assert sum(m in (".", "?") for m in marks) >= 2
+    for c in captions:
+        assert not any(ch in c.text[:-1] for ch in ".?"), c.text
+    assert len(captions) >= sum(m in (".", "?") for m in marks)
+
+
+async def test_caption_srt_from_plain_text_uses_arrival_times(start_server, tmp_path):
+    srt = pytest.importorskip("srt", reason="needs srt (the dev extra)")
+    server = await start_server()
+    source = tmp_path / "talk.txt"
+    source.write_text(" ".join(f"word{i % 9}" for i in range(40)), encoding="utf-8")
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "srt", "--wps", "200")
+    assert rc == 0, stderr
+    subs = list(srt.parse(stdout))
+    assert sum(len(s.content.split()) for s in subs) == 40
+    assert all(0 <= s.start.total_seconds() < s.end.total_seconds() <= 5 for s in subs)  # a 0.2 s stream
+    assert [s.index for s in subs] == list(range(1, len(subs) + 1))
+
+
+async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path, fake_labels):
+    from streampunct.caption_input import read_events
+
+    server = await start_server()
+    source = tmp_path / "vosk.jsonl"
+    source.write_text("\n".join(json.dumps(x) for x in [
+        {"partial": "so how"},
+        {"result": [{"word": "so", "start": 0.1, "end": 0.3}, {"word": "how", "start": 0.4, "end": 0.6}]},
+        {"partial": "are you"},
+        {"result": [{"word": "are", "start": 0.7, "end": 0.8}, {"word": "you", "start": 0.9, "end": 1.2}]},
+    ]))
+    log = io.StringIO()
+
+    def received_partials() -> list[list[str]]:
+        records = [json.loads(line) for line in log.getvalue().splitlines()]
+        return [[w["w"] for w in r["msg"]["hypothesis"]] for r in records
+                if r["dir"] == "recv" and r["msg"]["type"] == "partial"]
+
+    async def events():
+        # After each hypothesis, wait for its partial (as a live recognizer would be slower).
+        for event in read_events(str(source), speed=0):
+            yield event
+            if event.interim:
+                async with asyncio.timeout(10):
+                    while [w.w for w in event.words] not in received_partials():
+                        await asyncio.sleep(0.01)
+
+    result = await caption(server.url, events=events(), right_context=5, max_delay_ms=60_000, json_log=log)
+    assert result.transcript.words == ["so", "how", "are", "you"]
+    assert [(w.start, w.end) for w in result.transcript.final_words] == [
+        (0.1, 0.3), (0.4, 0.6), (0.7, 0.8), (0.9, 1.2)]
+    records = [json.loads(line) for line in log.getvalue().splitlines()]
+    sent = [r["msg"] for r in records if r["dir"] == "send"]
+    assert [m["type"] for m in sent] == ["hypothesis", "words", "hypothesis", "words", "end"]
+    partials = received_partials()
+    assert partials.index(["so", "how"]) < partials.index(["are", "you"])
+
+
+@pytest.mark.parametrize("case", ["401", "404", "503", "not-ws", "refused"])
+async def test_caption_connection_errors_are_one_line(start_server, tmp_path, case):
+    source = tmp_path / "talk.txt"
+    source.write_text("hello there")
+    server = await start_server(auth_token="tok", max_sessions=1)
+    url = {"401": server.url, "404": server.url.replace("/v1/stream", "/nope"), "503": server.url,
+           "not-ws": server.url.replace("ws://", "http://"), "refused": "ws://127.0.0.1:9/v1/stream"}[case]
+    holder = await StreamClient.connect(server.url, token="tok") if case == "503" else None
+    try:
+        rc, stdout, stderr = await run_cli(str(source), "--url", url, "--token", "" if case == "401" else "tok")
+    finally:
+        if holder is not None:
+            await holder.close()
+    assert rc != 0
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    expected = {"401": "HTTP 401", "404": "HTTP 404", "503": "HTTP 503", "not-ws": "not a WebSocket URL",
+                "refused": "cannot connect"}[case]
+    assert expected in stderr
+
+
+async def test_caption_keeps_everything_when_the_server_shuts_down(start_server, tmp_path, fake_labels):
+    server = await start_server()
+    out = tmp_path / "out.txt"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url, "--out", str(out),
+        "--right-context", "3", "--max-delay-ms", "600000",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    words = "so this is the story of how it all began".split()
+    proc.stdin.write((" ".join(words) + "\n").encode())
+    await proc.stdin.drain()
+    async with asyncio.timeout(20):  # wait until the server holds every word
+        while sum(s.protocol.n_words for s in server.sessions) < len(words):
+            await asyncio.sleep(0.02)
+    await server.shutdown()  # finalizes all words, then closes with 1001
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
+    stderr = stderr.decode()
+    assert proc.returncode != 0 and "shutting down" in stderr and "Traceback" not in stderr
+    expected = render(words, fake_labels(words), capitalize=True)
+    assert out.read_text().strip() == expected
+    assert stdout.decode().replace("\n", " ").strip() == expected

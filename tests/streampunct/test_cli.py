@@ -82,3 +82,62 @@ def test_transcript_reader_handles_labels_and_huge_words(tmp_path):
 
 def test_parser_builds():
     assert build_parser().prog == "streampunct"
+
+
+@pytest.mark.parametrize(
+    "encoding, bom",
+    [("utf-8", b""), ("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
+     ("utf-32-le", b"\xff\xfe\x00\x00")],
+)
+def test_transcript_reader_decodes_by_byte_order_mark(tmp_path, encoding, bom):
+    from streampunct.commands.punctuate import read_transcript_lines
+
+    f = tmp_path / "in.txt"
+    f.write_bytes(bom + "Caf\u00e9 au lait,\r\nna\u00efve?\n\nDone.\n".encode(encoding))
+    assert read_transcript_lines(str(f)) == [["caf\u00e9", "au", "lait"], ["na\u00efve"], [], ["done"]]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"hello\x00world", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "hi\x00".encode("utf-16")],
+)
+def test_punctuate_refuses_binary_input(tmp_path, capsys, payload):
+    f = tmp_path / "in.bin"
+    f.write_bytes(payload)
+    assert main(["punctuate", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "looks binary" in err and len(err.strip().splitlines()) == 1
+
+
+def test_punctuate_lines_keeps_line_and_paragraph_breaks():
+    from streampunct.commands.punctuate import punctuate_lines
+    from streampunct.labels import COMMA, PERIOD, O
+
+    class LastWordEndsSentence:
+        calls: list[list[str]] = []
+
+        def punctuate(self, words):
+            self.calls.append(list(words))
+            return [O] * (len(words) - 1) + [PERIOD if len(words) > 2 else COMMA]
+
+    fake = LastWordEndsSentence()
+    segments = [["so", "here", "we", "are"], ["and", "then"], ["it", "goes"], [], ["new", "paragraph", "here"]]
+    assert punctuate_lines(segments, fake, capitalize=True) == [
+        "So here we are.", "And then,", "it goes,", "", "New paragraph here.",
+    ]
+    assert fake.calls == [s for s in segments if s]  # each line is its own segment
+
+
+def test_punctuate_command_keeps_lines_with_the_shipped_model(tmp_path, capsys):
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[2] / "models" / "default" / "streampunct.json"
+    if not model.is_file():
+        pytest.skip(f"needs the shipped model ({model})")
+    f = tmp_path / "in.txt"
+    f.write_bytes(b"\xef\xbb\xbfhello how are you today\ni am fine thank you\n\nsee you tomorrow then\n")
+    assert main(["punctuate", str(f)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == 5 and lines[2] == "" and lines[4] == ""
+    stripped = [line.replace(",", "").replace(".", "").replace("?", "") for line in lines]
+    assert stripped == ["hello how are you today", "i am fine thank you", "", "see you tomorrow then", ""]

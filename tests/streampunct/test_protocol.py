@@ -166,3 +166,48 @@ def test_docs_protocol_starts_with_the_shared_contract():
         pytest.skip(f"needs {shared}")
     ours = (repo / "docs" / "protocol.md").read_text(encoding="utf-8")
     assert ours.startswith(shared.read_text(encoding="utf-8")), "docs/protocol.md drifted from the shared protocol"
+
+
+def test_hypothesis_message_decodes_like_words():
+    from streampunct.protocol import HypothesisMessage
+
+    message = decode('{"type": "hypothesis", "words": ["so", {"w": "How", "start": 1, "end": null}]}')
+    assert message == HypothesisMessage((Word("so"), Word("How", 1, None)))
+    assert decode('{"type": "hypothesis", "words": []}') == HypothesisMessage(())
+    assert decode(encode(message)) == message
+    with pytest.raises(ProtocolError) as info:
+        decode(json.dumps({"type": "hypothesis", "words": ["a"] * 1001}))
+    assert info.value.code is ErrorCode.TOO_LARGE
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type": "hypothesis"}',
+        '{"type": "hypothesis", "words": null}',
+        '{"type": "hypothesis", "words": [7]}',
+        '{"type": "hypothesis", "words": [{"w": "x", "start": "1"}]}',
+        '{"type": "words", "words": [{"w": "x", "start": NaN}]}',
+        '{"type": "words", "words": [{"w": "x", "end": Infinity}]}',
+    ],
+)
+def test_bad_hypothesis_and_times(frame):
+    with pytest.raises(ProtocolError) as info:
+        decode(frame)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+
+
+def test_partial_hypothesis_and_final_times_on_the_wire():
+    partial = Partial(2, (PunctuatedWord("so", ""),), "so how,", (PunctuatedWord("how", ","),))
+    assert json.loads(encode(partial)) == {
+        "type": "partial", "start": 2, "words": [{"w": "so", "p": ""}],
+        "hypothesis": [{"w": "how", "p": ","}], "text": "so how,",
+    }
+    assert decode_server(encode(partial)) == partial
+    # A partial from a server that predates hypotheses still decodes.
+    assert decode_server('{"type": "partial", "start": 0, "words": [], "text": ""}') == Partial(0, (), "")
+    final = Final(0, (PunctuatedWord("so", ",", 0.5, 0.75), PunctuatedWord("well", ".", None, 2)), "so, well.")
+    assert json.loads(encode(final))["words"] == [
+        {"w": "so", "p": ",", "start": 0.5, "end": 0.75}, {"w": "well", "p": ".", "end": 2},
+    ]
+    assert decode_server(encode(final)) == final

@@ -403,3 +403,63 @@ async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_eng
     assert ErrorCode.OVERLOADED in codes and set(codes) == {ErrorCode.OVERLOADED}
     for transcript, _ in results:
         assert transcript.words == WORDS and transcript.labels == fake_labels(WORDS)
+
+
+# -- interim hypotheses and word times (issue 14) -------------------------------
+
+
+async def test_hypotheses_are_punctuated_in_partials_and_never_finalized(start_server, fake_labels):
+    server = await start_server()
+    async with await StreamClient.connect(
+        server.url, right_context=2, max_delay_ms=60_000, partials=True, capitalize=False
+    ) as client:
+        committed = WORDS[:5]
+        await client.send_raw(json.dumps({"type": "words", "words": [
+            {"w": w, "start": 0.5 * i, "end": 0.5 * i + 0.4} for i, w in enumerate(committed)
+        ]}))
+        transcript = Transcript()
+        received = await read_until(client, "partial", transcript)
+        await client.send_raw(json.dumps({"type": "hypothesis", "words": ["Came", {"w": "to,", "start": 9}]}))
+        partial = (await read_until(client, "partial", transcript))[-1]
+        assert [w.w for w in partial.hypothesis] == ["came", "to"]
+        assert [w.p for w in partial.hypothesis] == [ID_TO_MARK[x] for x in fake_labels(["came", "to"])]
+        tail = [w.w for w in partial.words]
+        assert tail == committed[partial.start:]
+        labels = [ID_TO_MARK.index(w.p) for w in (*partial.words, *partial.hypothesis)]
+        assert partial.text == render([*tail, "came", "to"], labels, sentence_start=partial.text[:1].isupper())
+        # Malformed hypothesis: bad_request, the stream and its hypothesis stay.
+        await client.send_raw('{"type": "hypothesis", "words": [{"w": 1}]}')
+        error = (await read_until(client, "error", transcript))[-1]
+        assert error.code == ErrorCode.BAD_REQUEST
+        await client.send_raw('{"type": "hypothesis", "words": []}')
+        cleared = (await read_until(client, "partial", transcript))[-1]
+        assert cleared.hypothesis == ()
+        transcript, messages = await finish(client, transcript)
+    assert transcript.words == committed and transcript.labels == fake_labels(committed)
+    finals = [w for m in received + messages if isinstance(m, Final) for w in m.words]
+    assert [(w.w, w.start, w.end) for w in finals] == [
+        (w, 0.5 * i, 0.5 * i + 0.4) for i, w in enumerate(committed)
+    ]
+    assert transcript.ended_words == 5
+
+
+async def test_finals_echo_start_and_end_on_the_wire(start_server):
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=0) as client:
+        await client.send_raw(json.dumps({"type": "words", "words": [
+            {"w": "so", "start": 1, "end": 1.25}, "this", {"w": "is", "end": 2.5},
+        ]}))
+        await client.end()
+        frames = []
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                try:
+                    frames.append(json.loads(await client.connection.recv()))
+                except Exception:
+                    break
+    words = [w for f in frames if f["type"] == "final" for w in f["words"]]
+    assert words == [
+        {"w": "so", "p": words[0]["p"], "start": 1, "end": 1.25},
+        {"w": "this", "p": words[1]["p"]},
+        {"w": "is", "p": words[2]["p"], "end": 2.5},
+    ]

@@ -1,0 +1,43 @@
+"""Session options: one frozen dataclass shared by the wire protocol and the stream state.
+
+The ``config`` object on the wire, the server's session defaults and the
+latency options of :class:`~streampunct.stream_state.StreamState` are the same
+thing; ``stream_state.StreamConfig`` is another name for this class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Effective options of one session (the ``config`` object on the wire).
+
+    Attributes:
+        right_context: words after a word that make it decidable (final).
+        max_delay_ms: a word is decidable at the latest this long after it
+            arrived, whatever came after it.
+        partials: send ``partial`` messages for the undecided tail.
+        capitalize: capitalize sentence starts (and "I") in ``text``.
+    """
+
+    right_context: int = 2
+    max_delay_ms: int = 1500
+    partials: bool = False
+    capitalize: bool = False
+
+    def __post_init__(self) -> None:
+        if self.right_context < 0:
+            raise ValueError("right_context must be >= 0")
+        if self.max_delay_ms < 0:
+            raise ValueError("max_delay_ms must be >= 0")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "right_context": self.right_context,
+            "max_delay_ms": self.max_delay_ms,
+            "partials": self.partials,
+            "capitalize": self.capitalize,
+        }

@@ -1,0 +1,279 @@
+"""The protocol rules of one streaming session, without I/O (sans-I/O).
+
+:class:`SessionProtocol` turns client messages into server messages. It never
+touches a socket, a clock or an engine: the caller passes the time in,
+runs the model calls it asks for (:meth:`SessionProtocol.next_request`)
+wherever it likes and hands the logits back (:meth:`SessionProtocol.apply`).
+Every method returns the messages to send, in order. The asyncio pump in
+:mod:`streampunct.session` only moves frames and logits; tests drive this
+class directly.
+
+Rules kept here (see ``docs/protocol.md``):
+
+* ``config`` only before the first ``words`` message; it restarts the stream
+  state with the new options;
+* words are normalized; their ``start``/``end`` are echoed in the finals;
+* finals are contiguous and rendered with sentence starts carried across
+  messages; ``flushed`` after the finals it covers, ``end`` after all;
+* the interim ``hypothesis`` follows the committed words in partials only:
+  it never takes an index and never changes a final;
+* frames after the client's ``end`` are ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from streampunct.alignment import Aligner
+from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+from streampunct.options import SessionOptions
+from streampunct.protocol import (
+    DEFAULT_LIMITS,
+    ClientMessage,
+    ConfigApplied,
+    ConfigRequest,
+    Ended,
+    EndRequest,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    FlushRequest,
+    HypothesisMessage,
+    Limits,
+    Partial,
+    ProtocolError,
+    PunctuatedWord,
+    Ready,
+    ServerMessage,
+    WordsMessage,
+    decode,
+)
+from streampunct.stream_state import Decision, StreamState, WindowRequest
+from streampunct.text import normalize_word, normalize_words, render
+from streampunct.windowing import WindowConfig
+
+
+class _Until(enum.Enum):
+    """What to do once every word up to a target has been finalized."""
+
+    FLUSHED = "flushed"  # answer a ``flush``
+    DONE = "done"  # the stream is over (client ``end``, or server shutdown)
+
+
+class SessionProtocol:
+    """One session's protocol state: options, stream state, flush bookkeeping, rendering.
+
+    Attributes:
+        options: the effective session options.
+        state: the pure windowing core for the committed words.
+        end_received: the client sent ``end`` (later frames are ignored).
+        finished: every word is final after ``end`` or :meth:`finish`; the
+            caller closes the connection with :attr:`close_code`.
+    """
+
+    def __init__(
+        self,
+        *,
+        aligner: Aligner,
+        window: WindowConfig,
+        defaults: SessionOptions | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        session_id: str = "",
+        model_name: str = "",
+    ) -> None:
+        self._aligner = aligner
+        self._window = window
+        self._limits = limits
+        self.session_id = session_id
+        self.model_name = model_name
+        self.options = defaults if defaults is not None else SessionOptions()
+        self.state = self._new_state()
+        self.end_received = False
+        self.finished = False
+        self._finishing = False  # end or shutdown: no more partials
+        self._words_seen = False
+        self._sent = 0  # words finalized (their final is among the returned messages)
+        self._sentence_start = True  # the next final word opens a sentence
+        self._until: deque[tuple[int, _Until]] = deque()
+        self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
+        self._partial_owed = False  # a hypothesis change still waits for its partial
+
+    def _new_state(self) -> StreamState:
+        return StreamState(self._aligner, self._window, self.options)
+
+    @property
+    def close_code(self) -> int:
+        """1000 after the client's ``end``, 1001 after a server shutdown (:meth:`finish`)."""
+        return 1000 if self.end_received else 1001
+
+    @property
+    def n_words(self) -> int:
+        return self.state.n_words
+
+    @property
+    def n_final(self) -> int:
+        return self._sent
+
+    def ready(self) -> Ready:
+        """The first message of the session."""
+        return Ready(self.session_id, self.model_name, self.options)
+
+    # -- input ---------------------------------------------------------------
+    def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage]:
+        """Decode one client frame and handle it; a malformed frame gets an ``error``."""
+        if self.end_received:
+            return []
+        try:
+            message = decode(frame, self._limits)
+        except ProtocolError as e:
+            return [Error(e.code, e.message)]
+        return self.receive(message, now)
+
+    def receive(self, message: ClientMessage, now: float) -> list[ServerMessage]:
+        """Handle one decoded client message that arrived at ``now``."""
+        if self.end_received:
+            return []
+        if isinstance(message, WordsMessage):
+            return self._words(message, now)
+        if isinstance(message, HypothesisMessage):
+            self._set_hypothesis(normalize_words(w.w for w in message.words))
+            return self._owed_partial()
+        if isinstance(message, ConfigRequest):
+            return self._configure(message)
+        if isinstance(message, FlushRequest):
+            self.state.flush(now)
+            self._until.append((self.state.n_words, _Until.FLUSHED))
+            return self._settle()
+        if isinstance(message, EndRequest):
+            self.end_received = True
+            return self.finish(now)
+        raise TypeError(f"not a client message: {message!r}")
+
+    def finish(self, now: float) -> list[ServerMessage]:
+        """Every word that has arrived must be finalized (client ``end`` or server shutdown)."""
+        self._finishing = True
+        self._partial_owed = False
+        self.state.flush(now)
+        self._until.append((self.state.n_words, _Until.DONE))
+        return self._settle()
+
+    def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
+        self._words_seen = True
+        words = []
+        for item in message.words:
+            word = normalize_word(item.w)
+            if not word:
+                continue
+            if item.start is not None or item.end is not None:
+                self._times[self.state.n_words + len(words)] = (item.start, item.end)
+            words.append(word)
+        if words:
+            self.state.feed(words, now)
+        if self.state.hypothesis:  # every words message clears the hypothesis
+            self._set_hypothesis([])
+        return self._owed_partial()
+
+    def _set_hypothesis(self, words: Sequence[str]) -> None:
+        self.state.set_hypothesis(words)
+        self._partial_owed = self.options.partials
+
+    def _configure(self, request: ConfigRequest) -> list[ServerMessage]:
+        if self._words_seen:
+            return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
+        self.options = request.apply_to(self.options)
+        hypothesis = self.state.hypothesis
+        self.state = self._new_state()
+        if hypothesis:
+            self.state.set_hypothesis(hypothesis)
+        return [ConfigApplied(self.options)]
+
+    # -- model calls ---------------------------------------------------------
+    def next_request(self, now: float) -> WindowRequest | None:
+        """The next model call (finals first, then a partial when partials are on)."""
+        return self.state.next_request(now, partial=self.options.partials and not self._finishing)
+
+    def next_deadline(self) -> float | None:
+        """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
+        return self.state.next_deadline()
+
+    def abort(self, request: WindowRequest) -> None:
+        """The model call failed; its words will be requested again."""
+        self.state.abort(request)
+
+    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[ServerMessage]:
+        """Take the logits (float32[T, C]) of ``request``; the messages they produce."""
+        decisions = self.state.apply(request, logits)
+        if request.partial:
+            # A partial that comes back after end or shutdown is no longer news.
+            out = [] if self._finishing else self._partial(request)
+        else:
+            out = [self._final(decisions)] if decisions else []
+            out += self._settle()
+        return out + self._owed_partial()
+
+    # -- output --------------------------------------------------------------
+    def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool) -> str:
+        return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start)
+
+    def _final(self, decisions: list[Decision]) -> Final:
+        marked = tuple(
+            PunctuatedWord(d.word, ID_TO_MARK[d.label], *self._times.pop(d.index, (None, None)))
+            for d in decisions
+        )
+        text = self._render([d.word for d in decisions], [d.label for d in decisions], self._sentence_start)
+        self._sent = decisions[-1].index + 1
+        self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
+        return Final(decisions[0].index, marked, text)
+
+    def _partial(self, request: WindowRequest) -> list[ServerMessage]:
+        decisions = self.state.last_partial
+        hypothesis = self.state.last_hypothesis
+        if not decisions and not request.hypothesis and not self._partial_owed:
+            return []
+        if request.hypothesis == self.state.hypothesis:
+            self._partial_owed = False
+        labeled = len(request.positions) - (len(request.hypothesis) - request.hypothesis_from)
+        start = decisions[0].index if decisions else max(self._sent, request.first_word + labeled)
+        text = self._render(
+            [d.word for d in decisions] + [w for w, _ in hypothesis],
+            [d.label for d in decisions] + [label for _, label in hypothesis],
+            self._sentence_start and start == self._sent,
+        )
+        return [
+            Partial(
+                start,
+                tuple(PunctuatedWord(d.word, ID_TO_MARK[d.label]) for d in decisions),
+                text,
+                tuple(PunctuatedWord(w, ID_TO_MARK[label]) for w, label in hypothesis),
+            )
+        ]
+
+    def _owed_partial(self) -> list[ServerMessage]:
+        """An empty partial when a hypothesis was cleared and nothing is left to label.
+
+        Otherwise the partial comes from a model call (:meth:`next_request`).
+        """
+        state = self.state
+        idle = state.in_flight is None and state.n_final == state.n_words and not state.hypothesis
+        if not (self._partial_owed and idle):
+            return []
+        self._partial_owed = False
+        return [Partial(self._sent, (), "", ())]
+
+    def _settle(self) -> list[ServerMessage]:
+        """``flushed`` for each flush (and ``end``) whose words have all been finalized."""
+        out: list[ServerMessage] = []
+        while self._until and self._until[0][0] <= self._sent:
+            target, what = self._until.popleft()
+            if what is _Until.FLUSHED:
+                out.append(Flushed(target))
+            elif not self.finished:
+                self.finished = True
+                if self.end_received:
+                    out.append(Ended(self.state.n_words))
+        return out

@@ -1,0 +1,248 @@
+"""The sans-I/O session rules, driven without sockets, clocks or engines."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streampunct.labels import ID_TO_MARK
+from streampunct.options import SessionOptions
+from streampunct.protocol import (
+    ConfigApplied,
+    Ended,
+    EndRequest,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    FlushRequest,
+    HypothesisMessage,
+    Partial,
+    Ready,
+    Word,
+    WordsMessage,
+)
+from streampunct.session_protocol import SessionProtocol
+from streampunct.text import render
+from streampunct.windowing import WindowConfig
+from tests.streampunct.fakes import FakeAligner
+
+WINDOW = WindowConfig(size=24, left=4, right=3)
+
+
+def context_infer(input_ids: np.ndarray) -> np.ndarray:
+    """A fake model whose label for a token depends on two tokens each side.
+
+    Any token that leaked into a window (a hypothesis word in a final window)
+    would change the labels of the words next to it.
+    """
+    x = np.asarray(input_ids)[None, :]
+    padded = np.pad(x, ((0, 0), (2, 2)))
+    t = x.shape[1]
+    mixed = sum((k + 1) * padded[:, k : k + t] for k in range(5))
+    logits = np.zeros((*x.shape, 4), dtype=np.float32)
+    np.put_along_axis(logits, (mixed % 4)[..., None], 1.0, axis=-1)
+    return logits[0]
+
+
+class Driver:
+    """Runs a :class:`SessionProtocol` to completion after each input, on a simulated clock.
+
+    The max-delay timer is simulated too: before an input at time ``t``, every
+    deadline up to ``t`` fires first, as the server's ``loop.call_at`` would.
+    """
+
+    def __init__(self, options: SessionOptions, window: WindowConfig = WINDOW) -> None:
+        self.protocol = SessionProtocol(aligner=FakeAligner(), window=window, defaults=options)
+        self.now = 0.0
+        self.out: list = [self.protocol.ready()]
+
+    def _pump(self, now: float) -> None:
+        while (request := self.protocol.next_request(now)) is not None:
+            self.out.extend(self.protocol.apply(request, context_infer(request.input_ids)))
+
+    def advance(self, to: float) -> None:
+        while (deadline := self.protocol.next_deadline()) is not None and deadline <= to:
+            self._pump(deadline)
+        self.now = to
+
+    def send(self, message, dt: float = 0.0) -> list:
+        self.advance(self.now + dt)
+        first = len(self.out)
+        self.out.extend(self.protocol.receive(message, self.now))
+        self._pump(self.now)
+        return self.out[first:]
+
+    def frame(self, frame: str, dt: float = 0.0) -> list:
+        self.advance(self.now + dt)
+        first = len(self.out)
+        self.out.extend(self.protocol.receive_frame(frame, self.now))
+        self._pump(self.now)
+        return self.out[first:]
+
+    def of(self, kind) -> list:
+        return [m for m in self.out if isinstance(m, kind)]
+
+
+def words(*specs: tuple[int, int]) -> list[str]:
+    return [FakeAligner.word(n, serial) for n, serial in specs]
+
+
+def test_ready_first_and_config_only_before_words():
+    driver = Driver(SessionOptions(right_context=1))
+    assert isinstance(driver.out[0], Ready) and driver.out[0].config == SessionOptions(right_context=1)
+    [applied] = driver.frame('{"type": "config", "partials": true, "capitalize": true}')
+    assert applied == ConfigApplied(SessionOptions(1, 1500, True, True))
+    driver.send(WordsMessage((Word("t1x1"),)))
+    [error] = driver.frame('{"type": "config", "right_context": 0}')
+    assert isinstance(error, Error) and error.code is ErrorCode.BAD_REQUEST
+    assert driver.protocol.options == SessionOptions(1, 1500, True, True)
+
+
+def test_flush_answers_after_its_finals_and_end_closes_normally():
+    driver = Driver(SessionOptions(right_context=5, max_delay_ms=60_000))
+    driver.send(WordsMessage(tuple(Word(w) for w in words((1, 1), (2, 2), (1, 3)))))
+    assert not driver.of(Final)
+    replies = driver.send(FlushRequest())
+    assert [type(m) for m in replies] == [Final, Flushed] and replies[1] == Flushed(3)
+    assert driver.send(FlushRequest()) == [Flushed(3)]  # nothing pending: answered at once
+    driver.send(WordsMessage((Word("t1x4"),)))
+    replies = driver.send(EndRequest())
+    assert [type(m) for m in replies] == [Final, Ended] and replies[-1] == Ended(4)
+    assert driver.protocol.finished and driver.protocol.close_code == 1000
+    assert driver.frame('{"type": "words", "words": ["late"]}') == []  # ignored after end
+
+
+def test_shutdown_finishes_without_end_message():
+    driver = Driver(SessionOptions(right_context=5, max_delay_ms=60_000))
+    driver.send(WordsMessage(tuple(Word(w) for w in words((1, 1), (1, 2)))))
+    driver.out.extend(driver.protocol.finish(driver.now))
+    driver._pump(driver.now)
+    assert [m.type for m in driver.out] == ["ready", "final"]
+    assert driver.protocol.finished and driver.protocol.close_code == 1001
+
+
+def test_hypothesis_is_punctuated_in_partials_and_cleared_by_words():
+    driver = Driver(SessionOptions(right_context=2, max_delay_ms=60_000, partials=True, capitalize=True))
+    committed = words((1, 1), (2, 2), (1, 3), (1, 4))
+    driver.send(WordsMessage(tuple(Word(w) for w in committed)))
+    interim = words((1, 5), (3, 6))
+    [partial] = driver.send(HypothesisMessage(tuple(Word(w.upper() + ",") for w in interim)))
+    assert isinstance(partial, Partial)
+    assert partial.start == 2 and [w.w for w in partial.words] == committed[2:]
+    assert [w.w for w in partial.hypothesis] == interim  # normalized, no index
+    assert all(w.p in ID_TO_MARK for w in partial.hypothesis)
+    sentence_start = driver.of(Final)[-1].words[-1].p in (".", "?")
+    labels = [ID_TO_MARK.index(w.p) for w in (*partial.words, *partial.hypothesis)]
+    assert partial.text == render([*committed[2:], *interim], labels, capitalize=True, sentence_start=sentence_start)
+    # A new hypothesis replaces the old one and is answered by a partial.
+    [partial] = driver.send(HypothesisMessage((Word(interim[0]),)))
+    assert [w.w for w in partial.hypothesis] == interim[:1]
+    # Every words message clears it.
+    replies = driver.send(WordsMessage((Word(interim[0]),)))
+    assert [w.w for w in replies[-1].hypothesis] == [] and driver.protocol.state.hypothesis == ()
+    # An empty hypothesis with nothing pending still gets its (empty) partial.
+    driver.send(FlushRequest())
+    driver.send(HypothesisMessage((Word("t1x9"),)))
+    [cleared] = driver.send(HypothesisMessage(()))
+    assert cleared == Partial(driver.protocol.n_final, (), "", ())
+
+
+def test_no_partials_for_hypotheses_when_partials_are_off():
+    driver = Driver(SessionOptions(right_context=2, partials=False))
+    driver.send(WordsMessage((Word("t1x1"),)))
+    assert driver.send(HypothesisMessage((Word("t1x2"),))) == []
+    assert driver.send(HypothesisMessage(())) == []
+
+
+def test_malformed_hypothesis_is_rejected_and_the_stream_is_intact():
+    driver = Driver(SessionOptions(right_context=1, partials=True))
+    driver.send(WordsMessage((Word("t1x1"),)))
+    driver.send(HypothesisMessage((Word("t1x2"),)))
+    for frame in (
+        '{"type": "hypothesis"}',
+        '{"type": "hypothesis", "words": "t1x3"}',
+        '{"type": "hypothesis", "words": [{"w": 3}]}',
+        '{"type": "hypothesis", "words": [{"w": "t1x3", "start": "0"}]}',
+    ):
+        [error] = driver.frame(frame)
+        assert isinstance(error, Error) and error.code is ErrorCode.BAD_REQUEST
+    assert driver.protocol.state.hypothesis == ("t1x2",) and driver.protocol.n_words == 1
+    driver.send(WordsMessage((Word("t1x3"),)))
+    driver.send(EndRequest())
+    assert [w.w for f in driver.of(Final) for w in f.words] == ["t1x1", "t1x3"]
+
+
+def test_finals_echo_word_times_unchanged():
+    driver = Driver(SessionOptions(right_context=0))
+    frame = json.dumps({"type": "words", "words": [
+        {"w": "t1x1", "start": 1, "end": 1.25}, "t1x2", {"w": "--", "start": 2.0}, {"w": "t1x3", "end": 3.5},
+        {"w": "t1x4", "start": None, "end": None},
+    ]})
+    driver.frame(frame)
+    driver.send(EndRequest())
+    finals = [w for f in driver.of(Final) for w in f.words]
+    assert [(w.w, w.start, w.end) for w in finals] == [
+        ("t1x1", 1, 1.25), ("t1x2", None, None), ("t1x3", None, 3.5), ("t1x4", None, None),
+    ]
+    wire = [x for f in driver.of(Final) for x in f.to_json()["words"]]
+    assert wire[0] == {"w": "t1x1", "p": wire[0]["p"], "start": 1, "end": 1.25}
+    assert "start" not in wire[1] and "end" not in wire[1] and wire[2]["end"] == 3.5
+
+
+# -- property: hypotheses never change finals -----------------------------------
+
+_word = st.tuples(st.integers(1, 3), st.integers(0, 40))
+_event = st.one_of(
+    st.tuples(st.just("words"), st.lists(_word, max_size=5), st.floats(0, 0.3)),
+    st.tuples(st.just("hyp"), st.lists(_word, max_size=6), st.floats(0, 0.3)),
+    st.tuples(st.just("flush"), st.just([]), st.floats(0, 0.3)),
+)
+
+
+def _run(events, options: SessionOptions, with_hypotheses: bool) -> Driver:
+    driver = Driver(options)
+    t = 0.0
+    for k, (kind, specs, dt) in enumerate(events):
+        if kind == "words":
+            message = WordsMessage(tuple(Word(w, t + i, t + i + 0.5) for i, w in enumerate(words(*specs))))
+            driver.send(message, dt)
+            t += 1
+        elif kind == "flush":
+            driver.send(FlushRequest(), dt)
+        elif with_hypotheses:
+            replies = driver.send(HypothesisMessage(tuple(Word(w) for w in words(*specs))), dt)
+            if options.partials:  # answered by a partial carrying exactly this hypothesis
+                assert isinstance(replies[-1], Partial), (k, replies)
+                assert [w.w for w in replies[-1].hypothesis] == words(*specs)
+        else:
+            driver.advance(driver.now + dt)  # same clock, no message
+    driver.send(EndRequest())
+    return driver
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(_event, max_size=25),
+    right_context=st.integers(0, 4),
+    max_delay_ms=st.sampled_from([0, 100, 400, 60_000]),
+    partials=st.booleans(),
+)
+def test_finals_are_identical_with_and_without_hypotheses(events, right_context, max_delay_ms, partials):
+    options = SessionOptions(right_context, max_delay_ms, partials, capitalize=True)
+    with_hyp = _run(events, options, with_hypotheses=True)
+    without = _run(events, options, with_hypotheses=False)
+    assert with_hyp.of(Final) == without.of(Final)
+    committed = [w for kind, specs, _ in events if kind == "words" for w in words(*specs)]
+    finals = with_hyp.of(Final)
+    # Each committed word finalized exactly once, in order, with its times.
+    assert [w.w for f in finals for w in f.words] == committed
+    position = 0
+    for final in finals:
+        assert final.start == position
+        position += len(final.words)
+    assert all(w.start is not None and w.end == w.start + 0.5 for f in finals for w in f.words)
+    assert with_hyp.out[-1] == Ended(len(committed))
