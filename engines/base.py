@@ -29,6 +29,9 @@ import numpy as np
 #: The model's tensor names; every artifact has exactly these.
 INPUT_NAMES: tuple[str, str] = ("input_ids", "attention_mask")
 OUTPUT_NAME = "logits"
+#: The optional second output: per-token case logits (lower, Capitalized, ALL CAPS, MiXed)
+#: of a model with a truecasing head.
+CASE_OUTPUT_NAME = "case_logits"
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.base import INPUT_NAMES, OUTPUT_NAME, ExportError
+from engines.base import CASE_OUTPUT_NAME, INPUT_NAMES, OUTPUT_NAME, ExportError
 from engines.deps import require
 from engines.onnx_graph import interface_problems, io_specs
 from engines.parity import compare_logits
@@ -94,7 +94,27 @@ def _torch_logits(wrapper, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     torch = require("torch", feature="ONNX export")
     with torch.no_grad():
         out = wrapper(torch.from_numpy(ids), torch.from_numpy(mask))
+    if isinstance(out, tuple):  # punctuation, case: compared side by side
+        out = torch.cat(out, dim=-1)
     return out.float().cpu().numpy()
+
+
+def heads_module(module: Any) -> Any | None:
+    """For a model with a truecasing head (``forward_heads(ids, mask) -> (logits, case)`` with a
+    case tensor), a wrapper whose forward returns both; else None."""
+    torch = require("torch", feature="ONNX export")
+    if not callable(getattr(module, "forward_heads", None)) or getattr(module, "case_head", None) is None:
+        return None
+
+    class Heads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner.forward_heads(input_ids, attention_mask)
+
+    return Heads().eval()
 
 
 def export_onnx(
@@ -120,7 +140,9 @@ def export_onnx(
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
     module.eval()
-    wrapper = logits_module(module)
+    two_heads = heads_module(module)
+    wrapper = two_heads if two_heads is not None else logits_module(module)
+    output_names = [OUTPUT_NAME, CASE_OUTPUT_NAME] if two_heads is not None else [OUTPUT_NAME]
     vocab = vocab_size_of(module)
     trace_ids, trace_mask = sample_batch(2, 16, vocab, seed=0)
     reference = _torch_logits(wrapper, trace_ids, trace_mask)
@@ -132,7 +154,7 @@ def export_onnx(
     dynamic = {"batch": 0, "sequence": 1}
     dynamic_axes = {
         name: {axis: label for label, axis in dynamic.items()}
-        for name in (*INPUT_NAMES, OUTPUT_NAME)
+        for name in (*INPUT_NAMES, *output_names)
     }
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
@@ -143,7 +165,7 @@ def export_onnx(
                 str(out_path),
                 dynamo=False,
                 input_names=list(INPUT_NAMES),
-                output_names=[OUTPUT_NAME],
+                output_names=output_names,
                 dynamic_axes=dynamic_axes,
                 opset_version=opset,
                 do_constant_folding=True,
@@ -167,7 +189,7 @@ def export_onnx(
     worst_abs, worst_rel = 0.0, 0.0
     for i, (batch, seq) in enumerate(_VERIFY_SHAPES):
         ids, mask = sample_batch(batch, seq, vocab, seed=i + 1)
-        got = session.run([OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask})[0]
+        got = np.concatenate(session.run(output_names, {"input_ids": ids, "attention_mask": mask}), axis=-1)
         report = compare_logits(_torch_logits(wrapper, ids, mask), got, mask)
         worst_abs = max(worst_abs, report.max_abs_diff)
         worst_rel = max(worst_rel, report.max_rel_diff)
@@ -189,4 +211,4 @@ def export_onnx(
     )
     write_sidecar(sidecar, out_path)
     logger.info("exported %s (opset %d, max rel diff %.2e)", out_path, opset, worst_rel)
-    return ExportResult(out_path, sidecar, worst_abs, worst_rel, int(reference.shape[2]))
+    return ExportResult(out_path, sidecar, worst_abs, worst_rel, int(outputs[0].shape[2]))

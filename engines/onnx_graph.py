@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import INPUT_NAMES, OUTPUT_NAME, TensorSpec
+from engines.base import CASE_OUTPUT_NAME, INPUT_NAMES, OUTPUT_NAME, TensorSpec
 from engines.deps import require
 
 
@@ -40,7 +40,8 @@ def interface_problems(
     inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]
 ) -> list[str]:
     """What is wrong with a graph interface: exactly input_ids/attention_mask int64
-    [batch, sequence] (both dynamic) in, logits float32 [batch, sequence, C] out."""
+    [batch, sequence] (both dynamic) in, logits float32 [batch, sequence, C] out, optionally
+    followed by case_logits float32 [batch, sequence, 4] (a truecasing head)."""
     problems: list[str] = []
     names = tuple(t.name for t in inputs)
     if sorted(names) != sorted(INPUT_NAMES):
@@ -50,16 +51,17 @@ def interface_problems(
             problems.append(f"input {t.name} is {t.dtype}, expected int64")
         if len(t.shape) != 2 or not all(isinstance(d, str) for d in t.shape):
             problems.append(f"input {t.name} has shape {list(t.shape)}, expected two dynamic axes")
-    if [t.name for t in outputs] != [OUTPUT_NAME]:
-        problems.append(f"outputs are {[t.name for t in outputs]}, expected ['{OUTPUT_NAME}']")
-    else:
-        (out,) = outputs
+    names_out = [t.name for t in outputs]
+    if names_out not in ([OUTPUT_NAME], [OUTPUT_NAME, CASE_OUTPUT_NAME]):
+        problems.append(f"outputs are {names_out}, expected ['{OUTPUT_NAME}'] "
+                        f"or ['{OUTPUT_NAME}', '{CASE_OUTPUT_NAME}']")
+    for out in outputs if not problems else ():
         if out.dtype != "float32":
-            problems.append(f"output logits is {out.dtype}, expected float32")
+            problems.append(f"output {out.name} is {out.dtype}, expected float32")
         if len(out.shape) != 3 or not isinstance(out.shape[2], int):
-            problems.append(f"output logits has shape {list(out.shape)}, expected [batch, sequence, C]")
+            problems.append(f"output {out.name} has shape {list(out.shape)}, expected [batch, sequence, C]")
         elif not all(isinstance(d, str) for d in out.shape[:2]):
-            problems.append(f"output logits has shape {list(out.shape)}: batch and sequence must be dynamic")
+            problems.append(f"output {out.name} has shape {list(out.shape)}: batch and sequence must be dynamic")
     return problems
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engines.base import (
+    CASE_OUTPUT_NAME,
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
@@ -180,6 +181,26 @@ class OrtEngine:
         except Exception as e:  # onnxruntime's own exception types
             raise InferenceError(f"onnxruntime failed on a batch of shape {ids.shape}: {e}") from e
         return np.asarray(logits, dtype=np.float32)
+
+    @property
+    def has_case(self) -> bool:
+        """The graph also outputs case logits (a model with a truecasing head)."""
+        return self._session is not None and CASE_OUTPUT_NAME in {o.name for o in self._session.get_outputs()}
+
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """int64[B,T], int64[B,T] -> punctuation logits float32[B,T,C] and case logits
+        float32[B,T,4] (None when the graph has no case head), from one run."""
+        if not self.has_case:
+            return self.infer(input_ids, attention_mask), None
+        ids, mask = check_batch(input_ids, attention_mask)
+        try:
+            logits, case = self._session.run(
+                [OUTPUT_NAME, CASE_OUTPUT_NAME], {"input_ids": ids, "attention_mask": mask}
+            )
+        except Exception as e:  # onnxruntime's own exception types
+            raise InferenceError(f"onnxruntime failed on a batch of shape {ids.shape}: {e}") from e
+        return np.asarray(logits, dtype=np.float32), np.asarray(case, dtype=np.float32)
 
     def io_spec(self) -> IOSpec:
         return self.sidecar.io_spec()

@@ -108,11 +108,36 @@ class Punctuator:
             return []
         return [int(x) for x in np.argmax(self.logits(words), axis=-1)]
 
+    @property
+    def has_case(self) -> bool:
+        """The model has a truecasing head (its engine returns case logits too)."""
+        return bool(getattr(self.engine, "has_case", False))
+
+    def labels_and_cases(self, words: Sequence[str]) -> tuple[list[int], list[int] | None]:
+        """Label ids and, for a model with a truecasing head, case classes of normalized words
+        (one decode: both heads come from the same windows)."""
+        if not words:
+            return [], ([] if self.has_case else None)
+        if not self.has_case:
+            return self.punctuate(words), None
+
+        def both(ids, mask):
+            logits, case = self.engine.infer_heads(ids, mask)
+            return np.concatenate([logits, case], axis=-1)
+
+        out = decode_offline(words, self.aligner, self.window, both, batch_size=self.batch_size)
+        n = out.shape[1] - 4
+        return [int(x) for x in out[:, :n].argmax(-1)], [int(x) for x in out[:, n:].argmax(-1)]
+
     def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
-        """Punctuate raw text (any existing punctuation and casing is dropped first)."""
+        """Punctuate raw text (any existing punctuation and casing is dropped first). With
+        ``capitalize``, a model with a truecasing head writes names and acronyms too."""
         words = normalize_words(text.split())
         if not words:
             raise InputError("no words in the input (empty, or only punctuation)")
+        if capitalize and self.has_case:
+            labels, cases = self.labels_and_cases(words)
+            return render(words, labels, capitalize=True, cases=cases)
         return render(words, self.punctuate(words), capitalize=capitalize)
 
     def close(self) -> None:

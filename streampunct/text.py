@@ -10,7 +10,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER
 
 #: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
 #: right single quote, both UTF-8 bytes read as cp1252.
@@ -76,6 +76,18 @@ def _is_pronoun_i(word: str) -> bool:
     return word == "i" or word.startswith("i'")
 
 
+def apply_case(word: str, case: int) -> str:
+    """A lowercase word written in a case class of ``streampunct.labels.CASE_LABELS``.
+
+    MiXed case cannot be rebuilt from a lowercase word; it is shown Capitalized.
+    """
+    if case == UPPER:
+        return word.upper()
+    if case in (CAPITALIZED, MIXED):
+        return _capitalize(word)
+    return word
+
+
 def render(
     words: Sequence[str],
     labels: Sequence[int],
@@ -83,6 +95,7 @@ def render(
     capitalize: bool = False,
     sentence_start: bool = True,
     join_clitics: bool = True,
+    cases: Sequence[int] | None = None,
 ) -> str:
     """Words with their punctuation as text.
 
@@ -91,15 +104,20 @@ def render(
     capitalized; ``sentence_start`` says whether ``words[0]`` opens a sentence
     (False when rendering the middle of a stream after a comma or no mark).
     Clitic tokens of the IWSLT format (``do n't``) are joined to the word
-    before them unless ``join_clitics`` is False.
+    before them unless ``join_clitics`` is False. ``cases`` (a truecasing
+    head's class per word) overrides the rules where it says a word is not
+    lowercase (names, acronyms); the rules still open sentences and write "I".
     """
-    if len(words) != len(labels):
-        raise ValueError(f"{len(words)} words but {len(labels)} labels")
+    if len(words) != len(labels) or (cases is not None and len(cases) != len(words)):
+        raise ValueError(f"{len(words)} words but {len(labels)} labels"
+                         + (f" and {len(cases)} case classes" if cases is not None else ""))
     parts: list[str] = []
     starts_sentence = sentence_start
-    for word, label in zip(words, labels, strict=True):
+    for k, (word, label) in enumerate(zip(words, labels, strict=True)):
         shown = word
-        if capitalize and (starts_sentence or _is_pronoun_i(word)):
+        if capitalize and cases is not None and cases[k] != LOWER:
+            shown = apply_case(word, cases[k])  # the model's truecasing head
+        elif capitalize and (starts_sentence or _is_pronoun_i(word)):
             shown = _capitalize(word)
         if join_clitics and parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
             parts[-1] += shown + ID_TO_MARK[label]

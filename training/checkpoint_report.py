@@ -9,7 +9,8 @@ checkpoint's own window, and the runtime's decoders
 simulation of ``streampunct.evaluation``), so the figures are what the
 service would give with this model. Test sets are refused, as everywhere in
 training. With a case head, case is scored on sources that have case
-(non-lower F1, accuracy, per-class F1).
+(``streampunct.case_eval``: the learned head as ``render`` uses it, and the
+rules alone on the same punctuation).
 """
 
 from __future__ import annotations
@@ -23,32 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from streampunct.labels import CASE_LABELS, LABELS, LOWER
+from streampunct.case_eval import case_report, rule_cases
+from streampunct.labels import LABELS
 
 log = logging.getLogger(__name__)
-
-
-def case_report(gold: np.ndarray, pred: np.ndarray) -> dict:
-    """Case scores over words with a known case class: accuracy, per-class P/R/F1 and the
-    F1 of "not lower" (a word is right when it is non-lower in both gold and prediction)."""
-    keep = gold >= 0
-    g, p = gold[keep], pred[keep]
-    out: dict = {"words": int(keep.sum()), "accuracy": round(100 * float((g == p).mean()), 2) if len(g) else 0.0}
-    per = {}
-    for k, name in enumerate(CASE_LABELS):
-        tp = int(((g == k) & (p == k)).sum())
-        prec = tp / max(int((p == k).sum()), 1)
-        rec = tp / max(int((g == k).sum()), 1)
-        per[name] = {"precision": round(100 * prec, 2), "recall": round(100 * rec, 2),
-                     "f1": round(100 * (2 * prec * rec / (prec + rec) if prec + rec else 0.0), 2),
-                     "support": int((g == k).sum())}
-    out["per_class"] = per
-    gn, pn = g != LOWER, p != LOWER
-    tp = int((gn & pn).sum())
-    prec, rec = tp / max(int(pn.sum()), 1), tp / max(int(gn.sum()), 1)
-    out["non_lower"] = {"precision": round(100 * prec, 2), "recall": round(100 * rec, 2),
-                        "f1": round(100 * (2 * prec * rec / (prec + rec) if prec + rec else 0.0), 2)}
-    return out
 
 
 def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int], *, data_root_dir: str = "",
@@ -82,8 +61,13 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
         if logits and logits[0].shape[1] > len(LABELS) and any(d.case is not None for d in docs):
             case_gold = np.concatenate([np.asarray(d.case if d.case is not None else [-1] * len(d))
                                         for d in docs])
-            case_pred = np.concatenate([lg[:, len(LABELS):].argmax(-1) for lg in logits])
-            entry["case"] = case_report(np.where(case_gold < 0, -1, case_gold), case_pred)
+            labels = [lg[:, : len(LABELS)].argmax(-1).tolist() for lg in logits]
+            learned = np.concatenate([rule_cases(d.words, lab, lg[:, len(LABELS):].argmax(-1).tolist())
+                                      for d, lab, lg in zip(docs, labels, logits, strict=True)])
+            rules = np.concatenate([rule_cases(d.words, lab) for d, lab in zip(docs, labels, strict=True)])
+            gold_case = np.where(case_gold < 0, -1, case_gold)
+            entry["case"] = case_report(gold_case, learned)
+            entry["case_rules"] = case_report(gold_case, rules)
         entry["streaming"] = {}
         for rc in right_contexts:
             pred = []

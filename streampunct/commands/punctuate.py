@@ -49,7 +49,8 @@ def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool =
     """Each line punctuated as its own segment; blank lines stay blank.
 
     With ``capitalize`` a line opens a sentence after a line that ended one,
-    and after a blank line (a paragraph break).
+    and after a blank line (a paragraph break); a model with a truecasing head
+    also writes the names and acronyms it recognises.
     """
     from streampunct.labels import PERIOD, QUESTION
     from streampunct.text import render
@@ -61,8 +62,11 @@ def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool =
             out.append("")
             sentence_start = True
             continue
-        labels = punctuator.punctuate(words)
-        out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start))
+        if capitalize and getattr(punctuator, "has_case", False):
+            labels, cases = punctuator.labels_and_cases(words)
+        else:
+            labels, cases = punctuator.punctuate(words), None
+        out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases))
         sentence_start = labels[-1] in (PERIOD, QUESTION)
     return out
 

@@ -1,0 +1,43 @@
+"""Truecasing scores: the rules, the learned head, and the metric itself."""
+
+import pytest
+
+from streampunct.case_eval import case_report, evaluate_case, rule_cases
+from streampunct.labels import CAPITALIZED, COMMA, LOWER, MIXED, O, PERIOD, QUESTION, UPPER
+
+
+def test_rule_cases_follow_sentence_ends_and_i():
+    words = ["so", "i", "think", "nasa", "works", "right", "yes"]
+    labels = [COMMA, O, O, O, O, QUESTION, PERIOD]
+    assert rule_cases(words, labels) == [CAPITALIZED, CAPITALIZED, LOWER, LOWER, LOWER, LOWER, CAPITALIZED]
+    learned = [LOWER, LOWER, LOWER, UPPER, LOWER, LOWER, LOWER]
+    assert rule_cases(words, labels, learned)[3] == UPPER
+    assert rule_cases(["iphone"], [O], [MIXED]) == [CAPITALIZED]  # shown as render shows it
+
+
+def test_case_report_counts():
+    gold = [LOWER, CAPITALIZED, UPPER, LOWER, -1]
+    pred = [LOWER, CAPITALIZED, CAPITALIZED, CAPITALIZED, UPPER]
+    r = case_report(gold, pred)
+    assert r["words"] == 4 and r["accuracy"] == 50.0
+    # non-lower: gold {1, 2}, predicted {1, 2, 3} -> P 2/3, R 1
+    assert r["non_lower"] == {"precision": 66.67, "recall": 100.0, "f1": 80.0}
+    assert r["per_class"]["upper"]["recall"] == 0.0 and r["per_class"]["lower"]["support"] == 2
+
+
+class FakePunctuator:
+    def __init__(self, cases):
+        self.cases = cases
+
+    def labels_and_cases(self, words):
+        return [PERIOD if w == "home" else O for w in words], self.cases(words)
+
+
+def test_evaluate_case_scores_rules_and_learned_head():
+    text = "NASA went home. Then John left."
+    no_head = evaluate_case(FakePunctuator(lambda ws: None), text)
+    assert not no_head["has_case_head"] and "learned" not in no_head
+    assert no_head["rules"]["accuracy"] == pytest.approx(100 * 4 / 6, abs=0.01)  # NASA, John missed
+    head = evaluate_case(FakePunctuator(lambda ws: [UPPER if w == "nasa" else CAPITALIZED if w == "john" else LOWER
+                                                    for w in ws]), text)
+    assert head["learned"]["accuracy"] == 100.0
