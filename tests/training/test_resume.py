@@ -86,3 +86,16 @@ def test_a_torn_state_write_keeps_the_last_good_state(tiny_base_model, tiny_data
     monkeypatch.undo()
     t2 = supervised_trainer(prepare(cfg), out)
     assert t2.load_state() and t2.state.step == 2
+
+
+def test_learning_curve_from_the_metrics_log(tiny_base_model, tiny_data_root, tmp_path):
+    from training.learning_curve import main
+
+    out = tmp_path / "curve"
+    cfg = tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=6", "optim.eval_every=2")
+    supervised_trainer(prepare(cfg), out).fit()
+    assert main([str(out), "--out", str(tmp_path / "lc")]) == 0
+    points = json.loads((tmp_path / "lc.json").read_text())["points"]
+    assert [p["step"] for p in points] == [2, 4, 6]
+    assert points[0]["words"] > 0 and points[2]["words"] > points[0]["words"]
+    assert (tmp_path / "lc.png").stat().st_size > 1000

@@ -1,0 +1,70 @@
+"""A run's learning curve: validation F1 against words trained on, as JSON and PNG.
+
+    python -m training.learning_curve checkpoints/release_teacher [--out benchmarks/results/teacher_curve]
+
+Reads the ``valid`` records of ``RUN/metrics.jsonl`` (written every
+``optim.eval_every`` steps; ``words_seen`` counts the labelled words trained on
+so far) and writes ``OUT.json`` (one point per validation: step, words, overall
+and per-class F1, case non-lower F1 when logged) and ``OUT.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def curve_points(metrics_path: Path) -> list[dict]:
+    points = []
+    for line in metrics_path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if rec.get("type") != "valid":
+            continue
+        points.append({"step": rec["step"], "words": rec.get("words_seen"), "overall_f1": rec["overall_f1"],
+                       **{f"{k}_f1": v["f1"] for k, v in rec.get("per_class", {}).items()}})
+    return points
+
+
+def plot(points: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [(p["words"] or 0) / 1e6 if points and points[0]["words"] is not None else p["step"] for p in points]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in ("overall_f1", "COMMA_f1", "PERIOD_f1", "QUESTION_f1"):
+        if points and key in points[0]:
+            ax.plot(x, [p[key] for p in points], marker="o" if key == "overall_f1" else ".",
+                    label=key.replace("_f1", ""), linewidth=2 if key == "overall_f1" else 1)
+    ax.set_xlabel("million labelled words trained on" if points and points[0]["words"] is not None else "step")
+    ax.set_ylabel("dev2010 F1")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.learning_curve", description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path, help="a run folder (holds metrics.jsonl)")
+    ap.add_argument("--out", type=Path, default=None, help="output path without suffix (default RUN/learning_curve)")
+    args = ap.parse_args(argv)
+    points = curve_points(args.run / "metrics.jsonl")
+    out = args.out or args.run / "learning_curve"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"run": str(args.run), "points": points}, indent=2) + "\n",
+                                        encoding="utf-8")
+    plot(points, out.with_suffix(".png"), f"{args.run.name}: validation F1")
+    print(f"{len(points)} points -> {out}.json, {out}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
