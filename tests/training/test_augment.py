@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.labels import COMMA, O, PERIOD, QUESTION
+from streampunct.labels import COMMA, PERIOD, QUESTION, O
 from training.augment import FILLERS, IGNORE, NoiseConfig, augment
 from training.data import EncodedDoc, cut_sequences, stream_cut
 

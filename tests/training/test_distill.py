@@ -6,8 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training.checkpoint import load_checkpoint  # noqa: E402
-from training.distill import attach_soft_labels, label_sources, read_soft_labels, write_soft_labels  # noqa: E402
 from training.data import Document  # noqa: E402
+from training.distill import attach_soft_labels, label_sources, read_soft_labels, write_soft_labels  # noqa: E402
 from training.losses import distill_loss, kd_terms  # noqa: E402
 from training.run import run  # noqa: E402
 
