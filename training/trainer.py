@@ -411,8 +411,9 @@ class Trainer:
                     self.evaluate()
                     evaluated_here = True
                     self.model.train()
-                if o.checkpoint_every and s.step % o.checkpoint_every == 0 or \
-                        o.checkpoint_minutes and time.monotonic() - self._last_save >= 60 * o.checkpoint_minutes:
+                due = o.checkpoint_every and s.step % o.checkpoint_every == 0 or \
+                    o.checkpoint_minutes and time.monotonic() - self._last_save >= 60 * o.checkpoint_minutes
+                if due and self._stop_signal is None:  # a stop writes the state just below
                     self.save_state()
                 if self.on_step is not None:
                     self.on_step(s)
