@@ -143,7 +143,7 @@ class Session:
             shutting_down = reader not in done
             if shutting_down:  # stop reading, finalize what came in
                 reader.cancel()
-                self._finish_all(loop.time())
+                self._finish_all(loop.time(), end_of_stream=False)
             elif not reader.result():
                 self._log.info("client left with %d of %d words final", self._sent, self.state.n_words)
                 return
@@ -176,9 +176,16 @@ class Session:
             return
         raise exc
 
-    def _finish_all(self, now: float) -> None:
-        """Every word that has arrived must be finalized; then ``_all_sent`` is set."""
-        self.state.flush(now)
+    def _finish_all(self, now: float, *, end_of_stream: bool) -> None:
+        """Every word that has arrived must be finalized; then ``_all_sent`` is set.
+
+        The client's ``end`` ends the stream, so its last word gets a sentence
+        mark; a shutdown only flushes (the speech may go on in a new session).
+        """
+        if end_of_stream:
+            self.state.end(now)
+        else:
+            self.state.flush(now)
         self._until.append((self.state.n_words, _Until.DONE))
         self._wake.set()
 
@@ -211,7 +218,7 @@ class Session:
                 self._until.append((self.state.n_words, _Until.FLUSHED))
                 self._wake.set()
             elif isinstance(message, EndRequest):
-                self._finish_all(now)
+                self._finish_all(now, end_of_stream=True)
                 return True
 
     async def _configure(self, request: ConfigRequest) -> None:

@@ -60,3 +60,16 @@ def test_transcript_reader_handles_labels_and_huge_words(tmp_path):
 
 def test_parser_builds():
     assert build_parser().prog == "streampunct"
+
+
+def test_punctuate_ends_the_text_with_a_sentence_mark(tmp_path, capsys):
+    """With the shipped model: ``name`` alone is O, but its question logit beats its period one."""
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    f = tmp_path / "in.txt"
+    f.write_text("what is your name\n")
+    assert main(["punctuate", str(f), "--capitalize"]) == 0
+    assert capsys.readouterr().out == "What is your name?\n"
+
