@@ -123,11 +123,13 @@ def streaming_runs(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    contexts = list(dict.fromkeys(right_contexts))
     # Pass 1: the pure simulation asks for its windows; answers are placeholders.
     distinct: dict[bytes, int] = {}
     windows: list[np.ndarray] = []
     asked: dict[int, list[int]] = {}
-    for rc in dict.fromkeys(right_contexts):
+    bar = _bar(len(words) * len(contexts), "planning streams", "word", progress)
+    for rc in contexts:
         order = asked[rc] = []
 
         def record(request: WindowRequest, order: list[int] = order) -> np.ndarray:
@@ -139,14 +141,21 @@ def streaming_runs(
             return np.zeros((len(request.input_ids), len(LABELS)), dtype=np.float32)
 
         state = StreamState(aligner, window, StreamConfig(rc, max_delay_ms))
-        _simulate(state, words, record, words_per_second)
+        _simulate(state, words, record, words_per_second, bar)
+    bar.close()
     logits = _run_windows(windows, infer, aligner.pad_id, batch_size, progress)
     # Pass 2: the same simulation, answered with the real logits, in the same order.
     runs: dict[int, StreamingRun] = {}
+    bar = _bar(len(words) * len(contexts), "applying results", "word", progress)
     for rc, order in asked.items():
         state = StreamState(aligner, window, StreamConfig(rc, max_delay_ms))
-        runs[rc] = _simulate(state, words, _replay(windows, logits, order), words_per_second)
+        runs[rc] = _simulate(state, words, _replay(windows, logits, order), words_per_second, bar)
+    bar.close()
     return runs
+
+
+def _bar(total: int, desc: str, unit: str, progress: bool) -> tqdm:
+    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, file=sys.stderr, leave=False)
 
 
 def _replay(
@@ -170,8 +179,7 @@ def _run_windows(
     """Logits float32[T, C] of each window, run in batches of similar length."""
     out: list[np.ndarray] = [np.empty(0)] * len(windows)
     by_length = sorted(range(len(windows)), key=lambda k: len(windows[k]))
-    with tqdm(total=len(windows), desc="streaming windows", unit="win", disable=not progress,
-              file=sys.stderr, leave=False) as bar:
+    with _bar(len(windows), "streaming windows", "win", progress) as bar:
         for start in range(0, len(by_length), batch_size):
             chunk = by_length[start : start + batch_size]
             input_ids, mask = pad_batch([windows[k] for k in chunk], pad_id)
@@ -187,8 +195,12 @@ def _simulate(
     words: Sequence[str],
     serve: Callable[[WindowRequest], np.ndarray],
     words_per_second: float,
+    bar: tqdm | None = None,
 ) -> StreamingRun:
-    """Feed ``words`` at ``words_per_second``; ``serve`` answers each window request."""
+    """Feed ``words`` at ``words_per_second``; ``serve`` answers each window request.
+
+    ``bar``, if given, advances by one per word fed.
+    """
     labels: list[int] = []
     lat_words: list[int] = []
     lat_s: list[float] = []
@@ -215,6 +227,8 @@ def _simulate(
             drain(deadline)
         state.feed([word], now)
         drain(now)
+        if bar is not None:
+            bar.update()
     end = len(words) / words_per_second
     while (deadline := state.next_deadline()) is not None and deadline < end:
         drain(deadline)
