@@ -118,8 +118,8 @@ def streaming_runs(
     identical for any engine. Larger batches pad the windows; that is exact
     for engines whose batch rows are independent (fp32), but NOT for int8
     ONNX models with dynamic quantization, whose activation scales are
-    computed over the whole batch: there a few labels change (about 0.7% of
-    words for the shipped model).
+    computed over the whole batch: there labels change (0.7-1.2% of words
+    for the shipped model, which also runs no faster in batches on CPU).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
