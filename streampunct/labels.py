@@ -56,3 +56,15 @@ def case_class(word: str) -> int:
     if letters[0].isupper() and not any(ch.isupper() for ch in letters[1:]):
         return CAPITALIZED
     return MIXED
+
+def end_of_stream_label(label: int, logits) -> int:
+    """The label of the last word of a stream (after ``end``, at the end of a text).
+
+    A stream's end ends its sentence: ``O`` and ``COMMA`` become the sentence
+    mark the model prefers for that word, ``QUESTION`` when its question
+    logit beats its period logit, else ``PERIOD``. ``logits`` is that word's
+    row of class logits; a sentence mark the model chose is kept.
+    """
+    if label in (PERIOD, QUESTION):
+        return label
+    return QUESTION if logits[QUESTION] > logits[PERIOD] else PERIOD

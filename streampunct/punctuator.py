@@ -8,13 +8,16 @@ can pass a torch model and the runtime an Engine.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from streampunct.alignment import Aligner
 from streampunct.errors import InputError
+from streampunct.labels import end_of_stream_label
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.text import normalize_words, render
 from streampunct.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
@@ -29,10 +32,12 @@ def decode_offline(
     infer: InferFn,
     *,
     batch_size: int = 32,
+    progress: bool = False,
 ) -> np.ndarray:
     """Per-word logits float32[n_words, C] from double-overlap windows.
 
     ``words`` must be normalized (see :func:`streampunct.text.normalize_words`).
+    ``progress`` shows a tqdm bar on stderr.
     """
     if not words:
         return np.zeros((0, 4), dtype=np.float32)
@@ -46,6 +51,8 @@ def decode_offline(
     windows = plan_offline(layout, window)
     ids_arr = np.asarray(ids, dtype=np.int64)
     out: np.ndarray | None = None
+    bar = tqdm(total=len(windows), desc="offline windows", unit="win", disable=not progress,
+               file=sys.stderr, leave=False)
     for k in range(0, len(windows), batch_size):
         chunk = windows[k : k + batch_size]
         seqs = []
@@ -61,6 +68,8 @@ def decode_offline(
         for row, w in enumerate(chunk):
             pos = np.asarray(layout.label_pos[w.first_word : w.last_word + 1]) - w.token_start + 1
             out[w.first_word : w.last_word + 1] = logits[row, pos]
+        bar.update(len(chunk))
+    bar.close()
     assert out is not None
     return out
 
@@ -102,11 +111,21 @@ class Punctuator:
     def logits(self, words: Sequence[str]) -> np.ndarray:
         return decode_offline(words, self.aligner, self.window, self.engine.infer, batch_size=self.batch_size)
 
-    def punctuate(self, words: Sequence[str]) -> list[int]:
-        """Label ids for normalized words."""
+    def punctuate(self, words: Sequence[str], *, end_of_stream: bool = True) -> list[int]:
+        """Label ids for normalized words.
+
+        The words are a complete text, so (as after a stream's ``end``) the
+        last word gets a sentence mark: see
+        :func:`streampunct.labels.end_of_stream_label`. ``end_of_stream=False``
+        gives the model's plain argmax (what ``evaluate`` scores).
+        """
         if not words:
             return []
-        return [int(x) for x in np.argmax(self.logits(words), axis=-1)]
+        logits = self.logits(words)
+        labels = [int(x) for x in np.argmax(logits, axis=-1)]
+        if end_of_stream:
+            labels[-1] = end_of_stream_label(labels[-1], logits[-1])
+        return labels
 
     @property
     def has_case(self) -> bool:

@@ -151,14 +151,21 @@ class SessionProtocol:
             return self._settle()
         if isinstance(message, EndRequest):
             self.end_received = True
-            return self.finish(now)
+            return self.finish(now, end_of_stream=True)
         raise TypeError(f"not a client message: {message!r}")
 
-    def finish(self, now: float) -> list[ServerMessage]:
-        """Every word that has arrived must be finalized (client ``end`` or server shutdown)."""
+    def finish(self, now: float, *, end_of_stream: bool = False) -> list[ServerMessage]:
+        """Every word that has arrived must be finalized (client ``end`` or server shutdown).
+
+        The client's ``end`` ends the stream, so its last word gets a sentence mark
+        (``StreamState.end``); a shutdown only flushes (the speech may go on in a new session).
+        """
         self._finishing = True
         self._partial_owed = False
-        self.state.flush(now)
+        if end_of_stream:
+            self.state.end(now)
+        else:
+            self.state.flush(now)
         self._until.append((self.state.n_words, _Until.DONE))
         return self._settle()
 

@@ -4,8 +4,13 @@ The caller (the server's session handler, or a test) feeds words with the
 current time, asks for the next model call, runs it anywhere it likes and
 hands the logits back. The state says which words became final. A word is
 *decidable* at the first of: ``right_context`` more words have arrived after
-it; ``max_delay_ms`` have passed since it arrived; a flush. Decidable words
-form a prefix of the stream, and they are finalized in order, each once.
+it; ``max_delay_ms`` have passed since it arrived; a flush or the end of the
+stream. Decidable words form a prefix of the stream, and they are finalized
+in order, each once.
+
+The end of a stream (:meth:`StreamState.end`) ends its sentence: if the last
+word is still to be finalized, it gets a sentence mark (see
+:func:`streampunct.labels.end_of_stream_label`). A flush does not.
 
 One request per stream is in flight at a time: words that become decidable
 meanwhile join the next request, so under load the windows carry more words
@@ -27,6 +32,7 @@ import numpy as np
 
 from streampunct.alignment import Aligner
 from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
+from streampunct.labels import end_of_stream_label
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
 
 
@@ -95,6 +101,7 @@ class StreamState:
         self._n_final = 0  # local
         self._in_flight: WindowRequest | None = None
         self._partial_key: tuple[int, int, int] | None = None
+        self._ended = False
         self.last_partial: list[Decision] = []
         # Interim hypothesis (see "interim hypothesis" below).
         self._hypothesis: tuple[str, ...] = ()
@@ -121,8 +128,15 @@ class StreamState:
     def done(self) -> bool:
         return self._n_final == len(self.words)
 
+    @property
+    def ended(self) -> bool:
+        """True after :meth:`end`: no more words come."""
+        return self._ended
+
     def feed(self, words: Sequence[str], now: float) -> None:
         """Append normalized, non-empty words that arrived at ``now``."""
+        if self._ended:
+            raise ValueError("the stream has ended; no more words")
         for word in words:
             if not word:
                 raise ValueError("empty word (normalize and drop empty words first)")
@@ -161,6 +175,15 @@ class StreamState:
     def flush(self, now: float) -> None:
         """Every word that has arrived becomes decidable now."""
         self._mark_decidable(len(self.words), now)
+
+    def end(self, now: float) -> None:
+        """The stream ends: a flush, and the last word will get a sentence mark.
+
+        The mark goes to the last word when its final is decided after this
+        call (the words pending now); a word already final is never revised.
+        """
+        self.flush(now)
+        self._ended = True
 
     def _mark_decidable(self, upto: int, when: float) -> None:
         while len(self._decidable_time) < upto:
@@ -287,6 +310,10 @@ class StreamState:
             return []
         if request.first_word != self.n_final:
             raise AssertionError("finals out of order")  # guarded by one request in flight
+        if self._ended and decisions[-1].index == self.n_words - 1:
+            last = decisions[-1]
+            label = end_of_stream_label(last.label, logits[request.positions[-1]])
+            decisions[-1] = Decision(last.index, last.word, label)
         self._n_final += len(decisions)
         if self.last_partial and self.last_partial[0].index < self.n_final:
             self.last_partial = [d for d in self.last_partial if d.index >= self.n_final]

@@ -20,6 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--right-context", type=int, nargs="*", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",
     )
+    p.add_argument(
+        "--batch-size", type=int, default=1, metavar="N",
+        help="windows per engine call in the streaming simulation (default 1: identical to one call "
+             "per window for every engine; larger batches change labels of int8 models, whose "
+             "activation scales span the batch)",
+    )
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry")
     p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
@@ -27,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streampunct.data import read_word_labels
-    from streampunct.evaluation import offline_labels, score, streaming_labels
+    from streampunct.evaluation import offline_labels, score, streaming_runs
     from streampunct.punctuator import Punctuator
     from streampunct.windowing import WindowConfig
 
@@ -44,17 +50,19 @@ def run(args: argparse.Namespace) -> int:
     }
     try:
         t0 = time.perf_counter()
-        pred = offline_labels(data.words, punct.aligner, punct.window, punct.engine.infer)
+        pred = offline_labels(data.words, punct.aligner, punct.window, punct.engine.infer, progress=True)
         secs = time.perf_counter() - t0
         report = score(data.labels, pred)
         print(f"offline  ({len(data)} words, {len(data) / secs:.0f} words/s)")
         print(report.table())
         results["offline"] = report.to_dict() | {"words_per_second": round(len(data) / secs, 1)}
         results["streaming"] = {}
+        runs = streaming_runs(
+            data.words, punct.aligner, punct.window, punct.engine.infer, args.right_context,
+            batch_size=args.batch_size, progress=True,
+        )
         for rc in args.right_context:
-            run_ = streaming_labels(
-                data.words, punct.aligner, punct.window, punct.engine.infer, right_context=rc
-            )
+            run_ = runs[rc]
             rep = score(data.labels, run_.labels)
             print(f"\nstreaming right_context={rc}: overall F1 {rep.overall_f1:.1f} "
                   f"({run_.model_calls} model calls)")

@@ -35,3 +35,23 @@ def fake_infer(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
     labels = (input_ids * 7919) % 4
     np.put_along_axis(logits, labels[..., None], 1.0, axis=-1)
     return logits * attention_mask[..., None]
+
+
+def ended(labels: list[int]) -> list[int]:
+    """``labels`` of one-hot logits (the fake engines') as a stream's ``end`` leaves them.
+
+    The last word's O or COMMA becomes a sentence mark; with one-hot logits
+    the period and question logits tie at 0, and a tie gives PERIOD.
+    """
+    from streampunct.labels import end_of_stream_label
+
+    if not labels:
+        return labels
+    return [*labels[:-1], end_of_stream_label(labels[-1], np.eye(4, dtype=np.float32)[labels[-1]])]
+
+
+def ended_or_final_before(labels: list[int]) -> tuple[list[int], list[int]]:
+    """What a stream ended by the client may get when timing decides: the last
+    word got its mark at ``end``, or it was final (by delay or right context)
+    before ``end`` arrived and is never revised."""
+    return ended(labels), labels

@@ -141,3 +141,16 @@ def test_punctuate_command_keeps_lines_with_the_shipped_model(tmp_path, capsys):
     assert len(lines) == 5 and lines[2] == "" and lines[4] == ""
     stripped = [line.replace(",", "").replace(".", "").replace("?", "") for line in lines]
     assert stripped == ["hello how are you today", "i am fine thank you", "", "see you tomorrow then", ""]
+
+
+def test_punctuate_ends_the_text_with_a_sentence_mark(tmp_path, capsys):
+    """With the shipped model: ``name`` alone is O, but its question logit beats its period one."""
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    f = tmp_path / "in.txt"
+    f.write_text("what is your name\n")
+    assert main(["punctuate", str(f), "--capitalize"]) == 0
+    assert capsys.readouterr().out == "What is your name?\n"
+

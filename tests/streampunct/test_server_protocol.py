@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import pytest
 from websockets.exceptions import InvalidStatus
 
@@ -23,6 +24,7 @@ from streampunct.protocol import (
     SessionOptions,
 )
 from streampunct.text import normalize_words, render
+from tests.streampunct.fakes import ended, ended_or_final_before
 
 TIMEOUT = 5.0
 WORDS = "so this is the story of how we came to build a streaming punctuation server for captions".split()
@@ -148,6 +150,52 @@ async def test_end_sends_the_rest_then_end_and_closes_normally(start_server):
     assert client.close_code == 1000
 
 
+class QuestionAtNameEngine:
+    """Every word O, but the label token of ``name`` leans to a question over a period."""
+
+    name = "question-at-name"
+
+    def __init__(self, aligner) -> None:
+        self.name_token = aligner.word_ids("name")[-1]
+
+    def infer(self, input_ids, attention_mask):
+        logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
+        logits[..., 0] = 5.0
+        logits[input_ids == self.name_token] = [2.0, 0.0, -1.0, 1.0]  # O, COMMA, PERIOD, QUESTION
+        return logits
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("right_context", [1, 10])
+async def test_end_ends_the_sentence_with_the_mark_the_model_prefers(start_server, aligner, right_context):
+    server = await start_server(engine=QuestionAtNameEngine(aligner))
+    async with await StreamClient.connect(
+        server.url, right_context=right_context, max_delay_ms=600_000, capitalize=True
+    ) as client:
+        await client.send_words("what is your name".split())
+        transcript, messages = await finish(client)
+    assert transcript.words == ["what", "is", "your", "name"]
+    assert [ID_TO_MARK[x] for x in transcript.labels] == ["", "", "", "?"]
+    finals = [m for m in messages if isinstance(m, Final)]
+    assert finals[-1].words[-1].p == "?" and finals[-1].text.endswith("name?")
+    assert messages[-1] == Ended(4)
+
+
+async def test_flush_does_not_end_the_sentence(start_server, aligner):
+    server = await start_server(engine=QuestionAtNameEngine(aligner))
+    async with await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000) as client:
+        transcript = Transcript()
+        await client.send_words("what is your name".split())
+        await client.flush()
+        await read_until(client, "flushed", transcript)
+        assert transcript.labels == [0, 0, 0, 0]
+        transcript, messages = await finish(client, transcript)
+    assert messages == [Ended(4)]  # the final word is never revised
+    assert transcript.labels == [0, 0, 0, 0]
+
+
 async def test_partials_cover_the_undecided_tail(start_server, fake_labels):
     server = await start_server()
     async with await StreamClient.connect(server.url, right_context=3, max_delay_ms=600_000, partials=True) as client:
@@ -170,11 +218,13 @@ async def test_partials_cover_the_undecided_tail(start_server, fake_labels):
 async def test_capitalize_renders_sentences(start_server, fake_labels):
     server = await start_server()
     words = normalize_words(WORDS * 3)
-    async with await StreamClient.connect(server.url, right_context=1, capitalize=True) as client:
+    async with await StreamClient.connect(
+        server.url, right_context=1, max_delay_ms=600_000, capitalize=True
+    ) as client:
         await client.send_words(words)
         _, messages = await finish(client)
     texts = [m.text for m in messages if isinstance(m, Final)]
-    assert " ".join(texts) == render(words, fake_labels(words), capitalize=True)
+    assert " ".join(texts) == render(words, ended(fake_labels(words)), capitalize=True)
     assert texts[0][0].isupper()
 
 
@@ -217,7 +267,7 @@ async def test_bad_messages_are_rejected_whole_and_the_stream_continues(start_se
         await expect_error(b'{"type": "words", "words": ["binary"]}', ErrorCode.BAD_REQUEST)
         await send_good(WORDS[6:10])
         transcript, _ = await finish(client, transcript)
-    assert transcript.words == good and transcript.labels == fake_labels(good)
+    assert transcript.words == good and transcript.labels == ended(fake_labels(good))
     assert transcript.ended_words == len(good)
     text = server.metrics.render().decode()
     assert 'streampunct_errors_total{code="bad_request"} 7.0' in text
@@ -340,7 +390,7 @@ async def test_engine_failure_reaches_only_the_affected_session(start_server, fa
     assert doomed.close_code == 1011
     await healthy.send_words(WORDS[6:])
     transcript, _ = await finish(healthy)
-    assert transcript.words == WORDS and transcript.labels == fake_labels(WORDS) and not transcript.errors
+    assert transcript.words == WORDS and transcript.labels == ended(fake_labels(WORDS)) and not transcript.errors
     assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
     # The server still takes new sessions.
     async with await StreamClient.connect(server.url) as client:
@@ -402,7 +452,7 @@ async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_eng
     codes = [e.code for transcript, _ in results for e in transcript.errors]
     assert ErrorCode.OVERLOADED in codes and set(codes) == {ErrorCode.OVERLOADED}
     for transcript, _ in results:
-        assert transcript.words == WORDS and transcript.labels == fake_labels(WORDS)
+        assert transcript.words == WORDS and transcript.labels in ended_or_final_before(fake_labels(WORDS))
 
 
 # -- interim hypotheses and word times (issue 14) -------------------------------

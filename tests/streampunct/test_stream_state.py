@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streampunct.labels import PERIOD, QUESTION, O
 from streampunct.stream_state import StreamConfig, StreamState
 from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner, fake_infer, fake_label
@@ -191,3 +192,76 @@ def test_long_streams_stay_bounded_and_correct(monkeypatch, seed):
     assert peak < 200  # not 3000: old words were dropped
     with pytest.raises(IndexError, match="word 0 is not held"):
         state.arrival(0)
+
+
+# -- the end of a stream ends a sentence -----------------------------------------
+
+def infer_with_last_row(row):
+    """Every word O (by a wide margin) except the label token ``LAST_TOKEN``, which gets ``row``."""
+
+    def infer(input_ids, attention_mask):
+        logits = np.zeros(input_ids.shape + (4,), dtype=np.float32)
+        logits[..., O] = 5.0
+        logits[input_ids == LAST_TOKEN] = row
+        return logits
+
+    return infer
+
+
+#: The label token of the stream's last word in these tests (word serial 3, one token).
+LAST_TOKEN = FakeAligner().word_ids(FakeAligner.word(1, 3))[0]
+
+
+def serve_all(state, now, infer):
+    finals = []
+    while (req := state.next_request(now)) is not None:
+        finals.extend(state.apply(req, infer(req.input_ids[None], np.ones((1, len(req.input_ids)), np.int64))[0]))
+    return finals
+
+
+@pytest.mark.parametrize(
+    ("row", "label"),
+    [
+        ([2.0, 0.0, -1.0, 1.0], QUESTION),  # O wins; question beats period
+        ([2.0, 0.0, 1.0, -1.0], PERIOD),  # O wins; period beats question
+        ([0.0, 3.0, -1.0, 1.0], QUESTION),  # a comma becomes a sentence mark too
+        ([0.0, 0.0, 1.0, 1.0], PERIOD),  # a tie gives a period
+        ([0.0, 0.0, 1.0, 3.0], QUESTION),  # the model's own marks are kept
+        ([0.0, 0.0, 3.0, 1.0], PERIOD),
+    ],
+)
+def test_end_gives_the_last_word_the_sentence_mark_the_model_prefers(row, label):
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    infer = infer_with_last_row(np.asarray(row, dtype=np.float32))
+    state.feed([aligner.word(1, k) for k in range(4)], 0.0)
+    assert [d.label for d in serve_all(state, 0.0, infer)] == [O, O]
+    state.end(0.1)
+    finals = serve_all(state, 0.1, infer)
+    assert [(d.index, d.label) for d in finals] == [(2, O), (3, label)]
+    assert state.ended and state.done
+    with pytest.raises(ValueError, match="ended"):
+        state.feed([aligner.word(1, 4)], 0.2)
+
+
+def test_flush_does_not_force_a_mark_and_a_final_word_is_never_revised():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    infer = infer_with_last_row(np.asarray([2.0, 0.0, -1.0, 1.0], dtype=np.float32))
+    state.feed([aligner.word(1, k) for k in range(4)], 0.0)
+    state.flush(0.0)
+    assert [d.label for d in serve_all(state, 0.0, infer)] == [O, O, O, O]
+    state.end(0.1)  # nothing pending: the final O of word 3 stays
+    assert serve_all(state, 0.1, infer) == [] and state.done
+
+
+def test_end_applies_to_the_last_word_of_a_request_already_in_flight():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=10_000))
+    infer = infer_with_last_row(np.asarray([2.0, 0.0, -1.0, 1.0], dtype=np.float32))
+    state.feed([aligner.word(1, k) for k in range(4)], 0.0)
+    req = state.next_request(0.0)
+    assert req.first_word == 0 and req.n_words == 4
+    state.end(0.1)  # arrives while the window is at the engine
+    finals = state.apply(req, infer(req.input_ids[None], np.ones((1, len(req.input_ids)), np.int64))[0])
+    assert [d.label for d in finals] == [O, O, O, QUESTION]
