@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from streampunct.text import normalize_words, render
+from tests.streampunct.fakes import ended_or_final_before
 from tests.streampunct.test_server_protocol import http_get
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -65,7 +66,7 @@ async def test_captions_appear_in_headless_chromium(start_server, fake_labels, t
     finals, stats, sent, p50, n_final = await asyncio.wait_for(asyncio.to_thread(drive), 120)
     words = normalize_words(sent)
     assert len(words) > 40
-    assert finals == render(words, fake_labels(words), capitalize=True)
+    assert finals in [render(words, labels, capitalize=True) for labels in ended_or_final_before(fake_labels(words))]
     assert any(mark in finals for mark in ".,?") and finals[0].isupper()
     assert stats["errors"] == [] and stats["partialsWithHypothesis"] > 0
     assert n_final == str(len(words)) and p50.endswith("ms")

@@ -57,7 +57,7 @@ def tiny_folder(tmp_path_factory):
     from tests.engines.conftest import METADATA, make_tiny_module, write_tiny_tokenizer
 
     folder = tmp_path_factory.mktemp("tiny_runtime_model")
-    export_onnx(make_tiny_module(), folder / "model.onnx", metadata=METADATA)
+    export_onnx(make_tiny_module(), folder / "model.onnx")
     quantize_int8_dynamic(folder / "model.onnx", folder / "model.int8.onnx")
     write_tiny_tokenizer(folder / "tokenizer.json")
     (folder / "streampunct.json").write_text(json.dumps({**METADATA, "encoder": "tiny-bert"}))
