@@ -485,7 +485,7 @@ async def test_hypotheses_are_punctuated_in_partials_and_never_finalized(start_s
         cleared = (await read_until(client, "partial", transcript))[-1]
         assert cleared.hypothesis == ()
         transcript, messages = await finish(client, transcript)
-    assert transcript.words == committed and transcript.labels == fake_labels(committed)
+    assert transcript.words == committed and transcript.labels == ended(fake_labels(committed))
     finals = [w for m in received + messages if isinstance(m, Final) for w in m.words]
     assert [(w.w, w.start, w.end) for w in finals] == [
         (w, 0.5 * i, 0.5 * i + 0.4) for i, w in enumerate(committed)
