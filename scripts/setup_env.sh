@@ -25,7 +25,9 @@ torch_index() {  # prints the index to install torch from; nothing: pip's config
     printf '%s' "$TORCH_INDEX_URL"
   elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     :  # a GPU: PyPI's CUDA build is the right one
-  elif pip config list 2>/dev/null | grep -qE '(index-url|find-links)='; then
+  elif grep -qE '(index-url|find-links)=' <<<"$(pip config list 2>/dev/null || true)"; then
+    # (not `pip config list | grep -q`: under pipefail, grep's early exit makes pip die
+    # of SIGPIPE and the pipeline read as "no match")
     :  # a configured mirror or local wheels: trust them
   else
     printf '%s' "https://download.pytorch.org/whl/cpu"
