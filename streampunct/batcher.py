@@ -7,9 +7,9 @@ has waited ``max_wait_ms``, then hands the whole batch to the engine worker: a
 dedicated single-thread executor that loads the engine, warms it up, pads each
 batch to its longest sequence and runs one ``infer`` call. The event loop
 never blocks on inference. While the engine is busy new requests pile up, so
-the next batch is larger: under load the work of many streams (and, through
-:class:`~streampunct.stream_state.StreamState`, more words per stream)
-coalesces into fewer engine calls.
+the next batch is larger: under load the windows of many streams coalesce
+into fewer engine calls (each window stays what its stream's schedule makes
+it: see :mod:`streampunct.stream_state`).
 
 The queue is bounded: when ``max_queue`` requests are waiting, :meth:`infer`
 raises :class:`OverloadedError` at once instead of buffering without limit.

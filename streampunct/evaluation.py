@@ -190,20 +190,51 @@ def _run_windows(
     return out
 
 
-def _simulate(
-    state: StreamState,
-    words: Sequence[str],
-    serve: Callable[[WindowRequest], np.ndarray],
-    words_per_second: float,
-    bar: tqdm | None = None,
-) -> StreamingRun:
-    """Feed ``words`` at ``words_per_second``; ``serve`` answers each window request.
+@dataclass(frozen=True)
+class Event:
+    """One client message of a stream at ``time`` seconds: words, a flush or the end."""
 
-    ``bar``, if given, advances by one per word fed.
+    time: float
+    words: tuple[str, ...] = ()
+    kind: str = "words"  # "words", "flush" or "end"
+
+
+def schedule_labels(
+    events: Sequence[Event],
+    aligner: Aligner,
+    window: WindowConfig,
+    infer: InferFn,
+    options: StreamConfig,
+) -> list[int]:
+    """The final labels of a stream whose messages arrive on this schedule.
+
+    The server's own rules (:class:`StreamState`), with each window served at
+    once. A word's window depends on the schedule only (see
+    :mod:`streampunct.stream_state`), so a server that serves the same
+    schedule, however late, gives the same labels when its engine's rows do
+    not depend on the rest of the batch. Words must be normalized.
     """
     labels: list[int] = []
-    lat_words: list[int] = []
-    lat_s: list[float] = []
+
+    def serve(request: WindowRequest) -> np.ndarray:
+        ids = request.input_ids[None]
+        return np.asarray(infer(ids, np.ones_like(ids)))[0]
+
+    state = StreamState(aligner, window, options)
+    _play(state, events, serve, lambda decisions: labels.extend(d.label for d in decisions))
+    return labels
+
+
+def _play(
+    state: StreamState,
+    events: Sequence[Event],
+    serve: Callable[[WindowRequest], np.ndarray],
+    on_finals: Callable[[list], None],
+    bar: tqdm | None = None,
+) -> tuple[int, int]:
+    """Feed ``events`` to ``state``, waking at every delay deadline between them (as the
+    server's timer does); ``serve`` answers each window request at once. Returns
+    (model calls, content tokens); ``bar`` advances by the words of each event."""
     calls = tokens = 0
 
     def drain(now: float) -> None:
@@ -212,28 +243,52 @@ def _simulate(
             logits = serve(req)
             calls += 1
             tokens += len(req.input_ids) - 2
-            for d in state.apply(req, logits):
-                labels.append(d.label)
-                became = state.decidable_at(d.index)
-                lat_s.append(became - state.arrival(d.index))
-                # Words that had arrived by then (arrival k / rate <= became).
-                arrived = min(len(words), int(became * words_per_second + 1e-9) + 1)
-                lat_words.append(max(0, arrived - 1 - d.index))
+            on_finals(state.apply(req, logits))
 
-    # Between arrivals, wake up at every delay deadline (as the server's timer does).
-    for k, word in enumerate(words):
-        now = k / words_per_second
-        while (deadline := state.next_deadline()) is not None and deadline < now:
+    for event in events:
+        while (deadline := state.next_deadline()) is not None and deadline < event.time:
             drain(deadline)
-        state.feed([word], now)
-        drain(now)
+        if event.kind == "words":
+            state.feed(event.words, event.time)
+        elif event.kind == "flush":
+            state.flush(event.time)
+        elif event.kind == "end":
+            state.end(event.time)
+        else:
+            raise ValueError(f"unknown event kind {event.kind!r}")
+        drain(event.time)
         if bar is not None:
-            bar.update()
-    end = len(words) / words_per_second
-    while (deadline := state.next_deadline()) is not None and deadline < end:
+            bar.update(len(event.words))
+    while (deadline := state.next_deadline()) is not None:
         drain(deadline)
-    state.flush(end)
-    drain(end)
+    return calls, tokens
+
+
+def _simulate(
+    state: StreamState,
+    words: Sequence[str],
+    serve: Callable[[WindowRequest], np.ndarray],
+    words_per_second: float,
+    bar: tqdm | None = None,
+) -> StreamingRun:
+    """Feed ``words`` one at a time at ``words_per_second``, then a flush; ``serve``
+    answers each window request. ``bar``, if given, advances by one per word fed."""
+    labels: list[int] = []
+    lat_words: list[int] = []
+    lat_s: list[float] = []
+
+    def record(decisions: list) -> None:
+        for d in decisions:
+            labels.append(d.label)
+            became = state.decidable_at(d.index)
+            lat_s.append(became - state.arrival(d.index))
+            # Words that had arrived by then (arrival k / rate <= became).
+            arrived = min(len(words), int(became * words_per_second + 1e-9) + 1)
+            lat_words.append(max(0, arrived - 1 - d.index))
+
+    events = [Event(k / words_per_second, (word,)) for k, word in enumerate(words)]
+    events.append(Event(len(words) / words_per_second, kind="flush"))
+    calls, tokens = _play(state, events, serve, record, bar)
     return StreamingRun(labels, calls, tokens, lat_words, lat_s)
 
 

@@ -8,13 +8,24 @@ it; ``max_delay_ms`` have passed since it arrived; a flush or the end of the
 stream. Decidable words form a prefix of the stream, and they are finalized
 in order, each once.
 
-The end of a stream (:meth:`StreamState.end`) ends its sentence: if the last
-word is still to be finalized, it gets a sentence mark (see
-:func:`streampunct.labels.end_of_stream_label`). A flush does not.
+**Labels depend on the arrival schedule only, never on timing.** The words
+that became decidable at one moment (one arrival, one delay deadline, one
+flush) form a *decision*; each decision is decided by its own windows, with
+at least ``window.left`` tokens of left context before its first word (less
+only at the stream start) and, as right context, the words that had arrived
+by that moment and nothing later (``right_context`` words, or fewer after a
+delay deadline or a flush). So a server that falls behind, and runs a
+decision long after it became due, builds the same window as a simulation
+that runs it at once: the same arrival schedule gives the same labels
+(given an engine whose rows do not depend on the rest of the batch). Several
+words per window come from the schedule (a chunk of words, a flush), not
+from how late the server is.
 
-One request per stream is in flight at a time: words that become decidable
-meanwhile join the next request, so under load the windows carry more words
-and the total work per word falls (the coalescing the batcher relies on).
+The end of a stream (:meth:`StreamState.end`) ends its sentence: if the last
+word was not yet decidable when ``end`` came, its final gets a sentence mark
+(see :func:`streampunct.labels.end_of_stream_label`). A flush does not.
+
+One request per stream is in flight at a time; decisions run in order.
 
 Memory stays bounded on long streams: words well behind the last final (more
 than ``KEEP_WORDS`` back, and outside any window's left context) are dropped;
@@ -102,6 +113,7 @@ class StreamState:
         self._in_flight: WindowRequest | None = None
         self._partial_key: tuple[int, int, int] | None = None
         self._ended = False
+        self._mark_last = False  # end() came while the last word was not yet decidable
         self.last_partial: list[Decision] = []
         # Interim hypothesis (see "interim hypothesis" below).
         self._hypothesis: tuple[str, ...] = ()
@@ -137,6 +149,7 @@ class StreamState:
         """Append normalized, non-empty words that arrived at ``now``."""
         if self._ended:
             raise ValueError("the stream has ended; no more words")
+        self._advance_by_delay(now)  # deadlines that passed before these words came
         for word in words:
             if not word:
                 raise ValueError("empty word (normalize and drop empty words first)")
@@ -146,13 +159,16 @@ class StreamState:
             self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
             self._arrival.append(now)
         self._mark_decidable(len(self.words) - self.stream.right_context, now)
-        if self._n_final - KEEP_WORDS >= COMPACT_EVERY and self._in_flight is None:
+        # Also with a request in flight: a stream fed faster than real time always has one.
+        if self._n_final - KEEP_WORDS >= COMPACT_EVERY:
             self._compact()
 
     def _compact(self) -> None:
         """Drop old final words that no window can need any more."""
         lay = self._layout
         keep_from = self._n_final - KEEP_WORDS
+        if self._in_flight is not None:  # its words are looked up when it comes back
+            keep_from = min(keep_from, self._in_flight.first_word - self._base)
         # Never cut into the left context of the next undecided word.
         need = lay.label_pos[self._requested] - self.window.left - 1 if self._requested < len(self.words) else None
         while need is not None and keep_from > 0 and lay.starts[keep_from] > need:
@@ -174,14 +190,19 @@ class StreamState:
 
     def flush(self, now: float) -> None:
         """Every word that has arrived becomes decidable now."""
+        self._advance_by_delay(now)
         self._mark_decidable(len(self.words), now)
 
     def end(self, now: float) -> None:
         """The stream ends: a flush, and the last word will get a sentence mark.
 
-        The mark goes to the last word when its final is decided after this
-        call (the words pending now); a word already final is never revised.
+        The mark goes to the last word when it was not yet decidable at ``now``
+        (its decision is this end), whenever its window runs; a word decided
+        earlier (by right context, delay or a flush) keeps its label, so the
+        mark does not depend on how fast the server is.
         """
+        self._advance_by_delay(now)
+        self._mark_last = len(self._decidable_time) < len(self.words)
         self.flush(now)
         self._ended = True
 
@@ -239,7 +260,12 @@ class StreamState:
             return None
         n_dec = self.n_decidable(now) - self._base
         if self._requested < n_dec:
-            w = select_window(self._layout, self._requested, n_dec - 1, len(self.words), self.window)
+            # The next decision: the words that became decidable when the first pending one
+            # did, with the words that had arrived by then as right context.
+            when = self._decidable_time[self._requested]
+            last = bisect.bisect_right(self._decidable_time, when, self._requested, n_dec) - 1
+            n_known = max(bisect.bisect_right(self._arrival, when), last + 1)
+            w = select_window(self._layout, self._requested, last, n_known, self.window)
             request = self._make_request(w.token_start, w.token_end, w.first_word, w.last_word, False)
             self._requested = w.last_word + 1
             self._in_flight = request
@@ -310,7 +336,7 @@ class StreamState:
             return []
         if request.first_word != self.n_final:
             raise AssertionError("finals out of order")  # guarded by one request in flight
-        if self._ended and decisions[-1].index == self.n_words - 1:
+        if self._mark_last and decisions[-1].index == self.n_words - 1:
             last = decisions[-1]
             label = end_of_stream_label(last.label, logits[request.positions[-1]])
             decisions[-1] = Decision(last.index, last.word, label)

@@ -132,35 +132,6 @@ async def test_slow_sender_gets_each_final_within_max_delay(start_server):
     assert margin < 0.25
 
 
-async def test_load_coalesces_words_into_fewer_windows(start_server, fake_engine_cls, fake_labels):
-    engine = fake_engine_cls(delay_s=0.03)
-    server = await start_server(engine=engine, batching=BatcherConfig(max_batch=64, max_wait_ms=5))
-    words = [f"word{i % 50}" for i in range(60)]
-    clients = [await StreamClient.connect(server.url, right_context=0) for _ in range(20)]
-
-    async def run(client):
-        for w in words:  # one word per message, as fast as possible
-            await client.send_words([w])
-        await client.end()
-        transcript = Transcript()
-        finals = 0
-        async for message in client:
-            transcript.apply(message)
-            finals += isinstance(message, Final)
-        return transcript, finals
-
-    results = await asyncio.wait_for(asyncio.gather(*(run(c) for c in clients)), 60)
-    expected = normalize_words(words)
-    for transcript, _ in results:
-        assert transcript.words == expected and transcript.labels in ended_or_final_before(fake_labels(expected))
-    words_per_final = sum(len(expected) for _ in results) / sum(f for _, f in results)
-    calls = len(engine.batch_sizes) - 2  # minus warm-up
-    print(f"\n20 sessions x 60 words: {words_per_final:.1f} words per final, "
-          f"{calls} engine calls, largest batch {max(engine.batch_sizes[2:])}")
-    assert words_per_final > 2
-    assert max(engine.batch_sizes[2:]) > 1
-
-
 async def test_two_hundred_concurrent_sessions_stay_correct(start_server, fake_engine_cls, fake_labels):
     engine = fake_engine_cls(delay_s=0.002)
     server = await start_server(engine=engine, max_sessions=250, batching=BatcherConfig(max_batch=64))

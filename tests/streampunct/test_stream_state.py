@@ -255,13 +255,31 @@ def test_flush_does_not_force_a_mark_and_a_final_word_is_never_revised():
     assert serve_all(state, 0.1, infer) == [] and state.done
 
 
-def test_end_applies_to_the_last_word_of_a_request_already_in_flight():
+def test_end_marks_the_last_word_only_when_end_decides_it():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=10_000))
     infer = infer_with_last_row(np.asarray([2.0, 0.0, -1.0, 1.0], dtype=np.float32))
+    ones = lambda req: np.ones((1, len(req.input_ids)), np.int64)  # noqa: E731
+    # right_context 0: every word is decidable on arrival, before `end` comes; the window
+    # may still be at the engine when it does, but the label must not depend on that.
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=10_000))
     state.feed([aligner.word(1, k) for k in range(4)], 0.0)
     req = state.next_request(0.0)
     assert req.first_word == 0 and req.n_words == 4
-    state.end(0.1)  # arrives while the window is at the engine
-    finals = state.apply(req, infer(req.input_ids[None], np.ones((1, len(req.input_ids)), np.int64))[0])
-    assert [d.label for d in finals] == [O, O, O, QUESTION]
+    state.end(0.1)
+    finals = state.apply(req, infer(req.input_ids[None], ones(req))[0])
+    assert [d.label for d in finals] == [O, O, O, O]
+    # right_context 2: the last two words wait for `end`, which decides them: the last one
+    # gets the sentence mark (here QUESTION: its question logit beats its period logit),
+    # even though the first decision is still at the engine when `end` comes.
+    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state.feed([aligner.word(1, k) for k in range(4)], 0.0)
+    first = state.next_request(0.0)
+    assert first.first_word == 0 and first.n_words == 2
+    state.end(0.1)
+    labels = [d.label for d in state.apply(first, infer(first.input_ids[None], ones(first))[0])]
+    second = state.next_request(0.1)
+    assert second.first_word == 2 and second.n_words == 2
+    labels += [d.label for d in state.apply(second, infer(second.input_ids[None], ones(second))[0])]
+    assert labels == [O, O, O, QUESTION]
+
+

@@ -1,0 +1,84 @@
+"""Labels depend on the arrival schedule only: the server, however late it runs a
+window, gives the labels of the simulation (``evaluation.schedule_labels``)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+
+from streampunct.batcher import BatcherConfig
+from streampunct.client import StreamClient, Transcript
+from streampunct.evaluation import Event, schedule_labels
+from streampunct.stream_state import StreamConfig
+from streampunct.text import normalize_words
+from tests.streampunct.conftest import TEST_WINDOW, FakeEngine, fake_label_of_token
+
+VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
+
+
+class WindowDependentEngine(FakeEngine):
+    """Each row's labels depend on the whole window (its first token and length), rows
+    independent of each other: a word decided in another window may get another label."""
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        super().infer(input_ids, attention_mask)  # delay, batch sizes
+        return window_logits(input_ids, attention_mask)
+
+
+def window_logits(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    shifted = input_ids + attention_mask.sum(axis=1, keepdims=True) + input_ids[:, 1:2]
+    logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
+    np.put_along_axis(logits, fake_label_of_token(shifted)[..., None], 1.0, axis=-1)
+    return logits
+
+
+def test_the_window_dependent_engine_depends_on_the_window():
+    engine = WindowDependentEngine()
+    ids = np.asarray([[1, 40, 41, 42, 2], [1, 39, 40, 41, 2]], dtype=np.int64)
+    labels = engine.infer(ids, np.ones_like(ids)).argmax(-1)
+    same_token = [labels[0, 1], labels[1, 2]]  # token 40 in two windows
+    assert len({int(x) for x in same_token}) == 2
+
+
+async def test_a_late_server_gives_the_labels_of_the_schedule(start_server, aligner):
+    # The engine is slow and the clients send as fast as they can, so the server runs
+    # each decision well after it became due, with later words already there.
+    engine = WindowDependentEngine(delay_s=0.01)
+    server = await start_server(engine=engine, batching=BatcherConfig(max_batch=64, max_wait_ms=2))
+    rng = random.Random(11)
+
+    def plan() -> list[Event]:
+        events, t = [], 0.0
+        for _ in range(rng.randint(20, 40)):
+            t += 1.0
+            events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(rng.randint(1, 5)))))
+            if rng.random() < 0.1:
+                events.append(Event(t, kind="flush"))
+        events.append(Event(t + 1.0, kind="end"))
+        return events
+
+    async def run(events: list[Event], right_context: int) -> Transcript:
+        client = await StreamClient.connect(server.url, right_context=right_context, max_delay_ms=600_000)
+        for event in events:
+            if event.kind == "words":
+                await client.send_words(list(event.words))
+            elif event.kind == "flush":
+                await client.flush()
+            else:
+                await client.end()
+        transcript = Transcript()
+        async for message in client:
+            transcript.apply(message)
+        return transcript
+
+    streams = [(plan(), k % 5) for k in range(12)]
+    transcripts = await asyncio.wait_for(asyncio.gather(*(run(e, rc) for e, rc in streams)), 60)
+    assert max(engine.batch_sizes[2:]) > 1  # windows of several streams shared engine calls
+    for (events, rc), transcript in zip(streams, transcripts, strict=True):
+        normalized = [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
+        expected = schedule_labels(normalized, aligner, TEST_WINDOW, window_logits,
+                                   StreamConfig(right_context=rc, max_delay_ms=600_000))
+        assert transcript.words == [w for e in normalized for w in e.words]
+        assert transcript.labels == expected, f"right_context {rc}"
