@@ -1,7 +1,7 @@
 """Scores of a training checkpoint on validation sets: offline, simulated streaming, and case.
 
     python -m training.checkpoint_report CKPT [--data dev2010 swda_val] [--right-context 0 1 2 4]
-                                         [--json out.json]
+                                         [--stream-data dev2010] [--json out.json]
 
 Decodes with the torch model on the best device (CUDA when available), the
 checkpoint's own window, and the runtime's decoders
@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int], *, data_root_dir: str = "",
-           cache_dir: str = "cache", device: str = "auto", max_words: int = 0, batch_size: int = 32) -> dict:
+           cache_dir: str = "cache", device: str = "auto", max_words: int = 0, batch_size: int = 32,
+           stream_sources: list[str] | None = None) -> dict:
+    """Scores on ``sources``; streaming at ``right_contexts`` on ``stream_sources`` (default: all)."""
     import torch
 
     from streampunct.evaluation import streaming_runs
@@ -69,7 +71,7 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
             entry["case"] = case_report(gold_case, learned)
             entry["case_rules"] = case_report(gold_case, rules)
         entry["streaming"] = {}
-        if right_contexts:
+        if right_contexts and (stream_sources is None or source in stream_sources):
             # torch fp32 rows are independent, so batching the simulation's windows is exact
             # (up to float rounding); see streampunct.evaluation.streaming_runs.
             preds: dict[int, list[int]] = {rc: [] for rc in right_contexts}
@@ -92,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("checkpoint")
     ap.add_argument("--data", nargs="+", default=["dev2010"])
     ap.add_argument("--right-context", nargs="*", type=int, default=[])
+    ap.add_argument("--stream-data", nargs="*", default=None,
+                    help="simulate streaming on these sources only (default: every --data source); "
+                         "the simulation runs one window per word and right context, the costly part")
     ap.add_argument("--data-root", default="")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-words", type=int, default=0)
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rep = report(args.checkpoint, args.data, args.right_context, data_root_dir=args.data_root,
-                     device=args.device, max_words=args.max_words)
+                     device=args.device, max_words=args.max_words, stream_sources=args.stream_data)
     except StreampunctError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

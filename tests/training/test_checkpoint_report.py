@@ -21,3 +21,8 @@ def test_report_of_a_case_head_checkpoint(tiny_base_model, tiny_data_root, tmp_p
     assert set(entry["streaming"]) == {"0", "4"}
     assert all(0 < v["overall_f1"] <= 100 for v in entry["streaming"].values())
     assert entry["case"]["words"] == 200 and "non_lower" in entry["case_rules"]
+    # --stream-data: streaming only where asked (the simulation is the costly part)
+    offline_only = report(result.best_dir, ["dev2010"], [0, 4], data_root_dir=str(tiny_data_root),
+                          cache_dir=str(tmp_path / "cache"), device="cpu", stream_sources=["swda_val"])
+    assert offline_only["sources"]["dev2010"]["streaming"] == {}
+    assert offline_only["sources"]["dev2010"]["offline"] == entry["offline"]
