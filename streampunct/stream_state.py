@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streampunct.alignment import Aligner
-from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.labels import end_of_stream_label
+from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
 
 
