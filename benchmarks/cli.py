@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|load|engine``: the benchmarks.
+"""``streampunct bench accuracy|load|engine|soak``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -13,11 +13,12 @@ from pathlib import Path
 from benchmarks.common import RESULTS_DIR
 
 NAME = "bench"
-HELP = "benchmarks: accuracy vs latency, streaming load, engine speed"
+HELP = "benchmarks: accuracy vs latency, streaming load, engine speed, memory soak"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
     from benchmarks.load_bench import add_load_arguments
+    from benchmarks.soak_bench import add_soak_arguments
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")
@@ -37,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = sub.add_parser("engine", help="engine tokens/s by backend, precision, batch and length")
     add_engine_arguments(e)
     e.set_defaults(_bench=_engine)
+    s = sub.add_parser("soak", help="reconnecting real-time sessions for a long time: server RSS and its slope")
+    add_soak_arguments(s)
+    s.set_defaults(_bench=_soak)
 
 
 def _command() -> str:
@@ -65,6 +69,12 @@ def _engine(args: argparse.Namespace) -> int:
     from benchmarks.engine_bench import run_engine_from_args
 
     return run_engine_from_args(args, command=_command())
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from benchmarks.soak_bench import run_soak_from_args
+
+    return run_soak_from_args(args, command=_command())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import pyplot
+from benchmarks.common import machine, pyplot
 from engines.base import EngineError
 from engines.registry import available_backends, load_engine
 
@@ -146,7 +146,7 @@ def run_engine_bench(
     ``backends`` defaults to those installed among onnxruntime and tensorrt;
     ``engine_options`` maps a backend to its load options (e.g.
     ``{"onnxruntime": {"intra_op_threads": 2}}``). Returns (and writes to
-    ``out_json`` when given) ``{"model_dir", "host", "settings", "results",
+    ``out_json`` when given) ``{"model_dir", "host", "machine", "settings", "results",
     "skipped"}``; each result has backend, precision, artifact, batch,
     seq_len, tokens_per_s, latency_ms_median, latency_ms_p90, runs.
     """
@@ -209,6 +209,7 @@ def run_engine_bench(
         "command": command,
         "model_dir": str(model_dir),
         "host": _host(),
+        "machine": machine(),
         "settings": asdict(settings),
         "engine_options": {k: dict(v) for k, v in (engine_options or {}).items()},
         "results": results,

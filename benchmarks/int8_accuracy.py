@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import machine
 from engines.ort_engine import OrtEngine, OrtOptions
 from engines.parity import ParityWindows, compare_logits, run_windows
 from streampunct.data import read_word_labels
@@ -80,6 +81,7 @@ def run_int8_accuracy(
             print(f"{name:<24}" + "".join(f"{f1[c]['f1']:>10.2f}" for c in [*labels[1:], "overall"]))
         print(f"label agreement {int8_artifact} vs {fp32_artifact}: {100 * parity.label_agreement:.2f}%  "
               f"F1 drop: {report['f1_drop']:.2f} points (target <= 0.5)")
+    report["machine"] = machine()
     if out_json is not None:
         Path(out_json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report

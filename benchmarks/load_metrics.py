@@ -64,6 +64,31 @@ def _sample(samples: Mapping, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def window_cost(delta: Mapping, words_finalized: float) -> dict:
+    """Tokens encoded per finalized word: the cost of streaming (re-encoded left context).
+
+    ``tokens_per_word.final``: tokens of the windows that decided finals (CLS
+    and SEP included, unpadded) per finalized word; ``with_partials`` adds
+    the windows of provisional labels; ``engine_padded`` counts what the
+    engine computed, padding included. Empty before the server had these
+    counters or when no word was finalized.
+    """
+    final = _sample(delta, "streampunct_window_tokens_total", kind="final")
+    partial = _sample(delta, "streampunct_window_tokens_total", kind="partial")
+    padded = _sample(delta, "streampunct_engine_tokens_total")
+    if words_finalized <= 0 or final <= 0:
+        return {}
+    return {
+        "window_tokens": {"final": int(final), "partial": int(partial), "engine_padded": int(padded)},
+        "final_windows": int(_sample(delta, "streampunct_windows_total", kind="final")),
+        "tokens_per_word": {
+            "final": round(final / words_finalized, 2),
+            "with_partials": round((final + partial) / words_finalized, 2),
+            "engine_padded": round(padded / words_finalized, 2),
+        },
+    }
+
+
 def server_figures(delta: Mapping, wall_s: float) -> dict:
     """Engine batching, engine time and the server's own margin over one step."""
     out: dict = {"words_in": _sample(delta, "streampunct_words_in_total"),
@@ -96,6 +121,13 @@ def server_figures(delta: Mapping, wall_s: float) -> dict:
             "p95": round(1e3 * histogram_quantile(margin, 0.95), 1),
             "p99": round(1e3 * histogram_quantile(margin, 0.99), 1),
         }
+    out.update(window_cost(delta, out["words_finalized"]))
+    paused = _sample(delta, "streampunct_input_paused_total")
+    if paused:
+        out["input_paused"] = int(paused)
+    slow = _sample(delta, "streampunct_slow_reader_closes_total")
+    if slow:
+        out["slow_reader_closes"] = int(slow)
     errors = {dict(labels)["code"]: int(v) for (name, labels), v in delta.items()
               if name == "streampunct_errors_total" and v}
     if errors:

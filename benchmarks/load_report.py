@@ -23,6 +23,8 @@ def format_step(s: Mapping) -> str:
     ]
     if "batch_size" in srv:
         parts.append(f"batch mean {srv['batch_size']['mean']:.1f}")
+    if "tokens_per_word" in srv:
+        parts.append(f"tokens/word {srv['tokens_per_word']['final']:.1f}")
     if "engine_busy" in srv:
         parts.append(f"engine busy {100 * srv['engine_busy']:.0f}%")
     if "cpu_cores" in srv:

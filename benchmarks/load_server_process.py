@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -39,11 +40,15 @@ class ServerProcess:
     file (never a pipe that could fill up and block the server).
     """
 
-    def __init__(self, cfg: LoadBenchConfig, max_sessions: int, workdir: Path) -> None:
+    def __init__(
+        self, cfg: LoadBenchConfig, max_sessions: int, workdir: Path, *, wrapper: Sequence[str] = ()
+    ) -> None:
+        """``wrapper``: arguments between the interpreter and ``-m MODULE`` (a runner module
+        such as ``-m benchmarks.server_tracemalloc OUT``)."""
         self.cfg = cfg
         self.log_path = workdir / "server.log"
         self.profile_path = workdir / "server.prof" if cfg.profile else None
-        python = [sys.executable]
+        python = [sys.executable, *wrapper]
         if self.profile_path is not None:
             python += ["-m", "cProfile", "-o", str(self.profile_path)]
         common = [
@@ -124,6 +129,13 @@ class ServerProcess:
 
     def rss_mb(self) -> float | None:
         return self._measure(lambda p: p.memory_info().rss / 2**20)
+
+    def signal(self, sig: int) -> bool:
+        """Send ``sig`` to the server; False once it is gone."""
+        if not self.alive:
+            return False
+        self.proc.send_signal(sig)  # type: ignore[union-attr]
+        return True
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM (graceful shutdown; cProfile writes its file), then SIGKILL if it hangs."""

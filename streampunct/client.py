@@ -81,11 +81,20 @@ class StreamClient:
         max_delay_ms: int | None = None,
         partials: bool | None = None,
         capitalize: bool | None = None,
+        ping_timeout: float | None = None,
     ) -> StreamClient:
-        """Open a session; session options given here are sent as ``config`` before returning."""
+        """Open a session; session options given here are sent as ``config`` before returning.
+
+        ``ping_timeout``: close when a keepalive pong is this late (None, the
+        default: never). A client that sends faster than the server finalizes
+        is held back by TCP (the server stops reading at its backlog limit),
+        and its pings wait behind the words it already sent: a ping timeout
+        would drop a healthy connection. See docs/server.md, "Bounded resources".
+        """
         headers = {"Authorization": f"Bearer {token}"} if token else None
         connection = await ws_connect(
-            url, additional_headers=headers, open_timeout=open_timeout, max_size=max_size
+            url, additional_headers=headers, open_timeout=open_timeout, max_size=max_size,
+            ping_timeout=ping_timeout,
         )
         try:
             first = decode_server(await asyncio.wait_for(connection.recv(), open_timeout))

@@ -45,13 +45,17 @@ from streampunct.batcher import Batcher, BatcherConfig
 from streampunct.errors import InputError, ModelError, StreampunctError
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
-from streampunct.session import Session, SessionContext
+from streampunct.session import Session, SessionContext, close_within
 from streampunct.windowing import WindowConfig
 
 logger = logging.getLogger(__name__)
 
 #: WebSocket endpoints (the protocol's path, and the root for convenience).
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
+
+#: High-water mark of a connection's write buffer (websockets ``write_limit``):
+#: a send waits while more than this is buffered for the socket.
+WRITE_LIMIT_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,19 @@ class ServerConfig:
         session_defaults: session options before a client ``config``.
         window: window geometry override (None: the model's).
         shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
+        max_backlog_words: a session whose words received but not yet
+            finalized reach this stops reading its socket until they drain
+            (input backpressure; see docs/server.md, "Bounded resources").
+        max_outbox_messages: messages a session holds for sending before it
+            stops reading and asking for windows.
+        send_timeout_s: a send blocked this long (the client does not read)
+            closes the session with 1013; None waits as long as it takes.
+        max_queued_frames: received frames websockets buffers per connection
+            before it stops reading the socket (its ``max_queue``).
+        ping_interval_s: keepalive pings (None: none). Pongs are never waited
+            for: a late pong is what backpressure in either direction causes.
+        close_timeout_s: longest a close handshake may take before the TCP
+            connection is aborted.
     """
 
     model_dir: Path | None = None
@@ -86,12 +103,28 @@ class ServerConfig:
     session_defaults: SessionOptions = SessionOptions()
     window: WindowConfig | None = None
     shutdown_timeout_s: float = 10.0
+    max_backlog_words: int = 4096
+    max_outbox_messages: int = 64
+    send_timeout_s: float | None = 30.0
+    max_queued_frames: int = 4
+    ping_interval_s: float | None = 20.0
+    close_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         if self.max_message_bytes < 1024:
             raise ValueError("max_message_bytes must be >= 1024")
+        if self.max_backlog_words < 1:
+            raise ValueError("max_backlog_words must be >= 1")
+        if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
+            raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
+        if self.send_timeout_s is not None and self.send_timeout_s <= 0:
+            raise ValueError("send_timeout_s must be > 0 (None: no timeout)")
+        if self.ping_interval_s is not None and self.ping_interval_s <= 0:
+            raise ValueError("ping_interval_s must be > 0 (None: no pings)")
+        if self.close_timeout_s <= 0:
+            raise ValueError("close_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -158,6 +191,7 @@ class StreamServer:
             on_batch=self.metrics.observe_batch,
         )
         self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
+        self.metrics.backlog.set_function(lambda: sum(s.backlog for s in self.sessions))
         self._context = SessionContext(
             aligner=runtime.aligner,
             window=runtime.window,
@@ -166,6 +200,10 @@ class StreamServer:
             limits=config.limits,
             defaults=config.session_defaults,
             model_name=runtime.model_name,
+            max_backlog_words=config.max_backlog_words,
+            max_outbox_messages=config.max_outbox_messages,
+            send_timeout_s=config.send_timeout_s,
+            close_timeout_s=config.close_timeout_s,
         )
         self.sessions: set[Session] = set()
         self._ws: Server | None = None
@@ -192,6 +230,11 @@ class StreamServer:
                 self.config.port,
                 process_request=self._process_request,
                 max_size=self.config.max_message_bytes,
+                max_queue=self.config.max_queued_frames,
+                write_limit=WRITE_LIMIT_BYTES,
+                ping_interval=self.config.ping_interval_s,
+                ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
+                close_timeout=self.config.close_timeout_s,
                 logger=logging.getLogger("streampunct.server.websockets"),
             )
         except OSError as e:
@@ -248,8 +291,10 @@ class StreamServer:
             await asyncio.wait_for(self._ws.wait_closed(), self.config.shutdown_timeout_s)
         except TimeoutError:
             logger.warning("sessions still open after %.1fs; closing them", self.config.shutdown_timeout_s)
-            for connection in list(self._ws.connections):
-                await connection.close(CloseCode.GOING_AWAY, "server shutting down")
+            await asyncio.gather(*(
+                close_within(c, CloseCode.GOING_AWAY, "server shutting down", self.config.close_timeout_s)
+                for c in list(self._ws.connections)
+            ))
             await self._ws.wait_closed()
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
@@ -345,7 +390,7 @@ class StreamServer:
         except Exception:
             # The per-connection boundary: one broken session must not take the server down.
             logger.exception("session=%s failed", session.id, extra={"session": session.id})
-            await connection.close(CloseCode.INTERNAL_ERROR, "internal error")
+            await close_within(connection, CloseCode.INTERNAL_ERROR, "internal error", self.config.close_timeout_s)
         finally:
             self.sessions.discard(session)
             self.metrics.sessions.dec()

@@ -13,6 +13,8 @@ from streampunct.batcher import BatchRecord
 from streampunct.protocol import ErrorCode
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Kinds of windows (``streampunct_window_tokens{kind}``): finals, or provisional labels.
+WINDOW_KINDS = ("final", "partial")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -26,6 +28,18 @@ class ServerMetrics:
         finalize_margin: seconds from a word becoming decidable to its final being sent.
         errors: error messages sent, by code; rejected: handshakes refused, by reason.
         queue_depth: requests waiting for the engine.
+        window_tokens, windows: tokens (CLS and SEP included, no padding) and
+            windows the engine encoded for sessions, by kind (``final``:
+            windows that decide finals; ``partial``: provisional labels).
+            ``window_tokens{kind="final"} / words_finalized`` is the
+            streaming cost: tokens encoded per finalized word.
+        engine_tokens: padded tokens of all engine calls (batch x longest).
+        backlog: words received and not yet finalized, all sessions (set by
+            the server as a function).
+        input_paused: times a session stopped reading (backlog at its limit, or
+            its outbox full).
+        slow_reader_closes: sessions closed because a send stayed blocked
+            longer than the send timeout (the client did not read).
     """
 
     content_type = CONTENT_TYPE_LATEST
@@ -68,10 +82,45 @@ class ServerMetrics:
         self.queue_depth = Gauge(
             "streampunct_queue_depth", "Window requests waiting for the engine.", registry=r
         )
+        self.window_tokens = Counter(
+            "streampunct_window_tokens",
+            "Tokens of the windows encoded for sessions (CLS/SEP included, unpadded), by kind.",
+            ["kind"], registry=r,
+        )
+        self.windows = Counter(
+            "streampunct_windows", "Windows encoded for sessions, by kind.", ["kind"], registry=r
+        )
+        for kind in WINDOW_KINDS:
+            self.window_tokens.labels(kind=kind)
+            self.windows.labels(kind=kind)
+        self.engine_tokens = Counter(
+            "streampunct_engine_tokens", "Padded tokens of all engine calls (batch x longest).",
+            registry=r,
+        )
+        self.backlog = Gauge(
+            "streampunct_backlog_words", "Words received and not yet finalized, all sessions.",
+            registry=r,
+        )
+        self.input_paused = Counter(
+            "streampunct_input_paused",
+            "Times a session stopped reading its socket (backlog limit or full outbox).", registry=r,
+        )
+        self.slow_reader_closes = Counter(
+            "streampunct_slow_reader_closes",
+            "Sessions closed (1013) because a send stayed blocked past the send timeout.",
+            registry=r,
+        )
 
     def observe_batch(self, record: BatchRecord) -> None:
         self.batch_size.observe(record.size)
         self.engine_latency.observe(record.seconds)
+        self.engine_tokens.inc(record.tokens)
+
+    def observe_window(self, partial: bool, n_tokens: int) -> None:
+        """One session window came back from the engine with ``n_tokens`` tokens."""
+        kind = WINDOW_KINDS[1] if partial else WINDOW_KINDS[0]
+        self.window_tokens.labels(kind=kind).inc(n_tokens)
+        self.windows.labels(kind=kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

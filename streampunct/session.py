@@ -16,12 +16,28 @@ The driver sleeps on an event that the reader sets when input arrives and a
 no polling. When the connection goes, the tasks and the timer are cancelled
 and a request still waiting in the batcher's queue is removed, so a session
 leaves nothing behind.
+
+Bounded resources (see ``docs/server.md``, "Bounded resources"):
+
+* *input backpressure*: the reader takes the next frame only when the
+  protocol wants input (:meth:`SessionProtocol.wants_input`: the backlog of
+  unfinalized words is below ``max_backlog_words``) and the outbox has room;
+  meanwhile websockets' small incoming queue fills, it stops reading the
+  socket, and TCP slows the sender;
+* *bounded outbox*: the driver asks for the next window, and the reader for
+  the next frame, only while fewer than ``max_outbox_messages`` messages
+  wait to be sent;
+* *slow readers*: a send that stays blocked (the client does not read, so
+  the socket's write buffer stays full) for ``send_timeout_s`` closes the
+  connection with 1013; closing itself is bounded by ``close_timeout_s``,
+  after which the TCP connection is aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import websockets
@@ -59,6 +75,14 @@ class SessionContext:
         limits: per-message limits.
         defaults: session options before a client ``config``.
         model_name: reported in ``ready``.
+        max_backlog_words: words received and not yet finalized past which
+            the session stops reading (None: no limit).
+        max_outbox_messages: messages waiting to be sent past which the
+            session stops producing more (reading frames, asking for windows).
+        send_timeout_s: a send blocked this long closes the session with 1013
+            (None: wait as long as it takes, memory staying bounded).
+        close_timeout_s: longest a close handshake may take before the TCP
+            connection is aborted.
     """
 
     aligner: Aligner
@@ -68,6 +92,27 @@ class SessionContext:
     limits: Limits
     defaults: SessionOptions
     model_name: str
+    max_backlog_words: int | None = 4096
+    max_outbox_messages: int = 64
+    send_timeout_s: float | None = 30.0
+    close_timeout_s: float = 10.0
+
+
+class SlowReaderError(Exception):
+    """A send stayed blocked past the send timeout: the client does not read."""
+
+
+async def close_within(connection: ServerConnection, code: int, reason: str, timeout: float) -> None:
+    """Close handshake bounded in time: a peer that reads nothing gets its TCP connection aborted.
+
+    (websockets' ``close()`` first waits for the write buffer to drain, with no
+    time limit, so a client that stopped reading could hold it forever.)
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await connection.close(code, reason)
+    except TimeoutError:
+        connection.transport.abort()
 
 
 class _SessionLog(logging.LoggerAdapter):
@@ -87,15 +132,26 @@ class Session:
         self.protocol = SessionProtocol(
             aligner=context.aligner, window=context.window, defaults=context.defaults,
             limits=context.limits, session_id=session_id, model_name=context.model_name,
+            max_backlog=context.max_backlog_words,
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
+        # Unbounded as a queue; producers wait for room first (_wait_for_room).
         self._outbox: asyncio.Queue[tuple[ServerMessage, list[float]] | None] = asyncio.Queue()
         self._finish_queued = False
         self._all_sent = asyncio.Event()
         self._wake = asyncio.Event()
+        self._progress = asyncio.Event()  # a final was produced or a message sent
         self._stop = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._overload_reported = False
+        #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
+        self.peak_backlog = 0
+        self.peak_outbox = 0
+
+    @property
+    def backlog(self) -> int:
+        """Words received and not yet finalized."""
+        return self.protocol.backlog
 
     @property
     def options(self) -> SessionOptions:
@@ -119,10 +175,10 @@ class Session:
         try:
             done, _ = await asyncio.wait({writer, driver, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
             if writer in done:
-                writer.result()  # the connection closed under it
+                await self._writer_stopped(writer)
                 return
             if driver in done:
-                await self._driver_failed(driver)
+                await self._driver_failed(driver, writer)
                 return
             if reader not in done:  # shutdown: stop reading, finalize what came in
                 reader.cancel()
@@ -135,15 +191,15 @@ class Session:
                 return
             done, _ = await asyncio.wait({writer, driver, all_sent}, return_when=asyncio.FIRST_COMPLETED)
             if writer in done:
-                writer.result()
+                await self._writer_stopped(writer)
             elif driver in done:
-                await self._driver_failed(driver)
+                await self._driver_failed(driver, writer)
             elif self.protocol.end_received:
                 self._log.info("ended after %d words", self.protocol.n_words)
-                await self._ws.close(CloseCode.NORMAL_CLOSURE)
+                await self._close(CloseCode.NORMAL_CLOSURE)
             else:
                 self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
-                await self._ws.close(CloseCode.GOING_AWAY, "server shutting down")
+                await self._close(CloseCode.GOING_AWAY, "server shutting down")
         except websockets.ConnectionClosed:
             self._log.info("connection closed while finishing")
         finally:
@@ -152,15 +208,36 @@ class Session:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _driver_failed(self, driver: asyncio.Task) -> None:
+    async def _close(self, code: int, reason: str = "") -> None:
+        await close_within(self._ws, code, reason, self._ctx.close_timeout_s)
+
+    async def _writer_stopped(self, writer: asyncio.Task) -> None:
+        """The writer ended early: the connection closed under it, or the client stopped reading."""
+        exc = writer.exception()
+        if isinstance(exc, SlowReaderError):
+            self._ctx.metrics.slow_reader_closes.inc()
+            self._log.warning(
+                "%s; closing with 1013 (%d of %d words final, %d messages unsent)",
+                exc, self.protocol.n_final, self.protocol.n_words, self._outbox.qsize(),
+            )
+            await self._close(CloseCode.TRY_AGAIN_LATER, str(exc))
+        elif exc is not None:
+            raise exc
+
+    async def _driver_failed(self, driver: asyncio.Task, writer: asyncio.Task) -> None:
         exc = driver.exception()
         if isinstance(exc, websockets.ConnectionClosed) or exc is None:
             return
         if isinstance(exc, EngineFailedError):
             self._log.error("engine failure: %s", exc)
             self._emit([Error(ErrorCode.INTERNAL, "the punctuation engine failed; closing the stream")])
-            await self._outbox.join()
-            await self._ws.close(CloseCode.INTERNAL_ERROR, "engine failure")
+            sent = asyncio.ensure_future(self._outbox.join())
+            await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
+                sent.cancel()
+                await self._writer_stopped(writer)
+                return
+            await self._close(CloseCode.INTERNAL_ERROR, "engine failure")
             return
         raise exc
 
@@ -170,6 +247,7 @@ class Session:
         loop = asyncio.get_running_loop()
         protocol = self.protocol
         while True:
+            await self._wait_for_room(lambda: protocol.wants_input(loop.time()), pausing_input=True)
             try:
                 frame = await self._ws.recv()
             except websockets.ConnectionClosed:
@@ -178,9 +256,29 @@ class Session:
             self._emit(protocol.receive_frame(frame, loop.time()))
             if protocol.n_words > before:
                 self._ctx.metrics.words_in.inc(protocol.n_words - before)
+                self.peak_backlog = max(self.peak_backlog, protocol.backlog)
             self._wake.set()
             if protocol.end_received:
                 return True
+
+    def _outbox_has_room(self) -> bool:
+        return self._outbox.qsize() < self._ctx.max_outbox_messages
+
+    async def _wait_for_room(
+        self, protocol_ready: Callable[[], bool] | None = None, *, pausing_input: bool = False
+    ) -> None:
+        """Wait until the outbox has room (and ``protocol_ready()``, when given, is true).
+
+        Woken by ``_progress``, which the driver sets after each window's finals
+        and the writer after each message sent.
+        """
+        counted = False
+        while not (self._outbox_has_room() and (protocol_ready is None or protocol_ready())):
+            if pausing_input and not counted:
+                counted = True
+                self._ctx.metrics.input_paused.inc()
+            self._progress.clear()
+            await self._progress.wait()
 
     # -- driver --------------------------------------------------------------
     async def _drive(self) -> None:
@@ -191,7 +289,11 @@ class Session:
             await self._wake.wait()
             self._wake.clear()
             self._cancel_timer()
-            while (request := protocol.next_request(loop.time())) is not None:
+            while True:
+                await self._wait_for_room()
+                request = protocol.next_request(loop.time())
+                if request is None:
+                    break
                 try:
                     logits = await batcher.infer(request.input_ids)
                 except OverloadedError as e:
@@ -203,7 +305,9 @@ class Session:
                     protocol.abort(request)
                     raise
                 self._overload_reported = False
+                self._ctx.metrics.observe_window(request.partial, len(request.input_ids))
                 self._emit(protocol.apply(request, logits))
+                self._progress.set()
             deadline = protocol.next_deadline()
             if deadline is not None:
                 self._timer = loop.call_at(deadline, self._wake.set)
@@ -238,18 +342,28 @@ class Session:
         if self.protocol.finished and not self._finish_queued:
             self._finish_queued = True
             self._outbox.put_nowait(None)
+        self.peak_outbox = max(self.peak_outbox, self._outbox.qsize())
 
     async def _write(self) -> None:
+        """Send queued messages; raises :class:`SlowReaderError` when a send stays blocked."""
         loop = asyncio.get_running_loop()
         metrics = self._ctx.metrics
+        timeout = self._ctx.send_timeout_s
         while True:
             item = await self._outbox.get()
+            self._progress.set()
             try:
                 if item is None:
                     self._all_sent.set()
                     continue
                 message, decidable = item
-                await self._ws.send(encode(message))
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._ws.send(encode(message))
+                except TimeoutError:
+                    raise SlowReaderError(
+                        f"client not reading: a send was blocked for {timeout:g}s"
+                    ) from None
                 if decidable:
                     sent_at = loop.time()
                     metrics.words_finalized.inc(len(decidable))

@@ -17,7 +17,11 @@ Rules kept here (see ``docs/protocol.md``):
   messages; ``flushed`` after the finals it covers, ``end`` after all;
 * the interim ``hypothesis`` follows the committed words in partials only:
   it never takes an index and never changes a final;
-* frames after the client's ``end`` are ignored.
+* frames after the client's ``end`` are ignored;
+* input backpressure: :meth:`SessionProtocol.wants_input` says whether the
+  caller may take the next frame (the backlog of words received but not yet
+  finalized is below ``max_backlog``, or nothing in it can drain without more
+  input).
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class SessionProtocol:
         end_received: the client sent ``end`` (later frames are ignored).
         finished: every word is final after ``end`` or :meth:`finish`; the
             caller closes the connection with :attr:`close_code`.
+        max_backlog: words received but not yet finalized beyond which
+            :meth:`wants_input` turns false (None: no limit).
     """
 
     def __init__(
@@ -85,8 +91,12 @@ class SessionProtocol:
         limits: Limits = DEFAULT_LIMITS,
         session_id: str = "",
         model_name: str = "",
+        max_backlog: int | None = None,
     ) -> None:
+        if max_backlog is not None and max_backlog < 1:
+            raise ValueError("max_backlog must be >= 1")
         self._aligner = aligner
+        self.max_backlog = max_backlog
         self._window = window
         self._limits = limits
         self.session_id = session_id
@@ -118,6 +128,26 @@ class SessionProtocol:
     @property
     def n_final(self) -> int:
         return self._sent
+
+    @property
+    def backlog(self) -> int:
+        """Words received whose final has not been produced yet."""
+        return self.n_words - self._sent
+
+    def wants_input(self, now: float) -> bool:
+        """May the caller take the next client frame? (input backpressure)
+
+        False while the backlog is at ``max_backlog`` or above *and* some of it
+        can be finalized without more input (words decidable at ``now``, by
+        right context, delay or flush, and not final yet): the caller then
+        waits for :meth:`apply` to finalize them. Words that wait for more input
+        (the last ``right_context`` words) never block reading, so the rule
+        cannot stall a stream; the backlog stays within
+        ``max(max_backlog, right_context) + one message's words``.
+        """
+        if self.max_backlog is None or self.backlog < self.max_backlog:
+            return True
+        return self.state.n_decidable(now) <= self._sent
 
     def ready(self) -> Ready:
         """The first message of the session."""

@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="most words in one message (default: %(default)s)")
     limits.add_argument("--max-message-bytes", type=int, default=ServerConfig.max_message_bytes,
                         help="WebSocket frame limit; larger frames close with 1009 (default: %(default)s)")
+    limits.add_argument("--max-backlog-words", type=int, default=ServerConfig.max_backlog_words,
+                        help="words received but not yet finalized past which a session stops reading "
+                             "its socket until they drain (input backpressure; default: %(default)s)")
+    limits.add_argument("--send-timeout-s", type=float, default=ServerConfig.send_timeout_s,
+                        help="close a session with 1013 when a send to it stays blocked this long "
+                             "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
     session = parser.add_argument_group("session defaults (clients may change them with 'config')")
     session.add_argument("--right-context", type=int, default=SessionOptions.right_context,
                          help="words after a word that make it final (default: %(default)s)")
@@ -100,6 +106,8 @@ def build_config(args: argparse.Namespace):
             max_sessions=args.max_sessions,
             limits=limits,
             max_message_bytes=args.max_message_bytes,
+            max_backlog_words=args.max_backlog_words,
+            send_timeout_s=args.send_timeout_s or None,
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
         )

@@ -1,6 +1,5 @@
 """A model with a truecasing head exports to a two-output graph that the runtime renders with."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

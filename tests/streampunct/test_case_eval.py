@@ -3,7 +3,7 @@
 import pytest
 
 from streampunct.case_eval import case_report, evaluate_case, rule_cases
-from streampunct.labels import CAPITALIZED, COMMA, LOWER, MIXED, O, PERIOD, QUESTION, UPPER
+from streampunct.labels import CAPITALIZED, COMMA, LOWER, MIXED, PERIOD, QUESTION, UPPER, O
 
 
 def test_rule_cases_follow_sentence_ends_and_i():

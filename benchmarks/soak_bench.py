@@ -1,0 +1,344 @@
+"""``bench soak``: reconnecting real-time sessions against one server for a long time, and its memory.
+
+A leak that costs a few kilobytes per session, or per window, never shows in
+a 30-second load step. This benchmark starts the same child server as
+``bench load`` (:class:`~benchmarks.load_server_process.ServerProcess`), keeps
+``sessions`` real-time sessions open for ``duration_s`` (default 30 min), each
+streaming ``session_s`` seconds of transcript (the load bench's
+:func:`~benchmarks.load_bench.plan_session` and
+:func:`~benchmarks.load_bench.run_session`), ending, and reconnecting at
+once, and samples the server's RSS (psutil) every ``sample_s`` seconds. It
+reports RSS after a warm-up, its least-squares slope in MB/hour
+(:func:`~benchmarks.soak_report.rss_trend`), every session's exactly-once
+check, and the server's ``/metrics`` over the run, as JSON and PNG.
+
+``--tracemalloc`` runs the server under
+:mod:`benchmarks.server_tracemalloc`: a snapshot when the warm-up ends,
+another at the end of the run, and the source lines whose memory grew most
+between them go into the JSON (``tracemalloc_growth``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from benchmarks.common import RESULTS_DIR, machine, write_result
+from benchmarks.load_bench import (
+    LoadBenchConfig,
+    analyse_session,
+    load_corpus,
+    plan_session,
+    run_session,
+)
+from benchmarks.load_finals import FinalsCheck
+from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
+from benchmarks.load_server_process import ServerProcess, http_get
+from benchmarks.soak_report import plot_soak, rss_trend, summary_text
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """Options of the soak benchmark.
+
+    Attributes:
+        model_dir, engine: the server started (``engine="fake"``: the synthetic engine).
+        sessions: sessions open at a time.
+        duration_s: how long the soak runs (no session starts that would end after it).
+        session_s: seconds of real-time speech per session, then ``end`` and a new session.
+        words_per_second: speech rate of every session.
+        sample_s: RSS sampling period.
+        warmup_s: samples before this are left out of the slope (None: a fifth
+            of the duration, at most 300 s).
+        right_context, max_delay_ms: session options.
+        max_batch, max_wait_ms: batching of the server.
+        fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine.
+        tracemalloc: run the server under tracemalloc and report its top allocation growth.
+        data, seed: transcript and randomness.
+        out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
+    """
+
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    sessions: int = 20
+    duration_s: float = 1800.0
+    session_s: float = 60.0
+    words_per_second: float = 2.5
+    sample_s: float = 5.0
+    warmup_s: float | None = None
+    right_context: int = 2
+    max_delay_ms: int = 1500
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    fake_batch_ms: float = 0.0
+    fake_token_us: float = 0.0
+    fake_sleep: bool = False
+    tracemalloc: bool = False
+    startup_timeout_s: float = 180.0
+    data: Path = Path("data/iwslt2011/test2011")
+    seed: int = 0
+    out_dir: Path = RESULTS_DIR
+    name: str = "soak"
+
+    def __post_init__(self) -> None:
+        if self.sessions < 1 or self.duration_s <= 0 or self.session_s <= 0 or self.sample_s <= 0:
+            raise ValueError("sessions, duration_s, session_s and sample_s must be positive")
+        if self.session_s >= self.duration_s:
+            raise ValueError("session_s must be shorter than duration_s")
+
+    @property
+    def effective_warmup_s(self) -> float:
+        return self.warmup_s if self.warmup_s is not None else min(300.0, self.duration_s / 5)
+
+    def load_config(self) -> LoadBenchConfig:
+        """The load bench's view: the server to start and one session's plan."""
+        return LoadBenchConfig(
+            model_dir=self.model_dir, engine=self.engine, sessions=(self.sessions,),
+            duration_s=self.session_s, words_per_second=self.words_per_second,
+            right_context=self.right_context, max_delay_ms=self.max_delay_ms,
+            max_batch=self.max_batch, max_wait_ms=self.max_wait_ms,
+            fake_batch_ms=self.fake_batch_ms, fake_token_us=self.fake_token_us,
+            fake_sleep=self.fake_sleep, startup_timeout_s=self.startup_timeout_s,
+            data=self.data, seed=self.seed,
+        )
+
+
+@dataclass
+class SoakTotals:
+    """What all sessions of the soak saw."""
+
+    sessions_completed: int = 0
+    words_sent: int = 0
+    check: FinalsCheck = field(default_factory=FinalsCheck)
+    errors: Counter = field(default_factory=Counter)
+
+
+async def _session_loop(
+    url: str, cfg: SoakConfig, corpus: Sequence[str], end_at: float, totals: SoakTotals, rng: random.Random
+) -> None:
+    """One slot: sessions back to back until ``end_at`` (the last one shorter, to end in time)."""
+    from streampunct.client import StreamClient
+
+    loop = asyncio.get_running_loop()
+    load_cfg = cfg.load_config()
+    drain_s = cfg.max_delay_ms / 1000.0 + load_cfg.drain_timeout_s
+    await asyncio.sleep(rng.uniform(0.0, min(cfg.session_s, 10.0)))  # spread reconnections
+    while True:
+        remaining = end_at - loop.time() - 3.0  # prefill gap, jitter, last finals
+        if remaining < min(cfg.session_s, 5.0):
+            return
+        plan_cfg = load_cfg if remaining >= cfg.session_s else replace(load_cfg, duration_s=remaining)
+        plan = plan_session(corpus, rng.randrange(len(corpus)), plan_cfg, rng)
+        try:
+            client = await StreamClient.connect(
+                url, open_timeout=load_cfg.connect_timeout_s, right_context=cfg.right_context,
+                max_delay_ms=cfg.max_delay_ms, partials=False,
+            )
+        except Exception as e:  # noqa: BLE001 (a refused session is a finding, not a crash)
+            totals.errors[f"connect:{type(e).__name__}"] += 1
+            await asyncio.sleep(1.0)
+            continue
+        start = loop.time() + 0.05
+        out = await run_session(client, plan, start, start + plan.chunks[-1][0] + drain_s)
+        check, _ = analyse_session(out, cfg.right_context, cfg.max_delay_ms)
+        totals.check = totals.check + check
+        totals.errors.update(out.errors)
+        totals.words_sent += out.n_sent
+        totals.sessions_completed += 1
+
+
+async def _sample_rss(
+    server: ServerProcess, every: float, t0: float, stop: asyncio.Event, samples: list[tuple[float, float]],
+    on_warm: tuple[float, asyncio.Event] | None = None,
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        rss = server.rss_mb()
+        now = loop.time() - t0
+        if rss is not None:
+            samples.append((round(now, 2), round(rss, 2)))
+        if on_warm is not None and now >= on_warm[0] and not on_warm[1].is_set():
+            on_warm[1].set()
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+            return
+        except TimeoutError:
+            pass
+
+
+async def _soak(cfg: SoakConfig, server: ServerProcess, url: str, corpus: Sequence[str]) -> dict:
+    loop = asyncio.get_running_loop()
+    totals = SoakTotals()
+    samples: list[tuple[float, float]] = []
+    stop, warm = asyncio.Event(), asyncio.Event()
+    t0 = loop.time()
+    before = await http_get(url, "/metrics")
+    sampler = asyncio.create_task(
+        _sample_rss(server, cfg.sample_s, t0, stop, samples, (cfg.effective_warmup_s, warm))
+    )
+    if cfg.tracemalloc:
+        warm_task = asyncio.create_task(warm.wait())
+        warm_task.add_done_callback(  # the baseline snapshot, once warm (not when cancelled at the end)
+            lambda t: None if t.cancelled() else server.signal(signal.SIGUSR1)
+        )
+    rng = random.Random(cfg.seed)
+    slots = [random.Random(rng.random()) for _ in range(cfg.sessions)]
+    await asyncio.gather(*(_session_loop(url, cfg, corpus, t0 + cfg.duration_s, totals, r) for r in slots))
+    await asyncio.sleep(min(cfg.sample_s, 2.0))  # one sample with every session closed
+    stop.set()
+    await sampler
+    wall = loop.time() - t0
+    after = await http_get(url, "/metrics")
+    figures: dict = {}
+    if before and after and before[0] == 200 and after[0] == 200:
+        figures = server_figures(metrics_delta(parse_metrics(before[1]), parse_metrics(after[1])), wall)
+    return {"totals": totals, "samples": samples, "wall_s": round(wall, 1), "server_figures": figures,
+            "warm": warm.is_set()}
+
+
+def _wait_for_file(path: Path, timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                pass
+        time.sleep(0.2)
+    return None
+
+
+def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
+    """Run the soak; write ``<name>.json`` and ``<name>.png``; return the payload."""
+    started = time.monotonic()
+    corpus = load_corpus(cfg.data)
+    where = machine()
+    print(f"bench soak on {where['cpu'] or 'unknown CPU'} ({where['cores']} cores): {cfg.sessions} sessions "
+          f"for {cfg.duration_s:.0f}s, {cfg.session_s:.0f}s each", flush=True)
+    notes: list[str] = []
+    growth = None
+    with tempfile.TemporaryDirectory(prefix="streampunct-soak-") as tmp:
+        growth_path = Path(tmp) / "tracemalloc.json"
+        wrapper = ["-m", "benchmarks.server_tracemalloc", str(growth_path)] if cfg.tracemalloc else []
+        server = ServerProcess(cfg.load_config(), max_sessions=cfg.sessions + 16, workdir=Path(tmp),
+                               wrapper=wrapper)
+        try:
+            url = server.start()
+            print(f"server ready at {url} ({server.engine}, {server.model}); pid {server.pid}", flush=True)
+            result = asyncio.run(_soak(cfg, server, url, corpus))
+            if cfg.tracemalloc and result["warm"] and server.signal(signal.SIGUSR1):
+                growth = _wait_for_file(growth_path, 120.0)
+        finally:
+            rc = server.stop()
+        if rc not in (0, None, -signal.SIGTERM):
+            notes.append(f"server exit code {rc}; log tail:\n{server.log_tail()}")
+        if cfg.tracemalloc and growth is None:
+            growth = _wait_for_file(growth_path, 1.0)  # written at exit
+    if cfg.tracemalloc:
+        notes.append("the server ran under tracemalloc: RSS is higher and grows with its traces")
+    trend = rss_trend(result["samples"], cfg.effective_warmup_s)
+    if trend["slope_mb_per_h"] is None:
+        notes.append("too few samples after warm-up for a slope (run longer or shorten --warmup)")
+    totals: SoakTotals = result["totals"]
+    payload = {
+        "server": {"engine": server.engine or cfg.engine, "model": server.model,
+                   "model_dir": str(cfg.model_dir) if cfg.model_dir else None},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "rss": trend,
+        "totals": {"sessions_completed": totals.sessions_completed, "words_sent": totals.words_sent,
+                   "check": asdict(totals.check), "errors": dict(sorted(totals.errors.items()))},
+        "server_figures": result["server_figures"],
+        "samples": result["samples"],
+        "wall_s": result["wall_s"],
+        "total_s": round(time.monotonic() - started, 1),
+        "notes": notes,
+    }
+    if growth is not None:
+        payload["tracemalloc_growth"] = growth
+    path = write_result(cfg.name, payload, cfg.out_dir, command=command)
+    png = plot_soak(payload, Path(cfg.out_dir) / f"{cfg.name}.png")
+    print(summary_text(payload))
+    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    return payload
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def add_soak_arguments(p: argparse.ArgumentParser) -> None:
+    d = SoakConfig()
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--engine", default=d.engine,
+                   help="onnxruntime, tensorrt, torch, or fake (synthetic engine, no model needed)")
+    p.add_argument("--sessions", type=int, default=d.sessions, help="sessions open at a time (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=d.duration_s, help="seconds to run (default: %(default)s)")
+    p.add_argument("--session-s", type=float, default=d.session_s,
+                   help="seconds of speech per session before it ends and reconnects (default: %(default)s)")
+    p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s per session (default: %(default)s)")
+    p.add_argument("--sample-s", type=float, default=d.sample_s, help="RSS sampling period (default: %(default)s)")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="seconds left out of the slope (default: a fifth of --duration, at most 300)")
+    p.add_argument("--right-context", type=int, default=d.right_context)
+    p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
+    p.add_argument("--max-batch", type=int, default=d.max_batch)
+    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
+    p.add_argument("--fake-batch-ms", type=float, default=d.fake_batch_ms, help="--engine fake: cost per call")
+    p.add_argument("--fake-token-us", type=float, default=d.fake_token_us, help="--engine fake: cost per token")
+    p.add_argument("--fake-sleep", action="store_true", help="--engine fake: idle instead of burning CPU")
+    p.add_argument("--tracemalloc", action="store_true",
+                   help="run the server under tracemalloc and report its top allocation growth")
+    p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace) -> SoakConfig:
+    return SoakConfig(
+        model_dir=args.model, engine=args.engine, sessions=args.sessions, duration_s=args.duration,
+        session_s=args.session_s, words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup,
+        right_context=args.right_context, max_delay_ms=args.max_delay_ms, max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms, fake_batch_ms=args.fake_batch_ms, fake_token_us=args.fake_token_us,
+        fake_sleep=args.fake_sleep, tracemalloc=args.tracemalloc, data=args.data, seed=args.seed,
+        out_dir=args.out_dir, name=args.name,
+    )
+
+
+def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    from streampunct.errors import InputError
+
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if cfg.engine != "fake":
+        from streampunct.model import DEFAULT_MODEL_DIR
+
+        model = cfg.model_dir or DEFAULT_MODEL_DIR
+        if not Path(model).is_dir():
+            raise InputError(f"no model folder at {model}: pass --model DIR or --engine fake")
+    try:
+        run_soak_bench(cfg, command=command)
+    except RuntimeError as e:
+        raise InputError(str(e)) from None
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.soak_bench", description="server memory soak")
+    add_soak_arguments(p)
+    return run_soak_from_args(p.parse_args(argv), command="python -m benchmarks.soak_bench " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The soak bench's arithmetic and wiring, the machine record, tokens per word from /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.common import cpu_features, machine
+from benchmarks.soak_bench import (
+    SoakConfig,
+    add_soak_arguments,
+    config_from_args,
+    run_soak_from_args,
+)
+from benchmarks.soak_report import plot_soak, rss_trend, summary_text
+
+# -- RSS trend -------------------------------------------------------------------------------
+
+
+def test_rss_trend_fits_the_slope_after_warm_up_only():
+    rng = np.random.default_rng(0)
+    t = np.arange(0, 3600, 5.0)
+    rss = 200.0 + 3.0 * t / 3600 + rng.normal(0, 0.05, t.size)  # 3 MB/h after warm-up
+    rss[t < 300] = np.linspace(80, 200, int((t < 300).sum()))  # engine load, caches filling
+    trend = rss_trend(list(zip(t, rss, strict=True)), warmup_s=300)
+    assert trend["slope_mb_per_h"] == pytest.approx(3.0, abs=0.1)
+    assert trend["growth_mb"] == pytest.approx(3.0 * (3595 - 300) / 3600, abs=0.1)
+    assert trend["rss_after_warmup_mb"] == pytest.approx(200.25, abs=0.3)
+    assert trend["rss_start_mb"] == 80.0 and trend["rss_max_mb"] >= 202.5
+    assert trend["samples_after_warmup"] == int((t >= 300).sum()) and trend["residual_mb"] < 0.1
+
+
+def test_rss_trend_of_a_flat_series_is_zero_and_too_few_samples_give_no_slope():
+    flat = rss_trend([(float(s), 150.0) for s in range(0, 100, 5)], warmup_s=20)
+    assert flat["slope_mb_per_h"] == pytest.approx(0.0, abs=1e-9) and flat["growth_mb"] == pytest.approx(0.0)
+    short = rss_trend([(0.0, 10.0), (5.0, 12.0), (10.0, 12.5)], warmup_s=10)
+    assert short["slope_mb_per_h"] is None and short["rss_after_warmup_mb"] == 12.5
+    assert rss_trend([], warmup_s=0)["rss_start_mb"] is None
+
+
+def payload(samples, warmup_s=10.0) -> dict:
+    return {
+        "server": {"engine": "fake"},
+        "config": {"sessions": 3, "session_s": 10.0},
+        "rss": rss_trend(samples, warmup_s),
+        "totals": {"sessions_completed": 9, "words_sent": 300,
+                   "check": {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0, "finalized": 300},
+                   "errors": {"close:1011": 1}},
+        "samples": samples,
+        "wall_s": 60.0,
+        "notes": ["a note"],
+    }
+
+
+def test_summary_and_plot(tmp_path):
+    samples = [(float(s), 100.0 + s / 60) for s in range(0, 61, 5)]
+    p = payload(samples)
+    text = summary_text(p)
+    assert "9 sessions (3 at a time" in text and "slope +60.00 MB/h" in text
+    assert "close:1011=1" in text and "note: a note" in text
+    png = plot_soak(p, tmp_path / "soak.png")
+    if png is not None:  # matplotlib installed
+        assert png.is_file()
+    assert "slope - MB/h" in summary_text(payload(samples[:2], warmup_s=100))
+
+
+# -- configuration and command line ----------------------------------------------------------
+
+
+def test_soak_config_maps_onto_the_load_bench_session_and_server():
+    cfg = SoakConfig(engine="fake", sessions=4, duration_s=60, session_s=10, right_context=3, max_batch=8)
+    load = cfg.load_config()
+    assert load.sessions == (4,) and load.duration_s == 10 and load.right_context == 3
+    assert load.max_batch == 8 and load.engine == "fake"
+    assert cfg.effective_warmup_s == 12.0 and SoakConfig().effective_warmup_s == 300.0
+    with pytest.raises(ValueError, match="shorter"):
+        SoakConfig(duration_s=30, session_s=60)
+
+
+def test_cli_wiring_and_missing_model(tmp_path):
+    from streampunct.cli import build_parser
+    from streampunct.errors import InputError
+
+    args = build_parser().parse_args(["bench", "soak", "--sessions", "5", "--duration", "90", "--session-s", "15",
+                                      "--tracemalloc", "--model", str(tmp_path / "none")])
+    cfg = config_from_args(args)
+    assert (cfg.sessions, cfg.duration_s, cfg.session_s, cfg.tracemalloc) == (5, 90, 15, True)
+    with pytest.raises(InputError, match="no model folder"):
+        run_soak_from_args(args, command="test")
+    p = argparse.ArgumentParser()
+    add_soak_arguments(p)
+    with pytest.raises(InputError, match="shorter"):
+        run_soak_from_args(p.parse_args(["--duration", "10", "--session-s", "20", "--engine", "fake"]))
+
+
+# -- the machine in every result file --------------------------------------------------------
+
+CPUINFO = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni amx_int8 aes
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni amx_int8 aes
+"""
+
+
+def test_cpu_features_name_the_simd_that_matters():
+    f = cpu_features(CPUINFO)
+    assert f["model"].startswith("Intel(R) Xeon(R) Platinum 8375C")
+    assert f["avx2"] and f["avx512"] and f["vnni"]
+    assert f["flags"] == ["amx_int8", "avx", "avx2", "avx512_vnni", "avx512bw", "avx512f", "fma", "sse4_2"]
+    plain = cpu_features("model name : Old\nflags : fpu sse4_2 avx\n")
+    assert not plain["avx2"] and not plain["avx512"] and not plain["vnni"]
+    arm = cpu_features("Features : fp asimd asimddp sve i8mm\n")
+    assert arm["flags"] == ["asimd", "asimddp", "i8mm", "sve"] and not arm["avx2"]
+
+
+def test_machine_record_and_result_files_carry_it(tmp_path):
+    from benchmarks.common import write_result
+
+    m = machine()
+    assert {"cpu", "cpu_flags", "cores", "physical_cores", "usable_cores", "python", "platform"} <= set(m)
+    assert {"avx2", "avx512", "vnni", "flags"} <= set(m["cpu_flags"])
+    written = json.loads(write_result("x", {"a": 1}, tmp_path, command="test").read_text())
+    assert written["machine"]["cpu_flags"] == m["cpu_flags"] and written["a"] == 1
+
+
+# -- tokens per finalized word from /metrics -------------------------------------------------
+
+
+def test_server_figures_report_tokens_per_finalized_word():
+    from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
+    from streampunct.batcher import BatchRecord
+    from streampunct.server_metrics import ServerMetrics
+
+    metrics = ServerMetrics()
+    metrics.observe_window(partial=False, n_tokens=10)
+    before = parse_metrics(metrics.render().decode())
+    for _ in range(4):
+        metrics.observe_window(partial=False, n_tokens=60)  # 4 windows of 60 tokens decide 40 words
+    metrics.observe_window(partial=True, n_tokens=40)
+    metrics.observe_batch(BatchRecord(size=5, tokens=300, seconds=0.01))
+    metrics.words_finalized.inc(40)
+    figures = server_figures(metrics_delta(before, parse_metrics(metrics.render().decode())), wall_s=1.0)
+    assert figures["window_tokens"] == {"final": 240, "partial": 40, "engine_padded": 300}
+    assert figures["final_windows"] == 4
+    assert figures["tokens_per_word"] == {"final": 6.0, "with_partials": 7.0, "engine_padded": 7.5}
+
+
+def test_tracemalloc_growth_report_names_the_growing_line():
+    import tracemalloc
+
+    from benchmarks.server_tracemalloc import growth_report
+
+    tracemalloc.start(4)
+    try:
+        before = tracemalloc.take_snapshot()
+        hoard = [bytearray(1024) for _ in range(2000)]  # about 2 MB on this line
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    report = growth_report(before, after, top=5)
+    top = report["top_growth"][0]
+    assert "test_soak_bench.py:" in top["where"] and "bytearray(1024)" in top["line"]
+    assert top["size_diff_kb"] > 1500 and top["count_diff"] >= 2000
+    assert report["traced_mb_after"] > report["traced_mb_before"]
+    del hoard

@@ -1,0 +1,109 @@
+"""The pure rules behind bounded memory: the protocol's input backpressure, the state's compaction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streampunct.options import SessionOptions
+from streampunct.protocol import Final, FlushRequest, Word, WordsMessage
+from streampunct.session_protocol import SessionProtocol
+from streampunct.stream_state import COMPACT_EVERY, KEEP_WORDS, StreamState
+from streampunct.windowing import WindowConfig
+from tests.streampunct.fakes import FakeAligner, fake_infer
+
+WINDOW = WindowConfig(size=24, left=4, right=3)
+
+
+def words_message(start: int, n: int) -> WordsMessage:
+    return WordsMessage(tuple(Word(FakeAligner.word(1 + (k % 3), k)) for k in range(start, start + n)))
+
+
+def run_one(protocol: SessionProtocol, now: float) -> list:
+    """Run the next window, if any (what the session's driver does once)."""
+    request = protocol.next_request(now)
+    if request is None:
+        return []
+    ids = request.input_ids[None, :]
+    return protocol.apply(request, fake_infer(ids, np.ones_like(ids))[0])
+
+
+def test_wants_input_until_the_backlog_reaches_the_limit_and_again_once_it_drains():
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=10,
+                        defaults=SessionOptions(right_context=2, max_delay_ms=600_000))
+    assert p.wants_input(0.0) and p.backlog == 0
+    p.receive(words_message(0, 8), 0.0)
+    assert p.backlog == 8 and p.wants_input(0.0)  # below the limit
+    p.receive(words_message(8, 6), 0.0)
+    assert p.backlog == 14 and not p.wants_input(0.0)  # 12 words are decidable: drain first
+    while not p.wants_input(0.0):
+        assert run_one(p, 0.0)
+    assert p.backlog < 10 and p.n_final > 0
+
+
+def test_words_waiting_for_more_input_never_block_reading():
+    # right_context above the limit: the words can only become final with more words.
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=5,
+                        defaults=SessionOptions(right_context=20, max_delay_ms=600_000))
+    p.receive(words_message(0, 12), 0.0)
+    assert p.backlog == 12 and p.wants_input(0.0)  # nothing in it can drain: read on
+    # ...until the delay makes them decidable: then they drain first.
+    late = SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=5,
+                           defaults=SessionOptions(right_context=20, max_delay_ms=1000))
+    late.receive(words_message(0, 12), 0.0)
+    assert late.wants_input(0.5) and not late.wants_input(1.0)
+    # A flush makes every word decidable, so it also drains before more input.
+    p.receive(FlushRequest(), 1.0)
+    assert not p.wants_input(1.0)
+
+
+def test_no_limit_always_wants_input():
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW)
+    p.receive(words_message(0, 500), 0.0)
+    assert p.wants_input(0.0) and p.max_backlog is None
+    with pytest.raises(ValueError, match="max_backlog"):
+        SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=0)
+
+
+def test_a_flooded_protocol_holds_at_most_the_limit_plus_one_message_and_finalizes_all():
+    limit, per_message, total = 50, 40, 2000
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=limit,
+                        defaults=SessionOptions(right_context=2, max_delay_ms=600_000))
+    sent, finals, peak = 0, [], 0
+    while sent < total:
+        if p.wants_input(0.0):  # the reader takes a frame only then
+            p.receive(words_message(sent, per_message), 0.0)
+            sent += per_message
+            peak = max(peak, p.backlog)
+        else:
+            finals += [m for m in run_one(p, 0.0) if isinstance(m, Final)]
+    finals += [m for m in p.finish(0.0) if isinstance(m, Final)]
+    while p.state.n_final < total:
+        finals += [m for m in run_one(p, 0.0) if isinstance(m, Final)]
+    assert limit <= peak <= limit + per_message
+    starts = [m.start for m in finals]
+    assert starts == sorted(starts) and sum(len(m.words) for m in finals) == total
+
+
+def test_state_compacts_while_a_request_is_always_in_flight():
+    """A stream fed faster than real time always has a request out; its memory must stay bounded."""
+    state = StreamState(FakeAligner(), WINDOW, SessionOptions(right_context=2, max_delay_ms=600_000))
+    serial, peak_held = 0, 0
+    request = None
+    for step in range(400):
+        state.feed([FakeAligner.word(1 + (k % 3), k) for k in range(serial, serial + 50)], 0.0)
+        serial += 50
+        peak_held = max(peak_held, len(state.words))
+        if step == 0:
+            request = state.next_request(0.0)
+        # Answer the request that was out during the feed and the next ones, but keep the
+        # last one out: the next words arrive while it runs.
+        while request is not None:
+            ids = request.input_ids[None, :]
+            state.apply(request, fake_infer(ids, np.ones_like(ids))[0])
+            request = state.next_request(0.0)
+            if request is not None and request.first_word + request.n_words >= state.n_decidable(0.0):
+                break
+    assert state.in_flight is not None
+    assert state.n_words == serial and state.n_final > serial - 100
+    assert peak_held <= KEEP_WORDS + COMPACT_EVERY + 1000

@@ -1,0 +1,269 @@
+"""Bounded resources of a real server: input backpressure, slow readers, keepalive, window cost."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+
+from streampunct.batcher import BatcherConfig
+from streampunct.client import StreamClient, Transcript
+from streampunct.protocol import (
+    ConfigRequest,
+    EndRequest,
+    Final,
+    Flushed,
+    Word,
+    WordsMessage,
+    encode,
+)
+from streampunct.windowing import WindowConfig
+
+TIMEOUT = 30.0
+VOCAB = "so the talk was about water and how we can keep it clean for everyone".split()
+
+
+def corpus(n: int) -> list[str]:
+    return [VOCAB[k % len(VOCAB)] for k in range(n)]
+
+
+def metric(server, name: str, **labels: str) -> float:
+    value = server.metrics.registry.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value
+
+
+async def only_session(server):
+    for _ in range(500):
+        if server.sessions:
+            return next(iter(server.sessions))
+        await asyncio.sleep(0.01)
+    raise AssertionError("no session opened")
+
+
+# -- input backpressure ------------------------------------------------------------------
+
+
+async def test_a_flooding_client_is_held_at_the_backlog_limit_and_loses_nothing(start_server, fake_labels):
+    limit, per_message, total = 500, 1000, 24_000
+    server = await start_server(
+        max_backlog_words=limit, batching=BatcherConfig(max_wait_ms=0),
+        window=WindowConfig(size=126, left=40, right=20),
+    )
+    words = corpus(total)
+    client = await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000)
+    session = await only_session(server)
+    transcript = Transcript()
+
+    async def push() -> None:  # as fast as the socket takes them
+        for k in range(0, total, per_message):
+            await client.send_words(words[k : k + per_message])
+        await client.end()
+
+    gauge: list[float] = []
+
+    async def watch() -> None:  # what /metrics shows while the flood runs
+        while True:
+            gauge.append(metric(server, "streampunct_backlog_words"))
+            await asyncio.sleep(0.005)
+
+    sender = asyncio.create_task(push())
+    watcher = asyncio.create_task(watch())
+    async with asyncio.timeout(TIMEOUT):
+        async for message in client:
+            transcript.apply(message)  # raises unless finals are contiguous, in order, never repeated
+    await sender
+    watcher.cancel()
+    assert max(gauge) <= limit + per_message
+    assert client.close_code == 1000
+    assert transcript.words == words and transcript.ended_words == total
+    assert transcript.labels[:-1] == fake_labels(words)[:-1]
+    # Every 1000-word message overfills a 500-word backlog: the reader had to wait each time,
+    # and the backlog never went past the limit plus one message.
+    assert limit <= session.peak_backlog <= limit + per_message
+    assert metric(server, "streampunct_input_paused_total") >= total // per_message - 1
+    assert session.peak_outbox <= server.config.max_outbox_messages + 4
+    assert metric(server, "streampunct_words_finalized_total") == total
+
+
+async def test_backpressure_of_one_session_does_not_hold_up_another(start_server):
+    server = await start_server(max_backlog_words=200, batching=BatcherConfig(max_wait_ms=0))
+    flood = await StreamClient.connect(server.url, right_context=2)
+    calm = await StreamClient.connect(server.url, right_context=0)
+
+    async def push() -> None:
+        for _ in range(20):
+            await flood.send_words(corpus(1000))
+        await flood.end()
+
+    async def drain(client) -> Transcript:
+        transcript = Transcript()
+        async for message in client:
+            transcript.apply(message)
+        return transcript
+
+    sender = asyncio.create_task(push())
+    flood_reader = asyncio.create_task(drain(flood))
+    async with asyncio.timeout(TIMEOUT):
+        for word in VOCAB:  # each word is final at once (right context 0) while the flood runs
+            await calm.send_words([word])
+            message = await calm.recv()
+            assert isinstance(message, Final) and [w.w for w in message.words] == [word]
+        await calm.end()
+        await sender
+        assert (await flood_reader).ended_words == 20_000
+
+
+# -- slow readers ----------------------------------------------------------------------------
+
+
+def tiny_receive_buffer_socket(port: int) -> socket.socket:
+    """A client socket whose kernel receive buffer is small, so an unread stream backs up soon."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
+def shrink_send_buffer(session) -> None:
+    """The server side of the same connection: a small kernel send buffer (a slow network)."""
+    sock = session._ws.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+
+async def open_raw(server, **kw):
+    """A websockets client that reads nothing until told (no keepalive of its own)."""
+    ws = await ws_connect(server.url, sock=tiny_receive_buffer_socket(server.port), ping_interval=None,
+                          max_queue=1, max_size=None, compression=None, **kw)
+    session = await only_session(server)
+    shrink_send_buffer(session)
+    return ws, session
+
+
+async def read_all(ws) -> tuple[Transcript, int | None, str | None]:
+    from websockets import ConnectionClosed
+
+    from streampunct.protocol import decode_server
+
+    transcript = Transcript()
+    try:
+        while True:
+            transcript.apply(decode_server(await ws.recv()))
+    except ConnectionClosed:
+        pass
+    return transcript, ws.close_code, ws.close_reason
+
+
+async def test_a_client_that_stops_reading_is_closed_with_1013_after_the_send_timeout(start_server):
+    server = await start_server(send_timeout_s=0.5, max_backlog_words=300, close_timeout_s=1.0)
+    ws, session = await open_raw(server)
+    await ws.send(encode(ConfigRequest(right_context=0)))
+    words = corpus(200)
+
+    async def push() -> None:
+        for _ in range(400):
+            await ws.send(encode(WordsMessage(tuple(Word(w) for w in words))))
+
+    sender = asyncio.create_task(push())
+    async with asyncio.timeout(TIMEOUT):
+        while metric(server, "streampunct_slow_reader_closes_total") < 1:
+            await asyncio.sleep(0.05)
+        # Memory stayed bounded while the client read nothing.
+        assert session.peak_outbox <= server.config.max_outbox_messages + 4
+        assert session.peak_backlog <= 300 + 200
+        transcript, code, reason = await read_all(ws)  # reading again: what was sent, then the close
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    assert code == 1013 and "not reading" in reason
+    assert 0 < transcript.n_final < 400 * 200  # finals came in order up to where the server gave up
+    assert transcript.words == (words * 400)[: transcript.n_final]
+    for _ in range(200):
+        if not server.sessions:
+            break
+        await asyncio.sleep(0.05)
+    assert not server.sessions
+
+
+async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(start_server, fake_labels):
+    # Pings every 50 ms: under websockets' own rule (pong within ping_timeout) a client that
+    # reads nothing for 2 s would be dropped with 1011 many times over.
+    server = await start_server(send_timeout_s=None, ping_interval_s=0.05, max_backlog_words=300)
+    ws, session = await open_raw(server)
+    await ws.send(encode(ConfigRequest(right_context=0)))
+    words = corpus(20_000)
+
+    async def push() -> None:
+        for k in range(0, len(words), 500):
+            await ws.send(encode(WordsMessage(tuple(Word(w) for w in words[k : k + 500]))))
+        await ws.send(encode(EndRequest()))
+
+    sender = asyncio.create_task(push())
+    await asyncio.sleep(2.0)  # not reading
+    assert session.protocol.n_final < len(words)  # the server is held up by the reader, not done
+    assert session._outbox.qsize() >= server.config.max_outbox_messages  # waiting to send
+    assert session.peak_outbox <= server.config.max_outbox_messages + 4
+    async with asyncio.timeout(TIMEOUT):
+        transcript, code, _ = await read_all(ws)
+        await sender
+    assert code == 1000 and transcript.words == words and transcript.ended_words == len(words)
+    assert metric(server, "streampunct_slow_reader_closes_total") == 0
+
+
+# -- cost of streaming: tokens per finalized word ------------------------------------------
+
+
+async def test_window_token_counters_move_by_the_tokens_of_a_known_window(start_server, aligner):
+    server = await start_server(batching=BatcherConfig(max_wait_ms=0))
+    words = ["so", "what", "happened", "next", "internationalization"]
+    expected_tokens = 2 + sum(len(aligner.word_ids(w)) for w in words)  # CLS + words + SEP
+    async with await StreamClient.connect(server.url, right_context=100, max_delay_ms=600_000) as client:
+        await client.send_words(words)
+        await client.flush()  # one window: all five words, nothing before them
+        async with asyncio.timeout(TIMEOUT):
+            messages = [await client.recv(), await client.recv()]
+        assert isinstance(messages[0], Final) and isinstance(messages[1], Flushed)
+        assert metric(server, "streampunct_window_tokens_total", kind="final") == expected_tokens
+        assert metric(server, "streampunct_windows_total", kind="final") == 1
+        assert metric(server, "streampunct_window_tokens_total", kind="partial") == 0
+        assert metric(server, "streampunct_engine_tokens_total") == expected_tokens  # a batch of one
+        assert metric(server, "streampunct_words_finalized_total") == len(words)
+        await client.end()
+
+
+async def test_partial_windows_are_counted_apart(start_server, aligner):
+    server = await start_server(batching=BatcherConfig(max_wait_ms=0))
+    words = ["hello", "there"]
+    async with await StreamClient.connect(server.url, right_context=100, max_delay_ms=600_000,
+                                          partials=True) as client:
+        await client.send_words(words)
+        async with asyncio.timeout(TIMEOUT):
+            await client.recv()  # the partial for the undecided tail
+        tokens = 2 + sum(len(aligner.word_ids(w)) for w in words)
+        assert metric(server, "streampunct_window_tokens_total", kind="partial") == tokens
+        assert metric(server, "streampunct_windows_total", kind="partial") == 1
+        assert metric(server, "streampunct_window_tokens_total", kind="final") == 0
+
+
+@pytest.mark.parametrize("field", ["max_backlog_words", "max_outbox_messages", "send_timeout_s"])
+def test_server_config_refuses_non_positive_limits(field):
+    from streampunct.server import ServerConfig
+
+    with pytest.raises(ValueError, match=field):
+        ServerConfig(**{field: 0})
+
+
+def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    default = build_config(build_parser().parse_args(["serve"]))
+    assert (default.max_backlog_words, default.send_timeout_s) == (4096, 30.0)
+    assert default.ping_interval_s == 20.0 and default.max_queued_frames == 4
+    config = build_config(build_parser().parse_args(
+        ["serve", "--max-backlog-words", "1000", "--send-timeout-s", "0"]))
+    assert (config.max_backlog_words, config.send_timeout_s) == (1000, None)  # 0: wait for any reader
+    with pytest.raises(InputError, match="max_backlog_words"):
+        build_config(build_parser().parse_args(["serve", "--max-backlog-words", "0"]))
