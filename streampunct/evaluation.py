@@ -22,6 +22,7 @@ stay comparable with the training scorers and the published ones.
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -223,6 +224,32 @@ def schedule_labels(
     state = StreamState(aligner, window, options)
     _play(state, events, serve, lambda decisions: labels.extend(d.label for d in decisions))
     return labels
+
+
+def live_schedule(
+    words: Sequence[str],
+    *,
+    words_per_second: float = 2.5,
+    max_chunk: int = 4,
+    jitter_ms: float = 150.0,
+    seed: int = 0,
+) -> list[Event]:
+    """A live ASR stream of ``words``: chunks of 1..``max_chunk`` words, each committed
+    when its last word has been spoken (word ``k`` at ``(k + 1) / words_per_second``)
+    plus up to ``jitter_ms`` (never before the previous chunk); a flush at the end.
+    """
+    if words_per_second <= 0 or max_chunk < 1 or jitter_ms < 0:
+        raise ValueError("words_per_second > 0, max_chunk >= 1 and jitter_ms >= 0 are required")
+    rng = random.Random(seed)
+    events: list[Event] = []
+    i, last_t = 0, 0.0
+    while i < len(words):
+        j = min(len(words), i + rng.randint(1, max_chunk))
+        last_t = max(last_t, j / words_per_second + rng.uniform(0.0, jitter_ms / 1000.0))
+        events.append(Event(last_t, tuple(words[i:j])))
+        i = j
+    events.append(Event(last_t, kind="flush"))
+    return events
 
 
 def _play(

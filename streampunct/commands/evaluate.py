@@ -26,6 +26,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "per window for every engine; larger batches change labels of int8 models, whose "
              "activation scales span the batch)",
     )
+    p.add_argument(
+        "--live", action="store_true",
+        help="also score a live stream as the server gets it: ASR-like chunks of 1-4 words at "
+             "2.5 words/s with up to 150 ms jitter, the server's default session options unless "
+             "--live-right-context / --live-max-delay-ms say otherwise (the server's own rules, "
+             "one window per decision: the labels a server gives this schedule)",
+    )
+    p.add_argument("--live-right-context", type=int, default=None, metavar="N",
+                   help="right_context of the live stream (default: the server's default)")
+    p.add_argument("--live-max-delay-ms", type=int, default=None, metavar="MS",
+                   help="max_delay_ms of the live stream (default: the server's default)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry")
     p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
@@ -33,7 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streampunct.data import read_word_labels
-    from streampunct.evaluation import offline_labels, score, streaming_runs
+    from streampunct.evaluation import (
+        live_schedule,
+        offline_labels,
+        schedule_labels,
+        score,
+        streaming_runs,
+    )
+    from streampunct.options import SessionOptions
     from streampunct.punctuator import Punctuator
     from streampunct.windowing import WindowConfig
 
@@ -68,6 +86,24 @@ def run(args: argparse.Namespace) -> int:
                   f"({run_.model_calls} model calls)")
             print(rep.table())
             results["streaming"][str(rc)] = rep.to_dict() | {"model_calls": run_.model_calls}
+        if args.live:
+            options = SessionOptions(
+                right_context=SessionOptions.right_context if args.live_right_context is None
+                else args.live_right_context,
+                max_delay_ms=SessionOptions.max_delay_ms if args.live_max_delay_ms is None
+                else args.live_max_delay_ms,
+            )
+            t0 = time.perf_counter()
+            labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.window,
+                                     punct.engine.infer, options)
+            rep = score(data.labels, labels)
+            print(f"\nlive (chunks of 1-4 words at 2.5 words/s, right_context {options.right_context}, "
+                  f"max_delay_ms {options.max_delay_ms}): overall F1 {rep.overall_f1:.1f} "
+                  f"({time.perf_counter() - t0:.0f} s)")
+            print(rep.table())
+            results["live"] = rep.to_dict() | {"right_context": options.right_context,
+                                               "max_delay_ms": options.max_delay_ms,
+                                               "words_per_second": 2.5, "max_chunk": 4, "jitter_ms": 150}
     finally:
         punct.close()
     if args.json:

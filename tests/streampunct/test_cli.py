@@ -154,3 +154,25 @@ def test_punctuate_ends_the_text_with_a_sentence_mark(tmp_path, capsys):
     assert main(["punctuate", str(f), "--capitalize"]) == 0
     assert capsys.readouterr().out == "What is your name?\n"
 
+
+
+def test_evaluate_live_scores_a_chunked_stream_with_the_shipped_model(tmp_path, capsys):
+    import json
+
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    text = ("so what do you think about that . i think it is great , really great . "
+            "where do we go from here ? we go home . ") * 6
+    f = tmp_path / "small.tsv"
+    f.write_text("".join(f"{w}\t{ {'.': 'PERIOD', ',': 'COMMA', '?': 'QUESTION'}.get(n, 'O') }\n"
+                         for w, n in zip(text.split(), text.split()[1:] + ["x"], strict=True)
+                         if w not in ".,?"))
+    out = tmp_path / "r.json"
+    assert main(["evaluate", "--data", str(f), "--live", "--live-right-context", "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "live (chunks of 1-4 words at 2.5 words/s, right_context 1, max_delay_ms 1500)" in printed
+    result = json.loads(out.read_text())
+    assert result["live"]["right_context"] == 1 and result["live"]["n_words"] == result["n_words"]
+    assert 0 <= result["live"]["overall_f1"] <= 100
