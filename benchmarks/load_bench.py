@@ -63,6 +63,7 @@ from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
 from benchmarks.load_search import best_sessions, next_refinement, slo_failures, step_estimate_s
 from benchmarks.load_server_process import ServerProcess, http_get, machine_cpu_busy
+from streampunct.latency import decidable_times
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
@@ -305,11 +306,7 @@ def analyse_session(
         if lo < hi:
             seg = final_at[lo:hi]
             seg[np.isnan(seg)] = t
-    decidable = sent + max_delay_ms / 1000.0
-    if right_context < n:
-        decidable[: n - right_context] = np.minimum(decidable[: n - right_context], sent[right_context:])
-    if out.end_at is not None:
-        decidable = np.minimum(decidable, out.end_at)
+    decidable = decidable_times(sent, right_context, max_delay_ms, [] if out.end_at is None else [(n, out.end_at)])
     measured = np.arange(n) >= out.plan.prefill
     measured &= ~np.isnan(final_at)
     return check, SessionTimes((final_at - decidable)[measured], (final_at - sent)[measured], final_at[measured])

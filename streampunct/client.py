@@ -18,7 +18,6 @@ contract made the word decidable (as the client saw it) to its final.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
+from streampunct.latency import decidable_times
 from streampunct.protocol import (
     ConfigApplied,
     ConfigRequest,
@@ -297,17 +297,17 @@ class LatencyTracker:
 
     def decidable_at(self, index: int) -> float:
         """When word ``index`` became decidable under the session's latency contract."""
-        times = [self.sent_at[index] + self.options.max_delay_ms / 1000.0]
-        later = index + self.options.right_context
-        if later < len(self.sent_at):
-            times.append(self.sent_at[later])
-        first_flush = bisect.bisect_right(self._flush_upto, index)
-        if first_flush < len(self._flush_at):
-            times.append(self._flush_at[first_flush])
-        return min(times)
+        return float(self.decidable()[index])
+
+    def decidable(self) -> list[float]:
+        """When each word sent so far became decidable (:func:`streampunct.latency.decidable_times`)."""
+        times = decidable_times(self.sent_at, self.options.right_context, self.options.max_delay_ms,
+                                list(zip(self._flush_upto, self._flush_at, strict=True)))
+        return times.tolist()
 
     def summary(self) -> LatencySummary:
         n = min(len(self.final_at), len(self.sent_at))
         latency = [self.final_at[i] - self.sent_at[i] for i in range(n)]
-        margin = [self.final_at[i] - self.decidable_at(i) for i in range(n)]
+        decidable = self.decidable()
+        margin = [self.final_at[i] - decidable[i] for i in range(n)]
         return LatencySummary(n, _percentiles(latency), _percentiles(margin))

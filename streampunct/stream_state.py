@@ -5,7 +5,8 @@ current time, asks for the next model call, runs it anywhere it likes and
 hands the logits back. The state says which words became final. A word is
 *decidable* at the first of: ``right_context`` more words have arrived after
 it; ``max_delay_ms`` have passed since it arrived; a flush or the end of the
-stream. Decidable words form a prefix of the stream, and they are finalized
+stream (the contract's one definition is :func:`streampunct.latency.decidable_times`;
+this state decides the same online, whenever it is asked). Decidable words form a prefix of the stream, and they are finalized
 in order, each once.
 
 **Labels depend on the arrival schedule only, never on timing.** The words
