@@ -3,7 +3,7 @@
 The load benchmark normally starts ``streampunct serve`` on a model folder.
 Before a model exists (and in tests) it starts this module instead: the real
 :class:`~streampunct.server.StreamServer` (sessions, stream state, batcher,
-metrics, everything but the model) over :class:`CostModelEngine`, whose
+metrics, everything but the model) over :class:`engines.fake.FakeEngine` (the tests' fake), whose
 logits are a pure function of the token ids and whose cost is modelled as
 ``batch_ms + token_us * batch * length``. The cost is burnt as CPU work in
 numpy matrix products (which release the GIL, as onnxruntime does), so it
@@ -24,63 +24,9 @@ import argparse
 import asyncio
 import logging
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-
-#: Labels of the synthetic model, by token id (same rule as the server tests' fake).
-_O, _COMMA, _PERIOD, _QUESTION = 0, 1, 2, 3
-
-
-def fake_labels(token_ids: np.ndarray) -> np.ndarray:
-    """The synthetic model's label for each token: a pure function of its id."""
-    labels = np.full(token_ids.shape, _O, dtype=np.int64)
-    labels[token_ids % 11 == 0] = _COMMA
-    labels[token_ids % 7 == 0] = _PERIOD
-    labels[token_ids % 13 == 0] = _QUESTION
-    return labels
-
-
-class CostModelEngine:
-    """Logits from token ids alone, at a chosen cost per call and per token.
-
-    Attributes:
-        batch_ms: fixed cost of one engine call (milliseconds).
-        token_us: cost per padded token (microseconds).
-        sleep: idle instead of burning CPU.
-    """
-
-    name = "fake"
-
-    def __init__(self, *, batch_ms: float = 0.0, token_us: float = 0.0, sleep: bool = False) -> None:
-        if batch_ms < 0 or token_us < 0:
-            raise ValueError("costs must be >= 0")
-        self.batch_ms = batch_ms
-        self.token_us = token_us
-        self.sleep = sleep
-        rng = np.random.default_rng(0)
-        self._a = rng.standard_normal((96, 96)).astype(np.float32)
-        self._b = rng.standard_normal((96, 96)).astype(np.float32)
-
-    def _spend(self, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        if self.sleep:
-            time.sleep(seconds)
-            return
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            self._a @ self._b  # noqa: B018 (CPU work that releases the GIL)
-
-    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        self._spend(self.batch_ms / 1e3 + self.token_us / 1e6 * input_ids.size)
-        logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
-        np.put_along_axis(logits, fake_labels(input_ids)[..., None], 1.0, axis=-1)
-        return logits
-
-    def close(self) -> None:
-        pass
+from engines.fake import FakeEngine
 
 
 def default_tokenizer() -> Path:
@@ -137,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         max_sessions=args.max_sessions,
         session_defaults=SessionOptions(right_context=args.right_context, max_delay_ms=args.max_delay_ms),
     )
-    engine = CostModelEngine(batch_ms=args.batch_ms, token_us=args.token_us, sleep=args.sleep)
+    engine = FakeEngine(batch_ms=args.batch_ms, token_us=args.token_us, sleep=args.sleep)
 
     def announce(server) -> None:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "

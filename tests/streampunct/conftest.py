@@ -2,60 +2,31 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
-from streampunct.labels import COMMA, PERIOD, QUESTION, O
+from engines.fake import FakeEngine as _FakeEngine
+from engines.fake import fake_labels
 from streampunct.windowing import WindowConfig
 
 #: A small window so that streams cross many window boundaries.
 TEST_WINDOW = WindowConfig(size=48, left=8, right=6)
 
 
-def fake_label_of_token(token_ids: np.ndarray) -> np.ndarray:
-    """The fake model's label for a token: a pure function of its id."""
-    labels = np.full(token_ids.shape, O, dtype=np.int64)
-    labels[token_ids % 11 == 0] = COMMA
-    labels[token_ids % 7 == 0] = PERIOD
-    labels[token_ids % 13 == 0] = QUESTION
-    return labels
+fake_label_of_token = fake_labels  # the fake model's label for a token: a pure function of its id
 
 
-class FakeEngine:
-    """Logits from token ids alone, so the right labels are known without a model.
+class FakeEngine(_FakeEngine):
+    """The one fake engine (:mod:`engines.fake`), with the tests' knobs.
 
-    ``delay_s`` makes each call slow (load tests); a batch containing
+    ``delay_s`` makes each call idle that long (load tests); a batch containing
     ``fail_token`` raises (engine-failure tests). Records every batch size.
     """
 
-    name = "fake"
-
     def __init__(self, *, delay_s: float = 0.0, fail_token: int | None = None) -> None:
-        self.delay_s = delay_s
-        self.fail_token = fail_token
-        self.batch_sizes: list[int] = []
-        self.threads: set[str] = set()
-        self.closed = False
-
-    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        assert input_ids.dtype == np.int64 and attention_mask.dtype == np.int64
-        assert input_ids.shape == attention_mask.shape
-        self.threads.add(threading.current_thread().name)
-        self.batch_sizes.append(input_ids.shape[0])
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail_token is not None and bool((input_ids == self.fail_token).any()):
-            raise RuntimeError("injected engine failure")
-        logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
-        np.put_along_axis(logits, fake_label_of_token(input_ids)[..., None], 1.0, axis=-1)
-        return logits
-
-    def close(self) -> None:
-        self.closed = True
+        super().__init__(batch_ms=delay_s * 1000.0, sleep=True, fail_token=fail_token)
 
 
 @pytest.fixture

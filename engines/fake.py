@@ -1,0 +1,86 @@
+"""The one synthetic engine: logits from token ids alone, at a chosen cost.
+
+Used by the tests (servers whose right labels are known without a model) and
+by ``bench load --engine fake`` (``benchmarks.load_server``: the real server
+over an engine whose cost per call and per token is modelled). The label of
+a token is a pure function of its id (:func:`fake_labels`), so a word's label
+does not depend on its window.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+#: Label ids (as in ``streampunct.labels``; engines import nothing of the runtime).
+_O, _COMMA, _PERIOD, _QUESTION = 0, 1, 2, 3
+
+
+def fake_labels(token_ids: np.ndarray) -> np.ndarray:
+    """The fake model's label for each token: a pure function of its id."""
+    labels = np.full(token_ids.shape, _O, dtype=np.int64)
+    labels[token_ids % 11 == 0] = _COMMA
+    labels[token_ids % 7 == 0] = _PERIOD
+    labels[token_ids % 13 == 0] = _QUESTION
+    return labels
+
+
+class FakeEngine:
+    """Engine protocol (``infer`` / ``close``) with one-hot logits of :func:`fake_labels`.
+
+    Attributes:
+        batch_ms: cost of one call (milliseconds).
+        token_us: cost per padded token (microseconds).
+        sleep: spend the cost idle (like a GPU) instead of burning CPU in
+            numpy matrix products, which release the GIL as onnxruntime does.
+        fail_token: a batch containing this token id raises (engine failures).
+        batch_sizes: the batch size of every call, in order.
+        threads: names of the threads that called ``infer``.
+    """
+
+    name = "fake"
+
+    def __init__(
+        self, *, batch_ms: float = 0.0, token_us: float = 0.0, sleep: bool = False, fail_token: int | None = None
+    ) -> None:
+        if batch_ms < 0 or token_us < 0:
+            raise ValueError("costs must be >= 0")
+        self.batch_ms = batch_ms
+        self.token_us = token_us
+        self.sleep = sleep
+        self.fail_token = fail_token
+        self.batch_sizes: list[int] = []
+        self.threads: set[str] = set()
+        self.closed = False
+        rng = np.random.default_rng(0)
+        self._a = rng.standard_normal((96, 96)).astype(np.float32)
+        self._b = rng.standard_normal((96, 96)).astype(np.float32)
+
+    def _spend(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self.sleep:
+            time.sleep(seconds)
+            return
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            self._a @ self._b  # noqa: B018 (CPU work that releases the GIL)
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        if input_ids.dtype != np.int64 or attention_mask.dtype != np.int64:
+            raise TypeError("input_ids and attention_mask must be int64")
+        if input_ids.shape != attention_mask.shape or input_ids.ndim != 2:
+            raise ValueError(f"shapes {input_ids.shape} and {attention_mask.shape}: want equal [B, T]")
+        self.threads.add(threading.current_thread().name)
+        self.batch_sizes.append(input_ids.shape[0])
+        self._spend(self.batch_ms / 1e3 + self.token_us / 1e6 * input_ids.size)
+        if self.fail_token is not None and bool((input_ids == self.fail_token).any()):
+            raise RuntimeError("injected engine failure")
+        logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
+        np.put_along_axis(logits, fake_labels(input_ids)[..., None], 1.0, axis=-1)
+        return logits
+
+    def close(self) -> None:
+        self.closed = True

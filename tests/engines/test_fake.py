@@ -1,0 +1,35 @@
+"""The one fake engine (tests and ``bench load --engine fake``)."""
+
+import time
+
+import numpy as np
+import pytest
+
+from engines.fake import FakeEngine, fake_labels
+
+
+def test_logits_are_one_hot_labels_of_the_token_ids():
+    ids = np.asarray([[1, 11, 14, 26, 13 * 7 * 11, 5]], dtype=np.int64)
+    engine = FakeEngine()
+    logits = engine.infer(ids, np.ones_like(ids))
+    assert logits.shape == (1, 6, 4) and logits.dtype == np.float32
+    assert logits.argmax(-1).tolist() == [[0, 1, 2, 3, 3, 0]] == fake_labels(ids).tolist()
+    assert engine.batch_sizes == [1]
+
+
+def test_cost_failures_and_bad_input():
+    ids = np.arange(64, dtype=np.int64).reshape(2, 32)
+    t0 = time.perf_counter()
+    FakeEngine(batch_ms=30, sleep=True).infer(ids, np.ones_like(ids))
+    assert time.perf_counter() - t0 >= 0.03
+    t0 = time.perf_counter()
+    FakeEngine(token_us=500).infer(ids, np.ones_like(ids))  # 64 tokens x 0.5 ms, burnt as CPU work
+    assert time.perf_counter() - t0 >= 0.032
+    with pytest.raises(RuntimeError, match="injected"):
+        FakeEngine(fail_token=40).infer(ids, np.ones_like(ids))
+    with pytest.raises(TypeError):
+        FakeEngine().infer(ids.astype(np.int32), np.ones_like(ids))
+    with pytest.raises(ValueError):
+        FakeEngine().infer(ids, np.ones((2, 31), np.int64))
+    with pytest.raises(ValueError):
+        FakeEngine(batch_ms=-1)
