@@ -64,6 +64,7 @@ from benchmarks.load_report import format_step, plot_load, profile_top, summary_
 from benchmarks.load_search import best_sessions, next_refinement, slo_failures, step_estimate_s
 from benchmarks.load_server_process import ServerProcess, http_get, machine_cpu_busy
 from streampunct.latency import decidable_times
+from streampunct.options import SessionOptions
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
@@ -115,8 +116,8 @@ class LoadBenchConfig:
     jitter_ms: float = 150.0
     prefill_words: int = 48
     stagger_s: float = 2.0
-    right_context: int = 2
-    max_delay_ms: int = 1500
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
     slo_p95_ms: float = 100.0
     target_sessions: int = 150
     max_batch: int = 32

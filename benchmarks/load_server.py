@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from engines.fake import FakeEngine
+from streampunct.options import SessionOptions
 
 
 def default_tokenizer() -> Path:
@@ -59,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-sessions", type=int, default=256)
-    p.add_argument("--right-context", type=int, default=2)
-    p.add_argument("--max-delay-ms", type=int, default=1500)
+    p.add_argument("--right-context", type=int, default=SessionOptions.right_context)
+    p.add_argument("--max-delay-ms", type=int, default=SessionOptions.max_delay_ms)
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -70,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streampunct.alignment import Aligner
     from streampunct.batcher import BatcherConfig
-    from streampunct.protocol import SessionOptions
     from streampunct.server import ServerConfig, run_until_signalled
     from streampunct.windowing import WindowConfig
 

@@ -45,6 +45,7 @@ from benchmarks.load_finals import FinalsCheck
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_server_process import ServerProcess, http_get
 from benchmarks.soak_report import plot_soak, rss_trend, summary_text
+from streampunct.options import SessionOptions
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class SoakConfig:
     words_per_second: float = 2.5
     sample_s: float = 5.0
     warmup_s: float | None = None
-    right_context: int = 2
-    max_delay_ms: int = 1500
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
     max_batch: int = 32
     max_wait_ms: float = 5.0
     fake_batch_ms: float = 0.0

@@ -102,6 +102,18 @@ def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLab
     return WordLabels(words, labels, folded=folded, source=str(path))
 
 
+def read_punctuated_text(path: str | Path) -> WordLabels:
+    """Punctuated text (cased or not) as words and labels, converted as training converts it."""
+    from streampunct.convert import text_to_word_labels
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such file: {path}")
+    with _open_text(path) as f:
+        words, labels = text_to_word_labels(f.read())
+    return WordLabels(words, labels, 0, str(path))
+
+
 def write_word_labels(path: str | Path, data: WordLabels) -> None:
     """Write a ``word<TAB>LABEL`` file."""
     with open(path, "w", encoding="utf-8") as f:

@@ -23,8 +23,11 @@ class SessionOptions:
         capitalize: capitalize sentence starts (and "I") in ``text``.
     """
 
-    right_context: int = 2
-    max_delay_ms: int = 1500
+    # Defaults chosen on validation for live use (docs/results.md, "Live use"): a 4-word ASR
+    # chunk at 2.5 words/s spans 1.6 s, so a shorter delay bound decides the last words of
+    # chunks with no right context.
+    right_context: int = 3
+    max_delay_ms: int = 2000
     partials: bool = False
     capitalize: bool = False
 

@@ -39,11 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="max_delay_ms of the live stream (default: the server's default)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry")
+    p.add_argument("--text", action="store_true",
+                   help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
+                        "and labels as training converts it (streampunct.convert)")
     p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.data import read_word_labels
+    from streampunct.data import read_punctuated_text, read_word_labels
     from streampunct.evaluation import (
         live_schedule,
         offline_labels,
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.punctuator import Punctuator
     from streampunct.windowing import WindowConfig
 
-    data = read_word_labels(args.data)
+    data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
     window = WindowConfig(*args.window) if args.window else None
     punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window)
     results: dict = {

@@ -172,7 +172,7 @@ def test_evaluate_live_scores_a_chunked_stream_with_the_shipped_model(tmp_path, 
     out = tmp_path / "r.json"
     assert main(["evaluate", "--data", str(f), "--live", "--live-right-context", "1", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "live (chunks of 1-4 words at 2.5 words/s, right_context 1, max_delay_ms 1500)" in printed
+    assert "live (chunks of 1-4 words at 2.5 words/s, right_context 1, max_delay_ms 2000)" in printed
     result = json.loads(out.read_text())
     assert result["live"]["right_context"] == 1 and result["live"]["n_words"] == result["n_words"]
     assert 0 <= result["live"]["overall_f1"] <= 100

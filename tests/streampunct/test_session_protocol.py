@@ -95,11 +95,11 @@ def test_ready_first_and_config_only_before_words():
     driver = Driver(SessionOptions(right_context=1))
     assert isinstance(driver.out[0], Ready) and driver.out[0].config == SessionOptions(right_context=1)
     [applied] = driver.frame('{"type": "config", "partials": true, "capitalize": true}')
-    assert applied == ConfigApplied(SessionOptions(1, 1500, True, True))
+    assert applied == ConfigApplied(SessionOptions(1, 2000, True, True))
     driver.send(WordsMessage((Word("t1x1"),)))
     [error] = driver.frame('{"type": "config", "right_context": 0}')
     assert isinstance(error, Error) and error.code is ErrorCode.BAD_REQUEST
-    assert driver.protocol.options == SessionOptions(1, 1500, True, True)
+    assert driver.protocol.options == SessionOptions(1, 2000, True, True)
 
 
 def test_flush_answers_after_its_finals_and_end_closes_normally():
