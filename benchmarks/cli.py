@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|load|engine|soak``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -13,10 +13,11 @@ from pathlib import Path
 from benchmarks.common import RESULTS_DIR
 
 NAME = "bench"
-HELP = "benchmarks: accuracy vs latency, streaming load, engine speed, memory soak"
+HELP = "benchmarks: accuracy vs latency, live accuracy through a server, streaming load, engine speed, memory soak"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
+    from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
 
@@ -32,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     a.add_argument("--name", default="accuracy", help="result file stem (default: accuracy)")
     a.set_defaults(_bench=_accuracy)
+    lv = sub.add_parser("live", help="accuracy through a real server: parallel live streams at real-time pace, "
+                                     "checked against the simulation of the same schedules")
+    add_live_arguments(lv)
+    lv.set_defaults(_bench=_live)
     lp = sub.add_parser("load", help="concurrent real-time sessions: finalize margin, SLO search")
     add_load_arguments(lp)
     lp.set_defaults(_bench=_load)
@@ -57,6 +62,12 @@ def _accuracy(args: argparse.Namespace) -> int:
     )
     run_accuracy_bench(cfg, command=_command())
     return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    from benchmarks.live_bench import run_live_from_args
+
+    return run_live_from_args(args, command=_command())
 
 
 def _load(args: argparse.Namespace) -> int:

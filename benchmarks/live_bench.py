@@ -1,0 +1,175 @@
+"""``bench live``: accuracy as users get it, through a real server at real-time pace.
+
+A labelled file is cut into ``sessions`` consecutive segments. Each segment
+is one live stream, sent at the same time as the others to a server started
+as a child process (or ``--url``): ASR-like chunks of 1..4 words at 2.5
+words/s with jitter (:func:`streampunct.evaluation.live_schedule`), then a
+``flush`` and an ``end``, with the server's default session options unless
+told otherwise. The finals are scored against the gold labels (overall
+micro F1, the same scorer as ``evaluate``).
+
+The same schedules are then played through the simulation
+(:func:`streampunct.evaluation.schedule_labels`, the server's own
+``StreamState``, one window per decision) with the same model, and the
+report gives both F1s and their label agreement: labels follow the schedule,
+not the load, so they differ only where the engine's int8 activation scales,
+which span each batch, move a label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import RESULTS_DIR, write_result
+from streampunct.options import SessionOptions
+
+
+@dataclass(frozen=True)
+class LiveBenchConfig:
+    """Options of ``bench live`` (see the module docstring)."""
+
+    model_dir: Path | None = None
+    data: Path = Path("data/iwslt2011/test2011")
+    sessions: int = 60
+    words_per_second: float = 2.5
+    max_chunk: int = 4
+    jitter_ms: float = 150.0
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
+    engine: str = "onnxruntime"
+    url: str | None = None
+    seed: int = 0
+    out_dir: Path = RESULTS_DIR
+    name: str = "live"
+
+    def __post_init__(self) -> None:
+        if self.sessions < 1 or self.words_per_second <= 0:
+            raise ValueError("sessions >= 1 and words_per_second > 0 are required")
+
+
+def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
+    """``sessions`` consecutive ``[start, end)`` spans covering ``n_words`` (sizes differ by <= 1)."""
+    sessions = max(1, min(sessions, n_words))
+    bounds = np.linspace(0, n_words, sessions + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+async def stream_schedule(url: str, events, options: SessionOptions):
+    """Send ``events`` at their times (from now) on one session; return its Transcript."""
+    from streampunct.client import StreamClient, Transcript
+
+    client = await StreamClient.connect(url, right_context=options.right_context,
+                                        max_delay_ms=options.max_delay_ms)
+    transcript = Transcript()
+
+    async def receive() -> None:
+        async for message in client:
+            transcript.apply(message)
+
+    receiver = asyncio.create_task(receive())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for event in events:
+        await asyncio.sleep(max(0.0, t0 + event.time - loop.time()))
+        if event.kind == "words":
+            await client.send_words(list(event.words))
+        elif event.kind == "flush":
+            await client.flush()
+    await client.end()  # after the flush: every word is already decided, so no mark is forced
+    await receiver
+    return transcript
+
+
+async def _run_sessions(url: str, schedules, options: SessionOptions):
+    return await asyncio.gather(*(stream_schedule(url, events, options) for events in schedules))
+
+
+def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
+    from benchmarks.load_bench import LoadBenchConfig
+    from benchmarks.load_server_process import ServerProcess
+    from streampunct.data import read_word_labels
+    from streampunct.evaluation import live_schedule, schedule_labels, score
+    from streampunct.punctuator import Punctuator
+
+    data = read_word_labels(cfg.data)
+    spans = segments(len(data.words), cfg.sessions)
+    options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
+    schedules = [live_schedule(data.words[a:b], words_per_second=cfg.words_per_second, max_chunk=cfg.max_chunk,
+                               jitter_ms=cfg.jitter_ms, seed=cfg.seed + k) for k, (a, b) in enumerate(spans)]
+    speech_s = max(events[-1].time for events in schedules)
+    print(f"live: {len(data.words)} words in {len(spans)} sessions of ~{len(data.words) // len(spans)} words "
+          f"({speech_s:.0f} s of speech each), right_context {options.right_context}, "
+          f"max_delay_ms {options.max_delay_ms}", flush=True)
+
+    server = None
+    url = cfg.url
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        if url is None:
+            server_cfg = replace(LoadBenchConfig(), model_dir=cfg.model_dir, engine=cfg.engine,
+                                 right_context=options.right_context, max_delay_ms=options.max_delay_ms)
+            server = ServerProcess(server_cfg, max_sessions=len(spans) + 8, workdir=Path(tmp))
+            url = server.start()
+        try:
+            transcripts = asyncio.run(_run_sessions(url, schedules, options))
+        finally:
+            if server is not None:
+                server.stop()
+    wall_s = time.perf_counter() - t0
+
+    lost = sum((b - a) - len(t.words) for t, (a, b) in zip(transcripts, spans, strict=True))
+    mismatched = sum(t.words != data.words[a:b] for t, (a, b) in zip(transcripts, spans, strict=True))
+    served = [label for t in transcripts for label in t.labels]
+    result: dict = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+                    "n_words": len(data.words), "sessions": len(spans), "speech_s": round(speech_s, 1),
+                    "wall_s": round(wall_s, 1), "lost_words": lost, "mismatched_sessions": mismatched}
+    if not lost and not mismatched:
+        result["server"] = score(data.labels, served).to_dict()
+        print(f"through the server: overall F1 {result['server']['overall_f1']:.2f}", flush=True)
+    else:
+        print(f"through the server: {lost} words lost, {mismatched} sessions with other words: not scored")
+
+    punct = Punctuator.from_model_dir(cfg.model_dir, engine=cfg.engine)
+    try:
+        simulated = [label for events in schedules
+                     for label in schedule_labels(events, punct.aligner, punct.window, punct.engine.infer, options)]
+    finally:
+        punct.close()
+    result["simulation"] = score(data.labels, simulated).to_dict()
+    if len(served) == len(simulated):
+        result["label_agreement"] = round(float(np.mean(np.asarray(served) == np.asarray(simulated))), 5)
+    print(f"simulation of the same schedules: overall F1 {result['simulation']['overall_f1']:.2f}"
+          + (f"; label agreement {100 * result['label_agreement']:.2f}%" if "label_agreement" in result else ""))
+    path = write_result(cfg.name, result, cfg.out_dir, command=command)
+    print(f"wrote {path}")
+    return result
+
+
+def add_live_arguments(p: argparse.ArgumentParser) -> None:
+    d = LiveBenchConfig()
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--data", type=Path, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
+    p.add_argument("--sessions", type=int, default=d.sessions, help="parallel live streams (default: %(default)s)")
+    p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s (default: %(default)s)")
+    p.add_argument("--right-context", type=int, default=d.right_context)
+    p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
+    p.add_argument("--engine", default=d.engine)
+    p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+
+
+def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
+    cfg = LiveBenchConfig(model_dir=args.model, data=args.data, sessions=args.sessions, words_per_second=args.wps,
+                          right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
+                          url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
+    result = run_live_bench(cfg, command=command)
+    return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1
