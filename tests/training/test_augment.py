@@ -24,15 +24,36 @@ def test_no_noise_is_identity():
     np.testing.assert_array_equal(soft, np.ones((len(WORDS), 4)))
 
 
-def test_fillers_take_no_mark_and_keep_the_sentence_marks():
+def test_fillers_are_set_off_by_commas_and_keep_the_sentence_marks():
     cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=1.0, repeat=0.0, restart=0.0, split_merge=0.0)
     w, lab, case, soft = run(cfg, case=[0] * len(WORDS), soft=np.ones((len(WORDS), 4)))
     filler_words = {x for f in FILLERS for x in f}
     kept = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c != IGNORE]
-    assert kept == list(zip(WORDS, LABELS, strict=True))  # every real word once, its label kept
+    # every real word once; before a filler (here: every word) O becomes COMMA, marks stay
+    assert kept == [(x, COMMA if y == O else y) for x, y in zip(WORDS, LABELS, strict=True)]
     added = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c == IGNORE]
-    assert len(added) >= len(WORDS) and all(x in filler_words and y == O for x, y in added)
+    assert len(added) >= len(WORDS) and all(x in filler_words for x, _ in added)
+    # "uh," / "you know,": the filler's last word takes the comma
+    ends = [k for k, c in enumerate(case) if c == IGNORE and (k + 1 == len(case) or case[k + 1] != IGNORE)]
+    assert all(lab[k] == COMMA for k in ends)
+    assert all(lab[k] == O for k, c in enumerate(case) if c == IGNORE and k not in ends)
     assert np.isnan(soft[[i for i, c in enumerate(case) if c == IGNORE]]).all()  # no teacher label for noise
+    # a word whose O became COMMA has no teacher label either (the teacher said no comma)
+    real = [i for i, c in enumerate(case) if c != IGNORE]
+    relabelled = [i for i, y in zip(real, LABELS, strict=True) if y == O]
+    assert np.isnan(soft[relabelled]).all()
+    assert not np.isnan(soft[[i for i, y in zip(real, LABELS, strict=True) if y != O]]).any()
+
+
+def test_repetitions_and_restarts_leave_a_comma_on_the_abandoned_try():
+    cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=0.0, repeat=1.0, restart=0.0, split_merge=0.0)
+    w, lab, _, _ = augment(["i", "went"], [O, PERIOD], None, None, np.random.default_rng(0), cfg)
+    assert w == ["i", "i", "went", "went"] and lab == [COMMA, O, COMMA, PERIOD]
+    cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=0.0, repeat=0.0, restart=1.0, split_merge=0.0)
+    w, lab, _, _ = augment(["to", "the", "store"], [O, O, PERIOD], None, None, np.random.default_rng(0), cfg)
+    # "to, to the store.": the first try ends with a comma, the sentence mark stays once
+    assert w[:3] == ["to", "to", "the"] and w[-1] == "store" and lab[-1] == PERIOD
+    assert lab[0] == COMMA and lab.count(PERIOD) == 1
 
 
 def test_deletion_passes_a_mark_to_the_word_before():
@@ -67,8 +88,8 @@ def test_noise_keeps_lengths_consistent_and_marks_count(seed, rate):
     w, lab, case, soft = run(cfg, seed, case=[0] * len(WORDS), soft=np.zeros((len(WORDS), 8)))
     assert len(w) == len(lab) == len(case) == len(soft)
     assert all(x for x in w) and set(lab) <= {O, COMMA, PERIOD, QUESTION}
-    # noise never invents sentence ends: at most one mark per original mark survives
-    assert sum(x != O for x in lab) <= sum(x != O for x in LABELS)
+    # noise never invents sentence ends (only commas, around fillers and abandoned tries)
+    assert sum(x in (PERIOD, QUESTION) for x in lab) <= sum(x in (PERIOD, QUESTION) for x in LABELS)
 
 
 def test_same_seed_same_noise():
