@@ -1,7 +1,7 @@
 """Scores of a training checkpoint on validation sets: offline, simulated streaming, and case.
 
     python -m training.checkpoint_report CKPT [--data dev2010 swda_val] [--right-context 0 1 2 4]
-                                         [--stream-data dev2010] [--json out.json]
+                                         [--stream-data dev2010] [--live] [--json out.json]
 
 Decodes with the torch model on the best device (CUDA when available), the
 checkpoint's own window, and the runtime's decoders
@@ -32,12 +32,15 @@ log = logging.getLogger(__name__)
 
 def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int], *, data_root_dir: str = "",
            cache_dir: str = "cache", device: str = "auto", max_words: int = 0, batch_size: int = 32,
-           stream_sources: list[str] | None = None) -> dict:
-    """Scores on ``sources``; streaming at ``right_contexts`` on ``stream_sources`` (default: all)."""
+           stream_sources: list[str] | None = None, live: bool = False) -> dict:
+    """Scores on ``sources``; streaming at ``right_contexts`` on ``stream_sources`` (default: all);
+    with ``live``, a live stream with the server's defaults on the same sources
+    (``streampunct.evaluation.live_schedule``: what ``evaluate --live`` scores)."""
     import torch
 
-    from streampunct.evaluation import streaming_runs
+    from streampunct.evaluation import live_schedule, schedule_labels, streaming_runs
     from streampunct.metrics import evaluate
+    from streampunct.options import SessionOptions
     from streampunct.windowing import WindowConfig
     from training.checkpoint import checkpoint_aligner, load_checkpoint
     from training.data import data_root, load_validation_docs, resolve_cache
@@ -71,7 +74,8 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
             entry["case"] = case_report(gold_case, learned)
             entry["case_rules"] = case_report(gold_case, rules)
         entry["streaming"] = {}
-        if right_contexts and (stream_sources is None or source in stream_sources):
+        streams = stream_sources is None or source in stream_sources
+        if right_contexts and streams:
             # torch fp32 rows are independent, so batching the simulation's windows is exact
             # (up to float rounding); see streampunct.evaluation.streaming_runs.
             preds: dict[int, list[int]] = {rc: [] for rc in right_contexts}
@@ -82,6 +86,11 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
                     preds[rc].extend(runs[rc].labels)
             for rc in right_contexts:
                 entry["streaming"][str(rc)] = evaluate(gold, np.asarray(preds[rc])).to_dict()
+        if live and streams:
+            options = SessionOptions()
+            labels = [x for d in docs for x in schedule_labels(live_schedule(d.words), aligner, window, infer, options)]
+            entry["live"] = evaluate(gold, np.asarray(labels)).to_dict() | {
+                "right_context": options.right_context, "max_delay_ms": options.max_delay_ms}
         entry["seconds"] = round(time.perf_counter() - t0, 1)
         out["sources"][source] = entry
         log.info("%s: offline %.2f, streaming %s", source, entry["offline"]["overall_f1"],
@@ -97,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream-data", nargs="*", default=None,
                     help="simulate streaming on these sources only (default: every --data source); "
                          "the simulation runs one window per word and right context, the costly part")
+    ap.add_argument("--live", action="store_true",
+                    help="also score a live stream (1-4-word chunks at 2.5 words/s, the server's default "
+                         "options) on the --stream-data sources")
     ap.add_argument("--data-root", default="")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-words", type=int, default=0)
@@ -107,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rep = report(args.checkpoint, args.data, args.right_context, data_root_dir=args.data_root,
-                     device=args.device, max_words=args.max_words, stream_sources=args.stream_data)
+                     device=args.device, max_words=args.max_words, stream_sources=args.stream_data, live=args.live)
     except StreampunctError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -117,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(text + "\n", encoding="utf-8")
     print(json.dumps({s: {"offline": e["offline"]["overall_f1"],
                           "streaming": {k: v["overall_f1"] for k, v in e["streaming"].items()},
+                          **({"live": e["live"]["overall_f1"]} if "live" in e else {}),
                           **({"case_non_lower_f1": e["case"]["non_lower"]["f1"]} if "case" in e else {})}
                       for s, e in rep["sources"].items()}))
     return 0

@@ -26,3 +26,8 @@ def test_report_of_a_case_head_checkpoint(tiny_base_model, tiny_data_root, tmp_p
                           cache_dir=str(tmp_path / "cache"), device="cpu", stream_sources=["swda_val"])
     assert offline_only["sources"]["dev2010"]["streaming"] == {}
     assert offline_only["sources"]["dev2010"]["offline"] == entry["offline"]
+    # --live: the server's default options on a live schedule
+    live = report(result.best_dir, ["dev2010"], [], data_root_dir=str(tiny_data_root),
+                  cache_dir=str(tmp_path / "cache"), device="cpu", live=True)["sources"]["dev2010"]
+    assert live["streaming"] == {} and live["live"]["n_words"] == 200
+    assert (live["live"]["right_context"], live["live"]["max_delay_ms"]) == (3, 2000)
