@@ -100,6 +100,15 @@ def write_result(name: str, payload: dict, out_dir: Path | None = None, *, comma
     return path
 
 
+def publish(name: str, payload: dict, out_dir: Path, *, command: str | None, plot, summary) -> None:
+    """Write the result JSON, its plot (``plot(payload, png_path) -> path or None``) and print
+    ``summary(payload)`` with where the files went."""
+    path = write_result(name, payload, out_dir, command=command)
+    png = plot(payload, Path(out_dir) / f"{name}.png")
+    print(summary(payload))
+    print(f"wrote {path}" + (f" and {png}" if png else ""))
+
+
 def percentile(values, q: float) -> float:
     import numpy as np
 

@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, machine, write_result
+from benchmarks.common import REPO, RESULTS_DIR, machine, publish
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
@@ -569,10 +569,7 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
     }
     if profile is not None:
         payload["server_profile_top"] = profile
-    path = write_result(cfg.name, payload, cfg.out_dir, command=command)
-    png = plot_load(payload, Path(cfg.out_dir) / f"{cfg.name}.png")
-    print(summary_text(payload))
-    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_load, summary=summary_text)
     return payload
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine, write_result
+from benchmarks.common import RESULTS_DIR, machine, publish
 from benchmarks.load_bench import (
     LoadBenchConfig,
     analyse_session,
@@ -266,10 +266,7 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
     }
     if growth is not None:
         payload["tracemalloc_growth"] = growth
-    path = write_result(cfg.name, payload, cfg.out_dir, command=command)
-    png = plot_soak(payload, Path(cfg.out_dir) / f"{cfg.name}.png")
-    print(summary_text(payload))
-    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_soak, summary=summary_text)
     return payload
 
 
