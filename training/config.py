@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,57 +385,74 @@ class TrainConfig:
 # --- building from TOML --------------------------------------------------------------
 
 
-def _convert(value: Any, annotation: Any, where: str) -> Any:
-    """Check and convert a TOML value to a dataclass field's declared type."""
-    hints = annotation
-    if dataclasses.is_dataclass(hints):
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: expected a table")
-        return _build(hints, value, where)
-    origin = typing.get_origin(hints)
-    if origin is tuple:
-        (item_type, _ellipsis) = typing.get_args(hints)
-        if isinstance(value, (str, int, float)):
-            value = [value]
-        if not isinstance(value, (list, tuple)):
-            raise InputError(f"{where}: expected a list")
-        return tuple(_convert(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin in (typing.Union, types.UnionType):
-        raise TypeError(f"{where}: union types are not supported in configs")
-    if hints is bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if hints is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hints is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hints is str:
-        if not isinstance(value, str):
-            raise InputError(f"{where}: expected a string, got {value!r}")
-        return value
-    raise TypeError(f"{where}: unsupported field type {hints!r}")
-
-
-def _build(cls: type, table: dict[str, Any], where: str = "") -> Any:
+def _unknown_keys(cls: type, table: dict[str, Any], where: str = "") -> None:
+    """Unknown keys anywhere in ``table``: an error naming the table and its valid keys."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(table) - names)
     if unknown:
         place = f"[{where}]" if where else "the top level"
         raise InputError(
-            f"unknown config key(s) {', '.join(unknown)} in {place}; "
-            f"valid keys: {', '.join(sorted(names))}"
+            f"unknown config key(s) {', '.join(unknown)} in {place}; valid keys: {', '.join(sorted(names))}"
         )
-    kwargs = {
-        key: _convert(value, hints[key], f"{where}.{key}" if where else key)
-        for key, value in table.items()
-    }
-    return cls(**kwargs)
+    for key, value in table.items():
+        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            _unknown_keys(hints[key], value, f"{where}.{key}" if where else key)
+
+
+class _Refused:
+    """A TOML value a type hook refuses; dacite then reports the field (with its path)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _strict_int(value: Any) -> Any:
+    return _Refused(value) if isinstance(value, bool) else value  # true is no integer (bool subclasses int)
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, bool):
+        return _Refused(value)
+    return float(value) if isinstance(value, int) else value
+
+
+def _items(value: Any) -> Any:
+    return (value,) if isinstance(value, (str, int, float)) else value  # a lone item is a list of one
+
+
+def _dacite_config() -> Any:
+    import dacite
+
+    tuples = {hint for cls in (TrainConfig, *_nested(TrainConfig)) for hint in typing.get_type_hints(cls).values()
+              if typing.get_origin(hint) is tuple}
+    return dacite.Config(strict=True, cast=[tuple],
+                         type_hooks={int: _strict_int, float: _number, **{t: _items for t in tuples}})
+
+
+def _nested(cls: type) -> list[type]:
+    out = []
+    for hint in typing.get_type_hints(cls).values():
+        if dataclasses.is_dataclass(hint):
+            out += [hint, *_nested(hint)]
+    return out
+
+
+def _build(cls: type, table: dict[str, Any]) -> Any:
+    """The dataclass from a TOML table (``dacite``, strict: unknown keys and wrong types are errors)."""
+    import dacite
+
+    _unknown_keys(cls, table)
+    try:
+        return dacite.from_dict(cls, table, config=_dacite_config())
+    except dacite.WrongTypeError as e:
+        value = e.value.value if isinstance(e.value, _Refused) else e.value
+        kind = getattr(e.field_type, "__name__", str(e.field_type))
+        raise InputError(f"{e.field_path}: expected {kind}, got {value!r}") from None
+    except dacite.DaciteFieldError as e:
+        raise InputError(f"{e.field_path}: {e}") from None
+    except dacite.DaciteError as e:
+        raise InputError(f"config: {e}") from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -483,31 +499,7 @@ def config_from_dict(table: dict[str, Any]) -> TrainConfig:
 
 
 def config_to_toml(cfg: TrainConfig) -> str:
-    """A TOML rendering of a config (what the run actually used)."""
+    """A TOML rendering of a config (what the run actually used), by ``tomli_w``."""
+    import tomli_w
 
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        raise TypeError(type(v))
-
-    lines: list[str] = []
-
-    def emit(obj: Any, prefix: str) -> None:
-        scalars = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                   if not dataclasses.is_dataclass(getattr(obj, f.name))]
-        tables = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                  if dataclasses.is_dataclass(getattr(obj, f.name))]
-        if prefix:
-            lines.append(f"\n[{prefix}]")
-        lines.extend(f"{k} = {value(v)}" for k, v in scalars)
-        for k, v in tables:
-            emit(v, f"{prefix}.{k}" if prefix else k)
-
-    emit(cfg, "")
-    return "\n".join(lines).lstrip() + "\n"
+    return tomli_w.dumps(dataclasses.asdict(cfg))

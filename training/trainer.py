@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
+from transformers import get_linear_schedule_with_warmup
 
 from streampunct.alignment import Aligner
 from streampunct.errors import StreampunctError
@@ -104,17 +105,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
-    """Multiplier of the peak rate: linear warmup to 1, then linear decay to 0 at ``total``."""
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(warmup, 1)
-        return max(0.0, (total - step) / max(total - warmup, 1))
-
-    return f
 
 
 def param_groups(modules: list[nn.Module], weight_decay: float, *, lr: float, head_lr: float = 0.0,
@@ -238,8 +228,8 @@ class Trainer:
             param_groups(modules, o.weight_decay, lr=o.lr, head_lr=o.head_lr,
                          encoder=getattr(model, "encoder", None)), lr=o.lr)
         warmup = int(o.warmup_ratio * self.total_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, linear_schedule(warmup, self.total_steps))
+        # linear warmup to the peak rate, then linear decay to 0 at the last step
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup, self.total_steps)
         self.state = TrainState()
         self.log = MetricsLog(self.out_dir / "metrics.jsonl")
         self.best_dir = self.out_dir / "best"

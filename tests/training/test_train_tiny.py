@@ -15,7 +15,6 @@ from training.data import Document, data_root, load_unlabeled  # noqa: E402
 from training.pipeline import prepare, supervised_trainer  # noqa: E402
 from training.run import run  # noqa: E402
 from training.self_training import pseudo_label  # noqa: E402
-from training.trainer import linear_schedule  # noqa: E402
 
 from .conftest import synthetic_words  # noqa: E402
 
@@ -143,10 +142,14 @@ def test_adversarial_end_to_end(tiny_base_model, tiny_data_root, tmp_path):
     assert meta["head"] == "blstm_crf" and "pos_tagset" in meta["auxiliary"]
 
 
-def test_linear_schedule():
-    f = linear_schedule(10, 110)
-    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
-    assert f(10) == pytest.approx(1.0) and f(60) == pytest.approx(0.5) and f(110) == 0.0
+def test_learning_rate_warms_up_then_decays_to_zero(tiny_base_model, tiny_data_root, tmp_path):
+    result = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "s", "optim.max_steps=20",
+                             "optim.warmup_ratio=0.25", "optim.lr=1e-3", "optim.log_every=1"))
+    rows = [json.loads(x) for x in (result.best_dir.parent / "metrics.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["lr"] for r in rows if r["type"] == "train"}
+    # transformers' linear schedule: 5 warmup steps up to the peak, then down to 0 at step 20
+    assert lr[1] == pytest.approx(1e-3 / 5) and lr[5] == pytest.approx(1e-3)
+    assert lr[10] == pytest.approx(1e-3 * 10 / 15) and lr[20] == pytest.approx(0.0)
 
 
 def test_documents_are_fed_as_given():
