@@ -18,6 +18,14 @@ import numpy as np
 _O, _COMMA, _PERIOD, _QUESTION = 0, 1, 2, 3
 
 
+def fake_cases(token_ids: np.ndarray) -> np.ndarray:
+    """The fake truecasing head's class for each token (0 lower, 1 Capitalized, 2 ALL CAPS)."""
+    cases = np.zeros(token_ids.shape, dtype=np.int64)
+    cases[token_ids % 5 == 0] = 1
+    cases[token_ids % 17 == 0] = 2
+    return cases
+
+
 def fake_labels(token_ids: np.ndarray) -> np.ndarray:
     """The fake model's label for each token: a pure function of its id."""
     labels = np.full(token_ids.shape, _O, dtype=np.int64)
@@ -36,6 +44,7 @@ class FakeEngine:
         sleep: spend the cost idle (like a GPU) instead of burning CPU in
             numpy matrix products, which release the GIL as onnxruntime does.
         fail_token: a batch containing this token id raises (engine failures).
+        has_case: also a truecasing head (``infer_heads``: one-hot logits of :func:`fake_cases`).
         batch_sizes: the batch size of every call, in order.
         threads: names of the threads that called ``infer``.
     """
@@ -43,8 +52,10 @@ class FakeEngine:
     name = "fake"
 
     def __init__(
-        self, *, batch_ms: float = 0.0, token_us: float = 0.0, sleep: bool = False, fail_token: int | None = None
+        self, *, batch_ms: float = 0.0, token_us: float = 0.0, sleep: bool = False, fail_token: int | None = None,
+        has_case: bool = False,
     ) -> None:
+        self.has_case = has_case
         if batch_ms < 0 or token_us < 0:
             raise ValueError("costs must be >= 0")
         self.batch_ms = batch_ms
@@ -81,6 +92,15 @@ class FakeEngine:
         logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
         np.put_along_axis(logits, fake_labels(input_ids)[..., None], 1.0, axis=-1)
         return logits
+
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+        logits = self.infer(input_ids, attention_mask)
+        if not self.has_case:
+            return logits, None
+        case = np.zeros((*input_ids.shape, 4), dtype=np.float32)
+        np.put_along_axis(case, fake_cases(input_ids)[..., None], 1.0, axis=-1)
+        return logits, case
 
     def close(self) -> None:
         self.closed = True

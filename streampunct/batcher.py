@@ -293,7 +293,12 @@ class Batcher:
     # -- worker thread -------------------------------------------------------
     def _infer_padded(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
         input_ids, attention_mask = pad_batch(seqs, self._pad_id)
-        logits = np.asarray(self._engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
+        if getattr(self._engine, "has_case", False):
+            # a truecasing head: its 4 case logits follow the punctuation logits (StreamState splits them)
+            logits, case = self._engine.infer_heads(input_ids, attention_mask)  # type: ignore[attr-defined]
+            logits = np.concatenate([np.asarray(logits), np.asarray(case)], axis=-1)
+        else:
+            logits = np.asarray(self._engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
         if logits.ndim != 3 or logits.shape[:2] != input_ids.shape:
             raise EngineFailedError(
                 f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from streampunct.alignment import Aligner
-from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+from streampunct.labels import ID_TO_MARK, LOWER, PERIOD, QUESTION
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
     DEFAULT_LIMITS,
@@ -254,15 +254,22 @@ class SessionProtocol:
         return out + self._owed_partial()
 
     # -- output --------------------------------------------------------------
-    def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool) -> str:
-        return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start)
+    def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool,
+                cases: Sequence[int | None] = ()) -> str:
+        """``cases``: a truecasing head's classes (learned case with ``capitalize``; None or
+        missing entries fall back to the rules)."""
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        has = any(c is not None for c in learned)
+        return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start,
+                      cases=[LOWER if c is None else c for c in learned] if has else None)
 
     def _final(self, decisions: list[Decision]) -> Final:
         marked = tuple(
             PunctuatedWord(d.word, ID_TO_MARK[d.label], *self._times.pop(d.index, (None, None)))
             for d in decisions
         )
-        text = self._render([d.word for d in decisions], [d.label for d in decisions], self._sentence_start)
+        text = self._render([d.word for d in decisions], [d.label for d in decisions], self._sentence_start,
+                            [d.case for d in decisions])
         self._sent = decisions[-1].index + 1
         self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
         return Final(decisions[0].index, marked, text)
@@ -280,6 +287,7 @@ class SessionProtocol:
             [d.word for d in decisions] + [w for w, _ in hypothesis],
             [d.label for d in decisions] + [label for _, label in hypothesis],
             self._sentence_start and start == self._sent,
+            [d.case for d in decisions],
         )
         return [
             Partial(

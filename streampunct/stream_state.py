@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streampunct.alignment import Aligner
-from streampunct.labels import end_of_stream_label
+from streampunct.labels import LABELS, end_of_stream_label
 from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
 
@@ -78,11 +78,13 @@ class WindowRequest:
 
 @dataclass(frozen=True)
 class Decision:
-    """A label for word ``index`` of the stream (label is a class id)."""
+    """A label for word ``index`` of the stream (label is a class id); ``case``: the
+    truecasing head's class (``streampunct.labels.CASE_LABELS``), None without one."""
 
     index: int
     word: str
     label: int
+    case: int | None = None
 
 
 #: Final words kept behind the last final (for left context and late lookups).
@@ -322,11 +324,15 @@ class StreamState:
                 f"{len(request.input_ids)} tokens"
             )
         self._in_flight = None
-        labels = np.argmax(logits[request.positions], axis=-1)
+        rows = logits[request.positions]
+        labels = np.argmax(rows[:, : len(LABELS)], axis=-1)
+        # logits of a truecasing head, when the engine has one, follow the punctuation's
+        cases = np.argmax(rows[:, len(LABELS) : len(LABELS) + 4], axis=-1) if rows.shape[1] > len(LABELS) else None
         first = request.first_word - self._base
         n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [
-            Decision(request.first_word + k, self.words[first + k], int(label))
+            Decision(request.first_word + k, self.words[first + k], int(label),
+                     None if cases is None else int(cases[k]))
             for k, label in enumerate(labels[:n_committed])
         ]
         if request.partial:
@@ -339,8 +345,8 @@ class StreamState:
             raise AssertionError("finals out of order")  # guarded by one request in flight
         if self._mark_last and decisions[-1].index == self.n_words - 1:
             last = decisions[-1]
-            label = end_of_stream_label(last.label, logits[request.positions[-1]])
-            decisions[-1] = Decision(last.index, last.word, label)
+            label = end_of_stream_label(last.label, logits[request.positions[-1], : len(LABELS)])
+            decisions[-1] = Decision(last.index, last.word, label, last.case)
         self._n_final += len(decisions)
         if self.last_partial and self.last_partial[0].index < self.n_final:
             self.last_partial = [d for d in self.last_partial if d.index >= self.n_final]

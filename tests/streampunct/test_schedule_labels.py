@@ -82,3 +82,31 @@ async def test_a_late_server_gives_the_labels_of_the_schedule(start_server, alig
                                    StreamConfig(right_context=rc, max_delay_ms=600_000))
         assert transcript.words == [w for e in normalized for w in e.words]
         assert transcript.labels == expected, f"right_context {rc}"
+
+
+async def test_finals_carry_the_learned_case_of_a_truecasing_head(start_server, aligner):
+    from engines.fake import FakeEngine as OneFake
+    from engines.fake import fake_cases, fake_labels
+    from streampunct.labels import LOWER
+    from streampunct.text import render
+
+    server = await start_server(engine=OneFake(has_case=True))
+    rng = random.Random(5)
+    words = normalize_words(rng.choice([*VOCAB, *(f"w{k}" for k in range(40))]) for _ in range(80))
+    client = await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000, capitalize=True)
+    await client.send_words(words)
+    await client.flush()
+    await client.end()
+    texts, transcript = [], Transcript()
+    async for message in client:
+        transcript.apply(message)
+        if getattr(message, "text", None) and type(message).__name__ == "Final":
+            texts.append(message.text)
+    label_token = [aligner.word_ids(w)[aligner.label_offset(len(aligner.word_ids(w)))] for w in words]
+    ids = np.asarray(label_token, dtype=np.int64)
+    labels, cases = fake_labels(ids).tolist(), fake_cases(ids).tolist()
+    assert transcript.words == words and transcript.labels == labels
+    assert any(c != LOWER for c in cases)
+    # the head's case where it says "not lowercase", the rules elsewhere (sentence starts, "I")
+    assert " ".join(texts) == render(words, labels, capitalize=True, cases=cases)
+    assert " ".join(texts) != render(words, labels, capitalize=True)
