@@ -133,6 +133,7 @@ class LoadBenchConfig:
     fake_token_us: float = 0.0
     fake_sleep: bool = False
     profile: bool = False
+    engine_options: tuple[str, ...] = ()  # KEY=VALUE, passed to serve --engine-option
     out_dir: Path = RESULTS_DIR
     name: str = "load"
 

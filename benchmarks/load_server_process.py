@@ -69,6 +69,8 @@ class ServerProcess:
                          "--engine", cfg.engine]
             if cfg.model_dir is not None:
                 self.argv += ["--model", str(cfg.model_dir)]
+            for option in cfg.engine_options:
+                self.argv += ["--engine-option", option]
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
         self.model: str | None = None

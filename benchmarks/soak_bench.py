@@ -85,6 +85,7 @@ class SoakConfig:
     fake_token_us: float = 0.0
     fake_sleep: bool = False
     tracemalloc: bool = False
+    engine_options: tuple[str, ...] = ()  # KEY=VALUE for serve --engine-option
     startup_timeout_s: float = 180.0
     data: Path = Path("data/iwslt2011/test2011")
     seed: int = 0
@@ -110,7 +111,7 @@ class SoakConfig:
             max_batch=self.max_batch, max_wait_ms=self.max_wait_ms,
             fake_batch_ms=self.fake_batch_ms, fake_token_us=self.fake_token_us,
             fake_sleep=self.fake_sleep, startup_timeout_s=self.startup_timeout_s,
-            data=self.data, seed=self.seed,
+            data=self.data, seed=self.seed, engine_options=self.engine_options,
         )
 
 
@@ -293,6 +294,8 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fake-batch-ms", type=float, default=d.fake_batch_ms, help="--engine fake: cost per call")
     p.add_argument("--fake-token-us", type=float, default=d.fake_token_us, help="--engine fake: cost per token")
     p.add_argument("--fake-sleep", action="store_true", help="--engine fake: idle instead of burning CPU")
+    p.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
+                   help="engine option for the server (serve --engine-option), e.g. cpu_mem_arena=false")
     p.add_argument("--tracemalloc", action="store_true",
                    help="run the server under tracemalloc and report its top allocation growth")
     p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
@@ -308,7 +311,7 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
         right_context=args.right_context, max_delay_ms=args.max_delay_ms, max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms, fake_batch_ms=args.fake_batch_ms, fake_token_us=args.fake_token_us,
         fake_sleep=args.fake_sleep, tracemalloc=args.tracemalloc, data=args.data, seed=args.seed,
-        out_dir=args.out_dir, name=args.name,
+        out_dir=args.out_dir, name=args.name, engine_options=tuple(args.engine_option or ()),
     )
 
 

@@ -168,3 +168,13 @@ def test_tracemalloc_growth_report_names_the_growing_line():
     assert top["size_diff_kb"] > 1500 and top["count_diff"] >= 2000
     assert report["traced_mb_after"] > report["traced_mb_before"]
     del hoard
+
+
+def test_engine_options_reach_the_server_command_line(tmp_path):
+    from benchmarks.load_server_process import ServerProcess
+    from benchmarks.soak_bench import SoakConfig
+
+    cfg = SoakConfig(duration_s=120, engine_options=("cpu_mem_arena=false",)).load_config()
+    argv = ServerProcess(cfg, max_sessions=25, workdir=tmp_path).argv
+    k = argv.index("--engine-option")
+    assert argv[k + 1] == "cpu_mem_arena=false" and "serve" in argv
