@@ -609,6 +609,8 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fake-token-us", type=float, default=d.fake_token_us, help="--engine fake: cost per token")
     p.add_argument("--fake-sleep", action="store_true", help="--engine fake: idle instead of burning CPU")
     p.add_argument("--profile", action="store_true", help="run the started server under cProfile")
+    p.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
+                   help="engine option for the started server (serve --engine-option), e.g. cpu_mem_arena=false")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
 
@@ -622,6 +624,7 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_total_s=args.max_total_s,
         refine_steps=args.refine, data=args.data, seed=args.seed, fake_batch_ms=args.fake_batch_ms,
         fake_token_us=args.fake_token_us, fake_sleep=args.fake_sleep, profile=args.profile,
+        engine_options=tuple(args.engine_option or ()),
         out_dir=args.out_dir, name=args.name,
     )
 

@@ -33,10 +33,10 @@ def test_session_settings_are_explicit(folder):
         "session.intra_op.allow_spinning") == "1"
     ids, mask = np.array([[2, 10, 11, 3]]), np.ones((1, 4), np.int64)
     np.testing.assert_array_equal(spinning.infer(ids, mask), default.infer(ids, mask))
-    assert default._session.get_session_options().enable_cpu_mem_arena
-    no_arena = OrtEngine(folder / "model.onnx", OrtOptions(cpu_mem_arena=False))
-    assert not no_arena._session.get_session_options().enable_cpu_mem_arena
-    np.testing.assert_array_equal(no_arena.infer(ids, mask), default.infer(ids, mask))
+    assert not default._session.get_session_options().enable_cpu_mem_arena  # off by default
+    arena = OrtEngine(folder / "model.onnx", OrtOptions(cpu_mem_arena=True))
+    assert arena._session.get_session_options().enable_cpu_mem_arena
+    np.testing.assert_array_equal(arena.infer(ids, mask), default.infer(ids, mask))
 
 
 def test_infer_shapes_and_dtypes(folder):
