@@ -90,12 +90,8 @@ def streaming_labels(
     labels with far fewer calls.
     """
 
-    def serve(request: WindowRequest) -> np.ndarray:
-        ids = request.input_ids[None]
-        return np.asarray(infer(ids, np.ones_like(ids)))[0]
-
     state = StreamState(aligner, window, StreamConfig(right_context, max_delay_ms))
-    return _simulate(state, words, serve, words_per_second)
+    return _simulate(state, words, _alone(infer), words_per_second)
 
 
 def streaming_runs(
@@ -217,12 +213,8 @@ def schedule_labels(
     """
     labels: list[int] = []
 
-    def serve(request: WindowRequest) -> np.ndarray:
-        ids = request.input_ids[None]
-        return np.asarray(infer(ids, np.ones_like(ids)))[0]
-
     state = StreamState(aligner, window, options)
-    _play(state, events, serve, lambda decisions: labels.extend(d.label for d in decisions))
+    _play(state, events, _alone(infer), lambda decisions: labels.extend(d.label for d in decisions))
     return labels
 
 
@@ -250,6 +242,16 @@ def live_schedule(
         i = j
     events.append(Event(last_t, kind="flush"))
     return events
+
+
+def _alone(infer: InferFn) -> Callable[[WindowRequest], np.ndarray]:
+    """Serve each window request by itself, at once (one engine call, no padding)."""
+
+    def serve(request: WindowRequest) -> np.ndarray:
+        ids = request.input_ids[None]
+        return np.asarray(infer(ids, np.ones_like(ids)))[0]
+
+    return serve
 
 
 def _play(

@@ -13,6 +13,8 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.options import SessionOptions
+
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
@@ -33,10 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "--live-right-context / --live-max-delay-ms say otherwise (the server's own rules, "
              "one window per decision: the labels a server gives this schedule)",
     )
-    p.add_argument("--live-right-context", type=int, default=None, metavar="N",
-                   help="right_context of the live stream (default: the server's default)")
-    p.add_argument("--live-max-delay-ms", type=int, default=None, metavar="MS",
-                   help="max_delay_ms of the live stream (default: the server's default)")
+    p.add_argument("--live-right-context", type=int, default=SessionOptions.right_context, metavar="N",
+                   help="right_context of the live stream (default: the server's, %(default)s)")
+    p.add_argument("--live-max-delay-ms", type=int, default=SessionOptions.max_delay_ms, metavar="MS",
+                   help="max_delay_ms of the live stream (default: the server's, %(default)s)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry")
     p.add_argument("--text", action="store_true",
@@ -90,12 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(rep.table())
             results["streaming"][str(rc)] = rep.to_dict() | {"model_calls": run_.model_calls}
         if args.live:
-            options = SessionOptions(
-                right_context=SessionOptions.right_context if args.live_right_context is None
-                else args.live_right_context,
-                max_delay_ms=SessionOptions.max_delay_ms if args.live_max_delay_ms is None
-                else args.live_max_delay_ms,
-            )
+            options = SessionOptions(right_context=args.live_right_context, max_delay_ms=args.live_max_delay_ms)
             t0 = time.perf_counter()
             labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.window,
                                      punct.engine.infer, options)
