@@ -105,6 +105,10 @@ class ModelConfig:
             the random-init baseline).
         case_head: add a truecasing head (lower / Capitalized / ALL CAPS / MiXed
             per word, learned from cased text); the ONNX graph then outputs both.
+        init_head: start the head (and a case head it has) from ``base_model``'s
+            ``head.safetensors``: ``base_model`` is then a checkpoint folder, e.g. a
+            shipped model brought back with ``python -m training.onnx_import``, and
+            the run continues training that model.
     """
 
     base_model: str = ""
@@ -114,6 +118,7 @@ class ModelConfig:
     lstm_hidden: int = 120
     random_init: bool = False
     case_head: bool = False
+    init_head: bool = False
 
     def validate(self) -> None:
         if self.head not in ("linear", "blstm_crf"):

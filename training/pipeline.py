@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from streampunct.alignment import Aligner
+from streampunct.errors import InputError
 from training.config import TrainConfig
 from training.data import (
     Document,
@@ -92,8 +93,32 @@ def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
 
 def new_model(cfg: TrainConfig, base_path: Path) -> PunctuationModel:
     m = cfg.model
-    return build_model(base_path, head=m.head, dropout=m.dropout, lstm_input=m.lstm_input,
-                       lstm_hidden=m.lstm_hidden, random_init=m.random_init, case_head=m.case_head)
+    model = build_model(base_path, head=m.head, dropout=m.dropout, lstm_input=m.lstm_input,
+                        lstm_hidden=m.lstm_hidden, random_init=m.random_init, case_head=m.case_head)
+    if m.init_head:
+        init_head_from(model, base_path)
+    return model
+
+
+def init_head_from(model: PunctuationModel, checkpoint: Path) -> None:
+    """Load ``checkpoint/head.safetensors`` into ``model``'s head (and its case head where
+    the file has one; a case head the file lacks keeps its fresh weights)."""
+    from safetensors.torch import load_file
+
+    path = Path(checkpoint) / "head.safetensors"
+    if not path.is_file():
+        raise InputError(f"model.init_head: {checkpoint} is not a checkpoint folder (no head.safetensors)")
+    weights = load_file(str(path))
+    case = {k[len("case_head."):]: v for k, v in weights.items() if k.startswith("case_head.")}
+    head = {k: v for k, v in weights.items() if not k.startswith("case_head.")}
+    missing, unexpected = model.head.load_state_dict(head, strict=False)
+    if missing or unexpected:
+        raise InputError(f"model.init_head: {path} does not fit a {model.head.kind} head "
+                         f"(missing {missing}, unexpected {unexpected})")
+    if case and model.case_head is not None:
+        model.case_head.load_state_dict(case)
+    log.info("head initialised from %s%s", path, " (case head too)" if case and model.case_head is not None
+             else "")
 
 
 def base_metadata(setup: Setup, extra: dict[str, Any] | None = None) -> dict[str, Any]:

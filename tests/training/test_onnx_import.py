@@ -1,0 +1,102 @@
+"""A runtime model's int8 graph comes back as a training checkpoint that continues training."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from streampunct.errors import InputError, ModelError  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.config import load_config  # noqa: E402
+from training.model import build_model  # noqa: E402
+from training.onnx_import import import_runtime_model, onnx_state_dict  # noqa: E402
+from training.pipeline import new_model  # noqa: E402
+
+WINDOW = {"size": 30, "left": 6, "right": 4}
+
+
+def runtime_folder(base: Path, out: Path, *, case_head: bool, quantize_embeddings: bool) -> torch.nn.Module:
+    from engines.builder import BuildConfig, build_model_folder
+
+    torch.manual_seed(3)
+    model = build_model(base, random_init=True, dropout=0.0, case_head=case_head).eval()
+    with torch.no_grad():  # a trained model's look: no two tensors equal (the exporter merges those)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    build_model_folder(model, out, config=BuildConfig(quantize_embeddings=quantize_embeddings),
+                       model_metadata={"labels": ["O", "COMMA", "PERIOD", "QUESTION"],
+                                       "label_position": "last", "window": WINDOW, "head": "linear"},
+                       copy_files={"tokenizer.json": base / "tokenizer.json"})
+    return model
+
+
+@pytest.mark.parametrize("case_head, quantize_embeddings", [(True, True), (False, False)])
+def test_import_recovers_every_parameter(tiny_base_model, tmp_path, case_head, quantize_embeddings):
+    original = runtime_folder(tiny_base_model, tmp_path / "rt", case_head=case_head,
+                              quantize_embeddings=quantize_embeddings)
+    ckpt = import_runtime_model(tmp_path / "rt", tmp_path / "ckpt", base_model=str(tiny_base_model))
+    model, meta = load_checkpoint(ckpt)
+    assert meta["window"] == WINDOW and meta["imported_from"].endswith("model.int8.onnx")
+    assert (model.case_head is not None) == case_head
+    want = {k: v for k, v in original.state_dict().items() if not k.endswith("position_ids")}
+    got = model.state_dict()
+    assert set(want) <= set(got)
+    for name, w in want.items():
+        g = got[name]
+        assert g.shape == w.shape, name
+        # int8 weights: within half a quantisation step of the original, per tensor.
+        tol = float(w.abs().max()) / 60 + 1e-7
+        assert float((g - w).abs().max()) <= tol, name
+    ids = torch.randint(5, 1000, (4, 20))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        a = original(ids, mask).argmax(-1)
+        b = model(ids, mask).argmax(-1)
+    assert float((a == b).float().mean()) >= 0.9
+
+
+def test_state_dict_names_follow_the_bias(tiny_base_model, tmp_path):
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=False, quantize_embeddings=False)
+    state = onnx_state_dict(tmp_path / "rt" / "model.int8.onnx")
+    q = state["encoder.encoder.layer.0.attention.self.query.weight"]
+    k = state["encoder.encoder.layer.0.attention.self.key.weight"]
+    assert q.shape == k.shape == (32, 32) and not np.allclose(q, k)
+    assert state["head.linear.weight"].shape == (4, 32)
+    assert state["encoder.encoder.layer.1.intermediate.dense.weight"].shape == (64, 32)
+
+
+def test_init_head_continues_the_imported_model(tiny_base_model, tmp_path):
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=False, quantize_embeddings=False)
+    ckpt = import_runtime_model(tmp_path / "rt", tmp_path / "ckpt", base_model=str(tiny_base_model))
+    imported, _ = load_checkpoint(ckpt)
+    cfg = load_config(None, ["model.init_head=true", "model.case_head=true", "model.dropout=0.0"])
+    model = new_model(cfg, ckpt)
+    for name, w in imported.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], w, msg=name)
+    assert model.case_head is not None  # absent from the file: fresh
+    fresh = new_model(load_config(None, ["model.dropout=0.0"]), ckpt)
+    assert not torch.equal(fresh.head.linear.weight, imported.head.linear.weight)
+
+
+def test_merged_initializers_are_refused(tiny_base_model, tmp_path):
+    from engines.builder import BuildConfig, build_model_folder
+
+    untrained = build_model(tiny_base_model, random_init=True, dropout=0.0).eval()  # zero biases
+    build_model_folder(untrained, tmp_path / "rt", config=BuildConfig(),
+                       model_metadata={"labels": ["O", "COMMA", "PERIOD", "QUESTION"],
+                                       "label_position": "last", "window": WINDOW},
+                       copy_files={"tokenizer.json": tiny_base_model / "tokenizer.json"})
+    with pytest.raises(ModelError):
+        import_runtime_model(tmp_path / "rt", tmp_path / "ckpt", base_model=str(tiny_base_model))
+
+
+def test_errors_name_the_problem(tiny_base_model, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no model.onnx or model.int8.onnx"):
+        import_runtime_model(tmp_path / "empty", tmp_path / "out")
+    cfg = load_config(None, ["model.init_head=true", "model.random_init=true"])
+    with pytest.raises(InputError, match="not a checkpoint folder"):
+        new_model(cfg, tiny_base_model)
