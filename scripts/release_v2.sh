@@ -3,7 +3,8 @@
 # ~45 min to train, ~15 min to build, compare and score). Each step can be re-run;
 # the training step continues an interrupted run (--resume).
 #   bash scripts/release_v2.sh            # all steps
-#   bash scripts/release_v2.sh compare    # only the validation comparison with the shipped model
+#   bash scripts/release_v2.sh compare    # only the validation comparison with release 1
+#   bash scripts/release_v2.sh live       # after shipping: live figures through the server, case on test2011
 # Validation (dev2010, SwDA validation) decides whether the candidate replaces
 # models/default; the test sets are scored once, after that decision, by ship_model.sh.
 set -euo pipefail
@@ -18,6 +19,20 @@ if [[ ! -f $v1/streampunct.json ]]; then
   for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
     git show "fb7ea14:models/default/$f" > "$v1/$f"
   done
+fi
+if [[ "$step" == live ]]; then
+  # 7. after shipping: live through the server (test sets for the final report only)
+  $py -c "
+from streampunct.convert import text_to_word_labels
+from streampunct.labels import LABELS
+w, l = text_to_word_labels(open('../shared/data/cased_spoken/swda_val_cased.txt').read())
+open('cache/swda_val.tsv', 'w').write(''.join(f'{a}\t{LABELS[b]}\n' for a, b in zip(w, l)))"
+  .venv/bin/streampunct bench live --name live_test2011
+  .venv/bin/streampunct bench live --data data/iwslt2011/test2011asr --name live_test2011asr
+  .venv/bin/streampunct bench live --data cache/swda_val.tsv --name live_swda_val
+  $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt \
+      --json benchmarks/results/release_v2/case_test2011.json
+  exit 0
 fi
 if [[ "$step" == all ]]; then
   # 1. the shipped int8 graph back into a training checkpoint (de-quantized weights)
