@@ -83,7 +83,7 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
         for kind, setting, kwargs in sweeps:
             t0 = time.perf_counter()
             run = streaming_labels(
-                data.words, punct.aligner, punct.window, punct.engine.infer,
+                data.words, punct.aligner, punct.stream_window, punct.engine.infer,
                 words_per_second=cfg.words_per_second, **kwargs,
             )
             rep = evaluate(data.labels, run.labels)
@@ -99,6 +99,7 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
         "n_words": len(data),
         "words_per_second": cfg.words_per_second,
         "window": punct.window.to_dict(),
+        "stream_window": punct.stream_window.to_dict(),
         "points": points,
     }
     path = write_result(cfg.name, payload, cfg.out_dir, command=command)

@@ -139,7 +139,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     punct = Punctuator.from_model_dir(cfg.model_dir, engine=cfg.engine)
     try:
         simulated = [label for events in schedules
-                     for label in schedule_labels(events, punct.aligner, punct.window, punct.engine.infer, options)]
+                     for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer, options)]
     finally:
         punct.close()
     result["simulation"] = score(data.labels, simulated).to_dict()

@@ -33,6 +33,10 @@ class ModelInfo:
         labels: class names in id order (must equal :data:`LABELS`).
         label_position: ``"last"`` or ``"first"`` sub-token carries a word's label.
         window: default double-overlap window geometry (tuned on validation data).
+        stream_window: the geometry of streaming windows (the server's, and the
+            simulations of it): ``window`` with the overrides of the sidecar's
+            ``stream_window`` (e.g. ``{"left": 20}``: less left context per
+            decision, fewer tokens per finalized word), tuned on live validation.
         max_word_tokens: sub-tokens kept per word.
         metadata: the whole ``streampunct.json``.
     """
@@ -44,6 +48,11 @@ class ModelInfo:
     window: WindowConfig
     max_word_tokens: int
     metadata: dict
+    stream_window: WindowConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream_window is None:
+            object.__setattr__(self, "stream_window", self.window)
 
     def aligner(self) -> Aligner:
         return Aligner.from_file(
@@ -74,6 +83,13 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
         window = WindowConfig(**{k: int(v) for k, v in win.items() if k in ("size", "left", "right")})
     except (TypeError, ValueError) as e:
         raise ModelError(f"{meta_path}: bad window {win!r} ({e})") from None
+    sw = meta.get("stream_window") or {}
+    try:
+        if not isinstance(sw, dict) or set(sw) - {"size", "left", "right"}:
+            raise TypeError("keys must be among size, left, right")
+        stream_window = WindowConfig(**{**window.to_dict(), **{k: int(v) for k, v in sw.items()}})
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"{meta_path}: bad stream_window {sw!r} ({e})") from None
     label_position = meta.get("label_position", "last")
     if label_position not in ("last", "first"):
         raise ModelError(f"{meta_path}: label_position must be 'last' or 'first'")
@@ -85,4 +101,5 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
         window=window,
         max_word_tokens=int(meta.get("max_word_tokens", 16)),
         metadata=meta,
+        stream_window=stream_window,
     )

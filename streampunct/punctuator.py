@@ -85,10 +85,13 @@ class Punctuator:
         *,
         batch_size: int = 32,
         info: ModelInfo | None = None,
+        stream_window: WindowConfig | None = None,
     ) -> None:
         self.engine = engine
         self.aligner = aligner
         self.window = window
+        #: The geometry of streaming windows (the server's), for simulations of a stream.
+        self.stream_window = stream_window or window
         self.batch_size = batch_size
         self.info = info
 
@@ -106,7 +109,8 @@ class Punctuator:
         from engines.registry import load_engine
 
         eng = load_engine(engine, info.path, **engine_options)
-        return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info)
+        return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info,
+                   stream_window=window or info.stream_window)
 
     def logits(self, words: Sequence[str]) -> np.ndarray:
         return decode_offline(words, self.aligner, self.window, self.engine.infer, batch_size=self.batch_size)

@@ -148,7 +148,8 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 
         return load_engine(config.engine, info.path, **options)
 
-    return _Runtime(engine_factory, info.aligner(), config.window or info.window, info.name)
+    # The server only streams: its windows have the streaming geometry.
+    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name)
 
 
 class StreamServer:

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live-max-delay-ms", type=int, default=SessionOptions.max_delay_ms, metavar="MS",
                    help="max_delay_ms of the live stream (default: the server's, %(default)s)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
-                   help="override the model's window geometry")
+                   help="override the model's window geometry (offline and streaming)")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
                         "and labels as training converts it (streampunct.convert)")
@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         "n_words": len(data),
         "folded_lines": data.folded,
         "window": punct.window.to_dict(),
+        "stream_window": punct.stream_window.to_dict(),
         "engine": args.engine,
     }
     try:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         results["offline"] = report.to_dict() | {"words_per_second": round(len(data) / secs, 1)}
         results["streaming"] = {}
         runs = streaming_runs(
-            data.words, punct.aligner, punct.window, punct.engine.infer, args.right_context,
+            data.words, punct.aligner, punct.stream_window, punct.engine.infer, args.right_context,
             batch_size=args.batch_size, progress=True,
         )
         for rc in args.right_context:
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         if args.live:
             options = SessionOptions(right_context=args.live_right_context, max_delay_ms=args.live_max_delay_ms)
             t0 = time.perf_counter()
-            labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.window,
+            labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.stream_window,
                                      punct.engine.infer, options)
             rep = score(data.labels, labels)
             print(f"\nlive (chunks of 1-4 words at 2.5 words/s, right_context {options.right_context}, "
