@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streampunct.alignment import Aligner
-from streampunct.labels import LABELS, end_of_stream_label
+from streampunct.labels import CASE_LABELS, LABELS, end_of_stream_label
 from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
 
@@ -327,7 +327,7 @@ class StreamState:
         rows = logits[request.positions]
         labels = np.argmax(rows[:, : len(LABELS)], axis=-1)
         # logits of a truecasing head, when the engine has one, follow the punctuation's
-        cases = np.argmax(rows[:, len(LABELS) : len(LABELS) + 4], axis=-1) if rows.shape[1] > len(LABELS) else None
+        cases = np.argmax(rows[:, len(LABELS) : len(LABELS) + len(CASE_LABELS)], axis=-1) if rows.shape[1] > len(LABELS) else None
         first = request.first_word - self._base
         n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [

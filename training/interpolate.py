@@ -34,6 +34,9 @@ def interpolate(start: str | Path, tuned: str | Path, t: float, out: str | Path)
     a, _ = load_checkpoint(start)
     b, meta = load_checkpoint(tuned)
     sa, sb = a.state_dict(), b.state_dict()
+    only_start = sorted(set(sa) - set(sb))
+    if only_start:
+        raise ModelError(f"{start} has parameters {tuned} lacks: {only_start[:5]}")
     merged = {}
     for name, wb in sb.items():
         wa = sa.get(name)
@@ -44,9 +47,6 @@ def interpolate(start: str | Path, tuned: str | Path, t: float, out: str | Path)
             raise ModelError(f"{name}: shape {tuple(wa.shape)} in {start}, {tuple(wb.shape)} in {tuned}")
         merged[name] = wb if not wb.is_floating_point() else (1.0 - t) * wa + t * wb
     b.load_state_dict(merged)
-    only_start = sorted(set(sa) - set(sb))
-    if only_start:
-        raise ModelError(f"{start} has parameters {tuned} lacks: {only_start[:5]}")
     record = {"start": str(start), "tuned": str(tuned), "t": t}
     meta = {**meta, "interpolation": record, "name": f"{meta.get('name', 'model')}_t{round(100 * t)}"}
     path = save_checkpoint(out, b, Path(tuned), meta)

@@ -15,7 +15,6 @@ the int8 graph up to the quantisation of activations::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections import deque
@@ -31,13 +30,9 @@ _PREFIX = "inner."
 _QUANT = "_quantized"
 
 
-def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, axis: int | None) -> np.ndarray:
-    q = q.astype(np.float32)
-    if axis is None or scale.ndim == 0:
-        return (q - zero.astype(np.float32)) * scale.astype(np.float32)
-    shape = [1] * q.ndim
-    shape[axis] = -1
-    return (q - zero.astype(np.float32).reshape(shape)) * scale.astype(np.float32).reshape(shape)
+def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """One scale per tensor, or per output channel (the last axis of a [in, out] weight)."""
+    return (q.astype(np.float32) - zero.astype(np.float32)) * scale.astype(np.float32)
 
 
 def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
@@ -98,10 +93,10 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
         q, scale, zero = init[name], init[base + "_scale"], init[base + "_zero_point"]
         if not base.startswith("onnx::"):
             # A gathered table (embeddings) keeps its name, one scale per tensor.
-            out[torch_name(base)] = _dequantize(q, scale, zero, None)
+            out[torch_name(base)] = _dequantize(q, scale, zero)
         else:
             # A MatMul weight [in, out], one scale per output channel.
-            matmul_weight(name, _dequantize(q, scale, zero, 1 if scale.ndim == 1 else None), "MatMulInteger")
+            matmul_weight(name, _dequantize(q, scale, zero), "MatMulInteger")
     return out
 
 
@@ -109,7 +104,7 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     """Write ``model_dir``'s graph (``model.int8.onnx`` or ``model.onnx``) as a checkpoint folder."""
     import torch
 
-    from streampunct.alignment import Aligner
+    from streampunct.model import load_model_info
     from training.checkpoint import save_checkpoint
     from training.model import build_model, resolve_base_model
 
@@ -117,11 +112,8 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     graphs = [model_dir / n for n in ("model.int8.onnx", "model.onnx") if (model_dir / n).is_file()]
     if not graphs:
         raise InputError(f"{model_dir} has no model.onnx or model.int8.onnx")
-    sidecar_path = model_dir / "streampunct.json"
-    if not sidecar_path.is_file():
-        raise InputError(f"{model_dir} has no streampunct.json")
-    sidecar = json.loads(sidecar_path.read_text())
-    head = sidecar.get("head", "linear")
+    info = load_model_info(model_dir)
+    head = info.metadata.get("head", "linear")
     if head not in ("linear", None):
         raise InputError(f"only linear heads can be imported (this model has {head!r})")
     state = onnx_state_dict(graphs[0])
@@ -134,15 +126,13 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     if missing or extra:
         raise ModelError(f"{graphs[0]}: parameters missing {missing[:5]}, unexpected {extra[:5]}")
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()}, strict=False)
-    aligner = Aligner.from_file(model_dir, label_position=sidecar.get("label_position", "last"),
-                                max_word_tokens=sidecar.get("max_word_tokens", 16))
-    meta = {"label_position": sidecar.get("label_position", "last"),
-            "max_word_tokens": sidecar.get("max_word_tokens", 16),
-            "window": sidecar["window"],
-            "base_model": sidecar.get("base_model", ""),
+    meta = {"label_position": info.label_position,
+            "max_word_tokens": info.max_word_tokens,
+            "window": info.window.to_dict(),
+            "base_model": info.metadata.get("base_model", ""),
             "imported_from": str(graphs[0]),
             "name": f"imported:{model_dir.name}"}
-    path = save_checkpoint(dest, model, aligner, meta)
+    path = save_checkpoint(dest, model, info.aligner(), meta)
     log.info("wrote %s from %s (%d tensors)", path, graphs[0], len(state))
     return path
 
