@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +100,7 @@ def streaming_runs(
     words: Sequence[str],
     aligner: Aligner,
     window: WindowConfig,
-    infer: InferFn,
+    infer: InferFn | Sequence[InferFn],
     right_contexts: Sequence[int],
     *,
     max_delay_ms: int = _NEVER_MS,
@@ -117,9 +119,21 @@ def streaming_runs(
     ONNX models with dynamic quantization, whose activation scales are
     computed over the whole batch: there labels change (0.7-1.2% of words
     for the shipped model, which also runs no faster in batches on CPU).
+
+    ``infer`` may also be a sequence of callables, one per worker thread:
+    engines of the same artifact (e.g. one single-threaded ONNX Runtime
+    session per core). The engine calls are the same (which worker makes one
+    does not change its rows), so the labels are those of one worker when the
+    engines give the same logits for the same input. ONNX Runtime releases
+    the GIL while it runs, so N single-threaded sessions use N cores, and on
+    the short windows of a stream they do so better than one session with N
+    intra-op threads.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    infers = [infer] if callable(infer) else list(infer)
+    if not infers:
+        raise ValueError("infer must be a callable or a non-empty sequence of callables")
     contexts = list(dict.fromkeys(right_contexts))
     # Pass 1: the pure simulation asks for its windows; answers are placeholders.
     distinct: dict[bytes, int] = {}
@@ -140,7 +154,7 @@ def streaming_runs(
         state = StreamState(aligner, window, StreamConfig(rc, max_delay_ms))
         _simulate(state, words, record, words_per_second, bar)
     bar.close()
-    logits = _run_windows(windows, infer, aligner.pad_id, batch_size, progress)
+    logits = _run_windows(windows, infers, aligner.pad_id, batch_size, progress)
     # Pass 2: the same simulation, answered with the real logits, in the same order.
     runs: dict[int, StreamingRun] = {}
     bar = _bar(len(words) * len(contexts), "applying results", "word", progress)
@@ -171,19 +185,49 @@ def _replay(
 
 
 def _run_windows(
-    windows: Sequence[np.ndarray], infer: InferFn, pad_id: int, batch_size: int, progress: bool
+    windows: Sequence[np.ndarray], infers: Sequence[InferFn], pad_id: int, batch_size: int, progress: bool
 ) -> list[np.ndarray]:
-    """Logits float32[T, C] of each window, run in batches of similar length."""
+    """Logits float32[T, C] of each window, run in batches of similar length.
+
+    The batches are fixed before any runs (windows sorted by length, then cut
+    into ``batch_size``); with several ``infers`` each worker thread takes the
+    next batch with its own engine, so only who runs a batch changes, never
+    what a batch holds.
+    """
     out: list[np.ndarray] = [np.empty(0)] * len(windows)
     by_length = sorted(range(len(windows)), key=lambda k: len(windows[k]))
+    chunks = [by_length[start : start + batch_size] for start in range(0, len(by_length), batch_size)]
+    lock = threading.Lock()
+    pending = iter(chunks)
+
     with _bar(len(windows), "streaming windows", "win", progress) as bar:
-        for start in range(0, len(by_length), batch_size):
-            chunk = by_length[start : start + batch_size]
-            input_ids, mask = pad_batch([windows[k] for k in chunk], pad_id)
-            batch = np.asarray(infer(input_ids, mask), dtype=np.float32)
-            for row, k in enumerate(chunk):
-                out[k] = batch[row, : len(windows[k])]
-            bar.update(len(chunk))
+
+        def work(infer: InferFn) -> None:
+            while True:
+                with lock:
+                    chunk = next(pending, None)
+                if chunk is None:
+                    return
+                input_ids, mask = pad_batch([windows[k] for k in chunk], pad_id)
+                batch = np.asarray(infer(input_ids, mask), dtype=np.float32)
+                for row, k in enumerate(chunk):
+                    out[k] = batch[row, : len(windows[k])]
+                with lock:
+                    bar.update(len(chunk))
+
+        if len(infers) == 1:
+            work(infers[0])
+        else:
+            with ThreadPoolExecutor(len(infers), thread_name_prefix="eval-worker") as pool:
+                futures = [pool.submit(work, f) for f in infers]
+                try:
+                    for fut in futures:
+                        fut.result()
+                except BaseException:
+                    # Stop the other workers at their next batch, then re-raise.
+                    with lock:
+                        pending = iter(())
+                    raise
     return out
 
 

@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "activation scales span the batch)",
     )
     p.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="engines that run the streaming windows side by side (default: one per physical core "
+             "for onnxruntime, each single-threaded, 1 for other engines); the labels do not depend "
+             "on it",
+    )
+    p.add_argument(
         "--live", action="store_true",
         help="also score a live stream as the server gets it: ASR-like chunks of 1-4 words at "
              "2.5 words/s with up to 150 ms jitter, the server's default session options unless "
@@ -48,7 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engines.ort_engine import physical_cores
+    from engines.registry import load_engine
     from streampunct.data import read_punctuated_text, read_word_labels
+    from streampunct.errors import InputError
     from streampunct.evaluation import (
         live_schedule,
         offline_labels,
@@ -60,9 +69,17 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.punctuator import Punctuator
     from streampunct.windowing import WindowConfig
 
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers must be >= 1")
     data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
     window = WindowConfig(*args.window) if args.window else None
-    punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window)
+    workers = args.workers or (physical_cores() if args.engine == "onnxruntime" else 1)
+    # Several ONNX Runtime engines: one thread each, so N of them use N cores. One
+    # thread or two gives the same logits (each window still runs alone).
+    parallel = workers > 1 and bool(args.right_context)
+    options = {"intra_op_threads": 1} if parallel and args.engine == "onnxruntime" else {}
+    punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window, **options)
+    extra = [load_engine(args.engine, punct.info.path, **options) for _ in range(workers - 1 if args.right_context else 0)]
     results: dict = {
         "model": str(punct.info.path if punct.info else args.model),
         "data": str(args.data),
@@ -71,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         "window": punct.window.to_dict(),
         "stream_window": punct.stream_window.to_dict(),
         "engine": args.engine,
+        "workers": 1 + len(extra),
     }
     try:
         t0 = time.perf_counter()
@@ -81,10 +99,17 @@ def run(args: argparse.Namespace) -> int:
         print(report.table())
         results["offline"] = report.to_dict() | {"words_per_second": round(len(data) / secs, 1)}
         results["streaming"] = {}
+        t0 = time.perf_counter()
         runs = streaming_runs(
-            data.words, punct.aligner, punct.stream_window, punct.engine.infer, args.right_context,
+            data.words, punct.aligner, punct.stream_window,
+            [punct.engine.infer] + [e.infer for e in extra], args.right_context,
             batch_size=args.batch_size, progress=True,
         )
+        if args.right_context:
+            secs = time.perf_counter() - t0
+            print(f"\nstreaming simulation: {len(args.right_context)} right contexts in {secs:.0f} s "
+                  f"({1 + len(extra)} engine workers)")
+            results["streaming_seconds"] = round(secs, 1)
         for rc in args.right_context:
             run_ = runs[rc]
             rep = score(data.labels, run_.labels)
@@ -107,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
                                                "words_per_second": 2.5, "max_chunk": 4, "jitter_ms": 150}
     finally:
         punct.close()
+        for e in extra:
+            e.close()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -176,3 +176,34 @@ def test_evaluate_live_scores_a_chunked_stream_with_the_shipped_model(tmp_path, 
     result = json.loads(out.read_text())
     assert result["live"]["right_context"] == 1 and result["live"]["n_words"] == result["n_words"]
     assert 0 <= result["live"]["overall_f1"] <= 100
+
+
+def test_evaluate_refuses_zero_workers(tmp_path, capsys):
+    f = tmp_path / "w.tsv"
+    f.write_text("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", str(f), "--right-context", "0", "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_evaluate_streams_with_engine_workers(tmp_path, capsys):
+    import json
+
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    text = "so what do you think about that . i think it is great , really . where do we go ? home . " * 4
+    f = tmp_path / "small.tsv"
+    f.write_text("".join(f"{w}\t{ {'.': 'PERIOD', ',': 'COMMA', '?': 'QUESTION'}.get(n, 'O') }\n"
+                         for w, n in zip(text.split(), text.split()[1:] + ["x"], strict=True)
+                         if w not in ".,?"))
+    results = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"r{workers}.json"
+        assert main(["evaluate", "--data", str(f), "--right-context", "0", "3", "--workers", workers,
+                     "--json", str(out)]) == 0
+        results[workers] = json.loads(out.read_text())
+    assert "(2 engine workers)" in capsys.readouterr().out
+    assert results["1"]["workers"] == 1 and results["2"]["workers"] == 2
+    assert results["1"]["streaming"] == results["2"]["streaming"]
+    assert results["1"]["offline"]["overall_f1"] == results["2"]["offline"]["overall_f1"]

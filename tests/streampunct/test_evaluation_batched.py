@@ -86,3 +86,64 @@ def test_tiny_model_batched_simulation_gives_the_same_labels(tiny_folder, tiny_t
             assert len(set(run.labels)) > 1  # a real model's labels, not a constant
     finally:
         p.close()
+
+
+# -- several engine workers ----------------------------------------------------------
+
+class SlowCountingInfer(CountingInfer):
+    """Yields the GIL on every call, so that worker threads interleave."""
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        import time
+
+        time.sleep(0.0005)
+        return super().__call__(input_ids, attention_mask)
+
+
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_workers_give_the_labels_of_one_engine_and_share_the_windows(batch_size):
+    rng = np.random.default_rng(7)
+    aligner = FakeAligner()
+    words = [aligner.word(int(rng.integers(1, 4)), k) for k in range(150)]
+    rcs = [0, 1, 4]
+    one = CountingInfer()
+    ref = streaming_runs(words, aligner, WINDOW, one, rcs, batch_size=batch_size)
+    workers = [SlowCountingInfer() for _ in range(3)]
+    runs = streaming_runs(words, aligner, WINDOW, workers, rcs, batch_size=batch_size)
+    assert runs == ref
+    # Every batch ran once, on one of the workers, and all of them took part.
+    assert sum(w.calls for w in workers) == one.calls
+    assert sum(w.rows for w in workers) == one.rows
+    assert all(w.calls > 0 for w in workers)
+
+
+def test_a_failing_worker_fails_the_simulation():
+    aligner = FakeAligner()
+    words = [aligner.word(1, k) for k in range(60)]
+
+    def broken(input_ids, attention_mask):
+        raise RuntimeError("engine fell over")
+
+    with pytest.raises(RuntimeError, match="engine fell over"):
+        streaming_runs(words, aligner, WINDOW, [SlowCountingInfer(), broken], [0, 2])
+    with pytest.raises(ValueError, match="non-empty"):
+        streaming_runs(words, aligner, WINDOW, [], [0])
+
+
+def test_tiny_int8_model_two_single_threaded_engines_equal_one(tiny_folder, tiny_text):
+    """What ``evaluate`` does by default: one single-threaded ONNX Runtime engine per core."""
+    from engines.registry import load_engine
+    from streampunct.punctuator import Punctuator
+
+    window = WindowConfig(30, 6, 4)
+    p = Punctuator.from_model_dir(tiny_folder, artifact="model.int8.onnx", intra_op_threads=2)
+    extra = [load_engine("onnxruntime", tiny_folder, artifact="model.int8.onnx", intra_op_threads=1)
+             for _ in range(2)]
+    try:
+        ref = streaming_runs(tiny_text.words, p.aligner, window, p.engine.infer, [0, 2])
+        runs = streaming_runs(tiny_text.words, p.aligner, window, [e.infer for e in extra], [0, 2])
+        assert runs == ref
+    finally:
+        p.close()
+        for e in extra:
+            e.close()
