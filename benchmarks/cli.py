@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|live|load|engine|soak``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak|flood``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -13,10 +13,12 @@ from pathlib import Path
 from benchmarks.common import RESULTS_DIR
 
 NAME = "bench"
-HELP = "benchmarks: accuracy vs latency, live accuracy through a server, streaming load, engine speed, memory soak"
+HELP = ("benchmarks: accuracy vs latency, live accuracy through a server, streaming load, engine speed, "
+        "memory soak, one client flooding the server")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
+    from benchmarks.flood_bench import add_flood_arguments
     from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
@@ -46,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("soak", help="reconnecting real-time sessions for a long time: server RSS and its slope")
     add_soak_arguments(s)
     s.set_defaults(_bench=_soak)
+    f = sub.add_parser("flood", help="one client pushing a long stream as fast as it can: every word final once, "
+                                     "server RSS")
+    add_flood_arguments(f)
+    f.set_defaults(_bench=_flood)
 
 
 def _command() -> str:
@@ -86,6 +92,12 @@ def _soak(args: argparse.Namespace) -> int:
     from benchmarks.soak_bench import run_soak_from_args
 
     return run_soak_from_args(args, command=_command())
+
+
+def _flood(args: argparse.Namespace) -> int:
+    from benchmarks.flood_bench import run_flood_from_args
+
+    return run_flood_from_args(args, command=_command())
 
 
 def run(args: argparse.Namespace) -> int:

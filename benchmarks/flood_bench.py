@@ -1,0 +1,286 @@
+"""``bench flood``: one client pushes a long stream as fast as the socket takes it; server memory.
+
+The server's input backpressure (docs/server.md, "Bounded resources") should
+hold such a client to the speed of the engine, with the backlog bounded and
+nothing lost. This benchmark starts the same child server as ``bench load``
+(:class:`~benchmarks.load_server_process.ServerProcess`, the real engine by
+default), warms it with one short session, then opens one session with the
+server's default options and sends ``words`` words of a transcript (repeated
+as needed) in ``message_words``-word messages, each sent as soon as
+websockets' ``send`` returns, then ``end``, while a second task reads every
+message. The server's RSS (psutil) is sampled every ``sample_s`` seconds.
+
+It reports the RSS when the server was ready, after the warm-up, its peak
+during the flood and at the end, the growth (peak minus warm), the
+exactly-once check of the finals (:func:`~benchmarks.load_finals.check_finals`),
+the close, the wall time and words/s, and the server's ``/metrics`` over the
+flood (input pauses, engine calls, tokens per word).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.common import RESULTS_DIR, publish
+from benchmarks.load_bench import LoadBenchConfig, load_corpus
+from benchmarks.load_finals import check_finals
+from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
+from benchmarks.load_server_process import ServerProcess, http_get
+from streampunct.options import SessionOptions
+
+
+@dataclass(frozen=True)
+class FloodConfig:
+    """Options of the flood benchmark.
+
+    Attributes:
+        model_dir, engine: the server started (``engine="fake"``: the synthetic engine).
+        words: words the client pushes.
+        message_words: words per ``words`` message.
+        warmup_words: words of the warm-up session (sent at once, then ``end``).
+        sample_s: RSS sampling period.
+        timeout_s: the flood must end within this (else the run fails).
+        data: transcript (repeated to ``words``).
+        fake_batch_ms, fake_token_us: cost of the fake engine.
+        out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
+    """
+
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    words: int = 200_000
+    message_words: int = 1000
+    warmup_words: int = 5000
+    sample_s: float = 0.25
+    timeout_s: float = 900.0
+    data: Path = Path("data/iwslt2011/test2011")
+    fake_batch_ms: float = 2.0
+    fake_token_us: float = 10.0
+    out_dir: Path = RESULTS_DIR
+    name: str = "flood"
+
+    def __post_init__(self) -> None:
+        if self.words < 1 or self.message_words < 1 or self.warmup_words < 0:
+            raise ValueError("words and message_words must be >= 1, warmup_words >= 0")
+        if self.sample_s <= 0 or self.timeout_s <= 0:
+            raise ValueError("sample_s and timeout_s must be > 0")
+
+    def load_config(self) -> LoadBenchConfig:
+        """The server to start: the server's default session options and batching."""
+        return LoadBenchConfig(
+            model_dir=self.model_dir, engine=self.engine,
+            right_context=SessionOptions.right_context, max_delay_ms=SessionOptions.max_delay_ms,
+            fake_batch_ms=self.fake_batch_ms, fake_token_us=self.fake_token_us, data=self.data,
+        )
+
+
+def stream_words(corpus: list[str], n: int) -> list[str]:
+    """The first ``n`` words of ``corpus`` repeated end to end."""
+    if not corpus:
+        raise ValueError("empty transcript")
+    reps = -(-n // len(corpus))
+    return (corpus * reps)[:n]
+
+
+async def push(url: str, words: list[str], message_words: int) -> dict:
+    """One session: send ``words`` as fast as the socket takes them, then ``end``; read
+    everything. Returns the finals check, the close and the timings."""
+    from streampunct.client import StreamClient
+    from streampunct.protocol import Ended, Error, Final
+
+    finals: list[Final] = []
+    errors: list[str] = []
+    ended: int | None = None
+    t0 = time.perf_counter()
+    sent_at = None
+    async with await StreamClient.connect(url) as client:
+
+        async def send() -> float:
+            for k in range(0, len(words), message_words):
+                await client.send_words(words[k : k + message_words])
+            await client.end()
+            return time.perf_counter() - t0
+
+        async def read() -> None:
+            nonlocal ended
+            async for message in client:
+                if isinstance(message, Final):
+                    finals.append(message)
+                elif isinstance(message, Error):
+                    errors.append(f"{message.code}: {message.message}")
+                elif isinstance(message, Ended):
+                    ended = message.words
+
+        reader = asyncio.create_task(read())
+        sent_at = await send()
+        await reader
+        close_code = client.close_code
+    wall = time.perf_counter() - t0
+    check = check_finals(words, finals)
+    return {
+        "check": asdict(check), "ok": check.ok and ended == len(words) and not errors, "ended_words": ended,
+        "errors": errors, "close_code": close_code, "final_messages": len(finals),
+        "send_s": round(sent_at, 2), "wall_s": round(wall, 2),
+        "words_per_s": round(len(words) / wall, 1),
+    }
+
+
+async def _sample_rss(server: ServerProcess, period: float, out: list[tuple[float, float]],
+                      stop: asyncio.Event) -> None:
+    t0 = time.perf_counter()
+    while not stop.is_set():
+        rss = server.rss_mb()
+        if rss is not None:
+            out.append((round(time.perf_counter() - t0, 2), round(rss, 2)))
+        try:
+            await asyncio.wait_for(stop.wait(), period)
+        except TimeoutError:
+            pass
+
+
+async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[str]) -> dict:
+    rss_ready = server.rss_mb()
+    if cfg.warmup_words:
+        warm = await push(url, words[: cfg.warmup_words], cfg.message_words)
+        if not warm["ok"]:
+            raise RuntimeError(f"the warm-up session failed: {warm}")
+    await asyncio.sleep(1.0)
+    rss_warm = server.rss_mb()
+    before = await http_get(url, "/metrics")
+    samples: list[tuple[float, float]] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_rss(server, cfg.sample_s, samples, stop))
+    try:
+        result = await asyncio.wait_for(push(url, words, cfg.message_words), cfg.timeout_s)
+    finally:
+        stop.set()
+        await sampler
+    await asyncio.sleep(1.0)
+    rss_end = server.rss_mb()
+    after = await http_get(url, "/metrics")
+    figures = {}
+    if before and after:
+        delta = metrics_delta(parse_metrics(before[1]), parse_metrics(after[1]))
+        figures = server_figures(delta, result["wall_s"])
+        for name in ("streampunct_input_paused_total", "streampunct_slow_reader_closes_total"):
+            figures[name.removeprefix("streampunct_")] = sum(
+                v for (sample, _), v in delta.items() if sample == name)
+    peak = max([r for _, r in samples] + [rss_end or 0.0])
+    return {
+        **result,
+        "rss_mb": {"ready": rss_ready, "warm": rss_warm, "peak": peak, "end": rss_end},
+        "growth_mb": round(peak - (rss_warm or 0.0), 2),
+        "rss_samples": samples,
+        "server": figures,
+    }
+
+
+def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
+    corpus = load_corpus(cfg.data)
+    words = stream_words(corpus, cfg.words)
+    with tempfile.TemporaryDirectory(prefix="streampunct-flood-") as tmp:
+        server = ServerProcess(cfg.load_config(), max_sessions=4, workdir=Path(tmp))
+        try:
+            url = server.start()
+            print(f"server ready at {url} ({server.engine}, {server.model}); pid {server.pid}; "
+                  f"pushing {len(words)} words in {cfg.message_words}-word messages", flush=True)
+            result = asyncio.run(_flood(cfg, server, url, words))
+            result["server_model"], result["server_engine"] = server.model, server.engine
+        finally:
+            code = server.stop()
+        result["server_exit_code"] = code
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    payload = {"config": config, **result}
+    publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_flood, summary=summary_text)
+    return payload
+
+
+def summary_text(p: dict) -> str:
+    c, r = p["check"], p["rss_mb"]
+    return (
+        f"flood: {p['config']['words']} words in {p['config']['message_words']}-word messages, "
+        f"{p['server_engine']} ({p['server_model']}): {p['wall_s']} s ({p['words_per_s']} words/s), "
+        f"end says {p['ended_words']} words, close {p['close_code']}\n"
+        f"finals: finalized {c['finalized']}, lost {c['lost']}, duplicated {c['duplicated']}, "
+        f"out of order {c['out_of_order']}, mismatched {c['mismatched']}\n"
+        f"server RSS MB: ready {r['ready']:.1f}, warm {r['warm']:.1f}, peak {r['peak']:.1f}, "
+        f"end {r['end']:.1f}; growth (peak - warm) {p['growth_mb']:.1f} MB; "
+        f"input paused {p['server'].get('input_paused_total', 'n/a')} times"
+    )
+
+
+def plot_flood(p: dict, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    t = [s[0] for s in p["rss_samples"]]
+    rss = [s[1] for s in p["rss_samples"]]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(t, rss, label="server RSS")
+    ax.axhline(p["rss_mb"]["warm"], color="gray", ls="--", label="after warm-up")
+    ax.set_xlabel("seconds into the flood")
+    ax.set_ylabel("MB")
+    ax.set_title(f"one client pushing {p['config']['words']} words: +{p['growth_mb']:.1f} MB peak")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def add_flood_arguments(p: argparse.ArgumentParser) -> None:
+    d = FloodConfig()
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--engine", default=d.engine, help="onnxruntime (default), another backend, or fake")
+    p.add_argument("--words", type=int, default=d.words, help="words pushed (default %(default)s)")
+    p.add_argument("--message-words", type=int, default=d.message_words,
+                   help="words per message (default %(default)s)")
+    p.add_argument("--warmup-words", type=int, default=d.warmup_words,
+                   help="words of the warm-up session (default %(default)s)")
+    p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="limit on the flood (default %(default)s)")
+    p.add_argument("--data", type=Path, default=d.data, help="transcript, repeated as needed")
+    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--name", default=d.name, help="result file stem (default %(default)s)")
+
+
+def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    from streampunct.errors import InputError
+
+    try:
+        cfg = FloodConfig(
+            model_dir=args.model, engine=args.engine, words=args.words, message_words=args.message_words,
+            warmup_words=args.warmup_words, timeout_s=args.timeout_s, data=args.data,
+            out_dir=args.out_dir, name=args.name,
+        )
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if cfg.engine != "fake":
+        from streampunct.model import DEFAULT_MODEL_DIR
+
+        model = cfg.model_dir or DEFAULT_MODEL_DIR
+        if not Path(model).is_dir():
+            raise InputError(f"no model folder at {model}: pass --model DIR or --engine fake")
+    try:
+        payload = run_flood_bench(cfg, command=command)
+    except (RuntimeError, TimeoutError) as e:
+        raise InputError(f"flood failed: {e}") from None
+    return 0 if payload["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.flood_bench", description="one client floods a server")
+    add_flood_arguments(p)
+    return run_flood_from_args(p.parse_args(argv), command="python -m benchmarks.flood_bench " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

