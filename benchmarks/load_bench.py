@@ -94,6 +94,7 @@ class LoadBenchConfig:
         slo_p95_ms: the SLO on the p95 finalize margin.
         target_sessions: the N the project aims at (reported as met or not).
         max_batch, max_wait_ms: batching of the server started (ignored with ``url``).
+        engine_workers: engines the started server runs side by side (``serve --engine-workers``).
         max_total_s: the whole benchmark stops starting steps beyond this.
         drain_timeout_s: how long after its last word a session waits for its finals.
         refine_steps: extra steps between the last good and the first bad N.
@@ -122,6 +123,7 @@ class LoadBenchConfig:
     target_sessions: int = 150
     max_batch: int = 32
     max_wait_ms: float = 5.0
+    engine_workers: int = 1
     max_total_s: float = 540.0
     drain_timeout_s: float = 15.0
     refine_steps: int = 2
@@ -599,6 +601,8 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=int, default=d.target_sessions, help="N to report as met or not")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help="server batching (started server only)")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="server batching (started server only)")
+    p.add_argument("--engine-workers", type=int, default=d.engine_workers,
+                   help="engines the started server runs side by side (default %(default)s)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=int, default=d.refine_steps,
@@ -621,7 +625,8 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         duration_s=args.duration, words_per_second=args.wps, max_chunk=args.max_chunk,
         jitter_ms=args.jitter_ms, prefill_words=args.prefill, right_context=args.right_context,
         max_delay_ms=args.max_delay_ms, slo_p95_ms=args.slo_p95_ms, target_sessions=args.target,
-        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_total_s=args.max_total_s,
+        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, engine_workers=args.engine_workers,
+        max_total_s=args.max_total_s,
         refine_steps=args.refine, data=args.data, seed=args.seed, fake_batch_ms=args.fake_batch_ms,
         fake_token_us=args.fake_token_us, fake_sleep=args.fake_sleep, profile=args.profile,
         engine_options=tuple(args.engine_option or ()),

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, nargs=3, default=(126, 40, 20), metavar=("SIZE", "LEFT", "RIGHT"))
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--engine-workers", type=int, default=1, help="fake engines side by side")
     p.add_argument("--max-sessions", type=int, default=256)
     p.add_argument("--right-context", type=int, default=SessionOptions.right_context)
     p.add_argument("--max-delay-ms", type=int, default=SessionOptions.max_delay_ms)
@@ -79,18 +80,21 @@ def main(argv: list[str] | None = None) -> int:
         engine="fake",
         host=args.host,
         port=args.port,
-        batching=BatcherConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms),
+        batching=BatcherConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                               engine_workers=args.engine_workers),
         max_sessions=args.max_sessions,
         session_defaults=SessionOptions(right_context=args.right_context, max_delay_ms=args.max_delay_ms),
     )
-    engine = FakeEngine(batch_ms=args.batch_ms, token_us=args.token_us, sleep=args.sleep)
+
+    def engine_factory() -> FakeEngine:
+        return FakeEngine(batch_ms=args.batch_ms, token_us=args.token_us, sleep=args.sleep)
 
     def announce(server) -> None:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "
               f"on {server.url} (fake engine)", flush=True)
 
     asyncio.run(run_until_signalled(
-        config, on_ready=announce, engine_factory=lambda: engine, aligner=aligner,
+        config, on_ready=announce, engine_factory=engine_factory, aligner=aligner,
         window=WindowConfig(*args.window), model_name="fake-cost-model",
     ))
     return 0

@@ -1,15 +1,22 @@
-"""Cross-stream batching: many sessions, one engine, one worker thread.
+"""Cross-stream batching: many sessions, one or more engine workers.
 
 Sessions call :meth:`Batcher.infer` with the unpadded token ids of one window
-and await its logits. A collector task on the event loop gathers requests from
-all sessions until the batch holds ``max_batch`` requests or the oldest one
-has waited ``max_wait_ms``, then hands the whole batch to the engine worker: a
-dedicated single-thread executor that loads the engine, warms it up, pads each
-batch to its longest sequence and runs one ``infer`` call. The event loop
-never blocks on inference. While the engine is busy new requests pile up, so
-the next batch is larger: under load the windows of many streams coalesce
-into fewer engine calls (each window stays what its stream's schedule makes
-it: see :mod:`streampunct.stream_state`).
+and await its logits. A collector task on the event loop waits for an idle
+engine worker, then gathers requests from all sessions until the batch holds
+``max_batch`` requests or the oldest one has waited ``max_wait_ms``, and
+hands the whole batch to that worker: a dedicated single-thread executor
+that loads its own engine, warms it up, pads each batch to its longest
+sequence and runs one ``infer`` call. The event loop never blocks on
+inference. While every worker is busy new requests pile up, so the next
+batch is larger: under load the windows of many streams coalesce into fewer
+engine calls (each window stays what its stream's schedule makes it: see
+:mod:`streampunct.stream_state`).
+
+``engine_workers`` > 1 runs that many engines side by side, each on its own
+batches. A session has at most one window at the engine at a time, so its
+finals keep their order. On CPU, N single-threaded ONNX Runtime sessions
+encode the small batches of a streaming server faster than one session with
+N intra-op threads (docs/server.md, "Engine workers").
 
 The queue is bounded: when ``max_queue`` requests are waiting, :meth:`infer`
 raises :class:`OverloadedError` at once instead of buffering without limit.
@@ -45,11 +52,14 @@ class BatcherConfig:
         max_wait_ms: longest a request waits for others to join its batch.
         max_queue: most requests waiting (not yet in the engine); beyond it
             :meth:`Batcher.infer` raises :class:`OverloadedError`.
+        engine_workers: engines run side by side, each in its own thread on
+            its own batches (the engine factory is called once per worker).
     """
 
     max_batch: int = 32
     max_wait_ms: float = 5.0
     max_queue: int = 1024
+    engine_workers: int = 1
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -58,6 +68,8 @@ class BatcherConfig:
             raise ValueError("max_wait_ms must be >= 0")
         if self.max_queue < 1:
             raise ValueError("max_queue must be >= 1")
+        if self.engine_workers < 1:
+            raise ValueError("engine_workers must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,14 @@ class BatchRecord:
 
 
 @dataclass(eq=False)
+class _Worker:
+    """One engine and the thread it lives and runs in."""
+
+    executor: ThreadPoolExecutor
+    engine: object = None
+
+
+@dataclass(eq=False)
 class _Pending:
     input_ids: np.ndarray
     future: asyncio.Future[np.ndarray]
@@ -86,13 +106,13 @@ class _Pending:
 
 
 class Batcher:
-    """Owns the engine (in its worker thread) and batches requests from all sessions.
+    """Owns the engines (each in its worker thread) and batches requests from all sessions.
 
-    ``engine_factory`` is called in the worker thread, so engines bound to a
+    ``engine_factory`` is called in each worker thread, so engines bound to a
     thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
-    token id sequence) is run once, alone and as a full batch, before
-    :attr:`ready` turns true. ``on_batch`` is called on the event loop after
-    every engine call.
+    token id sequence) is run once per worker, alone and as a full batch,
+    before :attr:`ready` turns true. ``on_batch`` is called on the event loop
+    after every engine call.
     """
 
     def __init__(
@@ -109,10 +129,11 @@ class Batcher:
         self.config = config
         self._warmup_ids = warmup_ids
         self._on_batch = on_batch
-        self._engine = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._workers: list[_Worker] = []
+        self._idle: asyncio.Queue[_Worker] | None = None
         self._queue: deque[_Pending] = deque()
-        self._running: list[_Pending] = []
+        self._running: set[_Pending] = set()
+        self._in_flight: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
         self._not_full: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
@@ -121,26 +142,45 @@ class Batcher:
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
-        """Load and warm up the engine in the worker thread, then start batching."""
+        """Load and warm up the engines in their worker threads, then start batching."""
         loop = asyncio.get_running_loop()
         self._arrived = asyncio.Event()
         self._not_full = asyncio.Event()
         self._not_full.set()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streampunct-engine")
-        self._engine = await loop.run_in_executor(self._executor, self._engine_factory)
+        self._idle = asyncio.Queue()
+        for k in range(self.config.engine_workers):
+            name = "streampunct-engine" if self.config.engine_workers == 1 else f"streampunct-engine-{k}"
+            self._workers.append(_Worker(ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)))
+        engines = await asyncio.gather(
+            *(loop.run_in_executor(w.executor, self._engine_factory) for w in self._workers),
+            return_exceptions=True,
+        )
+        for worker, engine in zip(self._workers, engines, strict=True):
+            if not isinstance(engine, BaseException):
+                worker.engine = engine
+        failure = next((e for e in engines if isinstance(e, BaseException)), None)
+        if failure is not None:
+            await self._close_engines()
+            raise failure
         if self._warmup_ids is not None:
             t0 = time.perf_counter()
             seqs = [self._warmup_ids]
-            await loop.run_in_executor(self._executor, self._infer_padded, seqs)
-            await loop.run_in_executor(
-                self._executor, self._infer_padded, seqs * self.config.max_batch
-            )
-            logger.info("engine %s warmed up in %.3fs", self.engine_name, time.perf_counter() - t0)
+            await asyncio.gather(*(self._warm(w, seqs) for w in self._workers))
+            logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
+                        time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
+        for worker in self._workers:
+            self._idle.put_nowait(worker)
         self._collector = asyncio.create_task(self._collect(), name="streampunct-batcher")
         self.ready = True
 
+    async def _warm(self, worker: _Worker, seqs: list[np.ndarray]) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+        await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine,
+                                   seqs * self.config.max_batch)
+
     async def close(self) -> None:
-        """Stop batching, fail whatever still waits, close the engine in its thread."""
+        """Stop batching, fail whatever still waits, close the engines in their threads."""
         if self._closed:
             return
         self._closed = True
@@ -155,23 +195,37 @@ class Batcher:
             if not item.future.done():
                 item.future.set_exception(EngineFailedError("the server is shutting down"))
         self._queue.clear()
-        self._running = []
-        if self._executor is not None:
-            loop = asyncio.get_running_loop()
-            if self._engine is not None and hasattr(self._engine, "close"):
+        self._running.clear()
+        for task in list(self._in_flight):
+            task.cancel()
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._close_engines()
+
+    async def _close_engines(self) -> None:
+        """Close each engine in its own thread (after the batch it may still run), then the threads."""
+        loop = asyncio.get_running_loop()
+        for worker in self._workers:
+            if worker.engine is not None and hasattr(worker.engine, "close"):
                 try:
-                    await loop.run_in_executor(self._executor, self._engine.close)
+                    await loop.run_in_executor(worker.executor, worker.engine.close)
                 except Exception:
                     logger.exception("engine close failed")
-            self._executor.shutdown(wait=False)
+            worker.executor.shutdown(wait=False)
 
     @property
     def engine(self) -> object:
-        return self._engine
+        """The first worker's engine (all workers run the same artifact)."""
+        return self._workers[0].engine if self._workers else None
 
     @property
     def engine_name(self) -> str:
-        return str(getattr(self._engine, "name", type(self._engine).__name__))
+        engine = self.engine
+        return str(getattr(engine, "name", type(engine).__name__))
+
+    @property
+    def engine_workers(self) -> int:
+        return len(self._workers)
 
     @property
     def queue_depth(self) -> int:
@@ -221,10 +275,11 @@ class Batcher:
 
     # -- collector (event loop) ----------------------------------------------
     async def _collect(self) -> None:
-        assert self._arrived is not None
+        assert self._arrived is not None and self._idle is not None
         loop = asyncio.get_running_loop()
         max_wait = self.config.max_wait_ms / 1000.0
         while True:
+            worker = await self._idle.get()
             while not self._queue:
                 self._arrived.clear()
                 await self._arrived.wait()
@@ -246,32 +301,43 @@ class Batcher:
                     batch.append(item)
             self._note_capacity()
             if not batch:
+                self._idle.put_nowait(worker)
                 continue
-            self._running = batch
-            try:
-                await self._run(batch)
-            except Exception:
-                # A bug here must not stall every session waiting on the engine.
-                logger.exception("batch of %d failed outside the engine", len(batch))
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(EngineFailedError("internal batching error"))
-            finally:
-                self._running = []
+            self._running.update(batch)
+            task = asyncio.create_task(self._serve(worker, batch), name="streampunct-batch")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
 
-    async def _run(self, batch: list[_Pending]) -> None:
+    async def _serve(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """Run one batch on ``worker``, then give the worker back."""
+        try:
+            await self._run(worker, batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug here must not stall every session waiting on the engine.
+            logger.exception("batch of %d failed outside the engine", len(batch))
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(EngineFailedError("internal batching error"))
+        finally:
+            self._running.difference_update(batch)
+            if self._idle is not None:
+                self._idle.put_nowait(worker)
+
+    async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
         seqs = [item.input_ids for item in batch]
         t0 = time.perf_counter()
         failed = 0
         try:
-            logits = await loop.run_in_executor(self._executor, self._infer_padded, seqs)
+            logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
         except Exception as exc:
             if len(batch) == 1:
                 results: list[np.ndarray | BaseException] = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await loop.run_in_executor(self._executor, self._infer_each, seqs)
+                results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
         else:
             results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
         seconds = time.perf_counter() - t0
@@ -291,25 +357,25 @@ class Batcher:
             self._on_batch(BatchRecord(len(batch), len(batch) * longest, seconds, failed))
 
     # -- worker thread -------------------------------------------------------
-    def _infer_padded(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
+    def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> np.ndarray:
         input_ids, attention_mask = pad_batch(seqs, self._pad_id)
-        if getattr(self._engine, "has_case", False):
+        if getattr(engine, "has_case", False):
             # a truecasing head: its 4 case logits follow the punctuation logits (StreamState splits them)
-            logits, case = self._engine.infer_heads(input_ids, attention_mask)  # type: ignore[attr-defined]
+            logits, case = engine.infer_heads(input_ids, attention_mask)  # type: ignore[attr-defined]
             logits = np.concatenate([np.asarray(logits), np.asarray(case)], axis=-1)
         else:
-            logits = np.asarray(self._engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
+            logits = np.asarray(engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
         if logits.ndim != 3 or logits.shape[:2] != input_ids.shape:
             raise EngineFailedError(
                 f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"
             )
         return logits
 
-    def _infer_each(self, seqs: Sequence[np.ndarray]) -> list[np.ndarray | BaseException]:
+    def _infer_each(self, engine: object, seqs: Sequence[np.ndarray]) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []
         for seq in seqs:
             try:
-                out.append(self._infer_padded([seq])[0])
+                out.append(self._infer_padded(engine, [seq])[0])
             except Exception as exc:
                 out.append(exc)
         return out

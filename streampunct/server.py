@@ -142,6 +142,12 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 
     info = load_model_info(config.model_dir)
     options = dict(config.engine_options)
+    workers = config.batching.engine_workers
+    if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
+        # N engines side by side share the cores: each gets its part of them.
+        from engines.ort_engine import physical_cores
+
+        options["intra_op_threads"] = max(1, physical_cores() // workers)
 
     def engine_factory() -> object:
         from engines.registry import load_engine

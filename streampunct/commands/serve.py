@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="longest a request waits for a batch to fill (default: %(default)s)")
     batch.add_argument("--max-queue", type=int, default=BatcherConfig.max_queue,
                        help="requests waiting for the engine before clients get 'overloaded' (default: %(default)s)")
+    batch.add_argument("--engine-workers", type=int, default=BatcherConfig.engine_workers, metavar="N",
+                       help="engines run side by side, each on its own batches; onnxruntime engines then "
+                            "get physical cores / N intra-op threads each unless --engine-option "
+                            "intra_op_threads= says otherwise (default: %(default)s)")
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
                         help="open sessions; more are refused with HTTP 503 (default: %(default)s)")
@@ -102,7 +106,7 @@ def build_config(args: argparse.Namespace):
             engine_options=dict(args.engine_option),
             host=args.host,
             port=args.port,
-            batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue),
+            batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.engine_workers),
             max_sessions=args.max_sessions,
             limits=limits,
             max_message_bytes=args.max_message_bytes,

@@ -178,3 +178,13 @@ def test_engine_options_reach_the_server_command_line(tmp_path):
     argv = ServerProcess(cfg, max_sessions=25, workdir=tmp_path).argv
     k = argv.index("--engine-option")
     assert argv[k + 1] == "cpu_mem_arena=false" and "serve" in argv
+
+
+def test_engine_workers_reach_both_server_command_lines(tmp_path):
+    from benchmarks.load_bench import LoadBenchConfig
+    from benchmarks.load_server_process import ServerProcess
+
+    for engine in ("onnxruntime", "fake"):
+        argv = ServerProcess(LoadBenchConfig(engine=engine, engine_workers=3), max_sessions=5, workdir=tmp_path).argv
+        k = argv.index("--engine-workers")
+        assert argv[k + 1] == "3"

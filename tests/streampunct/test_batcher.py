@@ -169,3 +169,86 @@ async def test_warmup_runs_before_ready(fake_engine_cls):
     finally:
         await batcher.close()
     assert not batcher.ready
+
+
+# -- several engine workers ----------------------------------------------------------
+
+
+async def test_workers_each_load_an_engine_and_run_batches_side_by_side(fake_engine_cls):
+    engines: list = []
+
+    def factory():
+        engines.append(fake_engine_cls(delay_s=0.15))
+        return engines[-1]
+
+    records: list[BatchRecord] = []
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig(max_batch=4, max_wait_ms=1, engine_workers=2),
+                      warmup_ids=seq(3), on_batch=records.append)
+    await batcher.start()
+    try:
+        assert batcher.engine_workers == 2 and len(engines) == 2
+        assert [e.batch_sizes for e in engines] == [[1, 4], [1, 4]]  # each warmed up
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(batcher.infer(seq(2 + k % 3, fill=14)) for k in range(8)))
+        took = time.perf_counter() - t0
+    finally:
+        await batcher.close()
+    # 8 requests, batches of at most 4: the two batches ran at the same time on two engines.
+    assert sorted(len(e.batch_sizes) for e in engines) == [3, 3]
+    assert sum(r.size for r in records) == 8
+    assert took < 0.28  # one engine would need 2 x 0.15 s
+    assert {t for e in engines for t in e.threads} >= {"streampunct-engine-0_0", "streampunct-engine-1_0"}
+    assert all(len(e.threads) == 1 for e in engines)  # each engine stays in its own thread
+    for k, logits in enumerate(results):
+        assert logits.shape == (2 + k % 3, 4) and (logits.argmax(-1) == 2).all()
+    assert all(e.closed for e in engines)
+
+
+async def test_workers_keep_each_sessions_requests_in_order(fake_engine_cls):
+    """A session awaits one window at a time; with workers its answers still come in order."""
+    batcher, _ = await started(fake_engine_cls(delay_s=0.01), max_batch=2, max_wait_ms=1, engine_workers=3)
+    order: dict[int, list[int]] = {s: [] for s in range(5)}
+
+    async def session(s: int) -> None:
+        for k in range(6):
+            logits = await batcher.infer(seq(1 + (s + k) % 4, fill=7 * s + k))
+            order[s].append(k)
+            assert logits.shape[0] == 1 + (s + k) % 4
+
+    try:
+        await asyncio.gather(*(session(s) for s in range(5)))
+    finally:
+        await batcher.close()
+    assert all(v == list(range(6)) for v in order.values())
+
+
+async def test_a_worker_whose_engine_fails_to_load_fails_start_and_closes_the_others(fake_engine_cls):
+    made: list = []
+    lock = threading.Lock()
+
+    def factory():
+        with lock:  # the two workers load at the same time
+            if made:
+                raise RuntimeError("no second engine")
+            made.append(fake_engine_cls())
+            return made[-1]
+
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig(engine_workers=2))
+    with pytest.raises(RuntimeError, match="no second engine"):
+        await batcher.start()
+    assert not batcher.ready and made[0].closed
+
+
+def test_engine_workers_must_be_positive():
+    with pytest.raises(ValueError, match="engine_workers must be >= 1"):
+        BatcherConfig(engine_workers=0)
+
+
+async def test_close_fails_requests_in_flight_on_any_worker(fake_engine_cls):
+    batcher, _ = await started(fake_engine_cls(delay_s=0.3), max_batch=1, max_wait_ms=0, engine_workers=2)
+    tasks = [asyncio.create_task(batcher.infer(seq(3))) for _ in range(3)]
+    await asyncio.sleep(0.1)  # two at the engines, one waiting
+    await batcher.close()
+    for task in tasks:
+        with pytest.raises(EngineFailedError, match="shutting down"):
+            await task
