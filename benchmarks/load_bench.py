@@ -94,7 +94,8 @@ class LoadBenchConfig:
         slo_p95_ms: the SLO on the p95 finalize margin.
         target_sessions: the N the project aims at (reported as met or not).
         max_batch, max_wait_ms: batching of the server started (ignored with ``url``).
-        engine_workers: engines the started server runs side by side (``serve --engine-workers``).
+        engine_workers: engines the started server runs side by side (``serve --engine-workers``;
+            None: the server's default, ``auto``).
         max_total_s: the whole benchmark stops starting steps beyond this.
         drain_timeout_s: how long after its last word a session waits for its finals.
         refine_steps: extra steps between the last good and the first bad N.
@@ -123,7 +124,7 @@ class LoadBenchConfig:
     target_sessions: int = 150
     max_batch: int = 32
     max_wait_ms: float = 5.0
-    engine_workers: int = 1
+    engine_workers: int | None = None
     max_total_s: float = 540.0
     drain_timeout_s: float = 15.0
     refine_steps: int = 2
@@ -602,7 +603,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch", type=int, default=d.max_batch, help="server batching (started server only)")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="server batching (started server only)")
     p.add_argument("--engine-workers", type=int, default=d.engine_workers,
-                   help="engines the started server runs side by side (default %(default)s)")
+                   help="engines the started server runs side by side (default: the server's, auto)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=int, default=d.refine_steps,

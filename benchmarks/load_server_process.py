@@ -54,10 +54,11 @@ class ServerProcess:
         common = [
             "--port", "0", "--host", "127.0.0.1",
             "--max-batch", str(cfg.max_batch), "--max-wait-ms", str(cfg.max_wait_ms),
-            "--engine-workers", str(cfg.engine_workers),
             "--max-sessions", str(max_sessions),
             "--right-context", str(cfg.right_context), "--max-delay-ms", str(cfg.max_delay_ms),
         ]
+        if cfg.engine_workers is not None:
+            common += ["--engine-workers", str(cfg.engine_workers)]
         if cfg.engine == "fake":
             self.argv = [*python, "-m", "benchmarks.load_server", *common,
                          "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]

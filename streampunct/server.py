@@ -367,6 +367,7 @@ class StreamServer:
             "status": status,
             "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
             "model": self.model_name,
+            "engine_workers": self.batcher.engine_workers,
             "uptime_s": round(time.monotonic() - self._started, 3),
             "sessions": len(self.sessions),
             "protocol": PROTOCOL_VERSION,

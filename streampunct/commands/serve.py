@@ -32,6 +32,29 @@ def _engine_option(text: str) -> tuple[str, object]:
     return key, _option_value(value)
 
 
+def _engine_workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}")
+    return value
+
+
+def resolve_engine_workers(value: int | str, engine: str) -> int:
+    """``auto``: one engine per physical core for onnxruntime (each single-threaded), else 1."""
+    if value != "auto":
+        return int(value)
+    if engine != "onnxruntime":
+        return 1
+    from engines.ort_engine import physical_cores
+
+    return physical_cores()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
     from streampunct.batcher import BatcherConfig
@@ -57,9 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="longest a request waits for a batch to fill (default: %(default)s)")
     batch.add_argument("--max-queue", type=int, default=BatcherConfig.max_queue,
                        help="requests waiting for the engine before clients get 'overloaded' (default: %(default)s)")
-    batch.add_argument("--engine-workers", type=int, default=BatcherConfig.engine_workers, metavar="N",
-                       help="engines run side by side, each on its own batches; onnxruntime engines then "
-                            "get physical cores / N intra-op threads each unless --engine-option "
+    batch.add_argument("--engine-workers", type=_engine_workers, default="auto", metavar="N|auto",
+                       help="engines run side by side, each on its own batches (auto: one per physical "
+                            "core for onnxruntime, 1 for other backends); onnxruntime engines get "
+                            "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
@@ -106,7 +130,8 @@ def build_config(args: argparse.Namespace):
             engine_options=dict(args.engine_option),
             host=args.host,
             port=args.port,
-            batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.engine_workers),
+            batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue,
+                                   resolve_engine_workers(args.engine_workers, args.engine)),
             max_sessions=args.max_sessions,
             limits=limits,
             max_message_bytes=args.max_message_bytes,

@@ -207,3 +207,19 @@ def test_evaluate_streams_with_engine_workers(tmp_path, capsys):
     assert results["1"]["workers"] == 1 and results["2"]["workers"] == 2
     assert results["1"]["streaming"] == results["2"]["streaming"]
     assert results["1"]["offline"]["overall_f1"] == results["2"]["offline"]["overall_f1"]
+
+
+def test_serve_engine_workers_option(monkeypatch):
+    import argparse
+
+    from streampunct.commands import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    monkeypatch.setattr("engines.ort_engine.physical_cores", lambda: 6)
+    assert serve.build_config(p.parse_args([])).batching.engine_workers == 6  # auto, onnxruntime
+    assert serve.build_config(p.parse_args(["--engine", "tensorrt"])).batching.engine_workers == 1
+    assert serve.build_config(p.parse_args(["--engine-workers", "3"])).batching.engine_workers == 3
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--engine-workers", bad])
