@@ -104,10 +104,31 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
         raise ModelError(f"{path}: invalid JSON ({e})") from None
 
 
-def load_checkpoint(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the ``PunctuationModel`` of a checkpoint folder (eval mode) and its metadata."""
+def read_head_weights(directory: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The punctuation head's and the case head's tensors of ``directory/head.safetensors``
+    (the case head's without their ``case_head.`` prefix; empty when it has none)."""
     from safetensors.torch import load_file
 
+    path = Path(directory) / "head.safetensors"
+    if not path.is_file():
+        raise ModelError(f"{directory}: no head.safetensors (not a checkpoint folder)")
+    weights = load_file(str(path))
+    prefix = "case_head."
+    case = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    head = {k: v for k, v in weights.items() if not k.startswith(prefix)}
+    return head, case
+
+
+def load_head_into(head: nn.Module, weights: dict[str, Any], where: str | Path, kind: str) -> None:
+    """Load ``weights`` into ``head``; ModelError naming what does not fit."""
+    missing, unexpected = head.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ModelError(f"{where}: head weights do not match a {kind} head "
+                         f"(missing {missing}, unexpected {unexpected})")
+
+
+def load_checkpoint(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the ``PunctuationModel`` of a checkpoint folder (eval mode) and its metadata."""
     from training.heads import build_head
     from training.model import CaseHead, PunctuationModel, load_encoder
 
@@ -119,16 +140,8 @@ def load_checkpoint(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     encoder = load_encoder(directory)
     kwargs = {k: hc[k] for k in ("lstm_input", "lstm_hidden") if k in hc}
     head = build_head(hc["kind"], int(encoder.config.hidden_size), len(LABELS), **kwargs)
-    head_path = directory / "head.safetensors"
-    if not head_path.is_file():
-        raise ModelError(f"{directory}: no head.safetensors")
-    weights = load_file(str(head_path))
-    case_weights = {k[len("case_head."):]: v for k, v in weights.items() if k.startswith("case_head.")}
-    weights = {k: v for k, v in weights.items() if not k.startswith("case_head.")}
-    missing, unexpected = head.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise ModelError(f"{head_path}: head weights do not match a {hc['kind']} head "
-                         f"(missing {missing}, unexpected {unexpected})")
+    weights, case_weights = read_head_weights(directory)
+    load_head_into(head, weights, directory / "head.safetensors", hc["kind"])
     case_head = None
     if hc.get("case_head"):
         case_head = CaseHead(int(encoder.config.hidden_size))

@@ -34,6 +34,7 @@ import numpy as np
 
 from streampunct.errors import InputError
 from streampunct.labels import CASE_LABELS, LABELS
+from training.cli_support import run_tool
 from training.data import IGNORE, Document
 
 log = logging.getLogger(__name__)
@@ -223,16 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     lab.add_argument("--bf16", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        label_sources(args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
-                      max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
-                      max_labelled_words=args.max_labelled_words, seed=args.seed,
-                      device=args.device, bf16=args.bf16)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_tool(lambda: label_sources(
+        args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
+        max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
+        max_labelled_words=args.max_labelled_words, seed=args.seed, device=args.device, bf16=args.bf16,
+    ))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from streampunct.errors import InputError, ModelError
+from training.cli_support import run_tool
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--t", type=float, required=True, help="weight of the tuned checkpoint, 0..1")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        interpolate(args.start, args.tuned, args.t, args.out)
-    except (InputError, ModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_tool(lambda: interpolate(args.start, args.tuned, args.t, args.out))
 
 
 if __name__ == "__main__":

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections import deque
 from pathlib import Path
 
 import numpy as np
 
 from streampunct.errors import InputError, ModelError
+from training.cli_support import run_tool
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dest", help="checkpoint folder to write")
     ap.add_argument("--base-model", default="", help="encoder folder whose config the graph matches")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        import_runtime_model(args.model_dir, args.dest, base_model=args.base_model)
-    except (InputError, ModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_tool(lambda: import_runtime_model(args.model_dir, args.dest, base_model=args.base_model))
 
 
 if __name__ == "__main__":

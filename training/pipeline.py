@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from streampunct.alignment import Aligner
-from streampunct.errors import InputError
+from streampunct.errors import InputError, ModelError
 from training.config import TrainConfig
 from training.data import (
     Document,
@@ -103,21 +103,16 @@ def new_model(cfg: TrainConfig, base_path: Path) -> PunctuationModel:
 def init_head_from(model: PunctuationModel, checkpoint: Path) -> None:
     """Load ``checkpoint/head.safetensors`` into ``model``'s head (and its case head where
     the file has one; a case head the file lacks keeps its fresh weights)."""
-    from safetensors.torch import load_file
+    from training.checkpoint import load_head_into, read_head_weights
 
-    path = Path(checkpoint) / "head.safetensors"
-    if not path.is_file():
-        raise InputError(f"model.init_head: {checkpoint} is not a checkpoint folder (no head.safetensors)")
-    weights = load_file(str(path))
-    case = {k[len("case_head."):]: v for k, v in weights.items() if k.startswith("case_head.")}
-    head = {k: v for k, v in weights.items() if not k.startswith("case_head.")}
-    missing, unexpected = model.head.load_state_dict(head, strict=False)
-    if missing or unexpected:
-        raise InputError(f"model.init_head: {path} does not fit a {model.head.kind} head "
-                         f"(missing {missing}, unexpected {unexpected})")
+    try:
+        head, case = read_head_weights(checkpoint)
+        load_head_into(model.head, head, Path(checkpoint) / "head.safetensors", model.head.kind)
+    except ModelError as e:
+        raise InputError(f"model.init_head: {e}") from None
     if case and model.case_head is not None:
         model.case_head.load_state_dict(case)
-    log.info("head initialised from %s%s", path, " (case head too)" if case and model.case_head is not None
+    log.info("head initialised from %s%s", checkpoint, " (case head too)" if case and model.case_head is not None
              else "")
 
 
