@@ -113,6 +113,7 @@ def server_figures(delta: Mapping, wall_s: float) -> dict:
             "p50": round(1e3 * histogram_quantile(engine, 0.5), 2),
             "p95": round(1e3 * histogram_quantile(engine, 0.95), 2),
         }
+        # Engine-seconds per second, summed over the engine workers (up to their number).
         out["engine_busy"] = round(engine["sum"] / wall_s, 3) if wall_s > 0 else None
     margin = histogram(delta, "streampunct_finalize_margin_seconds")
     if margin and margin["count"] > 0:

@@ -115,7 +115,7 @@ def plot_load(payload: Mapping, path: Path) -> Path | None:
     ax3.plot(n, [s["client"]["cpu_cores"] for s in steps], "^--", color="tab:purple",
              label="load generator CPU (cores)")
     ax3.plot(n, [s["server"].get("engine_busy", np.nan) for s in steps], "d:", color="tab:green",
-             label="engine busy (fraction)")
+             label="engine busy (engine-seconds/s, all workers)")
     ax3.plot(n, [s.get("other_processes_cores", np.nan) for s in steps], "x:", color="gray",
              label="other processes CPU (cores)")
     ax3.set_ylabel("cores / fraction")
