@@ -3,8 +3,14 @@
 Each geometry decodes the validation documents with the offline decoder and
 is scored by overall F1; the best is written into the checkpoint's
 ``streampunct.json`` (``window``) together with the whole grid
-(``window_tuning``), so the service starts with the tuned values. Never run
-this on a test set.
+(``window_tuning``), so the service starts with the tuned values.
+
+``--stream-lefts`` tunes the streaming geometry instead: the left context of
+the server's windows (``stream_window``), scored on the validation text
+played as one live stream with the server's default session options
+(:func:`streampunct.evaluation.live_schedule`, the labels a server gives
+it). Less left context is fewer tokens per finalized word; the least within
+``tolerance`` points of the best is chosen. Never run either on a test set.
 """
 
 from __future__ import annotations
@@ -122,6 +128,64 @@ def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Seq
     return best.to_dict()
 
 
+def live_score(directory: str | Path, words: Sequence[str], labels: Sequence[int], window: WindowConfig,
+               *, engine_workers: int = 1) -> Report:
+    """Overall figures of ``words`` played as one live stream (1-4-word chunks at 2.5 words/s,
+    the server's default session options) through a runtime model folder's engine."""
+    from streampunct.evaluation import live_schedule, schedule_labels, score
+    from streampunct.options import SessionOptions
+    from streampunct.punctuator import Punctuator
+
+    p = Punctuator.from_model_dir(directory)
+    try:
+        pred = schedule_labels(live_schedule(words), p.aligner, window, p.engine.infer, SessionOptions())
+    finally:
+        p.close()
+    return score(labels, pred)
+
+
+def tune_stream_left(directory: str | Path, docs: Sequence[Document], lefts: Sequence[int], *,
+                     set_name: str = "validation", tolerance: float = 0.5,
+                     score: Callable[[WindowConfig], Report] | None = None) -> dict[str, int]:
+    """Choose the streaming left context of a runtime model folder in place: the least left
+    context within ``tolerance`` overall F1 points of the best live score. Writes
+    ``stream_window`` (``{"left": L}``; size and right stay the offline window's) and the
+    grid (``stream_window_tuning``). Returns the chosen ``stream_window``."""
+    from streampunct.model import load_model_info
+
+    if not lefts:
+        raise ValueError("no left contexts to try")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    directory = Path(directory)
+    info = load_model_info(directory)
+    words = [w for d in docs for w in d.words]
+    labels = [lab for d in docs for lab in d.labels]
+    if score is None:
+        def score(w: WindowConfig) -> Report:
+            return live_score(directory, words, labels, w)
+    rows, scored = [], []
+    for left in sorted(set(lefts)):
+        window = WindowConfig(info.window.size, left, info.window.right)
+        window.validate_for(info.max_word_tokens)
+        report = score(window)
+        log.info("stream left %d: live overall F1 %.2f", left, report.overall_f1)
+        rows.append({"left": left, "overall_f1": round(report.overall_f1, 2),
+                     "per_class_f1": {k: round(f, 2) for k, (_, _, f) in report.per_class.items()}})
+        scored.append((round(report.overall_f1, 6), left))
+    top = max(f for f, _ in scored)
+    chosen = {"left": min(left for f, left in scored if f >= top - tolerance)}
+    meta_path = directory / "streampunct.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["stream_window"] = chosen
+    meta["stream_window_tuning"] = {
+        "set": set_name, "engine": "onnxruntime", "tolerance": tolerance, "grid": rows, "chosen": chosen,
+        "stream": "one live stream: 1-4-word chunks at 2.5 words/s, the server's default session options",
+    }
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m training.window_tuning MODEL_DIR``: tune a runtime model folder on validation data."""
     from training.data import data_root, load_validation_docs, resolve_cache
@@ -135,10 +199,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.5,
                     help="take the cheapest geometry (largest step) within this many F1 points of the "
                          "best (default 0.5: below the noise of a 17k-word validation set)")
+    ap.add_argument("--stream-lefts", type=int, nargs="+", default=None, metavar="L",
+                    help="tune the streaming left context instead (stream_window), over these values, on "
+                         "the validation text played as one live stream at the server's defaults")
     ap.add_argument("--data-root", default=None, help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     docs = load_validation_docs(args.valid, data_root(args.data_root or ""), resolve_cache("cache"))
+    if args.stream_lefts:
+        chosen = tune_stream_left(args.model, docs, args.stream_lefts, set_name=args.valid,
+                                  tolerance=args.tolerance)
+        print(f"chosen stream_window: {chosen} (written to {args.model / 'streampunct.json'})")
+        return 0
     meta = json.loads((args.model / "streampunct.json").read_text(encoding="utf-8"))
     grid = window_grid(args.sizes, args.lefts, args.rights, int(meta.get("max_word_tokens", 16)))
     chosen = tune_model_folder(args.model, docs, grid, set_name=args.valid, tolerance=args.tolerance)

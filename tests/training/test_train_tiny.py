@@ -286,3 +286,40 @@ def test_case_head_round_trip_and_training_signal(tiny_base_model, tiny_data_roo
         punct, case = model.forward_heads(ids, mask)
         torch.testing.assert_close(punct, model(ids, mask))
     assert case.shape == (1, 4, 4)
+
+
+def test_stream_left_tuning_picks_the_least_left_context_within_tolerance(tiny_base_model, tiny_data_root,
+                                                                           tmp_path):
+    from streampunct.metrics import evaluate
+    from streampunct.model import load_model_info
+    from training.data import load_validation_docs, resolve_cache
+    from training.window_tuning import live_score, tune_stream_left
+
+    _, folder = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 10)
+    docs = load_validation_docs("dev2010", data_root(str(tiny_data_root)), resolve_cache(str(tmp_path / "cache")))
+    gold = [x for d in docs for x in d.labels]
+    offline = load_model_info(folder).window
+    # A stand-in score: F1 rises with left context, by 1 point from 4 to 6, by 20 from 2 to 4.
+    f1_of = {2: 60.0, 4: 80.0, 6: 81.0}
+    seen = []
+
+    def score(w):
+        seen.append(w)
+        right = round(len(gold) * f1_of[w.left] / 100)
+        return evaluate(gold, gold[:right] + [0] * (len(gold) - right))
+
+    chosen = tune_stream_left(folder, docs, [6, 2, 4], tolerance=2.0, score=score)
+    assert chosen == {"left": 4}
+    assert [w.left for w in seen] == [2, 4, 6] and {(w.size, w.right) for w in seen} == {(offline.size, offline.right)}
+    meta = json.loads((folder / "streampunct.json").read_text())
+    assert meta["stream_window"] == chosen and meta["stream_window_tuning"]["chosen"] == chosen
+    assert [r["left"] for r in meta["stream_window_tuning"]["grid"]] == [2, 4, 6]
+    info = load_model_info(folder)
+    assert info.stream_window.left == 4 and info.window == offline  # offline decoding keeps its window
+    assert tune_stream_left(folder, docs, [2, 4, 6], tolerance=0.0, score=score) == {"left": 6}
+    with pytest.raises(ValueError, match="tolerance"):
+        tune_stream_left(folder, docs, [2], tolerance=-1, score=score)
+    # The real score: the tiny model's labels for the validation text as one live stream.
+    words = [w for d in docs for w in d.words]
+    report = live_score(folder, words, gold, info.stream_window)
+    assert 0.0 <= report.overall_f1 <= 100.0 and sum(report.confusion.sum(axis=1)) == len(words)
