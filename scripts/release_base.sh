@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The larger model (release 2 plan, "Larger model"): the MPNet teacher as models/base,
+# shipped only if it beats the default model by at least 3 points overall F1 on validation.
+#   bash scripts/release_base.sh gate    # int8 graph of the teacher, compared with models/default on
+#                                        # dev2010 and SwDA validation; says whether the gate holds
+#   bash scripts/release_base.sh ship    # after the gate: windows tuned on validation, models/base,
+#                                        # test sets scored once (benchmarks/results/base_test2011*.json)
+#   bash scripts/release_base.sh bench   # engine speed, load and live accuracy of models/base
+# The teacher: checkpoints/release_teacher/best (training/configs/release_teacher.toml).
+# Test sets are never used to choose: the gate and the windows use validation only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+sp=.venv/bin/streampunct
+teacher="${TEACHER:-checkpoints/release_teacher/best}"
+out=benchmarks/results/base
+mkdir -p "$out"
+step="${1:?usage: release_base.sh gate|ship|bench}"
+case "$step" in
+gate)
+  rm -rf build/base
+  # 7-bit int8 weights and int8 embeddings, as the default model (about 110 MB for MPNet-base)
+  $sp build-engine --model "$teacher" --backend onnxruntime --precision int8 --quantize-embeddings \
+      --out build/base | tee "$out/build.log"
+  for valid in dev2010 swda_val; do
+    $py -m benchmarks.compare_models models/default build/base --valid "$valid" --json "$out/compare_$valid.json"
+  done
+  $py - "$out/compare_dev2010.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+default, base = (d["models"][m]["overall_f1"] for m in ("models/default", "build/base"))
+print(f"gate: teacher int8 {base:.2f} vs default {default:.2f} on dev2010 ({base - default:+.2f}); "
+      f"ship as models/base: {'yes' if base - default >= 3.0 else 'no (needs +3.00)'}")
+PY
+  ;;
+ship)
+  # offline window, then the streaming left context, both on dev2010 only
+  $py -m training.window_tuning build/base --sizes 126 190 254 --lefts 30 40 60 --rights 15 20 30 --tolerance 0.5
+  $py -m training.window_tuning build/base --stream-lefts 10 20 30 40 --tolerance 0.5
+  rm -rf models/base && mkdir -p models/base
+  cp build/base/model.int8.onnx build/base/model.int8.onnx.json build/base/tokenizer.json \
+     build/base/streampunct.json models/base/
+  du -sh models/base
+  for set in test2011 test2011asr; do
+    $sp evaluate --model models/base --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 \
+        --json "benchmarks/results/base_$set.json"
+  done
+  ;;
+bench)
+  $sp bench engine --model models/base --out-json benchmarks/results/engine_base.json
+  $sp bench load --model models/base --sessions 25 50 100 --name load_base
+  $sp bench live --model models/base --name live_test2011_base
+  $py -m streampunct.case_eval --model models/base --data data/iwslt2011/test2011_cased.txt \
+      --json "$out/case_test2011.json"
+  ;;
+*)
+  echo "usage: release_base.sh gate|ship|bench" >&2; exit 2 ;;
+esac
