@@ -151,21 +151,19 @@ class Batcher:
         for k in range(self.config.engine_workers):
             name = "streampunct-engine" if self.config.engine_workers == 1 else f"streampunct-engine-{k}"
             self._workers.append(_Worker(ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)))
-        engines = await asyncio.gather(
-            *(loop.run_in_executor(w.executor, self._engine_factory) for w in self._workers),
-            return_exceptions=True,
-        )
-        for worker, engine in zip(self._workers, engines, strict=True):
-            if not isinstance(engine, BaseException):
-                worker.engine = engine
-        failure = next((e for e in engines if isinstance(e, BaseException)), None)
-        if failure is not None:
-            await self._close_engines()
-            raise failure
+        # One engine after another (loading, then warming up): both need transient
+        # memory, and N at once would hold N times that at the peak.
+        for worker in self._workers:
+            try:
+                worker.engine = await loop.run_in_executor(worker.executor, self._engine_factory)
+            except BaseException:
+                await self._close_engines()
+                raise
         if self._warmup_ids is not None:
             t0 = time.perf_counter()
             seqs = [self._warmup_ids]
-            await asyncio.gather(*(self._warm(w, seqs) for w in self._workers))
+            for worker in self._workers:  # one at a time, as they load
+                await self._warm(worker, seqs)
             logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
                         time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
         for worker in self._workers:

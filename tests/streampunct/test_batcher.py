@@ -224,14 +224,12 @@ async def test_workers_keep_each_sessions_requests_in_order(fake_engine_cls):
 
 async def test_a_worker_whose_engine_fails_to_load_fails_start_and_closes_the_others(fake_engine_cls):
     made: list = []
-    lock = threading.Lock()
 
     def factory():
-        with lock:  # the two workers load at the same time
-            if made:
-                raise RuntimeError("no second engine")
-            made.append(fake_engine_cls())
-            return made[-1]
+        if made:
+            raise RuntimeError("no second engine")
+        made.append(fake_engine_cls())
+        return made[-1]
 
     batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig(engine_workers=2))
     with pytest.raises(RuntimeError, match="no second engine"):
