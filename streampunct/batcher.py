@@ -95,6 +95,7 @@ class _Worker:
 
     executor: ThreadPoolExecutor
     engine: object = None
+    closed: bool = False
 
 
 @dataclass(eq=False)
@@ -153,19 +154,19 @@ class Batcher:
             self._workers.append(_Worker(ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)))
         # One engine after another (loading, then warming up): both need transient
         # memory, and N at once would hold N times that at the peak.
-        for worker in self._workers:
-            try:
+        try:
+            for worker in self._workers:
                 worker.engine = await loop.run_in_executor(worker.executor, self._engine_factory)
-            except BaseException:
-                await self._close_engines()
-                raise
-        if self._warmup_ids is not None:
-            t0 = time.perf_counter()
-            seqs = [self._warmup_ids]
-            for worker in self._workers:  # one at a time, as they load
-                await self._warm(worker, seqs)
-            logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
-                        time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
+            if self._warmup_ids is not None:
+                t0 = time.perf_counter()
+                seqs = [self._warmup_ids]
+                for worker in self._workers:  # one at a time too
+                    await self._warm(worker, seqs)
+                logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
+                            time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
+        except BaseException:
+            await self._close_engines()
+            raise
         for worker in self._workers:
             self._idle.put_nowait(worker)
         self._collector = asyncio.create_task(self._collect(), name="streampunct-batcher")
@@ -204,6 +205,9 @@ class Batcher:
         """Close each engine in its own thread (after the batch it may still run), then the threads."""
         loop = asyncio.get_running_loop()
         for worker in self._workers:
+            if worker.closed:
+                continue
+            worker.closed = True
             if worker.engine is not None and hasattr(worker.engine, "close"):
                 try:
                     await loop.run_in_executor(worker.executor, worker.engine.close)

@@ -250,3 +250,18 @@ async def test_close_fails_requests_in_flight_on_any_worker(fake_engine_cls):
     for task in tasks:
         with pytest.raises(EngineFailedError, match="shutting down"):
             await task
+
+
+async def test_a_failing_warm_up_closes_every_engine_once(fake_engine_cls, caplog):
+    engines: list = []
+
+    def factory():
+        engines.append(fake_engine_cls(fail_token=9))
+        return engines[-1]
+
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig(engine_workers=2), warmup_ids=seq(3, fill=9))
+    with pytest.raises(RuntimeError, match="injected engine failure"):
+        await batcher.start()
+    assert not batcher.ready and len(engines) == 2 and all(e.closed for e in engines)
+    await batcher.close()  # after a failed start: nothing left to close, nothing logged
+    assert "engine close failed" not in caplog.text
