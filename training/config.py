@@ -152,7 +152,8 @@ class OptimConfig:
         checkpoint_minutes: also write the resume state when this many minutes
             passed since the last one (0: off). SIGTERM/SIGINT write it too.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
-        precision: ``fp32`` or ``bf16`` (autocast on CUDA; weights stay fp32).
+        precision: ``fp32`` or ``bf16`` (autocast on CUDA, or on CPUs with AVX-512 BF16, where
+            it about halves the step time of MPNet; weights stay fp32).
     """
 
     lr: float = 2e-4
