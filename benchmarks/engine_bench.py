@@ -39,6 +39,7 @@ from engines.registry import available_backends, load_engine
 ARTIFACTS: dict[tuple[str, str], str] = {
     ("onnxruntime", "fp32"): "model.onnx",
     ("onnxruntime", "int8"): "model.int8.onnx",
+    ("onnxruntime", "int4"): "model.int4.onnx",
     ("onnxruntime", "fp16"): "model.fp16.onnx",
     ("tensorrt", "fp32"): "model.fp32.plan",
     ("tensorrt", "fp16"): "model.fp16.plan",
@@ -239,7 +240,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model folder (default: the shipped models/default)")
     parser.add_argument("--backends", nargs="+", default=None, metavar="NAME",
                         help="default: every installed one of onnxruntime, tensorrt")
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "int8"], metavar="P")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "int8", "int4"], metavar="P")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32], metavar="B")
     parser.add_argument("--seq-lens", nargs="+", type=int, default=[64, 128, 256], metavar="T")
     parser.add_argument("--threads", type=int, default=None,

@@ -32,7 +32,7 @@ OUTPUT_NAME = "logits"
 #: The optional second output: per-token case logits (lower, Capitalized, ALL CAPS, MiXed)
 #: of a model with a truecasing head.
 CASE_OUTPUT_NAME = "case_logits"
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4")
 
 
 class EngineError(Exception):

@@ -7,6 +7,7 @@ backend       precision  artifacts
 ============  =========  ==========================================
 onnxruntime   fp32       model.onnx
 onnxruntime   int8       model.int8.onnx (dynamic int8 MatMul weights)
+onnxruntime   int4       model.int4.onnx (4-bit block-quantized MatMul weights)
 onnxruntime   fp16       model.fp16.onnx
 tensorrt      fp16       model.fp16.onnx -> model.fp16.plan
 tensorrt      int8       model.qdq.onnx (Q/DQ) -> model.int8.plan
@@ -53,12 +54,12 @@ class BuildConfig:
 
     Attributes:
         backend: ``onnxruntime`` or ``tensorrt``.
-        precision: ``fp32``, ``fp16`` or ``int8``.
+        precision: ``fp32``, ``fp16``, ``int8`` or ``int4`` (onnxruntime only).
         opset: ONNX opset of the export.
         per_channel: per-channel weight scales for ORT dynamic int8.
         reduce_range: 7-bit int8 weights (same labels on every x86 CPU; see
             engines.quantize.DynamicQuantOptions).
-        quantize_embeddings: ORT dynamic int8 also quantizes the embedding tables.
+        quantize_embeddings: ORT int8 / int4 also quantize the embedding tables.
         qdq_high_precision: type of the non-quantized part of the Q/DQ graph.
         trt: TensorRT build options (profile limits, workspace, timing cache).
         parity_batch_size: windows per engine call in the parity run.
@@ -79,6 +80,8 @@ class BuildConfig:
             raise EngineError(f"backend must be one of {BUILD_BACKENDS}, got {self.backend!r}")
         if self.precision not in PRECISIONS:
             raise EngineError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision == "int4" and self.backend != "onnxruntime":
+            raise EngineError("int4 (4-bit weights, MatMulNBits) is an onnxruntime precision")
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,8 @@ class BuildReport:
 def _artifact_plan(config: BuildConfig) -> tuple[str | None, str | None]:
     """(prepared ONNX name, plan name) for the configuration (None where not built)."""
     if config.backend == "onnxruntime":
-        return {"fp32": None, "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}[
-            config.precision
-        ], None
+        return {"fp32": None, "int8": "model.int8.onnx", "int4": "model.int4.onnx",
+                "fp16": "model.fp16.onnx"}[config.precision], None
     onnx_name = {"fp32": None, "fp16": "model.fp16.onnx", "int8": "model.qdq.onnx"}[config.precision]
     return onnx_name, f"model.{config.precision}.plan"
 
@@ -142,6 +144,11 @@ def _prepare(config: BuildConfig, fp32: Path, out: Path, calibration: ParityWind
             per_channel=config.per_channel, reduce_range=config.reduce_range,
             quantize_embeddings=config.quantize_embeddings,
         ))
+        return
+    if name == "model.int4.onnx":
+        from engines.quantize import Int4Options, quantize_int4_weights
+
+        quantize_int4_weights(fp32, out, Int4Options(quantize_embeddings=config.quantize_embeddings))
         return
     if calibration is None or len(calibration) == 0:
         raise GraphPrepError(f"{name} needs calibration windows of validation text")

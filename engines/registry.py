@@ -53,7 +53,7 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend(
             "onnxruntime", "engines.ort_engine", ("onnxruntime",),
-            (".onnx",), ("model.int8.onnx", "model.onnx"),
+            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
         ),
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),

@@ -23,7 +23,7 @@ from streampunct.errors import DependencyError, InputError, ModelError
 from streampunct.model import load_model_info
 
 NAME = "build-engine"
-HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8) or TensorRT (fp16/int8), with parity figures"
+HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8/int4) or TensorRT (fp16/int8), with parity figures"
 
 log = logging.getLogger(__name__)
 #: Calibration reads this many words per window wanted (a 128-token window holds about 100).
@@ -43,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training checkpoint folder (encoder + head.safetensors + streampunct.json)")
     parser.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
                         help="target runtime (default: onnxruntime)")
-    parser.add_argument("--precision", choices=("fp32", "fp16", "int8"), default=None,
-                        help="default: int8 for onnxruntime, fp16 for tensorrt")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "int8", "int4"), default=None,
+                        help="default: int8 for onnxruntime, fp16 for tensorrt; int4 (onnxruntime): "
+                             "4-bit weights in blocks of 32 (MatMulNBits)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="model folder to write (e.g. models/default)")
     parser.add_argument("--max-batch", type=int, default=32, help="TensorRT profile max batch (default 32)")
@@ -69,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="onnxruntime int8: 8-bit instead of 7-bit weights (labels then differ "
                              "between x86 CPUs with and without VNNI)")
     parser.add_argument("--quantize-embeddings", action="store_true",
-                        help="onnxruntime int8: also store the embedding tables as int8 (smaller file)")
+                        help="onnxruntime int8 / int4: also store the embedding tables as int8 / 4 bits "
+                             "(smaller file)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -55,7 +55,22 @@ def test_build_config_validation():
     with pytest.raises(EngineError, match="backend must be one of"):
         BuildConfig(backend="torch")
     with pytest.raises(EngineError, match="precision must be one of"):
-        BuildConfig(precision="int4")
+        BuildConfig(precision="int2")
+    with pytest.raises(EngineError, match="int4 .* is an onnxruntime precision"):
+        BuildConfig(backend="tensorrt", precision="int4")
+
+
+def test_builds_an_int4_folder_with_parity(tmp_path, tiny_module, tiny_windows):
+    report = build_model_folder(
+        tiny_module, tmp_path / "out", config=BuildConfig(precision="int4", quantize_embeddings=True),
+        parity_windows=tiny_windows, model_metadata=METADATA, parity_source="tiny words",
+    )
+    out = tmp_path / "out"
+    assert report.artifact == out / "model.int4.onnx"
+    assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.int4.onnx"
+    sidecar = read_sidecar(out / "model.int4.onnx")
+    assert sidecar.precision == "int4" and sidecar.recipe["int4_matmuls"] == 13
+    assert sidecar.parity["label_agreement"] >= 0.97 and sidecar.parity["label_agreement_vs_onnx_fp32"] >= 0.97
 
 
 @pytest.fixture

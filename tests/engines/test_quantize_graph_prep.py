@@ -20,6 +20,8 @@ from engines.parity import parity_on_windows
 from engines.quantize import (
     REDUCED_RANGE,
     DynamicQuantOptions,
+    Int4Options,
+    quantize_int4_weights,
     quantize_int8_dynamic,
     reduce_weight_range,
 )
@@ -118,6 +120,30 @@ def test_embeddings_can_be_quantized_too(folder, tiny_windows):
     report = parity_on_windows(_engine(folder / "model.onnx").infer, _engine(out).infer, tiny_windows)
     assert report.label_agreement >= 0.99
     out.unlink()
+
+
+def test_int4_stores_matmul_weights_and_embeddings_in_4_bit_blocks(folder, tiny_windows):
+    out = folder / "model.int4.onnx"
+    sidecar = quantize_int4_weights(folder / "model.onnx", out)
+    assert sidecar.precision == "int4" and sidecar.parent["artifact"] == "model.onnx"
+    assert sidecar.recipe["block_size"] == 32 and sidecar.recipe["accuracy_level"] == 4
+    ops = count_ops(load_model(out))
+    # the 13 weight MatMuls (attention's activation products stay fp32) and the embedding tables
+    assert ops["MatMulNBits"] == 13 == sidecar.recipe["int4_matmuls"] and ops.get("MatMul", 0) == 4
+    assert ops.get("GatherBlockQuantized", 0) == sidecar.recipe["int4_gathers"] >= 1
+    assert out.stat().st_size < (folder / "model.onnx").stat().st_size / 2  # graph overhead of a tiny model
+    fp32, int4 = _engine(folder / "model.onnx"), _engine(out)
+    report = parity_on_windows(fp32.infer, int4.infer, tiny_windows)
+    assert report.label_agreement >= 0.97 and report.max_rel_diff < 0.5
+    plain = quantize_int4_weights(folder / "model.onnx", folder / "model.int4m.onnx",
+                                  Int4Options(quantize_embeddings=False, accuracy_level=1))
+    assert plain.recipe["op_types"] == ["MatMul"] and plain.recipe["int4_gathers"] == 0
+    with pytest.raises(GraphPrepError, match="block_size"):
+        Int4Options(block_size=24)
+    with pytest.raises(GraphPrepError, match="needs an fp32 graph"):
+        quantize_int4_weights(out, folder / "again.onnx")
+    out.unlink()
+    (folder / "model.int4m.onnx").unlink()
 
 
 def test_quantizing_a_quantized_graph_is_refused(folder):

@@ -90,7 +90,7 @@ def test_streampunct_json_naming_a_missing_file(tmp_path):
 
 
 def test_no_artifact_says_what_was_looked_for(tmp_path):
-    with pytest.raises(ArtifactError, match="looked for model.int8.onnx, model.onnx.*build-engine"):
+    with pytest.raises(ArtifactError, match="looked for model.int8.onnx, model.int4.onnx, model.onnx.*build-engine"):
         resolve_artifact("onnxruntime", tmp_path)
     with pytest.raises(ArtifactError, match="model folder .* does not exist"):
         resolve_artifact("onnxruntime", tmp_path / "nope")

@@ -132,6 +132,6 @@ def test_checksum_detects_a_replaced_file(tmp_path):
 def test_unknown_precision_or_backend_rejected(tmp_path):
     sidecar = _sidecar(_artifact(tmp_path))
     with pytest.raises(ArtifactError, match="precision must be one of"):
-        sidecar.replace(precision="int4")
+        sidecar.replace(precision="int2")
     with pytest.raises(ArtifactError, match="backend must be one of"):
         Sidecar.from_dict({**sidecar.to_dict(), "backend": "openvino"})
