@@ -71,6 +71,13 @@ def test_builds_an_int4_folder_with_parity(tmp_path, tiny_module, tiny_windows):
     sidecar = read_sidecar(out / "model.int4.onnx")
     assert sidecar.precision == "int4" and sidecar.recipe["int4_matmuls"] == 13
     assert sidecar.parity["label_agreement"] >= 0.97 and sidecar.parity["label_agreement_vs_onnx_fp32"] >= 0.97
+    from engines.registry import load_engine
+
+    engine = load_engine("onnxruntime", out)  # what serve --model loads: the artifact streampunct.json names
+    try:
+        assert engine.path.name == "model.int4.onnx" and engine.sidecar.precision == "int4"
+    finally:
+        engine.close()
 
 
 @pytest.fixture
