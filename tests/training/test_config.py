@@ -8,7 +8,7 @@ from training.config import config_to_toml, load_config, parse_override
 CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
 
 
-@pytest.mark.parametrize("name", ["ce", "focal", "scl", "adversarial", "disc_st"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.toml")))
 def test_shipped_configs_load_and_render_back(name, tmp_path):
     cfg = load_config(CONFIGS / f"{name}.toml")
     assert cfg.name == name
