@@ -26,7 +26,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,10 +221,11 @@ def _run_windows(
             with ThreadPoolExecutor(len(infers), thread_name_prefix="eval-worker") as pool:
                 futures = [pool.submit(work, f) for f in infers]
                 try:
+                    # The first failure stops the others at their next batch.
+                    wait(futures, return_when=FIRST_EXCEPTION)
                     for fut in futures:
                         fut.result()
                 except BaseException:
-                    # Stop the other workers at their next batch, then re-raise.
                     with lock:
                         pending = iter(())
                     raise

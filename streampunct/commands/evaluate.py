@@ -79,7 +79,14 @@ def run(args: argparse.Namespace) -> int:
     parallel = workers > 1 and bool(args.right_context)
     options = {"intra_op_threads": 1} if parallel and args.engine == "onnxruntime" else {}
     punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window, **options)
-    extra = [load_engine(args.engine, punct.info.path, **options) for _ in range(workers - 1 if args.right_context else 0)]
+    extra: list = []
+    try:
+        for _ in range(workers - 1 if args.right_context else 0):
+            extra.append(load_engine(args.engine, punct.info.path, **options))
+    except BaseException:
+        for e in [punct, *extra]:
+            e.close()
+        raise
     results: dict = {
         "model": str(punct.info.path if punct.info else args.model),
         "data": str(args.data),
