@@ -44,15 +44,22 @@ def _engine_workers(text: str) -> int | str:
     return value
 
 
+#: ``auto`` runs at most this many engines; on a larger host each gets cores / workers threads.
+#: Every engine holds its own weights, and one event loop feeds them all: measured only on
+#: 2 cores (docs/server.md, "Engine workers"), so the cap is a judgement, not a measurement.
+AUTO_MAX_ENGINE_WORKERS = 8
+
+
 def resolve_engine_workers(value: int | str, engine: str) -> int:
-    """``auto``: one engine per physical core for onnxruntime (each single-threaded), else 1."""
+    """``auto``: one engine per physical core for onnxruntime (each single-threaded), at most
+    :data:`AUTO_MAX_ENGINE_WORKERS`; 1 for other backends."""
     if value != "auto":
         return int(value)
     if engine != "onnxruntime":
         return 1
     from engines.ort_engine import physical_cores
 
-    return physical_cores()
+    return min(physical_cores(), AUTO_MAX_ENGINE_WORKERS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="requests waiting for the engine before clients get 'overloaded' (default: %(default)s)")
     batch.add_argument("--engine-workers", type=_engine_workers, default="auto", metavar="N|auto",
                        help="engines run side by side, each on its own batches (auto: one per physical "
-                            "core for onnxruntime, 1 for other backends); onnxruntime engines get "
+                            "core for onnxruntime, at most 8, 1 for other backends); onnxruntime engines get "
                             "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
     limits = parser.add_argument_group("limits")

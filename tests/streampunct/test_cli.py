@@ -220,6 +220,8 @@ def test_serve_engine_workers_option(monkeypatch):
     assert serve.build_config(p.parse_args([])).batching.engine_workers == 6  # auto, onnxruntime
     assert serve.build_config(p.parse_args(["--engine", "tensorrt"])).batching.engine_workers == 1
     assert serve.build_config(p.parse_args(["--engine-workers", "3"])).batching.engine_workers == 3
+    monkeypatch.setattr("engines.ort_engine.physical_cores", lambda: 64)
+    assert serve.build_config(p.parse_args([])).batching.engine_workers == serve.AUTO_MAX_ENGINE_WORKERS == 8
     for bad in ("0", "-2", "two"):
         with pytest.raises(SystemExit):
             p.parse_args(["--engine-workers", bad])
