@@ -104,32 +104,39 @@ def quantize_int8_dynamic(
             )
     except Exception as e:  # the quantizer raises a mix of types
         raise GraphPrepError(f"quantize_dynamic failed on {fp32_path}: {e}") from e
-    model = load_model(out_path)
+    ops, io = _checked_ops(out_path, "MatMulInteger", "quantize_dynamic left no int8 MatMul")
+    sidecar = _write_derived_sidecar(out_path, parent, "int8", io, {
+        "method": "onnxruntime.quantization.quantize_dynamic",
+        "op_types": op_types,
+        "weight_type": "QInt8",
+        "int8_matmuls": ops["MatMulInteger"],
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(options).items()},
+    })
+    logger.info("wrote %s (%d int8 MatMuls)", out_path, ops["MatMulInteger"])
+    return sidecar
+
+
+def _checked_ops(path: Path, required_op: str, missing: str) -> tuple[dict[str, int], tuple]:
+    """(op counts, (inputs, outputs)) of a quantized graph that holds ``required_op`` and the
+    runtime's interface; GraphPrepError (``missing``, or the interface problems) otherwise."""
+    model = load_model(path)
     ops = count_ops(model)
-    if not ops.get("MatMulInteger"):
-        raise GraphPrepError(f"quantize_dynamic left no int8 MatMul in {out_path} (ops: {ops})")
+    if not ops.get(required_op):
+        raise GraphPrepError(f"{missing} in {path} (ops: {ops})")
     inputs, outputs = io_specs(model)
     problems = interface_problems(inputs, outputs)
     if problems:
-        raise GraphPrepError(f"{out_path} has the wrong interface: " + "; ".join(problems))
-    sidecar = new_sidecar(
-        out_path,
-        backend="onnxruntime",
-        precision="int8",
-        inputs=inputs,
-        outputs=outputs,
-        source_sha256=parent.source_sha256,
-        parent=parent,
-        recipe={
-            "method": "onnxruntime.quantization.quantize_dynamic",
-            "op_types": op_types,
-            "weight_type": "QInt8",
-            "int8_matmuls": ops["MatMulInteger"],
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(options).items()},
-        },
-    )
-    write_sidecar(sidecar, out_path)
-    logger.info("wrote %s (%d int8 MatMuls)", out_path, ops["MatMulInteger"])
+        raise GraphPrepError(f"{path} has the wrong interface: " + "; ".join(problems))
+    return ops, (inputs, outputs)
+
+
+def _write_derived_sidecar(path: Path, parent: Sidecar, precision: str, io: tuple, recipe: dict) -> Sidecar:
+    """Write the sidecar of the ONNX Runtime artifact ``path``, derived from ``parent`` by
+    ``recipe``; ``io`` is its (inputs, outputs)."""
+    inputs, outputs = io
+    sidecar = new_sidecar(path, backend="onnxruntime", precision=precision, inputs=inputs, outputs=outputs,
+                          source_sha256=parent.source_sha256, parent=parent, recipe=recipe)
+    write_sidecar(sidecar, path)
     return sidecar
 
 
@@ -193,15 +200,12 @@ def reduce_weight_range(int8_path: str | Path, out_path: str | Path) -> Sidecar:
     if not changed:
         raise GraphPrepError(f"{int8_path}: no 8-bit MatMulInteger weight to reduce")
     onnx.save(model, str(out_path))
-    inputs, outputs = io_specs(load_model(out_path))
     recipe = dict(parent.recipe or {})
     recipe.update({"reduce_range": True, "reduced_after_quantization": True,
                    "reduced_matmuls": changed, "weight_range": list(REDUCED_RANGE),
                    # lineage of the 8-bit graph: its own parent and parity figures
                    "parent_of_8bit": parent.parent, "parity_of_8bit": parent.parity})
-    sidecar = new_sidecar(out_path, backend="onnxruntime", precision="int8", inputs=inputs, outputs=outputs,
-                          source_sha256=parent.source_sha256, parent=parent, recipe=recipe)
-    write_sidecar(sidecar, out_path)
+    sidecar = _write_derived_sidecar(out_path, parent, "int8", io_specs(model), recipe)
     logger.info("wrote %s (%d MatMul weights reduced to 7 bits)", out_path, changed)
     return sidecar
 
@@ -278,33 +282,16 @@ def quantize_int4_weights(
         raise
     except Exception as e:  # the quantizer raises a mix of types
         raise GraphPrepError(f"MatMulNBitsQuantizer failed on {fp32_path}: {e}") from e
-    model = load_model(out_path)
-    ops = count_ops(model)
-    if not ops.get("MatMulNBits"):
-        raise GraphPrepError(f"the 4-bit quantizer left no MatMulNBits in {out_path} (ops: {ops})")
-    inputs, outputs = io_specs(model)
-    problems = interface_problems(inputs, outputs)
-    if problems:
-        raise GraphPrepError(f"{out_path} has the wrong interface: " + "; ".join(problems))
-    sidecar = new_sidecar(
-        out_path,
-        backend="onnxruntime",
-        precision="int4",
-        inputs=inputs,
-        outputs=outputs,
-        source_sha256=parent.source_sha256,
-        parent=parent,
-        recipe={
-            "method": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
-            "bits": 4,
-            "symmetric": True,
-            "op_types": list(op_types),
-            "int4_matmuls": ops["MatMulNBits"],
-            "int4_gathers": ops.get("GatherBlockQuantized", 0),
-            **asdict(options),
-        },
-    )
-    write_sidecar(sidecar, out_path)
+    ops, io = _checked_ops(out_path, "MatMulNBits", "the 4-bit quantizer left no MatMulNBits")
+    sidecar = _write_derived_sidecar(out_path, parent, "int4", io, {
+        "method": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+        "bits": 4,
+        "symmetric": True,
+        "op_types": list(op_types),
+        "int4_matmuls": ops["MatMulNBits"],
+        "int4_gathers": ops.get("GatherBlockQuantized", 0),
+        **asdict(options),
+    })
     logger.info("wrote %s (%d 4-bit MatMuls, %d 4-bit embedding tables)", out_path, ops["MatMulNBits"],
                 ops.get("GatherBlockQuantized", 0))
     return sidecar
