@@ -31,7 +31,7 @@ from benchmarks.common import RESULTS_DIR, publish
 from benchmarks.load_bench import LoadBenchConfig, load_corpus
 from benchmarks.load_finals import check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-from benchmarks.load_server_process import ServerProcess, http_get
+from benchmarks.load_server_process import ServerProcess, http_get, require_model_folder
 from streampunct.options import SessionOptions
 
 
@@ -263,12 +263,7 @@ def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None)
         )
     except ValueError as e:
         raise InputError(str(e)) from None
-    if cfg.engine != "fake":
-        from streampunct.model import DEFAULT_MODEL_DIR
-
-        model = cfg.model_dir or DEFAULT_MODEL_DIR
-        if not Path(model).is_dir():
-            raise InputError(f"no model folder at {model}: pass --model DIR or --engine fake")
+    require_model_folder(cfg.engine, cfg.model_dir)
     try:
         payload = run_flood_bench(cfg, command=command)
     except (RuntimeError, TimeoutError) as e:

@@ -642,12 +642,10 @@ def run_load_from_args(args: argparse.Namespace, *, command: str | None = None) 
         cfg = config_from_args(args)
     except ValueError as e:
         raise InputError(str(e)) from None
-    if cfg.url is None and cfg.engine != "fake":
-        from streampunct.model import DEFAULT_MODEL_DIR
+    if cfg.url is None:
+        from benchmarks.load_server_process import require_model_folder
 
-        model = cfg.model_dir or DEFAULT_MODEL_DIR
-        if not Path(model).is_dir():
-            raise InputError(f"no model folder at {model}: pass --model DIR, --url, or --engine fake")
+        require_model_folder(cfg.engine, cfg.model_dir, options="--model DIR, --url,")
     try:
         run_load_bench(cfg, command=command)
     except RuntimeError as e:

@@ -21,6 +21,19 @@ from engines.deps import require
 if TYPE_CHECKING:
     from benchmarks.load_bench import LoadBenchConfig
 
+def require_model_folder(engine: str, model_dir: Path | None, *, options: str = "--model DIR") -> None:
+    """InputError unless the server to start has a model folder (the fake engine needs none);
+    ``options`` names what the user can pass instead, before ``or --engine fake``."""
+    if engine == "fake":
+        return
+    from streampunct.errors import InputError
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    model = model_dir or DEFAULT_MODEL_DIR
+    if not Path(model).is_dir():
+        raise InputError(f"no model folder at {model}: pass {options} or --engine fake")
+
+
 def machine_cpu_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of all cores since boot."""
     times = require("psutil", feature="the load benchmark").cpu_times()

@@ -43,7 +43,7 @@ from benchmarks.load_bench import (
 )
 from benchmarks.load_finals import FinalsCheck
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-from benchmarks.load_server_process import ServerProcess, http_get
+from benchmarks.load_server_process import ServerProcess, http_get, require_model_folder
 from benchmarks.soak_report import plot_soak, rss_trend, summary_text
 from streampunct.options import SessionOptions
 
@@ -322,12 +322,7 @@ def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) 
         cfg = config_from_args(args)
     except ValueError as e:
         raise InputError(str(e)) from None
-    if cfg.engine != "fake":
-        from streampunct.model import DEFAULT_MODEL_DIR
-
-        model = cfg.model_dir or DEFAULT_MODEL_DIR
-        if not Path(model).is_dir():
-            raise InputError(f"no model folder at {model}: pass --model DIR or --engine fake")
+    require_model_folder(cfg.engine, cfg.model_dir)
     try:
         run_soak_bench(cfg, command=command)
     except RuntimeError as e:
