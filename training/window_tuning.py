@@ -128,19 +128,15 @@ def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Seq
     return best.to_dict()
 
 
-def live_score(directory: str | Path, words: Sequence[str], labels: Sequence[int], window: WindowConfig,
-               *, engine_workers: int = 1) -> Report:
+def live_score(punctuator, words: Sequence[str], labels: Sequence[int], window: WindowConfig) -> Report:
     """Overall figures of ``words`` played as one live stream (1-4-word chunks at 2.5 words/s,
-    the server's default session options) through a runtime model folder's engine."""
+    the server's default session options) through an open
+    :class:`~streampunct.punctuator.Punctuator`'s engine, with streaming windows ``window``."""
     from streampunct.evaluation import live_schedule, schedule_labels, score
     from streampunct.options import SessionOptions
-    from streampunct.punctuator import Punctuator
 
-    p = Punctuator.from_model_dir(directory)
-    try:
-        pred = schedule_labels(live_schedule(words), p.aligner, window, p.engine.infer, SessionOptions())
-    finally:
-        p.close()
+    pred = schedule_labels(live_schedule(words), punctuator.aligner, window, punctuator.engine.infer,
+                           SessionOptions())
     return score(labels, pred)
 
 
@@ -148,33 +144,31 @@ def tune_stream_left(directory: str | Path, docs: Sequence[Document], lefts: Seq
                      set_name: str = "validation", tolerance: float = 0.5,
                      score: Callable[[WindowConfig], Report] | None = None) -> dict[str, int]:
     """Choose the streaming left context of a runtime model folder in place: the least left
-    context within ``tolerance`` overall F1 points of the best live score. Writes
-    ``stream_window`` (``{"left": L}``; size and right stay the offline window's) and the
-    grid (``stream_window_tuning``). Returns the chosen ``stream_window``."""
+    context within ``tolerance`` overall F1 points of the best live score (with size and
+    right fixed, the largest step of :func:`search_windows`). Writes ``stream_window``
+    (``{"left": L}``; size and right stay the offline window's) and the grid
+    (``stream_window_tuning``). Returns the chosen ``stream_window``. ``score`` defaults to
+    :func:`live_score` with the folder's engine, opened once for the whole grid."""
     from streampunct.model import load_model_info
+    from streampunct.punctuator import Punctuator
 
-    if not lefts:
-        raise ValueError("no left contexts to try")
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
     directory = Path(directory)
     info = load_model_info(directory)
-    words = [w for d in docs for w in d.words]
-    labels = [lab for d in docs for lab in d.labels]
-    if score is None:
-        def score(w: WindowConfig) -> Report:
-            return live_score(directory, words, labels, w)
-    rows, scored = [], []
-    for left in sorted(set(lefts)):
-        window = WindowConfig(info.window.size, left, info.window.right)
+    grid = [WindowConfig(info.window.size, left, info.window.right) for left in sorted(set(lefts))]
+    for window in grid:
         window.validate_for(info.max_word_tokens)
-        report = score(window)
-        log.info("stream left %d: live overall F1 %.2f", left, report.overall_f1)
-        rows.append({"left": left, "overall_f1": round(report.overall_f1, 2),
-                     "per_class_f1": {k: round(f, 2) for k, (_, _, f) in report.per_class.items()}})
-        scored.append((round(report.overall_f1, 6), left))
-    top = max(f for f, _ in scored)
-    chosen = {"left": min(left for f, left in scored if f >= top - tolerance)}
+    if score is not None:
+        best, rows = search_windows(score, grid, tolerance=tolerance)
+    else:
+        words = [w for d in docs for w in d.words]
+        labels = [lab for d in docs for lab in d.labels]
+        punctuator = Punctuator.from_model_dir(directory)
+        try:
+            best, rows = search_windows(lambda w: live_score(punctuator, words, labels, w), grid,
+                                        tolerance=tolerance)
+        finally:
+            punctuator.close()
+    chosen = {"left": best.left}
     meta_path = directory / "streampunct.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta["stream_window"] = chosen

@@ -320,6 +320,14 @@ def test_stream_left_tuning_picks_the_least_left_context_within_tolerance(tiny_b
     with pytest.raises(ValueError, match="tolerance"):
         tune_stream_left(folder, docs, [2], tolerance=-1, score=score)
     # The real score: the tiny model's labels for the validation text as one live stream.
+    from streampunct.punctuator import Punctuator
+
     words = [w for d in docs for w in d.words]
-    report = live_score(folder, words, gold, info.stream_window)
+    punctuator = Punctuator.from_model_dir(folder)
+    try:
+        report = live_score(punctuator, words, gold, info.stream_window)
+    finally:
+        punctuator.close()
     assert 0.0 <= report.overall_f1 <= 100.0 and sum(report.confusion.sum(axis=1)) == len(words)
+    # Without a score, the folder's engine plays every candidate (opened once).
+    assert tune_stream_left(folder, docs, [4, 6], tolerance=100.0) == {"left": 4}
