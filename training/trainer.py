@@ -358,7 +358,9 @@ class Trainer:
         self._last_save = time.monotonic()
         while s.epoch < o.epochs and not s.stopped and s.step < self.total_steps:
             skip = s.batch_in_epoch
-            bar = tqdm(total=self.steps_per_epoch, initial=skip, desc=f"epoch {s.epoch + 1}/{o.epochs}",
+            # the bar ends where this epoch ends: at the epoch's last batch, or at max_steps
+            bar_total = min(self.steps_per_epoch, skip + self.total_steps - s.step)
+            bar = tqdm(total=bar_total, initial=skip, desc=f"epoch {s.epoch + 1}/{o.epochs}",
                        unit="batch", dynamic_ncols=True, mininterval=5.0)
             sums: dict[str, float] = {}
             counts: dict[str, int] = {}  # per key: some keys exist only for one task's batches
