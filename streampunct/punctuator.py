@@ -136,13 +136,15 @@ class Punctuator:
         """The model has a truecasing head (its engine returns case logits too)."""
         return bool(getattr(self.engine, "has_case", False))
 
-    def labels_and_cases(self, words: Sequence[str]) -> tuple[list[int], list[int] | None]:
+    def labels_and_cases(self, words: Sequence[str], *, end_of_stream: bool = True
+                         ) -> tuple[list[int], list[int] | None]:
         """Label ids and, for a model with a truecasing head, case classes of normalized words
-        (one decode: both heads come from the same windows)."""
+        (one decode: both heads come from the same windows). The last word gets a sentence
+        mark as in :meth:`punctuate`, unless ``end_of_stream`` is false."""
         if not words:
             return [], ([] if self.has_case else None)
         if not self.has_case:
-            return self.punctuate(words), None
+            return self.punctuate(words, end_of_stream=end_of_stream), None
 
         def both(ids, mask):
             logits, case = self.engine.infer_heads(ids, mask)
@@ -150,7 +152,10 @@ class Punctuator:
 
         out = decode_offline(words, self.aligner, self.window, both, batch_size=self.batch_size)
         n = out.shape[1] - 4
-        return [int(x) for x in out[:, :n].argmax(-1)], [int(x) for x in out[:, n:].argmax(-1)]
+        labels = [int(x) for x in out[:, :n].argmax(-1)]
+        if end_of_stream:
+            labels[-1] = end_of_stream_label(labels[-1], out[-1, :n])
+        return labels, [int(x) for x in out[:, n:].argmax(-1)]
 
     def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
         """Punctuate raw text (any existing punctuation and casing is dropped first). With
