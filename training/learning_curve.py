@@ -1,11 +1,13 @@
 """A run's learning curve: validation F1 against words trained on, as JSON and PNG.
 
     python -m training.learning_curve checkpoints/release_teacher [--out benchmarks/results/teacher_curve]
+        [--compare OTHER_CURVE.json [--compare-label NAME]]
 
 Reads the ``valid`` records of ``RUN/metrics.jsonl`` (written every
 ``optim.eval_every`` steps; ``words_seen`` counts the labelled words trained on
 so far) and writes ``OUT.json`` (one point per validation: step, words, overall
-and per-class F1, case non-lower F1 when logged) and ``OUT.png``.
+and per-class F1, case non-lower F1 when logged) and ``OUT.png``. ``--compare`` draws the
+overall F1 of another run's curve JSON (one this tool wrote) on the same axes.
 """
 
 from __future__ import annotations
@@ -29,19 +31,28 @@ def curve_points(metrics_path: Path) -> list[dict]:
     return points
 
 
-def plot(points: list[dict], path: Path, title: str) -> None:
+def plot(points: list[dict], path: Path, title: str, *, compare: list[dict] | None = None,
+         compare_label: str = "other run") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [(p["words"] or 0) / 1e6 if points and points[0]["words"] is not None else p["step"] for p in points]
+    by_words = bool(points) and points[0]["words"] is not None
+
+    def xs(pts: list[dict]) -> list[float]:
+        return [(p["words"] or 0) / 1e6 if by_words else p["step"] for p in pts]
+
+    x = xs(points)
     fig, ax = plt.subplots(figsize=(7, 4))
     for key in ("overall_f1", "COMMA_f1", "PERIOD_f1", "QUESTION_f1"):
         if points and key in points[0]:
             ax.plot(x, [p[key] for p in points], marker="o" if key == "overall_f1" else ".",
                     label=key.replace("_f1", ""), linewidth=2 if key == "overall_f1" else 1)
-    ax.set_xlabel("million labelled words trained on" if points and points[0]["words"] is not None else "step")
+    if compare:
+        ax.plot(xs(compare), [p["overall_f1"] for p in compare], marker="o", linestyle="--", color="grey",
+                label=f"overall, {compare_label}")
+    ax.set_xlabel("million labelled words trained on" if by_words else "step")
     ax.set_ylabel("dev2010 F1")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -55,13 +66,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.learning_curve", description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a run folder (holds metrics.jsonl)")
     ap.add_argument("--out", type=Path, default=None, help="output path without suffix (default RUN/learning_curve)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="CURVE_JSON",
+                    help="another run's curve (a JSON this tool wrote): its overall F1 is drawn too")
+    ap.add_argument("--compare-label", default=None, help="legend name of --compare (default: its run)")
     args = ap.parse_args(argv)
     points = curve_points(args.run / "metrics.jsonl")
+    compare = None
+    if args.compare is not None:
+        other = json.loads(args.compare.read_text(encoding="utf-8"))
+        compare = other["points"]
+        label = args.compare_label or Path(other.get("run", args.compare.stem)).name
     out = args.out or args.run / "learning_curve"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"run": str(args.run), "points": points}, indent=2) + "\n",
                                         encoding="utf-8")
-    plot(points, out.with_suffix(".png"), f"{args.run.name}: validation F1")
+    plot(points, out.with_suffix(".png"), f"{args.run.name}: validation F1",
+         compare=compare, compare_label=label if compare is not None else "")
     print(f"{len(points)} points -> {out}.json, {out}.png")
     return 0
 

@@ -99,3 +99,8 @@ def test_learning_curve_from_the_metrics_log(tiny_base_model, tiny_data_root, tm
     assert [p["step"] for p in points] == [2, 4, 6]
     assert points[0]["words"] > 0 and points[2]["words"] > points[0]["words"]
     assert (tmp_path / "lc.png").stat().st_size > 1000
+    # another run's curve drawn on the same axes: the picture changes, the JSON does not
+    assert main([str(out), "--out", str(tmp_path / "lc2"), "--compare", str(tmp_path / "lc.json"),
+                 "--compare-label", "first try"]) == 0
+    assert json.loads((tmp_path / "lc2.json").read_text())["points"] == points
+    assert (tmp_path / "lc2.png").read_bytes() != (tmp_path / "lc.png").read_bytes()
