@@ -1,12 +1,14 @@
-"""A shipped int8 ONNX model back into a training checkpoint, to continue training it.
+"""A shipped int8 or int4 ONNX model back into a training checkpoint, to continue training it.
 
-The release models keep only their int8 graph: the fp32 weights they were
+The release models keep only their quantized graph: the fp32 weights they were
 exported from are not in the repository. This module reads the graph's
 initializers, de-quantizes them (per-channel int8 MatMul weights, 8-bit
-embedding tables) and maps them back to the encoder's parameter names by
-following each ``MatMulInteger`` to the ``Add`` of its named bias. The result
-is a checkpoint folder (``training.checkpoint`` layout) whose logits agree with
-the int8 graph up to the quantisation of activations::
+embedding tables; 4-bit block-quantized ``MatMulNBits`` weights and
+``GatherBlockQuantized`` embedding tables) and maps them back to the encoder's
+parameter names by following each ``MatMulInteger`` / ``MatMulNBits`` to the
+``Add`` of its named bias. The result is a checkpoint folder
+(``training.checkpoint`` layout) whose logits agree with the graph up to the
+quantisation of activations::
 
     python -m training.onnx_import models/default cache/default_fp32
     streampunct train --config ... --base-model cache/default_fp32 --set model.init_head=true
@@ -28,6 +30,47 @@ log = logging.getLogger(__name__)
 
 _PREFIX = "inner."
 _QUANT = "_quantized"
+_Q4 = "_Q4"          # MatMulNBitsQuantizer's packed weights ...
+_SCALES = "_scales"  # ... and their per-block scales
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _dequantize_nbits(packed: np.ndarray, scales: np.ndarray, zero: np.ndarray | None, attrs: dict,
+                      where: str) -> np.ndarray:
+    """A ``MatMulNBits`` weight back to fp32 [K, N].
+
+    ``packed`` is uint8 [N, K/block, block*bits/8], 4-bit values low nibble first; ``scales``
+    one per (column, block); without zero points the 4-bit zero is 8 (the op's default).
+    """
+    bits, block, k, n = (int(attrs[a]) for a in ("bits", "block_size", "K", "N"))
+    if bits != 4:
+        raise ModelError(f"{where}: {bits}-bit MatMulNBits weights are not supported (4 only)")
+    if zero is not None:
+        raise ModelError(f"{where}: asymmetric MatMulNBits weights (zero points) are not supported")
+    blocks = -(-k // block)
+    flat = packed.reshape(n, blocks, block // 2)
+    q = np.empty((n, blocks, block), dtype=np.float32)
+    q[..., 0::2] = flat & 0x0F
+    q[..., 1::2] = flat >> 4
+    w = (q - 8.0) * scales.reshape(n, blocks, 1).astype(np.float32)
+    return np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T)
+
+
+def _dequantize_gather_blocks(data: np.ndarray, scales: np.ndarray, zero: np.ndarray | None, attrs: dict,
+                              where: str) -> np.ndarray:
+    """A ``GatherBlockQuantized`` table (int4 [rows, hidden], blocks along the hidden axis) to fp32."""
+    block, axis = int(attrs.get("block_size", 128)), int(attrs.get("quantize_axis", 1))
+    if data.ndim != 2 or axis not in (1, -1):
+        raise ModelError(f"{where}: only 2-D tables quantized along their last axis are supported")
+    if zero is not None:
+        raise ModelError(f"{where}: asymmetric block-quantized tables (zero points) are not supported")
+    per = np.repeat(scales.astype(np.float32), block, axis=1)[:, : data.shape[1]]
+    return data.astype(np.float32) * per
 
 
 def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
@@ -79,8 +122,27 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
         out[target] = np.ascontiguousarray(w.T)
 
     out: dict[str, np.ndarray] = {}
+    blockwise = set()  # initializers of the 4-bit ops, read from their nodes below
+    for node in g.node:
+        if node.op_type not in ("MatMulNBits", "GatherBlockQuantized"):
+            continue
+        names = [i for i in node.input[:4] if i in init]
+        blockwise.update(names)
+        weight, scales = node.input[0 if node.op_type == "GatherBlockQuantized" else 1], node.input[2]
+        zero_name = node.input[3] if len(node.input) > 3 else ""
+        zero = init.get(zero_name) if zero_name else None
+        if weight not in init or scales not in init:
+            raise ModelError(f"{onnx_path}: {node.op_type} {node.name} has no constant weight")
+        where = f"{onnx_path}: {node.op_type} {node.name}"
+        if node.op_type == "MatMulNBits":
+            matmul_weight(weight, _dequantize_nbits(init[weight], init[scales], zero, _attrs(node), where),
+                          "MatMulNBits")
+        else:
+            base = weight[: -len(_Q4)] if weight.endswith(_Q4) else weight
+            out[torch_name(base)] = _dequantize_gather_blocks(init[weight], init[scales], zero,
+                                                              _attrs(node), where)
     for name, arr in init.items():
-        if name.endswith((_QUANT, "_scale", "_zero_point")) or arr.dtype != np.float32:
+        if name in blockwise or name.endswith((_QUANT, "_scale", "_zero_point")) or arr.dtype != np.float32:
             continue
         if not name.startswith("onnx::"):
             out[torch_name(name)] = arr          # biases, LayerNorms, fp32 embedding tables
@@ -101,7 +163,8 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
 
 
 def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model: str = "") -> Path:
-    """Write ``model_dir``'s graph (``model.int8.onnx`` or ``model.onnx``) as a checkpoint folder."""
+    """Write ``model_dir``'s graph (``model.int8.onnx``, ``model.int4.onnx`` or ``model.onnx``) as a
+    checkpoint folder."""
     import torch
 
     from streampunct.model import load_model_info
@@ -109,9 +172,10 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     from training.model import build_model, resolve_base_model
 
     model_dir = Path(model_dir)
-    graphs = [model_dir / n for n in ("model.int8.onnx", "model.onnx") if (model_dir / n).is_file()]
+    graphs = [model_dir / n for n in ("model.int8.onnx", "model.int4.onnx", "model.onnx")
+              if (model_dir / n).is_file()]
     if not graphs:
-        raise InputError(f"{model_dir} has no model.onnx or model.int8.onnx")
+        raise InputError(f"{model_dir} has no model.onnx, model.int8.onnx or model.int4.onnx")
     info = load_model_info(model_dir)
     head = info.metadata.get("head", "linear")
     if head not in ("linear", None):
@@ -139,7 +203,7 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.onnx_import", description=__doc__.split("\n")[0])
-    ap.add_argument("model_dir", help="runtime model folder (model.int8.onnx + streampunct.json)")
+    ap.add_argument("model_dir", help="runtime model folder (model.int8.onnx or model.int4.onnx + streampunct.json)")
     ap.add_argument("dest", help="checkpoint folder to write")
     ap.add_argument("--base-model", default="", help="encoder folder whose config the graph matches")
     args = ap.parse_args(argv)

@@ -18,7 +18,8 @@ from training.pipeline import new_model  # noqa: E402
 WINDOW = {"size": 30, "left": 6, "right": 4}
 
 
-def runtime_folder(base: Path, out: Path, *, case_head: bool, quantize_embeddings: bool) -> torch.nn.Module:
+def runtime_folder(base: Path, out: Path, *, case_head: bool, quantize_embeddings: bool,
+                   precision: str = "int8") -> torch.nn.Module:
     from engines.builder import BuildConfig, build_model_folder
 
     torch.manual_seed(3)
@@ -26,7 +27,7 @@ def runtime_folder(base: Path, out: Path, *, case_head: bool, quantize_embedding
     with torch.no_grad():  # a trained model's look: no two tensors equal (the exporter merges those)
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    build_model_folder(model, out, config=BuildConfig(quantize_embeddings=quantize_embeddings),
+    build_model_folder(model, out, config=BuildConfig(precision=precision, quantize_embeddings=quantize_embeddings),
                        model_metadata={"labels": ["O", "COMMA", "PERIOD", "QUESTION"],
                                        "label_position": "last", "window": WINDOW, "head": "linear"},
                        copy_files={"tokenizer.json": base / "tokenizer.json"})
@@ -56,6 +57,37 @@ def test_import_recovers_every_parameter(tiny_base_model, tmp_path, case_head, q
         a = original(ids, mask).argmax(-1)
         b = model(ids, mask).argmax(-1)
     assert float((a == b).float().mean()) >= 0.9
+
+
+def test_import_recovers_an_int4_graph(tiny_base_model, tmp_path):
+    """models/base ships 4-bit weights and embeddings (MatMulNBits, GatherBlockQuantized) only."""
+    original = runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=True,
+                              precision="int4")
+    (tmp_path / "rt" / "model.onnx").unlink()  # as shipped: the 4-bit graph alone
+    ckpt = import_runtime_model(tmp_path / "rt", tmp_path / "ckpt", base_model=str(tiny_base_model))
+    model, meta = load_checkpoint(ckpt)
+    assert meta["imported_from"].endswith("model.int4.onnx") and model.case_head is not None
+    want = {k: v for k, v in original.state_dict().items() if not k.endswith("position_ids")}
+    got = model.state_dict()
+    quantized = 0
+    for name, w in want.items():
+        g = got[name]
+        assert g.shape == w.shape, name
+        # 4-bit symmetric blocks: within one step (block max / 8) of the original
+        tol = float(w.abs().max()) / 8 + 1e-7
+        assert float((g - w).abs().max()) <= tol, name
+        quantized += not torch.equal(g, w)
+    assert quantized >= 14 + 3  # every MatMul weight and embedding table came through the 4-bit path
+    import onnxruntime as ort
+
+    ids = torch.randint(5, 1000, (4, 20))
+    mask = torch.ones_like(ids)
+    session = ort.InferenceSession(str(tmp_path / "rt" / "model.int4.onnx"), providers=["CPUExecutionProvider"])
+    graph = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    with torch.no_grad():
+        imported = model(ids, mask).numpy()
+    # the imported fp32 weights are the graph's own: only the kernels' int8 activations differ
+    assert float(np.mean(imported.argmax(-1) == graph.argmax(-1))) >= 0.95
 
 
 def test_state_dict_names_follow_the_bias(tiny_base_model, tmp_path):
@@ -95,7 +127,7 @@ def test_merged_initializers_are_refused(tiny_base_model, tmp_path):
 
 def test_errors_name_the_problem(tiny_base_model, tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="no model.onnx or model.int8.onnx"):
+    with pytest.raises(InputError, match="no model.onnx, model.int8.onnx or model.int4.onnx"):
         import_runtime_model(tmp_path / "empty", tmp_path / "out")
     cfg = load_config(None, ["model.init_head=true", "model.random_init=true"])
     with pytest.raises(InputError, match="not a checkpoint folder"):
