@@ -36,4 +36,4 @@ def test_the_tools_use_it(tmp_path, capsys):
     assert interpolate.main([str(tmp_path), str(tmp_path), "--t", "2", "--out", str(tmp_path / "o")]) == 2
     assert "error: --t must be in [0, 1], got 2.0" in capsys.readouterr().err
     assert onnx_import.main([str(tmp_path), str(tmp_path / "o")]) == 2
-    assert "has no model.onnx or model.int8.onnx" in capsys.readouterr().err
+    assert "has no model.onnx, model.int8.onnx or model.int4.onnx" in capsys.readouterr().err
