@@ -74,6 +74,14 @@ def decode_offline(
     return out
 
 
+def _labels(logits: np.ndarray, end_of_stream: bool) -> list[int]:
+    """Argmax label ids of per-word logits; with ``end_of_stream`` the last word ends its sentence."""
+    labels = [int(x) for x in np.argmax(logits, axis=-1)]
+    if end_of_stream:
+        labels[-1] = end_of_stream_label(labels[-1], logits[-1])
+    return labels
+
+
 class Punctuator:
     """Punctuates complete texts with a model folder and an engine."""
 
@@ -125,11 +133,7 @@ class Punctuator:
         """
         if not words:
             return []
-        logits = self.logits(words)
-        labels = [int(x) for x in np.argmax(logits, axis=-1)]
-        if end_of_stream:
-            labels[-1] = end_of_stream_label(labels[-1], logits[-1])
-        return labels
+        return _labels(self.logits(words), end_of_stream)
 
     @property
     def has_case(self) -> bool:
@@ -152,10 +156,7 @@ class Punctuator:
 
         out = decode_offline(words, self.aligner, self.window, both, batch_size=self.batch_size)
         n = out.shape[1] - 4
-        labels = [int(x) for x in out[:, :n].argmax(-1)]
-        if end_of_stream:
-            labels[-1] = end_of_stream_label(labels[-1], out[-1, :n])
-        return labels, [int(x) for x in out[:, n:].argmax(-1)]
+        return _labels(out[:, :n], end_of_stream), [int(x) for x in out[:, n:].argmax(-1)]
 
     def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
         """Punctuate raw text (any existing punctuation and casing is dropped first). With

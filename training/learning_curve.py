@@ -32,7 +32,7 @@ def curve_points(metrics_path: Path) -> list[dict]:
 
 
 def plot(points: list[dict], path: Path, title: str, *, compare: list[dict] | None = None,
-         compare_label: str = "other run") -> None:
+         compare_label: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-label", default=None, help="legend name of --compare (default: its run)")
     args = ap.parse_args(argv)
     points = curve_points(args.run / "metrics.jsonl")
-    compare = None
+    compare, label = None, ""
     if args.compare is not None:
         other = json.loads(args.compare.read_text(encoding="utf-8"))
         compare = other["points"]
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".json").write_text(json.dumps({"run": str(args.run), "points": points}, indent=2) + "\n",
                                         encoding="utf-8")
     plot(points, out.with_suffix(".png"), f"{args.run.name}: validation F1",
-         compare=compare, compare_label=label if compare is not None else "")
+         compare=compare, compare_label=label)
     print(f"{len(points)} points -> {out}.json, {out}.png")
     return 0
 

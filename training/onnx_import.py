@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 _PREFIX = "inner."
 _QUANT = "_quantized"
-_Q4 = "_Q4"          # MatMulNBitsQuantizer's packed weights ...
-_SCALES = "_scales"  # ... and their per-block scales
+_Q4 = "_Q4"  # suffix of MatMulNBitsQuantizer's packed tables
 
 
 def _attrs(node) -> dict:
@@ -163,24 +162,26 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
 
 
 def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model: str = "") -> Path:
-    """Write ``model_dir``'s graph (``model.int8.onnx``, ``model.int4.onnx`` or ``model.onnx``) as a
-    checkpoint folder."""
+    """Write the graph ``model_dir`` serves (``model.int8.onnx``, ``model.int4.onnx`` or
+    ``model.onnx``, chosen as ``serve`` chooses) as a checkpoint folder."""
     import torch
 
+    from engines.base import ArtifactError
+    from engines.registry import resolve_artifact
     from streampunct.model import load_model_info
     from training.checkpoint import save_checkpoint
     from training.model import build_model, resolve_base_model
 
     model_dir = Path(model_dir)
-    graphs = [model_dir / n for n in ("model.int8.onnx", "model.int4.onnx", "model.onnx")
-              if (model_dir / n).is_file()]
-    if not graphs:
-        raise InputError(f"{model_dir} has no model.onnx, model.int8.onnx or model.int4.onnx")
+    try:  # the graph the folder serves: streampunct.json's artifact, else the registry's defaults
+        graph = resolve_artifact("onnxruntime", model_dir)
+    except ArtifactError as e:
+        raise InputError(f"{model_dir} has no model.onnx, model.int8.onnx or model.int4.onnx ({e})") from e
     info = load_model_info(model_dir)
     head = info.metadata.get("head", "linear")
     if head not in ("linear", None):
         raise InputError(f"only linear heads can be imported (this model has {head!r})")
-    state = onnx_state_dict(graphs[0])
+    state = onnx_state_dict(graph)
     case_head = any(k.startswith("case_head.") for k in state)
     # Every parameter comes from the graph: only the base model's config is needed.
     model = build_model(resolve_base_model(base_model), case_head=case_head, random_init=True)
@@ -188,16 +189,16 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     missing = sorted(expected - state.keys())
     extra = sorted(state.keys() - expected)
     if missing or extra:
-        raise ModelError(f"{graphs[0]}: parameters missing {missing[:5]}, unexpected {extra[:5]}")
+        raise ModelError(f"{graph}: parameters missing {missing[:5]}, unexpected {extra[:5]}")
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()}, strict=False)
     meta = {"label_position": info.label_position,
             "max_word_tokens": info.max_word_tokens,
             "window": info.window.to_dict(),
             "base_model": info.metadata.get("base_model", ""),
-            "imported_from": str(graphs[0]),
+            "imported_from": str(graph),
             "name": f"imported:{model_dir.name}"}
     path = save_checkpoint(dest, model, info.aligner(), meta)
-    log.info("wrote %s from %s (%d tensors)", path, graphs[0], len(state))
+    log.info("wrote %s from %s (%d tensors)", path, graph, len(state))
     return path
 
 
