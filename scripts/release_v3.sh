@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Release 3 default model candidate: release 2 (models/default) continued with the MPNet
 # teacher's per-word soft labels (training/configs/release_v3.toml). 2 CPU cores: ~55 min to
-# label with the fp32 teacher checkpoint in bf16 (~2.5 h with the shipped int4 models/base),
-# ~35 min to train, ~15 min to build, compare and score. Each step can be re-run; the
+# label with the fp32 teacher checkpoint in bf16 (~1.6 h with the shipped int4 models/base),
+# ~30 min to train, ~15 min to build, compare and score. Each step can be re-run; the
 # training step continues an interrupted run (--resume).
 #   bash scripts/release_v3.sh            # all steps
 #   bash scripts/release_v3.sh compare    # only the validation comparison with release 2
-#   bash scripts/release_v3.sh ship       # window tuning + stream window on build/v3 (then copy)
+#   bash scripts/release_v3.sh ship       # offline and streaming window tuning on build/v3 (then copy)
 # Validation (dev2010, SwDA validation) decides whether the candidate replaces
 # models/default; the test sets are scored once, after that decision, by ship_model.sh.
 set -euo pipefail
@@ -72,15 +72,10 @@ if [[ "$step" != ship ]]; then
   done
 fi
 if [[ "$step" == all || "$step" == ship ]]; then
-  # 7. the offline window re-tuned on validation (written into build/v3/streampunct.json),
-  #    the streaming window kept at release 2's left 20 (dev2010 live: 63.9 at left 20,
-  #    63.8 at left 30: streampunct evaluate --model build/v3 --text --data DEV2010 --live
-  #    --window 126 L 15), then the folder that ships as models/default
+  # 7. the offline window re-tuned on validation, then the streaming left context (a live
+  #    dev2010 stream at the server's defaults), both written into build/v3/streampunct.json
   $py -m training.window_tuning build/v3 --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 --tolerance 0.5
-  $py -c "
-import json; p = 'build/v3/streampunct.json'; d = json.load(open(p))
-d['stream_window'] = {'left': 20}
-json.dump(d, open(p, 'w'), indent=2, sort_keys=True); open(p, 'a').write('\n')"
+  $py -m training.window_tuning build/v3 --stream-lefts 20 30
   echo "to ship: copy build/v3/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json}"
   echo "into models/default, then score the test sets once (models/default/MODEL_CARD.md, Figures)"
 fi
