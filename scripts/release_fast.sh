@@ -17,14 +17,10 @@ mkdir -p benchmarks/results/release_fast
 py=.venv/bin/python
 sp=.venv/bin/streampunct
 step="${1:-all}"
+. scripts/release_lib.sh
 # Release 3, the model the student had to match, as shipped at 0f97950.
 v3=build/v3_shipped
-if [[ ! -f $v3/streampunct.json ]]; then
-  mkdir -p $v3
-  for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
-    git show "0f97950:models/default/$f" > "$v3/$f"
-  done
-fi
+pinned_model 0f97950 $v3
 if [[ "$step" == all ]]; then
   for need in cache/default_v2_fp32 cache/soft/v3_teacher.npz; do
     [[ -e $need ]] || { echo "missing $need: run scripts/release_v3.sh first" >&2; exit 1; }
@@ -48,17 +44,7 @@ if [[ "$step" == all || "$step" == build ]]; then
 fi
 if [[ "$step" != tune ]]; then
   # 5. the student against release 3, on validation only
-  for valid in dev2010 swda_val; do
-    $py -m benchmarks.compare_models $v3 build/fast --valid "$valid" \
-        --json "benchmarks/results/release_fast/compare_$valid.json"
-  done
-  for m in $v3 build/fast; do
-    n=$(basename "$m")
-    $py -m streampunct.case_eval --model "$m" --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-        --json "benchmarks/results/release_fast/case_dev2010_$n.json"
-    $sp evaluate --model "$m" --text --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-        --live --json "benchmarks/results/release_fast/live_ted_iwslt_dev2010_$n.json"
-  done
+  compare_on_validation $v3 build/fast benchmarks/results/release_fast
 fi
 if [[ "$step" == all || "$step" == tune ]]; then
   # 6. the offline window, then the streaming left context, tuned on validation and written

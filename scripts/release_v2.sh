@@ -12,14 +12,10 @@ cd "$(dirname "$0")/.."
 mkdir -p benchmarks/results/release_v2
 py=.venv/bin/python
 step="${1:-all}"
+. scripts/release_lib.sh
 # Release 1 (release_disc_st), the start of this recipe, as it was shipped at fb7ea14.
 v1=build/v1
-if [[ ! -f $v1/streampunct.json ]]; then
-  mkdir -p $v1
-  for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
-    git show "fb7ea14:models/default/$f" > "$v1/$f"
-  done
-fi
+pinned_model fb7ea14 $v1
 if [[ "$step" == live ]]; then
   # 7. after shipping: live through the server (test sets for the final report only)
   $py -c "
@@ -61,17 +57,5 @@ if [[ "$step" == all ]]; then
       --precision int8 --quantize-embeddings --out build/v2
 fi
 # 6. candidate vs release 1 on validation only
-for valid in dev2010 swda_val; do
-  $py -m benchmarks.compare_models $v1 build/v2 --valid "$valid" \
-      --json "benchmarks/results/release_v2/compare_$valid.json"
-done
-for m in $v1 build/v2; do
-  n=$(basename "$m")
-  $py -m streampunct.case_eval --model "$m" --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-      --json "benchmarks/results/release_v2/case_dev2010_$n.json"
-  for valid in ted_iwslt_dev2010 swda_val; do
-    .venv/bin/streampunct evaluate --model "$m" --text --data "../shared/data/cased_spoken/${valid}_cased.txt" \
-        --live --json "benchmarks/results/release_v2/live_${valid}_$n.json"
-  done
-done
+compare_on_validation $v1 build/v2 benchmarks/results/release_v2 ted_iwslt_dev2010 swda_val
 echo "if the candidate wins on validation: bash scripts/ship_model.sh checkpoints/release_v2_t70"

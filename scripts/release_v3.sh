@@ -14,14 +14,10 @@ cd "$(dirname "$0")/.."
 mkdir -p benchmarks/results/release_v3 cache/soft
 py=.venv/bin/python
 step="${1:-all}"
+. scripts/release_lib.sh
 # Release 2, the start of this recipe, as shipped at 8acdd6a.
 v2=build/v2_shipped
-if [[ ! -f $v2/streampunct.json ]]; then
-  mkdir -p $v2
-  for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
-    git show "8acdd6a:models/default/$f" > "$v2/$f"
-  done
-fi
+pinned_model 8acdd6a $v2
 # The teacher: the fp32 checkpoint where the work tree still has it (bf16 autocast), else
 # the shipped int4 graph (slower, same model).
 teacher="${TEACHER:-checkpoints/release_base/best}"
@@ -59,17 +55,7 @@ if [[ "$step" == all || "$step" == build ]]; then
 fi
 if [[ "$step" != ship ]]; then
   # 6. candidate vs release 2 on validation only
-  for valid in dev2010 swda_val; do
-    $py -m benchmarks.compare_models $v2 build/v3 --valid "$valid" \
-        --json "benchmarks/results/release_v3/compare_$valid.json"
-  done
-  for m in $v2 build/v3; do
-    n=$(basename "$m")
-    $py -m streampunct.case_eval --model "$m" --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-        --json "benchmarks/results/release_v3/case_dev2010_$n.json"
-    .venv/bin/streampunct evaluate --model "$m" --text --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-        --live --json "benchmarks/results/release_v3/live_ted_iwslt_dev2010_$n.json"
-  done
+  compare_on_validation $v2 build/v3 benchmarks/results/release_v3
 fi
 if [[ "$step" == all || "$step" == ship ]]; then
   # 7. the offline window re-tuned on validation, then the streaming left context (a live

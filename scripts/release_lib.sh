@@ -1,0 +1,37 @@
+# Steps shared by the release scripts (scripts/release_v2.sh, release_v3.sh, release_fast.sh).
+# Source it from the repository root: . scripts/release_lib.sh
+
+# pinned_model COMMIT DIR: the default model as shipped at COMMIT (int8 graph, sidecar,
+# tokenizer, streampunct.json), written into DIR once.
+pinned_model() {
+  local commit=$1 dir=$2 f
+  [[ -f $dir/streampunct.json ]] && return 0
+  mkdir -p "$dir"
+  for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
+    git show "$commit:models/default/$f" > "$dir/$f"
+  done
+}
+
+# compare_on_validation OLD NEW OUT [LIVE_SET...]: two runtime model folders on validation
+# only: offline F1 and label agreement on dev2010 and SwDA validation, learned case on
+# dev2010, and a live stream at the server's defaults of each LIVE_SET (cased validation
+# texts in ../shared/data/cased_spoken; default ted_iwslt_dev2010). JSON into OUT.
+compare_on_validation() {
+  local old=$1 new=$2 out=$3 valid m n
+  shift 3
+  local live=("$@")
+  (( ${#live[@]} )) || live=(ted_iwslt_dev2010)
+  for valid in dev2010 swda_val; do
+    .venv/bin/python -m benchmarks.compare_models "$old" "$new" --valid "$valid" \
+        --json "$out/compare_$valid.json"
+  done
+  for m in "$old" "$new"; do
+    n=$(basename "$m")
+    .venv/bin/python -m streampunct.case_eval --model "$m" \
+        --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt --json "$out/case_dev2010_$n.json"
+    for valid in "${live[@]}"; do
+      .venv/bin/streampunct evaluate --model "$m" --text --data "../shared/data/cased_spoken/${valid}_cased.txt" \
+          --live --json "$out/live_${valid}_$n.json"
+    done
+  done
+}
