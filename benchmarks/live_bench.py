@@ -47,11 +47,17 @@ class LiveBenchConfig:
     url: str | None = None
     seed: int = 0
     out_dir: Path = RESULTS_DIR
-    name: str = "live"
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.words_per_second <= 0:
             raise ValueError("sessions >= 1 and words_per_second > 0 are required")
+
+    @property
+    def result_name(self) -> str:
+        """The result file stem: ``name``, else ``live_`` and the data set's name
+        (``live_test2011`` for the default data, ``live_swda_val`` for ``cache/swda_val.tsv``)."""
+        return self.name or f"live_{self.data.stem}"
 
 
 def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
@@ -147,7 +153,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
         result["label_agreement"] = round(float(np.mean(np.asarray(served) == np.asarray(simulated))), 5)
     print(f"simulation of the same schedules: overall F1 {result['simulation']['overall_f1']:.2f}"
           + (f"; label agreement {100 * result['label_agreement']:.2f}%" if "label_agreement" in result else ""))
-    path = write_result(cfg.name, result, cfg.out_dir, command=command)
+    path = write_result(cfg.result_name, result, cfg.out_dir, command=command)
     print(f"wrote {path}")
     return result
 
@@ -164,7 +170,8 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
-    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    p.add_argument("--name", default=None,
+                   help="result file stem (default: live_ and the data set's name, e.g. live_test2011)")
 
 
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:

@@ -1,6 +1,7 @@
 """``bench live``: parallel live streams through a real server, against the simulation."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,13 @@ def test_segments_cover_the_file_in_order():
     assert {b - a for a, b in spans} <= {210, 211}
     with pytest.raises(ValueError):
         LiveBenchConfig(sessions=0)
+
+
+def test_the_result_file_is_named_after_the_data_unless_named():
+    assert LiveBenchConfig().result_name == "live_test2011"
+    assert LiveBenchConfig(data=Path("data/iwslt2011/test2011asr")).result_name == "live_test2011asr"
+    assert LiveBenchConfig(data=Path("cache/swda_val.tsv")).result_name == "live_swda_val"
+    assert LiveBenchConfig(data=Path("cache/swda_val.tsv"), name="mine").result_name == "mine"
 
 
 def test_live_streams_through_the_shipped_model_agree_with_the_simulation(tmp_path):
