@@ -8,8 +8,10 @@
 # run (--resume).
 #   bash scripts/release_v4.sh            # all steps
 #   bash scripts/release_v4.sh build      # the int8 graph of the candidate (build/v4)
-#   bash scripts/release_v4.sh compare    # validation only: the candidate against release 3
 #   bash scripts/release_v4.sh tune       # offline and streaming window tuning on build/v4
+#   bash scripts/release_v4.sh compare    # validation only: the candidate against release 3
+#   bash scripts/release_v4.sh ship       # after the validation decision: build/v4 into models/default
+#   bash scripts/release_v4.sh score      # then, once: the test sets through models/default
 # Validation (dev2010, SwDA validation) decides; the test sets are scored once, after that
 # decision, with the commands in docs/training.md.
 set -euo pipefail
@@ -30,6 +32,7 @@ if [[ "$step" == all ]]; then
   # 1. two more epochs at a lower rate, another data order (resumes an interrupted run)
   $py -m training.cli --config training/configs/release_v4.toml \
       --base-model checkpoints/release_v3/best --resume
+  $py -m training.learning_curve checkpoints/release_v4 --out $out/learning_curve
   $py -m training.checkpoint_report checkpoints/release_v4/best --data dev2010 swda_val \
       --json $out/report_release_v4.json
 fi
@@ -39,13 +42,30 @@ if [[ "$step" == all || "$step" == build ]]; then
   rm -rf build/v4
   $sp build-engine --model "$cand" --backend onnxruntime --precision int8 --quantize-embeddings --out build/v4
 fi
-if [[ "$step" != tune ]]; then
-  # 3. the candidate against release 3, on validation only
-  compare_on_validation $v3 build/v4 $out
-fi
 if [[ "$step" == all || "$step" == tune ]]; then
-  # 4. the offline window, then the streaming left context (fewer tokens per window is
+  # 3. the offline window, then the streaming left context (fewer tokens per window is
   #    cheaper streaming), tuned on validation and written into build/v4/streampunct.json
   $py -m training.window_tuning build/v4 --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 --tolerance 0.5
   $py -m training.window_tuning build/v4 --stream-lefts 15 20 25
+fi
+if [[ "$step" == all || "$step" == compare ]]; then
+  # 4. the candidate (tuned geometry) against release 3 (its shipped geometry), on validation
+  #    only: offline, agreement, case, live streams of dev2010 and SwDA validation
+  compare_on_validation $v3 build/v4 $out ted_iwslt_dev2010 swda_val
+fi
+if [[ "$step" == ship ]]; then
+  # 5. the runtime files only (int8 graph, sidecar, tokenizer, streampunct.json)
+  cp build/v4/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+fi
+if [[ "$step" == score ]]; then
+  # 6. the test sets, scored once with the candidate in models/default: offline and simulated
+  #    streaming, learned case, live streams through the server at its defaults, load
+  for set in test2011 test2011asr; do
+    $sp evaluate --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
+  done
+  $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json $out/case_test2011.json
+  $sp bench live --out-dir $out --name live_test2011
+  $sp bench live --data data/iwslt2011/test2011asr --out-dir $out --name live_test2011asr
+  $sp bench live --data cache/swda_val.tsv --out-dir $out --name live_swda_val
+  $sp bench load --sessions 250 325 400 --out-dir $out --name load
 fi
