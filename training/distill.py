@@ -176,13 +176,30 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
                     "case_head": getattr(model, "case_head", None) is not None}
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)`` with ``0 <= K < N``."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise InputError(f"--shard must be K/N (e.g. 0/4), got {text!r}") from None
+    if not 0 <= k < n:
+        raise InputError(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return k, n
+
+
 def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
                   *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
                   max_labelled_words: int = 0, seed: int = 13, batch_size: int = 64, device: str = "auto",
-                  bf16: bool = False) -> Path:
+                  bf16: bool = False, shard: tuple[int, int] = (0, 1)) -> Path:
     """Soft labels for ``labelled`` sources (capped like ``data.max_train_words`` with the same
     seed, so a student with the same sources, cap and seed trains on exactly these documents)
-    and ``unlabeled`` sources (capped by ``max_unlabeled_words``)."""
+    and ``unlabeled`` sources (capped by ``max_unlabeled_words``).
+
+    ``shard=(K, N)`` labels only every N-th document from the K-th: N runs with K = 0..N-1
+    (each its own file, written atomically) label the whole selection between them, so a
+    labelling job longer than one stretch of machine time is done in parts. A student lists
+    all N files in ``data.soft_labels``.
+    """
     from tqdm import tqdm
 
     from training.data import data_root, load_training_docs, load_unlabeled, resolve_cache
@@ -193,13 +210,17 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
         if labelled else []
     if unlabeled:
         docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
+    k, n = shard
+    if not 0 <= k < n:
+        raise InputError(f"shard K/N needs 0 <= K < N, got {k}/{n}")
+    docs = docs[k::n]
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
     t0 = time.perf_counter()
     probs = []
     # Documents in chunks so the progress bar moves; the decoder batches windows itself.
     for d in tqdm(docs, desc="soft labels", unit="doc", mininterval=5.0, file=sys.stderr):
         probs.append(logits_to_probs(decode([d], batch_size)[0]))
-    meta.update(labelled=list(labelled), unlabeled=list(unlabeled), words=sum(map(len, docs)),
+    meta.update(labelled=list(labelled), unlabeled=list(unlabeled), words=sum(map(len, docs)), shard=f"{k}/{n}",
                 seconds=round(time.perf_counter() - t0, 1), classes=list(LABELS) + (
                     list(CASE_LABELS) if probs and probs[0].shape[1] > len(LABELS) else []))
     path = write_soft_labels(out, docs, probs, meta)
@@ -223,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--batch-size", type=int, default=64)
     lab.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     lab.add_argument("--bf16", action="store_true")
+    lab.add_argument("--shard", default="0/1", metavar="K/N",
+                     help="label every N-th document from the K-th only (default 0/1: all); "
+                          "N runs, K = 0..N-1, cover the selection")
     args = ap.parse_args(argv)
     return run_tool(lambda: label_sources(
         args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
         max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
         max_labelled_words=args.max_labelled_words, seed=args.seed, device=args.device, bf16=args.bf16,
+        shard=parse_shard(args.shard),
     ))
 
 

@@ -66,3 +66,33 @@ def test_teacher_soft_labels_train_a_student(tiny_base_model, tiny_data_root, tm
     model, _ = load_checkpoint(student.best_dir)
     assert model.case_head is not None
     assert student.best_f1 > 50  # the tiny task is learnable from the teacher's labels
+
+
+def test_shards_label_the_same_documents_as_one_run_between_them(tiny_base_model, tiny_data_root, tmp_path):
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=2",
+                              'data.train=["dev2012", "ted"]'))
+    common = dict(data_root_dir=str(tiny_data_root), cache_dir=str(tmp_path / "cache"), device="cpu")
+    whole, _ = read_soft_labels(label_sources(teacher.best_dir, ["ted", "dev2012"], ["tedx"],
+                                              tmp_path / "all.npz", **common))
+    parts = []
+    for k in range(3):
+        docs, meta = read_soft_labels(label_sources(teacher.best_dir, ["ted", "dev2012"], ["tedx"],
+                                                    tmp_path / f"shard{k}.npz", shard=(k, 3), **common))
+        assert meta["shard"] == f"{k}/3" and docs  # every shard holds documents
+        parts.append(docs)
+    # each document in exactly one shard, with the labels and probabilities of the whole run
+    assert sorted(d.name for p in parts for d in p) == sorted(d.name for d in whole)
+    by_name = {d.name: d for d in whole}
+    for d in (d for p in parts for d in p):
+        assert d.words == by_name[d.name].words and d.labels == by_name[d.name].labels
+        np.testing.assert_array_equal(d.soft, by_name[d.name].soft)
+
+
+@pytest.mark.parametrize("bad", ["3/3", "-1/2", "1", "a/b", "0/0"])
+def test_a_bad_shard_is_refused_with_its_value(bad, tmp_path, capsys):
+    from training.distill import main
+
+    rc = main(["label", "--teacher", str(tmp_path / "none"), "--out", str(tmp_path / "x.npz"), f"--shard={bad}"])
+    assert rc != 0
+    assert bad in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
