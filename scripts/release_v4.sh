@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Release 4 candidate: release 3 (the shipped 6-layer MiniLM) trained for two more epochs with
-# release 3's data and the MPNet teacher's soft labels (training/configs/release_v4.toml), the
+# Release 4 (shipped): release 3 (6-layer MiniLM) trained for two more epochs with
+# release 3's sources and the MPNet teacher's soft labels (training/configs/release_v4.toml), the
 # recipe that lifted the 4-layer student by 2.3 dev2010 points. Same architecture as release 3,
 # so the same cost per window. 2 CPU cores: ~85 min of training, ~20 min to build, compare and
 # tune. Needs release 3's inputs (checkpoints/release_v3/best, cache/soft/v3_teacher.npz):
@@ -29,7 +29,8 @@ if [[ "$step" == all ]]; then
   for need in checkpoints/release_v3/best cache/soft/v3_teacher.npz; do
     [[ -e $need ]] || { echo "missing $need: run scripts/release_v3.sh first" >&2; exit 1; }
   done
-  # 1. two more epochs at a lower rate, another data order (resumes an interrupted run)
+  # 1. two more epochs at a lower rate; seed 15 draws another 3.2M labelled words, and the
+  #    teacher file's other documents are added (resumes an interrupted run)
   $py -m training.cli --config training/configs/release_v4.toml \
       --base-model checkpoints/release_v3/best --resume
   $py -m training.learning_curve checkpoints/release_v4 --out $out/learning_curve
