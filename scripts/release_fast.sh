@@ -15,7 +15,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p benchmarks/results/release_fast
 py=.venv/bin/python
-sp=.venv/bin/streampunct
 step="${1:-all}"
 . scripts/release_lib.sh
 # Release 3, the model the student had to match, as shipped at 0f97950.
@@ -40,8 +39,7 @@ fi
 cand="${CANDIDATE:-checkpoints/release_v3_l4b/best}"
 if [[ "$step" == all || "$step" == build ]]; then
   # 4. the int8 graph, as the default's (7-bit weights, quantized embeddings)
-  rm -rf build/fast
-  $sp build-engine --model "$cand" --backend onnxruntime --precision int8 --quantize-embeddings --out build/fast
+  build_int8 "$cand" build/fast
 fi
 if [[ "$step" != tune ]]; then
   # 5. the student against release 3, on validation only
@@ -50,6 +48,5 @@ fi
 if [[ "$step" == all || "$step" == tune ]]; then
   # 6. the offline window, then the streaming left context, tuned on validation and written
   #    into build/fast/streampunct.json
-  $py -m training.window_tuning build/fast --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 --tolerance 0.5
-  $py -m training.window_tuning build/fast --stream-lefts 20 25 30
+  tune_geometry build/fast 20 25 30
 fi

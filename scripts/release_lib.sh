@@ -1,4 +1,5 @@
-# Steps shared by the release scripts (scripts/release_v2.sh, release_v3.sh, release_fast.sh).
+# Steps shared by the release scripts (scripts/release_v2.sh, release_v3.sh, release_fast.sh,
+# release_v4.sh).
 # Source it from the repository root: . scripts/release_lib.sh
 
 # pinned_model COMMIT DIR: the default model as shipped at COMMIT (int8 graph, sidecar,
@@ -34,4 +35,23 @@ compare_on_validation() {
           --live --json "$out/live_${valid}_$n.json"
     done
   done
+}
+
+# build_int8 MODEL OUT: the int8 graph of a training checkpoint as the default model ships it
+# (7-bit weights, quantized embeddings) in a fresh OUT.
+build_int8() {
+  rm -rf "$2"
+  .venv/bin/streampunct build-engine --model "$1" --backend onnxruntime --precision int8 \
+      --quantize-embeddings --out "$2"
+}
+
+# tune_geometry DIR STREAM_LEFT...: on validation, the offline window (grid W 94/126, L 20/30/40,
+# R 10/15/20, the cheapest within 0.5 of the best), then the streaming left context among
+# STREAM_LEFT (a live dev2010 stream at the server's defaults); both into DIR/streampunct.json.
+tune_geometry() {
+  local dir=$1
+  shift
+  .venv/bin/python -m training.window_tuning "$dir" --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 \
+      --tolerance 0.5
+  .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
 }

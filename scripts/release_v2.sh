@@ -52,9 +52,7 @@ if [[ "$step" == all ]]; then
   $py -m training.checkpoint_report cache/default_fp32 --data dev2010 swda_val --right-context \
       --json benchmarks/results/release_v2/report_default_fp32.json
   # 5. the int8 candidate (7-bit weights, quantized embeddings, as shipped today)
-  rm -rf build/v2
-  .venv/bin/streampunct build-engine --model checkpoints/release_v2_t70 --backend onnxruntime \
-      --precision int8 --quantize-embeddings --out build/v2
+  build_int8 checkpoints/release_v2_t70 build/v2
 fi
 # 6. candidate vs release 1 on validation only
 compare_on_validation $v1 build/v2 benchmarks/results/release_v2 ted_iwslt_dev2010 swda_val

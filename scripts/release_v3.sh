@@ -49,9 +49,7 @@ fi
 cand="${CANDIDATE:-checkpoints/release_v3/best}"
 if [[ "$step" == all || "$step" == build ]]; then
   # 5. the int8 candidate (7-bit weights, quantized embeddings, as shipped today)
-  rm -rf build/v3
-  .venv/bin/streampunct build-engine --model "$cand" --backend onnxruntime \
-      --precision int8 --quantize-embeddings --out build/v3
+  build_int8 "$cand" build/v3
 fi
 if [[ "$step" != ship ]]; then
   # 6. candidate vs release 2 on validation only
@@ -60,8 +58,7 @@ fi
 if [[ "$step" == all || "$step" == ship ]]; then
   # 7. the offline window re-tuned on validation, then the streaming left context (a live
   #    dev2010 stream at the server's defaults), both written into build/v3/streampunct.json
-  $py -m training.window_tuning build/v3 --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 --tolerance 0.5
-  $py -m training.window_tuning build/v3 --stream-lefts 20 30
+  tune_geometry build/v3 20 30
   echo "to ship: copy build/v3/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json}"
   echo "into models/default, then score the test sets once (models/default/MODEL_CARD.md, Figures)"
 fi

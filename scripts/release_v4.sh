@@ -40,14 +40,12 @@ fi
 cand="${CANDIDATE:-checkpoints/release_v4/best}"
 if [[ "$step" == all || "$step" == build ]]; then
   # 2. the int8 graph, as the default's (7-bit weights, quantized embeddings)
-  rm -rf build/v4
-  $sp build-engine --model "$cand" --backend onnxruntime --precision int8 --quantize-embeddings --out build/v4
+  build_int8 "$cand" build/v4
 fi
 if [[ "$step" == all || "$step" == tune ]]; then
   # 3. the offline window, then the streaming left context (fewer tokens per window is
   #    cheaper streaming), tuned on validation and written into build/v4/streampunct.json
-  $py -m training.window_tuning build/v4 --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 --tolerance 0.5
-  $py -m training.window_tuning build/v4 --stream-lefts 15 20 25
+  tune_geometry build/v4 15 20 25
 fi
 if [[ "$step" == all || "$step" == compare ]]; then
   # 4. the candidate (tuned geometry) against release 3 (its shipped geometry), on validation
