@@ -177,13 +177,11 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``"K/N"`` -> ``(K, N)`` with ``0 <= K < N``."""
+    """``"K/N"`` -> ``(K, N)`` (the range is checked by :func:`label_sources`)."""
     try:
         k, n = (int(x) for x in text.split("/"))
     except ValueError:
         raise InputError(f"--shard must be K/N (e.g. 0/4), got {text!r}") from None
-    if not 0 <= k < n:
-        raise InputError(f"--shard K/N needs 0 <= K < N, got {text!r}")
     return k, n
 
 
@@ -204,15 +202,16 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
 
     from training.data import data_root, load_training_docs, load_unlabeled, resolve_cache
 
+    k, n = shard
+    if not 0 <= k < n:  # before any data is read
+        raise InputError(f"--shard K/N needs 0 <= K < N, got {k}/{n}")
+
     root = data_root(data_root_dir)
     cache = resolve_cache(cache_dir)
     docs: list[Document] = load_training_docs(labelled, root, cache, max_words=max_labelled_words, seed=seed) \
         if labelled else []
     if unlabeled:
         docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
-    k, n = shard
-    if not 0 <= k < n:
-        raise InputError(f"shard K/N needs 0 <= K < N, got {k}/{n}")
     docs = docs[k::n]
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
     t0 = time.perf_counter()
