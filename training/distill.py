@@ -154,7 +154,7 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
 
     path = Path(teacher)
     if is_runtime_model(path):
-        rm = RuntimeModel.open(path)
+        rm = RuntimeModel.open(path, heads="all")  # punctuation, then case when the graph has it
         return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {"teacher": str(path), "kind": "runtime"}
     import torch
 

@@ -100,11 +100,22 @@ class RuntimeModel:
     close: Callable[[], None]
 
     @classmethod
-    def open(cls, directory: str | Path) -> RuntimeModel:
+    def open(cls, directory: str | Path, *, heads: str = "punct") -> RuntimeModel:
+        """``heads="all"``: ``logits`` gives the punctuation logits followed by the case
+        head's (as a checkpoint's ``make_infer(heads="all")``) when the graph has one."""
         from streampunct.punctuator import Punctuator
 
+        if heads not in ("punct", "all"):
+            raise ValueError(f"heads must be 'punct' or 'all', got {heads!r}")
         p = Punctuator.from_model_dir(directory)
-        return cls(Path(directory), p.engine.infer, p.aligner, p.window, p.close)
+        infer = p.engine.infer
+        if heads == "all" and p.has_case:
+            engine = p.engine
+
+            def infer(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+                return np.concatenate(engine.infer_heads(ids, mask), axis=-1)
+
+        return cls(Path(directory), infer, p.aligner, p.window, p.close)
 
     def logits(self, docs: Sequence[Document], window: WindowConfig | None = None,
                *, batch_size: int = 32) -> list[np.ndarray]:

@@ -96,3 +96,24 @@ def test_a_bad_shard_is_refused_with_its_value(bad, tmp_path, capsys):
     assert rc != 0
     assert bad in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_runtime_folder_teacher_writes_punctuation_and_case(tiny_base_model, tiny_data_root, tmp_path):
+    """An ONNX model folder with a truecasing head (like models/default) labels both heads,
+    and its probabilities match the torch checkpoint it was built from."""
+    pytest.importorskip("onnxruntime")
+    from streampunct.cli import main as cli
+
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=20",
+                              "model.case_head=true", 'data.train=["dev2012", "ted"]'))
+    folder = tmp_path / "runtime"
+    assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
+                "--precision", "fp32", "--out", str(folder)]) == 0
+    common = dict(data_root_dir=str(tiny_data_root), cache_dir=str(tmp_path / "cache"), device="cpu")
+    onnx_docs, meta = read_soft_labels(label_sources(folder, ["dev2012"], [], tmp_path / "onnx.npz", **common))
+    torch_docs, _ = read_soft_labels(label_sources(teacher.best_dir, ["dev2012"], [], tmp_path / "pt.npz", **common))
+    assert meta["kind"] == "runtime" and meta["classes"][-4:] == ["lower", "capitalized", "upper", "mixed"]
+    assert [d.name for d in onnx_docs] == [d.name for d in torch_docs]
+    for o, t in zip(onnx_docs, torch_docs):
+        assert o.soft.shape == t.soft.shape == (len(o), 8)
+        np.testing.assert_allclose(o.soft, t.soft, atol=2e-2)  # fp32 graph vs torch, float16 storage

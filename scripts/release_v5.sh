@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Release 5 candidate: a 5-layer default model for streaming cost. Release 4 (6-layer MiniLM) with
+# its last transformer layer dropped, distilled from release 4 itself for one epoch
+# (training/configs/release_v5.toml). Five layers: about five sixths of the cost per window.
+# 2 CPU cores: ~15 min of labelling, ~35 min of training, ~20 min to build, tune and compare.
+# Needs nothing but the repository (release 4 is models/default as shipped at 1d21ec1). Each step
+# can be re-run; training continues an interrupted run (--resume).
+#   bash scripts/release_v5.sh            # all steps
+#   bash scripts/release_v5.sh build      # the int8 graph of the candidate (build/v5)
+#   bash scripts/release_v5.sh tune       # offline and streaming window tuning on build/v5
+#   bash scripts/release_v5.sh compare    # validation only: the candidate against release 4
+#   bash scripts/release_v5.sh ship       # after the validation decision: build/v5 into models/default
+#   bash scripts/release_v5.sh score      # then, once: the test sets through models/default
+# Validation (dev2010, SwDA validation) decides; the test sets are scored once, after that
+# decision (docs/training.md, "Release 5 candidate").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=benchmarks/results/release_v5
+mkdir -p $out
+py=.venv/bin/python
+sp=.venv/bin/streampunct
+step="${1:-all}"
+. scripts/release_lib.sh
+# Release 4, the model to match, as shipped at 1d21ec1.
+v4=build/v4_shipped
+pinned_model 1d21ec1 $v4
+if [[ "$step" == all ]]; then
+  # 1. release 4's int8 graph back as a checkpoint, cut to its first five layers
+  [[ -d cache/v4_fp32 ]] || $py -m training.onnx_import $v4 cache/v4_fp32
+  [[ -d cache/v4_l5 ]] || $py -m training.drop_layers cache/v4_fp32 cache/v4_l5 --keep 0 1 2 3 4
+  # 2. release 4 (its int8 graph, both heads) labels 2.4M of the student's 3.2M labelled words
+  #    (same sources, seed and order) and 0.4M words of TEDx captions
+  [[ -f cache/soft/v5_r4.npz ]] || $py -m training.distill label --teacher $v4 \
+      --labelled ted dev2012 swda --max-labelled-words 2400000 --seed 15 \
+      --unlabeled tedx --max-unlabeled-words 400000 --out cache/soft/v5_r4.npz
+  # 3. one epoch of KD + CE (resumes an interrupted run)
+  $py -m training.cli --config training/configs/release_v5.toml --base-model cache/v4_l5 --resume
+  $py -m training.learning_curve checkpoints/release_v5 --out $out/learning_curve
+  $py -m training.checkpoint_report checkpoints/release_v5/best --data dev2010 swda_val \
+      --json $out/report_release_v5.json
+fi
+cand="${CANDIDATE:-checkpoints/release_v5/best}"
+if [[ "$step" == all || "$step" == build ]]; then
+  # 4. the int8 graph, as the default's (7-bit weights, quantized embeddings)
+  build_int8 "$cand" build/v5
+fi
+if [[ "$step" == all || "$step" == tune ]]; then
+  # 5. the offline window, then the streaming left context, tuned on validation
+  tune_geometry build/v5 15 20 25
+fi
+if [[ "$step" == all || "$step" == compare ]]; then
+  # 6. the candidate (tuned geometry) against release 4 (its shipped geometry), validation only
+  compare_on_validation $v4 build/v5 $out ted_iwslt_dev2010 swda_val
+fi
+if [[ "$step" == ship ]]; then
+  cp build/v5/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+fi
+if [[ "$step" == score ]]; then
+  # 7. the test sets, scored once with the candidate in models/default
+  for set in test2011 test2011asr; do
+    $sp evaluate --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
+  done
+  $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json $out/case_test2011.json
+  $sp bench live --out-dir $out --name live_test2011
+  $sp bench live --data data/iwslt2011/test2011asr --out-dir $out --name live_test2011asr
+  $sp bench live --data cache/swda_val.tsv --out-dir $out --name live_swda_val
+fi
