@@ -148,11 +148,14 @@ def make_infer(model: nn.Module, *, device: str | torch.device | None = None, he
     ``heads="punct"`` returns the punctuation emissions [B, T, 4]; ``"all"``
     returns them followed by the case logits ([B, T, 8]) when the model has a
     case head. Inputs go to the model's device unless ``device`` is given;
-    ``bf16`` runs under bfloat16 autocast (CUDA).
+    ``bf16`` runs under bfloat16 autocast where that is native (``training.precision``).
     """
     import numpy as np
 
+    from training.precision import use_bf16
+
     dev = torch.device(device) if device is not None else model_device(model)
+    bf16 = use_bf16(bf16, dev, "inference")
 
     def infer(input_ids, attention_mask):
         ids = torch.as_tensor(input_ids, device=dev)

@@ -43,6 +43,7 @@ from training.config import TrainConfig, config_to_toml
 from training.data import Batch, Document, SequenceDataset
 from training.evaluation import Validation, validate
 from training.objectives import to_torch
+from training.precision import use_bf16
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class Trainer:
         self.window.validate_for(cfg.data.max_word_tokens)
         o = cfg.optim
         self.device = resolve_device(o.device)
-        self.bf16 = o.precision == "bf16"
+        self.bf16 = use_bf16(o.precision == "bf16", self.device)
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
