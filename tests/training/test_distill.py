@@ -114,6 +114,6 @@ def test_a_runtime_folder_teacher_writes_punctuation_and_case(tiny_base_model, t
     torch_docs, _ = read_soft_labels(label_sources(teacher.best_dir, ["dev2012"], [], tmp_path / "pt.npz", **common))
     assert meta["kind"] == "runtime" and meta["classes"][-4:] == ["lower", "capitalized", "upper", "mixed"]
     assert [d.name for d in onnx_docs] == [d.name for d in torch_docs]
-    for o, t in zip(onnx_docs, torch_docs):
+    for o, t in zip(onnx_docs, torch_docs, strict=True):
         assert o.soft.shape == t.soft.shape == (len(o), 8)
         np.testing.assert_allclose(o.soft, t.soft, atol=2e-2)  # fp32 graph vs torch, float16 storage
