@@ -37,6 +37,7 @@ class LiveBenchConfig:
 
     model_dir: Path | None = None
     data: Path = Path("data/iwslt2011/test2011")
+    text: bool = False
     sessions: int = 60
     words_per_second: float = 2.5
     max_chunk: int = 4
@@ -56,8 +57,10 @@ class LiveBenchConfig:
     @property
     def result_name(self) -> str:
         """The result file stem: ``name``, else ``live_`` and the data set's name
-        (``live_test2011`` for the default data, ``live_swda_val`` for ``cache/swda_val.tsv``)."""
-        return self.name or f"live_{self.data.stem}"
+        (``live_test2011`` for the default data, ``live_swda_val`` for ``--text`` on
+        ``swda_val_cased.txt`` or for ``cache/swda_val.tsv``)."""
+        stem = self.data.stem.removesuffix("_cased") if self.text else self.data.stem
+        return self.name or f"live_{stem}"
 
 
 def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
@@ -97,14 +100,21 @@ async def _run_sessions(url: str, schedules, options: SessionOptions):
     return await asyncio.gather(*(stream_schedule(url, events, options) for events in schedules))
 
 
+def read_live_data(cfg: LiveBenchConfig):
+    """The words and gold labels to stream: a ``word<TAB>LABEL`` file, or with ``text``
+    punctuated text converted as training converts it."""
+    from streampunct.data import read_punctuated_text, read_word_labels
+
+    return read_punctuated_text(cfg.data) if cfg.text else read_word_labels(cfg.data)
+
+
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.load_bench import LoadBenchConfig
     from benchmarks.load_server_process import ServerProcess
-    from streampunct.data import read_word_labels
     from streampunct.evaluation import live_schedule, schedule_labels, score
     from streampunct.punctuator import Punctuator
 
-    data = read_word_labels(cfg.data)
+    data = read_live_data(cfg)
     spans = segments(len(data.words), cfg.sessions)
     options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
     schedules = [live_schedule(data.words[a:b], words_per_second=cfg.words_per_second, max_chunk=cfg.max_chunk,
@@ -162,6 +172,9 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     d = LiveBenchConfig()
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
+    p.add_argument("--text", action="store_true",
+                   help="--data is punctuated text (cased or not), converted as training converts it, "
+                        "e.g. ../shared/data/cased_spoken/swda_val_cased.txt")
     p.add_argument("--sessions", type=int, default=d.sessions, help="parallel live streams (default: %(default)s)")
     p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s (default: %(default)s)")
     p.add_argument("--right-context", type=int, default=d.right_context)
@@ -175,7 +188,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
-    cfg = LiveBenchConfig(model_dir=args.model, data=args.data, sessions=args.sessions, words_per_second=args.wps,
+    cfg = LiveBenchConfig(model_dir=args.model, data=args.data, text=args.text, sessions=args.sessions, words_per_second=args.wps,
                           right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
                           url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
     result = run_live_bench(cfg, command=command)

@@ -63,5 +63,5 @@ if [[ "$step" == score ]]; then
   $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json $out/case_test2011.json
   $sp bench live --out-dir $out --name live_test2011
   $sp bench live --data data/iwslt2011/test2011asr --out-dir $out --name live_test2011asr
-  $sp bench live --data cache/swda_val.tsv --out-dir $out --name live_swda_val
+  $sp bench live --text --data ../shared/data/cased_spoken/swda_val_cased.txt --out-dir $out --name live_swda_val
 fi

@@ -1,5 +1,6 @@
 """``bench live``: parallel live streams through a real server, against the simulation."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -25,6 +26,24 @@ def test_the_result_file_is_named_after_the_data_unless_named():
     assert LiveBenchConfig(data=Path("data/iwslt2011/test2011asr")).result_name == "live_test2011asr"
     assert LiveBenchConfig(data=Path("cache/swda_val.tsv")).result_name == "live_swda_val"
     assert LiveBenchConfig(data=Path("cache/swda_val.tsv"), name="mine").result_name == "mine"
+    cased = Path("../shared/data/cased_spoken/swda_val_cased.txt")
+    assert LiveBenchConfig(data=cased, text=True).result_name == "live_swda_val"
+
+
+def test_punctuated_text_streams_the_words_and_labels_a_tsv_would(tmp_path):
+    from benchmarks.live_bench import add_live_arguments, read_live_data
+
+    text = tmp_path / "talk_cased.txt"
+    text.write_text("So, what do you think? I think it's great. Really great!\n", encoding="utf-8")
+    tsv = tmp_path / "talk.tsv"
+    tsv.write_text("so\tCOMMA\nwhat\tO\ndo\tO\nyou\tO\nthink\tQUESTION\ni\tO\nthink\tO\nit\tO\n"
+                   "'s\tO\ngreat\tPERIOD\nreally\tO\ngreat\tPERIOD\n", encoding="utf-8")
+    p = argparse.ArgumentParser()
+    add_live_arguments(p)
+    args = p.parse_args(["--text", "--data", str(text)])
+    from_text = read_live_data(LiveBenchConfig(data=args.data, text=args.text))
+    from_tsv = read_live_data(LiveBenchConfig(data=tsv))
+    assert from_text.words == from_tsv.words and from_text.labels == from_tsv.labels
 
 
 def test_live_streams_through_the_shipped_model_agree_with_the_simulation(tmp_path):
