@@ -1,5 +1,5 @@
 # Steps shared by the release scripts (scripts/release_v2.sh, release_v3.sh, release_fast.sh,
-# release_v4.sh).
+# release_v4.sh, release_v5.sh).
 # Source it from the repository root: . scripts/release_lib.sh
 
 # pinned_model COMMIT DIR: the default model as shipped at COMMIT (int8 graph, sidecar,
@@ -54,4 +54,25 @@ tune_geometry() {
   .venv/bin/python -m training.window_tuning "$dir" --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 \
       --tolerance 0.5
   .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
+}
+
+# ship_candidate DIR: a candidate's runtime files (int8 graph, sidecar, tokenizer,
+# streampunct.json) into models/default, after the validation decision.
+ship_candidate() {
+  cp "$1"/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+}
+
+# score_test_sets OUT: the test sets, scored once with the candidate in models/default: offline
+# and simulated streaming, learned case, live streams through the server at its defaults (and
+# SwDA validation live, for comparison). JSON into OUT.
+score_test_sets() {
+  local out=$1 set
+  for set in test2011 test2011asr; do
+    .venv/bin/streampunct evaluate --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
+  done
+  .venv/bin/python -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json "$out/case_test2011.json"
+  .venv/bin/streampunct bench live --out-dir "$out" --name live_test2011
+  .venv/bin/streampunct bench live --data data/iwslt2011/test2011asr --out-dir "$out" --name live_test2011asr
+  .venv/bin/streampunct bench live --text --data ../shared/data/cased_spoken/swda_val_cased.txt --out-dir "$out" \
+      --name live_swda_val
 }

@@ -54,17 +54,11 @@ if [[ "$step" == all || "$step" == compare ]]; then
 fi
 if [[ "$step" == ship ]]; then
   # 5. the runtime files only (int8 graph, sidecar, tokenizer, streampunct.json)
-  cp build/v4/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+  ship_candidate build/v4
 fi
 if [[ "$step" == score ]]; then
   # 6. the test sets, scored once with the candidate in models/default: offline and simulated
   #    streaming, learned case, live streams through the server at its defaults, load
-  for set in test2011 test2011asr; do
-    $sp evaluate --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
-  done
-  $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json $out/case_test2011.json
-  $sp bench live --out-dir $out --name live_test2011
-  $sp bench live --data data/iwslt2011/test2011asr --out-dir $out --name live_test2011asr
-  $sp bench live --data cache/swda_val.tsv --out-dir $out --name live_swda_val
+  score_test_sets $out
   $sp bench load --sessions 250 325 400 --out-dir $out --name load
 fi

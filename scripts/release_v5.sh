@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 out=benchmarks/results/release_v5
 mkdir -p $out
 py=.venv/bin/python
-sp=.venv/bin/streampunct
 step="${1:-all}"
 . scripts/release_lib.sh
 # Release 4, the model to match, as shipped at 1d21ec1.
@@ -53,15 +52,9 @@ if [[ "$step" == all || "$step" == compare ]]; then
   compare_on_validation $v4 build/v5 $out ted_iwslt_dev2010 swda_val
 fi
 if [[ "$step" == ship ]]; then
-  cp build/v5/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+  ship_candidate build/v5
 fi
 if [[ "$step" == score ]]; then
   # 7. the test sets, scored once with the candidate in models/default
-  for set in test2011 test2011asr; do
-    $sp evaluate --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
-  done
-  $py -m streampunct.case_eval --data data/iwslt2011/test2011_cased.txt --json $out/case_test2011.json
-  $sp bench live --out-dir $out --name live_test2011
-  $sp bench live --data data/iwslt2011/test2011asr --out-dir $out --name live_test2011asr
-  $sp bench live --text --data ../shared/data/cased_spoken/swda_val_cased.txt --out-dir $out --name live_swda_val
+  score_test_sets $out
 fi
