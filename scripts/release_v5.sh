@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Release 5 candidate: a 5-layer default model for streaming cost. Release 4 (6-layer MiniLM) with
+# Release 5 (shipped): a 5-layer default model. Release 4 (6-layer MiniLM) with
 # its last transformer layer dropped, distilled from release 4 itself for one epoch
-# (training/configs/release_v5.toml). Five layers: about five sixths of the cost per window.
-# 2 CPU cores: ~15 min of labelling, ~35 min of training, ~20 min to build, tune and compare.
+# (training/configs/release_v5.toml). Five layers cost five sixths of six per token, but the tuned
+# streaming window is 5 tokens longer, so streaming costs what release 4's does.
+# 2 CPU cores (AVX2): ~15 min of labelling, ~55 min of training (fp32), ~12 min to build, tune and
+# compare, ~20 min to score.
 # Needs nothing but the repository (release 4 is models/default as shipped at 1d21ec1). Each step
 # can be re-run; training continues an interrupted run (--resume).
 #   bash scripts/release_v5.sh            # all steps
@@ -12,7 +14,7 @@
 #   bash scripts/release_v5.sh ship       # after the validation decision: build/v5 into models/default
 #   bash scripts/release_v5.sh score      # then, once: the test sets through models/default
 # Validation (dev2010, SwDA validation) decides; the test sets are scored once, after that
-# decision (docs/training.md, "Release 5 candidate").
+# decision (docs/training.md, "Release 5").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmarks/results/release_v5
