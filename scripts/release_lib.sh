@@ -76,3 +76,18 @@ score_test_sets() {
   .venv/bin/streampunct bench live --text --data ../shared/data/cased_spoken/swda_val_cased.txt --out-dir "$out" \
       --name live_swda_val
 }
+
+# candidate_steps STEP CAND DIR OLD OUT STREAM_LEFT...: what every release does after training.
+# build: CAND's int8 graph into DIR; tune: its offline window, then the streaming left context
+# among STREAM_LEFT; compare: DIR against the shipped OLD on validation (JSON into OUT); ship:
+# DIR into models/default; score: the test sets, once. STEP "all" is build, tune and compare.
+candidate_steps() {
+  local step=$1 cand=$2 dir=$3 old=$4 out=$5
+  shift 5
+  [[ "$step" == all || "$step" == build ]] && build_int8 "$cand" "$dir"
+  [[ "$step" == all || "$step" == tune ]] && tune_geometry "$dir" "$@"
+  [[ "$step" == all || "$step" == compare ]] && compare_on_validation "$old" "$dir" "$out" ted_iwslt_dev2010 swda_val
+  [[ "$step" == ship ]] && ship_candidate "$dir"
+  [[ "$step" == score ]] && score_test_sets "$out"
+  return 0
+}

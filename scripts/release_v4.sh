@@ -37,28 +37,11 @@ if [[ "$step" == all ]]; then
   $py -m training.checkpoint_report checkpoints/release_v4/best --data dev2010 swda_val \
       --json $out/report_release_v4.json
 fi
-cand="${CANDIDATE:-checkpoints/release_v4/best}"
-if [[ "$step" == all || "$step" == build ]]; then
-  # 2. the int8 graph, as the default's (7-bit weights, quantized embeddings)
-  build_int8 "$cand" build/v4
-fi
-if [[ "$step" == all || "$step" == tune ]]; then
-  # 3. the offline window, then the streaming left context (fewer tokens per window is
-  #    cheaper streaming), tuned on validation and written into build/v4/streampunct.json
-  tune_geometry build/v4 15 20 25
-fi
-if [[ "$step" == all || "$step" == compare ]]; then
-  # 4. the candidate (tuned geometry) against release 3 (its shipped geometry), on validation
-  #    only: offline, agreement, case, live streams of dev2010 and SwDA validation
-  compare_on_validation $v3 build/v4 $out ted_iwslt_dev2010 swda_val
-fi
-if [[ "$step" == ship ]]; then
-  # 5. the runtime files only (int8 graph, sidecar, tokenizer, streampunct.json)
-  ship_candidate build/v4
-fi
+# 2-6. the int8 graph (7-bit weights, quantized embeddings); the offline window, then the
+# streaming left context (fewer tokens per window is cheaper streaming), tuned on validation;
+# the candidate against release 3 on validation; after that decision, ship; then score once
+# (the test sets, learned case, live streams) and the load at the defaults
+candidate_steps "$step" "${CANDIDATE:-checkpoints/release_v4/best}" build/v4 $v3 $out 15 20 25
 if [[ "$step" == score ]]; then
-  # 6. the test sets, scored once with the candidate in models/default: offline and simulated
-  #    streaming, learned case, live streams through the server at its defaults, load
-  score_test_sets $out
   $sp bench load --sessions 250 325 400 --out-dir $out --name load
 fi

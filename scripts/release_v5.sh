@@ -40,23 +40,6 @@ if [[ "$step" == all ]]; then
   $py -m training.checkpoint_report checkpoints/release_v5/best --data dev2010 swda_val \
       --json $out/report_release_v5.json
 fi
-cand="${CANDIDATE:-checkpoints/release_v5/best}"
-if [[ "$step" == all || "$step" == build ]]; then
-  # 4. the int8 graph, as the default's (7-bit weights, quantized embeddings)
-  build_int8 "$cand" build/v5
-fi
-if [[ "$step" == all || "$step" == tune ]]; then
-  # 5. the offline window, then the streaming left context, tuned on validation
-  tune_geometry build/v5 15 20 25
-fi
-if [[ "$step" == all || "$step" == compare ]]; then
-  # 6. the candidate (tuned geometry) against release 4 (its shipped geometry), validation only
-  compare_on_validation $v4 build/v5 $out ted_iwslt_dev2010 swda_val
-fi
-if [[ "$step" == ship ]]; then
-  ship_candidate build/v5
-fi
-if [[ "$step" == score ]]; then
-  # 7. the test sets, scored once with the candidate in models/default
-  score_test_sets $out
-fi
+# 4-8. the int8 graph; the offline window and the streaming left context, tuned on validation;
+# the candidate against release 4 on validation; after that decision, ship; then score once
+candidate_steps "$step" "${CANDIDATE:-checkpoints/release_v5/best}" build/v5 $v4 $out 15 20 25
