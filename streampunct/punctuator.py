@@ -140,6 +140,13 @@ class Punctuator:
         """The model has a truecasing head (its engine returns case logits too)."""
         return bool(getattr(self.engine, "has_case", False))
 
+    def infer_all(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """The punctuation logits, followed by the case head's when the model has one
+        (float32[B, T, 4] or [B, T, 8]), from one engine run."""
+        if not self.has_case:
+            return self.engine.infer(input_ids, attention_mask)
+        return np.concatenate(self.engine.infer_heads(input_ids, attention_mask), axis=-1)
+
     def labels_and_cases(self, words: Sequence[str], *, end_of_stream: bool = True
                          ) -> tuple[list[int], list[int] | None]:
         """Label ids and, for a model with a truecasing head, case classes of normalized words
@@ -150,11 +157,7 @@ class Punctuator:
         if not self.has_case:
             return self.punctuate(words, end_of_stream=end_of_stream), None
 
-        def both(ids, mask):
-            logits, case = self.engine.infer_heads(ids, mask)
-            return np.concatenate([logits, case], axis=-1)
-
-        out = decode_offline(words, self.aligner, self.window, both, batch_size=self.batch_size)
+        out = decode_offline(words, self.aligner, self.window, self.infer_all, batch_size=self.batch_size)
         n = out.shape[1] - 4
         return _labels(out[:, :n], end_of_stream), [int(x) for x in out[:, n:].argmax(-1)]
 

@@ -108,13 +108,7 @@ class RuntimeModel:
         if heads not in ("punct", "all"):
             raise ValueError(f"heads must be 'punct' or 'all', got {heads!r}")
         p = Punctuator.from_model_dir(directory)
-        infer = p.engine.infer
-        if heads == "all" and p.has_case:
-            engine = p.engine
-
-            def infer(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-                return np.concatenate(engine.infer_heads(ids, mask), axis=-1)
-
+        infer = p.infer_all if heads == "all" else p.engine.infer
         return cls(Path(directory), infer, p.aligner, p.window, p.close)
 
     def logits(self, docs: Sequence[Document], window: WindowConfig | None = None,
