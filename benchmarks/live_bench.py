@@ -11,9 +11,11 @@ micro F1, the same scorer as ``evaluate``).
 The same schedules are then played through the simulation
 (:func:`streampunct.evaluation.schedule_labels`, the server's own
 ``StreamState``, one window per decision) with the same model, and the
-report gives both F1s and their label agreement: labels follow the schedule,
-not the load, so they differ only where the engine's int8 activation scales,
-which span each batch, move a label.
+report gives both F1s, their label agreement and the words where they
+differ. Labels follow the schedule, not the load: the server runs the
+windows of an int8 engine each alone (``serve --batch-rows auto``), so the
+two differ only where the schedule the server saw was not the one planned
+(a chunk that reached it late, past a word's delay bound).
 """
 
 from __future__ import annotations
@@ -161,11 +163,21 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     result["simulation"] = score(data.labels, simulated).to_dict()
     if len(served) == len(simulated):
         result["label_agreement"] = round(float(np.mean(np.asarray(served) == np.asarray(simulated))), 5)
+        result["disagreements"] = disagreements(data.words, served, simulated)
     print(f"simulation of the same schedules: overall F1 {result['simulation']['overall_f1']:.2f}"
           + (f"; label agreement {100 * result['label_agreement']:.2f}%" if "label_agreement" in result else ""))
     path = write_result(cfg.result_name, result, cfg.out_dir, command=command)
     print(f"wrote {path}")
     return result
+
+
+def disagreements(words, served, simulated, limit: int = 50) -> list[dict]:
+    """The first ``limit`` words whose label through the server differs from the
+    simulation's: index, word, both label names."""
+    from streampunct.labels import LABELS
+
+    return [{"index": k, "word": words[k], "server": LABELS[a], "simulation": LABELS[b]}
+            for k, (a, b) in enumerate(zip(served, simulated, strict=True)) if a != b][:limit]
 
 
 def add_live_arguments(p: argparse.ArgumentParser) -> None:

@@ -72,6 +72,8 @@ class ServerProcess:
         ]
         if cfg.engine_workers is not None:
             common += ["--engine-workers", str(cfg.engine_workers)]
+        if cfg.batch_rows is not None and cfg.engine != "fake":
+            common += ["--batch-rows", cfg.batch_rows]
         if cfg.engine == "fake":
             self.argv = [*python, "-m", "benchmarks.load_server", *common,
                          "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]

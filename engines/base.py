@@ -135,6 +135,13 @@ class Engine(Protocol):
     ``infer`` may be called from any thread; implementations serialize or
     parallelize internally. ``close`` releases native resources and is
     idempotent.
+
+    An engine may also set ``rows_independent`` (read with ``getattr``,
+    default True): whether a row's logits depend only on that row, not on the
+    other rows of its batch or the padding. False for int8 ONNX graphs with
+    dynamic activation quantization, whose scales are computed over the whole
+    input tensor; the server's batcher then runs each window alone
+    (:mod:`streampunct.batcher`).
     """
 
     name: str

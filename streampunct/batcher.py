@@ -23,6 +23,16 @@ raises :class:`OverloadedError` at once instead of buffering without limit.
 An engine exception fails only the requests that caused it: a failed batch
 of several requests is retried one request at a time, so one poisonous window
 does not take down the other sessions of its batch.
+
+``batch_rows`` says how a worker runs the windows of a batch. ``padded``: one
+call on the windows padded to the longest. ``alone``: one call per window, at
+its own length. ``auto`` (the default): alone where the engine says a row's
+logits depend on the rest of its batch (:attr:`engines.base.Engine.rows_independent`
+false: int8 graphs with dynamic activation quantization, whose scales span the
+whole padded batch), padded otherwise. So a window's labels never depend on
+which other windows, or how much padding, shared its engine call: the server
+gives the labels of :func:`streampunct.evaluation.schedule_labels` whatever
+the load.
 """
 
 from __future__ import annotations
@@ -42,6 +52,16 @@ from streampunct.windowing import pad_batch
 
 logger = logging.getLogger(__name__)
 
+#: How a worker runs a batch's windows: see the module docstring.
+BATCH_ROWS: tuple[str, ...] = ("auto", "padded", "alone")
+
+
+def runs_rows_alone(batch_rows: str, engine: object) -> bool:
+    """Whether a worker with this ``engine`` runs each window of a batch in its own call."""
+    if batch_rows == "auto":
+        return not getattr(engine, "rows_independent", True)
+    return batch_rows == "alone"
+
 
 @dataclass(frozen=True)
 class BatcherConfig:
@@ -54,12 +74,15 @@ class BatcherConfig:
             :meth:`Batcher.infer` raises :class:`OverloadedError`.
         engine_workers: engines run side by side, each in its own thread on
             its own batches (the engine factory is called once per worker).
+        batch_rows: ``auto``, ``padded`` or ``alone``: how a worker runs the
+            windows of a batch (module docstring).
     """
 
     max_batch: int = 32
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     engine_workers: int = 1
+    batch_rows: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -70,6 +93,8 @@ class BatcherConfig:
             raise ValueError("max_queue must be >= 1")
         if self.engine_workers < 1:
             raise ValueError("engine_workers must be >= 1")
+        if self.batch_rows not in BATCH_ROWS:
+            raise ValueError(f"batch_rows must be one of {', '.join(BATCH_ROWS)}, got {self.batch_rows!r}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +103,8 @@ class BatchRecord:
 
     Attributes:
         size: requests in the batch.
-        tokens: padded tokens (batch size x longest sequence).
+        tokens: tokens the engine ran: batch size x longest sequence for a
+            padded call, the sum of the lengths when each window ran alone.
         seconds: wall time of the engine call(s), padding included.
         failed: requests of the batch that got an :class:`EngineFailedError`.
     """
@@ -111,7 +137,7 @@ class Batcher:
 
     ``engine_factory`` is called in each worker thread, so engines bound to a
     thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
-    token id sequence) is run once per worker, alone and as a full batch,
+    token id sequence) is run once per worker, alone and (unless its rows run alone) as a full batch,
     before :attr:`ready` turns true. ``on_batch`` is called on the event loop
     after every engine call.
     """
@@ -175,8 +201,9 @@ class Batcher:
     async def _warm(self, worker: _Worker, seqs: list[np.ndarray]) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
-        await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine,
-                                   seqs * self.config.max_batch)
+        if not runs_rows_alone(self.config.batch_rows, worker.engine):
+            await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine,
+                                       seqs * self.config.max_batch)
 
     async def close(self) -> None:
         """Stop batching, fail whatever still waits, close the engines in their threads."""
@@ -228,6 +255,11 @@ class Batcher:
     @property
     def engine_workers(self) -> int:
         return len(self._workers)
+
+    @property
+    def rows_alone(self) -> bool:
+        """Each window of a batch runs in its own engine call (``batch_rows``, resolved)."""
+        return runs_rows_alone(self.config.batch_rows, self.engine)
 
     @property
     def queue_depth(self) -> int:
@@ -330,18 +362,23 @@ class Batcher:
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
         seqs = [item.input_ids for item in batch]
+        alone = len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine)
         t0 = time.perf_counter()
         failed = 0
-        try:
-            logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
-        except Exception as exc:
-            if len(batch) == 1:
-                results: list[np.ndarray | BaseException] = [exc]
-            else:
-                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
+        results: list[np.ndarray | BaseException]
+        if alone:
+            results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
         else:
-            results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
+            try:
+                logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+            except Exception as exc:
+                if len(batch) == 1:
+                    results = [exc]
+                else:
+                    logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
+                    results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
+            else:
+                results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
         seconds = time.perf_counter() - t0
         for item, result in zip(batch, results, strict=True):
             if item.future.done():  # the session went away meanwhile
@@ -355,8 +392,8 @@ class Batcher:
             else:
                 item.future.set_result(result)
         if self._on_batch is not None:
-            longest = max(len(s) for s in seqs)
-            self._on_batch(BatchRecord(len(batch), len(batch) * longest, seconds, failed))
+            tokens = sum(len(s) for s in seqs) if alone else len(batch) * max(len(s) for s in seqs)
+            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
 
     # -- worker thread -------------------------------------------------------
     def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> np.ndarray:

@@ -368,6 +368,9 @@ class StreamServer:
             "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
             "model": self.model_name,
             "engine_workers": self.batcher.engine_workers,
+            # how a batch's windows run once the engine is loaded: "padded" or "alone"
+            "batch_rows": (("alone" if self.batcher.rows_alone else "padded") if self.batcher.ready
+                           else self.config.batching.batch_rows),
             "uptime_s": round(time.monotonic() - self._started, 3),
             "sessions": len(self.sessions),
             "protocol": PROTOCOL_VERSION,

@@ -64,7 +64,7 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.batcher import BatcherConfig
+    from streampunct.batcher import BATCH_ROWS, BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import ServerConfig
 
@@ -92,6 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "core for onnxruntime, at most 8, 1 for other backends); onnxruntime engines get "
                             "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
+    batch.add_argument("--batch-rows", choices=BATCH_ROWS, default=BatcherConfig.batch_rows,
+                       help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
+                            "the longest), 'alone' (one call per window) or 'auto': alone where the engine's "
+                            "rows depend on the rest of the batch (int8 graphs with dynamic activation "
+                            "quantization), so labels never depend on the load (default: %(default)s)")
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
                         help="open sessions; more are refused with HTTP 503 (default: %(default)s)")
@@ -138,7 +143,8 @@ def build_config(args: argparse.Namespace):
             host=args.host,
             port=args.port,
             batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue,
-                                   resolve_engine_workers(args.engine_workers, args.engine)),
+                                   resolve_engine_workers(args.engine_workers, args.engine),
+                                   args.batch_rows),
             max_sessions=args.max_sessions,
             limits=limits,
             max_message_bytes=args.max_message_bytes,

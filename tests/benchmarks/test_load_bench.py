@@ -22,6 +22,7 @@ from benchmarks.load_bench import (
     SessionPlan,
     add_load_arguments,
     analyse_session,
+    config_from_args,
     plan_session,
     run_load_bench,
     run_load_from_args,
@@ -363,6 +364,23 @@ def test_cli_wiring_and_missing_model(tmp_path):
     add_load_arguments(p)
     with pytest.raises(InputError, match="loopback"):
         run_load_from_args(p.parse_args(["--url", "ws://example.com:80/v1/stream"]))
+
+
+def test_batch_rows_reaches_the_started_server(tmp_path):
+    from benchmarks.load_server_process import ServerProcess
+
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    for flags, expected in [([], None), (["--batch-rows", "padded"], "padded")]:
+        cfg = config_from_args(p.parse_args(flags))
+        assert cfg.batch_rows == expected
+        argv = ServerProcess(cfg, 10, tmp_path).argv
+        if expected is None:
+            assert "--batch-rows" not in argv  # the server's own default
+        else:
+            assert argv[argv.index("--batch-rows") + 1] == expected
+    with pytest.raises(SystemExit):
+        p.parse_args(["--batch-rows", "often"])
 
 
 # -- the cost proxy of the shipped model ---------------------------------------------

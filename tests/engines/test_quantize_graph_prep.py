@@ -56,6 +56,29 @@ def test_dynamic_int8_quantizes_matmul_weights_only(folder, tiny_windows):
     assert report.n_labels == len(tiny_windows.positions)
 
 
+def test_dynamic_int8_rows_depend_on_the_batch_and_the_engine_says_so(folder):
+    # Activation scales span the whole input tensor: a window's logits change when
+    # another window (or padding) shares its call. The batcher runs such rows alone.
+    if not (folder / "model.int8.onnx").exists():
+        quantize_int8_dynamic(folder / "model.onnx", folder / "model.int8.onnx")
+    fp32, int8 = _engine(folder / "model.onnx"), _engine(folder / "model.int8.onnx")
+    assert fp32.rows_independent and not int8.rows_independent
+    window = np.array([[2, 10, 11, 12, 3]], dtype=np.int64)
+    other = np.array([[2, 40, 41, 42, 43, 44, 45, 46, 3]], dtype=np.int64)
+    batch = np.zeros((2, 9), dtype=np.int64)
+    mask = np.zeros((2, 9), dtype=np.int64)
+    batch[0, :5], mask[0, :5] = window[0], 1
+    batch[1], mask[1] = other[0], 1
+
+    def changed(engine) -> float:
+        alone = engine.infer(window, np.ones_like(window))[0]
+        together = engine.infer(batch, mask)[0, :5]
+        return float(np.abs(alone - together).max())
+
+    assert changed(fp32) < 1e-4
+    assert changed(int8) > 1e-4
+
+
 def test_dynamic_int8_options_are_recorded(folder, tmp_path):
     out = folder / "model.pt.int8.onnx"
     sidecar = quantize_int8_dynamic(

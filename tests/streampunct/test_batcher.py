@@ -265,3 +265,103 @@ async def test_a_failing_warm_up_closes_every_engine_once(fake_engine_cls, caplo
     assert not batcher.ready and len(engines) == 2 and all(e.closed for e in engines)
     await batcher.close()  # after a failed start: nothing left to close, nothing logged
     assert "engine close failed" not in caplog.text
+
+
+# -- how a batch's windows run: padded or alone -----------------------------------------
+
+
+class BatchScaledEngine:
+    """Each row's logits depend on the whole batch, as in an int8 graph with dynamic
+    activation quantization: the label of a token is shifted by the largest id in the
+    batch (padding included) and by the padded length."""
+
+    name = "batch-scaled"
+    rows_independent = False
+
+    def __init__(self) -> None:
+        self.batch_sizes: list[int] = []
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        self.batch_sizes.append(len(input_ids))
+        shift = int(input_ids.max()) + input_ids.shape[1]
+        logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
+        np.put_along_axis(logits, ((input_ids + shift) % 4)[..., None], 1.0, axis=-1)
+        return logits
+
+    def close(self) -> None:
+        pass
+
+
+def labels_alone(engine: BatchScaledEngine, ids: np.ndarray) -> np.ndarray:
+    return engine.infer(ids[None, :], np.ones((1, len(ids)), dtype=np.int64))[0].argmax(-1)
+
+
+async def test_auto_runs_each_window_alone_when_rows_depend_on_the_batch():
+    engine = BatchScaledEngine()
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=50)
+    windows = [np.arange(3, 3 + n, dtype=np.int64) * k for k, n in [(1, 4), (2, 7), (3, 2), (5, 5)]]
+    try:
+        assert batcher.rows_alone
+        results = await asyncio.gather(*(batcher.infer(w) for w in windows))
+    finally:
+        await batcher.close()
+    assert engine.batch_sizes == [1, 1, 1, 1]  # one batch of 4, run a window at a time
+    assert [r.size for r in records] == [4]
+    assert records[0].tokens == 4 + 7 + 2 + 5  # no padding
+    reference = BatchScaledEngine()
+    for w, logits in zip(windows, results, strict=True):
+        assert (logits.argmax(-1) == labels_alone(reference, w)).all()
+
+
+async def test_padded_rows_change_the_labels_of_such_an_engine():
+    # The reason for 'alone': the same windows in one padded call get other labels.
+    engine = BatchScaledEngine()
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=50, batch_rows="padded")
+    windows = [np.arange(3, 3 + n, dtype=np.int64) * k for k, n in [(1, 4), (2, 7), (3, 2), (5, 5)]]
+    try:
+        assert not batcher.rows_alone
+        results = await asyncio.gather(*(batcher.infer(w) for w in windows))
+    finally:
+        await batcher.close()
+    assert engine.batch_sizes == [4] and records[0].tokens == 4 * 7
+    reference = BatchScaledEngine()
+    assert any((logits.argmax(-1) != labels_alone(reference, w)).any()
+               for w, logits in zip(windows, results, strict=True))
+
+
+async def test_auto_pads_engines_with_independent_rows_and_alone_forces_single_calls(fake_engine_cls):
+    for batch_rows, sizes in [("auto", [3]), ("alone", [1, 1, 1])]:
+        engine = fake_engine_cls()
+        batcher, _ = await started(engine, max_batch=8, max_wait_ms=50, batch_rows=batch_rows)
+        try:
+            results = await asyncio.gather(*(batcher.infer(seq(n, fill=14)) for n in (2, 6, 4)))
+        finally:
+            await batcher.close()
+        assert engine.batch_sizes[-len(sizes):] == sizes, batch_rows
+        assert [r.shape for r in results] == [(2, 4), (6, 4), (4, 4)]
+
+
+async def test_alone_isolates_a_failing_window_without_a_padded_try(fake_engine_cls):
+    engine = fake_engine_cls(fail_token=99)
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=50, batch_rows="alone")
+    try:
+        results = await asyncio.gather(batcher.infer(seq(3)), batcher.infer(seq(3, fill=99)),
+                                       batcher.infer(seq(2)), return_exceptions=True)
+    finally:
+        await batcher.close()
+    assert isinstance(results[1], EngineFailedError)
+    assert results[0].shape == (3, 4) and results[2].shape == (2, 4)
+    assert engine.batch_sizes == [1, 1, 1] and records[0].failed == 1
+
+
+async def test_warm_up_skips_the_full_batch_when_rows_run_alone():
+    engine = BatchScaledEngine()
+    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_batch=4), warmup_ids=seq(6))
+    await batcher.start()
+    await batcher.close()
+    assert engine.batch_sizes == [1]
+
+
+def test_batch_rows_must_be_a_known_mode():
+    with pytest.raises(ValueError, match="batch_rows must be one of auto, padded, alone, got 'sometimes'"):
+        BatcherConfig(batch_rows="sometimes")

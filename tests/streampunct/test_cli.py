@@ -225,3 +225,17 @@ def test_serve_engine_workers_option(monkeypatch):
     for bad in ("0", "-2", "two"):
         with pytest.raises(SystemExit):
             p.parse_args(["--engine-workers", bad])
+
+
+def test_serve_batch_rows_option():
+    import argparse
+
+    from streampunct.commands import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    assert serve.build_config(p.parse_args([])).batching.batch_rows == "auto"
+    for mode in ("padded", "alone"):
+        assert serve.build_config(p.parse_args(["--batch-rows", mode])).batching.batch_rows == mode
+    with pytest.raises(SystemExit):
+        p.parse_args(["--batch-rows", "sometimes"])
