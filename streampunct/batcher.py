@@ -362,38 +362,64 @@ class Batcher:
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
         seqs = [item.input_ids for item in batch]
-        alone = len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine)
+        if len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
+            await self._run_alone(worker, batch)
+            return
         t0 = time.perf_counter()
         failed = 0
         results: list[np.ndarray | BaseException]
-        if alone:
-            results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
-        else:
-            try:
-                logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
-            except Exception as exc:
-                if len(batch) == 1:
-                    results = [exc]
-                else:
-                    logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                    results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
+        try:
+            logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+        except Exception as exc:
+            if len(batch) == 1:
+                results = [exc]
             else:
-                results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
+                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
+                results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
+        else:
+            results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
         seconds = time.perf_counter() - t0
         for item, result in zip(batch, results, strict=True):
             if item.future.done():  # the session went away meanwhile
                 continue
             if isinstance(result, BaseException):
                 failed += 1
-                logger.error("engine failed on a request", exc_info=result)
-                error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
-                error.__cause__ = result
-                item.future.set_exception(error)
+                self._fail(item, result)
             else:
                 item.future.set_result(result)
         if self._on_batch is not None:
-            tokens = sum(len(s) for s in seqs) if alone else len(batch) * max(len(s) for s in seqs)
-            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
+            self._on_batch(BatchRecord(len(batch), len(batch) * max(len(s) for s in seqs), seconds, failed))
+
+    async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """One engine call per window, each answered as soon as it is done (the first
+        windows of a batch do not wait for the last); windows whose session went away
+        meanwhile are not run."""
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        failed = ran = tokens = 0
+        for item in batch:
+            if item.future.done():
+                continue
+            (result,) = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine,
+                                                   [item.input_ids])
+            ran += 1
+            tokens += len(item.input_ids)
+            if item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                failed += 1
+                self._fail(item, result)
+            else:
+                item.future.set_result(result)
+        if self._on_batch is not None and ran:
+            self._on_batch(BatchRecord(ran, tokens, time.perf_counter() - t0, failed))
+
+    @staticmethod
+    def _fail(item: _Pending, exc: BaseException) -> None:
+        logger.error("engine failed on a request", exc_info=exc)
+        error = EngineFailedError(f"inference failed: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        item.future.set_exception(error)
 
     # -- worker thread -------------------------------------------------------
     def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> np.ndarray:

@@ -365,3 +365,26 @@ async def test_warm_up_skips_the_full_batch_when_rows_run_alone():
 def test_batch_rows_must_be_a_known_mode():
     with pytest.raises(ValueError, match="batch_rows must be one of auto, padded, alone, got 'sometimes'"):
         BatcherConfig(batch_rows="sometimes")
+
+
+async def test_windows_run_alone_are_answered_one_by_one_and_skipped_when_gone(fake_engine_cls):
+    engine = fake_engine_cls(delay_s=0.08)
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=30, batch_rows="alone")
+    done_at: dict[int, float] = {}
+    t0 = time.perf_counter()
+
+    async def ask(k: int) -> None:
+        await batcher.infer(seq(3 + k))
+        done_at[k] = time.perf_counter() - t0
+
+    try:
+        tasks = [asyncio.create_task(ask(k)) for k in range(4)]
+        await asyncio.sleep(0.06)  # the batch of 4 is at the engine, running its first window
+        tasks[2].cancel()  # that session goes away before its window's turn
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await batcher.close()
+    assert sorted(done_at) == [0, 1, 3]
+    assert engine.batch_sizes == [1, 1, 1]  # the third window never ran
+    assert done_at[0] < done_at[3] - 0.1  # the first answer did not wait for the last window
+    assert [(r.size, r.tokens) for r in records] == [(3, 3 + 4 + 6)]
