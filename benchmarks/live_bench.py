@@ -12,10 +12,12 @@ The same schedules are then played through the simulation
 (:func:`streampunct.evaluation.schedule_labels`, the server's own
 ``StreamState``, one window per decision) with the same model, and the
 report gives both F1s, their label agreement and the words where they
-differ. Labels follow the schedule, not the load: the server runs the
-windows of an int8 engine each alone (``serve --batch-rows auto``), so the
-two differ only where the schedule the server saw was not the one planned
-(a chunk that reached it late, past a word's delay bound).
+differ. Windows follow the schedule, not the load. With padded engine calls
+(the server's default) an int8 engine's activation scales span each call,
+so other streams move about 0.6% of the labels; with ``--batch-rows exact``
+the server runs int8 windows alone and the two differ only where the
+schedule the server saw was not the one planned (a chunk that reached it a
+few ms late, next to a word's delay bound).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class LiveBenchConfig:
     right_context: int = SessionOptions.right_context
     max_delay_ms: int = SessionOptions.max_delay_ms
     engine: str = "onnxruntime"
+    batch_rows: str | None = None  # serve --batch-rows of the child server (None: the server's default)
     url: str | None = None
     seed: int = 0
     out_dir: Path = RESULTS_DIR
@@ -132,7 +135,8 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if url is None:
             server_cfg = replace(LoadBenchConfig(), model_dir=cfg.model_dir, engine=cfg.engine,
-                                 right_context=options.right_context, max_delay_ms=options.max_delay_ms)
+                                 right_context=options.right_context, max_delay_ms=options.max_delay_ms,
+                                 batch_rows=cfg.batch_rows)
             server = ServerProcess(server_cfg, max_sessions=len(spans) + 8, workdir=Path(tmp))
             url = server.start()
         try:
@@ -192,6 +196,9 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--right-context", type=int, default=d.right_context)
     p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
     p.add_argument("--engine", default=d.engine)
+    p.add_argument("--batch-rows", choices=("padded", "exact", "alone"), default=None,
+                   help="serve --batch-rows of the child server (default: the server's, padded); 'exact' "
+                        "runs int8 windows alone, so the server gives the simulation's labels")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
@@ -202,6 +209,6 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
     cfg = LiveBenchConfig(model_dir=args.model, data=args.data, text=args.text, sessions=args.sessions, words_per_second=args.wps,
                           right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
-                          url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
+                          batch_rows=args.batch_rows, url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
     result = run_live_bench(cfg, command=command)
     return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1

@@ -606,8 +606,8 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="server batching (started server only)")
     p.add_argument("--engine-workers", type=int, default=d.engine_workers,
                    help="engines the started server runs side by side (default: the server's, auto)")
-    p.add_argument("--batch-rows", choices=("auto", "padded", "alone"), default=d.batch_rows,
-                   help="serve --batch-rows of the started server (default: the server's, auto)")
+    p.add_argument("--batch-rows", choices=("padded", "exact", "alone"), default=d.batch_rows,
+                   help="serve --batch-rows of the started server (default: the server's, padded)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=int, default=d.refine_steps,

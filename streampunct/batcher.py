@@ -24,15 +24,16 @@ An engine exception fails only the requests that caused it: a failed batch
 of several requests is retried one request at a time, so one poisonous window
 does not take down the other sessions of its batch.
 
-``batch_rows`` says how a worker runs the windows of a batch. ``padded``: one
-call on the windows padded to the longest. ``alone``: one call per window, at
-its own length. ``auto`` (the default): alone where the engine says a row's
+``batch_rows`` says how a worker runs the windows of a batch. ``padded`` (the
+default): one call on the windows padded to the longest. ``alone``: one call
+per window, at its own length. ``exact``: alone where the engine says a row's
 logits depend on the rest of its batch (:attr:`engines.base.Engine.rows_independent`
 false: int8 graphs with dynamic activation quantization, whose scales span the
-whole padded batch), padded otherwise. So a window's labels never depend on
-which other windows, or how much padding, shared its engine call: the server
-gives the labels of :func:`streampunct.evaluation.schedule_labels` whatever
-the load.
+whole padded batch), padded otherwise. With ``exact`` a window's labels never
+depend on which other windows, or how much padding, shared its engine call:
+the server gives the labels of :func:`streampunct.evaluation.schedule_labels`
+whatever the load, at about 15% of the capacity on 2 AVX2 cores (docs/server.md,
+"Batch rows"), which is why it is not the default.
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ from streampunct.windowing import pad_batch
 logger = logging.getLogger(__name__)
 
 #: How a worker runs a batch's windows: see the module docstring.
-BATCH_ROWS: tuple[str, ...] = ("auto", "padded", "alone")
+BATCH_ROWS: tuple[str, ...] = ("padded", "exact", "alone")
 
 
 def runs_rows_alone(batch_rows: str, engine: object) -> bool:
     """Whether a worker with this ``engine`` runs each window of a batch in its own call."""
-    if batch_rows == "auto":
+    if batch_rows == "exact":
         return not getattr(engine, "rows_independent", True)
     return batch_rows == "alone"
 
@@ -74,7 +75,7 @@ class BatcherConfig:
             :meth:`Batcher.infer` raises :class:`OverloadedError`.
         engine_workers: engines run side by side, each in its own thread on
             its own batches (the engine factory is called once per worker).
-        batch_rows: ``auto``, ``padded`` or ``alone``: how a worker runs the
+        batch_rows: ``padded``, ``exact`` or ``alone``: how a worker runs the
             windows of a batch (module docstring).
     """
 
@@ -82,7 +83,7 @@ class BatcherConfig:
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     engine_workers: int = 1
-    batch_rows: str = "auto"
+    batch_rows: str = "padded"
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -391,17 +392,18 @@ class Batcher:
             self._on_batch(BatchRecord(len(batch), len(batch) * max(len(s) for s in seqs), seconds, failed))
 
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
-        """One engine call per window, each answered as soon as it is done (the first
-        windows of a batch do not wait for the last); windows whose session went away
-        meanwhile are not run."""
+        """One engine call per window, all in one hand-off to the worker thread; windows
+        whose session went away meanwhile are not run. The answers come back together:
+        handing each to the event loop as it is done (tried) made the loop's work for the
+        sessions compete with the worker for the GIL and both cores, and the engine ran
+        a third slower under load."""
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        failed = ran = tokens = 0
-        for item in batch:
-            if item.future.done():
+        results = await loop.run_in_executor(worker.executor, self._infer_alone, worker.engine, batch)
+        ran = tokens = failed = 0
+        for item, result in zip(batch, results, strict=True):
+            if result is None:
                 continue
-            (result,) = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine,
-                                                   [item.input_ids])
             ran += 1
             tokens += len(item.input_ids)
             if item.future.done():
@@ -413,6 +415,11 @@ class Batcher:
                 item.future.set_result(result)
         if self._on_batch is not None and ran:
             self._on_batch(BatchRecord(ran, tokens, time.perf_counter() - t0, failed))
+
+    def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[np.ndarray | BaseException | None]:
+        """Worker thread: each window in its own call; None for a window whose session
+        went away before its turn (a hint read across threads, checked again on the loop)."""
+        return [None if item.future.done() else self._infer_each(engine, [item.input_ids])[0] for item in batch]
 
     @staticmethod
     def _fail(item: _Pending, exc: BaseException) -> None:

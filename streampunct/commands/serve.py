@@ -94,9 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "intra_op_threads= says otherwise (default: %(default)s)")
     batch.add_argument("--batch-rows", choices=BATCH_ROWS, default=BatcherConfig.batch_rows,
                        help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
-                            "the longest), 'alone' (one call per window) or 'auto': alone where the engine's "
+                            "the longest), 'alone' (one call per window) or 'exact': alone where the engine's "
                             "rows depend on the rest of the batch (int8 graphs with dynamic activation "
-                            "quantization), so labels never depend on the load (default: %(default)s)")
+                            "quantization), so labels never depend on the load, at some capacity "
+                            "(default: %(default)s)")
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
                         help="open sessions; more are refused with HTTP 503 (default: %(default)s)")

@@ -56,11 +56,12 @@ def test_live_streams_through_the_shipped_model_agree_with_the_simulation(tmp_pa
     rows = [f"{w}\t{marks.get(nxt, 'O')}" for w, nxt in zip(toks, toks[1:] + ["x"], strict=True) if w not in marks]
     data = tmp_path / "small.tsv"
     data.write_text("\n".join(rows) + "\n")
-    cfg = LiveBenchConfig(data=data, sessions=3, words_per_second=40.0, out_dir=tmp_path, name="live_small")
+    cfg = LiveBenchConfig(data=data, sessions=3, words_per_second=40.0, batch_rows="exact", out_dir=tmp_path,
+                          name="live_small")
     result = run_live_bench(cfg, command="test")
     assert result["lost_words"] == 0 and result["mismatched_sessions"] == 0
     assert result["n_words"] == len(rows) and result["sessions"] == 3
-    # the int8 engine's windows run alone (batch_rows auto) and no delay bound fires at
+    # the int8 engine's windows run alone (batch_rows exact) and no delay bound fires at
     # 40 words/s: the server gives exactly the simulation's labels
     assert result["label_agreement"] == 1.0 and result["disagreements"] == []
     assert 0 < result["server"]["overall_f1"] <= 100

@@ -371,7 +371,7 @@ def test_batch_rows_reaches_the_started_server(tmp_path):
 
     p = argparse.ArgumentParser()
     add_load_arguments(p)
-    for flags, expected in [([], None), (["--batch-rows", "padded"], "padded")]:
+    for flags, expected in [([], None), (["--batch-rows", "exact"], "exact")]:
         cfg = config_from_args(p.parse_args(flags))
         assert cfg.batch_rows == expected
         argv = ServerProcess(cfg, 10, tmp_path).argv

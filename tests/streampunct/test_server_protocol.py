@@ -295,7 +295,7 @@ async def test_healthz_and_metrics(start_server):
     health = json.loads(body)
     assert health["status"] == "ok" and health["engine"] == "fake" and health["model"] == "fake-model"
     assert health["uptime_s"] >= 0 and health["engine_workers"] == 1
-    assert health["batch_rows"] == "padded"  # auto, and the fake engine's rows are independent
+    assert health["batch_rows"] == "padded"
     async with await StreamClient.connect(server.url, right_context=0) as client:
         await client.send_words(WORDS[:5])
         await finish(client)
