@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, write_result
+from streampunct.batcher import BATCH_ROWS
 from streampunct.options import SessionOptions
 
 
@@ -196,7 +197,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--right-context", type=int, default=d.right_context)
     p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
     p.add_argument("--engine", default=d.engine)
-    p.add_argument("--batch-rows", choices=("padded", "exact", "alone"), default=None,
+    p.add_argument("--batch-rows", choices=BATCH_ROWS, default=None,
                    help="serve --batch-rows of the child server (default: the server's, padded); 'exact' "
                         "runs int8 windows alone, so the server gives the simulation's labels")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")

@@ -63,6 +63,7 @@ from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
 from benchmarks.load_search import best_sessions, next_refinement, slo_failures, step_estimate_s
 from benchmarks.load_server_process import ServerProcess, http_get, machine_cpu_busy
+from streampunct.batcher import BATCH_ROWS
 from streampunct.latency import decidable_times
 from streampunct.options import SessionOptions
 
@@ -606,7 +607,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="server batching (started server only)")
     p.add_argument("--engine-workers", type=int, default=d.engine_workers,
                    help="engines the started server runs side by side (default: the server's, auto)")
-    p.add_argument("--batch-rows", choices=("padded", "exact", "alone"), default=d.batch_rows,
+    p.add_argument("--batch-rows", choices=BATCH_ROWS, default=d.batch_rows,
                    help="serve --batch-rows of the started server (default: the server's, padded)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")

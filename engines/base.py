@@ -140,8 +140,8 @@ class Engine(Protocol):
     default True): whether a row's logits depend only on that row, not on the
     other rows of its batch or the padding. False for int8 ONNX graphs with
     dynamic activation quantization, whose scales are computed over the whole
-    input tensor; the server's batcher then runs each window alone
-    (:mod:`streampunct.batcher`).
+    input tensor; the server's batcher then runs each window alone when
+    told to (``serve --batch-rows exact``, :mod:`streampunct.batcher`).
     """
 
     name: str

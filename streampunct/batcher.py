@@ -361,13 +361,12 @@ class Batcher:
                 self._idle.put_nowait(worker)
 
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
-        loop = asyncio.get_running_loop()
-        seqs = [item.input_ids for item in batch]
         if len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
             await self._run_alone(worker, batch)
             return
+        loop = asyncio.get_running_loop()
+        seqs = [item.input_ids for item in batch]
         t0 = time.perf_counter()
-        failed = 0
         results: list[np.ndarray | BaseException]
         try:
             logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
@@ -380,14 +379,7 @@ class Batcher:
         else:
             results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
         seconds = time.perf_counter() - t0
-        for item, result in zip(batch, results, strict=True):
-            if item.future.done():  # the session went away meanwhile
-                continue
-            if isinstance(result, BaseException):
-                failed += 1
-                self._fail(item, result)
-            else:
-                item.future.set_result(result)
+        failed = self._answer(batch, results)
         if self._on_batch is not None:
             self._on_batch(BatchRecord(len(batch), len(batch) * max(len(s) for s in seqs), seconds, failed))
 
@@ -400,21 +392,11 @@ class Batcher:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         results = await loop.run_in_executor(worker.executor, self._infer_alone, worker.engine, batch)
-        ran = tokens = failed = 0
-        for item, result in zip(batch, results, strict=True):
-            if result is None:
-                continue
-            ran += 1
-            tokens += len(item.input_ids)
-            if item.future.done():
-                continue
-            if isinstance(result, BaseException):
-                failed += 1
-                self._fail(item, result)
-            else:
-                item.future.set_result(result)
+        failed = self._answer(batch, results)
+        ran = [item for item, result in zip(batch, results, strict=True) if result is not None]
         if self._on_batch is not None and ran:
-            self._on_batch(BatchRecord(ran, tokens, time.perf_counter() - t0, failed))
+            tokens = sum(len(item.input_ids) for item in ran)
+            self._on_batch(BatchRecord(len(ran), tokens, time.perf_counter() - t0, failed))
 
     def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[np.ndarray | BaseException | None]:
         """Worker thread: each window in its own call; None for a window whose session
@@ -422,11 +404,23 @@ class Batcher:
         return [None if item.future.done() else self._infer_each(engine, [item.input_ids])[0] for item in batch]
 
     @staticmethod
-    def _fail(item: _Pending, exc: BaseException) -> None:
-        logger.error("engine failed on a request", exc_info=exc)
-        error = EngineFailedError(f"inference failed: {type(exc).__name__}: {exc}")
-        error.__cause__ = exc
-        item.future.set_exception(error)
+    def _answer(batch: Sequence[_Pending], results: Sequence[np.ndarray | BaseException | None]) -> int:
+        """Hand each request its logits or its engine failure; returns the failures. A
+        None result (a window not run) and a request whose session went away meanwhile
+        get nothing."""
+        failed = 0
+        for item, result in zip(batch, results, strict=True):
+            if result is None or item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                failed += 1
+                logger.error("engine failed on a request", exc_info=result)
+                error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
+                error.__cause__ = result
+                item.future.set_exception(error)
+            else:
+                item.future.set_result(result)
+        return failed
 
     # -- worker thread -------------------------------------------------------
     def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> np.ndarray:
