@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Release 6 on a lent GPU (issue 13): the MPNet teacher (models/base) trained further on every
+# labelled word, its soft labels, and the default model's student distilled from them, all
+# inside one session's 15 minutes of device time. Nothing downloads there and at most 64 MiB
+# travel per call, so the work is cut in two calls to one warm machine:
+#
+#   bash scripts/gpu_release.sh prepare   # here: .gpuA/ and .gpuB/ (the int4 teacher in two
+#                                         # parts, the training data, the int8 student), and
+#                                         # models/ moved aside to /tmp/models_hold so that the
+#                                         # working tree travels under the limit
+#   device run, carry [".gpuA"]: bash scripts/gpu_release.sh a
+#       data into /tmp/g, converted once (cache), step rates of both models measured
+#   device run, carry [".gpuB"], at once (the machine stays warm 30 s): bash scripts/gpu_release.sh b
+#       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
+#       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
+#       every log come back in $OUT
+#   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (the call's files) into
+#                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
+#
+# The teacher is not brought back (its int4 graph is 65.5 MiB, over one call's 64 MiB): its
+# learning curve and validation figures are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+G=/tmp/g
+PY="${PY:-python3}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|unpack DIR}"
+SPLIT=34000000  # bytes of the int4 teacher in the first call
+
+rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
+  $PY -m training.step_rate --base-model "$1" --batch-size 32 --max-len 128 --precision bf16 \
+      --case-head --steps "${RATE_STEPS:-40}" --warmup "${RATE_WARMUP:-5}" --json "$2"
+}
+
+case "$stage" in
+prepare)
+  D=../shared/data
+  rm -rf .gpuA .gpuB
+  mkdir -p .gpuA/data/ted_talks .gpuA/data/cased_spoken .gpuA/data/unlabeled .gpuA/data/iwslt2011_che \
+           .gpuA/cfg/mpnet .gpuA/cfg/minilm5 .gpuB/base .gpuB/student
+  head -c $SPLIT models/base/model.int4.onnx > .gpuA/teacher.part1
+  tail -c +$((SPLIT + 1)) models/base/model.int4.onnx > .gpuB/teacher.part2
+  cp models/base/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuB/base/
+  cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
+  cp $D/ted_talks/ted.jsonl.gz .gpuA/data/ted_talks/
+  cp -r $D/iwslt2011_che/dev2012 .gpuA/data/iwslt2011_che/
+  cp $D/cased_spoken/ted_iwslt_dev2010_cased.txt .gpuA/data/cased_spoken/
+  gzip -c $D/cased_spoken/swda_train_cased.txt > .gpuA/data/cased_spoken/swda_train_cased.txt.gz
+  cp $D/unlabeled/tedx_autocaptions.txt.gz .gpuA/data/unlabeled/
+  # encoder configs (the weights come from the imported graphs)
+  .venv/bin/python - <<'PY'
+import json, shutil
+from training.model import default_base_model
+m = default_base_model()
+cfg = json.loads((m / "config.json").read_text())
+cfg["num_hidden_layers"] = 5  # release 5 keeps MiniLM's first five layers
+json.dump(cfg, open(".gpuA/cfg/minilm5/config.json", "w"), indent=1)
+shutil.copy(m / "tokenizer.json", ".gpuA/cfg/minilm5/")
+mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
+         "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
+         "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
+         "max_position_embeddings": 514, "model_type": "mpnet", "num_attention_heads": 12,
+         "num_hidden_layers": 12, "pad_token_id": 1, "relative_attention_num_buckets": 32, "vocab_size": 30527}
+json.dump(mpnet, open(".gpuA/cfg/mpnet/config.json", "w"), indent=1)  # all-mpnet-base-v2's config
+shutil.copy("models/base/tokenizer.json", ".gpuA/cfg/mpnet/")
+PY
+  [[ -d models ]] && mv models /tmp/models_hold
+  du -sh .gpuA .gpuB
+  echo "models/ is in /tmp/models_hold until: bash scripts/gpu_release.sh unpack DIR (or mv /tmp/models_hold models)"
+  ;;
+a)
+  export PYTHONUNBUFFERED=1
+  rm -rf $G && mkdir -p $G/cache
+  nvidia-smi -L || true
+  $PY -c "import torch, transformers, onnx; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnx', onnx.__version__, 'cuda', torch.cuda.is_available())"
+  cp .gpuA/teacher.part1 $G/
+  cp -r .gpuA/cfg .gpuA/data $G/
+  gunzip $G/data/cased_spoken/swda_train_cased.txt.gz
+  # convert the text once (cached in $G/cache) while the step rates are measured
+  STREAMPUNCT_DATA=$G/data $PY - > $G/convert.log 2>&1 <<PY &
+from training.data import data_root, load_training_docs, load_validation_docs, resolve_cache
+root, cache = data_root(""), resolve_cache("$G/cache")
+docs = load_training_docs(["ted", "dev2012", "swda"], root, cache)
+print("training words", sum(map(len, docs)), "documents", len(docs))
+print("dev2010 words", sum(map(len, load_validation_docs("dev2010", root, cache))))
+PY
+  conv=$!
+  rates $G/cfg/mpnet $G/rate_teacher.json
+  rates $G/cfg/minilm5 $G/rate_student.json
+  wait $conv
+  cat $G/convert.log
+  ls -la $G $G/cache
+  cp $G/rate_*.json $G/convert.log "$OUT/"
+  ;;
+b)
+  export PYTHONUNBUFFERED=1 STREAMPUNCT_DATA=$G/data
+  t0=$(date +%s)
+  [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1: run stage a on this machine first" >&2; exit 3; }
+  ln -sfn $G/cache cache  # the converted text of stage a (data.cache_dir and distill use ./cache)
+  mkdir -p $G/base
+  cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx
+  cp .gpuB/base/* $G/base/
+  $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet
+  $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5
+  [[ -f $G/rate_teacher.json ]] || rates $G/cfg/mpnet $G/rate_teacher.json
+  [[ -f $G/rate_student.json ]] || rates $G/cfg/minilm5 $G/rate_student.json
+  steps() { $PY -c "import json,sys; print(max(int(sys.argv[3]), int(json.load(open(sys.argv[1]))['steps_per_s'] * float(sys.argv[2]))))" "$1" "$2" "${STEPS_MIN:-50}"; }
+  ts=$(steps $G/rate_teacher.json "${TEACHER_S:-230}")
+  echo "teacher: $ts steps ($(( $(date +%s) - t0 )) s in)"
+  timeout -s TERM "${TEACHER_LIMIT_S:-330}" $PY -m training.cli --config training/configs/gpu_teacher.toml \
+      --base-model $G/teacher_init --out $G/teacher --set optim.max_steps="$ts" \
+      --set optim.eval_every=$(( ts / 10 + 1 )) --set data.max_train_words="${TEACHER_WORDS:-0}" \
+      --set data.max_valid_words="${VALID_WORDS:-0}" || echo "teacher run ended early (rc $?)"
+  cp $G/teacher/metrics.jsonl "$OUT/teacher_metrics.jsonl"
+  cp $G/teacher/best/streampunct.json "$OUT/teacher_best_streampunct.json"
+  echo "teacher done ($(( $(date +%s) - t0 )) s in)"
+  timeout -s TERM "${LABEL_LIMIT_S:-200}" $PY -m training.distill label --teacher $G/teacher/best --labelled ted dev2012 swda \
+      --max-labelled-words "${LABEL_WORDS:-4000000}" --seed 15 --unlabeled tedx \
+      --max-unlabeled-words "${UNLABELED_WORDS:-400000}" \
+      --bf16 --batch-size 256 --out $G/soft.npz
+  echo "labels done ($(( $(date +%s) - t0 )) s in)"
+  # the student gets what is left of the call's budget (DEADLINE_S from the start of this stage,
+  # less ~45 s for its data, validations and the packing), at most STUDENT_S seconds of steps
+  left=$(( ${DEADLINE_S:-555} - ($(date +%s) - t0) - 45 ))
+  budget=$(( left < ${STUDENT_S:-110} ? left : ${STUDENT_S:-110} ))
+  (( budget >= 10 )) || { echo "no time left for the student ($left s)" >&2; exit 4; }
+  ss=$(steps $G/rate_student.json "$budget")
+  echo "student: $ss steps in ~$budget s"
+  timeout -s TERM "${STUDENT_LIMIT_S:-170}" $PY -m training.cli --config training/configs/gpu_student.toml \
+      --base-model $G/student_init --out $G/student --set optim.max_steps="$ss" \
+      --set optim.eval_every=$(( ss / 4 + 1 )) --set data.max_train_words="${LABEL_WORDS:-4000000}" \
+      --set data.max_valid_words="${VALID_WORDS:-0}" || echo "student run ended early (rc $?)"
+  echo "student done ($(( $(date +%s) - t0 )) s in)"
+  $PY - "$G/student/best" "$OUT" <<'PY'
+import sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+state = {k: v.to(torch.float16) if v.is_floating_point() else v
+         for k, v in load_file(src / "model.safetensors").items()}
+save_file(state, str(out / "student.f16.safetensors"))
+PY
+  split -b 15000000 -d "$OUT/student.f16.safetensors" "$OUT/student.f16.safetensors.part"
+  rm "$OUT/student.f16.safetensors"
+  tar czf "$OUT/meta.tgz" -C $G student/best/config.json student/best/head.safetensors \
+      student/best/streampunct.json student/best/tokenizer.json student/metrics.jsonl rate_teacher.json \
+      rate_student.json convert.log
+  ls -la "$OUT"
+  echo "all done ($(( $(date +%s) - t0 )) s in)"
+  ;;
+unpack)
+  dir="${2:?usage: gpu_release.sh unpack DIR}"
+  [[ -d models ]] || mv /tmp/models_hold models
+  out=benchmarks/results/gpu_release
+  mkdir -p "$out" checkpoints/gpu_student
+  tar xzf "$dir/meta.tgz" -C /tmp && rm -rf checkpoints/gpu_student/best
+  cp -r /tmp/student/best checkpoints/gpu_student/best
+  cp /tmp/student/metrics.jsonl checkpoints/gpu_student/metrics.jsonl
+  cat "$dir"/student.f16.safetensors.part* > /tmp/student.f16.safetensors
+  .venv/bin/python - /tmp/student.f16.safetensors checkpoints/gpu_student/best/model.safetensors <<'PY'
+import sys
+import torch
+from safetensors.torch import load_file, save_file
+state = {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in load_file(sys.argv[1]).items()}
+save_file(state, sys.argv[2], metadata={"format": "pt"})
+PY
+  cp "$dir"/teacher_metrics.jsonl "$dir"/teacher_best_streampunct.json /tmp/rate_*.json /tmp/convert.log "$out/"
+  cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
+  ;;
+*)
+  echo "usage: gpu_release.sh prepare|a|b|unpack DIR" >&2; exit 2 ;;
+esac
