@@ -11,6 +11,7 @@
 #   device run, carry [".gpuA"]: bash scripts/gpu_release.sh a
 #       data into /tmp/g, converted once (cache), step rates of both models measured
 #   device run, carry [".gpuB"], at once (the machine stays warm 30 s): bash scripts/gpu_release.sh b
+#       (the run of 2026-11-26 installed .gpuB/whl in its command line, as this stage now does)
 #       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
 #       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
 #       every log come back in $OUT
@@ -46,6 +47,8 @@ prepare)
   cp $D/cased_spoken/ted_iwslt_dev2010_cased.txt .gpuA/data/cased_spoken/
   gzip -c $D/cased_spoken/swda_train_cased.txt > .gpuA/data/cased_spoken/swda_train_cased.txt.gz
   cp $D/unlabeled/tedx_autocaptions.txt.gz .gpuA/data/unlabeled/
+  # the two pure-Python needs of training.config that the device image lacks
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .gpuB/whl dacite tomli_w
   # encoder configs (the weights come from the imported graphs)
   .venv/bin/python - <<'PY'
 import json, shutil
@@ -95,6 +98,8 @@ b)
   export PYTHONUNBUFFERED=1 STREAMPUNCT_DATA=$G/data
   t0=$(date +%s)
   [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1: run stage a on this machine first" >&2; exit 3; }
+  $PY -m pip install -q --no-index --no-deps --target /tmp/site .gpuB/whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   ln -sfn $G/cache cache  # the converted text of stage a (data.cache_dir and distill use ./cache)
   mkdir -p $G/base
   cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx

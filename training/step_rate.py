@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from streampunct.errors import ModelError
 from training.cli_support import run_tool
 
 
@@ -30,6 +31,8 @@ def measure(base_model: str | Path, *, batch_size: int, max_len: int, precision:
     from training.precision import use_bf16
     from training.trainer import resolve_device
 
+    if not (Path(base_model) / "config.json").is_file():
+        raise ModelError(f"{base_model} is not a Hugging Face model folder (no config.json)")
     dev = resolve_device(device)
     bf16 = use_bf16(precision == "bf16", dev)
     model = build_model(base_model, random_init=True, case_head=case_head).to(dev)
