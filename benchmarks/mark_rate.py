@@ -1,0 +1,90 @@
+"""How densely runtime models punctuate real ASR output, without labels: marks per 100 words on
+TEDx automatic captions held out from every training draw, next to TED dev2010 (reference text,
+gold density known).
+
+The validation sets are reference transcripts; a model that learns to leave ASR-looking text
+unpunctuated does not show there. Talks have about the same density of sentences and clauses
+whether a person or a recognizer wrote them down, so a model whose rate on the captions falls
+far below its rate on dev2010 under-punctuates ASR output. Never reads a test set.
+
+    python -m benchmarks.mark_rate models/default build/v6 [--words 100000] [--json OUT.json]
+
+Held-out captions: the TEDx talks outside the 400k-word draw that the release students trained on
+(``training.data.load_unlabeled(["tedx"], max_words=400000, seed=15)``), a seeded sample of
+``--words`` words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import write_result
+from streampunct.labels import LABELS
+
+TRAINING_DRAW = {"max_words": 400_000, "seed": 15}
+
+
+def held_out_captions(root: Path, words: int, seed: int = 7):
+    """Caption talks outside the students' training draw, a seeded sample of about ``words`` words."""
+    from training.data import load_unlabeled
+
+    drawn = {d.name for d in load_unlabeled(["tedx"], root, **TRAINING_DRAW)}
+    everything = load_unlabeled(["tedx"], root, max_words=0, seed=0)
+    rest = [d for d in everything if d.name not in drawn]
+    random.Random(seed).shuffle(rest)
+    out, total = [], 0
+    for d in rest:
+        if total >= words:
+            break
+        out.append(d)
+        total += len(d)
+    return out
+
+
+def rates(labels: np.ndarray) -> dict:
+    n = max(len(labels), 1)
+    per = {name: round(100 * float(np.sum(labels == i)) / n, 2) for i, name in enumerate(LABELS) if i}
+    return {"words": int(len(labels)), "marks_per_100_words": round(sum(per.values()), 2), "per_class": per}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.compare_models import folder_labels
+    from training.data import data_root, load_validation_docs, resolve_cache
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.mark_rate", description=__doc__.split("\n")[0])
+    ap.add_argument("models", type=Path, nargs="+", help="runtime model folders")
+    ap.add_argument("--words", type=int, default=100_000, help="held-out caption words (default 100000)")
+    ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    root = data_root(args.data_root)
+    captions = held_out_captions(root, args.words)
+    dev = load_validation_docs("dev2010", root, resolve_cache("cache"))
+    gold = np.asarray([x for d in dev for x in d.labels], dtype=np.int64)
+    result: dict = {"captions_words": sum(map(len, captions)), "dev2010_gold": rates(gold), "models": {}}
+    print(f"dev2010 gold: {result['dev2010_gold']['marks_per_100_words']} marks per 100 words")
+    for folder in args.models:
+        cap, _ = folder_labels(folder, captions, None)
+        ref, _ = folder_labels(folder, dev, None)
+        r = {"tedx_held_out": rates(cap), "dev2010": rates(ref)}
+        r["ratio_captions_to_dev2010"] = round(r["tedx_held_out"]["marks_per_100_words"]
+                                               / max(r["dev2010"]["marks_per_100_words"], 1e-9), 3)
+        result["models"][str(folder)] = r
+        print(f"{folder}: captions {r['tedx_held_out']['marks_per_100_words']}, dev2010 "
+              f"{r['dev2010']['marks_per_100_words']} marks per 100 words (ratio {r['ratio_captions_to_dev2010']})")
+    if args.json:
+        path = write_result(args.json.stem, result, args.json.parent, command="python -m benchmarks.mark_rate " +
+                            " ".join(sys.argv[1:] if argv is None else argv))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

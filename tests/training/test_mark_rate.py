@@ -1,0 +1,43 @@
+"""benchmarks.mark_rate: punctuation density on held-out ASR captions, without labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import benchmarks.mark_rate as mr
+from streampunct.labels import LABELS
+
+
+def test_rates_count_marks_per_100_words():
+    idx = {name: i for i, name in enumerate(LABELS)}
+    labels = np.array([idx["O"]] * 16 + [idx["COMMA"]] * 2 + [idx["PERIOD"]] + [idx["QUESTION"]])
+    r = mr.rates(labels)
+    assert r["words"] == 20
+    assert r["per_class"] == {"COMMA": 10.0, "PERIOD": 5.0, "QUESTION": 5.0}
+    assert r["marks_per_100_words"] == 20.0
+
+
+def test_rates_of_nothing_is_zero():
+    assert mr.rates(np.array([], dtype=np.int64))["marks_per_100_words"] == 0.0
+
+
+def test_held_out_captions_leave_out_the_training_draw(tiny_data_root, monkeypatch):
+    from training.data import load_unlabeled
+
+    monkeypatch.setattr(mr, "TRAINING_DRAW", {"max_words": 150, "seed": 15})
+    drawn = {d.name for d in load_unlabeled(["tedx"], tiny_data_root, max_words=150, seed=15)}
+    held = mr.held_out_captions(tiny_data_root, words=10_000)
+    assert len(drawn) == 1 and len(held) == 1
+    assert not drawn & {d.name for d in held}
+    assert len(held[0]) == 150
+
+
+def test_held_out_sample_stops_at_the_word_budget(tiny_data_root, monkeypatch):
+    monkeypatch.setattr(mr, "TRAINING_DRAW", {"max_words": 1, "seed": 15})  # draws (part of) one talk
+    assert mr.held_out_captions(tiny_data_root, words=0) == []
+    assert sum(map(len, mr.held_out_captions(tiny_data_root, words=1))) == 150
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
