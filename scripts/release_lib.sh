@@ -95,3 +95,21 @@ candidate_steps() {
   [[ "$step" == score ]] && score_test_sets "$out"
   return 0
 }
+
+# minilm_config DIR LAYERS: a config-only encoder folder (config.json + tokenizer.json) of the
+# MiniLM base cut to LAYERS layers, for importing a cut model's graph (training.onnx_import
+# --base-model DIR; every weight comes from the graph).
+minilm_config() {
+  [[ -f $1/config.json ]] && return 0
+  .venv/bin/python - "$1" "$2" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+from training.model import default_base_model
+src, dest, layers = default_base_model(), Path(sys.argv[1]), int(sys.argv[2])
+dest.mkdir(parents=True, exist_ok=True)
+cfg = json.loads((src / "config.json").read_text())
+cfg["num_hidden_layers"] = layers
+(dest / "config.json").write_text(json.dumps(cfg, indent=1))
+shutil.copy(src / "tokenizer.json", dest / "tokenizer.json")
+PY
+}
