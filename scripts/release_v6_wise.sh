@@ -24,7 +24,8 @@ pinned_model 54b6f8f $v5
 step="${1:-all}"
 case "$step" in
 all)
-  [[ -d cache/v5_fp32 ]] || $py -m training.onnx_import $v5 cache/v5_fp32 --base-model .gpuA/cfg/minilm5
+  minilm_config cache/minilm5 5
+  [[ -d cache/v5_fp32 ]] || $py -m training.onnx_import $v5 cache/v5_fp32 --base-model cache/minilm5
   for t in ${TS:-0.3 0.5 0.7}; do
     d=build/v6_t${t/./}
     [[ -d checkpoints/v6_t${t/./} ]] || $py -m training.interpolate cache/v5_fp32 checkpoints/gpu_student/best \
