@@ -15,6 +15,9 @@
 #       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
 #       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
 #       every log come back in $OUT
+#   device run, at once after b: bash scripts/gpu_release.sh c 0, then c 1 (the teacher's int4
+#       graph in parts; not yet run on a device), then here:
+#       bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1   # into build/gpu_teacher
 #   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (the call's files) into
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
 #
@@ -26,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G=/tmp/g
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|unpack DIR}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 
 rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
@@ -160,6 +163,42 @@ PY
   ls -la "$OUT"
   echo "all done ($(( $(date +%s) - t0 )) s in)"
   ;;
+c)
+  # The teacher back, after stage b on the same warm machine: its int4 graph (65.5 MiB, as
+  # models/base) in a tar cut into 15 MB parts; call "c 0" returns parts 0-3, "c 1" the rest.
+  # Not yet run on a device (added after the run of 2026-11-26); tested on CPU.
+  k="${2:-0}"
+  export STREAMPUNCT_DATA=$G/data  # parity figures on dev2012, as here
+  [[ -d $G/teacher/best ]] || { echo "no $G/teacher/best: run stage b on this machine first" >&2; exit 3; }
+  if [[ ! -f $G/teacher_int4.tar.part00 ]]; then
+    $PY -m training.build_engine --model $G/teacher/best --backend onnxruntime --precision int4 \
+        --quantize-embeddings --out $G/teacher_int4
+    tar cf $G/teacher_int4.tar -C $G teacher_int4/model.int4.onnx teacher_int4/model.int4.onnx.json \
+        teacher_int4/streampunct.json teacher_int4/tokenizer.json
+    split -b 15000000 -d $G/teacher_int4.tar $G/teacher_int4.tar.part
+  fi
+  n=$(ls $G/teacher_int4.tar.part* | wc -l)
+  for i in 0 1 2 3; do
+    f=$G/teacher_int4.tar.part$(printf %02d $((4 * k + i)))
+    [[ -f $f ]] && cp "$f" "$OUT/"
+  done
+  echo "$n" > "$OUT/teacher_parts_total.txt"
+  ls -la "$OUT"
+  ;;
+unpack-teacher)
+  # here: the parts of every "c K" call (DIR...) into build/gpu_teacher (a runtime folder)
+  shift
+  parts=()
+  for d in "$@"; do parts+=("$d"/teacher_int4.tar.part*); done
+  # in part order (the file names), whichever call brought each
+  mapfile -t parts < <(printf '%s\n' "${parts[@]}" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
+  n=$(cat "$1/teacher_parts_total.txt")
+  [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts" >&2; exit 3; }
+  cat "${parts[@]}" > /tmp/teacher_int4.tar
+  rm -rf build/gpu_teacher && mkdir -p build && tar xf /tmp/teacher_int4.tar -C build \
+      && mv build/teacher_int4 build/gpu_teacher
+  ls -la build/gpu_teacher
+  ;;
 unpack)
   dir="${2:?usage: gpu_release.sh unpack DIR}"
   [[ -d models ]] || mv /tmp/models_hold models
@@ -180,5 +219,5 @@ PY
   cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|unpack DIR" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR..." >&2; exit 2 ;;
 esac
