@@ -186,7 +186,8 @@ c)
   ls -la "$OUT"
   ;;
 unpack-teacher)
-  # here: the parts of every "c K" call (DIR...) into build/gpu_teacher (a runtime folder)
+  # here: the parts of every "c K" call (DIR...) into build/gpu_teacher (a runtime folder;
+  # TEACHER_OUT names another)
   shift
   parts=()
   for d in "$@"; do parts+=("$d"/teacher_int4.tar.part*); done
@@ -194,10 +195,13 @@ unpack-teacher)
   mapfile -t parts < <(printf '%s\n' "${parts[@]}" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
   n=$(cat "$1/teacher_parts_total.txt")
   [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts" >&2; exit 3; }
-  cat "${parts[@]}" > /tmp/teacher_int4.tar
-  rm -rf build/gpu_teacher && mkdir -p build && tar xf /tmp/teacher_int4.tar -C build \
-      && mv build/teacher_int4 build/gpu_teacher
-  ls -la build/gpu_teacher
+  dest="${TEACHER_OUT:-build/gpu_teacher}"
+  tmp=$(mktemp -d)
+  cat "${parts[@]}" > "$tmp/teacher_int4.tar"
+  tar xf "$tmp/teacher_int4.tar" -C "$tmp"
+  [[ -f $tmp/teacher_int4/model.int4.onnx ]] || { echo "the parts hold no teacher_int4/model.int4.onnx" >&2; exit 3; }
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_int4" "$dest" && rm -rf "$tmp"
+  ls -la "$dest"
   ;;
 unpack)
   dir="${2:?usage: gpu_release.sh unpack DIR}"

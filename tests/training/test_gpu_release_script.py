@@ -1,0 +1,81 @@
+"""scripts/gpu_release.sh, the parts that run here: the teacher's int4 graph put back together
+from the parts that two device calls returned, in part order, whichever call brought each."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_release.sh"
+PART = 1000  # bytes a part (the device uses 15 MB)
+
+
+def teacher_tar() -> bytes:
+    files = {"teacher_int4/model.int4.onnx": bytes(range(256)) * 9, "teacher_int4/streampunct.json": b"{}",
+             "teacher_int4/tokenizer.json": b'{"model": {}}', "teacher_int4/model.int4.onnx.json": b"{}"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def split_into_calls(data: bytes, tmp: Path, *, drop: int | None = None) -> list[Path]:
+    """Parts as the device writes them (part00, part01, ...), four per call folder."""
+    parts = [data[i : i + PART] for i in range(0, len(data), PART)]
+    calls = []
+    for k in range(0, len(parts), 4):
+        d = tmp / f"call{k // 4}"
+        d.mkdir()
+        for i in range(k, min(k + 4, len(parts))):
+            if i != drop:
+                (d / f"teacher_int4.tar.part{i:02d}").write_bytes(parts[i])
+        (d / "teacher_parts_total.txt").write_text(f"{len(parts)}\n")
+        calls.append(d)
+    return calls
+
+
+def unpack(calls: list[Path], dest: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), "unpack-teacher", *map(str, calls)], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "TEACHER_OUT": str(dest)}, timeout=60)
+
+
+def test_parts_from_two_calls_make_the_runtime_folder(tmp_path):
+    data = teacher_tar()
+    calls = split_into_calls(data, tmp_path)
+    assert len(calls) >= 2  # more than four parts: the second call brings the rest
+    dest = tmp_path / "out" / "gpu_teacher"
+    # the later call named first: the order comes from the part names, not the arguments
+    r = unpack(list(reversed(calls)), dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "model.int4.onnx").read_bytes() == bytes(range(256)) * 9
+    assert sorted(p.name for p in dest.iterdir()) == ["model.int4.onnx", "model.int4.onnx.json",
+                                                      "streampunct.json", "tokenizer.json"]
+
+
+def test_a_missing_part_is_an_error_and_writes_nothing(tmp_path):
+    data = teacher_tar()
+    n = -(-len(data) // PART)
+    calls = split_into_calls(data, tmp_path, drop=2)
+    dest = tmp_path / "gpu_teacher"
+    r = unpack(calls, dest)
+    assert r.returncode == 3
+    assert f"have {n - 1} of {n} parts" in r.stderr
+    assert not dest.exists()
+
+
+def test_unknown_stage_prints_usage(tmp_path):
+    r = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "usage: gpu_release.sh" in r.stderr
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
