@@ -44,7 +44,7 @@ def plot(points: list[dict], path: Path, title: str, *, compare: list[dict] | No
         return [(p["words"] or 0) / 1e6 if by_words else p["step"] for p in pts]
 
     x = xs(points)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(9, 4))
     for key in ("overall_f1", "COMMA_f1", "PERIOD_f1", "QUESTION_f1"):
         if points and key in points[0]:
             ax.plot(x, [p[key] for p in points], marker="o" if key == "overall_f1" else ".",
@@ -56,7 +56,7 @@ def plot(points: list[dict], path: Path, title: str, *, compare: list[dict] | No
     ax.set_ylabel("dev2010 F1")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the axes: curves fill them
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
