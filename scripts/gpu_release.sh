@@ -37,6 +37,16 @@ rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batc
       --case-head --steps "${RATE_STEPS:-40}" --warmup "${RATE_WARMUP:-5}" --json "$2"
 }
 
+# train NAME LIMIT_S STEPS VALIDATIONS WORDS: training/configs/gpu_NAME.toml from $G/NAME_init
+# into $G/NAME, STEPS steps over WORDS labelled words (0: all), validated about VALIDATIONS
+# times; SIGTERM at LIMIT_S writes the state and ends it (best/ stays what it was)
+train() {
+  timeout -s TERM "$2" $PY -m training.cli --config "training/configs/gpu_$1.toml" \
+      --base-model "$G/$1_init" --out "$G/$1" --set optim.max_steps="$3" \
+      --set optim.eval_every=$(( $3 / $4 + 1 )) --set data.max_train_words="$5" \
+      --set data.max_valid_words="${VALID_WORDS:-0}" || echo "$1 run ended early (rc $?)"
+}
+
 case "$stage" in
 prepare)
   D=../shared/data
@@ -54,15 +64,12 @@ prepare)
   cp $D/unlabeled/tedx_autocaptions.txt.gz .gpuA/data/unlabeled/
   # the two pure-Python needs of training.config that the device image lacks
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .gpuB/whl dacite tomli_w
-  # encoder configs (the weights come from the imported graphs)
+  # encoder configs (the weights come from the imported graphs); release 5 keeps MiniLM's
+  # first five layers
+  . scripts/release_lib.sh
+  minilm_config .gpuA/cfg/minilm5 5
   .venv/bin/python - <<'PY'
 import json, shutil
-from training.model import default_base_model
-m = default_base_model()
-cfg = json.loads((m / "config.json").read_text())
-cfg["num_hidden_layers"] = 5  # release 5 keeps MiniLM's first five layers
-json.dump(cfg, open(".gpuA/cfg/minilm5/config.json", "w"), indent=1)
-shutil.copy(m / "tokenizer.json", ".gpuA/cfg/minilm5/")
 mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
          "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
          "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
@@ -121,10 +128,7 @@ b)
   steps() { $PY -c "import json,sys; print(max(int(sys.argv[4]), int(json.load(open(sys.argv[1]))['steps_per_s'] * float(sys.argv[2]) * float(sys.argv[3]))))" "$1" "$2" "$3" "${STEPS_MIN:-50}"; }
   ts=$(steps $G/rate_teacher.json "${TEACHER_S:-230}" "${TEACHER_RATE_FACTOR:-0.8}")
   echo "teacher: $ts steps ($(( $(date +%s) - t0 )) s in)"
-  timeout -s TERM "${TEACHER_LIMIT_S:-330}" $PY -m training.cli --config training/configs/gpu_teacher.toml \
-      --base-model $G/teacher_init --out $G/teacher --set optim.max_steps="$ts" \
-      --set optim.eval_every=$(( ts / 10 + 1 )) --set data.max_train_words="${TEACHER_WORDS:-0}" \
-      --set data.max_valid_words="${VALID_WORDS:-0}" || echo "teacher run ended early (rc $?)"
+  train teacher "${TEACHER_LIMIT_S:-330}" "$ts" 10 "${TEACHER_WORDS:-0}"
   cp $G/teacher/metrics.jsonl "$OUT/teacher_metrics.jsonl"
   cp $G/teacher/best/streampunct.json "$OUT/teacher_best_streampunct.json"
   echo "teacher done ($(( $(date +%s) - t0 )) s in)"
@@ -140,10 +144,7 @@ b)
   (( budget >= 10 )) || { echo "no time left for the student ($left s)" >&2; exit 4; }
   ss=$(steps $G/rate_student.json "$budget" "${STUDENT_RATE_FACTOR:-0.45}")
   echo "student: $ss steps in ~$budget s"
-  timeout -s TERM "${STUDENT_LIMIT_S:-170}" $PY -m training.cli --config training/configs/gpu_student.toml \
-      --base-model $G/student_init --out $G/student --set optim.max_steps="$ss" \
-      --set optim.eval_every=$(( ss / 4 + 1 )) --set data.max_train_words="${LABEL_WORDS:-4000000}" \
-      --set data.max_valid_words="${VALID_WORDS:-0}" || echo "student run ended early (rc $?)"
+  train student "${STUDENT_LIMIT_S:-170}" "$ss" 4 "${LABEL_WORDS:-4000000}"
   echo "student done ($(( $(date +%s) - t0 )) s in)"
   $PY - "$G/student/best" "$OUT" <<'PY'
 import sys
