@@ -106,6 +106,10 @@ def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
     labels, case, lengths = z["labels"], z["case"], z["lengths"]
     texts, names = _lines(z["text"]), _lines(z["names"])
     meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+    # Files written before unlabeled words were stored as unknown (2026-11-26) hold O (0) for
+    # them: a document of a source that was labelled only as unlabeled text, all 0, is read as
+    # unlabeled.
+    unlabeled_only = set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
     docs = []
     k = 0
     for name, text, n in zip(names, texts, lengths, strict=True):
@@ -113,6 +117,8 @@ def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
         words = text.split(" ") if n else []
         p = probs[k : k + n]
         lab = labels[k : k + n].astype(np.int64)
+        if name.split(":", 1)[0] in unlabeled_only and not lab.any():
+            lab = np.full_like(lab, -1)
         pseudo = bool((lab < 0).any())
         if pseudo:
             lab = np.where(lab < 0, p[:, : len(LABELS)].argmax(-1), lab)
@@ -211,7 +217,10 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
     docs: list[Document] = load_training_docs(labelled, root, cache, max_words=max_labelled_words, seed=seed) \
         if labelled else []
     if unlabeled:
-        docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
+        # no human labels: stored as unknown (-1), so that a student reads the teacher's argmax
+        # and takes no human cross-entropy there (load_unlabeled's O labels are placeholders)
+        docs.extend(Document(d.name, d.words, d.labels, True, d.case)
+                    for d in load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
     docs = docs[k::n]
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
     t0 = time.perf_counter()

@@ -50,6 +50,20 @@ def test_soft_label_file_round_trip_and_attach(tmp_path):
     assert merged[0].soft is not None and merged[0].labels == [0, 3] and merged[1].soft is None
 
 
+def test_a_file_from_before_the_fix_reads_its_unlabeled_words_as_unknown(tmp_path):
+    """Soft-label files written before 2026-11-26 hold O for caption words; the source lists in
+    their meta say which documents had no human labels."""
+    docs = [Document("ted:1", ["so", "what"], [0, 3]), Document("tedx:0", ["um", "yes"], [0, 0])]
+    probs = [np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.2, 0.6]]), np.array([[0.9, 0.1, 0, 0], [0.1, 0, 0.8, 0.1]])]
+    old = write_soft_labels(tmp_path / "old.npz", docs, probs, {"labelled": ["ted"], "unlabeled": ["tedx"]})
+    back, _ = read_soft_labels(old)
+    assert not back[0].pseudo and back[0].labels == [0, 3]
+    assert back[1].pseudo and back[1].labels == [0, 2]
+    # a source labelled as both keeps its zeros as human labels
+    both = write_soft_labels(tmp_path / "both.npz", docs, probs, {"labelled": ["ted", "tedx"], "unlabeled": ["tedx"]})
+    assert not read_soft_labels(both)[0][1].pseudo
+
+
 def test_teacher_soft_labels_train_a_student(tiny_base_model, tiny_data_root, tmp_path):
     teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=30",
                               "model.case_head=true", 'data.train=["dev2012", "ted"]'))
@@ -59,6 +73,15 @@ def test_teacher_soft_labels_train_a_student(tiny_base_model, tiny_data_root, tm
     assert meta["classes"][-4:] == ["lower", "capitalized", "upper", "mixed"]
     assert all(d.soft.shape == (len(d), 8) for d in docs)
     assert {d.name.split(":")[0] for d in docs} == {"ted", "dev2012", "tedx"}
+    # caption words have no human label: stored as unknown (-1), read back as the teacher's
+    # argmax and marked pseudo, so the student takes no human cross-entropy on them
+    with np.load(soft) as z:
+        caption_words = sum(len(d) for d in docs if d.name.startswith("tedx:"))
+        assert caption_words and int(np.count_nonzero(z["labels"] < 0)) == caption_words
+    for d in docs:
+        assert d.pseudo == d.name.startswith("tedx:")
+        if d.pseudo:
+            assert d.labels == d.soft[:, :4].argmax(-1).tolist()
     student = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "student", "optim.max_steps=30",
                               "model.case_head=true", 'data.train=["dev2012", "ted"]',
                               f'data.soft_labels=["{soft}"]', "data.noise.share=0.5",
