@@ -15,6 +15,9 @@
 #       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
 #       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
 #       every log come back in $OUT
+#       b also gates the captions out of the student's soft labels when the teacher under-
+#       punctuates them (training.soft_density, MIN_CAPTION_RATIO) and builds the teacher's int4
+#       graph in parts on the CPU cores while the student trains
 #   device run, at once after b: bash scripts/gpu_release.sh c 0, then c 1 (the teacher's int4
 #       graph in parts; not yet run on a device), then here:
 #       bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1   # into build/gpu_teacher
@@ -25,9 +28,11 @@
 # learning curve and validation figures are. The run of 2026-11-26 (docs/training.md, "Release 6")
 # used factor 1 for both rates (the factors below came from it) and installed .gpuB/whl in the
 # command line of stage b; held 791 s of the 900 s of device time, three tries of b included.
+# Since then b's budgets are smaller (teacher 200 s of steps, the call's deadline 480 s) so that
+# a (~90 s), b and c 0 / c 1 fit in 900 s with the machine's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-G=/tmp/g
+G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
 stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call

@@ -79,3 +79,33 @@ def test_unknown_stage_prints_usage(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+def test_stage_c_returns_the_parts_built_in_b_four_a_call(tmp_path):
+    """Stage b leaves the parts and a done mark in the work folder; ``c 0`` copies parts 0-3,
+    ``c 1`` the rest, each with the total, and builds nothing."""
+    work = tmp_path / "g"
+    (work / "teacher" / "best").mkdir(parents=True)
+    for i in range(6):
+        (work / f"teacher_int4.tar.part{i:02d}").write_bytes(bytes([i]) * 10)
+    (work / "teacher_int4.done").touch()
+    got = {}
+    for k in (0, 1):
+        out = tmp_path / f"out{k}"
+        out.mkdir()
+        r = subprocess.run(["bash", str(SCRIPT), "c", str(k)], capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(work), "OUT": str(out), "PY": "false"})
+        assert r.returncode == 0, r.stderr
+        assert (out / "teacher_parts_total.txt").read_text().strip() == "6"
+        got[k] = sorted(p.name for p in out.glob("teacher_int4.tar.part*"))
+    assert got[0] == [f"teacher_int4.tar.part{i:02d}" for i in range(4)]
+    assert got[1] == ["teacher_int4.tar.part04", "teacher_int4.tar.part05"]
+
+
+def test_stage_c_without_a_trained_teacher_says_so(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run(["bash", str(SCRIPT), "c", "0"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(tmp_path / "g"), "OUT": str(out)})
+    assert r.returncode == 3
+    assert "run stage b on this machine first" in r.stderr
