@@ -270,7 +270,9 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
     """Unpunctuated transcripts, one document a line (TEDx: one talk a line).
 
     Words go through the same converter as the labelled text so that
-    contractions are split the IWSLT way (``it 's``); labels are O placeholders.
+    contractions are split the IWSLT way (``it 's``). The documents are marked ``pseudo``:
+    their O labels are placeholders, never human labels (a soft-label file once stored them as
+    human O, and students learned to leave ASR text unpunctuated).
     """
     from streampunct.convert import text_to_word_labels
 
@@ -299,7 +301,7 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
         if max_words > 0:
             words = words[: max_words - total]
         if words:
-            docs.append(Document(name, words, [O] * len(words)))
+            docs.append(Document(name, words, [O] * len(words), pseudo=True))
             total += len(words)
     return docs
 

@@ -90,6 +90,7 @@ def test_pseudo_labeling_and_one_student_step(tiny_base_model, tiny_data_root, t
     from streampunct.windowing import WindowConfig
 
     unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=10_000, seed=0)
+    assert unlabeled and all(d.pseudo for d in unlabeled)  # placeholder labels, never human ones
     pseudo = pseudo_label(t_model, checkpoint_aligner(teacher.best_dir), unlabeled,
                           WindowConfig(**t_meta["window"]), batch_size=8)
     assert [len(d) for d in pseudo] == [len(d) for d in unlabeled]
