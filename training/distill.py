@@ -92,6 +92,13 @@ def write_soft_labels(path: str | Path, docs: Sequence[Document], probs: Sequenc
     return path
 
 
+def unlabeled_only_sources(meta: dict) -> set[str]:
+    """Sources a soft-label file took as unlabeled text only (from its metadata). Files written
+    before unlabeled words were stored as unknown (2026-11-26) hold O (0) for them: a document
+    of such a source with all labels 0 had no human labels."""
+    return set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
+
+
 def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
     """Documents with ``soft`` set (float32) and their metadata.
 
@@ -106,10 +113,7 @@ def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
     labels, case, lengths = z["labels"], z["case"], z["lengths"]
     texts, names = _lines(z["text"]), _lines(z["names"])
     meta = json.loads(z["meta"].tobytes().decode("utf-8"))
-    # Files written before unlabeled words were stored as unknown (2026-11-26) hold O (0) for
-    # them: a document of a source that was labelled only as unlabeled text, all 0, is read as
-    # unlabeled.
-    unlabeled_only = set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
+    unlabeled_only = unlabeled_only_sources(meta)
     docs = []
     k = 0
     for name, text, n in zip(names, texts, lengths, strict=True):
@@ -217,10 +221,9 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
     docs: list[Document] = load_training_docs(labelled, root, cache, max_words=max_labelled_words, seed=seed) \
         if labelled else []
     if unlabeled:
-        # no human labels: stored as unknown (-1), so that a student reads the teacher's argmax
-        # and takes no human cross-entropy there (load_unlabeled's O labels are placeholders)
-        docs.extend(Document(d.name, d.words, d.labels, True, d.case)
-                    for d in load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
+        # pseudo documents (no human labels): stored as unknown (-1), so that a student reads the
+        # teacher's argmax and takes no human cross-entropy there
+        docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
     docs = docs[k::n]
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
     t0 = time.perf_counter()

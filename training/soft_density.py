@@ -29,7 +29,7 @@ import numpy as np
 from streampunct.errors import InputError
 from streampunct.labels import LABELS
 from training.cli_support import run_tool
-from training.distill import _lines, _utf8
+from training.distill import _lines, _utf8, unlabeled_only_sources
 
 
 def _source(name: str) -> str:
@@ -55,9 +55,7 @@ def density(arrays: dict[str, np.ndarray]) -> dict[str, dict]:
     lengths = arrays["lengths"].astype(np.int64)
     teacher = arrays["probs"][:, : len(LABELS)].astype(np.float32).argmax(-1)
     human = arrays["labels"].astype(np.int64)
-    meta = json.loads(arrays["meta"].tobytes().decode("utf-8"))
-    # files written before unlabeled words were stored as unknown hold O for them (distill)
-    unlabeled_only = set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
+    unlabeled_only = unlabeled_only_sources(json.loads(arrays["meta"].tobytes().decode("utf-8")))
     ends = np.cumsum(lengths)
     by_source: dict[str, list[np.ndarray]] = {}
     for name, end, n in zip(names, ends, lengths, strict=True):
