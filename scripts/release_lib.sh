@@ -60,6 +60,16 @@ tune_geometry() {
   .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
 }
 
+# tune_short_grid DIR STREAM_LEFT...: the short offline grid of the release 6 candidates (W=126,
+# L 20/40, R 10: release 5's window and a longer left context, the cheapest within 0.5 of the
+# best), then the streaming left context among STREAM_LEFT; both into DIR/streampunct.json.
+tune_short_grid() {
+  local dir=$1
+  shift
+  .venv/bin/python -m training.window_tuning "$dir" --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5
+  .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
+}
+
 # ship_candidate DIR: a candidate's runtime files (int8 graph, sidecar, tokenizer,
 # streampunct.json) into models/default, after the validation decision.
 ship_candidate() {

@@ -29,9 +29,7 @@ all)
       --base-model checkpoints/gpu_student/best --resume
   $py -m training.learning_curve checkpoints/release_v6_repair --out $out/learning_curve
   build_int8 checkpoints/release_v6_repair/best build/v6_repair
-  # the short grid of the WiSE candidates (release 5's geometry, W=126 L=20 R=10, and L=40)
-  $py -m training.window_tuning build/v6_repair --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5
-  $py -m training.window_tuning build/v6_repair --stream-lefts 25
+  tune_short_grid build/v6_repair 25  # the WiSE candidates' grid
   # (after shipping, the wider grid --stream-lefts 20 25 30 40 chose 25 too; its record is what
   # models/default/streampunct.json holds)
   compare_on_validation $v5 build/v6_repair $out ted_iwslt_dev2010 swda_val

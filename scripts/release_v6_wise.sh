@@ -31,8 +31,7 @@ all)
     [[ -d checkpoints/v6_t${t/./} ]] || $py -m training.interpolate cache/v5_fp32 checkpoints/gpu_student/best \
         --t "$t" --out checkpoints/v6_t${t/./}
     build_int8 checkpoints/v6_t${t/./} "$d"
-    $py -m training.window_tuning "$d" --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5
-    $py -m training.window_tuning "$d" --stream-lefts 25
+    tune_short_grid "$d" 25
     mkdir -p "$out/t${t/./}"
     compare_on_validation $v5 "$d" "$out/t${t/./}" ted_iwslt_dev2010 swda_val
   done
