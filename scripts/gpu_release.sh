@@ -24,6 +24,15 @@
 #   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (the call's files) into
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
 #
+# The teacher repaired on ASR text (its soft labels marked TEDx captions at 0.76 of its TED
+# density; training/configs/gpu_teacher_repair.toml), in a later call sequence of one session:
+#   bash scripts/gpu_release.sh prepare-repair   # here: .gpuR1/, .gpuR2/ from build/gpu_teacher
+#   device run, carry [".gpuR1"]: bash scripts/gpu_release.sh r1
+#   device run, carry [".gpuR2"], at once: bash scripts/gpu_release.sh r2   # import, repair, int4
+#   device runs, at once: bash scripts/gpu_release.sh c 0, then c 1
+#   here: TEACHER_OUT=build/gpu_teacher_repair bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1
+#         mv /tmp/models_hold models
+#
 # The teacher is not brought back (its int4 graph is 65.5 MiB, over one call's 64 MiB): its
 # learning curve and validation figures are. The run of 2026-11-26 (docs/training.md, "Release 6")
 # used factor 1 for both rates (the factors below came from it) and installed .gpuB/whl in the
@@ -34,7 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|prepare-repair|r1|r2}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 
 rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
@@ -56,13 +65,29 @@ train() {
 # parts, $G/teacher_int4.tar.partNN; stage b runs it in the background beside the student, stage
 # c only if b did not finish it
 teacher_int4() {
-  rm -rf $G/teacher_int4 $G/teacher_int4.tar*
+  rm -rf $G/teacher_int4 $G/teacher_int4.tar* $G/teacher_int4.done
   STREAMPUNCT_DATA=$G/data $PY -m training.build_engine --model $G/teacher/best --backend onnxruntime \
       --precision int4 --quantize-embeddings --out $G/teacher_int4 > $G/teacher_int4.log 2>&1
   tar cf $G/teacher_int4.tar -C $G teacher_int4/model.int4.onnx teacher_int4/model.int4.onnx.json \
       teacher_int4/streampunct.json teacher_int4/tokenizer.json
   split -b 15000000 -d $G/teacher_int4.tar $G/teacher_int4.tar.part
   touch $G/teacher_int4.done
+}
+
+# mpnet_config DIR TOKENIZER: all-mpnet-base-v2's config.json and a tokenizer in DIR (the weights
+# come from an imported graph)
+mpnet_config() {
+  mkdir -p "$1"
+  .venv/bin/python - "$1" "$2" <<'PY'
+import json, shutil, sys
+mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
+         "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
+         "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
+         "max_position_embeddings": 514, "model_type": "mpnet", "num_attention_heads": 12,
+         "num_hidden_layers": 12, "pad_token_id": 1, "relative_attention_num_buckets": 32, "vocab_size": 30527}
+json.dump(mpnet, open(f"{sys.argv[1]}/config.json", "w"), indent=1)  # all-mpnet-base-v2's config
+shutil.copy(sys.argv[2], sys.argv[1])
+PY
 }
 
 case "$stage" in
@@ -86,16 +111,7 @@ prepare)
   # first five layers
   . scripts/release_lib.sh
   minilm_config .gpuA/cfg/minilm5 5
-  .venv/bin/python - <<'PY'
-import json, shutil
-mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
-         "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
-         "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
-         "max_position_embeddings": 514, "model_type": "mpnet", "num_attention_heads": 12,
-         "num_hidden_layers": 12, "pad_token_id": 1, "relative_attention_num_buckets": 32, "vocab_size": 30527}
-json.dump(mpnet, open(".gpuA/cfg/mpnet/config.json", "w"), indent=1)  # all-mpnet-base-v2's config
-shutil.copy("models/base/tokenizer.json", ".gpuA/cfg/mpnet/")
-PY
+  mpnet_config .gpuA/cfg/mpnet models/base/tokenizer.json
   [[ -d models ]] && mv models /tmp/models_hold
   du -sh .gpuA .gpuB
   echo "models/ is in /tmp/models_hold until: bash scripts/gpu_release.sh unpack DIR (or mv /tmp/models_hold models)"
@@ -210,6 +226,63 @@ c)
   echo "$n" > "$OUT/teacher_parts_total.txt"
   ls -la "$OUT"
   ;;
+prepare-repair)
+  # here: the GPU teacher (build/gpu_teacher, or TEACHER_DIR) and the repair's data for stages
+  # r1 and r2 (training/configs/gpu_teacher_repair.toml): .gpuR1/ (first half of its int4 graph,
+  # the labelled text, the MPNet config), .gpuR2/ (second half, the converted text of ./cache and
+  # the caption soft labels of release 6's repair, the wheels); models/ moved aside as in prepare
+  T="${TEACHER_DIR:-build/gpu_teacher}"
+  D=../shared/data
+  [[ -f cache/soft/v6_captions_base.npz ]] || { echo "no cache/soft/v6_captions_base.npz: run scripts/release_v6_repair.sh's labelling first" >&2; exit 3; }
+  rm -rf .gpuR1 .gpuR2
+  mkdir -p .gpuR1/data/ted_talks .gpuR1/data/cased_spoken .gpuR1/data/iwslt2011_che .gpuR2/base .gpuR2/cache/soft
+  head -c $SPLIT "$T/model.int4.onnx" > .gpuR1/teacher.part1
+  tail -c +$((SPLIT + 1)) "$T/model.int4.onnx" > .gpuR2/teacher.part2
+  cp "$T"/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuR2/base/
+  cp $D/ted_talks/ted.jsonl.gz .gpuR1/data/ted_talks/
+  cp -r $D/iwslt2011_che/dev2012 .gpuR1/data/iwslt2011_che/
+  cp $D/cased_spoken/ted_iwslt_dev2010_cased.txt .gpuR1/data/cased_spoken/
+  gzip -c $D/cased_spoken/swda_train_cased.txt > .gpuR1/data/cased_spoken/swda_train_cased.txt.gz
+  mpnet_config .gpuR1/cfg/mpnet "$T/tokenizer.json"
+  cp cache/*.jsonl.gz .gpuR2/cache/
+  cp cache/soft/v6_captions_base.npz .gpuR2/cache/soft/
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .gpuR2/whl dacite tomli_w
+  [[ -d models ]] && mv models /tmp/models_hold
+  du -sh .gpuR1 .gpuR2
+  echo "after r2, c 0, c 1: TEACHER_OUT=build/gpu_teacher_repair bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1; mv /tmp/models_hold models"
+  ;;
+r1)
+  rm -rf $G && mkdir -p $G
+  nvidia-smi -L || true
+  cp .gpuR1/teacher.part1 $G/
+  cp -r .gpuR1/cfg .gpuR1/data $G/
+  gunzip $G/data/cased_spoken/swda_train_cased.txt.gz
+  ls -la $G
+  ;;
+r2)
+  # the repair on the GPU (REPAIR_STEPS, one pass of its data at batch 32 is ~290), then its
+  # int4 graph built as in stage b, so that "c 0" and "c 1" return it; its figures in $OUT
+  export PYTHONUNBUFFERED=1 STREAMPUNCT_DATA=$G/data
+  t0=$(date +%s)
+  [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1: run stage r1 on this machine first" >&2; exit 3; }
+  $PY -m pip install -q --no-index --no-deps --target /tmp/site .gpuR2/whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  rm -rf $G/cache && cp -r .gpuR2/cache $G/cache
+  ln -sfn $G/cache cache  # the converted text and cache/soft/v6_captions_base.npz
+  mkdir -p $G/base
+  cat $G/teacher.part1 .gpuR2/teacher.part2 > $G/base/model.int4.onnx
+  cp .gpuR2/base/* $G/base/
+  $PY -m training.onnx_import $G/base $G/teacher_repair_init --base-model $G/cfg/mpnet
+  echo "imported ($(( $(date +%s) - t0 )) s in)"
+  train teacher_repair "${REPAIR_LIMIT_S:-200}" "${REPAIR_STEPS:-300}" 4 800000
+  cp $G/teacher_repair/metrics.jsonl "$OUT/teacher_repair_metrics.jsonl"
+  cp $G/teacher_repair/best/streampunct.json "$OUT/teacher_repair_best_streampunct.json"
+  echo "trained ($(( $(date +%s) - t0 )) s in)"
+  rm -rf $G/teacher && ln -sfn $G/teacher_repair $G/teacher  # what teacher_int4 and stage c read
+  teacher_int4
+  cp $G/teacher_int4.log "$OUT/"
+  echo "int4 built ($(( $(date +%s) - t0 )) s in)"
+  ;;
 unpack-teacher)
   # here: the parts of every "c K" call (DIR...) into build/gpu_teacher (a runtime folder;
   # TEACHER_OUT names another)
@@ -248,5 +321,5 @@ PY
   cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR..." >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|prepare-repair|r1|r2" >&2; exit 2 ;;
 esac
