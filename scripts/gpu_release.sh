@@ -11,39 +11,33 @@
 #   device run, carry [".gpuA"]: bash scripts/gpu_release.sh a
 #       data into /tmp/g, converted once (cache), step rates of both models measured
 #   device run, carry [".gpuB"], at once (the machine stays warm 30 s): bash scripts/gpu_release.sh b
-#       (the run of 2026-11-26 installed .gpuB/whl in its command line, as this stage now does)
 #       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
 #       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
 #       every log come back in $OUT
 #       b also gates the captions out of the student's soft labels when the teacher under-
-#       punctuates them (training.soft_density, MIN_CAPTION_RATIO) and builds the teacher's int4
-#       graph in parts on the CPU cores while the student trains
-#   device run, at once after b: bash scripts/gpu_release.sh c 0, then c 1 (the teacher's int4
-#       graph in parts; not yet run on a device), then here:
-#       bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1   # into build/gpu_teacher
-#   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (the call's files) into
+#       punctuates them (training.soft_density, MIN_CAPTION_RATIO) and packs the teacher's
+#       checkpoint (fp16 weights, ~220 MB in 15 MB parts) on the CPU cores while the student trains
+#   device runs, at once after b: bash scripts/gpu_release.sh c 0, c 1, c 2, c 3 (four parts each)
+#   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (b's files) into
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
+#   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
+#   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
+#       python -m engines.int4_codes models/base/model.int4.onnx build/T/model.int4.onnx
 #
-# The teacher repaired on ASR text (its soft labels marked TEDx captions at 0.76 of its TED
-# density; training/configs/gpu_teacher_repair.toml), in a later call sequence of one session:
-#   bash scripts/gpu_release.sh prepare-repair   # here: .gpuR1/, .gpuR2/ from build/gpu_teacher
-#   device run, carry [".gpuR1"]: bash scripts/gpu_release.sh r1
-#   device run, carry [".gpuR2"], at once: bash scripts/gpu_release.sh r2   # import, repair, int4
-#   device runs, at once: bash scripts/gpu_release.sh c 0, then c 1
-#   here: TEACHER_OUT=build/gpu_teacher_repair bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1
-#         mv /tmp/models_hold models
-#
-# The teacher is not brought back (its int4 graph is 65.5 MiB, over one call's 64 MiB): its
-# learning curve and validation figures are. The run of 2026-11-26 (docs/training.md, "Release 6")
-# used factor 1 for both rates (the factors below came from it) and installed .gpuB/whl in the
-# command line of stage b; held 791 s of the 900 s of device time, three tries of b included.
-# Since then b's budgets are smaller (teacher 200 s of steps, the call's deadline 480 s) so that
-# a (~90 s), b and c 0 / c 1 fit in 900 s with the machine's start.
+# History. Run 1 (2026-11-26, docs/training.md "Release 6"): b's budgets were larger and the
+# teacher did not come back (its int4 graph is 65.5 MiB, over one call's 64 MiB); held 791 s of
+# the 900 s, three tries of b included. Run 2 (2026-11-26, docs/training.md "Release 7"): a 72 s,
+# b 395 s, c 0 / c 1 returned the teacher's int4 graph built on the device; held 524 s. That
+# graph was models/base again: the teacher starts from models/base's int4 graph, its weights sit
+# on that graph's 4-bit grid, and 3,042 steps moved too few of them by half a step (99.85% of the
+# codes identical), so c now returns the checkpoint. The same session then ran a repair of the
+# teacher on ASR text from that graph (stages prepare-repair, r1, r2 of commit 259b2be,
+# training/configs/gpu_teacher_repair.toml): it came back as the same codes again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|prepare-repair|r1|r2}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 
 rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
@@ -61,17 +55,33 @@ train() {
       --set data.max_valid_words="${VALID_WORDS:-0}" || echo "$1 run ended early (rc $?)"
 }
 
-# teacher_int4: the trained teacher's int4 graph (as models/base ships) in a tar cut into 15 MB
-# parts, $G/teacher_int4.tar.partNN; stage b runs it in the background beside the student, stage
-# c only if b did not finish it
-teacher_int4() {
-  rm -rf $G/teacher_int4 $G/teacher_int4.tar* $G/teacher_int4.done
-  STREAMPUNCT_DATA=$G/data $PY -m training.build_engine --model $G/teacher/best --backend onnxruntime \
-      --precision int4 --quantize-embeddings --out $G/teacher_int4 > $G/teacher_int4.log 2>&1
-  tar cf $G/teacher_int4.tar -C $G teacher_int4/model.int4.onnx teacher_int4/model.int4.onnx.json \
-      teacher_int4/streampunct.json teacher_int4/tokenizer.json
-  split -b 15000000 -d $G/teacher_int4.tar $G/teacher_int4.tar.part
-  touch $G/teacher_int4.done
+# teacher_pack: the trained teacher's checkpoint ($G/teacher/best) with fp16 weights, in a tar cut
+# into 15 MB parts, $G/teacher_f16.tar.partNN (~220 MB for MPNet: 15 parts, four calls of stage c).
+# Not its int4 graph: the teacher starts from models/base's int4 graph, so its weights sit on that
+# graph's 4-bit grid, and an int4 export of the trained teacher rounded them back to it (the run
+# of 2026-11-26: 99.85% of the 4-bit codes identical to models/base's, dev2010 73.17 where the
+# trained torch teacher scored 76.76; docs/training.md, "Release 7"). Stage b runs it in the
+# background beside the student, stage c only if b did not finish it.
+teacher_pack() {
+  rm -rf $G/teacher_f16 $G/teacher_f16.tar* $G/teacher_f16.done
+  mkdir -p $G/teacher_f16
+  $PY - "$G/teacher/best" "$G/teacher_f16" > $G/teacher_pack.log 2>&1 <<'PY'
+import shutil, sys
+from pathlib import Path
+import numpy as np
+from safetensors.numpy import load_file, save_file
+src, dest = Path(sys.argv[1]), Path(sys.argv[2])
+for f in src.iterdir():
+    if f.name == "model.safetensors":
+        state = {k: v.astype(np.float16) if v.dtype.kind == "f" else v for k, v in load_file(f).items()}
+        save_file(state, str(dest / f.name), metadata={"format": "pt"})
+    elif f.is_file():
+        shutil.copy(f, dest / f.name)
+print("packed", sorted(p.name for p in dest.iterdir()))
+PY
+  tar cf $G/teacher_f16.tar -C $G teacher_f16
+  split -b 15000000 -d $G/teacher_f16.tar $G/teacher_f16.tar.part
+  touch $G/teacher_f16.done
 }
 
 # mpnet_config DIR TOKENIZER: all-mpnet-base-v2's config.json and a tokenizer in DIR (the weights
@@ -166,7 +176,7 @@ b)
   cp $G/teacher/metrics.jsonl "$OUT/teacher_metrics.jsonl"
   cp $G/teacher/best/streampunct.json "$OUT/teacher_best_streampunct.json"
   echo "teacher done ($(( $(date +%s) - t0 )) s in)"
-  teacher_int4 & int4_job=$!  # on the CPU cores while the GPU labels and trains the student
+  teacher_pack & pack_job=$!  # on the CPU cores while the GPU labels and trains the student
   timeout -s TERM "${LABEL_LIMIT_S:-200}" $PY -m training.distill label --teacher $G/teacher/best --labelled ted dev2012 swda \
       --max-labelled-words "${LABEL_WORDS:-4000000}" --seed 15 --unlabeled tedx \
       --max-unlabeled-words "${UNLABELED_WORDS:-400000}" \
@@ -186,7 +196,7 @@ b)
   # less ~45 s for its data, validations and the packing), at most STUDENT_S seconds of steps
   left=$(( ${DEADLINE_S:-480} - ($(date +%s) - t0) - 45 ))
   budget=$(( left < ${STUDENT_S:-110} ? left : ${STUDENT_S:-110} ))
-  (( budget >= 10 )) || { echo "no time left for the student ($left s)" >&2; wait $int4_job || true; exit 4; }
+  (( budget >= 10 )) || { echo "no time left for the student ($left s)" >&2; wait $pack_job || true; exit 4; }
   ss=$(steps $G/rate_student.json "$budget" "${STUDENT_RATE_FACTOR:-0.45}")
   echo "student: $ss steps in ~$budget s"
   train student "${STUDENT_LIMIT_S:-170}" "$ss" 4 "${LABEL_WORDS:-4000000}"
@@ -206,99 +216,49 @@ PY
   tar czf "$OUT/meta.tgz" -C $G student/best/config.json student/best/head.safetensors \
       student/best/streampunct.json student/best/tokenizer.json student/metrics.jsonl rate_teacher.json \
       rate_student.json convert.log
-  wait $int4_job || echo "the teacher's int4 build failed (rc $?): stage c builds it again"
-  cp $G/teacher_int4.log "$OUT/" 2>/dev/null || true
+  wait $pack_job || echo "the teacher's packing failed (rc $?): stage c packs it again"
+  cp $G/teacher_pack.log "$OUT/" 2>/dev/null || true
   ls -la "$OUT"
   echo "all done ($(( $(date +%s) - t0 )) s in)"
   ;;
 c)
-  # The teacher back, after stage b on the same warm machine: its int4 graph (65.5 MiB, as
-  # models/base) in a tar cut into 15 MB parts; call "c 0" returns parts 0-3, "c 1" the rest.
-  # Not yet run on a device (added after the run of 2026-11-26); tested on CPU.
+  # The teacher back, after stage b on the same warm machine: its checkpoint with fp16
+  # weights in 15 MB parts (teacher_pack); call "c K" returns parts 4K to 4K+3, so c 0, c 1,
+  # c 2, c 3 for MPNet. Tested on CPU (tests/training/test_gpu_release_script.py).
   k="${2:-0}"
   [[ -d $G/teacher/best ]] || { echo "no $G/teacher/best: run stage b on this machine first" >&2; exit 3; }
-  [[ -f $G/teacher_int4.done ]] || teacher_int4
-  n=$(ls $G/teacher_int4.tar.part* | wc -l)
+  [[ -f $G/teacher_f16.done ]] || teacher_pack
+  n=$(ls $G/teacher_f16.tar.part* | wc -l)
   for i in 0 1 2 3; do
-    f=$G/teacher_int4.tar.part$(printf %02d $((4 * k + i)))
+    f=$G/teacher_f16.tar.part$(printf %02d $((4 * k + i)))
     [[ -f $f ]] && cp "$f" "$OUT/"
   done
   echo "$n" > "$OUT/teacher_parts_total.txt"
   ls -la "$OUT"
   ;;
-prepare-repair)
-  # here: the GPU teacher (build/gpu_teacher, or TEACHER_DIR) and the repair's data for stages
-  # r1 and r2 (training/configs/gpu_teacher_repair.toml): .gpuR1/ (first half of its int4 graph,
-  # the labelled text, the MPNet config), .gpuR2/ (second half, the converted text of ./cache and
-  # the caption soft labels of release 6's repair, the wheels); models/ moved aside as in prepare
-  T="${TEACHER_DIR:-build/gpu_teacher}"
-  D=../shared/data
-  [[ -f cache/soft/v6_captions_base.npz ]] || { echo "no cache/soft/v6_captions_base.npz: run scripts/release_v6_repair.sh's labelling first" >&2; exit 3; }
-  rm -rf .gpuR1 .gpuR2
-  mkdir -p .gpuR1/data/ted_talks .gpuR1/data/cased_spoken .gpuR1/data/iwslt2011_che .gpuR2/base .gpuR2/cache/soft
-  head -c $SPLIT "$T/model.int4.onnx" > .gpuR1/teacher.part1
-  tail -c +$((SPLIT + 1)) "$T/model.int4.onnx" > .gpuR2/teacher.part2
-  cp "$T"/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuR2/base/
-  cp $D/ted_talks/ted.jsonl.gz .gpuR1/data/ted_talks/
-  cp -r $D/iwslt2011_che/dev2012 .gpuR1/data/iwslt2011_che/
-  cp $D/cased_spoken/ted_iwslt_dev2010_cased.txt .gpuR1/data/cased_spoken/
-  gzip -c $D/cased_spoken/swda_train_cased.txt > .gpuR1/data/cased_spoken/swda_train_cased.txt.gz
-  mpnet_config .gpuR1/cfg/mpnet "$T/tokenizer.json"
-  cp cache/*.jsonl.gz .gpuR2/cache/
-  cp cache/soft/v6_captions_base.npz .gpuR2/cache/soft/
-  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .gpuR2/whl dacite tomli_w
-  [[ -d models ]] && mv models /tmp/models_hold
-  du -sh .gpuR1 .gpuR2
-  echo "after r2, c 0, c 1: TEACHER_OUT=build/gpu_teacher_repair bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1; mv /tmp/models_hold models"
-  ;;
-r1)
-  rm -rf $G && mkdir -p $G
-  nvidia-smi -L || true
-  cp .gpuR1/teacher.part1 $G/
-  cp -r .gpuR1/cfg .gpuR1/data $G/
-  gunzip $G/data/cased_spoken/swda_train_cased.txt.gz
-  ls -la $G
-  ;;
-r2)
-  # the repair on the GPU (REPAIR_STEPS, one pass of its data at batch 32 is ~290), then its
-  # int4 graph built as in stage b, so that "c 0" and "c 1" return it; its figures in $OUT
-  export PYTHONUNBUFFERED=1 STREAMPUNCT_DATA=$G/data
-  t0=$(date +%s)
-  [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1: run stage r1 on this machine first" >&2; exit 3; }
-  $PY -m pip install -q --no-index --no-deps --target /tmp/site .gpuR2/whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  rm -rf $G/cache && cp -r .gpuR2/cache $G/cache
-  ln -sfn $G/cache cache  # the converted text and cache/soft/v6_captions_base.npz
-  mkdir -p $G/base
-  cat $G/teacher.part1 .gpuR2/teacher.part2 > $G/base/model.int4.onnx
-  cp .gpuR2/base/* $G/base/
-  $PY -m training.onnx_import $G/base $G/teacher_repair_init --base-model $G/cfg/mpnet
-  echo "imported ($(( $(date +%s) - t0 )) s in)"
-  train teacher_repair "${REPAIR_LIMIT_S:-200}" "${REPAIR_STEPS:-300}" 4 800000
-  cp $G/teacher_repair/metrics.jsonl "$OUT/teacher_repair_metrics.jsonl"
-  cp $G/teacher_repair/best/streampunct.json "$OUT/teacher_repair_best_streampunct.json"
-  echo "trained ($(( $(date +%s) - t0 )) s in)"
-  rm -rf $G/teacher && ln -sfn $G/teacher_repair $G/teacher  # what teacher_int4 and stage c read
-  teacher_int4
-  cp $G/teacher_int4.log "$OUT/"
-  echo "int4 built ($(( $(date +%s) - t0 )) s in)"
-  ;;
 unpack-teacher)
-  # here: the parts of every "c K" call (DIR...) into build/gpu_teacher (a runtime folder;
-  # TEACHER_OUT names another)
+  # here: the parts of every "c K" call (DIR...) into a training checkpoint with fp32 weights,
+  # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there
   shift
   parts=()
-  for d in "$@"; do parts+=("$d"/teacher_int4.tar.part*); done
+  for d in "$@"; do parts+=("$d"/teacher_f16.tar.part*); done
   # in part order (the file names), whichever call brought each
   mapfile -t parts < <(printf '%s\n' "${parts[@]}" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
   n=$(cat "$1/teacher_parts_total.txt")
   [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts" >&2; exit 3; }
-  dest="${TEACHER_OUT:-build/gpu_teacher}"
+  dest="${TEACHER_OUT:-checkpoints/gpu_teacher/best}"
   tmp=$(mktemp -d)
-  cat "${parts[@]}" > "$tmp/teacher_int4.tar"
-  tar xf "$tmp/teacher_int4.tar" -C "$tmp"
-  [[ -f $tmp/teacher_int4/model.int4.onnx ]] || { echo "the parts hold no teacher_int4/model.int4.onnx" >&2; exit 3; }
-  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_int4" "$dest" && rm -rf "$tmp"
+  cat "${parts[@]}" > "$tmp/teacher_f16.tar"
+  tar xf "$tmp/teacher_f16.tar" -C "$tmp"
+  [[ -f $tmp/teacher_f16/model.safetensors ]] || { echo "the parts hold no teacher_f16/model.safetensors" >&2; exit 3; }
+  "${LPY:-.venv/bin/python}" - "$tmp/teacher_f16/model.safetensors" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+state = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in load_file(sys.argv[1]).items()}
+save_file(state, sys.argv[1], metadata={"format": "pt"})
+PY
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_f16" "$dest" && rm -rf "$tmp"
   ls -la "$dest"
   ;;
 unpack)
@@ -321,5 +281,5 @@ PY
   cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|prepare-repair|r1|r2" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR..." >&2; exit 2 ;;
 esac

@@ -1,23 +1,33 @@
-"""scripts/gpu_release.sh, the parts that run here: the teacher's int4 graph put back together
-from the parts that two device calls returned, in part order, whichever call brought each."""
+"""scripts/gpu_release.sh, the parts that run here: the teacher's checkpoint (fp16 weights) put
+back together from the parts that the device calls returned, in part order, whichever call
+brought each, with fp32 weights; and stage c's parts, four a call."""
 
 from __future__ import annotations
 
 import io
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_release.sh"
 PART = 1000  # bytes a part (the device uses 15 MB)
 
 
-def teacher_tar() -> bytes:
-    files = {"teacher_int4/model.int4.onnx": bytes(range(256)) * 9, "teacher_int4/streampunct.json": b"{}",
-             "teacher_int4/tokenizer.json": b'{"model": {}}', "teacher_int4/model.int4.onnx.json": b"{}"}
+WEIGHTS = {"encoder.w": np.arange(600, dtype=np.float32).reshape(20, 30) / 7, "steps": np.arange(3)}
+
+
+def teacher_tar(tmp: Path) -> bytes:
+    """The tar stage b's teacher_pack writes: teacher_f16/ with fp16 weights and the sidecars."""
+    st = tmp / "f16.safetensors"
+    save_file({k: v.astype(np.float16) if v.dtype.kind == "f" else v for k, v in WEIGHTS.items()}, str(st))
+    files = {"teacher_f16/model.safetensors": st.read_bytes(), "teacher_f16/streampunct.json": b"{}",
+             "teacher_f16/tokenizer.json": b'{"model": {}}', "teacher_f16/config.json": b"{}"}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in files.items():
@@ -36,7 +46,7 @@ def split_into_calls(data: bytes, tmp: Path, *, drop: int | None = None) -> list
         d.mkdir()
         for i in range(k, min(k + 4, len(parts))):
             if i != drop:
-                (d / f"teacher_int4.tar.part{i:02d}").write_bytes(parts[i])
+                (d / f"teacher_f16.tar.part{i:02d}").write_bytes(parts[i])
         (d / "teacher_parts_total.txt").write_text(f"{len(parts)}\n")
         calls.append(d)
     return calls
@@ -44,24 +54,27 @@ def split_into_calls(data: bytes, tmp: Path, *, drop: int | None = None) -> list
 
 def unpack(calls: list[Path], dest: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), "unpack-teacher", *map(str, calls)], capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin", "TEACHER_OUT": str(dest)}, timeout=60)
+                          text=True, env={"PATH": "/usr/bin:/bin", "TEACHER_OUT": str(dest), "LPY": sys.executable}, timeout=60)
 
 
-def test_parts_from_two_calls_make_the_runtime_folder(tmp_path):
-    data = teacher_tar()
+def test_parts_from_several_calls_make_an_fp32_checkpoint(tmp_path):
+    data = teacher_tar(tmp_path)
     calls = split_into_calls(data, tmp_path)
-    assert len(calls) >= 2  # more than four parts: the second call brings the rest
-    dest = tmp_path / "out" / "gpu_teacher"
+    assert len(calls) >= 2  # more than four parts: a later call brings the rest
+    dest = tmp_path / "out" / "gpu_teacher" / "best"
     # the later call named first: the order comes from the part names, not the arguments
     r = unpack(list(reversed(calls)), dest)
     assert r.returncode == 0, r.stderr
-    assert (dest / "model.int4.onnx").read_bytes() == bytes(range(256)) * 9
-    assert sorted(p.name for p in dest.iterdir()) == ["model.int4.onnx", "model.int4.onnx.json",
-                                                      "streampunct.json", "tokenizer.json"]
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors", "streampunct.json",
+                                                      "tokenizer.json"]
+    got = load_file(str(dest / "model.safetensors"))
+    assert got["encoder.w"].dtype == np.float32
+    np.testing.assert_allclose(got["encoder.w"], WEIGHTS["encoder.w"].astype(np.float16).astype(np.float32))
+    assert got["steps"].tolist() == [0, 1, 2]  # integers stay integers
 
 
 def test_a_missing_part_is_an_error_and_writes_nothing(tmp_path):
-    data = teacher_tar()
+    data = teacher_tar(tmp_path)
     n = -(-len(data) // PART)
     calls = split_into_calls(data, tmp_path, drop=2)
     dest = tmp_path / "gpu_teacher"
@@ -87,8 +100,8 @@ def test_stage_c_returns_the_parts_built_in_b_four_a_call(tmp_path):
     work = tmp_path / "g"
     (work / "teacher" / "best").mkdir(parents=True)
     for i in range(6):
-        (work / f"teacher_int4.tar.part{i:02d}").write_bytes(bytes([i]) * 10)
-    (work / "teacher_int4.done").touch()
+        (work / f"teacher_f16.tar.part{i:02d}").write_bytes(bytes([i]) * 10)
+    (work / "teacher_f16.done").touch()
     got = {}
     for k in (0, 1):
         out = tmp_path / f"out{k}"
@@ -97,9 +110,9 @@ def test_stage_c_returns_the_parts_built_in_b_four_a_call(tmp_path):
                            env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(work), "OUT": str(out), "PY": "false"})
         assert r.returncode == 0, r.stderr
         assert (out / "teacher_parts_total.txt").read_text().strip() == "6"
-        got[k] = sorted(p.name for p in out.glob("teacher_int4.tar.part*"))
-    assert got[0] == [f"teacher_int4.tar.part{i:02d}" for i in range(4)]
-    assert got[1] == ["teacher_int4.tar.part04", "teacher_int4.tar.part05"]
+        got[k] = sorted(p.name for p in out.glob("teacher_f16.tar.part*"))
+    assert got[0] == [f"teacher_f16.tar.part{i:02d}" for i in range(4)]
+    assert got[1] == ["teacher_f16.tar.part04", "teacher_f16.tar.part05"]
 
 
 def test_stage_c_without_a_trained_teacher_says_so(tmp_path):
@@ -109,3 +122,29 @@ def test_stage_c_without_a_trained_teacher_says_so(tmp_path):
                        env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(tmp_path / "g"), "OUT": str(out)})
     assert r.returncode == 3
     assert "run stage b on this machine first" in r.stderr
+
+
+def test_stage_c_packs_the_teacher_when_b_did_not_and_unpack_restores_it(tmp_path):
+    """teacher_pack end to end: a checkpoint with fp32 weights, packed as fp16 by ``c 0`` on the
+    device side, unpacked here into fp32 weights equal to the fp16 rounding of the originals."""
+    work = tmp_path / "g"
+    best = work / "teacher" / "best"
+    best.mkdir(parents=True)
+    save_file(WEIGHTS, str(best / "model.safetensors"))
+    (best / "config.json").write_text('{"model_type": "mpnet"}')
+    (best / "head.safetensors").write_bytes(b"head")
+    out = tmp_path / "out0"
+    out.mkdir()
+    r = subprocess.run(["bash", str(SCRIPT), "c", "0"], capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(work), "OUT": str(out), "PY": sys.executable})
+    assert r.returncode == 0, r.stderr
+    assert (work / "teacher_f16.done").exists()
+    assert (out / "teacher_parts_total.txt").read_text().strip() == "1"
+    dest = tmp_path / "ckpt"
+    r = unpack([out], dest)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "config.json").read_text() == '{"model_type": "mpnet"}'
+    assert (dest / "head.safetensors").read_bytes() == b"head"
+    got = load_file(str(dest / "model.safetensors"))
+    np.testing.assert_allclose(got["encoder.w"], WEIGHTS["encoder.w"], rtol=1e-3)
+    assert got["encoder.w"].dtype == np.float32
