@@ -22,7 +22,7 @@
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
 #   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
 #   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
-#       python -m engines.int4_codes models/base/model.int4.onnx build/T/model.int4.onnx
+#       python -m engines.weight_codes models/base/model.int4.onnx build/T/model.int4.onnx
 #
 # History. Run 1 (2026-11-26, docs/training.md "Release 6"): b's budgets were larger and the
 # teacher did not come back (its int4 graph is 65.5 MiB, over one call's 64 MiB); held 791 s of

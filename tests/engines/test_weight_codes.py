@@ -1,4 +1,4 @@
-"""engines.int4_codes: the share of identical 4-bit codes of two int4 graphs, and the reason it
+"""engines.weight_codes: the share of identical weight codes of two quantized graphs, and the reason it
 exists: an int4 export of weights that sit within half a step of an int4 grid gives that grid's
 codes back."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engines.base import GraphPrepError
-from engines.int4_codes import code_identity, main
-from engines.quantize import Int4Options, quantize_int4_weights
+from engines.quantize import Int4Options, quantize_int4_weights, quantize_int8_dynamic
+from engines.weight_codes import code_identity, main
 
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
@@ -94,13 +94,31 @@ def test_weights_near_an_int4_grid_export_back_to_its_codes(folder):
 def test_errors_and_the_command_line(folder, tmp_path, capsys):
     a = folder / "cli.int4.onnx"
     quantize_int4_weights(folder / "model.onnx", a, NO_EMB)
-    with pytest.raises(GraphPrepError, match="no 4-bit tables"):
+    with pytest.raises(GraphPrepError, match="no stored int4 or int8 weight tables"):
         code_identity(a, folder / "model.onnx")
+    i8 = folder / "cli.int8.onnx"
+    quantize_int8_dynamic(folder / "model.onnx", i8)
+    with pytest.raises(GraphPrepError, match="not the same architecture"):
+        code_identity(a, i8)
     out = tmp_path / "r.json"
     assert main([str(a), str(a), "--json", str(out)]) == 0
-    assert "4-bit codes identical: 100.00%" in capsys.readouterr().out
+    assert "weight codes identical: 100.00%" in capsys.readouterr().out
     assert out.read_text().count('"identical_share": 1.0') == 2
     with pytest.raises(SystemExit) as e:
         main([str(a), str(folder / "model.onnx")])
     assert e.value.code == 2
-    assert "is it an int4 graph?" in capsys.readouterr().err
+    assert "is it a quantized graph?" in capsys.readouterr().err
+
+
+def test_int8_graphs_compare_byte_codes(folder):
+    a = folder / "a.int8.onnx"
+    quantize_int8_dynamic(folder / "model.onnx", a)
+    same = code_identity(a, a)
+    assert same["identical_share"] == 1.0 and "MatMulInteger" in same["per_op"]
+    assert same["per_op"]["MatMulInteger"]["codes"] > 0
+    rng = np.random.default_rng(2)
+    other = _rewrite(folder / "model.onnx", folder / "other8",
+                     lambda i, w: w + rng.normal(0, float(np.abs(w).max()) / 8, w.shape))
+    b = folder / "b.int8.onnx"
+    quantize_int8_dynamic(other, b)
+    assert code_identity(a, b)["per_op"]["MatMulInteger"]["identical_share"] < 0.3
