@@ -30,14 +30,15 @@
 # b 395 s, c 0 / c 1 returned the teacher's int4 graph built on the device; held 524 s. That
 # graph was models/base again: the teacher starts from models/base's int4 graph, its weights sit
 # on that graph's 4-bit grid, and 3,042 steps moved too few of them by half a step (99.85% of the
-# codes identical), so c now returns the checkpoint. The same session then ran a repair of the
-# teacher on ASR text from that graph (stages prepare-repair, r1, r2 of commit 259b2be,
-# training/configs/gpu_teacher_repair.toml): it came back as the same codes again.
+# codes identical). So b now imports both models with --dither 0.5 (training.onnx_import), and c
+# returns the teacher's checkpoint, to be exported here and checked with engines.weight_codes.
+# The same session also repaired that teacher on ASR text from its graph (stages prepare-repair,
+# r1, r2 of commit 259b2be; training/configs/gpu_teacher_repair.toml): the same codes came back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|mpnet-config DIR}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 
 rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
@@ -160,8 +161,10 @@ b)
   mkdir -p $G/base
   cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx
   cp .gpuB/base/* $G/base/
-  $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet
-  $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5
+  # dithered (+-0.5 step): weights imported on a quantized graph's grid and trained by less
+  # than half a step export back to that graph's codes (run 2's teacher: 99.85% of models/base's)
+  $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet --dither 0.5 --seed 15
+  $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5 --dither 0.5 --seed 15
   [[ -f $G/rate_teacher.json ]] || rates $G/cfg/mpnet $G/rate_teacher.json
   [[ -f $G/rate_student.json ]] || rates $G/cfg/minilm5 $G/rate_student.json
   # steps RATE_JSON SECONDS FACTOR: the probe's rate x FACTOR x SECONDS. In the run of 2026-11-26
@@ -236,6 +239,10 @@ c)
   echo "$n" > "$OUT/teacher_parts_total.txt"
   ls -la "$OUT"
   ;;
+mpnet-config)
+  # here: all-mpnet-base-v2's config and models/base's tokenizer in DIR (for importing its graph)
+  mpnet_config "${2:?usage: gpu_release.sh mpnet-config DIR}" models/base/tokenizer.json
+  ;;
 unpack-teacher)
   # here: the parts of every "c K" call (DIR...) into a training checkpoint with fp32 weights,
   # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there
@@ -281,5 +288,5 @@ PY
   cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR..." >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|mpnet-config DIR" >&2; exit 2 ;;
 esac

@@ -10,8 +10,19 @@ parameter names by following each ``MatMulInteger`` / ``MatMulNBits`` to the
 (``training.checkpoint`` layout) whose logits agree with the graph up to the
 quantisation of activations::
 
-    python -m training.onnx_import models/default cache/default_fp32
+    python -m training.onnx_import models/default cache/default_fp32 [--dither 0.5 --seed 0]
     streampunct train --config ... --base-model cache/default_fp32 --set model.init_head=true
+
+``--dither D`` adds uniform noise of +-D quantization steps to every de-quantized
+weight. Without it, every imported weight sits on the graph's grid, and an
+export of the trained model with the same quantization rounds back to the
+graph's code each weight that training moved by less than half a step: the GPU
+teacher of 2026-11-26 trained 3,042 steps from ``models/base``'s int4 graph and
+exported to 99.85% of its codes, losing the training (docs/training.md,
+"Release 7"; ``engines.weight_codes`` measures it). With D = 0.5 the rounding
+of the export is independent of the old grid, so a weight's expected export is
+its trained value (dithered quantization); the price is noise of the size of
+one quantization at the start of training.
 """
 
 from __future__ import annotations
@@ -39,8 +50,16 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+def _dither(shape: tuple, dither: tuple[float, np.random.Generator] | None) -> np.ndarray | float:
+    """Uniform noise of +-D steps in code units (``dither`` = (D, rng)), or 0."""
+    if not dither:
+        return 0.0
+    amount, rng = dither
+    return rng.uniform(-amount, amount, shape).astype(np.float32)
+
+
 def _dequantize_nbits(packed: np.ndarray, scales: np.ndarray, zero: np.ndarray | None, attrs: dict,
-                      where: str) -> np.ndarray:
+                      where: str, dither: tuple[float, np.random.Generator] | None = None) -> np.ndarray:
     """A ``MatMulNBits`` weight back to fp32 [K, N].
 
     ``packed`` is uint8 [N, K/block, block*bits/8], 4-bit values low nibble first; ``scales``
@@ -56,12 +75,12 @@ def _dequantize_nbits(packed: np.ndarray, scales: np.ndarray, zero: np.ndarray |
     q = np.empty((n, blocks, block), dtype=np.float32)
     q[..., 0::2] = flat & 0x0F
     q[..., 1::2] = flat >> 4
-    w = (q - 8.0) * scales.reshape(n, blocks, 1).astype(np.float32)
+    w = (q - 8.0 + _dither(q.shape, dither)) * scales.reshape(n, blocks, 1).astype(np.float32)
     return np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T)
 
 
 def _dequantize_gather_blocks(data: np.ndarray, scales: np.ndarray, zero: np.ndarray | None, attrs: dict,
-                              where: str) -> np.ndarray:
+                              where: str, dither: tuple[float, np.random.Generator] | None = None) -> np.ndarray:
     """A ``GatherBlockQuantized`` table (int4 [rows, hidden], blocks along the hidden axis) to fp32."""
     block, axis = int(attrs.get("block_size", 128)), int(attrs.get("quantize_axis", 1))
     if data.ndim != 2 or axis not in (1, -1):
@@ -69,19 +88,24 @@ def _dequantize_gather_blocks(data: np.ndarray, scales: np.ndarray, zero: np.nda
     if zero is not None:
         raise ModelError(f"{where}: asymmetric block-quantized tables (zero points) are not supported")
     per = np.repeat(scales.astype(np.float32), block, axis=1)[:, : data.shape[1]]
-    return data.astype(np.float32) * per
+    return (data.astype(np.float32) + _dither(data.shape, dither)) * per
 
 
-def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray,
+                dither: tuple[float, np.random.Generator] | None = None) -> np.ndarray:
     """One scale per tensor, or per output channel (the last axis of a [in, out] weight)."""
-    return (q.astype(np.float32) - zero.astype(np.float32)) * scale.astype(np.float32)
+    return (q.astype(np.float32) - zero.astype(np.float32) + _dither(q.shape, dither)) * scale.astype(np.float32)
 
 
-def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
-    """``PunctuationModel`` parameter name -> fp32 array (torch layout) from an exported graph."""
+def onnx_state_dict(onnx_path: str | Path, *, dither: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """``PunctuationModel`` parameter name -> fp32 array (torch layout) from an exported graph;
+    ``dither``: uniform noise of +-dither quantization steps on every de-quantized weight."""
     import onnx
     from onnx import numpy_helper
 
+    if not 0.0 <= dither <= 0.5:
+        raise InputError(f"dither must be between 0 and 0.5 quantization steps, got {dither}")
+    noise = (dither, np.random.default_rng(seed)) if dither else None
     model = onnx.load(str(onnx_path))
     g = model.graph
     init = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -134,12 +158,12 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
             raise ModelError(f"{onnx_path}: {node.op_type} {node.name} has no constant weight")
         where = f"{onnx_path}: {node.op_type} {node.name}"
         if node.op_type == "MatMulNBits":
-            matmul_weight(weight, _dequantize_nbits(init[weight], init[scales], zero, _attrs(node), where),
-                          "MatMulNBits")
+            matmul_weight(weight, _dequantize_nbits(init[weight], init[scales], zero, _attrs(node), where,
+                                                    noise), "MatMulNBits")
         else:
             base = weight[: -len(_Q4)] if weight.endswith(_Q4) else weight
             out[torch_name(base)] = _dequantize_gather_blocks(init[weight], init[scales], zero,
-                                                              _attrs(node), where)
+                                                              _attrs(node), where, noise)
     for name, arr in init.items():
         if name in blockwise or name.endswith((_QUANT, "_scale", "_zero_point")) or arr.dtype != np.float32:
             continue
@@ -154,16 +178,18 @@ def onnx_state_dict(onnx_path: str | Path) -> dict[str, np.ndarray]:
         q, scale, zero = init[name], init[base + "_scale"], init[base + "_zero_point"]
         if not base.startswith("onnx::"):
             # A gathered table (embeddings) keeps its name, one scale per tensor.
-            out[torch_name(base)] = _dequantize(q, scale, zero)
+            out[torch_name(base)] = _dequantize(q, scale, zero, noise)
         else:
             # A MatMul weight [in, out], one scale per output channel.
-            matmul_weight(name, _dequantize(q, scale, zero), "MatMulInteger")
+            matmul_weight(name, _dequantize(q, scale, zero, noise), "MatMulInteger")
     return out
 
 
-def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model: str = "") -> Path:
+def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model: str = "",
+                         dither: float = 0.0, seed: int = 0) -> Path:
     """Write the graph ``model_dir`` serves (``model.int8.onnx``, ``model.int4.onnx`` or
-    ``model.onnx``, chosen as ``serve`` chooses) as a checkpoint folder."""
+    ``model.onnx``, chosen as ``serve`` chooses) as a checkpoint folder; ``dither`` as in
+    ``onnx_state_dict``."""
     import torch
 
     from engines.base import ArtifactError
@@ -181,7 +207,7 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     head = info.metadata.get("head", "linear")
     if head not in ("linear", None):
         raise InputError(f"only linear heads can be imported (this model has {head!r})")
-    state = onnx_state_dict(graph)
+    state = onnx_state_dict(graph, dither=dither, seed=seed)
     case_head = any(k.startswith("case_head.") for k in state)
     # Every parameter comes from the graph: only the base model's config is needed.
     model = build_model(resolve_base_model(base_model), case_head=case_head, random_init=True)
@@ -196,6 +222,7 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
             "window": info.window.to_dict(),
             "base_model": info.metadata.get("base_model", ""),
             "imported_from": str(graph),
+            "import_dither": dither,
             "name": f"imported:{model_dir.name}"}
     path = save_checkpoint(dest, model, info.aligner(), meta)
     log.info("wrote %s from %s (%d tensors)", path, graph, len(state))
@@ -207,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model_dir", help="runtime model folder (model.int8.onnx or model.int4.onnx + streampunct.json)")
     ap.add_argument("dest", help="checkpoint folder to write")
     ap.add_argument("--base-model", default="", help="encoder folder whose config the graph matches")
+    ap.add_argument("--dither", type=float, default=0.0,
+                    help="uniform noise of +-D quantization steps on each de-quantized weight (0-0.5; 0.5 "
+                         "keeps a later export with the same quantization from rounding training away)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the dither noise")
     args = ap.parse_args(argv)
-    return run_tool(lambda: import_runtime_model(args.model_dir, args.dest, base_model=args.base_model))
+    return run_tool(lambda: import_runtime_model(args.model_dir, args.dest, base_model=args.base_model,
+                                                 dither=args.dither, seed=args.seed))
 
 
 if __name__ == "__main__":

@@ -132,3 +132,41 @@ def test_errors_name_the_problem(tiny_base_model, tmp_path):
     cfg = load_config(None, ["model.init_head=true", "model.random_init=true"])
     with pytest.raises(InputError, match="not a checkpoint folder"):
         new_model(cfg, tiny_base_model)
+
+
+def test_dither_keeps_training_that_a_plain_import_would_lose_at_export(tiny_base_model, tmp_path):
+    """A model trained from an imported int4 graph and exported to int4 again: without dither,
+    weights moved by less than half a step come back as the old graph's codes (the GPU teacher of
+    2026-11-26); with --dither 0.5 the export keeps the move in expectation."""
+    from engines.builder import BuildConfig, build_model_folder
+
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=False, quantize_embeddings=True, precision="int4")
+    old = onnx_state_dict(tmp_path / "rt" / "model.int4.onnx")
+    name = "encoder.encoder.layer.0.intermediate.dense.weight"
+    assert name in old
+    moved = {}
+    for dither in (0.0, 0.5):
+        ckpt = import_runtime_model(tmp_path / "rt", tmp_path / f"ckpt{dither}", base_model=str(tiny_base_model),
+                                    dither=dither, seed=1)
+        model, meta = load_checkpoint(ckpt)
+        assert meta["import_dither"] == dither
+        w = model.state_dict()[name]
+        if dither:  # within half a step of the graph's weights (a step is at most the tensor's max / 7)
+            diff = (w - torch.from_numpy(old[name])).abs()
+            assert 0 < float(diff.max()) <= 0.5 * float(np.abs(old[name]).max()) / 7 + 1e-6
+        else:
+            assert torch.equal(w, torch.from_numpy(old[name]))
+        delta = 0.15 * float(np.abs(old[name]).max()) / 7  # "training": well under half a step, every weight
+        with torch.no_grad():
+            model.state_dict()[name].add_(delta)
+        out = tmp_path / f"rt{dither}"
+        build_model_folder(model, out, config=BuildConfig(precision="int4", quantize_embeddings=True),
+                           model_metadata={"labels": ["O", "COMMA", "PERIOD", "QUESTION"], "label_position": "last",
+                                           "window": WINDOW, "head": "linear"},
+                           copy_files={"tokenizer.json": tiny_base_model / "tokenizer.json"})
+        new = onnx_state_dict(out / "model.int4.onnx")
+        moved[dither] = float(np.mean(new[name] - old[name])) / delta
+    assert moved[0.0] < 0.5  # most of the move rounded away
+    assert 0.7 < moved[0.5] < 1.3  # kept, up to the noise of one quantization
+    with pytest.raises(InputError, match="dither must be between 0 and 0.5"):
+        onnx_state_dict(tmp_path / "rt" / "model.int4.onnx", dither=0.7)
