@@ -24,7 +24,12 @@ it:
   word's mark).
 
 Words that noise creates get no case label and no teacher soft label
-(``IGNORE`` / not soft-labelled), so only real words teach those heads.
+(``IGNORE`` / not soft-labelled), so only real words teach those heads, with
+one exception for case: noise that lands at a sentence start (a filler or an
+inserted word after a sentence mark, the first copy of a repeated
+sentence-initial word) starts the sentence, so it takes the capital
+(``Um, then ...``), and the real word after it loses a Capitalized label
+(``IGNORE``: a name keeps its capital there, other words do not).
 Everything is drawn from the ``numpy.random.Generator`` passed in, so an epoch
 seeded by ``(seed, epoch)`` augments the same way when a run is resumed.
 """
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streampunct.labels import COMMA, O
+from streampunct.labels import CAPITALIZED, COMMA, PERIOD, QUESTION, O
 
 IGNORE = -100
 FILLERS: tuple[tuple[str, ...], ...] = (
@@ -115,10 +120,19 @@ def augment(words: list[str], labels: list[int], case: list[int] | None, soft: n
         out_c.append(c)
         out_s.append(s)
 
+    def at_sentence_start() -> bool:
+        return not out_l or out_l[-1] in (PERIOD, QUESTION)
+
+    # case of noise that starts a sentence (no case labels: stays IGNORE)
+    starter = CAPITALIZED if case is not None else IGNORE
+    demote = False  # noise started the sentence: the next real word is no longer its first
     i = 0
     while i < n:
         word, label = words[i], labels[i]
         c = case[i] if case is not None else IGNORE
+        if demote and c == CAPITALIZED:
+            c = IGNORE  # "Um, then" / "Um, John": which, the text cannot say
+        demote = False
         r = u[i]
         if r[0] < p_del:
             if label != O and out_l and out_l[-1] == O:
@@ -126,7 +140,11 @@ def augment(words: list[str], labels: list[int], case: list[int] | None, soft: n
             i += 1
             continue
         if r[1] < cfg.repeat:
-            emit(word, COMMA, IGNORE, -1)  # "i, i went"
+            if at_sentence_start() and c == CAPITALIZED:  # "The, the store"
+                emit(word, COMMA, CAPITALIZED, -1)
+                c = IGNORE
+            else:
+                emit(word, COMMA, IGNORE, -1)  # "i, i went"
         elif r[2] < cfg.restart and out_w:
             # "to the, to the store": the abandoned first try loses its marks but a comma.
             start = max(0, len(out_w) - (int(span[i]) - 1))
@@ -153,12 +171,16 @@ def augment(words: list[str], labels: list[int], case: list[int] | None, soft: n
             # "it's, uh, i think": commas around the filler; a sentence mark stays.
             emit(word, COMMA if label == O else label, c, s if label != O else -1)  # (teacher said no comma)
             filler = FILLERS[int(filler_pick[i])]
+            first = at_sentence_start()  # "milk. Um, then"
             for k, fw in enumerate(filler):
-                emit(fw, COMMA if k == len(filler) - 1 else O, IGNORE, -1)
+                emit(fw, COMMA if k == len(filler) - 1 else O, starter if first and k == 0 else IGNORE, -1)
+            demote = demote or first
         else:
             emit(word, label, c, s)
         if r[6] < p_ins:
-            emit(words[int(pool[(i + 1) % n])], O, IGNORE, -1)
+            first = at_sentence_start()
+            emit(words[int(pool[(i + 1) % n])], O, starter if first else IGNORE, -1)
+            demote = demote or first
         i += 1
     new_case = out_c if case is not None else None
     new_soft = None

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.labels import COMMA, PERIOD, QUESTION, O
+from streampunct.labels import CAPITALIZED, COMMA, LOWER, PERIOD, QUESTION, O
 from training.augment import FILLERS, IGNORE, NoiseConfig, augment
 from training.data import EncodedDoc, cut_sequences, stream_cut
 
@@ -26,23 +26,52 @@ def test_no_noise_is_identity():
 
 def test_fillers_are_set_off_by_commas_and_keep_the_sentence_marks():
     cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=1.0, repeat=0.0, restart=0.0, split_merge=0.0)
-    w, lab, case, soft = run(cfg, case=[0] * len(WORDS), soft=np.ones((len(WORDS), 4)))
+    w, lab, case, soft = run(cfg, case=[LOWER] * len(WORDS), soft=np.ones((len(WORDS), 4)))
     filler_words = {x for f in FILLERS for x in f}
-    kept = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c != IGNORE]
+    noise = [c != LOWER for c in case]  # real words are all lowercase here
+    kept = [(x, y) for x, y, f in zip(w, lab, noise, strict=True) if not f]
     # every real word once; before a filler (here: every word) O becomes COMMA, marks stay
     assert kept == [(x, COMMA if y == O else y) for x, y in zip(WORDS, LABELS, strict=True)]
-    added = [(x, y) for x, y, c in zip(w, lab, case, strict=True) if c == IGNORE]
-    assert len(added) >= len(WORDS) and all(x in filler_words for x, _ in added)
+    added = [x for x, f in zip(w, noise, strict=True) if f]
+    assert len(added) >= len(WORDS) and all(x in filler_words for x in added)
     # "uh," / "you know,": the filler's last word takes the comma
-    ends = [k for k, c in enumerate(case) if c == IGNORE and (k + 1 == len(case) or case[k + 1] != IGNORE)]
+    ends = [k for k, f in enumerate(noise) if f and (k + 1 == len(noise) or not noise[k + 1])]
     assert all(lab[k] == COMMA for k in ends)
-    assert all(lab[k] == O for k, c in enumerate(case) if c == IGNORE and k not in ends)
-    assert np.isnan(soft[[i for i, c in enumerate(case) if c == IGNORE]]).all()  # no teacher label for noise
+    assert all(lab[k] == O for k, f in enumerate(noise) if f and k not in ends)
+    # no case label for a filler, but the capital for one that starts a sentence ("milk. Um, then")
+    for k, f in enumerate(noise):
+        if f:
+            starts = k > 0 and lab[k - 1] in (PERIOD, QUESTION)
+            assert case[k] == (CAPITALIZED if starts else IGNORE), (k, w[k])
+    assert np.isnan(soft[[i for i, f in enumerate(noise) if f]]).all()  # no teacher label for noise
     # a word whose O became COMMA has no teacher label either (the teacher said no comma)
-    real = [i for i, c in enumerate(case) if c != IGNORE]
+    real = [i for i, f in enumerate(noise) if not f]
     relabelled = [i for i, y in zip(real, LABELS, strict=True) if y == O]
     assert np.isnan(soft[relabelled]).all()
     assert not np.isnan(soft[[i for i, y in zip(real, LABELS, strict=True) if y != O]]).any()
+
+
+def test_noise_that_starts_a_sentence_takes_the_capital_from_the_word_after_it():
+    words, labels = ["it", "ended", "then", "john", "came"], [O, PERIOD, O, O, PERIOD]
+    case = [CAPITALIZED, LOWER, CAPITALIZED, CAPITALIZED, LOWER]  # "It ended. Then John came."
+    cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=1.0, repeat=0.0, restart=0.0, split_merge=0.0)
+    w, lab, c, _ = augment(words, labels, case, None, np.random.default_rng(3), cfg)
+    k_then = w.index("then")
+    # "It, uh, ended. Um, then, ...": the filler after the period takes the capital, "then" loses it
+    # (IGNORE: a name would keep it); the first word of the document keeps its own
+    assert c[0] == CAPITALIZED and c[k_then] == IGNORE
+    assert c[w.index("ended") + 1] == CAPITALIZED and lab[w.index("ended")] == PERIOD
+    k_john = w.index("john")
+    assert c[k_john] == CAPITALIZED  # not after a sentence start: a name keeps its label
+    # a repeated sentence-initial word: the first copy starts the sentence
+    cfg = NoiseConfig(share=1.0, asr_rate=0.0, filler=0.0, repeat=1.0, restart=0.0, split_merge=0.0)
+    w, lab, c, _ = augment(["the", "store", "closed"], [O, O, PERIOD], [CAPITALIZED, LOWER, LOWER], None,
+                           np.random.default_rng(0), cfg)
+    assert w[:3] == ["the", "the", "store"] and c[:3] == [CAPITALIZED, IGNORE, IGNORE]
+    assert lab[:2] == [COMMA, O]
+    # no case labels at all: nothing is invented
+    _, _, none_case, _ = augment(words, labels, None, None, np.random.default_rng(3), cfg)
+    assert none_case is None
 
 
 def test_repetitions_and_restarts_leave_a_comma_on_the_abandoned_try():
