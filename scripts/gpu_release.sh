@@ -38,8 +38,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|mpnet-config DIR}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|mpnet-config DIR|pack-up DIR|assemble-up}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
+UP="${UP_DIR:-.gpuT}"  # here: prefix of the folders that carry an earlier GPU teacher up (t K)
 
 rates() {  # rates MODEL_CFG OUT: training steps per second at the configs' batch shape
   $PY -m training.step_rate --base-model "$1" --batch-size 32 --max-len 128 --precision bf16 \
@@ -56,17 +57,13 @@ train() {
       --set data.max_valid_words="${VALID_WORDS:-0}" || echo "$1 run ended early (rc $?)"
 }
 
-# teacher_pack: the trained teacher's checkpoint ($G/teacher/best) with fp16 weights, in a tar cut
-# into 15 MB parts, $G/teacher_f16.tar.partNN (~220 MB for MPNet: 15 parts, four calls of stage c).
-# Not its int4 graph: the teacher starts from models/base's int4 graph, so its weights sit on that
-# graph's 4-bit grid, and an int4 export of the trained teacher rounded them back to it (the run
-# of 2026-11-26: 99.85% of the 4-bit codes identical to models/base's, dev2010 73.17 where the
-# trained torch teacher scored 76.76; docs/training.md, "Release 7"). Stage b runs it in the
-# background beside the student, stage c only if b did not finish it.
-teacher_pack() {
-  rm -rf $G/teacher_f16 $G/teacher_f16.tar* $G/teacher_f16.done
-  mkdir -p $G/teacher_f16
-  $PY - "$G/teacher/best" "$G/teacher_f16" > $G/teacher_pack.log 2>&1 <<'PY'
+# pack_checkpoint SRC DIR BYTES PY: SRC's checkpoint with fp16 weights, as a tar of teacher_f16/
+# cut into BYTES-sized parts DIR/teacher_f16.tar.partNN (~220 MB for MPNet)
+pack_checkpoint() {
+  local src=$1 dir=$2 bytes=$3 py=$4
+  rm -rf "$dir/teacher_f16" "$dir"/teacher_f16.tar*
+  mkdir -p "$dir/teacher_f16"
+  "$py" - "$src" "$dir/teacher_f16" <<'PY'
 import shutil, sys
 from pathlib import Path
 import numpy as np
@@ -80,9 +77,68 @@ for f in src.iterdir():
         shutil.copy(f, dest / f.name)
 print("packed", sorted(p.name for p in dest.iterdir()))
 PY
-  tar cf $G/teacher_f16.tar -C $G teacher_f16
-  split -b 15000000 -d $G/teacher_f16.tar $G/teacher_f16.tar.part
+  tar cf "$dir/teacher_f16.tar" -C "$dir" teacher_f16
+  split -b "$bytes" -d "$dir/teacher_f16.tar" "$dir/teacher_f16.tar.part"
+  rm -rf "$dir/teacher_f16" "$dir/teacher_f16.tar"
+}
+
+# unpack_checkpoint DEST PY PART...: pack_checkpoint's parts (put in name order here, whichever
+# folder holds each) back into a checkpoint folder DEST with fp32 weights
+unpack_checkpoint() {
+  local dest=$1 py=$2 tmp
+  shift 2
+  local parts
+  mapfile -t parts < <(printf '%s\n' "$@" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
+  tmp=$(mktemp -d)
+  cat "${parts[@]}" > "$tmp/teacher_f16.tar"
+  tar xf "$tmp/teacher_f16.tar" -C "$tmp"
+  [[ -f $tmp/teacher_f16/model.safetensors ]] || { echo "the parts hold no teacher_f16/model.safetensors" >&2; rm -rf "$tmp"; return 3; }
+  "$py" - "$tmp/teacher_f16/model.safetensors" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+state = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in load_file(sys.argv[1]).items()}
+save_file(state, sys.argv[1], metadata={"format": "pt"})
+PY
+  chmod 755 "$tmp/teacher_f16"
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_f16" "$dest" && rm -rf "$tmp"
+}
+
+# teacher_pack: the trained teacher's checkpoint ($G/teacher/best) with fp16 weights in 15 MB parts,
+# $G/teacher_f16.tar.partNN (15 parts for MPNet: four calls of stage c). Not its int4 graph: a
+# teacher trained from models/base's int4 graph without dither exported back to that graph's
+# codes (the run of 2026-11-26: 99.85% identical, dev2010 73.17 where the trained torch teacher
+# scored 76.76; docs/training.md, "Release 7"). Stage b runs it in the background beside the
+# student, stage c only if b did not finish it.
+teacher_pack() {
+  rm -f $G/teacher_f16.done
+  pack_checkpoint $G/teacher/best $G 15000000 "$PY" > $G/teacher_pack.log 2>&1
   touch $G/teacher_f16.done
+}
+
+# pack_up SRC: here, SRC's checkpoint (fp16) in parts of UP_BYTES (50 MB), part K in folder $UP$K
+# with the number of parts, for the device calls "t K"
+pack_up() {
+  local tmp n k
+  tmp=$(mktemp -d)
+  pack_checkpoint "$1" "$tmp" "${UP_BYTES:-50000000}" "${LPY:-.venv/bin/python}"
+  n=$(ls "$tmp"/teacher_f16.tar.part* | wc -l)
+  k=0
+  for f in "$tmp"/teacher_f16.tar.part*; do
+    mkdir -p "$UP$k" && mv "$f" "$UP$k/" && echo "$n" > "$UP$k/total"
+    k=$((k + 1))
+  done
+  rm -rf "$tmp"
+  echo "teacher $1 packed in $n parts: device runs t 0 .. t $((n - 1)) (carry [\"$UP<K>\"]) after a, before b"
+}
+
+# assemble_up: on the device, the parts that the "t K" calls left in $G/up into $G/teacher_init
+assemble_up() {
+  local n have
+  n=$(cat $G/up/total)
+  have=$(ls $G/up/teacher_f16.tar.part* 2>/dev/null | wc -l)
+  [[ $have == "$n" ]] || { echo "have $have of $n teacher parts in $G/up: run the missing t K" >&2; exit 3; }
+  unpack_checkpoint $G/teacher_init "$PY" $G/up/teacher_f16.tar.part*
 }
 
 # mpnet_config DIR TOKENIZER: all-mpnet-base-v2's config.json and a tokenizer in DIR (the weights
@@ -104,12 +160,19 @@ PY
 case "$stage" in
 prepare)
   D=../shared/data
-  rm -rf .gpuA .gpuB
+  rm -rf .gpuA .gpuB "$UP"*
   mkdir -p .gpuA/data/ted_talks .gpuA/data/cased_spoken .gpuA/data/unlabeled .gpuA/data/iwslt2011_che \
            .gpuA/cfg/mpnet .gpuA/cfg/minilm5 .gpuB/base .gpuB/student
-  head -c $SPLIT models/base/model.int4.onnx > .gpuA/teacher.part1
-  tail -c +$((SPLIT + 1)) models/base/model.int4.onnx > .gpuB/teacher.part2
-  cp models/base/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuB/base/
+  T="${TEACHER_FROM:-checkpoints/gpu_teacher/best}"
+  if [[ -f $T/model.safetensors ]]; then
+    # an earlier GPU run's teacher continues: its checkpoint goes up in ~50 MB parts, one folder
+    # (and one device call, stage t K, between a and b) each
+    pack_up "$T"
+  else
+    head -c $SPLIT models/base/model.int4.onnx > .gpuA/teacher.part1
+    tail -c +$((SPLIT + 1)) models/base/model.int4.onnx > .gpuB/teacher.part2
+    cp models/base/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuB/base/
+  fi
   cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
   cp $D/ted_talks/ted.jsonl.gz .gpuA/data/ted_talks/
   cp -r $D/iwslt2011_che/dev2012 .gpuA/data/iwslt2011_che/
@@ -124,7 +187,7 @@ prepare)
   minilm_config .gpuA/cfg/minilm5 5
   mpnet_config .gpuA/cfg/mpnet models/base/tokenizer.json
   [[ -d models ]] && mv models /tmp/models_hold
-  du -sh .gpuA .gpuB
+  du -sh .gpuA .gpuB "$UP"* 2>/dev/null || true
   echo "models/ is in /tmp/models_hold until: bash scripts/gpu_release.sh unpack DIR (or mv /tmp/models_hold models)"
   ;;
 a)
@@ -132,7 +195,7 @@ a)
   rm -rf $G && mkdir -p $G/cache
   nvidia-smi -L || true
   $PY -c "import torch, transformers, onnx; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnx', onnx.__version__, 'cuda', torch.cuda.is_available())"
-  cp .gpuA/teacher.part1 $G/
+  [[ -f .gpuA/teacher.part1 ]] && cp .gpuA/teacher.part1 $G/
   cp -r .gpuA/cfg .gpuA/data $G/
   gunzip $G/data/cased_spoken/swda_train_cased.txt.gz
   # convert the text once (cached in $G/cache) while the step rates are measured
@@ -154,16 +217,21 @@ PY
 b)
   export PYTHONUNBUFFERED=1 STREAMPUNCT_DATA=$G/data
   t0=$(date +%s)
-  [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1: run stage a on this machine first" >&2; exit 3; }
+  [[ -d $G/cfg ]] || { echo "no $G/cfg: run stage a on this machine first" >&2; exit 3; }
   $PY -m pip install -q --no-index --no-deps --target /tmp/site .gpuB/whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   ln -sfn $G/cache cache  # the converted text of stage a (data.cache_dir and distill use ./cache)
-  mkdir -p $G/base
-  cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx
-  cp .gpuB/base/* $G/base/
-  # dithered (+-0.5 step): weights imported on a quantized graph's grid and trained by less
-  # than half a step export back to that graph's codes (run 2's teacher: 99.85% of models/base's)
-  $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet --dither 0.5 --seed 15
+  if [[ -f $G/up/total ]]; then
+    assemble_up  # an earlier GPU run's teacher, carried up by stage t
+  else
+    [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1 and no teacher carried up (stage t)" >&2; exit 3; }
+    mkdir -p $G/base
+    cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx
+    cp .gpuB/base/* $G/base/
+    # dithered (+-0.5 step): weights imported on a quantized graph's grid and trained by less
+    # than half a step export back to that graph's codes (run 2's teacher: 99.85% of models/base's)
+    $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet --dither 0.5 --seed 15
+  fi
   $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5 --dither 0.5 --seed 15
   [[ -f $G/rate_teacher.json ]] || rates $G/cfg/mpnet $G/rate_teacher.json
   [[ -f $G/rate_student.json ]] || rates $G/cfg/minilm5 $G/rate_student.json
@@ -239,33 +307,39 @@ c)
   echo "$n" > "$OUT/teacher_parts_total.txt"
   ls -la "$OUT"
   ;;
+t)
+  # on the device, after a and before b: part K of an earlier GPU run's teacher (prepare packed it
+  # into $UP$K) into $G/up
+  k="${2:?usage: gpu_release.sh t K}"
+  [[ -d $G/cfg ]] || { echo "no $G/cfg: run stage a on this machine first (it starts $G afresh)" >&2; exit 3; }
+  [[ -f $UP$k/total ]] || { echo "no $UP$k/total: carry the folder $UP$k" >&2; exit 3; }
+  mkdir -p $G/up
+  cp "$UP$k"/teacher_f16.tar.part* $G/up/
+  cp "$UP$k/total" $G/up/total
+  ls -la $G/up
+  ;;
+pack-up)
+  pack_up "${2:?usage: gpu_release.sh pack-up CHECKPOINT}"  # (prepare does this itself)
+  ;;
+assemble-up)
+  assemble_up  # (stage b does this itself; a stage for the tests)
+  ls -la $G/teacher_init
+  ;;
 mpnet-config)
   # here: all-mpnet-base-v2's config and models/base's tokenizer in DIR (for importing its graph)
   mpnet_config "${2:?usage: gpu_release.sh mpnet-config DIR}" models/base/tokenizer.json
   ;;
 unpack-teacher)
   # here: the parts of every "c K" call (DIR...) into a training checkpoint with fp32 weights,
-  # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there
+  # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there.
+  # The next prepare carries it up again (stage t) so that the teacher continues across sessions.
   shift
   parts=()
   for d in "$@"; do parts+=("$d"/teacher_f16.tar.part*); done
-  # in part order (the file names), whichever call brought each
-  mapfile -t parts < <(printf '%s\n' "${parts[@]}" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
   n=$(cat "$1/teacher_parts_total.txt")
   [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts" >&2; exit 3; }
   dest="${TEACHER_OUT:-checkpoints/gpu_teacher/best}"
-  tmp=$(mktemp -d)
-  cat "${parts[@]}" > "$tmp/teacher_f16.tar"
-  tar xf "$tmp/teacher_f16.tar" -C "$tmp"
-  [[ -f $tmp/teacher_f16/model.safetensors ]] || { echo "the parts hold no teacher_f16/model.safetensors" >&2; exit 3; }
-  "${LPY:-.venv/bin/python}" - "$tmp/teacher_f16/model.safetensors" <<'PY'
-import sys
-import numpy as np
-from safetensors.numpy import load_file, save_file
-state = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in load_file(sys.argv[1]).items()}
-save_file(state, sys.argv[1], metadata={"format": "pt"})
-PY
-  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_f16" "$dest" && rm -rf "$tmp"
+  unpack_checkpoint "$dest" "${LPY:-.venv/bin/python}" "${parts[@]}"
   ls -la "$dest"
   ;;
 unpack)
@@ -288,5 +362,5 @@ PY
   cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|unpack-teacher DIR...|mpnet-config DIR" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|mpnet-config DIR|pack-up DIR|assemble-up" >&2; exit 2 ;;
 esac

@@ -148,3 +148,43 @@ def test_stage_c_packs_the_teacher_when_b_did_not_and_unpack_restores_it(tmp_pat
     got = load_file(str(dest / "model.safetensors"))
     np.testing.assert_allclose(got["encoder.w"], WEIGHTS["encoder.w"], rtol=1e-3)
     assert got["encoder.w"].dtype == np.float32
+
+
+def test_a_teacher_carried_up_in_parts_is_assembled_on_the_device(tmp_path):
+    """An earlier GPU run's teacher continues: pack-up (here, as prepare does) cuts its checkpoint
+    into one folder per part; each device call "t K" copies one part into the work folder after
+    stage a; b assembles them (assemble-up) into teacher_init with fp32 weights."""
+    src = tmp_path / "gpu_teacher" / "best"
+    src.mkdir(parents=True)
+    save_file(WEIGHTS, str(src / "model.safetensors"))
+    (src / "config.json").write_text('{"model_type": "mpnet"}')
+    up = tmp_path / "up" / "gpuT"
+    up.parent.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "UP_DIR": str(up), "UP_BYTES": "700", "LPY": sys.executable,
+           "PY": sys.executable, "GPU_WORK": str(tmp_path / "g")}
+
+    def run(*args):
+        return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env)
+
+    r = run("pack-up", str(src))
+    assert r.returncode == 0, r.stderr
+    folders = sorted(up.parent.iterdir())
+    n = len(folders)
+    assert n >= 3 and f"t 0 .. t {n - 1}" in r.stdout
+    assert all((f / "total").read_text().strip() == str(n) for f in folders)
+    r = run("t", "0")
+    assert r.returncode == 3 and "run stage a on this machine first" in r.stderr
+    (tmp_path / "g" / "cfg").mkdir(parents=True)  # what stage a leaves
+    for k in range(n - 1):
+        assert run("t", str(k)).returncode == 0
+    r = run("assemble-up")
+    assert r.returncode == 3 and f"have {n - 1} of {n} teacher parts" in r.stderr
+    assert run("t", str(n - 1)).returncode == 0
+    r = run("assemble-up")
+    assert r.returncode == 0, r.stderr
+    init = tmp_path / "g" / "teacher_init"
+    assert (init / "config.json").read_text() == '{"model_type": "mpnet"}'
+    got = load_file(str(init / "model.safetensors"))
+    assert got["encoder.w"].dtype == np.float32
+    np.testing.assert_allclose(got["encoder.w"], WEIGHTS["encoder.w"], rtol=1e-3)
+    assert got["steps"].tolist() == [0, 1, 2]
