@@ -10,6 +10,10 @@
 #                                         # working tree travels under the limit
 #   device run, carry [".gpuA"]: bash scripts/gpu_release.sh a
 #       data into /tmp/g, converted once (cache), step rates of both models measured
+#   only if prepare found an earlier GPU run's teacher (checkpoints/gpu_teacher/best, or
+#   TEACHER_FROM) and packed it into .gpuT0, .gpuT1, ...: device runs, carry [".gpuT<K>"]:
+#       bash scripts/gpu_release.sh t K      # one ~50 MB part each; b then continues that teacher
+#       instead of importing models/base's int4 graph
 #   device run, carry [".gpuB"], at once (the machine stays warm 30 s): bash scripts/gpu_release.sh b
 #       teacher imported and trained (budget TEACHER_S seconds of steps), soft labels, student
 #       imported and distilled (STUDENT_S seconds); the student's weights (fp16, in parts) and
