@@ -28,14 +28,7 @@ score)
   mkdir -p $out
   for n in probe_filler_case probe_filler_case_old; do
     build_int8 checkpoints/$n/best build/$n
-    .venv/bin/python - build/$n <<'PY'
-import json, sys
-src = json.load(open("models/default/streampunct.json"))
-p = f"{sys.argv[1]}/streampunct.json"
-d = json.load(open(p))
-d["window"], d["stream_window"] = src["window"], src["stream_window"]
-json.dump(d, open(p, "w"), indent=2)
-PY
+    use_shipped_windows build/$n
   done
   .venv/bin/python scripts/probe_filler_case.py models/default build/probe_filler_case_old build/probe_filler_case \
       --json $out/filler_case_swda_val.json

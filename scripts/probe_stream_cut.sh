@@ -10,14 +10,7 @@ cd "$(dirname "$0")/.."
     --base-model checkpoints/release_v6_repair/best --resume
 . scripts/release_lib.sh
 build_int8 checkpoints/probe_stream_cut/best build/probe_cut
-.venv/bin/python - <<'PY'
-import json
-src = json.load(open("models/default/streampunct.json"))
-p = "build/probe_cut/streampunct.json"
-d = json.load(open(p))
-d["window"], d["stream_window"] = src["window"], src["stream_window"]
-json.dump(d, open(p, "w"), indent=2)
-PY
+use_shipped_windows build/probe_cut
 out=benchmarks/results/probe_stream_cut
 mkdir -p $out
 compare_on_validation models/default build/probe_cut $out ted_iwslt_dev2010 swda_val

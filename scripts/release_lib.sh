@@ -70,6 +70,37 @@ tune_short_grid() {
   .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
 }
 
+# repair_candidate NAME DIR OLD OUT STREAM_LEFT...: release 6's repair recipe on the GPU student
+# (checkpoints/gpu_student/best): models/base's soft labels on 200k caption words (labelled once,
+# cache/soft/v6_captions_base.npz), training/configs/NAME.toml (resumes), its learning curve into
+# OUT, the int8 graph in DIR, the short window grid with the streaming left contexts STREAM_LEFT,
+# and the comparison with OLD on validation (JSON into OUT).
+repair_candidate() {
+  local name=$1 dir=$2 old=$3 out=$4
+  shift 4
+  [[ -f cache/soft/v6_captions_base.npz ]] || .venv/bin/python -m training.distill label --teacher models/base \
+      --unlabeled tedx --max-unlabeled-words 200000 --seed 15 --out cache/soft/v6_captions_base.npz
+  .venv/bin/python -m training.cli --config "training/configs/$name.toml" \
+      --base-model checkpoints/gpu_student/best --resume
+  .venv/bin/python -m training.learning_curve "checkpoints/$name" --out "$out/learning_curve"
+  build_int8 "checkpoints/$name/best" "$dir"
+  tune_short_grid "$dir" "$@"
+  compare_on_validation "$old" "$dir" "$out" ted_iwslt_dev2010 swda_val
+}
+
+# use_shipped_windows DIR: DIR's offline window and streaming geometry set to models/default's
+# (a probe compared at the shipped model's windows)
+use_shipped_windows() {
+  .venv/bin/python - "$1" <<'PY'
+import json, sys
+src = json.load(open("models/default/streampunct.json"))
+p = f"{sys.argv[1]}/streampunct.json"
+d = json.load(open(p))
+d["window"], d["stream_window"] = src["window"], src["stream_window"]
+json.dump(d, open(p, "w"), indent=2)
+PY
+}
+
 # ship_candidate DIR: a candidate's runtime files (int8 graph, sidecar, tokenizer,
 # streampunct.json) into models/default, after the validation decision.
 ship_candidate() {
