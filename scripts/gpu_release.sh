@@ -61,13 +61,13 @@ train() {
       --set data.max_valid_words="${VALID_WORDS:-0}" || echo "$1 run ended early (rc $?)"
 }
 
-# pack_checkpoint SRC DIR BYTES PY: SRC's checkpoint with fp16 weights, as a tar of teacher_f16/
-# cut into BYTES-sized parts DIR/teacher_f16.tar.partNN (~220 MB for MPNet)
+# pack_checkpoint SRC DIR BYTES PY [NAME]: SRC's checkpoint with fp16 weights, as a tar of NAME/
+# (default teacher_f16) cut into BYTES-sized parts DIR/NAME.tar.partNN (~220 MB for MPNet)
 pack_checkpoint() {
-  local src=$1 dir=$2 bytes=$3 py=$4
-  rm -rf "$dir/teacher_f16" "$dir"/teacher_f16.tar*
-  mkdir -p "$dir/teacher_f16"
-  "$py" - "$src" "$dir/teacher_f16" <<'PY'
+  local src=$1 dir=$2 bytes=$3 py=$4 name=${5:-teacher_f16}
+  rm -rf "${dir:?}/$name" "$dir/$name".tar*
+  mkdir -p "$dir/$name"
+  "$py" - "$src" "$dir/$name" <<'PY'
 import shutil, sys
 from pathlib import Path
 import numpy as np
@@ -81,31 +81,33 @@ for f in src.iterdir():
         shutil.copy(f, dest / f.name)
 print("packed", sorted(p.name for p in dest.iterdir()))
 PY
-  tar cf "$dir/teacher_f16.tar" -C "$dir" teacher_f16
-  split -b "$bytes" -d "$dir/teacher_f16.tar" "$dir/teacher_f16.tar.part"
-  rm -rf "$dir/teacher_f16" "$dir/teacher_f16.tar"
+  tar cf "$dir/$name.tar" -C "$dir" "$name"
+  split -b "$bytes" -d "$dir/$name.tar" "$dir/$name.tar.part"
+  rm -rf "${dir:?}/$name" "$dir/$name.tar"
 }
 
 # unpack_checkpoint DEST PY PART...: pack_checkpoint's parts (put in name order here, whichever
-# folder holds each) back into a checkpoint folder DEST with fp32 weights
+# folder holds each; NAME from their file names) back into a checkpoint folder DEST, fp32 weights
 unpack_checkpoint() {
-  local dest=$1 py=$2 tmp
+  local dest=$1 py=$2 tmp name
   shift 2
   local parts
   mapfile -t parts < <(printf '%s\n' "$@" | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2)
+  name=$(basename "${parts[0]}")
+  name=${name%.tar.part*}
   tmp=$(mktemp -d)
-  cat "${parts[@]}" > "$tmp/teacher_f16.tar"
-  tar xf "$tmp/teacher_f16.tar" -C "$tmp"
-  [[ -f $tmp/teacher_f16/model.safetensors ]] || { echo "the parts hold no teacher_f16/model.safetensors" >&2; rm -rf "$tmp"; return 3; }
-  "$py" - "$tmp/teacher_f16/model.safetensors" <<'PY'
+  cat "${parts[@]}" > "$tmp/$name.tar"
+  tar xf "$tmp/$name.tar" -C "$tmp"
+  [[ -f $tmp/$name/model.safetensors ]] || { echo "the parts hold no $name/model.safetensors" >&2; rm -rf "$tmp"; return 3; }
+  "$py" - "$tmp/$name/model.safetensors" <<'PY'
 import sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
 state = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in load_file(sys.argv[1]).items()}
 save_file(state, sys.argv[1], metadata={"format": "pt"})
 PY
-  chmod 755 "$tmp/teacher_f16"
-  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/teacher_f16" "$dest" && rm -rf "$tmp"
+  chmod 755 "$tmp/$name"
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$tmp/$name" "$dest" && rm -rf "$tmp"
 }
 
 # teacher_pack: the trained teacher's checkpoint ($G/teacher/best) with fp16 weights in 15 MB parts,
@@ -276,21 +278,8 @@ b)
   echo "student: $ss steps in ~$budget s"
   train student "${STUDENT_LIMIT_S:-170}" "$ss" 4 "${LABEL_WORDS:-4000000}"
   echo "student done ($(( $(date +%s) - t0 )) s in)"
-  $PY - "$G/student/best" "$OUT" <<'PY'
-import sys
-from pathlib import Path
-import torch
-from safetensors.torch import load_file, save_file
-src, out = Path(sys.argv[1]), Path(sys.argv[2])
-state = {k: v.to(torch.float16) if v.is_floating_point() else v
-         for k, v in load_file(src / "model.safetensors").items()}
-save_file(state, str(out / "student.f16.safetensors"))
-PY
-  split -b 15000000 -d "$OUT/student.f16.safetensors" "$OUT/student.f16.safetensors.part"
-  rm "$OUT/student.f16.safetensors"
-  tar czf "$OUT/meta.tgz" -C $G student/best/config.json student/best/head.safetensors \
-      student/best/streampunct.json student/best/tokenizer.json student/metrics.jsonl rate_teacher.json \
-      rate_student.json convert.log
+  pack_checkpoint $G/student/best "$OUT" 15000000 "$PY" student_f16  # 3 parts, fp16 weights
+  tar czf "$OUT/meta.tgz" -C $G student/metrics.jsonl rate_teacher.json rate_student.json convert.log
   wait $pack_job || echo "the teacher's packing failed (rc $?): stage c packs it again"
   cp $G/teacher_pack.log "$OUT/" 2>/dev/null || true
   ls -la "$OUT"
@@ -350,20 +339,14 @@ unpack)
   dir="${2:?usage: gpu_release.sh unpack DIR}"
   [[ -d models ]] || mv /tmp/models_hold models
   out=benchmarks/results/gpu_release
-  mkdir -p "$out" checkpoints/gpu_student
-  tar xzf "$dir/meta.tgz" -C /tmp && rm -rf checkpoints/gpu_student/best
-  cp -r /tmp/student/best checkpoints/gpu_student/best
-  cp /tmp/student/metrics.jsonl checkpoints/gpu_student/metrics.jsonl
-  cat "$dir"/student.f16.safetensors.part* > /tmp/student.f16.safetensors
-  .venv/bin/python - /tmp/student.f16.safetensors checkpoints/gpu_student/best/model.safetensors <<'PY'
-import sys
-import torch
-from safetensors.torch import load_file, save_file
-state = {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in load_file(sys.argv[1]).items()}
-save_file(state, sys.argv[2], metadata={"format": "pt"})
-PY
-  cp "$dir"/teacher_metrics.jsonl "$dir"/teacher_best_streampunct.json /tmp/rate_*.json /tmp/convert.log "$out/"
-  cp /tmp/student/metrics.jsonl "$out/student_metrics.jsonl"
+  mkdir -p "$out"
+  unpack_checkpoint checkpoints/gpu_student/best .venv/bin/python "$dir"/student_f16.tar.part*
+  meta=$(mktemp -d)
+  tar xzf "$dir/meta.tgz" -C "$meta"
+  cp "$meta/student/metrics.jsonl" checkpoints/gpu_student/metrics.jsonl
+  cp "$dir"/teacher_metrics.jsonl "$dir"/teacher_best_streampunct.json "$meta"/rate_*.json "$meta/convert.log" "$out/"
+  cp "$meta/student/metrics.jsonl" "$out/student_metrics.jsonl"
+  rm -rf "$meta"
   ;;
 *)
   echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|mpnet-config DIR|pack-up DIR|assemble-up" >&2; exit 2 ;;
