@@ -42,7 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|mpnet-config DIR|pack-up DIR|assemble-up}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|pack-up DIR|assemble-up}"
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 UP="${UP_DIR:-.gpuT}"  # here: prefix of the folders that carry an earlier GPU teacher up (t K)
 
@@ -145,22 +145,6 @@ assemble_up() {
   have=$(ls $G/up/teacher_f16.tar.part* 2>/dev/null | wc -l)
   [[ $have == "$n" ]] || { echo "have $have of $n teacher parts in $G/up: run the missing t K" >&2; exit 3; }
   unpack_checkpoint $G/teacher_init "$PY" $G/up/teacher_f16.tar.part*
-}
-
-# mpnet_config DIR TOKENIZER: all-mpnet-base-v2's config.json and a tokenizer in DIR (the weights
-# come from an imported graph)
-mpnet_config() {
-  mkdir -p "$1"
-  .venv/bin/python - "$1" "$2" <<'PY'
-import json, shutil, sys
-mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
-         "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
-         "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
-         "max_position_embeddings": 514, "model_type": "mpnet", "num_attention_heads": 12,
-         "num_hidden_layers": 12, "pad_token_id": 1, "relative_attention_num_buckets": 32, "vocab_size": 30527}
-json.dump(mpnet, open(f"{sys.argv[1]}/config.json", "w"), indent=1)  # all-mpnet-base-v2's config
-shutil.copy(sys.argv[2], sys.argv[1])
-PY
 }
 
 case "$stage" in
@@ -318,10 +302,6 @@ assemble-up)
   assemble_up  # (stage b does this itself; a stage for the tests)
   ls -la $G/teacher_init
   ;;
-mpnet-config)
-  # here: all-mpnet-base-v2's config and models/base's tokenizer in DIR (for importing its graph)
-  mpnet_config "${2:?usage: gpu_release.sh mpnet-config DIR}" models/base/tokenizer.json
-  ;;
 unpack-teacher)
   # here: the parts of every "c K" call (DIR...) into a training checkpoint with fp32 weights,
   # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there.
@@ -349,5 +329,5 @@ unpack)
   rm -rf "$meta"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|mpnet-config DIR|pack-up DIR|assemble-up" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|pack-up DIR|assemble-up" >&2; exit 2 ;;
 esac

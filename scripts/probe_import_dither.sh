@@ -10,7 +10,7 @@ out=benchmarks/results/import_dither
 mkdir -p $out cache/import_dither
 . scripts/release_lib.sh
 minilm_config cache/import_dither/minilm5 5
-[[ -f cache/import_dither/mpnet/config.json ]] || bash scripts/gpu_release.sh mpnet-config cache/import_dither/mpnet
+[[ -f cache/import_dither/mpnet/config.json ]] || mpnet_config cache/import_dither/mpnet models/base/tokenizer.json
 for m in default base; do
   cfg=cache/import_dither/minilm5
   [[ $m == base ]] && cfg=cache/import_dither/mpnet

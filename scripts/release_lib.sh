@@ -154,3 +154,19 @@ cfg["num_hidden_layers"] = layers
 shutil.copy(src / "tokenizer.json", dest / "tokenizer.json")
 PY
 }
+
+# mpnet_config DIR TOKENIZER: all-mpnet-base-v2's config.json and a tokenizer in DIR (the weights
+# come from an imported graph)
+mpnet_config() {
+  mkdir -p "$1"
+  .venv/bin/python - "$1" "$2" <<'PY'
+import json, shutil, sys
+mpnet = {"architectures": ["MPNetForMaskedLM"], "attention_probs_dropout_prob": 0.1, "bos_token_id": 0,
+         "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768,
+         "initializer_range": 0.02, "intermediate_size": 3072, "layer_norm_eps": 1e-05,
+         "max_position_embeddings": 514, "model_type": "mpnet", "num_attention_heads": 12,
+         "num_hidden_layers": 12, "pad_token_id": 1, "relative_attention_num_buckets": 32, "vocab_size": 30527}
+json.dump(mpnet, open(f"{sys.argv[1]}/config.json", "w"), indent=1)  # all-mpnet-base-v2's config
+shutil.copy(sys.argv[2], sys.argv[1])
+PY
+}
