@@ -51,6 +51,7 @@ class LiveBenchConfig:
     max_delay_ms: int = SessionOptions.max_delay_ms
     engine: str = "onnxruntime"
     batch_rows: str | None = None  # serve --batch-rows of the child server (None: the server's default)
+    stream_cache: str = "auto"  # serve --stream-cache of the child server, and the simulation's
     url: str | None = None
     seed: int = 0
     out_dir: Path = RESULTS_DIR
@@ -137,7 +138,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
         if url is None:
             server_cfg = replace(LoadBenchConfig(), model_dir=cfg.model_dir, engine=cfg.engine,
                                  right_context=options.right_context, max_delay_ms=options.max_delay_ms,
-                                 batch_rows=cfg.batch_rows)
+                                 batch_rows=cfg.batch_rows, stream_cache=cfg.stream_cache)
             server = ServerProcess(server_cfg, max_sessions=len(spans) + 8, workdir=Path(tmp))
             url = server.start()
         try:
@@ -161,8 +162,11 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
 
     punct = Punctuator.from_model_dir(cfg.model_dir, engine=cfg.engine)
     try:
+        stream_engine = punct.stream_engine(cfg.stream_cache, intra_op_threads=1)
+        result["stream_cache"] = stream_engine is not None
         simulated = [label for events in schedules
-                     for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer, options)]
+                     for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer,
+                                                  options, stream_engine=stream_engine)]
     finally:
         punct.close()
     result["simulation"] = score(data.labels, simulated).to_dict()
@@ -200,6 +204,8 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-rows", choices=BATCH_ROWS, default=None,
                    help="serve --batch-rows of the child server (default: the server's, padded); 'exact' "
                         "runs int8 windows alone, so the server gives the simulation's labels")
+    p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
+                   help="serve --stream-cache of the child server, and the simulation's (default: %(default)s)")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
@@ -210,6 +216,6 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
     cfg = LiveBenchConfig(model_dir=args.model, data=args.data, text=args.text, sessions=args.sessions, words_per_second=args.wps,
                           right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
-                          batch_rows=args.batch_rows, url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
+                          batch_rows=args.batch_rows, stream_cache=args.stream_cache, url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
     result = run_live_bench(cfg, command=command)
     return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1

@@ -74,6 +74,8 @@ class ServerProcess:
             common += ["--engine-workers", str(cfg.engine_workers)]
         if cfg.batch_rows is not None and cfg.engine != "fake":
             common += ["--batch-rows", cfg.batch_rows]
+        if getattr(cfg, "stream_cache", None) is not None and cfg.engine != "fake":
+            common += ["--stream-cache", cfg.stream_cache]
         if cfg.engine == "fake":
             self.argv = [*python, "-m", "benchmarks.load_server", *common,
                          "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]

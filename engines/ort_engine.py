@@ -222,6 +222,88 @@ class OrtEngine:
         self._session = None
 
 
+class OrtStreamEngine(OrtEngine):
+    """The streaming graph (:mod:`engines.stream_graph`) of a model folder, run with ONNX Runtime.
+
+    :meth:`infer_stream` runs new tokens against cached keys/values; ``infer``
+    and ``infer_heads`` run whole windows (no cache, positions 0..T-1), which
+    is the shipped graph's computation, so one engine serves a streaming
+    server's final and partial windows alike.
+
+    Attributes:
+        stream_shape: (layers, heads, head_dim) of the cached keys/values.
+    """
+
+    def _check_interface(self) -> None:
+        from engines.stream_graph import stream_interface_problems
+
+        inputs = {i.name: _ORT_TYPES.get(i.type, i.type) for i in self._session.get_inputs()}
+        expected_in = {t.name: t.dtype for t in self.sidecar.inputs}
+        if inputs != expected_in:
+            raise ArtifactMismatch(f"{self.path} has inputs {inputs}, but its sidecar says {expected_in}")
+        problems = stream_interface_problems(self.sidecar.inputs, self.sidecar.outputs)
+        if problems:
+            raise ArtifactMismatch(f"{self.path} is not a streaming graph: " + "; ".join(problems))
+        past = next(t for t in self.sidecar.inputs if t.name == "past_kv")
+        self.stream_shape = (int(past.shape[0]), int(past.shape[3]), int(past.shape[5]))
+        self._outputs = [t.name for t in self.sidecar.outputs]
+
+    @property
+    def has_case(self) -> bool:
+        return self._session is not None and CASE_OUTPUT_NAME in self._outputs
+
+    def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's inputs (``streampunct.stream_cache.pad_stream_calls``) -> (logits
+        float32[B, T, C], the case logits appended when the graph has them; present_kv)."""
+        if self._session is None:
+            raise InferenceError(f"engine for {self.path.name} is closed")
+        try:
+            outs = self._session.run(self._outputs, dict(inputs))
+        except Exception as e:  # onnxruntime's own exception types
+            shape = inputs["input_ids"].shape
+            raise InferenceError(f"onnxruntime failed on a streaming batch of shape {shape}: {e}") from e
+        logits = np.concatenate(outs[:-1], axis=-1) if len(outs) > 2 else outs[0]
+        return np.asarray(logits, dtype=np.float32), outs[-1]
+
+    def _whole(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
+        ids, mask = check_batch(input_ids, attention_mask)
+        if self._session is None:
+            raise InferenceError(f"engine for {self.path.name} is closed")
+        layers, heads, head_dim = self.stream_shape
+        b, t = ids.shape
+        feed = {"input_ids": ids, "position_ids": np.tile(np.arange(t, dtype=np.int64), (b, 1)),
+                "attention_mask": mask, "past_kv": np.zeros((layers, 2, b, heads, 0, head_dim), np.float16)}
+        try:
+            return self._session.run(self._outputs[:-1], feed)
+        except Exception as e:  # onnxruntime's own exception types
+            raise InferenceError(f"onnxruntime failed on a batch of shape {ids.shape}: {e}") from e
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        return np.asarray(self._whole(input_ids, attention_mask)[0], dtype=np.float32)
+
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+        outs = self._whole(input_ids, attention_mask)
+        return np.asarray(outs[0], dtype=np.float32), (np.asarray(outs[1], dtype=np.float32)
+                                                       if len(outs) > 1 else None)
+
+
+def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None = None) -> OrtStreamEngine:
+    """The streaming engine of a model folder (its ``streampunct.json`` names ``stream_artifact``)."""
+    import json
+
+    from engines.registry import make_options
+
+    model_dir = Path(model_dir)
+    try:
+        name = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8")).get("stream_artifact")
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"cannot read {model_dir / 'streampunct.json'}: {e}") from e
+    if not name:
+        raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
+    return OrtStreamEngine(model_dir / str(name), make_options(OrtOptions, dict(options or {}), "onnxruntime"))
+
+
 def quantizes_activations(sidecar: Sidecar) -> bool:
     """Whether the artifact quantizes activations with dynamic, batch-wide scales.
 

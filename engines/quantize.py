@@ -74,8 +74,11 @@ def quantize_int8_dynamic(
     fp32_path: str | Path,
     out_path: str | Path,
     options: DynamicQuantOptions | None = None,
+    *,
+    stream: bool = False,
 ) -> Sidecar:
-    """Write ``out_path`` (int8 MatMul weights) from the fp32 ONNX artifact and its sidecar."""
+    """Write ``out_path`` (int8 MatMul weights) from the fp32 ONNX artifact and its sidecar
+    (``stream``: the streaming graph of :mod:`engines.stream_graph`)."""
     options = options or DynamicQuantOptions()
     quantization = require("onnxruntime.quantization", feature="int8 quantization")
     onnx = require("onnx", feature="int8 quantization")
@@ -104,7 +107,7 @@ def quantize_int8_dynamic(
             )
     except Exception as e:  # the quantizer raises a mix of types
         raise GraphPrepError(f"quantize_dynamic failed on {fp32_path}: {e}") from e
-    ops, io = _checked_ops(out_path, "MatMulInteger", "quantize_dynamic left no int8 MatMul")
+    ops, io = _checked_ops(out_path, "MatMulInteger", "quantize_dynamic left no int8 MatMul", stream=stream)
     sidecar = _write_derived_sidecar(out_path, parent, "int8", io, {
         "method": "onnxruntime.quantization.quantize_dynamic",
         "op_types": op_types,
@@ -116,15 +119,22 @@ def quantize_int8_dynamic(
     return sidecar
 
 
-def _checked_ops(path: Path, required_op: str, missing: str) -> tuple[dict[str, int], tuple]:
+def _checked_ops(path: Path, required_op: str, missing: str, *, stream: bool = False
+                 ) -> tuple[dict[str, int], tuple]:
     """(op counts, (inputs, outputs)) of a quantized graph that holds ``required_op`` and the
-    runtime's interface; GraphPrepError (``missing``, or the interface problems) otherwise."""
+    runtime's interface (the streaming graph's with ``stream``); GraphPrepError (``missing``,
+    or the interface problems) otherwise."""
     model = load_model(path)
     ops = count_ops(model)
     if not ops.get(required_op):
         raise GraphPrepError(f"{missing} in {path} (ops: {ops})")
     inputs, outputs = io_specs(model)
-    problems = interface_problems(inputs, outputs)
+    if stream:
+        from engines.stream_graph import stream_interface_problems
+
+        problems = stream_interface_problems(inputs, outputs)
+    else:
+        problems = interface_problems(inputs, outputs)
     if problems:
         raise GraphPrepError(f"{path} has the wrong interface: " + "; ".join(problems))
     return ops, (inputs, outputs)

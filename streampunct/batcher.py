@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streampunct.errors import EngineFailedError, OverloadedError
+from streampunct.stream_cache import StreamCall, run_stream_calls
 from streampunct.windowing import pad_batch
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class BatcherConfig:
             raise ValueError("max_queue must be >= 1")
         if self.engine_workers < 1:
             raise ValueError("engine_workers must be >= 1")
+
         if self.batch_rows not in BATCH_ROWS:
             raise ValueError(f"batch_rows must be one of {', '.join(BATCH_ROWS)}, got {self.batch_rows!r}")
 
@@ -127,8 +129,8 @@ class _Worker:
 
 @dataclass(eq=False)
 class _Pending:
-    input_ids: np.ndarray
-    future: asyncio.Future[np.ndarray]
+    input_ids: np.ndarray | StreamCall  # a window's token ids, or a streaming-graph call
+    future: asyncio.Future
     enqueued: float
     done: bool = field(default=False)
 
@@ -268,8 +270,10 @@ class Batcher:
         return len(self._queue)
 
     # -- requests ------------------------------------------------------------
-    async def infer(self, input_ids: np.ndarray) -> np.ndarray:
-        """Logits float32[T, C] for one unpadded sequence int64[T].
+    async def infer(self, input_ids: np.ndarray | StreamCall) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Logits float32[T, C] for one unpadded sequence int64[T]; for a
+        :class:`~streampunct.stream_cache.StreamCall` (cached left context, the
+        engine a streaming graph's), its (logits [T, C], keys/values to keep: see :func:`~streampunct.stream_cache.run_stream_calls`).
 
         Raises :class:`OverloadedError` when the queue is full and
         :class:`EngineFailedError` when the engine fails on this request. Cancelling
@@ -361,6 +365,9 @@ class Batcher:
                 self._idle.put_nowait(worker)
 
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
+        if isinstance(batch[0].input_ids, StreamCall):
+            await self._run_stream(worker, batch)
+            return
         if len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
             await self._run_alone(worker, batch)
             return
@@ -369,19 +376,67 @@ class Batcher:
         t0 = time.perf_counter()
         results: list[np.ndarray | BaseException]
         try:
-            logits = await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+            logits, seconds = await self._in_thread(worker, self._infer_padded, worker.engine, seqs)
         except Exception as exc:
             if len(batch) == 1:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
                 results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
+            seconds = time.perf_counter() - t0
         else:
             results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
-        seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
             self._on_batch(BatchRecord(len(batch), len(batch) * max(len(s) for s in seqs), seconds, failed))
+
+    async def _run_stream(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """A batch of streaming-graph calls: padded (full windows apart from cached calls,
+        see :func:`~streampunct.stream_cache.run_stream_calls`), one at a time on failure."""
+        loop = asyncio.get_running_loop()
+        calls = [item.input_ids for item in batch]
+        t0 = time.perf_counter()
+        results: list = []
+        try:
+            results, seconds = await self._in_thread(worker, self._infer_stream, worker.engine, calls)
+        except Exception as exc:
+            if len(batch) == 1:
+                results = [exc]
+            else:
+                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
+                results = await loop.run_in_executor(worker.executor, self._infer_stream_each, worker.engine, calls)
+            seconds = time.perf_counter() - t0
+        failed = self._answer(batch, results)
+        if self._on_batch is not None:
+            tokens = sum(len(g) * max(len(c.input_ids) for c in g)
+                         for g in ([c for c in calls if c.full], [c for c in calls if not c.full]) if g)
+            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
+
+    @staticmethod
+    async def _in_thread(worker: _Worker, fn: Callable, *args: object) -> tuple:
+        """``fn(*args)`` in the worker's thread: (its result, the seconds it ran there). Timed
+        in the thread, so the wait for the event loop to take the answers does not count as
+        engine time."""
+
+        def timed() -> tuple:
+            t0 = time.perf_counter()
+            return fn(*args), time.perf_counter() - t0
+
+        return await asyncio.get_running_loop().run_in_executor(worker.executor, timed)
+
+    def _infer_stream(self, engine: object, calls: Sequence[StreamCall]) -> list:
+        if len(calls) > 1 and runs_rows_alone(self.config.batch_rows, engine):
+            return [run_stream_calls(engine.infer_stream, [c], self._pad_id)[0] for c in calls]  # type: ignore[attr-defined]
+        return run_stream_calls(engine.infer_stream, calls, self._pad_id)  # type: ignore[attr-defined]
+
+    def _infer_stream_each(self, engine: object, calls: Sequence[StreamCall]) -> list:
+        out: list = []
+        for call in calls:
+            try:
+                out.append(run_stream_calls(engine.infer_stream, [call], self._pad_id)[0])  # type: ignore[attr-defined]
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One engine call per window, all in one hand-off to the worker thread; windows
@@ -389,14 +444,12 @@ class Batcher:
         handing each to the event loop as it is done (tried) made the loop's work for the
         sessions compete with the worker for the GIL and both cores, and the engine ran
         a third slower under load."""
-        loop = asyncio.get_running_loop()
-        t0 = time.perf_counter()
-        results = await loop.run_in_executor(worker.executor, self._infer_alone, worker.engine, batch)
+        results, seconds = await self._in_thread(worker, self._infer_alone, worker.engine, batch)
         failed = self._answer(batch, results)
         ran = [item for item, result in zip(batch, results, strict=True) if result is not None]
         if self._on_batch is not None and ran:
             tokens = sum(len(item.input_ids) for item in ran)
-            self._on_batch(BatchRecord(len(ran), tokens, time.perf_counter() - t0, failed))
+            self._on_batch(BatchRecord(len(ran), tokens, seconds, failed))
 
     def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[np.ndarray | BaseException | None]:
         """Worker thread: each window in its own call; None for a window whose session

@@ -107,6 +107,7 @@ def streaming_runs(
     words_per_second: float = 2.5,
     batch_size: int = 1,
     progress: bool = False,
+    stream_engine: object | None = None,
 ) -> dict[int, StreamingRun]:
     """:func:`streaming_labels` for several right contexts, with batched engine calls.
 
@@ -120,6 +121,10 @@ def streaming_runs(
     computed over the whole batch: there labels change (0.7-1.2% of words
     for the shipped model, which also runs no faster in batches on CPU).
 
+    With ``stream_engine`` (a model's streaming graph) every stream runs with
+    cached left context, one window at a time, as the server runs it
+    (:mod:`streampunct.stream_cache`); ``infer`` and ``batch_size`` are unused.
+
     ``infer`` may also be a sequence of callables, one per worker thread:
     engines of the same artifact (e.g. one single-threaded ONNX Runtime
     session per core). The engine calls are the same (which worker makes one
@@ -131,6 +136,10 @@ def streaming_runs(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    if stream_engine is not None:  # cached left context: each stream's windows depend on its past calls
+        return {rc: _simulate(StreamState(aligner, window, StreamConfig(rc, max_delay_ms)), words,
+                              _cached(stream_engine, aligner, window), words_per_second)
+                for rc in dict.fromkeys(right_contexts)}
     infers = [infer] if callable(infer) else list(infer)
     if not infers:
         raise ValueError("infer must be a callable or a non-empty sequence of callables")
@@ -247,6 +256,8 @@ def schedule_labels(
     window: WindowConfig,
     infer: InferFn,
     options: StreamConfig,
+    *,
+    stream_engine: object | None = None,
 ) -> list[int]:
     """The final labels of a stream whose messages arrive on this schedule.
 
@@ -255,12 +266,23 @@ def schedule_labels(
     :mod:`streampunct.stream_state`), so a server that serves the same
     schedule, however late, gives the same labels when its engine's rows do
     not depend on the rest of the batch. Words must be normalized.
+
+    With ``stream_engine`` (a model's streaming graph) the windows run with
+    cached left context, as the server runs them (:mod:`streampunct.stream_cache`).
     """
     labels: list[int] = []
 
     state = StreamState(aligner, window, options)
-    _play(state, events, _alone(infer), lambda decisions: labels.extend(d.label for d in decisions))
+    serve = _alone(infer) if stream_engine is None else _cached(stream_engine, aligner, window)
+    _play(state, events, serve, lambda decisions: labels.extend(d.label for d in decisions))
     return labels
+
+
+def _cached(stream_engine: object, aligner: Aligner, window: WindowConfig) -> Callable[[WindowRequest], np.ndarray]:
+    from streampunct.stream_cache import cached_serve, new_cache
+
+    cache = new_cache(stream_engine.stream_shape, window)  # type: ignore[attr-defined]
+    return cached_serve(stream_engine, cache, aligner.pad_id)
 
 
 def live_schedule(

@@ -82,6 +82,10 @@ def _labels(logits: np.ndarray, end_of_stream: bool) -> list[int]:
     return labels
 
 
+#: ``auto``: cached left context where the model has a streaming graph; ``on``: required; ``off``.
+STREAM_CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
+
+
 class Punctuator:
     """Punctuates complete texts with a model folder and an engine."""
 
@@ -172,5 +176,34 @@ class Punctuator:
             return render(words, labels, capitalize=True, cases=cases)
         return render(words, self.punctuate(words), capitalize=capitalize)
 
+    @property
+    def has_stream_graph(self) -> bool:
+        """The model folder has a streaming graph (cached left context, ``stream_artifact``)."""
+        return bool(self.info is not None and self.info.metadata.get("stream_artifact"))
+
+    def stream_engine(self, mode: str = "auto", **options) -> object | None:
+        """The model's streaming engine for simulations of a stream, per ``mode``
+        (``auto``: when the folder has a streaming graph and this punctuator runs
+        ONNX Runtime; ``on``: required; ``off``: None). Loaded once; closed with
+        the punctuator."""
+        if mode not in STREAM_CACHE_MODES:
+            raise InputError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
+        if mode == "off":
+            return None
+        usable = self.has_stream_graph and getattr(self.engine, "name", "") == "onnxruntime"
+        if not usable:
+            if mode == "on":
+                raise InputError("--stream-cache on needs a model folder with a streaming graph "
+                                 "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
+            return None
+        if getattr(self, "_stream_engine", None) is None:
+            from engines.ort_engine import open_stream_engine
+
+            assert self.info is not None
+            self._stream_engine = open_stream_engine(self.info.path, options)
+        return self._stream_engine
+
     def close(self) -> None:
         self.engine.close()
+        if getattr(self, "_stream_engine", None) is not None:
+            self._stream_engine.close()

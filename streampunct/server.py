@@ -88,6 +88,10 @@ class ServerConfig:
             for: a late pong is what backpressure in either direction causes.
         close_timeout_s: longest a close handshake may take before the TCP
             connection is aborted.
+        stream_cache: ``auto`` (default): streaming windows run with cached
+            left context where the model folder has a streaming graph and the
+            engine is ONNX Runtime (docs/server.md, "Cached left context");
+            ``on``: required; ``off``: every window encodes its left context.
     """
 
     model_dir: Path | None = None
@@ -109,6 +113,7 @@ class ServerConfig:
     max_queued_frames: int = 4
     ping_interval_s: float | None = 20.0
     close_timeout_s: float = 10.0
+    stream_cache: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -125,6 +130,8 @@ class ServerConfig:
             raise ValueError("ping_interval_s must be > 0 (None: no pings)")
         if self.close_timeout_s <= 0:
             raise ValueError("close_timeout_s must be > 0")
+        if self.stream_cache not in ("auto", "on", "off"):
+            raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,8 @@ class _Runtime:
     aligner: Aligner
     window: WindowConfig
     model_name: str
+    #: (layers, heads, head_dim) of the streaming graph's cache; None: no cached left context.
+    stream_shape: tuple[int, int, int] | None = None
 
 
 def _runtime_from_model(config: ServerConfig) -> _Runtime:
@@ -149,13 +158,36 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 
         options["intra_op_threads"] = max(1, physical_cores() // workers)
 
+    shape = _stream_shape(config, info)
+
     def engine_factory() -> object:
+        if shape is not None:
+            from engines.ort_engine import open_stream_engine
+
+            return open_stream_engine(info.path, options)
         from engines.registry import load_engine
 
         return load_engine(config.engine, info.path, **options)
 
     # The server only streams: its windows have the streaming geometry.
-    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name)
+    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape)
+
+
+def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
+    """The streaming graph's cache shape when this server runs with cached left context."""
+    name = info.metadata.get("stream_artifact")
+    if config.stream_cache == "off" or (config.stream_cache == "auto" and not name):
+        return None
+    if config.engine != "onnxruntime" or not name:
+        raise ModelError(f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
+                         f"graph (stream_artifact in {info.path / 'streampunct.json'}; "
+                         "python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
+    from engines.sidecar import read_sidecar
+
+    past = next((t for t in read_sidecar(info.path / str(name)).inputs if t.name == "past_kv"), None)
+    if past is None or len(past.shape) != 6:
+        raise ModelError(f"{info.path / str(name)} is not a streaming graph (no past_kv input in its sidecar)")
+    return int(past.shape[0]), int(past.shape[3]), int(past.shape[5])
 
 
 class StreamServer:
@@ -176,6 +208,7 @@ class StreamServer:
         aligner: Aligner | None = None,
         window: WindowConfig | None = None,
         model_name: str | None = None,
+        stream_shape: tuple[int, int, int] | None = None,
     ) -> None:
         self.config = config
         if engine_factory is None:
@@ -184,7 +217,8 @@ class StreamServer:
             if aligner is None:
                 raise ValueError("an injected engine needs an aligner")
             runtime = _Runtime(
-                engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom"
+                engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom",
+                stream_shape,
             )
         self.metrics = ServerMetrics()
         self.model_name = runtime.model_name
@@ -211,6 +245,7 @@ class StreamServer:
             max_outbox_messages=config.max_outbox_messages,
             send_timeout_s=config.send_timeout_s,
             close_timeout_s=config.close_timeout_s,
+            stream_shape=runtime.stream_shape,
         )
         self.sessions: set[Session] = set()
         self._ws: Server | None = None
@@ -368,6 +403,7 @@ class StreamServer:
             "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
             "model": self.model_name,
             "engine_workers": self.batcher.engine_workers,
+            "stream_cache": self._context.stream_shape is not None,
             # how a batch's windows run once the engine is loaded: "padded" or "alone"
             "batch_rows": (("alone" if self.batcher.rows_alone else "padded") if self.batcher.ready
                            else self.config.batching.batch_rows),
@@ -426,14 +462,18 @@ async def serve(
     aligner: Aligner | None = None,
     window: WindowConfig | None = None,
     model_name: str | None = None,
+    stream_shape: tuple[int, int, int] | None = None,
 ) -> StreamServer:
     """Start a server (listening at once; the engine loads in the background).
 
     Use ``await server.wait_ready()`` before expecting handshakes to succeed,
-    and ``await server.shutdown()`` (or ``async with``) to stop it.
+    and ``await server.shutdown()`` (or ``async with``) to stop it. An injected
+    engine with ``infer_stream`` runs with cached left context when
+    ``stream_shape`` (its cache's layers, heads, head_dim) is given.
     """
     server = StreamServer(
-        config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name
+        config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name,
+        stream_shape=stream_shape,
     )
     await server.start()
     return server

@@ -58,6 +58,8 @@ from streampunct.protocol import (
 )
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session_protocol import SessionProtocol
+from streampunct.stream_cache import KVCache, StreamCall, new_cache
+from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
 
 logger = logging.getLogger(__name__)
@@ -83,6 +85,9 @@ class SessionContext:
             (None: wait as long as it takes, memory staying bounded).
         close_timeout_s: longest a close handshake may take before the TCP
             connection is aborted.
+        stream_shape: (layers, heads, head_dim) of the streaming graph when
+            windows run with cached left context (:mod:`streampunct.stream_cache`);
+            None: every window encodes its left context.
     """
 
     aligner: Aligner
@@ -96,6 +101,7 @@ class SessionContext:
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
     close_timeout_s: float = 10.0
+    stream_shape: tuple[int, int, int] | None = None
 
 
 class SlowReaderError(Exception):
@@ -144,6 +150,9 @@ class Session:
         self._stop = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._overload_reported = False
+        # Cached left context, for the stream state it was built for (a new state starts empty).
+        self._cache: KVCache | None = None
+        self._cache_state: object = None
         #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
         self.peak_backlog = 0
         self.peak_outbox = 0
@@ -294,8 +303,9 @@ class Session:
                 request = protocol.next_request(loop.time())
                 if request is None:
                     break
+                call = self._stream_call(request)
                 try:
-                    logits = await batcher.infer(request.input_ids)
+                    out = await batcher.infer(request.input_ids if call is None else call)
                 except OverloadedError as e:
                     protocol.abort(request)
                     self._report_overload(str(e))
@@ -305,12 +315,29 @@ class Session:
                     protocol.abort(request)
                     raise
                 self._overload_reported = False
-                self._ctx.metrics.observe_window(request.partial, len(request.input_ids))
+                if call is None:
+                    logits = out
+                    self._ctx.metrics.observe_window(request.partial, len(request.input_ids))
+                else:
+                    assert self._cache is not None
+                    logits = self._cache.finish(request, call, *out)
+                    self._ctx.metrics.observe_window(request.partial, len(call.input_ids))
                 self._emit(protocol.apply(request, logits))
                 self._progress.set()
             deadline = protocol.next_deadline()
             if deadline is not None:
                 self._timer = loop.call_at(deadline, self._wake.set)
+
+    def _stream_call(self, request: WindowRequest) -> StreamCall | None:
+        """The streaming-graph call for ``request`` (None without cached left context)."""
+        shape = self._ctx.stream_shape
+        if shape is None:
+            return None
+        state = self.protocol.state
+        if self._cache is None or self._cache_state is not state:
+            self._cache = new_cache(shape, self._ctx.window)
+            self._cache_state = state
+        return self._cache.plan(request)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

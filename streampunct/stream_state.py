@@ -62,6 +62,11 @@ class WindowRequest:
         hypothesis_from: the labels of ``hypothesis[hypothesis_from:]`` come
             last in ``positions``; earlier hypothesis words did not fit the
             window and get no mark.
+        token_start: (final requests) the stream's global index of the token
+            at ``input_ids[1]``; -1 for partial requests.
+        decide_from, decide_to: (final requests) rows of ``input_ids`` from the
+            first decided word's first token to just after the last decided
+            word's last token (what :mod:`streampunct.stream_cache` keeps).
     """
 
     input_ids: np.ndarray
@@ -70,6 +75,9 @@ class WindowRequest:
     partial: bool
     hypothesis: tuple[str, ...] = ()
     hypothesis_from: int = 0
+    token_start: int = -1
+    decide_from: int = 0
+    decide_to: int = 0
 
     @property
     def n_words(self) -> int:
@@ -307,8 +315,10 @@ class StreamState:
         ids[0] = a_ids.cls_id
         ids[1:-1] = self._ids[a:b]
         ids[-1] = a_ids.sep_id
-        positions = np.asarray(self._layout.label_pos[first : last + 1], dtype=np.int64) - a + 1
-        return WindowRequest(ids, positions, self._base + first, partial)
+        lay = self._layout
+        positions = np.asarray(lay.label_pos[first : last + 1], dtype=np.int64) - a + 1
+        return WindowRequest(ids, positions, self._base + first, partial, token_start=self._token_base + a,
+                             decide_from=lay.starts[first] - a + 1, decide_to=lay.ends[last] - a + 1)
 
     def apply(self, request: WindowRequest, logits: np.ndarray) -> list[Decision]:
         """Take the model's logits (float32[T, C]) for ``request``; return new finals.

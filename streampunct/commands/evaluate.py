@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
                         "and labels as training converts it (streampunct.convert)")
+    p.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
+                   help="streaming simulations with cached left context, as the server runs them "
+                        "(auto: when the model folder has a streaming graph; docs/server.md)")
     p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
 
 
@@ -98,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
         "workers": 1 + len(extra),
     }
     try:
+        stream_engine = punct.stream_engine(args.stream_cache, intra_op_threads=1) \
+            if (args.right_context or args.live) else None
+        results["stream_cache"] = stream_engine is not None
         t0 = time.perf_counter()
         pred = offline_labels(data.words, punct.aligner, punct.window, punct.engine.infer, progress=True)
         secs = time.perf_counter() - t0
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         runs = streaming_runs(
             data.words, punct.aligner, punct.stream_window,
             [punct.engine.infer] + [e.infer for e in extra], args.right_context,
-            batch_size=args.batch_size, progress=True,
+            batch_size=args.batch_size, progress=True, stream_engine=stream_engine,
         )
         if args.right_context:
             secs = time.perf_counter() - t0
@@ -128,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             options = SessionOptions(right_context=args.live_right_context, max_delay_ms=args.live_max_delay_ms)
             t0 = time.perf_counter()
             labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.stream_window,
-                                     punct.engine.infer, options)
+                                     punct.engine.infer, options, stream_engine=stream_engine)
             rep = score(data.labels, labels)
             print(f"\nlive (chunks of 1-4 words at 2.5 words/s, right_context {options.right_context}, "
                   f"max_delay_ms {options.max_delay_ms}): overall F1 {rep.overall_f1:.1f} "

@@ -92,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "core for onnxruntime, at most 8, 1 for other backends); onnxruntime engines get "
                             "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
+    batch.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
+                       help="streaming windows with cached left context: auto (default) where the model "
+                            "folder has a streaming graph and the engine is onnxruntime; off: every window "
+                            "encodes its left context (docs/server.md, \"Cached left context\")")
     batch.add_argument("--batch-rows", choices=BATCH_ROWS, default=BatcherConfig.batch_rows,
                        help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
                             "the longest), 'alone' (one call per window) or 'exact': alone where the engine's "
@@ -153,6 +157,7 @@ def build_config(args: argparse.Namespace):
             send_timeout_s=args.send_timeout_s or None,
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
+            stream_cache=args.stream_cache,
         )
     except ValueError as e:
         raise InputError(str(e)) from None

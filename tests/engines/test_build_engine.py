@@ -121,6 +121,10 @@ def test_cli_builds_folder_and_prints_parity(checkpoint, tmp_path, capsys):
     sidecar = read_sidecar(out / "model.int8.onnx")
     assert len(sidecar.source_sha256) == 64
     assert sidecar.source_sha256 == read_sidecar(out / "model.onnx").source_sha256
+    # the streaming graph (cached left context) comes with it, from the same checkpoint
+    assert f"streaming graph (cached left context): {out}/model.stream.int8.onnx" in printed
+    assert info["stream_artifact"] == "model.stream.int8.onnx"
+    assert read_sidecar(out / "model.stream.int8.onnx").source_sha256 == sidecar.source_sha256
 
 
 def test_cli_refuses_test_sets(checkpoint, tmp_path, capsys):

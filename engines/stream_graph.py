@@ -1,0 +1,245 @@
+"""The streaming graph: a BERT-layout encoder run on new tokens against cached keys/values.
+
+A live stream decides a few words per window. The shipped graph re-encodes
+the whole window, left context included, at every decision: at right
+context 4 that is ~12 encoded tokens per finalized word, most of them left
+context encoded before. The streaming graph takes only the new tokens (CLS,
+the words to decide, their right context, SEP) plus, per layer, the
+attention keys and values of the stream's earlier tokens, computed in the
+windows that decided them; it returns the new tokens' logits and their keys
+and values, so the caller can keep those of the decided words.
+
+Interface (all batch-major; ``C`` cached tokens, ``T`` new ones)::
+
+    input_ids       int64[B, T]
+    position_ids    int64[B, T]     absolute positions (the cache keeps its own)
+    attention_mask  int64[B, C + T] 1 for real cached and new tokens, 0 for padding
+    past_kv         float16[L, 2, B, heads, C, head_dim]
+    ->
+    logits          float32[B, T, 4]
+    case_logits     float32[B, T, 4]    (models with a case head)
+    present_kv      float16[L, 2, B, heads, T, head_dim]
+
+Keys and values cross the interface in float16 (the graph computes in
+float32): half the memory per stream, and the casts run inside ONNX Runtime,
+where they cost nothing measurable, not in numpy, where converting a batch's
+cache took as long as a tenth of the engine call (while holding the GIL).
+
+With ``C = 0`` it is the shipped computation exactly (the full window, its
+own positions). The caller's rules (which tokens to cache, when to start
+again from a full window) live in :mod:`streampunct.stream_cache`.
+
+Only BERT-layout encoders (``encoder.embeddings``, ``encoder.encoder.layer``
+with ``attention.self.{query,key,value}``) are supported: the MiniLM family
+the default model is built on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engines.base import ExportError, TensorSpec
+from engines.deps import require
+
+logger = logging.getLogger(__name__)
+
+STREAM_INPUTS: tuple[str, ...] = ("input_ids", "position_ids", "attention_mask", "past_kv")
+STREAM_OUTPUTS: tuple[str, ...] = ("logits", "case_logits", "present_kv")
+#: The artifact name in a model folder; ``streampunct.json`` names it as ``stream_artifact``.
+STREAM_ARTIFACT = "model.stream.int8.onnx"
+_DYNAMIC = {
+    "input_ids": {0: "batch", 1: "new"},
+    "position_ids": {0: "batch", 1: "new"},
+    "attention_mask": {0: "batch", 1: "total"},
+    "past_kv": {2: "batch", 4: "past"},
+    "logits": {0: "batch", 1: "new"},
+    "case_logits": {0: "batch", 1: "new"},
+    "present_kv": {2: "batch", 4: "new"},
+}
+
+
+def stream_module(model: Any) -> Any:
+    """A torch module ``forward(input_ids, position_ids, attention_mask, past_kv)`` over
+    ``model`` (a ``PunctuationModel`` with a BERT-layout encoder, linear head, optional case head)."""
+    torch = require("torch", feature="the streaming graph")
+    enc = model.encoder
+    if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
+        raise TypeError(f"{type(enc).__name__} is not a BERT-layout encoder")
+    layer0 = enc.encoder.layer[0]
+    if not hasattr(getattr(layer0.attention, "self", None), "query"):
+        raise TypeError(f"{type(enc).__name__} layers have no attention.self.query")
+    import inspect
+
+    # streampunct's heads take (hidden, attention_mask); a bare linear layer takes hidden alone
+    head_takes_mask = len(inspect.signature(model.head.forward).parameters) >= 2
+
+    class StreamEncoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            cfg = enc.config
+            self.heads = int(cfg.num_attention_heads)
+            self.head_dim = int(cfg.hidden_size) // self.heads
+            self.scale = float(self.head_dim) ** -0.5
+
+        def forward(self, input_ids, position_ids, attention_mask, past_kv):
+            b, t = input_ids.shape
+            x = enc.embeddings(input_ids=input_ids, position_ids=position_ids,
+                               token_type_ids=torch.zeros_like(input_ids))
+            # [B, 1, 1, C+T] additive mask over keys.
+            bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+            present = []
+            for i, layer in enumerate(enc.encoder.layer):
+                att = layer.attention
+
+                def split(y):
+                    return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+                q = split(att.self.query(x))
+                k = split(att.self.key(x))
+                v = split(att.self.value(x))
+                present.append(torch.stack([k, v]))
+                keys = torch.cat([past_kv[i, 0].to(x.dtype), k], dim=2)
+                values = torch.cat([past_kv[i, 1].to(x.dtype), v], dim=2)
+                scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale + bias
+                a = torch.matmul(torch.softmax(scores, dim=-1), values)
+                a = a.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+                x = att.output.LayerNorm(att.output.dense(a) + x)
+                x = layer.output.LayerNorm(layer.output.dense(layer.intermediate(x)) + x)
+            logits = model.head(x, attention_mask[:, -t:]) if head_takes_mask else model.head(x)
+            outs = [logits]
+            if getattr(model, "case_head", None) is not None:
+                outs.append(model.case_head(x))
+            outs.append(torch.stack(present).to(torch.float16))
+            return tuple(outs)
+
+    return StreamEncoder().eval()
+
+
+def layout(model: Any) -> tuple[int, int, int]:
+    """(layers, heads, head_dim) of a BERT-layout ``PunctuationModel``."""
+    cfg = model.encoder.config
+    heads = int(cfg.num_attention_heads)
+    return int(cfg.num_hidden_layers), heads, int(cfg.hidden_size) // heads
+
+
+def stream_interface_problems(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> list[str]:
+    """What is wrong with a streaming graph's interface (module docstring); [] when nothing."""
+    problems: list[str] = []
+    names = [t.name for t in inputs]
+    if names != list(STREAM_INPUTS):
+        problems.append(f"inputs are {names}, expected {list(STREAM_INPUTS)}")
+    out = [t.name for t in outputs]
+    if out not in (list(STREAM_OUTPUTS), [STREAM_OUTPUTS[0], STREAM_OUTPUTS[2]]):
+        problems.append(f"outputs are {out}, expected {list(STREAM_OUTPUTS)} (case_logits optional)")
+    for t in inputs:
+        if t.name == "past_kv":
+            if t.dtype != "float16" or len(t.shape) != 6 or not all(isinstance(t.shape[k], int) for k in (0, 1, 3, 5)):
+                problems.append(f"past_kv is {t.dtype}{list(t.shape)}, expected float16[L, 2, batch, heads, past, head_dim]")
+        elif t.dtype != "int64" or len(t.shape) != 2:
+            problems.append(f"input {t.name} is {t.dtype}{list(t.shape)}, expected int64[batch, n]")
+    return problems
+
+
+def _sample(layers: int, heads: int, head_dim: int, batch: int, new: int, past: int, vocab: int, seed: int):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(min(1000, vocab // 2), vocab, (batch, new)).astype(np.int64)
+    pos = np.tile(np.arange(past + 1, past + 1 + new), (batch, 1)).astype(np.int64)
+    pos[:, 0] = 0
+    mask = np.ones((batch, past + new), np.int64)
+    if batch > 1:  # padding in both parts of one row
+        mask[-1, past // 2 : past] = 0
+        mask[-1, past + new - 2 :] = 0
+    kv = (rng.standard_normal((layers, 2, batch, heads, past, head_dim)) * 0.5).astype(np.float16)
+    return ids, pos, mask, kv
+
+
+@dataclass(frozen=True)
+class StreamExport:
+    path: Path
+    max_abs_diff: float
+
+
+def export_stream_onnx(model: Any, out_path: str | Path, *, source_sha256: str, opset: int = 17,
+                       atol: float = 1e-3) -> StreamExport:
+    """Export ``model``'s streaming graph (fp32) with its sidecar; checked against torch on
+    several shapes (cache lengths 0, 9 and 31, padding in cache and new tokens)."""
+    torch = require("torch", feature="the streaming graph")
+    ort = require("onnxruntime", feature="verifying the streaming graph")
+    from engines.onnx_graph import io_specs, load_model
+    from engines.sidecar import new_sidecar, write_sidecar
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    module = stream_module(model)
+    layers, heads, head_dim = layout(model)
+    vocab = int(model.encoder.config.vocab_size)
+    has_case = getattr(model, "case_head", None) is not None
+    outputs = list(STREAM_OUTPUTS) if has_case else [STREAM_OUTPUTS[0], STREAM_OUTPUTS[2]]
+    trace = _sample(layers, heads, head_dim, 2, 6, 5, vocab, 0)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, tuple(torch.from_numpy(a) for a in trace), str(out_path), dynamo=False,
+                              input_names=list(STREAM_INPUTS), output_names=outputs,
+                              dynamic_axes={k: v for k, v in _DYNAMIC.items() if k in (*STREAM_INPUTS, *outputs)},
+                              opset_version=opset, do_constant_folding=True)
+    except Exception as e:  # the exporter raises many unrelated types
+        raise ExportError(f"torch.onnx.export of the streaming graph failed: {type(e).__name__}: {e}") from e
+    session = ort.InferenceSession(str(out_path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for k, (b, t, c) in enumerate(((1, 30, 0), (3, 9, 9), (4, 12, 31))):
+        feed = _sample(layers, heads, head_dim, b, t, c, vocab, k + 1)
+        with torch.no_grad():
+            ref = module(*(torch.from_numpy(a) for a in feed))
+        got = session.run(outputs, dict(zip(STREAM_INPUTS, feed, strict=True)))
+        new_mask = feed[2][:, c:].astype(bool)
+        for r, g in zip(ref, got, strict=True):
+            r = r.float().numpy()
+            diff = np.abs(r - g.astype(np.float32))
+            if r.ndim == 6:  # float16 keys/values: one rounding step apart at most; [L, 2, B, heads, T, d] -> [B, T, ...]
+                diff = np.moveaxis(diff / (1.0 + np.abs(r)) / 4.0, (2, 4), (0, 1))
+            worst = max(worst, float(diff[new_mask].max()))
+    if worst > atol:
+        raise ExportError(f"the streaming graph differs from torch by {worst:.3g} (tolerance {atol:g})")
+    inputs, outs = io_specs(load_model(out_path, load_weights=False))
+    problems = stream_interface_problems(inputs, outs)
+    if problems:
+        raise ExportError(f"{out_path}: " + "; ".join(problems))
+    sidecar = new_sidecar(out_path, backend="onnxruntime", precision="fp32", inputs=inputs, outputs=outs,
+                          source_sha256=source_sha256,
+                          recipe={"method": "torch.onnx.export (TorchScript, dynamo=False)", "opset": opset,
+                                  "graph": "stream"})
+    write_sidecar(sidecar, out_path)
+    return StreamExport(out_path, worst)
+
+
+def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: str,
+                          quantize_embeddings: bool | None = None) -> Path:
+    """Write ``STREAM_ARTIFACT`` (int8, the same dynamic quantization as the folder's own
+    int8 artifact) into ``model_dir`` and name it in ``streampunct.json``."""
+    from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
+    from engines.sidecar import read_sidecar
+
+    model_dir = Path(model_dir)
+    meta_path = model_dir / "streampunct.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if quantize_embeddings is None:  # follow the folder's int8 artifact
+        artifact = model_dir / str(meta.get("artifact", ""))
+        recipe = read_sidecar(artifact).recipe if artifact.is_file() else {}
+        quantize_embeddings = bool((recipe or {}).get("quantize_embeddings", False))
+    out = model_dir / STREAM_ARTIFACT
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = export_stream_onnx(model, Path(tmp) / "model.stream.onnx", source_sha256=source_sha256)
+        quantize_int8_dynamic(fp32.path, out, DynamicQuantOptions(quantize_embeddings=quantize_embeddings),
+                              stream=True)
+    meta["stream_artifact"] = STREAM_ARTIFACT
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    logger.info("wrote %s (streaming graph, int8)", out)
+    return out

@@ -1,0 +1,308 @@
+"""Cached left context (streampunct.stream_cache): which calls a stream makes, what it
+keeps, and that the server gives the simulation's labels with it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streampunct.batcher import BatcherConfig
+from streampunct.client import StreamClient, Transcript
+from streampunct.evaluation import Event, _play, schedule_labels
+from streampunct.stream_cache import KVCache, StreamShape, new_cache, pad_stream_calls, run_stream_calls
+from streampunct.stream_state import StreamConfig, StreamState
+from streampunct.text import normalize_words
+from tests.streampunct.conftest import TEST_WINDOW, fake_label_of_token
+
+VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
+SHAPE = (1, 1, 2)
+
+
+class FakeStreamEngine:
+    """A streaming graph whose labels depend on the cache: a token's key is its id, its
+    value its position, and a row's label is the fake label of its token id plus the sum
+    of the keys it attends to (cached and new). Rows are independent of each other."""
+
+    name = "fake-stream"
+    stream_shape = SHAPE
+    rows_independent = True
+    has_case = False
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.calls: list[tuple[int, int, int]] = []  # (batch, new tokens, cached tokens)
+
+    def infer_stream(self, inputs):
+        import time
+
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        ids, pos, mask, past = (inputs[k] for k in ("input_ids", "position_ids", "attention_mask", "past_kv"))
+        b, t = ids.shape
+        c = past.shape[4]
+        self.calls.append((b, t, c))
+        keys = np.concatenate([past[0, 0, :, 0, :, 0], ids.astype(np.float32)], axis=1)  # [B, C+T]
+        context = (keys * mask).sum(axis=1, keepdims=True).astype(np.int64)
+        logits = np.zeros((b, t, 4), dtype=np.float32)
+        np.put_along_axis(logits, fake_label_of_token(ids + context)[..., None], 1.0, axis=-1)
+        present = np.zeros((1, 2, b, 1, t, 2), dtype=np.float32)
+        present[0, 0, :, 0, :, 0] = ids
+        present[0, 1, :, 0, :, 0] = pos
+        return logits, present
+
+    def infer(self, input_ids, attention_mask):
+        b, t = input_ids.shape
+        inputs = {"input_ids": input_ids, "position_ids": np.tile(np.arange(t), (b, 1)),
+                  "attention_mask": attention_mask, "past_kv": np.zeros((1, 2, b, 1, 0, 2), np.float32)}
+        return self.infer_stream(inputs)[0]
+
+    def infer_heads(self, input_ids, attention_mask):
+        return self.infer(input_ids, attention_mask), None
+
+    def close(self) -> None:
+        pass
+
+
+def _present_for(call) -> np.ndarray | None:
+    """The fake graph's keys (token ids) and values (positions) of the call's kept rows."""
+    if call.keep is None:
+        return None
+    t = len(call.input_ids)
+    present = np.zeros((*SHAPE[:1], 2, SHAPE[1], t, SHAPE[2]), dtype=np.float32)
+    present[0, 0, 0, :, 0] = call.input_ids
+    present[0, 1, 0, :, 0] = call.position_ids
+    a, b = call.keep
+    return present[:, :, :, a:b]
+
+
+def _stream(aligner, words, rc=2):
+    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=rc, max_delay_ms=10**9))
+    cache = new_cache(SHAPE, TEST_WINDOW)
+    return state, cache
+
+
+def _serve_one(state, cache, now):
+    request = state.next_request(now)
+    call = cache.plan(request)
+    logits = np.zeros((len(call.input_ids), 4), dtype=np.float32)
+    out = cache.finish(request, call, logits, _present_for(call))
+    state.apply(request, out)
+    return request, call
+
+
+def test_the_first_decision_is_a_full_window_and_later_ones_encode_only_new_tokens(aligner):
+    words = ["the", "xylophone", "is", "okay", "and", "so", "we", "um", "what"]
+    state, cache = _stream(aligner, words)
+    state.feed(words[:4], 0.0)
+    request, call = _serve_one(state, cache, 0.0)
+    assert call.full and call.past_len == 0
+    assert call.input_ids.tolist() == request.input_ids.tolist()
+    assert call.position_ids.tolist() == list(range(len(request.input_ids)))
+    kept = request.decide_to - 1  # left context and decided words, all cached
+    assert cache.tokens == kept
+
+    state.feed(words[4:7], 1.0)
+    request, call = _serve_one(state, cache, 1.0)
+    assert not call.full and call.past_len == kept
+    # CLS, then the request from its first decided token on (no left context)
+    assert call.input_ids.tolist() == [request.input_ids[0], *request.input_ids[request.decide_from:]]
+    # positions continue those of the cached tokens: the first new one follows the last cached one
+    cached_positions = call.past[0, 1, 0, :, 0].astype(int).tolist()
+    assert call.position_ids[0] == 0
+    assert call.position_ids[1] == cached_positions[-1] + 1
+    assert cached_positions == list(range(1, kept + 1))
+    assert len(call.input_ids) < len(request.input_ids)
+
+
+def test_cached_logits_land_on_the_request_rows(aligner):
+    state, cache = _stream(aligner, [])
+    state.feed(["the", "a", "of", "and", "to"], 0.0)
+    _serve_one(state, cache, 0.0)
+    state.feed(["in", "is", "it"], 1.0)
+    request = state.next_request(1.0)
+    call = cache.plan(request)
+    logits = np.arange(len(call.input_ids) * 4, dtype=np.float32).reshape(-1, 4)
+    out = cache.finish(request, call, logits, _present_for(call))
+    assert out.shape == (len(request.input_ids), 4)
+    assert not out[: call.new_from].any()  # the left context was not run
+    np.testing.assert_array_equal(out[call.new_from :], logits[1:])
+
+
+def test_plan_changes_nothing_so_an_aborted_call_is_planned_again_the_same(aligner):
+    state, cache = _stream(aligner, [])
+    state.feed(["the", "a", "of", "and", "to"], 0.0)
+    _serve_one(state, cache, 0.0)
+    state.feed(["in", "is", "it"], 1.0)
+    request = state.next_request(1.0)
+    first = cache.plan(request)
+    state.abort(request)
+    again = cache.plan(state.next_request(1.0))
+    assert first.input_ids.tolist() == again.input_ids.tolist()
+    assert first.position_ids.tolist() == again.position_ids.tolist()
+    assert first.past_len == again.past_len
+
+
+def test_a_group_that_does_not_follow_the_cache_starts_a_new_base(aligner):
+    state, cache = _stream(aligner, [])
+    state.feed(["the", "a", "of", "and", "to"], 0.0)
+    _serve_one(state, cache, 0.0)
+    other = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=2, max_delay_ms=10**9))
+    other.feed(["we", "um", "what", "so"], 0.0)
+    call = cache.plan(other.next_request(0.0))  # starts at token 0: not where the cache ends
+    assert call.full
+
+
+def test_partial_windows_run_whole_and_leave_the_cache_alone(aligner):
+    state, cache = _stream(aligner, [])
+    state.feed(["the", "a", "of", "and", "to"], 0.0)
+    _serve_one(state, cache, 0.0)
+    before = (cache.tokens, cache.full_calls, cache.cached_calls)
+    partial = state.next_request(0.0, partial=True)
+    assert partial is not None and partial.partial
+    call = cache.plan(partial)
+    assert call.full and call.keep is None
+    cache.finish(partial, call, np.zeros((len(call.input_ids), 4), np.float32), _present_for(call))
+    assert (cache.tokens, cache.full_calls, cache.cached_calls) == before
+
+
+def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
+    state, cache = _stream(aligner, [])
+    rng = random.Random(3)
+    t = 0.0
+    while state.n_final < 400:
+        t += 1.0
+        state.feed([rng.choice(VOCAB) for _ in range(rng.randint(1, 4))], t)
+        while state.in_flight is None and (request := state.next_request(t)) is not None:
+            call = cache.plan(request)
+            assert call.position_ids.max() < cache.max_positions
+            if not call.full:  # the ring holds the last tokens before the new ones, in any order
+                held = sorted(call.past[0, 1, 0, :, 0].astype(int).tolist())
+                first_new = int(call.position_ids[1])
+                assert held == list(range(first_new - len(held), first_new))
+                assert len(held) == min(cache.capacity, first_new - 1)
+            cache.finish(request, call, np.zeros((len(call.input_ids), 4), np.float32), _present_for(call))
+            state.apply(request, np.zeros((len(request.input_ids), 4), np.float32))
+            assert cache.tokens <= cache.capacity
+    assert cache.full_calls >= 2  # new bases were started as positions ran out
+    assert cache.cached_calls > 5 * cache.full_calls
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="capacity"):
+        KVCache(StreamShape(*SHAPE), capacity=0, max_positions=64)
+    with pytest.raises(ValueError, match="max_positions"):
+        KVCache(StreamShape(*SHAPE), capacity=4, max_positions=4)
+
+
+def test_padding_puts_cached_tokens_first_and_masks_both_parts(aligner):
+    state, cache = _stream(aligner, [])
+    state.feed(["the", "a", "of", "and", "to"], 0.0)
+    _serve_one(state, cache, 0.0)
+    state.feed(["in", "is", "it"], 1.0)
+    cached = cache.plan(state.next_request(1.0))
+    full = new_cache(SHAPE, TEST_WINDOW).plan(state.in_flight)
+    inputs = pad_stream_calls([cached, full], pad_id=0)
+    c_max, t_max = cached.past_len, max(len(cached.input_ids), len(full.input_ids))
+    assert inputs["input_ids"].shape == (2, t_max)
+    assert inputs["attention_mask"].shape == (2, c_max + t_max)
+    assert inputs["attention_mask"][0].tolist() == [1] * c_max + [1] * len(cached.input_ids) + \
+        [0] * (t_max - len(cached.input_ids))
+    assert inputs["attention_mask"][1, :c_max].sum() == 0
+    assert inputs["past_kv"].dtype == np.float16 and inputs["past_kv"].shape[4] == c_max
+
+    shapes = []
+
+    def run(inp):
+        shapes.append((inp["input_ids"].shape, inp["past_kv"].shape[4]))
+        return FakeStreamEngine().infer_stream(inp)
+
+    out = run_stream_calls(run, [cached, full], pad_id=0)
+    assert sorted(shapes) == sorted([((1, len(full.input_ids)), 0), ((1, len(cached.input_ids)), c_max)])
+    assert [o[0].shape[0] for o in out] == [len(cached.input_ids), len(full.input_ids)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=40), st.integers(0, 4), st.integers(0, 10**6))
+def test_every_word_is_final_once_in_order_with_a_cache(aligner, chunks, rc, seed):
+    rng = random.Random(seed)
+    events, t = [], 0.0
+    for n in chunks:
+        t += rng.uniform(0.1, 1.5)
+        events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(n))))
+    events.append(Event(t + 1.0, kind="end"))
+    engine = FakeStreamEngine()
+    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=rc, max_delay_ms=1500))
+    from streampunct.stream_cache import cached_serve
+
+    finals = []
+    _play(state, events, cached_serve(engine, new_cache(SHAPE, TEST_WINDOW), 0),
+          lambda ds: finals.extend(d.index for d in ds))
+    assert finals == list(range(sum(chunks)))
+
+
+def test_the_cache_changes_labels_where_the_context_matters(aligner):
+    rng = random.Random(2)
+    events = [Event(float(k), tuple(rng.choice(VOCAB) for _ in range(3))) for k in range(30)]
+    events.append(Event(31.0, kind="end"))
+    opts = StreamConfig(right_context=2, max_delay_ms=10**9)
+    engine = FakeStreamEngine()
+    cached = schedule_labels(events, aligner, TEST_WINDOW, engine.infer, opts, stream_engine=engine)
+    whole = schedule_labels(events, aligner, TEST_WINDOW, engine.infer, opts)
+    assert len(cached) == len(whole) == 90
+    assert cached != whole  # the fake's labels see the keys: the cached path is really taken
+    assert any(c > 0 for _, _, c in engine.calls)
+
+
+async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server, aligner):
+    from streampunct.server import ServerConfig, serve
+
+    engine = FakeStreamEngine(delay_s=0.005)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, batching=BatcherConfig(max_batch=64, max_wait_ms=2)),
+                         engine_factory=lambda: engine, aligner=aligner, window=TEST_WINDOW,
+                         model_name="fake-stream", stream_shape=SHAPE)
+    try:
+        await server.wait_ready()
+        rng = random.Random(7)
+
+        def plan() -> list[Event]:
+            events, t = [], 0.0
+            for _ in range(rng.randint(20, 40)):
+                t += 1.0
+                events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(rng.randint(1, 5)))))
+                if rng.random() < 0.1:
+                    events.append(Event(t, kind="flush"))
+            events.append(Event(t + 1.0, kind="end"))
+            return events
+
+        async def run(events, right_context: int) -> Transcript:
+            client = await StreamClient.connect(server.url, right_context=right_context, max_delay_ms=600_000,
+                                                partials=True)
+            for event in events:
+                if event.kind == "words":
+                    await client.send_words(list(event.words))
+                elif event.kind == "flush":
+                    await client.flush()
+                else:
+                    await client.end()
+            transcript = Transcript()
+            async for message in client:
+                transcript.apply(message)
+            return transcript
+
+        streams = [(plan(), k % 5) for k in range(10)]
+        transcripts = await asyncio.wait_for(asyncio.gather(*(run(e, rc) for e, rc in streams)), 60)
+        assert max(b for b, _, _ in engine.calls) > 1  # windows of several streams shared engine calls
+        assert any(c > 0 for _, _, c in engine.calls)
+        for (events, rc), transcript in zip(streams, transcripts, strict=True):
+            normalized = [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
+            expected = schedule_labels(normalized, aligner, TEST_WINDOW, engine.infer,
+                                       StreamConfig(right_context=rc, max_delay_ms=600_000), stream_engine=engine)
+            assert transcript.words == [w for e in normalized for w in e.words]
+            assert transcript.labels == expected, f"right_context {rc}"
+    finally:
+        await server.shutdown()
