@@ -232,7 +232,12 @@ class OrtStreamEngine(OrtEngine):
 
     Attributes:
         stream_shape: (layers, heads, head_dim) of the cached keys/values.
+        cache_tokens: cached tokens per stream the model folder asks for
+            (``stream_cache_tokens`` in its ``streampunct.json``); None: the
+            streaming window's left context.
     """
+
+    cache_tokens: int | None = None
 
     def _check_interface(self) -> None:
         from engines.stream_graph import stream_interface_problems
@@ -296,12 +301,25 @@ def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None 
 
     model_dir = Path(model_dir)
     try:
-        name = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8")).get("stream_artifact")
+        meta = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ArtifactError(f"cannot read {model_dir / 'streampunct.json'}: {e}") from e
+    name = meta.get("stream_artifact")
     if not name:
         raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
-    return OrtStreamEngine(model_dir / str(name), make_options(OrtOptions, dict(options or {}), "onnxruntime"))
+    engine = OrtStreamEngine(model_dir / str(name), make_options(OrtOptions, dict(options or {}), "onnxruntime"))
+    engine.cache_tokens = stream_cache_tokens(meta, model_dir)
+    return engine
+
+
+def stream_cache_tokens(meta: Mapping[str, Any], where: Path) -> int | None:
+    """A model folder's ``stream_cache_tokens`` (None when it names none)."""
+    value = meta.get("stream_cache_tokens")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ArtifactError(f"{where / 'streampunct.json'}: stream_cache_tokens must be a positive integer, not {value!r}")
+    return value
 
 
 def quantizes_activations(sidecar: Sidecar) -> bool:

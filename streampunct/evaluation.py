@@ -281,7 +281,7 @@ def schedule_labels(
 def _cached(stream_engine: object, aligner: Aligner, window: WindowConfig) -> Callable[[WindowRequest], np.ndarray]:
     from streampunct.stream_cache import cached_serve, new_cache
 
-    cache = new_cache(stream_engine.stream_shape, window)  # type: ignore[attr-defined]
+    cache = new_cache(stream_engine.stream_shape, window, getattr(stream_engine, "cache_tokens", None))  # type: ignore[attr-defined]
     return cached_serve(stream_engine, cache, aligner.pad_id)
 
 

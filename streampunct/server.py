@@ -144,6 +144,8 @@ class _Runtime:
     model_name: str
     #: (layers, heads, head_dim) of the streaming graph's cache; None: no cached left context.
     stream_shape: tuple[int, int, int] | None = None
+    #: tokens a session's cache keeps (None: the streaming window's left context)
+    stream_cache_tokens: int | None = None
 
 
 def _runtime_from_model(config: ServerConfig) -> _Runtime:
@@ -169,8 +171,13 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 
         return load_engine(config.engine, info.path, **options)
 
+    tokens = None
+    if shape is not None:
+        from engines.ort_engine import stream_cache_tokens
+
+        tokens = stream_cache_tokens(info.metadata, info.path)
     # The server only streams: its windows have the streaming geometry.
-    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape)
+    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens)
 
 
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
@@ -246,6 +253,7 @@ class StreamServer:
             send_timeout_s=config.send_timeout_s,
             close_timeout_s=config.close_timeout_s,
             stream_shape=runtime.stream_shape,
+            stream_cache_tokens=runtime.stream_cache_tokens,
         )
         self.sessions: set[Session] = set()
         self._ws: Server | None = None

@@ -88,6 +88,7 @@ class SessionContext:
         stream_shape: (layers, heads, head_dim) of the streaming graph when
             windows run with cached left context (:mod:`streampunct.stream_cache`);
             None: every window encodes its left context.
+        stream_cache_tokens: tokens a session's cache keeps (None: the window's left context).
     """
 
     aligner: Aligner
@@ -102,6 +103,7 @@ class SessionContext:
     send_timeout_s: float | None = 30.0
     close_timeout_s: float = 10.0
     stream_shape: tuple[int, int, int] | None = None
+    stream_cache_tokens: int | None = None
 
 
 class SlowReaderError(Exception):
@@ -335,7 +337,7 @@ class Session:
             return None
         state = self.protocol.state
         if self._cache is None or self._cache_state is not state:
-            self._cache = new_cache(shape, self._ctx.window)
+            self._cache = new_cache(shape, self._ctx.window, self._ctx.stream_cache_tokens)
             self._cache_state = state
         return self._cache.plan(request)
 

@@ -27,8 +27,11 @@ same labels for the same arrival schedule:
 - Otherwise a *cached* call: the new tokens only, at the positions after the
   cache.
 - After either, the keys and values of the decided words are appended and
-  the cache keeps its last ``capacity`` tokens (the streaming window's left
-  context): memory per stream is bounded.
+  the cache keeps its last ``capacity`` tokens: memory per stream is bounded.
+  The capacity is the model folder's ``stream_cache_tokens``, tuned on
+  validation (the streaming window's left context when it names none).
+  Left context costs a cached call only attention, not its encoding, so it
+  can be longer than a whole window's: 60 tokens for the shipped model.
 - Partial (provisional) requests run as full calls and leave the cache alone.
 
 What changes against the shipped windows: the left tokens' keys and values
@@ -68,9 +71,8 @@ class StreamCall:
     Attributes:
         input_ids: int64[T]: CLS, the new content tokens, SEP.
         position_ids: int64[T].
-        past: [L, 2, heads, C, head_dim] cached keys/values (C may be 0), in
-            no particular order; a view of the stream's cache, valid until its
-            :meth:`KVCache.finish`.
+        past: [L, 2, heads, C, head_dim] cached keys/values (C may be 0), oldest
+            first; a view of the stream's cache.
         new_from: row of the request's ``input_ids`` that the call's row 1 is
             (1 for a full call).
         keep: call rows ``[keep[0], keep[1])`` whose keys/values are cached
@@ -107,11 +109,7 @@ class KVCache:
         self.shape = shape
         self.capacity = capacity
         self.max_positions = max_positions
-        # A ring of ``capacity`` slots, allocated once: attention does not depend on the
-        # order of its keys, so the oldest slot is overwritten in place.
-        self._ring = np.zeros((shape.layers, 2, shape.heads, capacity, shape.head_dim), dtype=CACHE_DTYPE)
-        self._n = 0  # slots in use (the first _n until the ring is full)
-        self._next = 0  # slot the next kept token goes to
+        self._kv = self._empty()  # oldest token first, at most ``capacity``
         self._base = 0  # global token index at position 1
         self._end = -1  # global token index just after the last cached token
         self.full_calls = 0
@@ -124,11 +122,11 @@ class KVCache:
     @property
     def tokens(self) -> int:
         """Tokens held."""
-        return self._n
+        return int(self._kv.shape[3])
 
     @property
     def nbytes(self) -> int:
-        return int(self._ring.nbytes)
+        return int(self._kv.nbytes)
 
     def plan(self, request: WindowRequest) -> StreamCall:
         """The call that serves ``request``; changes nothing (see :meth:`finish`)."""
@@ -139,15 +137,14 @@ class KVCache:
         group = request.token_start + request.decide_from - 1  # global index of the first decided token
         group_end = request.token_start + request.decide_to - 1
         last_pos = group - self._base + 1 + (n - 1 - request.decide_from)  # SEP's position in a cached call
-        if self._n and self._end == group and last_pos < self.max_positions:
+        if self.tokens and self._end == group and last_pos < self.max_positions:
             new = np.empty(n - request.decide_from + 1, dtype=np.int64)
             new[0] = ids[0]
             new[1:] = ids[request.decide_from:]
             pos = np.arange(group - self._base, group - self._base + len(new), dtype=np.int64)
             pos[0] = 0
             keep = (1, 1 + request.decide_to - request.decide_from)
-            return StreamCall(new, pos, self._ring[:, :, :, : self._n], request.decide_from, keep, self._base,
-                              group_end)
+            return StreamCall(new, pos, self._kv, request.decide_from, keep, self._base, group_end)
         keep = (1, request.decide_to)
         return StreamCall(ids, np.arange(n, dtype=np.int64), self._empty(), 1, keep,
                           request.token_start, group_end)
@@ -169,17 +166,9 @@ class KVCache:
         if call.keep is not None:
             if kept is None or kept.shape[3] != call.keep[1] - call.keep[0]:
                 raise ValueError("the kept keys/values do not match the call's decided tokens")
-            if call.full:
-                self._n = self._next = 0
-            g = kept.shape[3]
-            if g >= self.capacity:
-                self._ring[...] = kept[:, :, :, g - self.capacity :]
-                self._n, self._next = self.capacity, 0
-            else:
-                slots = (self._next + np.arange(g)) % self.capacity
-                self._ring[:, :, :, slots] = kept
-                self._next = int((self._next + g) % self.capacity)
-                self._n = min(self.capacity, self._n + g)
+            kept = kept.astype(CACHE_DTYPE, copy=False)
+            kv = kept if call.full else np.concatenate([self._kv, kept], axis=3)
+            self._kv = np.ascontiguousarray(kv[:, :, :, -self.capacity :]) if kv.shape[3] > self.capacity else kv
             self._base = call.base
             self._end = call.group_end
             if call.full:
@@ -243,11 +232,12 @@ def run_stream_calls(run: StreamRunner, calls: Sequence[StreamCall], pad_id: int
     return out  # type: ignore[return-value]
 
 
-def new_cache(shape: tuple[int, int, int], window: WindowConfig) -> KVCache:
+def new_cache(shape: tuple[int, int, int], window: WindowConfig, capacity: int | None = None) -> KVCache:
     """A stream's cache for a streaming graph of ``shape`` (layers, heads, head_dim): it
-    keeps ``window.left`` tokens (the streaming window's left context) and starts a new
-    base past the positions of a whole window (CLS + ``window.size`` tokens + SEP)."""
-    return KVCache(StreamShape(*shape), capacity=window.left, max_positions=window.size + 2)
+    keeps ``capacity`` tokens (the model folder's ``stream_cache_tokens``; None: the
+    streaming window's left context) and starts a new base past the positions of a
+    whole window (CLS + ``window.size`` tokens + SEP)."""
+    return KVCache(StreamShape(*shape), capacity=capacity or window.left, max_positions=window.size + 2)
 
 
 def cached_serve(engine: object, cache: KVCache, pad_id: int) -> Callable[[WindowRequest], np.ndarray]:

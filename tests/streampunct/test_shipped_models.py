@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.sidecar import read_sidecar
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.parent for p in (REPO / "models").glob("*/streampunct.json"))
 
@@ -41,8 +43,11 @@ def test_folder_is_complete(punctuator):
     info = json.loads((model_dir / "streampunct.json").read_text())
     assert info["labels"][:1] == ["O"] and {"COMMA", "PERIOD", "QUESTION"} <= set(info["labels"])
     graphs = sorted(model_dir.glob("model*.onnx"))
-    assert len(graphs) == 1, graphs
-    assert (model_dir / f"{graphs[0].name}.json").is_file()
+    named = [info["artifact"]] + ([info["stream_artifact"]] if "stream_artifact" in info else [])
+    assert sorted(g.name for g in graphs) == sorted(named), graphs  # nothing shipped that is not used
+    for graph in graphs:
+        assert (model_dir / f"{graph.name}.json").is_file()
+        assert read_sidecar(graph).source_sha256 == read_sidecar(model_dir / info["artifact"]).source_sha256
     assert (model_dir / "tokenizer.json").is_file()
     assert (model_dir / "MODEL_CARD.md").is_file()
 

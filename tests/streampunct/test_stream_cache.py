@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from streampunct.batcher import BatcherConfig
 from streampunct.client import StreamClient, Transcript
 from streampunct.evaluation import Event, _play, schedule_labels
-from streampunct.stream_cache import KVCache, StreamShape, new_cache, pad_stream_calls, run_stream_calls
+from streampunct.stream_cache import (
+    KVCache,
+    StreamShape,
+    new_cache,
+    pad_stream_calls,
+    run_stream_calls,
+)
 from streampunct.stream_state import StreamConfig, StreamState
 from streampunct.text import normalize_words
 from tests.streampunct.conftest import TEST_WINDOW, fake_label_of_token
