@@ -49,7 +49,8 @@ class StreamingRun:
     Attributes:
         labels: one label id per word.
         model_calls: number of window requests served.
-        tokens: content tokens sent to the model in all.
+        tokens: content tokens of the windows requested, in all (with a streaming
+            engine the tokens encoded are fewer: see streampunct.stream_cache).
         latency_words: per word, how many later words had arrived when it became decidable.
         latency_s: per word, seconds from its arrival to becoming decidable.
     """
