@@ -92,6 +92,8 @@ class ServerConfig:
             left context where the model folder has a streaming graph and the
             engine is ONNX Runtime (docs/server.md, "Cached left context");
             ``on``: required; ``off``: every window encodes its left context.
+        stream_cache_tokens: cached tokens per session (None: the model
+            folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.
     """
 
     model_dir: Path | None = None
@@ -114,6 +116,7 @@ class ServerConfig:
     ping_interval_s: float | None = 20.0
     close_timeout_s: float = 10.0
     stream_cache: str = "auto"
+    stream_cache_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -132,6 +135,8 @@ class ServerConfig:
             raise ValueError("close_timeout_s must be > 0")
         if self.stream_cache not in ("auto", "on", "off"):
             raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
+        if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
+            raise ValueError("stream_cache_tokens must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -253,7 +258,7 @@ class StreamServer:
             send_timeout_s=config.send_timeout_s,
             close_timeout_s=config.close_timeout_s,
             stream_shape=runtime.stream_shape,
-            stream_cache_tokens=runtime.stream_cache_tokens,
+            stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,
         )
         self.sessions: set[Session] = set()
         self._ws: Server | None = None

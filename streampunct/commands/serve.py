@@ -96,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph and the engine is onnxruntime; off: every window "
                             "encodes its left context (docs/server.md, \"Cached left context\")")
+    batch.add_argument("--stream-cache-tokens", type=int, default=None, metavar="N",
+                       help="cached tokens per session with cached left context (default: the model "
+                            "folder's stream_cache_tokens, 60 for the shipped model): fewer trade accuracy "
+                            "for capacity")
     batch.add_argument("--batch-rows", choices=BATCH_ROWS, default=BatcherConfig.batch_rows,
                        help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
                             "the longest), 'alone' (one call per window) or 'exact': alone where the engine's "
@@ -158,6 +162,7 @@ def build_config(args: argparse.Namespace):
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
             stream_cache=args.stream_cache,
+            stream_cache_tokens=args.stream_cache_tokens,
         )
     except ValueError as e:
         raise InputError(str(e)) from None

@@ -312,3 +312,28 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
             assert transcript.labels == expected, f"right_context {rc}"
     finally:
         await server.shutdown()
+
+
+async def test_the_server_keeps_as_many_tokens_as_it_is_told(aligner):
+    from streampunct.server import ServerConfig, serve
+
+    with pytest.raises(ValueError, match="stream_cache_tokens"):
+        ServerConfig(stream_cache_tokens=0)
+    engine = FakeStreamEngine()
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, stream_cache_tokens=5),
+                         engine_factory=lambda: engine, aligner=aligner, window=TEST_WINDOW,
+                         model_name="fake-stream", stream_shape=SHAPE)
+    try:
+        await server.wait_ready()
+        client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=600_000)
+        for k in range(30):
+            await client.send_words([VOCAB[k % len(VOCAB)], VOCAB[(3 * k) % len(VOCAB)]])
+        await client.end()
+        transcript = Transcript()
+        async for message in client:
+            transcript.apply(message)
+        assert len(transcript.words) == 60
+        cached = [c for _, _, c in engine.calls if c]
+        assert cached and max(cached) == 5  # TEST_WINDOW.left would be 8
+    finally:
+        await server.shutdown()
