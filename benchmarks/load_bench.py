@@ -99,6 +99,7 @@ class LoadBenchConfig:
             None: the server's default, ``auto``).
         batch_rows: ``serve --batch-rows`` of the started server (None: the server's default).
         stream_cache: ``serve --stream-cache`` of the started server (None: the server's default).
+        stream_cache_tokens: ``serve --stream-cache-tokens`` of the started server (None: the model's).
         max_total_s: the whole benchmark stops starting steps beyond this.
         drain_timeout_s: how long after its last word a session waits for its finals.
         refine_steps: extra steps between the last good and the first bad N.
@@ -130,6 +131,7 @@ class LoadBenchConfig:
     engine_workers: int | None = None
     batch_rows: str | None = None
     stream_cache: str | None = None
+    stream_cache_tokens: int | None = None
     max_total_s: float = 540.0
     drain_timeout_s: float = 15.0
     refine_steps: int = 2
@@ -613,6 +615,8 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve --batch-rows of the started server (default: the server's, padded)")
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
                    help="serve --stream-cache of the started server (default: the server's, auto)")
+    p.add_argument("--stream-cache-tokens", type=int, default=d.stream_cache_tokens, metavar="N",
+                   help="serve --stream-cache-tokens of the started server (default: the model's)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=int, default=d.refine_steps,
@@ -636,7 +640,8 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         jitter_ms=args.jitter_ms, prefill_words=args.prefill, right_context=args.right_context,
         max_delay_ms=args.max_delay_ms, slo_p95_ms=args.slo_p95_ms, target_sessions=args.target,
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, engine_workers=args.engine_workers,
-        batch_rows=args.batch_rows, stream_cache=args.stream_cache, max_total_s=args.max_total_s,
+        batch_rows=args.batch_rows, stream_cache=args.stream_cache,
+        stream_cache_tokens=args.stream_cache_tokens, max_total_s=args.max_total_s,
         refine_steps=args.refine, data=args.data, seed=args.seed, fake_batch_ms=args.fake_batch_ms,
         fake_token_us=args.fake_token_us, fake_sleep=args.fake_sleep, profile=args.profile,
         engine_options=tuple(args.engine_option or ()),

@@ -76,6 +76,8 @@ class ServerProcess:
             common += ["--batch-rows", cfg.batch_rows]
         if getattr(cfg, "stream_cache", None) is not None and cfg.engine != "fake":
             common += ["--stream-cache", cfg.stream_cache]
+        if getattr(cfg, "stream_cache_tokens", None) is not None and cfg.engine != "fake":
+            common += ["--stream-cache-tokens", str(cfg.stream_cache_tokens)]
         if cfg.engine == "fake":
             self.argv = [*python, "-m", "benchmarks.load_server", *common,
                          "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]
