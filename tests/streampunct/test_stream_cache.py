@@ -186,7 +186,7 @@ def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
         while state.in_flight is None and (request := state.next_request(t)) is not None:
             call = cache.plan(request)
             assert call.position_ids.max() < cache.max_positions
-            if not call.full:  # the ring holds the last tokens before the new ones, in any order
+            if not call.full:  # the cache holds the last tokens before the new ones
                 held = sorted(call.past[0, 1, 0, :, 0].astype(int).tolist())
                 first_new = int(call.position_ids[1])
                 assert held == list(range(first_new - len(held), first_new))
