@@ -240,7 +240,7 @@ class OrtStreamEngine(OrtEngine):
     cache_tokens: int | None = None
 
     def _check_interface(self) -> None:
-        from engines.stream_graph import stream_interface_problems
+        from engines.stream_graph import cache_shape, stream_interface_problems
 
         inputs = {i.name: _ORT_TYPES.get(i.type, i.type) for i in self._session.get_inputs()}
         expected_in = {t.name: t.dtype for t in self.sidecar.inputs}
@@ -249,8 +249,7 @@ class OrtStreamEngine(OrtEngine):
         problems = stream_interface_problems(self.sidecar.inputs, self.sidecar.outputs)
         if problems:
             raise ArtifactMismatch(f"{self.path} is not a streaming graph: " + "; ".join(problems))
-        past = next(t for t in self.sidecar.inputs if t.name == "past_kv")
-        self.stream_shape = (int(past.shape[0]), int(past.shape[3]), int(past.shape[5]))
+        self.stream_shape = cache_shape(self.sidecar.inputs)
         self._outputs = [t.name for t in self.sidecar.outputs]
 
     @property

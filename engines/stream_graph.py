@@ -148,6 +148,15 @@ def stream_interface_problems(inputs: tuple[TensorSpec, ...], outputs: tuple[Ten
     return problems
 
 
+def cache_shape(inputs: tuple[TensorSpec, ...]) -> tuple[int, int, int] | None:
+    """(layers, heads, head_dim) of a streaming graph's ``past_kv`` input; None when the
+    inputs have no such tensor (not a streaming graph)."""
+    past = next((t for t in inputs if t.name == "past_kv"), None)
+    if past is None or len(past.shape) != 6 or not all(isinstance(past.shape[k], int) for k in (0, 3, 5)):
+        return None
+    return int(past.shape[0]), int(past.shape[3]), int(past.shape[5])
+
+
 def _sample(layers: int, heads: int, head_dim: int, batch: int, new: int, past: int, vocab: int, seed: int):
     rng = np.random.default_rng(seed)
     ids = rng.integers(min(1000, vocab // 2), vocab, (batch, new)).astype(np.int64)

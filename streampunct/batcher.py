@@ -135,6 +135,10 @@ class _Pending:
     done: bool = field(default=False)
 
 
+def _ids(work: np.ndarray | StreamCall) -> np.ndarray:
+    return work.input_ids if isinstance(work, StreamCall) else work
+
+
 class Batcher:
     """Owns the engines (each in its worker thread) and batches requests from all sessions.
 
@@ -365,51 +369,31 @@ class Batcher:
                 self._idle.put_nowait(worker)
 
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
-        if isinstance(batch[0].input_ids, StreamCall):
-            await self._run_stream(worker, batch)
-            return
-        if len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
+        """One batch: window ids padded into one engine call (or each alone, ``batch_rows``),
+        streaming-graph calls through :func:`~streampunct.stream_cache.run_stream_calls`;
+        one request at a time when a batch of several fails."""
+        stream = isinstance(batch[0].input_ids, StreamCall)
+        if not stream and len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
             await self._run_alone(worker, batch)
             return
-        loop = asyncio.get_running_loop()
-        seqs = [item.input_ids for item in batch]
-        t0 = time.perf_counter()
-        results: list[np.ndarray | BaseException]
-        try:
-            logits, seconds = await self._in_thread(worker, self._infer_padded, worker.engine, seqs)
-        except Exception as exc:
-            if len(batch) == 1:
-                results = [exc]
-            else:
-                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await loop.run_in_executor(worker.executor, self._infer_each, worker.engine, seqs)
-            seconds = time.perf_counter() - t0
-        else:
-            results = [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
-        failed = self._answer(batch, results)
-        if self._on_batch is not None:
-            self._on_batch(BatchRecord(len(batch), len(batch) * max(len(s) for s in seqs), seconds, failed))
-
-    async def _run_stream(self, worker: _Worker, batch: list[_Pending]) -> None:
-        """A batch of streaming-graph calls: padded (full windows apart from cached calls,
-        see :func:`~streampunct.stream_cache.run_stream_calls`), one at a time on failure."""
-        loop = asyncio.get_running_loop()
-        calls = [item.input_ids for item in batch]
+        whole, each = (self._infer_stream, self._infer_stream_each) if stream else (self._infer_rows, self._infer_each)
+        work = [item.input_ids for item in batch]
         t0 = time.perf_counter()
         results: list = []
         try:
-            results, seconds = await self._in_thread(worker, self._infer_stream, worker.engine, calls)
+            results, seconds = await self._in_thread(worker, whole, worker.engine, work)
         except Exception as exc:
             if len(batch) == 1:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await loop.run_in_executor(worker.executor, self._infer_stream_each, worker.engine, calls)
+                results = await asyncio.get_running_loop().run_in_executor(worker.executor, each, worker.engine, work)
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
-            tokens = sum(len(g) * max(len(c.input_ids) for c in g)
-                         for g in ([c for c in calls if c.full], [c for c in calls if not c.full]) if g)
+            # tokens the engine ran: each padded call's rows x its longest sequence
+            calls = [[c for c in work if c.full], [c for c in work if not c.full]] if stream else [work]
+            tokens = sum(len(g) * max(len(_ids(c)) for c in g) for g in calls if g)
             self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
 
     @staticmethod
@@ -489,6 +473,11 @@ class Batcher:
                 f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"
             )
         return logits
+
+    def _infer_rows(self, engine: object, seqs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Worker thread: one padded call; each sequence's logits, unpadded."""
+        logits = self._infer_padded(engine, seqs)
+        return [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
 
     def _infer_each(self, engine: object, seqs: Sequence[np.ndarray]) -> list[np.ndarray | BaseException]:
         out: list[np.ndarray | BaseException] = []

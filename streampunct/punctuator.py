@@ -106,6 +106,7 @@ class Punctuator:
         self.stream_window = stream_window or window
         self.batch_size = batch_size
         self.info = info
+        self._stream_engine: object | None = None  # loaded by stream_engine()
 
     @classmethod
     def from_model_dir(
@@ -196,7 +197,7 @@ class Punctuator:
                 raise InputError("--stream-cache on needs a model folder with a streaming graph "
                                  "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
             return None
-        if getattr(self, "_stream_engine", None) is None:
+        if self._stream_engine is None:
             from engines.ort_engine import open_stream_engine
 
             assert self.info is not None
@@ -205,5 +206,5 @@ class Punctuator:
 
     def close(self) -> None:
         self.engine.close()
-        if getattr(self, "_stream_engine", None) is not None:
-            self._stream_engine.close()
+        if self._stream_engine is not None:
+            self._stream_engine.close()  # type: ignore[attr-defined]

@@ -195,11 +195,12 @@ def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
                          f"graph (stream_artifact in {info.path / 'streampunct.json'}; "
                          "python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
     from engines.sidecar import read_sidecar
+    from engines.stream_graph import cache_shape
 
-    past = next((t for t in read_sidecar(info.path / str(name)).inputs if t.name == "past_kv"), None)
-    if past is None or len(past.shape) != 6:
+    shape = cache_shape(read_sidecar(info.path / str(name)).inputs)
+    if shape is None:
         raise ModelError(f"{info.path / str(name)} is not a streaming graph (no past_kv input in its sidecar)")
-    return int(past.shape[0]), int(past.shape[3]), int(past.shape[5])
+    return shape
 
 
 class StreamServer:

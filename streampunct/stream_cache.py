@@ -109,31 +109,25 @@ class KVCache:
         self.shape = shape
         self.capacity = capacity
         self.max_positions = max_positions
-        self._kv = self._empty()  # oldest token first, at most ``capacity``
+        # no cached tokens: the past of every full call (zero-size, so one array serves all)
+        self._no_past = np.zeros((shape.layers, 2, shape.heads, 0, shape.head_dim), dtype=CACHE_DTYPE)
+        self._kv = self._no_past  # oldest token first, at most ``capacity``
         self._base = 0  # global token index at position 1
         self._end = -1  # global token index just after the last cached token
         self.full_calls = 0
         self.cached_calls = 0
-
-    def _empty(self) -> np.ndarray:
-        s = self.shape
-        return np.zeros((s.layers, 2, s.heads, 0, s.head_dim), dtype=CACHE_DTYPE)
 
     @property
     def tokens(self) -> int:
         """Tokens held."""
         return int(self._kv.shape[3])
 
-    @property
-    def nbytes(self) -> int:
-        return int(self._kv.nbytes)
-
     def plan(self, request: WindowRequest) -> StreamCall:
         """The call that serves ``request``; changes nothing (see :meth:`finish`)."""
         ids = request.input_ids
         n = len(ids)
         if request.partial or request.token_start < 0:
-            return StreamCall(ids, np.arange(n, dtype=np.int64), self._empty(), 1, None, self._base, self._end)
+            return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
         group = request.token_start + request.decide_from - 1  # global index of the first decided token
         group_end = request.token_start + request.decide_to - 1
         last_pos = group - self._base + 1 + (n - 1 - request.decide_from)  # SEP's position in a cached call
@@ -146,7 +140,7 @@ class KVCache:
             keep = (1, 1 + request.decide_to - request.decide_from)
             return StreamCall(new, pos, self._kv, request.decide_from, keep, self._base, group_end)
         keep = (1, request.decide_to)
-        return StreamCall(ids, np.arange(n, dtype=np.int64), self._empty(), 1, keep,
+        return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, keep,
                           request.token_start, group_end)
 
     def finish(self, request: WindowRequest, call: StreamCall, logits: np.ndarray,

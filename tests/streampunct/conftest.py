@@ -11,6 +11,51 @@ from engines.fake import FakeEngine as _FakeEngine
 from engines.fake import fake_labels
 from streampunct.windowing import WindowConfig
 
+#: Words of the random schedules (:func:`random_schedule`).
+SCHEDULE_VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
+
+
+def random_schedule(rng) -> list:
+    """20-40 messages of 1-5 words a second apart, an occasional flush, then the end."""
+    from streampunct.evaluation import Event
+
+    events, t = [], 0.0
+    for _ in range(rng.randint(20, 40)):
+        t += 1.0
+        events.append(Event(t, tuple(rng.choice(SCHEDULE_VOCAB) for _ in range(rng.randint(1, 5)))))
+        if rng.random() < 0.1:
+            events.append(Event(t, kind="flush"))
+    events.append(Event(t + 1.0, kind="end"))
+    return events
+
+
+async def play_schedule(url: str, events: Sequence, right_context: int, **options):
+    """Send ``events`` as fast as the socket takes them (no delay bound reached) and
+    return the session's :class:`~streampunct.client.Transcript`."""
+    from streampunct.client import StreamClient, Transcript
+
+    client = await StreamClient.connect(url, right_context=right_context, max_delay_ms=600_000, **options)
+    for event in events:
+        if event.kind == "words":
+            await client.send_words(list(event.words))
+        elif event.kind == "flush":
+            await client.flush()
+        else:
+            await client.end()
+    transcript = Transcript()
+    async for message in client:
+        transcript.apply(message)
+    return transcript
+
+
+def normalized(events: Sequence) -> list:
+    """The schedule as the server sees it: words normalized."""
+    from streampunct.evaluation import Event
+    from streampunct.text import normalize_words
+
+    return [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
+
+
 #: A small window so that streams cross many window boundaries.
 TEST_WINDOW = WindowConfig(size=48, left=8, right=6)
 

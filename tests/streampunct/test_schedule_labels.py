@@ -10,12 +10,20 @@ import numpy as np
 
 from streampunct.batcher import BatcherConfig
 from streampunct.client import StreamClient, Transcript
-from streampunct.evaluation import Event, schedule_labels
+from streampunct.evaluation import schedule_labels
 from streampunct.stream_state import StreamConfig
 from streampunct.text import normalize_words
-from tests.streampunct.conftest import TEST_WINDOW, FakeEngine, fake_label_of_token
+from tests.streampunct.conftest import (
+    SCHEDULE_VOCAB,
+    TEST_WINDOW,
+    FakeEngine,
+    fake_label_of_token,
+    normalized,
+    play_schedule,
+    random_schedule,
+)
 
-VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
+VOCAB = SCHEDULE_VOCAB
 
 
 class WindowDependentEngine(FakeEngine):
@@ -48,39 +56,15 @@ async def test_a_late_server_gives_the_labels_of_the_schedule(start_server, alig
     engine = WindowDependentEngine(delay_s=0.01)
     server = await start_server(engine=engine, batching=BatcherConfig(max_batch=64, max_wait_ms=2))
     rng = random.Random(11)
-
-    def plan() -> list[Event]:
-        events, t = [], 0.0
-        for _ in range(rng.randint(20, 40)):
-            t += 1.0
-            events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(rng.randint(1, 5)))))
-            if rng.random() < 0.1:
-                events.append(Event(t, kind="flush"))
-        events.append(Event(t + 1.0, kind="end"))
-        return events
-
-    async def run(events: list[Event], right_context: int) -> Transcript:
-        client = await StreamClient.connect(server.url, right_context=right_context, max_delay_ms=600_000)
-        for event in events:
-            if event.kind == "words":
-                await client.send_words(list(event.words))
-            elif event.kind == "flush":
-                await client.flush()
-            else:
-                await client.end()
-        transcript = Transcript()
-        async for message in client:
-            transcript.apply(message)
-        return transcript
-
-    streams = [(plan(), k % 5) for k in range(12)]
-    transcripts = await asyncio.wait_for(asyncio.gather(*(run(e, rc) for e, rc in streams)), 60)
+    streams = [(random_schedule(rng), k % 5) for k in range(12)]
+    transcripts = await asyncio.wait_for(
+        asyncio.gather(*(play_schedule(server.url, e, rc) for e, rc in streams)), 60)
     assert max(engine.batch_sizes[2:]) > 1  # windows of several streams shared engine calls
     for (events, rc), transcript in zip(streams, transcripts, strict=True):
-        normalized = [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
-        expected = schedule_labels(normalized, aligner, TEST_WINDOW, window_logits,
+        schedule = normalized(events)
+        expected = schedule_labels(schedule, aligner, TEST_WINDOW, window_logits,
                                    StreamConfig(right_context=rc, max_delay_ms=600_000))
-        assert transcript.words == [w for e in normalized for w in e.words]
+        assert transcript.words == [w for e in schedule for w in e.words]
         assert transcript.labels == expected, f"right_context {rc}"
 
 

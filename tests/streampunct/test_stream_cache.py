@@ -22,10 +22,16 @@ from streampunct.stream_cache import (
     run_stream_calls,
 )
 from streampunct.stream_state import StreamConfig, StreamState
-from streampunct.text import normalize_words
-from tests.streampunct.conftest import TEST_WINDOW, fake_label_of_token
+from tests.streampunct.conftest import (
+    SCHEDULE_VOCAB,
+    TEST_WINDOW,
+    fake_label_of_token,
+    normalized,
+    play_schedule,
+    random_schedule,
+)
 
-VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
+VOCAB = SCHEDULE_VOCAB
 SHAPE = (1, 1, 2)
 
 
@@ -125,12 +131,17 @@ def test_the_first_decision_is_a_full_window_and_later_ones_encode_only_new_toke
     assert len(call.input_ids) < len(request.input_ids)
 
 
-def test_cached_logits_land_on_the_request_rows(aligner):
+def _second_request(aligner):
+    """A stream whose first decision was served, and its second (cached) request."""
     state, cache = _stream(aligner, [])
     state.feed(["the", "a", "of", "and", "to"], 0.0)
     _serve_one(state, cache, 0.0)
     state.feed(["in", "is", "it"], 1.0)
-    request = state.next_request(1.0)
+    return state, cache, state.next_request(1.0)
+
+
+def test_cached_logits_land_on_the_request_rows(aligner):
+    _, cache, request = _second_request(aligner)
     call = cache.plan(request)
     logits = np.arange(len(call.input_ids) * 4, dtype=np.float32).reshape(-1, 4)
     out = cache.finish(request, call, logits, _present_for(call))
@@ -140,11 +151,7 @@ def test_cached_logits_land_on_the_request_rows(aligner):
 
 
 def test_plan_changes_nothing_so_an_aborted_call_is_planned_again_the_same(aligner):
-    state, cache = _stream(aligner, [])
-    state.feed(["the", "a", "of", "and", "to"], 0.0)
-    _serve_one(state, cache, 0.0)
-    state.feed(["in", "is", "it"], 1.0)
-    request = state.next_request(1.0)
+    state, cache, request = _second_request(aligner)
     first = cache.plan(request)
     state.abort(request)
     again = cache.plan(state.next_request(1.0))
@@ -206,12 +213,9 @@ def test_bad_settings_are_refused():
 
 
 def test_padding_puts_cached_tokens_first_and_masks_both_parts(aligner):
-    state, cache = _stream(aligner, [])
-    state.feed(["the", "a", "of", "and", "to"], 0.0)
-    _serve_one(state, cache, 0.0)
-    state.feed(["in", "is", "it"], 1.0)
-    cached = cache.plan(state.next_request(1.0))
-    full = new_cache(SHAPE, TEST_WINDOW).plan(state.in_flight)
+    _, cache, request = _second_request(aligner)
+    cached = cache.plan(request)
+    full = new_cache(SHAPE, TEST_WINDOW).plan(request)
     inputs = pad_stream_calls([cached, full], pad_id=0)
     c_max, t_max = cached.past_len, max(len(cached.input_ids), len(full.input_ids))
     assert inputs["input_ids"].shape == (2, t_max)
@@ -274,41 +278,16 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
     try:
         await server.wait_ready()
         rng = random.Random(7)
-
-        def plan() -> list[Event]:
-            events, t = [], 0.0
-            for _ in range(rng.randint(20, 40)):
-                t += 1.0
-                events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(rng.randint(1, 5)))))
-                if rng.random() < 0.1:
-                    events.append(Event(t, kind="flush"))
-            events.append(Event(t + 1.0, kind="end"))
-            return events
-
-        async def run(events, right_context: int) -> Transcript:
-            client = await StreamClient.connect(server.url, right_context=right_context, max_delay_ms=600_000,
-                                                partials=True)
-            for event in events:
-                if event.kind == "words":
-                    await client.send_words(list(event.words))
-                elif event.kind == "flush":
-                    await client.flush()
-                else:
-                    await client.end()
-            transcript = Transcript()
-            async for message in client:
-                transcript.apply(message)
-            return transcript
-
-        streams = [(plan(), k % 5) for k in range(10)]
-        transcripts = await asyncio.wait_for(asyncio.gather(*(run(e, rc) for e, rc in streams)), 60)
+        streams = [(random_schedule(rng), k % 5) for k in range(10)]
+        transcripts = await asyncio.wait_for(
+            asyncio.gather(*(play_schedule(server.url, e, rc, partials=True) for e, rc in streams)), 60)
         assert max(b for b, _, _ in engine.calls) > 1  # windows of several streams shared engine calls
         assert any(c > 0 for _, _, c in engine.calls)
         for (events, rc), transcript in zip(streams, transcripts, strict=True):
-            normalized = [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
-            expected = schedule_labels(normalized, aligner, TEST_WINDOW, engine.infer,
+            schedule = normalized(events)
+            expected = schedule_labels(schedule, aligner, TEST_WINDOW, engine.infer,
                                        StreamConfig(right_context=rc, max_delay_ms=600_000), stream_engine=engine)
-            assert transcript.words == [w for e in normalized for w in e.words]
+            assert transcript.words == [w for e in schedule for w in e.words]
             assert transcript.labels == expected, f"right_context {rc}"
     finally:
         await server.shutdown()
