@@ -294,21 +294,25 @@ class OrtStreamEngine(OrtEngine):
 
 def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None = None) -> OrtStreamEngine:
     """The streaming engine of a model folder (its ``streampunct.json`` names ``stream_artifact``)."""
-    import json
-
     from engines.registry import make_options
 
     model_dir = Path(model_dir)
-    try:
-        meta = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"cannot read {model_dir / 'streampunct.json'}: {e}") from e
+    meta = _folder_meta(model_dir)
     name = meta.get("stream_artifact")
     if not name:
         raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
     engine = OrtStreamEngine(model_dir / str(name), make_options(OrtOptions, dict(options or {}), "onnxruntime"))
     engine.cache_tokens = stream_cache_tokens(meta, model_dir)
     return engine
+
+
+def _folder_meta(model_dir: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"cannot read {model_dir / 'streampunct.json'}: {e}") from e
 
 
 def stream_cache_tokens(meta: Mapping[str, Any], where: Path) -> int | None:
@@ -340,4 +344,12 @@ def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, An
 
     if artifact is None:
         raise ArtifactError(f"the onnxruntime backend needs an artifact in {model_dir}")
+    from engines.stream_graph import stream_interface_problems
+
+    sidecar = read_sidecar(artifact)
+    if not stream_interface_problems(sidecar.inputs, sidecar.outputs):
+        # a folder whose one graph is the streaming graph (models/base): it runs whole windows too
+        engine = OrtStreamEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))
+        engine.cache_tokens = stream_cache_tokens(_folder_meta(model_dir), model_dir)
+        return engine
     return OrtEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))

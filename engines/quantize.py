@@ -270,8 +270,11 @@ def quantize_int4_weights(
     fp32_path: str | Path,
     out_path: str | Path,
     options: Int4Options | None = None,
+    *,
+    stream: bool = False,
 ) -> Sidecar:
-    """Write ``out_path`` (4-bit block-quantized MatMul weights) from the fp32 ONNX artifact."""
+    """Write ``out_path`` (4-bit block-quantized MatMul weights) from the fp32 ONNX artifact
+    (``stream``: the streaming graph of :mod:`engines.stream_graph`)."""
     options = options or Int4Options()
     nbits = require("onnxruntime.quantization.matmul_nbits_quantizer", feature="int4 quantization")
     fp32_path, out_path = Path(fp32_path), Path(out_path)
@@ -292,7 +295,8 @@ def quantize_int4_weights(
         raise
     except Exception as e:  # the quantizer raises a mix of types
         raise GraphPrepError(f"MatMulNBitsQuantizer failed on {fp32_path}: {e}") from e
-    ops, io = _checked_ops(out_path, "MatMulNBits", "the 4-bit quantizer left no MatMulNBits")
+    ops, io = _checked_ops(out_path, "MatMulNBits", "the 4-bit quantizer left no MatMulNBits",
+                           stream=stream)
     sidecar = _write_derived_sidecar(out_path, parent, "int4", io, {
         "method": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
         "bits": 4,

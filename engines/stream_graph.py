@@ -1,4 +1,4 @@
-"""The streaming graph: a BERT-layout encoder run on new tokens against cached keys/values.
+"""The streaming graph: an encoder run on new tokens against cached keys/values.
 
 A live stream decides a few words per window. The shipped graph re-encodes
 the whole window, left context included, at every decision: at right
@@ -29,9 +29,13 @@ With ``C = 0`` it is the shipped computation exactly (the full window, its
 own positions). The caller's rules (which tokens to cache, when to start
 again from a full window) live in :mod:`streampunct.stream_cache`.
 
-Only BERT-layout encoders (``encoder.embeddings``, ``encoder.encoder.layer``
-with ``attention.self.{query,key,value}``) are supported: the MiniLM family
-the default model is built on.
+Two encoder layouts are supported: BERT's (``encoder.embeddings``,
+``encoder.encoder.layer`` with ``attention.self.{query,key,value}``; the
+MiniLM family the default model is built on) and MPNet's (``models/base``),
+whose relative position bias is computed in the graph from the positions
+(:func:`stream_module`). The graph is quantized as the folder's own artifact
+is: dynamic int8 (``model.stream.int8.onnx``) or 4-bit weights
+(``model.stream.int4.onnx``).
 """
 
 from __future__ import annotations
@@ -65,16 +69,35 @@ _DYNAMIC = {
 }
 
 
+def _encoder_kind(enc: Any) -> str:
+    """"bert" (``embeddings``, ``encoder.layer[i].attention.self.{query,key,value}``) or
+    "mpnet" (``attention.attn.{q,k,v,o}`` and a shared relative position bias); TypeError otherwise."""
+    if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
+        raise TypeError(f"{type(enc).__name__} is not a BERT- or MPNet-layout encoder")
+    attention = enc.encoder.layer[0].attention
+    if hasattr(getattr(attention, "self", None), "query"):
+        return "bert"
+    if hasattr(getattr(attention, "attn", None), "q") and hasattr(enc.encoder, "relative_attention_bias"):
+        return "mpnet"
+    raise TypeError(f"{type(enc).__name__} layers have neither attention.self.query nor attention.attn.q")
+
+
 def stream_module(model: Any) -> Any:
     """A torch module ``forward(input_ids, position_ids, attention_mask, past_kv)`` over
-    ``model`` (a ``PunctuationModel`` with a BERT-layout encoder, linear head, optional case head)."""
+    ``model`` (a ``PunctuationModel`` with a BERT- or MPNet-layout encoder, linear head,
+    optional case head).
+
+    MPNet adds a relative position bias to every layer's attention scores, computed from
+    the positions of query and key. The interface carries no positions for the cached
+    keys: they are the stream cache's contract (:class:`streampunct.stream_cache.KVCache`):
+    a row's ``c`` real cached tokens hold the ``c`` positions just before its first new
+    token that is not CLS (row 0, or row 1 when row 0 is CLS at position 0), oldest
+    first, and a row's real cache entries come before its padding. Positions count from 0 (CLS); MPNet's embedding table is offset
+    by its padding index + 1, as its own position ids are.
+    """
     torch = require("torch", feature="the streaming graph")
     enc = model.encoder
-    if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
-        raise TypeError(f"{type(enc).__name__} is not a BERT-layout encoder")
-    layer0 = enc.encoder.layer[0]
-    if not hasattr(getattr(layer0.attention, "self", None), "query"):
-        raise TypeError(f"{type(enc).__name__} layers have no attention.self.query")
+    kind = _encoder_kind(enc)
     import inspect
 
     # streampunct's heads take (hidden, attention_mask); a bare linear layer takes hidden alone
@@ -89,29 +112,61 @@ def stream_module(model: Any) -> Any:
             self.head_dim = int(cfg.hidden_size) // self.heads
             self.scale = float(self.head_dim) ** -0.5
 
+        def _embed(self, input_ids, position_ids):
+            if kind == "mpnet":
+                return enc.embeddings(input_ids=input_ids,
+                                      position_ids=position_ids + (enc.embeddings.padding_idx + 1))
+            return enc.embeddings(input_ids=input_ids, position_ids=position_ids,
+                                  token_type_ids=torch.zeros_like(input_ids))
+
+        def _position_bias(self, position_ids, attention_mask):
+            """MPNet's relative position bias [B, heads, T, C+T] (zeros-free: None for BERT)."""
+            if kind != "mpnet":
+                return None
+            t = position_ids.shape[1]
+            c = attention_mask.shape[1] - t
+            held = attention_mask[:, :c].sum(dim=1, keepdim=True)  # [B, 1] real cached tokens
+            slots = torch.arange(c, dtype=torch.long)[None, :]  # cached slot j of a row
+            # the first new token that is not CLS (position 0): row 0 unless it is CLS, else row 1
+            first = position_ids[:, :1]
+            if t > 1:
+                first = torch.where(first > 0, first, position_ids[:, 1:2])
+            past_pos = first - held + slots  # real slots: the positions just before it
+            keys = torch.cat([past_pos, position_ids], dim=1)
+            relative = keys[:, None, :] - position_ids[:, :, None]  # [B, T, C+T]
+            bucket = enc.encoder.relative_position_bucket(relative, num_buckets=enc.encoder.relative_attention_bias.num_embeddings)
+            return enc.encoder.relative_attention_bias(bucket).permute(0, 3, 1, 2)
+
         def forward(self, input_ids, position_ids, attention_mask, past_kv):
             b, t = input_ids.shape
-            x = enc.embeddings(input_ids=input_ids, position_ids=position_ids,
-                               token_type_ids=torch.zeros_like(input_ids))
+            x = self._embed(input_ids, position_ids)
             # [B, 1, 1, C+T] additive mask over keys.
             bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+            rel = self._position_bias(position_ids, attention_mask)
+            if rel is not None:
+                bias = bias + rel
             present = []
             for i, layer in enumerate(enc.encoder.layer):
                 att = layer.attention
+                if kind == "mpnet":
+                    wq, wk, wv, wo, norm = att.attn.q, att.attn.k, att.attn.v, att.attn.o, att.LayerNorm
+                else:
+                    wq, wk, wv = att.self.query, att.self.key, att.self.value
+                    wo, norm = att.output.dense, att.output.LayerNorm
 
                 def split(y):
                     return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
-                q = split(att.self.query(x))
-                k = split(att.self.key(x))
-                v = split(att.self.value(x))
+                q = split(wq(x))
+                k = split(wk(x))
+                v = split(wv(x))
                 present.append(torch.stack([k, v]))
                 keys = torch.cat([past_kv[i, 0].to(x.dtype), k], dim=2)
                 values = torch.cat([past_kv[i, 1].to(x.dtype), v], dim=2)
                 scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale + bias
                 a = torch.matmul(torch.softmax(scores, dim=-1), values)
                 a = a.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
-                x = att.output.LayerNorm(att.output.dense(a) + x)
+                x = norm(wo(a) + x)
                 x = layer.output.LayerNorm(layer.output.dense(layer.intermediate(x)) + x)
             logits = model.head(x, attention_mask[:, -t:]) if head_takes_mask else model.head(x)
             outs = [logits]
@@ -124,7 +179,7 @@ def stream_module(model: Any) -> Any:
 
 
 def layout(model: Any) -> tuple[int, int, int]:
-    """(layers, heads, head_dim) of a BERT-layout ``PunctuationModel``."""
+    """(layers, heads, head_dim) of a ``PunctuationModel``'s encoder."""
     cfg = model.encoder.config
     heads = int(cfg.num_attention_heads)
     return int(cfg.num_hidden_layers), heads, int(cfg.hidden_size) // heads
@@ -229,26 +284,54 @@ def export_stream_onnx(model: Any, out_path: str | Path, *, source_sha256: str, 
     return StreamExport(out_path, worst)
 
 
+def stream_artifact_name(precision: str) -> str:
+    """The streaming graph's file name in a model folder whose artifact has ``precision``."""
+    return STREAM_ARTIFACT if precision == "int8" else f"model.stream.{precision}.onnx"
+
+
 def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: str,
-                          quantize_embeddings: bool | None = None) -> Path:
-    """Write ``STREAM_ARTIFACT`` (int8, the same dynamic quantization as the folder's own
-    int8 artifact) into ``model_dir`` and name it in ``streampunct.json``."""
-    from engines.quantize import DynamicQuantOptions, quantize_int8_dynamic
-    from engines.sidecar import read_sidecar
+                          quantize_embeddings: bool | None = None, weights_from: str | None = None) -> Path:
+    """Write the streaming graph into ``model_dir`` with the quantization of the folder's own
+    artifact (int8 dynamic: ``STREAM_ARTIFACT``; int4 weights: ``model.stream.int4.onnx``,
+    same block size, accuracy level and embedding tables), and name it in ``streampunct.json``.
+
+    ``weights_from``: recorded in the sidecar's recipe when ``model`` was imported from a
+    quantized graph rather than trained (``training.add_stream_graph --from-graph``).
+    """
+    from engines.quantize import (
+        DynamicQuantOptions,
+        Int4Options,
+        quantize_int4_weights,
+        quantize_int8_dynamic,
+    )
+    from engines.sidecar import read_sidecar, write_sidecar
 
     model_dir = Path(model_dir)
     meta_path = model_dir / "streampunct.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if quantize_embeddings is None:  # follow the folder's int8 artifact
-        artifact = model_dir / str(meta.get("artifact", ""))
-        recipe = read_sidecar(artifact).recipe if artifact.is_file() else {}
-        quantize_embeddings = bool((recipe or {}).get("quantize_embeddings", False))
-    out = model_dir / STREAM_ARTIFACT
+    artifact = model_dir / str(meta.get("artifact", ""))
+    parent = read_sidecar(artifact) if artifact.is_file() else None
+    precision = parent.precision if parent is not None else "int8"
+    recipe = (parent.recipe if parent is not None else None) or {}
+    if precision not in ("int8", "int4"):
+        raise ExportError(f"{artifact} is {precision}: the streaming graph is built as int8 or int4 only")
+    out = model_dir / stream_artifact_name(precision)
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = export_stream_onnx(model, Path(tmp) / "model.stream.onnx", source_sha256=source_sha256)
-        quantize_int8_dynamic(fp32.path, out, DynamicQuantOptions(quantize_embeddings=quantize_embeddings),
-                              stream=True)
-    meta["stream_artifact"] = STREAM_ARTIFACT
+        if precision == "int4":
+            options = Int4Options(block_size=int(recipe.get("block_size", 32)),
+                                  accuracy_level=int(recipe.get("accuracy_level", 4)),
+                                  quantize_embeddings=bool(recipe.get("quantize_embeddings", True)))
+            sidecar = quantize_int4_weights(fp32.path, out, options, stream=True)
+        else:
+            if quantize_embeddings is None:  # follow the folder's int8 artifact
+                quantize_embeddings = bool(recipe.get("quantize_embeddings", False))
+            sidecar = quantize_int8_dynamic(fp32.path, out,
+                                            DynamicQuantOptions(quantize_embeddings=quantize_embeddings),
+                                            stream=True)
+    if weights_from:
+        write_sidecar(sidecar.replace(recipe={**(sidecar.recipe or {}), "weights_from": weights_from}), out)
+    meta["stream_artifact"] = out.name
     meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    logger.info("wrote %s (streaming graph, int8)", out)
+    logger.info("wrote %s (streaming graph, %s)", out, precision)
     return out

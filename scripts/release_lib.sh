@@ -3,7 +3,7 @@
 # Source it from the repository root: . scripts/release_lib.sh
 
 # pinned_model COMMIT DIR: the default model as shipped at COMMIT (int8 graph, sidecar,
-# tokenizer, streampunct.json), written into DIR once.
+# tokenizer, streampunct.json, and the streaming graph where it names one), written into DIR once.
 pinned_model() {
   local commit=$1 dir=$2 f
   [[ -f $dir/streampunct.json ]] && return 0
@@ -11,6 +11,18 @@ pinned_model() {
   for f in model.int8.onnx model.int8.onnx.json tokenizer.json streampunct.json; do
     git show "$commit:models/default/$f" > "$dir/$f"
   done
+  f=$(stream_artifact "$dir")
+  if [[ -n $f ]]; then
+    git show "$commit:models/default/$f" > "$dir/$f"
+    git show "$commit:models/default/$f.json" > "$dir/$f.json"
+  fi
+}
+
+# stream_artifact DIR: the streaming graph DIR's streampunct.json names (cached left context;
+# build-engine adds one to onnxruntime int8 folders), or nothing.
+stream_artifact() {
+  .venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("stream_artifact") or "")' \
+      "$1/streampunct.json"
 }
 
 # compare_on_validation OLD NEW OUT [LIVE_SET...]: two runtime model folders on validation
@@ -51,23 +63,44 @@ build_int8() {
 
 # tune_geometry DIR STREAM_LEFT...: on validation, the offline window (grid W 94/126, L 20/30/40,
 # R 10/15/20, the cheapest within 0.5 of the best), then the streaming left context among
-# STREAM_LEFT (a live dev2010 stream at the server's defaults); both into DIR/streampunct.json.
+# STREAM_LEFT (a live dev2010 stream at the server's defaults), then, where DIR has a streaming
+# graph, the length of its cached left context (tune_stream_cache, its default grid); all into
+# DIR/streampunct.json.
 tune_geometry() {
   local dir=$1
   shift
   .venv/bin/python -m training.window_tuning "$dir" --sizes 94 126 --lefts 20 30 40 --rights 10 15 20 \
       --tolerance 0.5
   .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
+  if [[ -n $(stream_artifact "$dir") ]]; then tune_stream_cache "$dir"; fi
 }
 
 # tune_short_grid DIR STREAM_LEFT...: the short offline grid of the release 6 candidates (W=126,
 # L 20/40, R 10: release 5's window and a longer left context, the cheapest within 0.5 of the
-# best), then the streaming left context among STREAM_LEFT; both into DIR/streampunct.json.
+# best), then the streaming left context among STREAM_LEFT, then, where DIR has a streaming
+# graph, the length of its cached left context (tune_stream_cache); all into DIR/streampunct.json.
 tune_short_grid() {
   local dir=$1
   shift
   .venv/bin/python -m training.window_tuning "$dir" --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5
   .venv/bin/python -m training.window_tuning "$dir" --stream-lefts "$@"
+  if [[ -n $(stream_artifact "$dir") ]]; then tune_stream_cache "$dir"; fi
+}
+
+# tune_stream_cache DIR [TOKENS...]: on validation, the length of DIR's cached left context
+# (stream_cache_tokens) among TOKENS (default 25 40 60 80 100, release 6's grid): dev2010 and
+# SwDA validation, each one live stream at the server's defaults, without the cache and with each
+# length; the highest mean F1, the fewest tokens within 0.1 of it. If that length falls more than
+# 0.3 under whole windows on either set it is written with "stream_cache": false, so serve's
+# --stream-cache auto serves whole windows (benchmarks/results/kv_cache/RULE.md). Into
+# DIR/streampunct.json with the grid (stream_cache_tuning). DIR must have a streaming graph (exit
+# 2 otherwise); run it after the streaming left context, whose windows the cache serves.
+tune_stream_cache() {
+  local dir=$1
+  shift
+  local tokens=("$@")
+  (( ${#tokens[@]} )) || tokens=(25 40 60 80 100)
+  .venv/bin/python -m training.window_tuning "$dir" --stream-cache-tokens "${tokens[@]}"
 }
 
 # repair_candidate NAME DIR OLD OUT STREAM_LEFT...: release 6's repair recipe on the GPU student
@@ -102,9 +135,13 @@ PY
 }
 
 # ship_candidate DIR: a candidate's runtime files (int8 graph, sidecar, tokenizer,
-# streampunct.json) into models/default, after the validation decision.
+# streampunct.json, and its streaming graph where it names one: a graph left from the shipped
+# model would serve the old weights) into models/default, after the validation decision.
 ship_candidate() {
+  local stream
   cp "$1"/{model.int8.onnx,model.int8.onnx.json,tokenizer.json,streampunct.json} models/default/
+  stream=$(stream_artifact "$1")
+  if [[ -n $stream ]]; then cp "$1/$stream" "$1/$stream.json" models/default/; fi
 }
 
 # score_test_sets OUT: the test sets, scored once with the candidate in models/default: offline
@@ -123,8 +160,8 @@ score_test_sets() {
 }
 
 # candidate_steps STEP CAND DIR OLD OUT STREAM_LEFT...: what every release does after training.
-# build: CAND's int8 graph into DIR; tune: its offline window, then the streaming left context
-# among STREAM_LEFT; compare: DIR against the shipped OLD on validation (JSON into OUT); ship:
+# build: CAND's int8 graph (and streaming graph) into DIR; tune: its offline window, the streaming
+# left context among STREAM_LEFT and the cache's length (tune_geometry); compare: DIR against the shipped OLD on validation (JSON into OUT); ship:
 # DIR into models/default; score: the test sets, once. STEP "all" is build, tune and compare.
 candidate_steps() {
   local step=$1 cand=$2 dir=$3 old=$4 out=$5

@@ -3,6 +3,13 @@
 A model folder (the shipped one is ``models/default``) holds an ONNX
 artifact with its JSON sidecar, ``tokenizer.json`` and ``streampunct.json``
 (label map, label position, window defaults, and the training record).
+
+With a streaming graph (``stream_artifact``) ``--stream-cache auto`` runs
+cached left context, keeping ``stream_cache_tokens`` tokens per stream,
+unless the folder says ``"stream_cache": false`` (a boolean; absent: true):
+training.window_tuning writes that when the cache, tuned on validation, falls
+more than its guard under whole windows on a validation set. The graph stays,
+for ``--stream-cache on``.
 """
 
 from __future__ import annotations
@@ -54,6 +61,13 @@ class ModelInfo:
         if self.stream_window is None:
             object.__setattr__(self, "stream_window", self.window)
 
+    @property
+    def stream_cache_auto(self) -> bool:
+        """Whether ``--stream-cache auto`` runs cached left context with this folder: it has
+        a streaming graph (``stream_artifact``) and does not switch it off (``"stream_cache":
+        false``; see the module doc)."""
+        return bool(self.metadata.get("stream_artifact")) and self.metadata.get("stream_cache", True) is not False
+
     def aligner(self) -> Aligner:
         return Aligner.from_file(
             self.path / "tokenizer.json",
@@ -90,6 +104,8 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
         stream_window = WindowConfig(**{**window.to_dict(), **{k: int(v) for k, v in sw.items()}})
     except (TypeError, ValueError) as e:
         raise ModelError(f"{meta_path}: bad stream_window {sw!r} ({e})") from None
+    if not isinstance(meta.get("stream_cache", True), bool):
+        raise ModelError(f"{meta_path}: stream_cache must be true or false, not {meta['stream_cache']!r}")
     label_position = meta.get("label_position", "last")
     if label_position not in ("last", "first"):
         raise ModelError(f"{meta_path}: label_position must be 'last' or 'first'")

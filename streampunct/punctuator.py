@@ -184,9 +184,9 @@ class Punctuator:
 
     def stream_engine(self, mode: str = "auto", **options) -> object | None:
         """The model's streaming engine for simulations of a stream, per ``mode``
-        (``auto``: when the folder has a streaming graph and this punctuator runs
-        ONNX Runtime; ``on``: required; ``off``: None). Loaded once; closed with
-        the punctuator."""
+        (``auto``: when the folder has a streaming graph, does not switch it off
+        with ``"stream_cache": false``, and this punctuator runs ONNX Runtime;
+        ``on``: required; ``off``: None). Loaded once; closed with the punctuator."""
         if mode not in STREAM_CACHE_MODES:
             raise InputError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
         if mode == "off":
@@ -197,6 +197,8 @@ class Punctuator:
                 raise InputError("--stream-cache on needs a model folder with a streaming graph "
                                  "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
             return None
+        if mode == "auto" and self.info is not None and not self.info.stream_cache_auto:
+            return None  # the folder switches it off: the server's auto serves whole windows too
         if self._stream_engine is None:
             from engines.ort_engine import open_stream_engine
 

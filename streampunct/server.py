@@ -89,8 +89,9 @@ class ServerConfig:
         close_timeout_s: longest a close handshake may take before the TCP
             connection is aborted.
         stream_cache: ``auto`` (default): streaming windows run with cached
-            left context where the model folder has a streaming graph and the
-            engine is ONNX Runtime (docs/server.md, "Cached left context");
+            left context where the model folder has a streaming graph (and
+            does not say ``"stream_cache": false``) and the engine is ONNX
+            Runtime (docs/server.md, "Cached left context");
             ``on``: required; ``off``: every window encodes its left context.
         stream_cache_tokens: cached tokens per session (None: the model
             folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.
@@ -188,8 +189,8 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
     """The streaming graph's cache shape when this server runs with cached left context."""
     name = info.metadata.get("stream_artifact")
-    if config.stream_cache == "off" or (config.stream_cache == "auto" and not name):
-        return None
+    if config.stream_cache == "off" or (config.stream_cache == "auto" and not info.stream_cache_auto):
+        return None  # auto: no graph, or the folder switches it off ("stream_cache": false)
     if config.engine != "onnxruntime" or not name:
         raise ModelError(f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
                          f"graph (stream_artifact in {info.path / 'streampunct.json'}; "

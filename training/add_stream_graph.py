@@ -1,11 +1,23 @@
-"""Add the streaming graph (cached left context) to a model folder built from a checkpoint.
+"""Add the streaming graph (cached left context) to a model folder.
 
     python -m training.add_stream_graph CHECKPOINT MODEL_DIR
+    python -m training.add_stream_graph --from-graph MODEL_DIR [--base-model DIR]
 
 ``streampunct build-engine`` adds it to the onnxruntime int8 folders it
-builds; this adds it to a folder built before, from the checkpoint that
-folder's int8 artifact was made from (checked by its sidecar's
-``source_sha256``), with the same quantization. See engines.stream_graph.
+builds; this adds it to a folder built before, with the same quantization
+as the folder's artifact (int8 or int4):
+
+- from the checkpoint that folder's artifact was made from (checked by its
+  sidecar's ``source_sha256``);
+- or, with ``--from-graph``, from the folder's own quantized graph, imported
+  back into torch (``training.onnx_import``, no dither), for folders whose
+  checkpoint is gone (``models/base``). ``--base-model`` names the encoder
+  config the graph matches, as for the import. The import's weights sit on
+  the artifact's quantization grid, so the streaming graph's 4-bit or int8
+  codes are the artifact's own, up to rounding at the grid's edges; the
+  sidecar records ``weights_from``.
+
+See engines.stream_graph.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 from engines.sidecar import read_sidecar, sha256_files
@@ -25,29 +38,56 @@ def checkpoint_source(checkpoint: Path) -> str:
     return sha256_files([p for p in checkpoint.rglob("*") if p.is_file()], checkpoint)
 
 
-def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:
-    from training.checkpoint import load_checkpoint
-
+def _artifact(model_dir: Path) -> Path:
     meta_path = model_dir / "streampunct.json"
     if not meta_path.is_file():
         raise InputError(f"{model_dir} is not a model folder (no streampunct.json)")
+    return model_dir / str(json.loads(meta_path.read_text(encoding="utf-8")).get("artifact", ""))
+
+
+def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:
+    from training.checkpoint import load_checkpoint
+
+    artifact = _artifact(model_dir)
     source = checkpoint_source(checkpoint)
-    artifact = model_dir / str(json.loads(meta_path.read_text(encoding="utf-8")).get("artifact", ""))
     if artifact.is_file() and read_sidecar(artifact).source_sha256 != source:
         raise InputError(f"{checkpoint} is not the checkpoint {artifact} was built from (source_sha256 differs)")
     model, _ = load_checkpoint(checkpoint)
     return build_stream_artifact(model, model_dir, source_sha256=source)
 
 
+def add_stream_graph_from_graph(model_dir: Path, base_model: str = "") -> Path:
+    from training.checkpoint import load_checkpoint
+    from training.onnx_import import import_runtime_model
+
+    artifact = _artifact(model_dir)
+    if not artifact.is_file():
+        raise InputError(f"{model_dir} names no artifact to import ({artifact.name} is missing)")
+    with tempfile.TemporaryDirectory() as tmp:
+        import_runtime_model(model_dir, Path(tmp) / "imported", base_model=base_model)
+        model, _ = load_checkpoint(Path(tmp) / "imported")
+        return build_stream_artifact(model, model_dir, source_sha256=read_sidecar(artifact).source_sha256,
+                                     weights_from=f"{artifact.name} (training.onnx_import, no dither)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.add_stream_graph", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", type=Path, help="the training checkpoint the folder's artifact was built from")
-    p.add_argument("model_dir", type=Path)
+    p.add_argument("paths", type=Path, nargs="+", metavar="PATH",
+                   help="CHECKPOINT MODEL_DIR, or MODEL_DIR with --from-graph")
+    p.add_argument("--from-graph", action="store_true",
+                   help="import the folder's own quantized graph instead of naming its checkpoint")
+    p.add_argument("--base-model", default="", help="with --from-graph: encoder folder whose config the graph matches")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    want = 1 if args.from_graph else 2
+    if len(args.paths) != want:
+        p.error("expected MODEL_DIR with --from-graph" if args.from_graph else "expected CHECKPOINT MODEL_DIR")
     try:
-        print(add_stream_graph(args.checkpoint, args.model_dir))
+        if args.from_graph:
+            print(add_stream_graph_from_graph(args.paths[0], args.base_model))
+        else:
+            print(add_stream_graph(*args.paths))
     except InputError as e:
         raise SystemExit(f"error: {e}") from None
     return 0

@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and labels as training converts it (streampunct.convert)")
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
                    help="streaming simulations with cached left context, as the server runs them "
-                        "(auto: when the model folder has a streaming graph; docs/server.md)")
+                        "(auto: when the model folder has a streaming graph and does not say "
+                        "\"stream_cache\": false; docs/server.md)")
     p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
 
 

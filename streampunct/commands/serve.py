@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "intra_op_threads= says otherwise (default: %(default)s)")
     batch.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
                        help="streaming windows with cached left context: auto (default) where the model "
-                            "folder has a streaming graph and the engine is onnxruntime; off: every window "
+                            "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
+                            "engine is onnxruntime; off: every window "
                             "encodes its left context (docs/server.md, \"Cached left context\")")
     batch.add_argument("--stream-cache-tokens", type=int, default=None, metavar="N",
                        help="cached tokens per session with cached left context (default: the model "

@@ -137,14 +137,136 @@ def test_interface_problems_name_what_is_wrong():
     assert any("inputs are" in p for p in stream_interface_problems(ok_in[:2], ok_out))
 
 
-def test_only_bert_layout_encoders_are_supported():
+def test_only_bert_and_mpnet_layout_encoders_are_supported():
     class NotBert(torch.nn.Module):
         encoder = torch.nn.Linear(2, 2)
 
-    with pytest.raises(TypeError, match="BERT-layout"):
+    with pytest.raises(TypeError, match="BERT- or MPNet-layout"):
         stream_module(NotBert())
 
 
 def test_a_graph_that_drifts_from_torch_is_refused(model, tmp_path):
     with pytest.raises(ExportError, match="differs from torch"):
         export_stream_onnx(model, tmp_path / "s.onnx", source_sha256="abc", atol=0.0)
+
+
+# --- MPNet (models/base): a relative position bias computed from the positions ---------------
+
+
+@pytest.fixture(scope="module")
+def mpnet(tmp_path_factory):
+    from transformers import MPNetConfig
+
+    from training.model import build_model
+
+    folder = tmp_path_factory.mktemp("mpnet")
+    MPNetConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                max_position_embeddings=160, relative_attention_num_buckets=32).save_pretrained(folder)
+    torch.manual_seed(1)
+    torch.set_num_threads(1)
+    model = build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()
+    with torch.no_grad():
+        for layer in model.encoder.encoder.layer:
+            layer.attention.attn.q.weight.mul_(20.0)
+            layer.attention.attn.k.weight.mul_(20.0)
+        model.encoder.encoder.relative_attention_bias.weight.mul_(5.0)  # positions matter
+    return model
+
+
+def _no_past(model, batch=1):
+    layers, heads, dim = layout(model)
+    return np.zeros((layers, 2, batch, heads, 0, dim), np.float16)
+
+
+def test_mpnet_with_no_cache_is_the_whole_window(mpnet):
+    module = stream_module(mpnet)
+    ids = np.array([[0, 5, 7, 9, 11, 13, 2]], dtype=np.int64)
+    logits, case, _ = _run(module, ids, np.arange(7)[None], np.ones((1, 7), np.int64), _no_past(mpnet))
+    with torch.no_grad():
+        ref, ref_case = mpnet.forward_heads(torch.from_numpy(ids), torch.ones((1, 7), dtype=torch.long))
+    np.testing.assert_allclose(logits, ref.numpy(), atol=1e-5)
+    np.testing.assert_allclose(case, ref_case.numpy(), atol=1e-5)
+
+
+def _mpnet_masked_window(model, ids, old):
+    """HF's MPNet on the whole window, the first ``old`` tokens not seeing the rest (an
+    additive mask: MPNet adds the mask to its scores, so a boolean one would be ignored)."""
+    n = ids.shape[1]
+    add = torch.zeros((1, 1, n, n))
+    add[0, 0, :old, old:] = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        hidden = model.encoder(input_ids=torch.from_numpy(ids), attention_mask=add).last_hidden_state
+        return model.head(hidden, torch.ones((1, n), dtype=torch.long)).numpy()
+
+
+def test_mpnet_new_tokens_against_the_cache_see_it_at_its_positions(mpnet):
+    """The cached keys carry no positions: they are the ones just before the first new token
+    that is not CLS. A call of B after A's cache equals the window [A; B] with A blind to B."""
+    module = stream_module(mpnet)
+    a = np.array([[0, 5, 7, 9, 11]], dtype=np.int64)
+    b = np.array([[13, 17, 19, 2]], dtype=np.int64)
+    _, _, present_a = _run(module, a, np.arange(5)[None], np.ones((1, 5), np.int64), _no_past(mpnet))
+    logits_b, _, _ = _run(module, b, np.arange(5, 9)[None], np.ones((1, 9), np.int64), present_a)
+    ref = _mpnet_masked_window(mpnet, np.concatenate([a, b], axis=1), 5)
+    np.testing.assert_allclose(logits_b, ref[:, 5:], atol=2e-3)  # float16 keys/values
+    # The stream cache's own calls: CLS (position 0) first, then the new tokens after the cache.
+    cls_b = np.concatenate([a[:, :1], b], axis=1)
+    pos = np.array([[0, 5, 6, 7, 8]])
+    logits_cls, _, _ = _run(module, cls_b, pos, np.ones((1, 10), np.int64), present_a)
+    shifted, _, _ = _run(module, cls_b, pos + np.array([[0, 1, 1, 1, 1]]), np.ones((1, 10), np.int64), present_a)
+    assert np.abs(logits_cls - shifted).max() > 1e-3  # a position off by one is a different bias
+
+
+def test_mpnet_rows_with_different_cache_lengths_batch_as_they_run_alone(mpnet):
+    module = stream_module(mpnet)
+    layers, heads, dim = layout(mpnet)
+    rng = np.random.default_rng(4)
+    rows = []
+    for past_len in (6, 3):
+        prefix = np.concatenate([[0], rng.integers(5, 100, past_len)])[None].astype(np.int64)
+        _, _, present = _run(module, prefix, np.arange(past_len + 1)[None], np.ones((1, past_len + 1), np.int64),
+                             _no_past(mpnet))
+        new = np.concatenate([[0], rng.integers(5, 100, 3), [2]])[None].astype(np.int64)
+        pos = np.concatenate([[0], np.arange(past_len + 1, past_len + 5)])[None]
+        kv = present[:, :, :, :, 1:]  # the decided tokens, CLS not kept
+        alone, _, _ = _run(module, new, pos, np.ones((1, past_len + 5), np.int64), kv)
+        rows.append((new, pos, kv, alone))
+    c = 6
+    past = np.zeros((layers, 2, 2, heads, c, dim), np.float16)
+    mask = np.zeros((2, c + 5), np.int64)
+    for k, (_, _, kv, _) in enumerate(rows):
+        past[:, :, k, :, : kv.shape[4]] = kv[:, :, 0]
+        mask[k, : kv.shape[4]] = 1
+        mask[k, c:] = 1
+    ids = np.concatenate([r[0] for r in rows])
+    pos = np.concatenate([r[1] for r in rows])
+    batched, _, _ = _run(module, ids, pos, mask, past)
+    for k, (_, _, _, alone) in enumerate(rows):
+        np.testing.assert_allclose(batched[k], alone[0], atol=1e-5)
+
+
+def test_mpnet_int4_folder_gets_an_int4_streaming_graph_that_can_be_its_only_graph(mpnet, tmp_path):
+    from engines.builder import BuildConfig, build_model_folder
+    from engines.registry import load_engine
+    from engines.sidecar import read_sidecar
+
+    folder = tmp_path / "base"
+    build_model_folder(mpnet, folder, config=BuildConfig(precision="int4"),
+                       model_metadata={"labels": ["O", "COMMA", "PERIOD", "QUESTION"], "label_position": "last",
+                                       "window": {"size": 30, "left": 6, "right": 4}, "head": "linear"})
+    out = build_stream_artifact(mpnet, folder, source_sha256="abc", weights_from="model.int4.onnx (test)")
+    assert out.name == "model.stream.int4.onnx"
+    sidecar = read_sidecar(out)
+    assert sidecar.precision == "int4" and sidecar.recipe["weights_from"] == "model.int4.onnx (test)"
+    assert sidecar.recipe["block_size"] == read_sidecar(folder / "model.int4.onnx").recipe["block_size"]
+    ids = np.tile(np.array([[0, 5, 7, 9, 11, 13, 17, 19, 23, 2]], dtype=np.int64), (2, 1))
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0
+    own = load_engine("onnxruntime", folder).infer(ids, mask)
+    meta = json.loads((folder / "streampunct.json").read_text())
+    meta["artifact"] = out.name  # the streaming graph as the folder's one graph
+    (folder / "streampunct.json").write_text(json.dumps(meta))
+    (folder / "model.int4.onnx").unlink()
+    engine = load_engine("onnxruntime", folder)
+    assert isinstance(engine, OrtStreamEngine)
+    np.testing.assert_allclose(engine.infer(ids, mask)[mask == 1], own[mask == 1], atol=1e-4)

@@ -4,6 +4,7 @@ keeps, and that the server gives the simulation's labels with it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import numpy as np
@@ -316,3 +317,42 @@ async def test_the_server_keeps_as_many_tokens_as_it_is_told(aligner):
         assert cached and max(cached) == 5  # TEST_WINDOW.left would be 8
     finally:
         await server.shutdown()
+
+
+def test_a_model_folder_can_switch_the_cache_off_for_auto(tmp_path, monkeypatch):
+    """``"stream_cache": false`` (training.window_tuning writes it when the tuned cache fails
+    its guard): ``auto`` serves and simulates whole windows; ``on`` still uses the graph."""
+    from types import SimpleNamespace
+
+    import engines.ort_engine
+    import engines.sidecar
+    from engines.base import TensorSpec
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+    from streampunct.punctuator import Punctuator
+    from streampunct.server import ServerConfig, _stream_shape
+
+    past = TensorSpec("past_kv", "float16", (2, 2, "batch", 3, "past", 8))
+    monkeypatch.setattr(engines.sidecar, "read_sidecar", lambda path: SimpleNamespace(inputs=(past,)))
+    opened = []
+    monkeypatch.setattr(engines.ort_engine, "open_stream_engine", lambda path, options: opened.append(path) or "graph")
+
+    def folder(name, **meta):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "streampunct.json").write_text(json.dumps({"stream_artifact": "s.onnx", **meta}))
+        return load_model_info(tmp_path / name)
+
+    def punctuator(info):
+        return Punctuator(SimpleNamespace(name="onnxruntime"), None, TEST_WINDOW, info=info)
+
+    on, off = folder("on"), folder("off", stream_cache=False)
+    assert on.stream_cache_auto and folder("true", stream_cache=True).stream_cache_auto
+    assert not off.stream_cache_auto
+    assert _stream_shape(ServerConfig(stream_cache="auto"), on) == (2, 3, 8)
+    assert _stream_shape(ServerConfig(stream_cache="auto"), off) is None
+    assert _stream_shape(ServerConfig(stream_cache="on"), off) == (2, 3, 8)
+    assert punctuator(off).stream_engine("auto") is None and not opened
+    assert punctuator(off).stream_engine("on") == "graph"
+    assert punctuator(on).stream_engine("auto") == "graph" and len(opened) == 2
+    with pytest.raises(ModelError, match="stream_cache must be true or false"):
+        folder("bad", stream_cache="no")

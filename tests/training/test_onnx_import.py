@@ -170,3 +170,28 @@ def test_dither_keeps_training_that_a_plain_import_would_lose_at_export(tiny_bas
     assert 0.7 < moved[0.5] < 1.3  # kept, up to the noise of one quantization
     with pytest.raises(InputError, match="dither must be between 0 and 0.5"):
         onnx_state_dict(tmp_path / "rt" / "model.int4.onnx", dither=0.7)
+
+
+def test_a_folder_without_its_checkpoint_gets_a_streaming_graph_from_its_own_graph(tiny_base_model, tmp_path):
+    """training.add_stream_graph --from-graph: the folder's int8 graph imported back, the
+    streaming graph built from it with the folder's quantization and source."""
+    from engines.ort_engine import OrtEngine, open_stream_engine
+    from engines.sidecar import read_sidecar
+    from training.add_stream_graph import add_stream_graph_from_graph, main
+
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=True)
+    out = add_stream_graph_from_graph(tmp_path / "rt", str(tiny_base_model))
+    assert out.name == "model.stream.int8.onnx"
+    own = read_sidecar(tmp_path / "rt" / "model.int8.onnx")
+    stream = read_sidecar(out)
+    assert stream.source_sha256 == own.source_sha256 and stream.precision == "int8"
+    assert stream.recipe["weights_from"].startswith("model.int8.onnx") and stream.recipe["quantize_embeddings"]
+    ids = np.random.default_rng(0).integers(5, 1000, (4, 20)).astype(np.int64)
+    mask = np.ones_like(ids)
+    a = OrtEngine(tmp_path / "rt" / "model.int8.onnx").infer(ids, mask).argmax(-1)
+    b = open_stream_engine(tmp_path / "rt").infer(ids, mask).argmax(-1)
+    assert float(np.mean(a == b)) >= 0.95
+    with pytest.raises(SystemExit):  # a checkpoint is not taken with --from-graph
+        main(["--from-graph", str(tmp_path / "ckpt"), str(tmp_path / "rt")])
+    with pytest.raises(SystemExit, match="not a model folder"):
+        main(["--from-graph", str(tmp_path)])

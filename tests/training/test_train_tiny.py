@@ -172,15 +172,16 @@ def test_param_groups_give_heads_their_own_rate(tiny_base_model):
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
 
-def trained_runtime_folder(base, root, tmp_path, steps):
-    """A tiny trained checkpoint and the fp32 ONNX runtime model folder built from it."""
+def trained_runtime_folder(base, root, tmp_path, steps, precision="fp32"):
+    """A tiny trained checkpoint and the ONNX runtime model folder built from it (fp32; int8
+    folders get a streaming graph too, as build-engine makes them)."""
     pytest.importorskip("onnxruntime")
     from streampunct.cli import main as cli
 
     teacher = run(tiny_config(base, root, tmp_path / "t", f"optim.max_steps={steps}"))
     folder = tmp_path / "runtime"
     assert cli(["build-engine", "--model", str(teacher.best_dir), "--backend", "onnxruntime",
-                "--precision", "fp32", "--out", str(folder)]) == 0
+                "--precision", precision, "--out", str(folder)]) == 0
     return teacher, folder
 
 
@@ -332,3 +333,37 @@ def test_stream_left_tuning_picks_the_least_left_context_within_tolerance(tiny_b
     assert 0.0 <= report.overall_f1 <= 100.0 and sum(report.confusion.sum(axis=1)) == len(words)
     # Without a score, the folder's engine plays every candidate (opened once).
     assert tune_stream_left(folder, docs, [4, 6], tolerance=100.0) == {"left": 4}
+
+
+def test_stream_cache_tuning_of_a_folder_with_a_streaming_graph(tiny_base_model, tiny_data_root, tmp_path,
+                                                               monkeypatch, capsys):
+    """The real score end to end: the tiny model's folder given its streaming graph
+    (int8, as build-engine makes it), tuned by the CLI on its two default validation sets."""
+    import training.data
+    from engines.ort_engine import open_stream_engine
+    from streampunct.model import load_model_info
+    from training.window_tuning import choose_stream_cache
+    from training.window_tuning import main as window_tuning
+
+    from .conftest import cased_text
+
+    _, folder = trained_runtime_folder(tiny_base_model, tiny_data_root, tmp_path, 10, precision="int8")
+    assert load_model_info(folder).metadata["stream_artifact"] == "model.stream.int8.onnx"
+    vw, vl = synthetic_words(150, seed=7)
+    (tiny_data_root / "cased_spoken" / "swda_val_cased.txt").write_text(cased_text(vw, vl) + "\n", encoding="utf-8")
+    monkeypatch.setattr(training.data, "resolve_cache", lambda _: tmp_path / "cache")  # not the repo's cache/
+    assert window_tuning([str(folder), "--stream-cache-tokens", "12", "4", "--data-root", str(tiny_data_root)]) == 0
+    meta = json.loads((folder / "streampunct.json").read_text())
+    tuning = meta["stream_cache_tuning"]
+    assert tuning["set"] == "dev2010 and SwDA validation (ted_iwslt_dev2010_cased.txt, swda_val_cased.txt)"
+    assert tuning["stream"].endswith(", int8")
+    assert [r["tokens"] for r in tuning["grid"]] == [4, 12] and set(tuning["without_cache"]) == {"dev2010", "swda_val"}
+    choice = choose_stream_cache(tuning["grid"], tuning["without_cache"], ["dev2010", "swda_val"])
+    assert meta["stream_cache_tokens"] == tuning["chosen"] == choice.tokens
+    assert load_model_info(folder).stream_cache_auto == choice.enabled == ("stream_cache" not in meta)
+    assert f"chosen stream_cache_tokens: {choice.tokens}" in capsys.readouterr().out
+    engine = open_stream_engine(folder)
+    try:
+        assert engine.cache_tokens == choice.tokens  # what serve and evaluate --live now keep
+    finally:
+        engine.close()
