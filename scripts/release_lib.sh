@@ -19,7 +19,7 @@ pinned_model() {
 }
 
 # stream_artifact DIR: the streaming graph DIR's streampunct.json names (cached left context;
-# build-engine adds one to onnxruntime int8 folders), or nothing.
+# build-engine adds one to onnxruntime int8 and int4 folders), or nothing.
 stream_artifact() {
   .venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("stream_artifact") or "")' \
       "$1/streampunct.json"

@@ -3,7 +3,7 @@
     python -m training.add_stream_graph CHECKPOINT MODEL_DIR
     python -m training.add_stream_graph --from-graph MODEL_DIR [--base-model DIR]
 
-``streampunct build-engine`` adds it to the onnxruntime int8 folders it
+``streampunct build-engine`` adds it to the onnxruntime int8 and int4 folders it
 builds; this adds it to a folder built before, with the same quantization
 as the folder's artifact (int8 or int4):
 

@@ -73,8 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="onnxruntime int8 / int4: also store the embedding tables as int8 / 4 bits "
                              "(smaller file)")
     parser.add_argument("--no-stream-graph", action="store_true",
-                        help="onnxruntime int8: do not add the streaming graph (cached left context for the "
-                             "server's windows; added by default for BERT-layout encoders, docs/server.md)")
+                        help="onnxruntime int8 / int4: do not add the streaming graph (cached left context for "
+                             "the server's windows, quantized as the folder's artifact; added by default for "
+                             "BERT- and MPNet-layout encoders, docs/server.md)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,13 +170,13 @@ def _run(args: argparse.Namespace) -> int:
     print(f"built {args.backend} {precision} from {ckpt}")
     for line in report.summary_lines():
         print(line)
-    if args.backend == "onnxruntime" and precision == "int8" and not args.no_stream_graph:
+    if args.backend == "onnxruntime" and precision in ("int8", "int4") and not args.no_stream_graph:
         from engines.stream_graph import build_stream_artifact
 
         try:
             stream = build_stream_artifact(module, args.out, source_sha256=sha256_files(files, ckpt),
                                            quantize_embeddings=args.quantize_embeddings)
-        except TypeError as e:  # not a BERT-layout encoder
+        except TypeError as e:  # neither a BERT- nor an MPNet-layout encoder
             print(f"no streaming graph: {e}")
         else:
             print(f"streaming graph (cached left context): {stream}")

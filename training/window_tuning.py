@@ -14,7 +14,7 @@ it). Less left context is fewer tokens per finalized word; the least within
 
 ``--stream-cache-tokens`` tunes the length of the cached left context of a
 folder with a streaming graph (``stream_artifact``; ``streampunct build-engine``
-adds one to onnxruntime int8 folders): each validation set of ``--valid``
+adds one to onnxruntime int8 and int4 folders): each validation set of ``--valid``
 (default dev2010 and SwDA validation) is played as one live stream at the
 server's defaults without the cache, then with each capacity
 (:func:`tune_stream_cache`). The rule (:func:`choose_stream_cache`): the
@@ -298,7 +298,7 @@ def require_stream_graph(directory: str | Path) -> dict[str, Any]:
     name = meta.get("stream_artifact")
     if not name:
         raise InputError(f"{directory} has no streaming graph (no stream_artifact in its streampunct.json), "
-                         "so there is no cache to tune: streampunct build-engine adds one to onnxruntime int8 "
+                         "so there is no cache to tune: streampunct build-engine adds one to onnxruntime int8 and int4 "
                          f"folders; python -m training.add_stream_graph CHECKPOINT {directory} to a folder built before")
     if not (directory / str(name)).is_file():
         raise InputError(f"{directory / str(name)} (the stream_artifact of {meta_path}) does not exist")

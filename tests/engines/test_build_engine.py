@@ -127,6 +127,22 @@ def test_cli_builds_folder_and_prints_parity(checkpoint, tmp_path, capsys):
     assert read_sidecar(out / "model.stream.int8.onnx").source_sha256 == sidecar.source_sha256
 
 
+def test_cli_int4_folder_gets_an_int4_streaming_graph(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+    out = tmp_path / "base"
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(out), "--precision", "int4"]) == 0
+    assert f"streaming graph (cached left context): {out}/model.stream.int4.onnx" in capsys.readouterr().out
+    info = json.loads((out / "streampunct.json").read_text())
+    assert info["artifact"] == "model.int4.onnx" and info["stream_artifact"] == "model.stream.int4.onnx"
+    stream = read_sidecar(out / "model.stream.int4.onnx")
+    assert stream.precision == "int4" and stream.recipe["block_size"] == read_sidecar(out / "model.int4.onnx").recipe["block_size"]
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "plain"), "--precision", "int4",
+                 "--no-stream-graph"]) == 0
+    assert not (tmp_path / "plain" / "model.stream.int4.onnx").exists()
+
+
 def test_cli_refuses_test_sets(checkpoint, tmp_path, capsys):
     from streampunct.cli import main
 
