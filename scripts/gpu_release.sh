@@ -26,7 +26,7 @@
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
 #   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
 #   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
-#       python -m engines.weight_codes models/base/model.int4.onnx build/T/model.int4.onnx
+#       python -m engines.weight_codes models/base/model.stream.int4.onnx build/T/model.int4.onnx
 #
 # History. Run 1 (2026-11-26, docs/training.md "Release 6"): b's budgets were larger and the
 # teacher did not come back (its int4 graph is 65.5 MiB, over one call's 64 MiB); held 791 s of
@@ -159,9 +159,12 @@ prepare)
     # (and one device call, stage t K, between a and b) each
     pack_up "$T"
   else
-    head -c $SPLIT models/base/model.int4.onnx > .gpuA/teacher.part1
-    tail -c +$((SPLIT + 1)) models/base/model.int4.onnx > .gpuB/teacher.part2
-    cp models/base/{model.int4.onnx.json,streampunct.json,tokenizer.json} .gpuB/base/
+    # models/base's one 4-bit graph (its streaming graph since 2026-11-26, release_base_stream.sh)
+    bg=$(.venv/bin/python -c 'import json; print(json.load(open("models/base/streampunct.json"))["artifact"])')
+    head -c $SPLIT "models/base/$bg" > .gpuA/teacher.part1
+    tail -c +$((SPLIT + 1)) "models/base/$bg" > .gpuB/teacher.part2
+    cp "models/base/$bg.json" models/base/{streampunct.json,tokenizer.json} .gpuB/base/
+    echo "$bg" > .gpuB/base_graph
   fi
   cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
   cp $D/ted_talks/ted.jsonl.gz .gpuA/data/ted_talks/
@@ -216,7 +219,7 @@ b)
   else
     [[ -f $G/teacher.part1 ]] || { echo "no $G/teacher.part1 and no teacher carried up (stage t)" >&2; exit 3; }
     mkdir -p $G/base
-    cat $G/teacher.part1 .gpuB/teacher.part2 > $G/base/model.int4.onnx
+    cat $G/teacher.part1 .gpuB/teacher.part2 > "$G/base/$(cat .gpuB/base_graph)"
     cp .gpuB/base/* $G/base/
     # dithered (+-0.5 step): weights imported on a quantized graph's grid and trained by less
     # than half a step export back to that graph's codes (run 2's teacher: 99.85% of models/base's)

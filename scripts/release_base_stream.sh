@@ -21,12 +21,17 @@ sp=.venv/bin/streampunct
 out=benchmarks/results/base_stream
 dir=build/base_one
 dev=../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt
+BEFORE=e161614  # the last commit whose models/base is the plain int4 graph
 mkdir -p $out
 . scripts/release_lib.sh
 case "${1:?usage: release_base_stream.sh build|tune|check|ship|score}" in
 build)
   rm -rf $dir build/base_stream
   cp -r models/base build/base_stream
+  if [[ ! -f build/base_stream/model.int4.onnx ]]; then  # after ship: the graph as it was before
+    rm -f build/base_stream/model.stream.int4.onnx*
+    for f in model.int4.onnx model.int4.onnx.json streampunct.json; do git show "$BEFORE:models/base/$f" > build/base_stream/$f; done
+  fi
   [[ -f cache/import_dither/mpnet/config.json ]] || mpnet_config cache/import_dither/mpnet models/base/tokenizer.json
   $py -m training.add_stream_graph --from-graph build/base_stream --base-model cache/import_dither/mpnet
   mkdir -p $dir
@@ -43,8 +48,11 @@ tune)
   tune_stream_cache $dir 40 60 80
   ;;
 check)
-  $py -m engines.weight_codes models/base/model.int4.onnx $dir/model.stream.int4.onnx --json $out/weight_codes.json
-  for m in models/base $dir; do
+  $py -m engines.weight_codes build/base_stream/model.int4.onnx $dir/model.stream.int4.onnx --json $out/weight_codes.json
+  rm -rf build/base_before && mkdir -p build/base_before  # models/base as it was, its int4 graph alone
+  cp build/base_stream/{model.int4.onnx,model.int4.onnx.json,tokenizer.json} build/base_before/
+  git show "$BEFORE:models/base/streampunct.json" > build/base_before/streampunct.json
+  for m in build/base_before $dir; do
     $sp evaluate --model $m --text --data $dev --json $out/dev2010_$(basename $m).json
   done
   $sp evaluate --model $dir --text --data $dev --live --stream-cache on --json $out/live_dev2010_cache.json

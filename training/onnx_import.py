@@ -39,7 +39,8 @@ from training.cli_support import run_tool
 
 log = logging.getLogger(__name__)
 
-_PREFIX = "inner."
+#: module prefixes of exported parameter names: the runtime graph's wrapper, the streaming graph's
+_PREFIXES = ("inner.", "model.")
 _QUANT = "_quantized"
 _Q4 = "_Q4"  # suffix of MatMulNBitsQuantizer's packed tables
 
@@ -115,7 +116,10 @@ def onnx_state_dict(onnx_path: str | Path, *, dither: float = 0.0, seed: int = 0
             consumers.setdefault(name, []).append(node)
 
     def torch_name(name: str) -> str:
-        return name[len(_PREFIX):] if name.startswith(_PREFIX) else name
+        for prefix in _PREFIXES:
+            if name.startswith(prefix):
+                return name[len(prefix):]
+        return name
 
     def bias_after(weight: str, op: str) -> str:
         """The named bias added to the product of ``weight`` (a MatMul's B input)."""

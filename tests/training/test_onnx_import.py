@@ -195,3 +195,29 @@ def test_a_folder_without_its_checkpoint_gets_a_streaming_graph_from_its_own_gra
         main(["--from-graph", str(tmp_path / "ckpt"), str(tmp_path / "rt")])
     with pytest.raises(SystemExit, match="not a model folder"):
         main(["--from-graph", str(tmp_path)])
+
+
+def test_a_streaming_graph_imports_like_the_graph_it_was_built_from(tiny_base_model, tmp_path):
+    """models/base's one graph is its streaming graph: it must import (and continue training)
+    as the plain graph does; its parameter names carry the stream module's prefix."""
+    import json
+    import shutil
+
+    from training.add_stream_graph import add_stream_graph_from_graph
+
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=True)
+    add_stream_graph_from_graph(tmp_path / "rt", str(tiny_base_model))
+    plain = onnx_state_dict(tmp_path / "rt" / "model.int8.onnx")
+    stream = onnx_state_dict(tmp_path / "rt" / "model.stream.int8.onnx")
+    assert set(stream) == set(plain)
+    for name, w in plain.items():
+        np.testing.assert_allclose(stream[name], w, atol=float(np.abs(w).max()) / 60 + 1e-7, err_msg=name)
+    one = tmp_path / "one"  # the streaming graph as the folder's only graph, as models/base ships
+    one.mkdir()
+    for f in ("model.stream.int8.onnx", "model.stream.int8.onnx.json", "tokenizer.json"):
+        shutil.copy(tmp_path / "rt" / f, one / f)
+    meta = json.loads((tmp_path / "rt" / "streampunct.json").read_text())
+    (one / "streampunct.json").write_text(json.dumps({**meta, "artifact": "model.stream.int8.onnx"}))
+    ckpt = import_runtime_model(one, tmp_path / "ckpt", base_model=str(tiny_base_model))
+    model, info = load_checkpoint(ckpt)
+    assert info["imported_from"].endswith("model.stream.int8.onnx") and model.case_head is not None
