@@ -92,8 +92,9 @@ def stream_module(model: Any) -> Any:
     keys: they are the stream cache's contract (:class:`streampunct.stream_cache.KVCache`):
     a row's ``c`` real cached tokens hold the ``c`` positions just before its first new
     token that is not CLS (row 0, or row 1 when row 0 is CLS at position 0), oldest
-    first, and a row's real cache entries come before its padding. Positions count from 0 (CLS); MPNet's embedding table is offset
-    by its padding index + 1, as its own position ids are.
+    first, and a row's real cache entries come before its padding. Positions count from
+    0 (CLS); MPNet's embedding table is offset by its padding index + 1, as its own
+    position ids are.
     """
     torch = require("torch", feature="the streaming graph")
     enc = model.encoder
@@ -120,7 +121,7 @@ def stream_module(model: Any) -> Any:
                                   token_type_ids=torch.zeros_like(input_ids))
 
         def _position_bias(self, position_ids, attention_mask):
-            """MPNet's relative position bias [B, heads, T, C+T] (zeros-free: None for BERT)."""
+            """MPNet's relative position bias [B, heads, T, C+T]; None for BERT, which has none."""
             if kind != "mpnet":
                 return None
             t = position_ids.shape[1]
@@ -134,7 +135,8 @@ def stream_module(model: Any) -> Any:
             past_pos = first - held + slots  # real slots: the positions just before it
             keys = torch.cat([past_pos, position_ids], dim=1)
             relative = keys[:, None, :] - position_ids[:, :, None]  # [B, T, C+T]
-            bucket = enc.encoder.relative_position_bucket(relative, num_buckets=enc.encoder.relative_attention_bias.num_embeddings)
+            bucket = enc.encoder.relative_position_bucket(
+                relative, num_buckets=enc.encoder.relative_attention_bias.num_embeddings)
             return enc.encoder.relative_attention_bias(bucket).permute(0, 3, 1, 2)
 
         def forward(self, input_ids, position_ids, attention_mask, past_kv):

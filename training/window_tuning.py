@@ -305,6 +305,17 @@ def require_stream_graph(directory: str | Path) -> dict[str, Any]:
     return meta
 
 
+def stream_cache_grid(tokens_grid: Sequence[int]) -> list[int]:
+    """The capacities to try, sorted and distinct; :class:`~streampunct.errors.InputError`
+    unless there is one and each is a positive integer."""
+    from streampunct.errors import InputError
+
+    grid = sorted(set(tokens_grid))
+    if not grid or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in grid):
+        raise InputError(f"cache capacities are positive integers, got {list(tokens_grid)}")
+    return grid
+
+
 def _stream_cache_sets(sets: Sequence[str]) -> str:
     from training.data import source_paths
 
@@ -339,9 +350,7 @@ def tune_stream_cache(directory: str | Path, docs_by_set: Mapping[str, Sequence[
     """
     directory = Path(directory)
     require_stream_graph(directory)
-    grid = sorted(set(tokens_grid))
-    if not grid or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in grid):
-        raise ValueError(f"cache capacities are positive integers, got {list(tokens_grid)}")
+    grid = stream_cache_grid(tokens_grid)
     sets = list(docs_by_set)
     if not sets:
         raise ValueError("no validation sets")
@@ -440,8 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sets = list(dict.fromkeys(args.valid or STREAM_CACHE_SETS))
         try:
             require_stream_graph(args.model)  # before loading any data
-            if any(t < 1 for t in args.stream_cache_tokens):
-                raise InputError(f"--stream-cache-tokens must be >= 1, got {args.stream_cache_tokens}")
+            stream_cache_grid(args.stream_cache_tokens)
             root, cache = data_root(args.data_root or ""), resolve_cache("cache")
             docs_by_set = {s: load_validation_docs(s, root, cache) for s in sets}
             choice = tune_stream_cache(args.model, docs_by_set, args.stream_cache_tokens)

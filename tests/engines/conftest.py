@@ -144,3 +144,15 @@ def parity_windows(words_path: Path, tokenizer_path: Path, size: int = 62, left:
 @pytest.fixture(scope="session")
 def tiny_windows(tiny_export, tiny_words):
     return parity_windows(tiny_words, tiny_export.path.parent / "tokenizer.json")
+
+
+def tiny_two_head_model(folder: Path, config, seed: int = 0):
+    """A random-init ``PunctuationModel`` with punctuation and case heads on the Hugging
+    Face ``config`` (saved into ``folder``), no dropout, in eval mode."""
+    import torch
+
+    from training.model import build_model
+
+    config.save_pretrained(folder)
+    torch.manual_seed(seed)
+    return build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()

@@ -13,19 +13,16 @@ from engines.onnx_export import export_onnx  # noqa: E402
 from engines.ort_engine import OrtEngine  # noqa: E402
 from streampunct.labels import CAPITALIZED, LOWER, UPPER  # noqa: E402
 from streampunct.text import apply_case, render  # noqa: E402
+from tests.engines.conftest import tiny_two_head_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def two_head_model(tmp_path_factory):
     from transformers import BertConfig
 
-    from training.model import build_model
-
-    folder = tmp_path_factory.mktemp("bert")
-    BertConfig(vocab_size=120, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-               intermediate_size=32, max_position_embeddings=64).save_pretrained(folder)
-    torch.manual_seed(0)
-    return build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()
+    return tiny_two_head_model(tmp_path_factory.mktemp("bert"), BertConfig(
+        vocab_size=120, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=64))
 
 
 def test_export_has_both_heads_and_matches_torch(two_head_model, tmp_path):

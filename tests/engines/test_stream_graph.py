@@ -19,20 +19,17 @@ from engines.stream_graph import (  # noqa: E402
     stream_interface_problems,
     stream_module,
 )
+from tests.engines.conftest import tiny_two_head_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     from transformers import BertConfig
 
-    from training.model import build_model
-
-    folder = tmp_path_factory.mktemp("bert")
-    BertConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-               intermediate_size=32, max_position_embeddings=64).save_pretrained(folder)
-    torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()
+    model = tiny_two_head_model(tmp_path_factory.mktemp("bert"), BertConfig(
+        vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=64))
     with torch.no_grad():  # sharper attention than a fresh init's near-uniform one: context matters
         for layer in model.encoder.encoder.layer:
             layer.attention.self.query.weight.mul_(20.0)
@@ -157,14 +154,10 @@ def test_a_graph_that_drifts_from_torch_is_refused(model, tmp_path):
 def mpnet(tmp_path_factory):
     from transformers import MPNetConfig
 
-    from training.model import build_model
-
-    folder = tmp_path_factory.mktemp("mpnet")
-    MPNetConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                max_position_embeddings=160, relative_attention_num_buckets=32).save_pretrained(folder)
-    torch.manual_seed(1)
     torch.set_num_threads(1)
-    model = build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()
+    model = tiny_two_head_model(tmp_path_factory.mktemp("mpnet"), MPNetConfig(
+        vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=160, relative_attention_num_buckets=32), seed=1)
     with torch.no_grad():
         for layer in model.encoder.encoder.layer:
             layer.attention.attn.q.weight.mul_(20.0)
