@@ -311,9 +311,10 @@ def _parse_object(text: str | bytes) -> dict[str, Any]:
 
 
 def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None:
-    value = obj.get(name)
-    if value is None:
+    """An option that may be absent (None); present, it must be a JSON integer (not null)."""
+    if name not in obj:
         return None
+    value = obj[name]
     # bool is an int subclass in Python; true/false is not a number on the wire.
     if type(value) is not int:
         raise _bad(f"'{name}' must be an integer")
@@ -323,9 +324,10 @@ def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None
 
 
 def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
-    value = obj.get(name)
-    if value is None:
+    """An option that may be absent (None); present, it must be true or false (not null)."""
+    if name not in obj:
         return None
+    value = obj[name]
     if not isinstance(value, bool):
         raise _bad(f"'{name}' must be true or false")
     return value

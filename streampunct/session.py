@@ -241,16 +241,18 @@ class Session:
             return
         if isinstance(exc, EngineFailedError):
             self._log.error("engine failure: %s", exc)
-            self._emit([Error(ErrorCode.INTERNAL, "the punctuation engine failed; closing the stream")])
-            sent = asyncio.ensure_future(self._outbox.join())
-            await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
-                sent.cancel()
-                await self._writer_stopped(writer)
-                return
-            await self._close(CloseCode.INTERNAL_ERROR, "engine failure")
+            detail, reason = "the punctuation engine failed; closing the stream", "engine failure"
+        else:  # a bug: the client still gets the contract's error before the 1011 close
+            self._log.error("internal error in the session driver", exc_info=exc)
+            detail, reason = "internal server error; closing the stream", "internal error"
+        self._emit([Error(ErrorCode.INTERNAL, detail)])
+        sent = asyncio.ensure_future(self._outbox.join())
+        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
+            sent.cancel()
+            await self._writer_stopped(writer)
             return
-        raise exc
+        await self._close(CloseCode.INTERNAL_ERROR, reason)
 
     # -- reader --------------------------------------------------------------
     async def _read(self) -> bool:

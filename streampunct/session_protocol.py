@@ -112,6 +112,8 @@ class SessionProtocol:
         self._until: deque[tuple[int, _Until]] = deque()
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
         self._partial_owed = False  # a hypothesis change still waits for its partial
+        # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
+        self._end_at: float | None = None
 
     def _new_state(self) -> StreamState:
         return StreamState(self._aligner, self._window, self.options)
@@ -181,7 +183,13 @@ class SessionProtocol:
             return self._settle()
         if isinstance(message, EndRequest):
             self.end_received = True
-            return self.finish(now, end_of_stream=True)
+            out = self._owed_partial()  # an empty partial, when that is what is owed
+            if self._partial_owed:
+                # "a new hypothesis is answered by a partial": that partial comes first, then
+                # the stream ends as of now (its finals are the same as without the wait)
+                self._end_at = now
+                return out
+            return out + self.finish(now, end_of_stream=True)
         raise TypeError(f"not a client message: {message!r}")
 
     def finish(self, now: float, *, end_of_stream: bool = False) -> list[ServerMessage]:
@@ -190,6 +198,8 @@ class SessionProtocol:
         The client's ``end`` ends the stream, so its last word gets a sentence mark
         (``StreamState.end``); a shutdown only flushes (the speech may go on in a new session).
         """
+        if self._end_at is not None:  # the client's end, deferred for a partial
+            now, end_of_stream, self._end_at = self._end_at, True, None
         self._finishing = True
         self._partial_owed = False
         if end_of_stream:
@@ -232,10 +242,16 @@ class SessionProtocol:
     # -- model calls ---------------------------------------------------------
     def next_request(self, now: float) -> WindowRequest | None:
         """The next model call (finals first, then a partial when partials are on)."""
+        if self._end_at is not None:
+            # Only the partial owed before ``end``: the finals wait for ``end``, so that they
+            # are grouped and labeled as without the wait (one decision at ``end``).
+            return self.state.next_request(self._end_at, partial=True, finals=False)
         return self.state.next_request(now, partial=self.options.partials and not self._finishing)
 
     def next_deadline(self) -> float | None:
         """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
+        if self._end_at is not None:
+            return None  # ``end`` decides every word once the owed partial is out
         return self.state.next_deadline()
 
     def abort(self, request: WindowRequest) -> None:
@@ -243,7 +259,17 @@ class SessionProtocol:
         self.state.abort(request)
 
     def apply(self, request: WindowRequest, logits: np.ndarray) -> list[ServerMessage]:
-        """Take the logits (float32[T, C]) of ``request``; the messages they produce."""
+        """Take the logits (float32[T, C]) of ``request``; the messages they produce.
+
+        A request of a stream state that a ``config`` has since replaced (a
+        partial of a hypothesis sent before the first words: no final can be in
+        flight then) is stale: its labels are dropped, and the new state labels
+        the hypothesis under the new options.
+        """
+        if request is not self.state.in_flight:
+            if not request.partial:
+                raise ValueError("apply() got a final request that is not in flight for this stream")
+            return self._owed_partial()
         decisions = self.state.apply(request, logits)
         if request.partial:
             # A partial that comes back after end or shutdown is no longer news.
@@ -251,7 +277,13 @@ class SessionProtocol:
         else:
             out = [self._final(decisions)] if decisions else []
             out += self._settle()
-        return out + self._owed_partial()
+        return out + self._owed_partial() + self._deferred_end()
+
+    def _deferred_end(self) -> list[ServerMessage]:
+        """The client's ``end``, once the partial it waited for is out."""
+        if self._end_at is None or self._partial_owed:
+            return []
+        return self.finish(self._end_at, end_of_stream=True)
 
     # -- output --------------------------------------------------------------
     def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool,

@@ -262,15 +262,16 @@ class StreamState:
         return self._arrival[n] + self.stream.max_delay_ms / 1000.0
 
     # -- model calls ---------------------------------------------------------
-    def next_request(self, now: float, *, partial: bool = False) -> WindowRequest | None:
-        """The next model call: final work first, then (if asked) a partial.
+    def next_request(self, now: float, *, partial: bool = False, finals: bool = True) -> WindowRequest | None:
+        """The next model call: final work first (unless ``finals`` is false), then (if
+        asked) a partial.
 
         None while a request is in flight or when there is nothing to do.
         """
         if self._in_flight is not None:
             return None
         n_dec = self.n_decidable(now) - self._base
-        if self._requested < n_dec:
+        if finals and self._requested < n_dec:
             # The next decision: the words that became decidable when the first pending one
             # did, with the words that had arrived by then as right context.
             when = self._decidable_time[self._requested]

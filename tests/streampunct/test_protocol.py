@@ -72,6 +72,11 @@ def test_unknown_fields_are_ignored():
         '{"type": "config", "max_delay_ms": 1e9}',
         '{"type": "config", "partials": 1}',
         '{"type": "config", "capitalize": "yes"}',
+        # null is not "absent": an option, when sent, must have its type
+        '{"type": "config", "right_context": null}',
+        '{"type": "config", "max_delay_ms": null}',
+        '{"type": "config", "partials": null}',
+        '{"type": "config", "capitalize": null}',
         b'{"type": "flush"}',
     ],
 )

@@ -378,6 +378,24 @@ async def test_session_limit_is_enforced_at_the_handshake(start_server):
 # -- failures, shutdown, cleanup --------------------------------------------------------
 
 
+async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(start_server, monkeypatch):
+    from streampunct.session_protocol import SessionProtocol
+
+    def broken(self, request, logits):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(SessionProtocol, "apply", broken)
+    server = await start_server()
+    client = await StreamClient.connect(server.url, right_context=0)
+    await client.send_words(WORDS[:3])
+    messages = [m async for m in client]
+    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
+        (ErrorCode.INTERNAL, "internal server error; closing the stream")
+    ]
+    assert client.close_code == 1011
+    assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
+
+
 async def test_engine_failure_reaches_only_the_affected_session(start_server, fake_engine_cls, fake_labels, aligner):
     (poison,) = aligner.word_ids("poison")
     server = await start_server(engine=fake_engine_cls(fail_token=poison))
@@ -492,6 +510,40 @@ async def test_hypotheses_are_punctuated_in_partials_and_never_finalized(start_s
         (w, 0.5 * i, 0.5 * i + 0.4) for i, w in enumerate(committed)
     ]
     assert transcript.ended_words == 5
+
+
+async def test_config_after_a_hypothesis_whose_partial_is_in_flight(start_server, fake_engine_cls, fake_labels):
+    # A hypothesis before the first words is labeled at once; a config right after
+    # it (allowed: a hypothesis is not words) replaces the stream's options while
+    # that partial is in the (slow) engine. It used to close the session with 1011.
+    server = await start_server(engine=fake_engine_cls(delay_s=0.1))
+    async with await StreamClient.connect(server.url, partials=True) as client:
+        await client.send_raw(json.dumps({"type": "hypothesis", "words": ["hmm"]}))
+        await asyncio.sleep(0.02)  # the hypothesis' partial is now in flight
+        await client.send_raw(json.dumps({"type": "config", "right_context": 1}))
+        transcript = Transcript()
+        messages = await read_until(client, "config", transcript)
+        messages += await read_until(client, "partial", transcript)
+        assert [w.w for w in messages[-1].hypothesis] == ["hmm"]
+        await client.send_words(WORDS[:4])
+        transcript, rest = await finish(client, transcript)
+    assert not transcript.errors
+    assert transcript.words == WORDS[:4] and transcript.labels == ended(fake_labels(WORDS[:4]))
+    assert transcript.ended_words == 4 and client.close_code == 1000
+
+
+async def test_a_hypothesis_right_before_end_is_answered_before_the_end(start_server, fake_engine_cls, fake_labels):
+    server = await start_server(engine=fake_engine_cls(delay_s=0.05))
+    async with await StreamClient.connect(server.url, right_context=2, max_delay_ms=60_000, partials=True) as client:
+        await client.send_words(WORDS[:5])
+        await client.send_raw(json.dumps({"type": "hypothesis", "words": ["came", "to"]}))
+        transcript, messages = await finish(client)  # end at once, behind the hypothesis
+    kinds = [m.type for m in messages]
+    assert kinds[-1] == "end" and kinds.count("end") == 1
+    last_partial = max(k for k, kind in enumerate(kinds) if kind == "partial")
+    assert [w.w for w in messages[last_partial].hypothesis] == ["came", "to"]
+    assert transcript.words == WORDS[:5] and transcript.labels == ended(fake_labels(WORDS[:5]))
+    assert client.close_code == 1000
 
 
 async def test_finals_echo_start_and_end_on_the_wire(start_server):

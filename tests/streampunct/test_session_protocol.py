@@ -102,6 +102,38 @@ def test_ready_first_and_config_only_before_words():
     assert driver.protocol.options == SessionOptions(1, 2000, True, True)
 
 
+def test_a_config_while_a_hypothesis_partial_is_in_flight_drops_that_partial():
+    # Config is allowed until the first words message, hypotheses included, so a
+    # partial of the old options can be in flight when the options change.
+    driver = Driver(SessionOptions(right_context=1, partials=True))
+    protocol = driver.protocol
+    protocol.receive(HypothesisMessage((Word("t1x1"), Word("t2x2"))), 0.0)
+    stale = protocol.next_request(0.0)
+    assert stale is not None and stale.partial and stale.hypothesis == ("t1x1", "t2x2")
+    [applied] = protocol.receive_frame('{"type": "config", "right_context": 2}', 0.0)
+    assert applied == ConfigApplied(SessionOptions(2, 2000, True, False))
+    assert protocol.apply(stale, context_infer(stale.input_ids)) == []  # stale: dropped, no error
+    fresh = protocol.next_request(0.0)
+    assert fresh is not None and fresh is not stale and fresh.hypothesis == ("t1x1", "t2x2")
+    [partial] = protocol.apply(fresh, context_infer(fresh.input_ids))
+    assert isinstance(partial, Partial) and [w.w for w in partial.hypothesis] == ["t1x1", "t2x2"]
+    replies = driver.send(WordsMessage((Word("t1x3"), Word("t3x4"))))
+    replies += driver.send(EndRequest())
+    finals = [w for m in replies if isinstance(m, Final) for w in m.words]
+    assert [w.w for w in finals] == ["t1x3", "t3x4"] and replies[-1] == Ended(2)
+
+
+def test_a_config_that_turns_partials_off_drops_the_partial_in_flight():
+    driver = Driver(SessionOptions(right_context=1, partials=True))
+    protocol = driver.protocol
+    protocol.receive(HypothesisMessage((Word("t1x1"),)), 0.0)
+    stale = protocol.next_request(0.0)
+    assert stale is not None and stale.partial
+    protocol.receive_frame('{"type": "config", "partials": false}', 0.0)
+    assert protocol.apply(stale, context_infer(stale.input_ids)) == []
+    assert protocol.next_request(0.0) is None
+
+
 def test_flush_answers_after_its_finals_and_end_closes_normally():
     driver = Driver(SessionOptions(right_context=5, max_delay_ms=60_000))
     driver.send(WordsMessage(tuple(Word(w) for w in words((1, 1), (2, 2), (1, 3)))))
@@ -203,10 +235,20 @@ _event = st.one_of(
 )
 
 
-def _run(events, options: SessionOptions, with_hypotheses: bool) -> Driver:
+def _run(events, options: SessionOptions, with_hypotheses: bool, end_at_once: bool = False) -> Driver:
+    """``end_at_once``: ``end`` comes right behind the last message, before any model call
+    runs for it (a hypothesis' partial is still owed when ``end`` arrives)."""
     driver = Driver(options)
     t = 0.0
     for k, (kind, specs, dt) in enumerate(events):
+        if end_at_once and k == len(events) - 1 and (kind != "hyp" or with_hypotheses):
+            if kind == "words":
+                message = WordsMessage(tuple(Word(w, t + i, t + i + 0.5) for i, w in enumerate(words(*specs))))
+            else:
+                message = FlushRequest() if kind == "flush" else HypothesisMessage(tuple(Word(w) for w in words(*specs)))
+            driver.advance(driver.now + dt)
+            driver.out.extend(driver.protocol.receive(message, driver.now))  # no model call yet
+            break
         if kind == "words":
             message = WordsMessage(tuple(Word(w, t + i, t + i + 0.5) for i, w in enumerate(words(*specs))))
             driver.send(message, dt)
@@ -246,3 +288,43 @@ def test_finals_are_identical_with_and_without_hypotheses(events, right_context,
         position += len(final.words)
     assert all(w.start is not None and w.end == w.start + 0.5 for f in finals for w in f.words)
     assert with_hyp.out[-1] == Ended(len(committed))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(_event, min_size=1, max_size=12),
+    right_context=st.integers(0, 4),
+    max_delay_ms=st.sampled_from([0, 100, 60_000]),
+    partials=st.booleans(),
+)
+def test_end_right_behind_a_hypothesis_answers_it_first_and_changes_no_final(
+    events, right_context, max_delay_ms, partials
+):
+    options = SessionOptions(right_context, max_delay_ms, partials, capitalize=True)
+    with_hyp = _run(events, options, with_hypotheses=True, end_at_once=True)
+    without = _run(events, options, with_hypotheses=False, end_at_once=True)
+    assert with_hyp.of(Final) == without.of(Final)
+    committed = [w for kind, specs, _ in events if kind == "words" for w in words(*specs)]
+    assert with_hyp.out[-1] == Ended(len(committed))
+    assert [m for m in with_hyp.out if isinstance(m, Ended)] == [with_hyp.out[-1]]
+    kind, specs, _ = events[-1]
+    partials_out = with_hyp.of(Partial)
+    if partials and kind == "hyp":  # "a new hypothesis is answered by a partial", before the end
+        assert partials_out and [w.w for w in partials_out[-1].hypothesis] == words(*specs)
+    if not partials:
+        assert not partials_out
+
+
+def test_end_while_a_final_is_in_flight_and_a_cleared_hypothesis_is_owed():
+    # The owed partial turns out empty (nothing provisional is left) once the final lands.
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=0, partials=True))
+    protocol.receive(WordsMessage((Word("t1x1"),)), 0.0)
+    final_request = protocol.next_request(0.0)
+    assert final_request is not None and not final_request.partial
+    protocol.receive(HypothesisMessage((Word("t1x2"),)), 0.0)
+    protocol.receive(HypothesisMessage(()), 0.0)
+    assert protocol.receive(EndRequest(), 0.0) == []  # waits for the final in flight
+    replies = protocol.apply(final_request, context_infer(final_request.input_ids))
+    assert [type(m) for m in replies] == [Final, Partial, Ended]
+    assert replies[1] == Partial(1, (), "", ()) and protocol.finished
