@@ -13,9 +13,9 @@ The same schedules are then played through the simulation
 ``StreamState``, one window per decision) with the same model, and the
 report gives both F1s, their label agreement and the words where they
 differ. Windows follow the schedule, not the load. With padded engine calls
-(the server's default) an int8 engine's activation scales span each call,
+(``--batch-rows padded``) an int8 engine's activation scales span each call,
 so other streams move about 0.6% of the labels; with ``--batch-rows exact``
-the server runs int8 windows alone and the two differ only where the
+(the server's default) the server runs int8 windows alone and the two differ only where the
 schedule the server saw was not the one planned (a chunk that reached it a
 few ms late, next to a word's delay bound).
 """
@@ -202,7 +202,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
     p.add_argument("--engine", default=d.engine)
     p.add_argument("--batch-rows", choices=BATCH_ROWS, default=None,
-                   help="serve --batch-rows of the child server (default: the server's, padded); 'exact' "
+                   help="serve --batch-rows of the child server (default: the server's, exact); 'exact' "
                         "runs int8 windows alone, so the server gives the simulation's labels")
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
                    help="serve --stream-cache of the child server, and the simulation's (default: %(default)s)")

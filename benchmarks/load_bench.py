@@ -612,7 +612,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-workers", type=int, default=d.engine_workers,
                    help="engines the started server runs side by side (default: the server's, auto)")
     p.add_argument("--batch-rows", choices=BATCH_ROWS, default=d.batch_rows,
-                   help="serve --batch-rows of the started server (default: the server's, padded)")
+                   help="serve --batch-rows of the started server (default: the server's, exact)")
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
                    help="serve --stream-cache of the started server (default: the server's, auto)")
     p.add_argument("--stream-cache-tokens", type=int, default=d.stream_cache_tokens, metavar="N",

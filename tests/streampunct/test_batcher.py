@@ -325,7 +325,7 @@ async def test_exact_runs_each_window_alone_when_rows_depend_on_the_batch():
 async def test_padded_rows_change_the_labels_of_such_an_engine():
     # The reason for 'alone': the same windows in one padded call get other labels.
     engine = BatchScaledEngine()
-    batcher, records = await started(engine, max_batch=8, max_wait_ms=50)  # padded, the default
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=50, batch_rows="padded")
     windows = [np.arange(3, 3 + n, dtype=np.int64) * k for k, n in [(1, 4), (2, 7), (3, 2), (5, 5)]]
     try:
         assert not batcher.rows_alone

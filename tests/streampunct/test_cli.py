@@ -234,8 +234,8 @@ def test_serve_batch_rows_option():
 
     p = argparse.ArgumentParser()
     serve.add_arguments(p)
-    assert serve.build_config(p.parse_args([])).batching.batch_rows == "padded"
-    for mode in ("exact", "alone"):
+    assert serve.build_config(p.parse_args([])).batching.batch_rows == "exact"
+    for mode in ("padded", "alone"):
         assert serve.build_config(p.parse_args(["--batch-rows", mode])).batching.batch_rows == mode
     with pytest.raises(SystemExit):
         p.parse_args(["--batch-rows", "sometimes"])
