@@ -22,8 +22,17 @@
 #       punctuates them (training.soft_density, MIN_CAPTION_RATIO) and packs the teacher's
 #       checkpoint (fp16 weights, ~220 MB in 15 MB parts) on the CPU cores while the student trains
 #   device runs, at once after b: bash scripts/gpu_release.sh c 0, c 1, c 2, c 3 (four parts each)
-#   bash scripts/gpu_release.sh unpack DIR   # here: models/ back; DIR (b's files) into
+#   bash scripts/gpu_release.sh unpack DIR...  # here: models/ back; DIR (b's files, and s K's) into
 #                                         # checkpoints/gpu_student/best and benchmarks/results/gpu_release/
+#
+# The student. STUDENT=minilm5 (default): the shipped default model imported from its int8 graph,
+# as in runs 1 and 2; its checkpoint (3 parts) comes back with b. STUDENT=mpnet4 (set for b): the
+# first 4 of the trained teacher's 12 layers (training.drop_layers), 768 wide, which as an int8
+# streaming graph carries the 150 real-time sessions (results.md, "What would close 74 / 66"; on
+# the CPU without soft labels it reached dev2010 67.7: docs/training.md, "A 4-layer MPNet
+# student"). Its checkpoint (fp16, ~105 MB) is too large for b's return, so b leaves it in 15 MB
+# parts on the device and two calls fetch it: bash scripts/gpu_release.sh s 0, s 1 (four parts
+# each), then unpack DIR_b DIR_s0 DIR_s1.
 #   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
 #   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
 #       python -m engines.weight_codes models/base/model.stream.int4.onnx build/T/model.int4.onnx
@@ -42,7 +51,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|pack-up DIR|assemble-up}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|s K|unpack DIR...|t K|unpack-teacher DIR...|pack-up DIR|assemble-up}"
+STUDENT="${STUDENT:-minilm5}"  # the student b distils: minilm5 or mpnet4 (the header says how each comes back)
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 UP="${UP_DIR:-.gpuT}"  # here: prefix of the folders that carry an earlier GPU teacher up (t K)
 
@@ -147,6 +157,24 @@ assemble_up() {
   unpack_checkpoint $G/teacher_init "$PY" $G/up/teacher_f16.tar.part*
 }
 
+# fetch_parts NAME K: parts 4K..4K+3 of $G/NAME.tar.partNN into $OUT, with their total in
+# $OUT/NAME_parts_total.txt (NAME teacher_f16 for stage c, student_f16 for stage s)
+fetch_parts() {
+  local name=$1 k=$2 n i f
+  n=$(ls $G/$name.tar.part* | wc -l)
+  for i in 0 1 2 3; do
+    f=$G/$name.tar.part$(printf %02d $((4 * k + i)))
+    [[ -f $f ]] && cp "$f" "$OUT/"
+  done
+  echo "$n" > "$OUT/${name%_f16}_parts_total.txt"
+  ls -la "$OUT"
+}
+
+case "$STUDENT" in
+minilm5|mpnet4) ;;
+*) echo "STUDENT must be minilm5 or mpnet4, not $STUDENT" >&2; exit 2 ;;
+esac
+
 case "$stage" in
 prepare)
   D=../shared/data
@@ -225,9 +253,11 @@ b)
     # than half a step export back to that graph's codes (run 2's teacher: 99.85% of models/base's)
     $PY -m training.onnx_import $G/base $G/teacher_init --base-model $G/cfg/mpnet --dither 0.5 --seed 15
   fi
-  $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5 --dither 0.5 --seed 15
+  if [[ $STUDENT == minilm5 ]]; then
+    $PY -m training.onnx_import .gpuB/student $G/student_init --base-model $G/cfg/minilm5 --dither 0.5 --seed 15
+    [[ -f $G/rate_student.json ]] || rates $G/cfg/minilm5 $G/rate_student.json
+  fi
   [[ -f $G/rate_teacher.json ]] || rates $G/cfg/mpnet $G/rate_teacher.json
-  [[ -f $G/rate_student.json ]] || rates $G/cfg/minilm5 $G/rate_student.json
   # steps RATE_JSON SECONDS FACTOR: the probe's rate x FACTOR x SECONDS. In the run of 2026-11-26
   # the real loops (data pipeline, validations, per-step reads) ran at 0.8 (MPNet teacher: 4,679
   # steps in ~285 s against 20.3/s) and 0.45 (MiniLM student: ~30/s against 67/s) of the probe,
@@ -240,6 +270,12 @@ b)
   cp $G/teacher/metrics.jsonl "$OUT/teacher_metrics.jsonl"
   cp $G/teacher/best/streampunct.json "$OUT/teacher_best_streampunct.json"
   echo "teacher done ($(( $(date +%s) - t0 )) s in)"
+  if [[ $STUDENT == mpnet4 ]]; then
+    # the student starts from the trained teacher's first 4 layers and its heads (init_head)
+    rm -rf $G/student_init
+    $PY -m training.drop_layers $G/teacher/best $G/student_init --keep 0 1 2 3
+    rates $G/student_init $G/rate_student.json
+  fi
   teacher_pack & pack_job=$!  # on the CPU cores while the GPU labels and trains the student
   timeout -s TERM "${LABEL_LIMIT_S:-200}" $PY -m training.distill label --teacher $G/teacher/best --labelled ted dev2012 swda \
       --max-labelled-words "${LABEL_WORDS:-4000000}" --seed 15 --unlabeled tedx \
@@ -265,7 +301,12 @@ b)
   echo "student: $ss steps in ~$budget s"
   train student "${STUDENT_LIMIT_S:-170}" "$ss" 4 "${LABEL_WORDS:-4000000}"
   echo "student done ($(( $(date +%s) - t0 )) s in)"
-  pack_checkpoint $G/student/best "$OUT" 15000000 "$PY" student_f16  # 3 parts, fp16 weights
+  if [[ $STUDENT == minilm5 ]]; then
+    pack_checkpoint $G/student/best "$OUT" 15000000 "$PY" student_f16  # 3 parts, fp16 weights
+  else
+    pack_checkpoint $G/student/best $G 15000000 "$PY" student_f16  # ~7 parts: stages s 0, s 1
+    echo "$(ls $G/student_f16.tar.part* | wc -l)" > "$OUT/student_parts_total.txt"
+  fi
   tar czf "$OUT/meta.tgz" -C $G student/metrics.jsonl rate_teacher.json rate_student.json convert.log
   wait $pack_job || echo "the teacher's packing failed (rc $?): stage c packs it again"
   cp $G/teacher_pack.log "$OUT/" 2>/dev/null || true
@@ -279,13 +320,14 @@ c)
   k="${2:-0}"
   [[ -d $G/teacher/best ]] || { echo "no $G/teacher/best: run stage b on this machine first" >&2; exit 3; }
   [[ -f $G/teacher_f16.done ]] || teacher_pack
-  n=$(ls $G/teacher_f16.tar.part* | wc -l)
-  for i in 0 1 2 3; do
-    f=$G/teacher_f16.tar.part$(printf %02d $((4 * k + i)))
-    [[ -f $f ]] && cp "$f" "$OUT/"
-  done
-  echo "$n" > "$OUT/teacher_parts_total.txt"
-  ls -la "$OUT"
+  fetch_parts teacher_f16 "$k"
+  ;;
+s)
+  # STUDENT=mpnet4: the student back, after stage b on the same warm machine (b packed it into
+  # $G); call "s K" returns parts 4K to 4K+3, so s 0 and s 1
+  k="${2:-0}"
+  ls $G/student_f16.tar.part* > /dev/null 2>&1 || { echo "no student parts in $G: run stage b with STUDENT=mpnet4 on this machine first" >&2; exit 3; }
+  fetch_parts student_f16 "$k"
   ;;
 t)
   # on the device, after a and before b: part K of an earlier GPU run's teacher (prepare packed it
@@ -319,11 +361,21 @@ unpack-teacher)
   ls -la "$dest"
   ;;
 unpack)
-  dir="${2:?usage: gpu_release.sh unpack DIR}"
+  dir="${2:?usage: gpu_release.sh unpack DIR [DIR...] (the folder of b first, then those of s K)}"
+  shift
+  parts=()
+  for d in "$@"; do
+    for f in "$d"/student_f16.tar.part*; do [[ -f $f ]] && parts+=("$f"); done
+  done
+  (( ${#parts[@]} )) || { echo "no student_f16.tar.part* in $*" >&2; exit 3; }
+  if [[ -f $dir/student_parts_total.txt ]]; then
+    n=$(cat "$dir/student_parts_total.txt")
+    [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n student parts: fetch the rest (stage s K)" >&2; exit 3; }
+  fi
   [[ -d models ]] || mv /tmp/models_hold models
   out=benchmarks/results/gpu_release
   mkdir -p "$out"
-  unpack_checkpoint checkpoints/gpu_student/best .venv/bin/python "$dir"/student_f16.tar.part*
+  unpack_checkpoint checkpoints/gpu_student/best .venv/bin/python "${parts[@]}"
   meta=$(mktemp -d)
   tar xzf "$dir/meta.tgz" -C "$meta"
   cp "$meta/student/metrics.jsonl" checkpoints/gpu_student/metrics.jsonl
@@ -332,5 +384,5 @@ unpack)
   rm -rf "$meta"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|unpack DIR|t K|unpack-teacher DIR...|pack-up DIR|assemble-up" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|s K|unpack DIR...|t K|unpack-teacher DIR...|pack-up DIR|assemble-up" >&2; exit 2 ;;
 esac

@@ -188,3 +188,64 @@ def test_a_teacher_carried_up_in_parts_is_assembled_on_the_device(tmp_path):
     assert got["encoder.w"].dtype == np.float32
     np.testing.assert_allclose(got["encoder.w"], WEIGHTS["encoder.w"], rtol=1e-3)
     assert got["steps"].tolist() == [0, 1, 2]
+
+
+def run_stage(args: list[str], work: Path, out: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    full = {"PATH": "/usr/bin:/bin", "GPU_WORK": str(work), "PY": "false", **env}
+    if out is not None:
+        full["OUT"] = str(out)
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=full)
+
+
+def test_stage_s_returns_the_mpnet4_students_parts_four_a_call(tmp_path):
+    """STUDENT=mpnet4: b leaves the student's parts in the work folder (too large for b's
+    return); ``s 0`` copies parts 0-3, ``s 1`` the rest, each with the total."""
+    work = tmp_path / "g"
+    work.mkdir()
+    for i in range(7):
+        (work / f"student_f16.tar.part{i:02d}").write_bytes(bytes([i]) * 10)
+    (work / "teacher_f16.tar.part00").write_bytes(b"t")  # the teacher's parts are stage c's
+    got = {}
+    for k in (0, 1):
+        out = tmp_path / f"s{k}"
+        out.mkdir()
+        r = run_stage(["s", str(k)], work, out)
+        assert r.returncode == 0, r.stderr
+        assert (out / "student_parts_total.txt").read_text().strip() == "7"
+        got[k] = sorted(p.name for p in out.iterdir() if p.name.startswith(("student_f16", "teacher_f16")))
+    assert got[0] == [f"student_f16.tar.part{i:02d}" for i in range(4)]
+    assert got[1] == [f"student_f16.tar.part{i:02d}" for i in range(4, 7)]
+
+
+def test_stage_s_before_b_says_so(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run_stage(["s", "0"], tmp_path / "g", out)
+    assert r.returncode == 3
+    assert "run stage b with STUDENT=mpnet4 on this machine first" in r.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_an_unknown_student_is_refused(tmp_path):
+    r = run_stage(["s", "0"], tmp_path / "g", tmp_path, STUDENT="minilm6")
+    assert r.returncode == 2
+    assert "STUDENT must be minilm5 or mpnet4, not minilm6" in r.stderr
+
+
+def test_unpack_refuses_an_incomplete_student_and_writes_nothing(tmp_path):
+    """b's total says 7 parts; the calls brought 5: unpack names the missing stage and stops
+    before it moves models/ back or writes a checkpoint."""
+    b, s0 = tmp_path / "b", tmp_path / "s0"
+    b.mkdir()
+    s0.mkdir()
+    (b / "student_parts_total.txt").write_text("7\n")
+    for i in range(5):
+        (s0 / f"student_f16.tar.part{i:02d}").write_bytes(b"x")
+    before = (REPO / "checkpoints" / "gpu_student").exists()
+    r = run_stage(["unpack", str(b), str(s0)], tmp_path / "g")
+    assert r.returncode == 3
+    assert "have 5 of 7 student parts: fetch the rest (stage s K)" in r.stderr
+    assert (REPO / "checkpoints" / "gpu_student").exists() == before
+    r = run_stage(["unpack", str(b)], tmp_path / "g")
+    assert r.returncode == 3
+    assert "no student_f16.tar.part*" in r.stderr
