@@ -4,6 +4,8 @@
 # (training/configs/release_mpnet4.toml; ~70 min of training, ~20 min to build, tune, compare).
 #   bash scripts/release_mpnet4.sh            # train (resumes), build, compare with release 6 at its windows
 #   bash scripts/release_mpnet4.sh tune       # then, if dev2010 is within reach: tune, compare again
+#   bash scripts/release_mpnet4.sh kd         # stage 2: distilled from models/base (release_mpnet4_kd.toml)
+#                                             # into build/mpnet4_kd, compared the same way; the same rule
 #   bash scripts/release_mpnet4.sh load       # real-time sessions at the server's defaults
 #   bash scripts/release_mpnet4.sh ship       # after the decision: build/mpnet4 into models/default
 #   bash scripts/release_mpnet4.sh score      # then, once: the test sets (release_lib score_test_sets)
@@ -44,6 +46,21 @@ all)
         --json "$out/compare_${valid}_shipped_windows.json"
   done
   ;;
+kd)
+  [[ -f cache/soft/mpnet4_kd_base_1m2.npz ]] || .venv/bin/python -m training.distill label \
+      --teacher cache/import_dither/base_0 --labelled ted dev2012 swda --max-labelled-words 1200000 \
+      --seed 17 --bf16 --batch-size 64 --out cache/soft/mpnet4_kd_base_1m2.npz
+  .venv/bin/python -m training.cli --config training/configs/release_mpnet4_kd.toml \
+      --base-model checkpoints/release_mpnet4/best --resume
+  .venv/bin/python -m training.learning_curve checkpoints/release_mpnet4_kd --out "$out/learning_curve_kd" \
+      --compare "$out/learning_curve.json" --compare-label "stage 1 (CE, 4.7M words)"
+  build_int8 checkpoints/release_mpnet4_kd/best build/mpnet4_kd
+  use_shipped_windows build/mpnet4_kd
+  for valid in dev2010 swda_val; do
+    .venv/bin/python -m benchmarks.compare_models $v6 build/mpnet4_kd --valid $valid \
+        --json "$out/compare_kd_${valid}_shipped_windows.json"
+  done
+  ;;
 tune)
   tune_short_grid build/mpnet4 20 25 30
   compare_on_validation $v6 build/mpnet4 "$out" ted_iwslt_dev2010 swda_val
@@ -56,5 +73,5 @@ ship)
 score)
   score_test_sets "$out" ;;
 *)
-  echo "usage: release_mpnet4.sh [all|tune|load|ship|score]" >&2; exit 2 ;;
+  echo "usage: release_mpnet4.sh [all|kd|tune|load|ship|score]" >&2; exit 2 ;;
 esac
