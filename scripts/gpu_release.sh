@@ -170,6 +170,20 @@ fetch_parts() {
   ls -la "$OUT"
 }
 
+# gather_parts NAME STAGE DIR...: here, the parts NAME.tar.partNN that the device calls left in
+# the DIRs (any order) into the array parts; the first DIR's ${NAME%_f16}_parts_total.txt says
+# how many there must be (stage STAGE K fetches the ones missing)
+gather_parts() {
+  local name=$1 stage=$2 d f n
+  shift 2
+  parts=()
+  for d in "$@"; do
+    for f in "$d/$name".tar.part*; do [[ -f $f ]] && parts+=("$f"); done
+  done
+  n=$(cat "$1/${name%_f16}_parts_total.txt") || { echo "no ${name%_f16}_parts_total.txt in $1" >&2; exit 3; }
+  [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts of $name: fetch the rest (stage $stage K)" >&2; exit 3; }
+}
+
 case "$STUDENT" in
 minilm5|mpnet4) ;;
 *) echo "STUDENT must be minilm5 or mpnet4, not $STUDENT" >&2; exit 2 ;;
@@ -301,12 +315,12 @@ b)
   echo "student: $ss steps in ~$budget s"
   train student "${STUDENT_LIMIT_S:-170}" "$ss" 4 "${LABEL_WORDS:-4000000}"
   echo "student done ($(( $(date +%s) - t0 )) s in)"
-  if [[ $STUDENT == minilm5 ]]; then
-    pack_checkpoint $G/student/best "$OUT" 15000000 "$PY" student_f16  # 3 parts, fp16 weights
-  else
-    pack_checkpoint $G/student/best $G 15000000 "$PY" student_f16  # ~7 parts: stages s 0, s 1
-    echo "$(ls $G/student_f16.tar.part* | wc -l)" > "$OUT/student_parts_total.txt"
-  fi
+  # the student, fp16 weights in 15 MB parts: minilm5's 3 come back with this call, mpnet4's 8
+  # stay here for stages s 0, s 1; the total comes back either way (unpack checks it)
+  sdir=$OUT
+  [[ $STUDENT == minilm5 ]] || sdir=$G
+  pack_checkpoint $G/student/best "$sdir" 15000000 "$PY" student_f16
+  ls "$sdir"/student_f16.tar.part* | wc -l > "$OUT/student_parts_total.txt"
   tar czf "$OUT/meta.tgz" -C $G student/metrics.jsonl rate_teacher.json rate_student.json convert.log
   wait $pack_job || echo "the teacher's packing failed (rc $?): stage c packs it again"
   cp $G/teacher_pack.log "$OUT/" 2>/dev/null || true
@@ -352,10 +366,7 @@ unpack-teacher)
   # checkpoints/gpu_teacher/best (TEACHER_OUT names another); build its int4 graph from there.
   # The next prepare carries it up again (stage t) so that the teacher continues across sessions.
   shift
-  parts=()
-  for d in "$@"; do parts+=("$d"/teacher_f16.tar.part*); done
-  n=$(cat "$1/teacher_parts_total.txt")
-  [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n parts" >&2; exit 3; }
+  gather_parts teacher_f16 c "$@"
   dest="${TEACHER_OUT:-checkpoints/gpu_teacher/best}"
   unpack_checkpoint "$dest" "${LPY:-.venv/bin/python}" "${parts[@]}"
   ls -la "$dest"
@@ -363,15 +374,7 @@ unpack-teacher)
 unpack)
   dir="${2:?usage: gpu_release.sh unpack DIR [DIR...] (the folder of b first, then those of s K)}"
   shift
-  parts=()
-  for d in "$@"; do
-    for f in "$d"/student_f16.tar.part*; do [[ -f $f ]] && parts+=("$f"); done
-  done
-  (( ${#parts[@]} )) || { echo "no student_f16.tar.part* in $*" >&2; exit 3; }
-  if [[ -f $dir/student_parts_total.txt ]]; then
-    n=$(cat "$dir/student_parts_total.txt")
-    [[ ${#parts[@]} == "$n" ]] || { echo "have ${#parts[@]} of $n student parts: fetch the rest (stage s K)" >&2; exit 3; }
-  fi
+  gather_parts student_f16 s "$@"
   [[ -d models ]] || mv /tmp/models_hold models
   out=benchmarks/results/gpu_release
   mkdir -p "$out"

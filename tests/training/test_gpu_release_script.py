@@ -234,7 +234,7 @@ def test_an_unknown_student_is_refused(tmp_path):
 
 def test_unpack_refuses_an_incomplete_student_and_writes_nothing(tmp_path):
     """b's total says 7 parts; the calls brought 5: unpack names the missing stage and stops
-    before it moves models/ back or writes a checkpoint."""
+    before it moves models/ back or writes a checkpoint; without b's total it stops too."""
     b, s0 = tmp_path / "b", tmp_path / "s0"
     b.mkdir()
     s0.mkdir()
@@ -244,8 +244,12 @@ def test_unpack_refuses_an_incomplete_student_and_writes_nothing(tmp_path):
     before = (REPO / "checkpoints" / "gpu_student").exists()
     r = run_stage(["unpack", str(b), str(s0)], tmp_path / "g")
     assert r.returncode == 3
-    assert "have 5 of 7 student parts: fetch the rest (stage s K)" in r.stderr
+    assert "have 5 of 7 parts of student_f16: fetch the rest (stage s K)" in r.stderr
     assert (REPO / "checkpoints" / "gpu_student").exists() == before
     r = run_stage(["unpack", str(b)], tmp_path / "g")
     assert r.returncode == 3
-    assert "no student_f16.tar.part*" in r.stderr
+    assert "have 0 of 7 parts of student_f16" in r.stderr
+    r = run_stage(["unpack", str(s0)], tmp_path / "g")  # b's folder, with the total, not given
+    assert r.returncode == 3
+    assert f"no student_parts_total.txt in {s0}" in r.stderr
+    assert (REPO / "checkpoints" / "gpu_student").exists() == before
