@@ -121,8 +121,9 @@ repair_candidate() {
   compare_on_validation "$old" "$dir" "$out" ted_iwslt_dev2010 swda_val
 }
 
-# use_shipped_windows DIR: DIR's offline window and streaming geometry set to models/default's
-# (a probe compared at the shipped model's windows)
+# use_shipped_windows DIR: DIR's offline window and streaming geometry set to models/default's,
+# and its cached left context's length where both have a streaming graph (a probe compared at
+# the shipped model's windows)
 use_shipped_windows() {
   .venv/bin/python - "$1" <<'PY'
 import json, sys
@@ -130,6 +131,8 @@ src = json.load(open("models/default/streampunct.json"))
 p = f"{sys.argv[1]}/streampunct.json"
 d = json.load(open(p))
 d["window"], d["stream_window"] = src["window"], src["stream_window"]
+if d.get("stream_artifact") and src.get("stream_cache_tokens"):
+    d["stream_cache_tokens"] = src["stream_cache_tokens"]
 json.dump(d, open(p, "w"), indent=2)
 PY
 }
