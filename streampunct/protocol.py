@@ -295,12 +295,17 @@ def _bad(message: str) -> ProtocolError:
     return ProtocolError(ErrorCode.BAD_REQUEST, message)
 
 
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (Python's parser takes them)."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _parse_object(text: str | bytes) -> dict[str, Any]:
     if isinstance(text, bytes | bytearray | memoryview):
         raise _bad("binary frames are not accepted; send JSON in text frames")
     try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+        obj = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, and ints past Python's digit limit
         raise _bad(f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise _bad("a message must be a JSON object")
@@ -333,12 +338,19 @@ def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
     return value
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond a double's range
+        return False
+
+
 def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | None:
     value = item.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _bad(f"words[{index}].{name} must be a number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+        raise _bad(f"words[{index}].{name} must be a finite number (within a double's range)")
     return value  # as sent (an int stays an int), so that finals echo it unchanged
 
 

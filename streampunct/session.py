@@ -189,7 +189,10 @@ class Session:
                 await self._writer_stopped(writer)
                 return
             if driver in done:
-                await self._driver_failed(driver, writer)
+                await self._task_failed(driver, writer)
+                return
+            if reader in done and reader.exception() is not None:
+                await self._task_failed(reader, writer)
                 return
             if reader not in done:  # shutdown: stop reading, finalize what came in
                 reader.cancel()
@@ -204,7 +207,7 @@ class Session:
             if writer in done:
                 await self._writer_stopped(writer)
             elif driver in done:
-                await self._driver_failed(driver, writer)
+                await self._task_failed(driver, writer)
             elif self.protocol.end_received:
                 self._log.info("ended after %d words", self.protocol.n_words)
                 await self._close(CloseCode.NORMAL_CLOSURE)
@@ -235,15 +238,16 @@ class Session:
         elif exc is not None:
             raise exc
 
-    async def _driver_failed(self, driver: asyncio.Task, writer: asyncio.Task) -> None:
-        exc = driver.exception()
+    async def _task_failed(self, task: asyncio.Task, writer: asyncio.Task) -> None:
+        """The driver or the reader stopped with an exception: ``error`` ``internal``, then 1011."""
+        exc = task.exception()
         if isinstance(exc, websockets.ConnectionClosed) or exc is None:
             return
         if isinstance(exc, EngineFailedError):
             self._log.error("engine failure: %s", exc)
             detail, reason = "the punctuation engine failed; closing the stream", "engine failure"
         else:  # a bug: the client still gets the contract's error before the 1011 close
-            self._log.error("internal error in the session driver", exc_info=exc)
+            self._log.error("internal error in the session's %s", task.get_name(), exc_info=exc)
             detail, reason = "internal server error; closing the stream", "internal error"
         self._emit([Error(ErrorCode.INTERNAL, detail)])
         sent = asyncio.ensure_future(self._outbox.join())
@@ -287,7 +291,7 @@ class Session:
         """
         counted = False
         while not (self._outbox_has_room() and (protocol_ready is None or protocol_ready())):
-            if pausing_input and not counted:
+            if pausing_input and not counted and not self.protocol.awaiting_partial:  # backlog only
                 counted = True
                 self._ctx.metrics.input_paused.inc()
             self._progress.clear()

@@ -7,6 +7,7 @@ turns them into the model's form and back into readable text.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -20,6 +21,7 @@ _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": 
 CLITICS = frozenset({"n't", "'s", "'re", "'m", "'ll", "'ve", "'d"})
 #: Longest word (in characters) the service accepts; longer words are cut.
 MAX_WORD_CHARS = 100
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _is_edge_junk(ch: str) -> bool:
@@ -42,8 +44,11 @@ def normalize_word(word: str) -> str:
     Inner apostrophes and hyphens stay (``don't``, ``well-being``); a leading
     apostrophe stays when a letter follows (clitics such as ``'s``); the result
     is ``""`` when nothing but punctuation was there. Words longer than
-    ``MAX_WORD_CHARS`` are cut to that length.
+    ``MAX_WORD_CHARS`` are cut to that length. Lone surrogates (which JSON's
+    ``\\udXXX`` escapes can carry, but which are not text) are dropped.
     """
+    if _SURROGATES.search(word):
+        word = _SURROGATES.sub("", word)
     w = unicodedata.normalize("NFKC", fix_mojibake(word)).translate(_APOSTROPHES).lower()
     start, end = 0, len(w)
     while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):

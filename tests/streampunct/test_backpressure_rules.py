@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streampunct.options import SessionOptions
-from streampunct.protocol import Final, FlushRequest, Word, WordsMessage
+from streampunct.protocol import ConfigRequest, Final, FlushRequest, HypothesisMessage, Partial, Word, WordsMessage
 from streampunct.session_protocol import SessionProtocol
 from streampunct.stream_state import COMPACT_EVERY, KEEP_WORDS, StreamState
 from streampunct.windowing import WindowConfig
@@ -107,3 +107,27 @@ def test_state_compacts_while_a_request_is_always_in_flight():
     assert state.in_flight is not None
     assert state.n_words == serial and state.n_final > serial - 100
     assert peak_held <= KEEP_WORDS + COMPACT_EVERY + 1000
+
+
+def test_a_hypothesis_waiting_for_its_partial_pauses_reading_until_the_partial_is_out():
+    # "a new hypothesis is answered by a partial": the next frame (which may replace the
+    # hypothesis) is read once the partial carrying it is out.
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(partials=True))
+    p.receive(words_message(0, 3), 0.0)
+    p.receive(HypothesisMessage((Word(FakeAligner.word(2, 90)),)), 0.0)
+    assert not p.wants_input(0.0)
+    out = run_one(p, 0.0)
+    assert [m.hypothesis[0].w for m in out if isinstance(m, Partial)] == [FakeAligner.word(2, 90)]
+    assert p.wants_input(0.0)
+    # With partials off the hypothesis is stored, never answered, and never blocks.
+    quiet = SessionProtocol(aligner=FakeAligner(), window=WINDOW)
+    quiet.receive(HypothesisMessage((Word(FakeAligner.word(1, 1)),)), 0.0)
+    assert quiet.wants_input(0.0) and quiet.next_request(0.0) is None
+
+
+def test_a_config_that_turns_partials_off_releases_an_owed_partial():
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(partials=True))
+    p.receive(HypothesisMessage((Word(FakeAligner.word(1, 1)),)), 0.0)
+    assert not p.wants_input(0.0)
+    p.receive(ConfigRequest(partials=False), 0.0)
+    assert p.wants_input(0.0) and p.next_request(0.0) is None

@@ -265,12 +265,19 @@ async def test_bad_messages_are_rejected_whole_and_the_stream_continues(start_se
         await expect_error(json.dumps({"type": "words", "words": ["w"] * 10_000}), ErrorCode.TOO_LARGE)
         await expect_error(json.dumps({"type": "words", "words": ["a", "x" * 1_000_000]}), ErrorCode.TOO_LARGE)
         await expect_error(b'{"type": "words", "words": ["binary"]}', ErrorCode.BAD_REQUEST)
+        # Not JSON, though Python's parser takes them: NaN / Infinity, and integers past its
+        # digit limit, even in a field that is ignored; a time beyond a double's range.
+        await expect_error('{"type": "words", "words": ["a"], "junk": NaN}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "flush", "junk": -Infinity}', ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "flush", "junk": ' + "9" * 5000 + "}", ErrorCode.BAD_REQUEST)
+        await expect_error('{"type": "words", "words": [{"w": "a", "start": 1' + "0" * 309 + "}]}",
+                           ErrorCode.BAD_REQUEST)
         await send_good(WORDS[6:10])
         transcript, _ = await finish(client, transcript)
     assert transcript.words == good and transcript.labels == ended(fake_labels(good))
     assert transcript.ended_words == len(good)
     text = server.metrics.render().decode()
-    assert 'streampunct_errors_total{code="bad_request"} 7.0' in text
+    assert 'streampunct_errors_total{code="bad_request"} 11.0' in text
     assert 'streampunct_errors_total{code="too_large"} 2.0' in text
 
 
@@ -394,6 +401,40 @@ async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(star
     ]
     assert client.close_code == 1011
     assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
+
+
+async def test_a_bug_while_reading_a_frame_still_sends_internal_before_1011(start_server, monkeypatch):
+    from streampunct.session_protocol import SessionProtocol
+
+    def broken(self, frame, now):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(SessionProtocol, "receive_frame", broken)
+    server = await start_server()
+    client = await StreamClient.connect(server.url)  # no config: the first frame is the words
+    await client.send_words(WORDS[:3])
+    messages = [m async for m in client]
+    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
+        (ErrorCode.INTERNAL, "internal server error; closing the stream")
+    ]
+    assert client.close_code == 1011
+
+
+async def test_lone_surrogates_in_words_are_dropped_and_the_stream_goes_on(start_server, fake_labels):
+    # JSON's \\udXXX escapes can carry half a surrogate pair, which is not text: it once
+    # reached the tokenizer and closed the session with 1011.
+    server = await start_server()
+    async with await StreamClient.connect(server.url, right_context=1, partials=True) as client:
+        await client.send_raw('{"type": "words", "words": ["so", "th\\udc00is", "\\ud800"]}')
+        await client.send_raw('{"type": "hypothesis", "words": ["i\\udfffs"]}')
+        transcript = Transcript()
+        partial = next(m for m in await read_until(client, "partial", transcript) if isinstance(m, Partial))
+        assert [w.w for w in partial.hypothesis] == ["is"]
+        await client.send_words(["the"])
+        transcript, _ = await finish(client, transcript)
+    assert not transcript.errors
+    assert transcript.words == ["so", "this", "the"] and transcript.labels == ended(fake_labels(["so", "this", "the"]))
+    assert client.close_code == 1000
 
 
 async def test_engine_failure_reaches_only_the_affected_session(start_server, fake_engine_cls, fake_labels, aligner):
@@ -543,6 +584,24 @@ async def test_a_hypothesis_right_before_end_is_answered_before_the_end(start_se
     last_partial = max(k for k, kind in enumerate(kinds) if kind == "partial")
     assert [w.w for w in messages[last_partial].hypothesis] == ["came", "to"]
     assert transcript.words == WORDS[:5] and transcript.labels == ended(fake_labels(WORDS[:5]))
+    assert client.close_code == 1000
+
+
+async def test_every_hypothesis_sent_back_to_back_gets_its_own_partial_in_order(start_server, fake_engine_cls):
+    # "a new hypothesis is answered by a partial": ten interim results sent at once, while the
+    # (slow) engine labels the first, are each answered, in order, none merged into the next.
+    server = await start_server(engine=fake_engine_cls(delay_s=0.02))
+    hypotheses = [WORDS[: k + 1] for k in range(10)]
+    async with await StreamClient.connect(server.url, right_context=2, partials=True) as client:
+        await client.send_words(WORDS[:2])
+        for h in hypotheses:
+            await client.send_raw(json.dumps({"type": "hypothesis", "words": h}))
+        await client.send_raw(json.dumps({"type": "flush"}))
+        messages = await read_until(client, "flushed")
+        transcript, _ = await finish(client)
+    answered = [[w.w for w in m.hypothesis] for m in messages if isinstance(m, Partial) and m.hypothesis]
+    # (new finals may repeat the last hypothesis in a later partial)
+    assert [h for k, h in enumerate(answered) if k == 0 or answered[k - 1] != h] == hypotheses
     assert client.close_code == 1000
 
 
