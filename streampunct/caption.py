@@ -10,6 +10,15 @@ and the provisional tail dimmed; or written as subtitles
 latency figures the client saw are returned. Whatever happens to the
 connection, everything received is kept (:class:`StreamClosedEarly` carries
 it).
+
+Nothing is sent that the server must refuse for its size at its default
+limits: committed words go in messages of at most
+:data:`MAX_WORDS_PER_MESSAGE` words, and words longer than
+:data:`MAX_WORD_CHARS` characters are cut (the server keeps far fewer after
+normalization anyway). An ``error`` the server answers with all the same
+(other than ``overloaded``, after which it keeps the words) is kept in the
+transcript and, with ``errors``, reported as it comes: the words of a refused
+message are lost.
 """
 
 from __future__ import annotations
@@ -29,12 +38,29 @@ from streampunct.caption_input import AsrEvent, text_events
 from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
-from streampunct.protocol import Final, SessionOptions
+from streampunct.protocol import DEFAULT_LIMITS, Error, ErrorCode, Final, SessionOptions, Word
 from streampunct.subtitles import SubtitleWriter, TimedWord
 from streampunct.text import render
 from streampunct.textfile import read_text
 
 _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
+
+#: Most words the client puts in one message: the server's default ``--max-words-per-message``.
+MAX_WORDS_PER_MESSAGE = DEFAULT_LIMITS.max_words_per_message
+#: Longer words are cut to this many characters (the server refuses longer ones).
+MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
+
+
+def message_words(words: Sequence[Word]) -> list[tuple[Word, ...]]:
+    """Committed words as the messages that carry them: at most :data:`MAX_WORDS_PER_MESSAGE`
+    words each, every word cut to :data:`MAX_WORD_CHARS` characters."""
+    cut = tuple(w if len(w.w) <= MAX_WORD_CHARS else Word(w.w[:MAX_WORD_CHARS], w.start, w.end) for w in words)
+    return [cut[i : i + MAX_WORDS_PER_MESSAGE] for i in range(0, len(cut), MAX_WORDS_PER_MESSAGE)]
+
+
+def lost_words_errors(transcript: Transcript) -> list[Error]:
+    """The server's ``error`` messages other than ``overloaded`` (after which it keeps the words)."""
+    return [e for e in transcript.errors if e.code != ErrorCode.OVERLOADED]
 
 
 def read_transcript(path: str | Path) -> list[str]:
@@ -201,8 +227,13 @@ async def caption(
     view: CaptionView | None = None,
     json_log: TextIO | None = None,
     subtitles: SubtitleWriter | None = None,
+    errors: TextIO | None = None,
 ) -> CaptionResult:
     """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
+
+    Every ``error`` the server answers with, but ``overloaded``, is written to
+    ``errors`` as it comes (``server error CODE: MESSAGE``); all are kept in
+    the transcript (:func:`lost_words_errors`).
 
     Raises :class:`StreamClosedEarly` (after closing the view and the
     subtitles, so nothing received is lost) when the server closes the
@@ -235,12 +266,15 @@ async def caption(
             if delay > 0:
                 await asyncio.sleep(delay)
         if event.interim:
-            await client.send_hypothesis(event.words)
-            log("send", {"type": "hypothesis", "words": [w.w for w in event.words]})
-        else:
-            await client.send_words(event.words)
-            tracker.words_sent([w.w for w in event.words], loop.time())
-            log("send", {"type": "words", "words": [w.w for w in event.words]})
+            # A hypothesis replaces the last one: only its first words fit in one message.
+            words = message_words(event.words)[:1] or [()]
+            await client.send_hypothesis(words[0])
+            log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
+            return
+        for words in message_words(event.words):
+            await client.send_words(words)
+            tracker.words_sent([w.w for w in words], loop.time())
+            log("send", {"type": "words", "words": [w.w for w in words]})
 
     async def send_all() -> None:
         try:
@@ -268,6 +302,9 @@ async def caption(
                         start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
                         subtitles.add(TimedWord(word.w, ID_TO_MARK.index(word.p), start, end))
             transcript.apply(message)
+            if isinstance(message, Error) and message.code != ErrorCode.OVERLOADED and errors is not None:
+                errors.write(f"server error {message.code}: {message.message}\n")
+                errors.flush()
             if view is not None and message.type in ("final", "partial"):
                 view.update(transcript)
     finally:

@@ -232,8 +232,14 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
     return queue
 
 
-async def stdin_events(input_format: str = "auto") -> AsyncIterator[AsrEvent]:
-    """Events read from stdin as they come (an ASR process piping JSON lines or text)."""
+async def stdin_events(input_format: str = "auto", max_chunk: int | None = None) -> AsyncIterator[AsrEvent]:
+    """Events read from stdin as they come (an ASR process piping JSON lines or text).
+
+    A line of plain text is committed as it is read, in chunks of at most
+    ``max_chunk`` words (None: the whole line in one).
+    """
+    if max_chunk is not None and max_chunk < 1:
+        raise InputError("--max-chunk must be at least 1")
     fmt = None if input_format == "auto" else input_format
     previous: float | None = None
     number = 0
@@ -245,7 +251,10 @@ async def stdin_events(input_format: str = "auto") -> AsyncIterator[AsrEvent]:
         if fmt is None:
             fmt = detect_format(line)
         if fmt == "text":
-            yield AsrEvent(None, tuple(Word(w) for w in line.split()))
+            words = tuple(Word(w) for w in line.split())
+            step = max_chunk or len(words)
+            for i in range(0, len(words), step):
+                yield AsrEvent(None, words[i : i + step])
             continue
         for event in parse_line(fmt, line, f"stdin:{number}", previous):
             previous = event.at if event.at is not None else previous

@@ -16,6 +16,7 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streampunct.argtypes import positive_float, positive_int
     from streampunct.caption_input import INPUT_FORMATS
 
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
@@ -27,10 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream", help="server (default: %(default)s)")
     parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV} if set)")
-    parser.add_argument("--wps", type=float, default=2.5,
+    parser.add_argument("--wps", type=positive_float, default=2.5,
                         help="plain text: words per second to send (default: %(default)s)")
-    parser.add_argument("--max-chunk", type=int, default=4,
-                        help="plain text: words per ASR chunk, drawn from 1..N (default: %(default)s)")
+    parser.add_argument("--max-chunk", type=positive_int, default=4,
+                        help="plain text: words per ASR chunk, drawn from 1..N for a file; from stdin, each "
+                             "line is sent in chunks of at most N words (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the chunk sizes (default: %(default)s)")
     parser.add_argument("--speed", type=float, default=1.0,
                         help="files with timestamps: replay at this many times real time, 0 = at once "
@@ -51,12 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streampunct.caption import StreamClosedEarly, caption, default_view
+    from streampunct.caption import StreamClosedEarly, caption, default_view, lost_words_errors
     from streampunct.caption_input import read_events, stdin_events
     from streampunct.subtitles import CueBuilder, SubtitleWriter
 
     if args.transcript == "-":
-        events = stdin_events(args.input_format)
+        events = stdin_events(args.input_format, max_chunk=args.max_chunk)
     else:
         events = read_events(
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 right_context=args.right_context, max_delay_ms=args.max_delay_ms,
                 partials=args.partials, capitalize=args.capitalize, view=view,
                 json_log=sys.stdout if args.json and args.format == "text" else None,
-                subtitles=subtitles,
+                subtitles=subtitles, errors=sys.stderr,
             )
         )
         closed_early = None
@@ -92,5 +94,12 @@ def run(args: argparse.Namespace) -> int:
     if closed_early is not None:
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
         return 1
-    print(f"latency ({result.options.to_json()}): {result.latency.format()}", file=sys.stderr)
+    options = result.options
+    print(f"latency: right_context {options.right_context}, max_delay_ms {options.max_delay_ms}: "
+          f"{result.latency.format()}", file=sys.stderr)
+    refused = lost_words_errors(result.transcript)
+    if refused:
+        print(f"streampunct caption: error: the server answered {len(refused)} error(s) (above); "
+              "words it refused are missing from the transcript", file=sys.stderr)
+        return 1
     return 0

@@ -281,3 +281,79 @@ async def test_caption_keeps_everything_when_the_server_shuts_down(start_server,
     expected = render(words, fake_labels(words), capitalize=True)
     assert out.read_text().strip() == expected
     assert stdout.decode().replace("\n", " ").strip() == expected
+
+
+# -- message sizes and server errors (CLI audit) -----------------------------------
+
+
+def test_message_words_split_long_events_and_cut_long_words():
+    from streampunct.caption import MAX_WORD_CHARS, MAX_WORDS_PER_MESSAGE, message_words
+    from streampunct.protocol import Word
+
+    assert (MAX_WORDS_PER_MESSAGE, MAX_WORD_CHARS) == (1000, 256)  # the server's default limits
+    words = [Word(f"w{i}", i, i + 0.5) for i in range(2500)]
+    messages = message_words(words)
+    assert [len(m) for m in messages] == [1000, 1000, 500]
+    assert [w for m in messages for w in m] == words
+    [[long]] = message_words([Word("x" * 300, 1.0, 2.0)])
+    assert long == Word("x" * 256, 1.0, 2.0)
+    assert message_words([]) == []
+
+
+async def test_stdin_lines_are_sent_in_chunks_of_at_most_max_chunk(monkeypatch):
+    from streampunct.caption_input import stdin_events
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a b c d e f g\n\nh\n"))
+    events = [e async for e in stdin_events("auto", max_chunk=3)]
+    assert [[w.w for w in e.words] for e in events] == [["a", "b", "c"], ["d", "e", "f"], ["g"], ["h"]]
+
+
+async def test_caption_sends_huge_lines_and_words_within_the_server_limits(start_server):
+    from streampunct.caption_input import AsrEvent
+    from streampunct.protocol import Word
+
+    server = await start_server()
+    words = ["word"] * 2999 + ["y" * 300]
+    errors = io.StringIO()
+    result = await caption(server.url, events=[AsrEvent(None, tuple(Word(w) for w in words))],
+                           right_context=1, max_delay_ms=60_000, errors=errors)
+    assert errors.getvalue() == "" and result.transcript.errors == []
+    assert result.transcript.n_final == 3000 and result.transcript.words[:2999] == ["word"] * 2999
+
+
+async def test_caption_reports_every_server_error(start_server):
+    from streampunct.caption import lost_words_errors
+    from streampunct.protocol import Limits
+
+    server = await start_server(limits=Limits(max_words_per_message=2))
+    errors = io.StringIO()
+    result = await caption(server.url, "one two three four five six".split(), wps=1000, max_chunk=1,
+                           seed=0, right_context=1, max_delay_ms=60_000, errors=errors)
+    assert result.transcript.n_final == 6 and errors.getvalue() == ""  # one word a message: none refused
+    result = await caption(server.url, events=[_event("one two three"), _event("four")],
+                           right_context=1, max_delay_ms=60_000, errors=errors)
+    assert result.transcript.words == ["four"]
+    assert errors.getvalue() == "server error too_large: 3 words in one message; the limit is 2\n"
+    assert [e.code for e in lost_words_errors(result.transcript)] == ["too_large"]
+
+
+def _event(text: str):
+    from streampunct.caption_input import AsrEvent
+    from streampunct.protocol import Word
+
+    return AsrEvent(None, tuple(Word(w) for w in text.split()))
+
+
+async def test_caption_command_fails_when_the_server_refused_words(start_server):
+    from streampunct.protocol import Limits
+
+    server = await start_server()
+    rc, stdout, stderr = await run_cli("-", "--url", server.url, "--right-context", "1",
+                                       stdin=(" ".join(["word"] * 3000) + "\n").encode())
+    assert rc == 0, stderr
+    assert "3000 words" in stderr and "latency: right_context 1, max_delay_ms 2000:" in stderr
+    strict = await start_server(limits=Limits(max_words_per_message=2))
+    rc, stdout, stderr = await run_cli("-", "--url", strict.url, "--max-chunk", "3", stdin=b"a b c d\n")
+    assert rc == 1, stderr
+    assert "server error too_large: 3 words in one message; the limit is 2" in stderr
+    assert "Traceback" not in stderr and [w.strip(".,?").lower() for w in stdout.split()] == ["d"]
