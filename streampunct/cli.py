@@ -10,6 +10,12 @@ imports the packages it does not need to serve. A plugin that fails to
 import is left out of ``--help`` with a warning instead of breaking the CLI.
 Heavy imports (torch, onnx) happen inside ``run`` so that ``streampunct
 --help`` stays fast and works on the base install.
+
+Errors: a malformed argument is a usage error (argparse, status 2); an error
+raised on purpose while running (:class:`~streampunct.errors.StreampunctError`,
+the engines' own :class:`~engines.base.EngineError`, which is not one since
+``engines`` does not import ``streampunct``, or an ``OSError``) is one line
+``streampunct COMMAND: error: ...`` and status 2 too.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
 
+from engines.base import EngineError
 from streampunct import __version__
 from streampunct.errors import StreampunctError
 
@@ -72,10 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(run, args: argparse.Namespace, prog: str) -> int:
-    """Run one subcommand; project errors become a one-line message and status 2."""
+    """Run one subcommand; project and engine errors become a one-line message and status 2."""
     try:
         return int(run(args) or 0)
-    except (StreampunctError, OSError) as e:
+    except (StreampunctError, EngineError, OSError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,11 +13,13 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from engines.registry import BACKENDS
     from streampunct.options import SessionOptions
 
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
-    p.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
+    p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
+                   help="engine backend (default: onnxruntime)")
     p.add_argument(
         "--right-context", type=int, nargs="*", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",

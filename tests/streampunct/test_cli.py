@@ -239,3 +239,36 @@ def test_serve_batch_rows_option():
         assert serve.build_config(p.parse_args(["--batch-rows", mode])).batching.batch_rows == mode
     with pytest.raises(SystemExit):
         p.parse_args(["--batch-rows", "sometimes"])
+
+
+# -- CLI audit: one-line errors, flags checked before any work --------------------------
+
+
+def _fails_as_usage(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", [["punctuate", "in.txt"], ["evaluate", "--data", "in.txt"]])
+def test_unknown_engine_is_a_usage_error(command, capsys):
+    assert "invalid choice: 'foo'" in _fails_as_usage([*command, "--engine", "foo"], capsys)
+
+
+def test_engine_errors_are_one_line(capsys):
+    from engines.base import DependencyMissing
+
+    def run(args):
+        raise DependencyMissing("the tensorrt engine backend needs tensorrt")
+
+    assert cli.run_command(run, None, "streampunct punctuate") == 2
+    assert capsys.readouterr().err == "streampunct punctuate: error: the tensorrt engine backend needs tensorrt\n"
+
+
+def test_punctuate_capitalize_help_mentions_the_learned_case(capsys):
+    with pytest.raises(SystemExit):
+        main(["punctuate", "--help"])
+    assert "truecasing head" in " ".join(capsys.readouterr().out.split())
