@@ -117,6 +117,23 @@ def test_unknown_option_is_named(tiny_export):
         load_engine("onnxruntime", tiny_export.path.parent, threads=2)
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"intra_op_threads": "abc"}, "option intra_op_threads of the onnxruntime backend must be an integer, got 'abc'"),
+    ({"intra_op_threads": True}, "must be an integer, got True"),
+    ({"allow_spinning": 1}, "option allow_spinning of the onnxruntime backend must be true or false, got 1"),
+    ({"graph_optimization": 3}, "must be a string, got 3"),
+])
+def test_mistyped_option_is_named_with_its_type(options, message):
+    from engines.ort_engine import OrtOptions
+
+    with pytest.raises(EngineError) as exc:
+        registry.make_options(OrtOptions, options, "onnxruntime")
+    assert message in str(exc.value)
+    fine = registry.make_options(OrtOptions, {"intra_op_threads": None, "providers": ["CPUExecutionProvider"],
+                                              "allow_spinning": True}, "onnxruntime")
+    assert fine.providers == ("CPUExecutionProvider",) and fine.allow_spinning
+
+
 def test_shipped_model_loads():
     from .conftest import REPO
 
