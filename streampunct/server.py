@@ -189,8 +189,9 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
     """The streaming graph's cache shape when this server runs with cached left context."""
     name = info.metadata.get("stream_artifact")
-    if config.stream_cache == "off" or (config.stream_cache == "auto" and not info.stream_cache_auto):
-        return None  # auto: no graph, or the folder switches it off ("stream_cache": false)
+    if config.stream_cache == "off" or (config.stream_cache == "auto" and (
+            not info.stream_cache_auto or config.engine != "onnxruntime")):
+        return None  # auto: no graph, the folder switches it off ("stream_cache": false), or another engine
     if config.engine != "onnxruntime" or not name:
         raise ModelError(f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
                          f"graph (stream_artifact in {info.path / 'streampunct.json'}; "

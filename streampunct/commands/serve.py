@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 
 NAME = "serve"
 HELP = "run the streaming punctuation WebSocket server"
@@ -64,6 +65,7 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
+    from streampunct.argtypes import port, positive_int
     from streampunct.batcher import BATCH_ROWS, BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import ServerConfig
@@ -77,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("network")
     net.add_argument("--host", default=ServerConfig.host,
                      help="bind address (default: %(default)s; binding elsewhere exposes the server)")
-    net.add_argument("--port", type=int, default=ServerConfig.port, help="port (default: %(default)s)")
+    net.add_argument("--port", type=port, default=ServerConfig.port,
+                     help="port, 0 for any free one (default: %(default)s)")
     net.add_argument("--auth-token", default=None,
                      help=f"require this bearer token (default: ${TOKEN_ENV} if set)")
     batch = parser.add_argument_group("batching")
@@ -110,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits = parser.add_argument_group("limits")
     limits.add_argument("--max-sessions", type=int, default=ServerConfig.max_sessions,
                         help="open sessions; more are refused with HTTP 503 (default: %(default)s)")
-    limits.add_argument("--max-words-per-message", type=int, default=Limits.max_words_per_message,
+    limits.add_argument("--max-words-per-message", type=positive_int, default=Limits.max_words_per_message,
                         help="most words in one message (default: %(default)s)")
     limits.add_argument("--max-message-bytes", type=int, default=ServerConfig.max_message_bytes,
                         help="WebSocket frame limit; larger frames close with 1009 (default: %(default)s)")
@@ -131,8 +134,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          default=SessionOptions.capitalize, help="capitalize sentence starts in 'text'")
 
 
+def flag_names(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the names of the config fields that are options (``max_batch``) written as
+    their flags (``--max-batch``): the configs check their own fields, the user knows the flags."""
+
+    def flag(match: re.Match) -> str:
+        name = match.group(0)
+        return "--" + name.replace("_", "-") if name in vars(args) else name
+
+    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", flag, message)
+
+
 def build_config(args: argparse.Namespace):
-    """The :class:`ServerConfig` for parsed arguments (the CLI boundary)."""
+    """The :class:`ServerConfig` for parsed arguments (the CLI boundary).
+
+    The configs' own checks raise ``ValueError`` naming their fields; the
+    message is passed on with the fields named as flags (:func:`flag_names`).
+    """
     from pathlib import Path
 
     from streampunct.batcher import BatcherConfig
@@ -145,6 +163,8 @@ def build_config(args: argparse.Namespace):
         raise InputError(f"--right-context must be between 0 and {limits.max_right_context}")
     if not 0 <= args.max_delay_ms <= limits.max_delay_ms:
         raise InputError(f"--max-delay-ms must be between 0 and {limits.max_delay_ms}")
+    if args.send_timeout_s < 0:  # the flag's 0 is the config's None
+        raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     try:
         return ServerConfig(
             model_dir=Path(args.model) if args.model else None,
@@ -166,7 +186,7 @@ def build_config(args: argparse.Namespace):
             stream_cache_tokens=args.stream_cache_tokens,
         )
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise InputError(flag_names(str(e), args)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -272,3 +272,61 @@ def test_punctuate_capitalize_help_mentions_the_learned_case(capsys):
     with pytest.raises(SystemExit):
         main(["punctuate", "--help"])
     assert "truecasing head" in " ".join(capsys.readouterr().out.split())
+
+
+def _serve_parser():
+    import argparse
+
+    from streampunct.commands import serve
+
+    p = argparse.ArgumentParser(prog="streampunct serve")
+    serve.add_arguments(p)
+    return p
+
+
+@pytest.mark.parametrize("port", ["-1", "70000", "x"])
+def test_serve_refuses_ports_out_of_range(port, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _serve_parser().parse_args(["--port", port])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port:" in err and "between 0 and 65535" in err
+    assert _serve_parser().parse_args(["--port", "0"]).port == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--send-timeout-s", "-1"], "--send-timeout-s must be >= 0 (0: no timeout)"),
+    (["--max-batch", "0"], "--max-batch must be >= 1"),
+    (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0"),
+    (["--max-sessions", "0"], "--max-sessions must be >= 1"),
+    (["--max-message-bytes", "10"], "--max-message-bytes must be >= 1024"),
+    (["--stream-cache-tokens", "0"], "--stream-cache-tokens must be >= 1"),
+])
+def test_serve_config_errors_name_the_flags(argv, message):
+    from streampunct.commands import serve
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        serve.build_config(_serve_parser().parse_args(argv))
+    assert str(exc.value) == message
+
+
+def test_serve_send_timeout_zero_means_none():
+    from streampunct.commands import serve
+
+    assert serve.build_config(_serve_parser().parse_args(["--send-timeout-s", "0"])).send_timeout_s is None
+
+
+def test_stream_cache_auto_is_off_for_other_engines(tmp_path):
+    import json
+
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+    from streampunct.server import ServerConfig, _stream_shape
+
+    (tmp_path / "streampunct.json").write_text(json.dumps({"stream_artifact": "model.stream.int8.onnx"}))
+    info = load_model_info(tmp_path)
+    assert info.stream_cache_auto
+    assert _stream_shape(ServerConfig(engine="tensorrt"), info) is None
+    with pytest.raises(ModelError, match="--stream-cache on needs the onnxruntime engine"):
+        _stream_shape(ServerConfig(engine="tensorrt", stream_cache="on"), info)
