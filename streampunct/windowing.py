@@ -17,6 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: Positions of the encoders streampunct runs (BERT, MiniLM, MPNet): a window's content
+#: tokens plus CLS and SEP must fit in them.
+MAX_POSITIONS = 512
+
 
 @dataclass(frozen=True)
 class WindowConfig:
@@ -42,13 +46,20 @@ class WindowConfig:
     def step(self) -> int:
         return self.size - self.left - self.right
 
-    def validate_for(self, max_word_tokens: int) -> None:
-        """Refuse geometries where a window cannot hold context plus two whole words."""
+    def validate_for(self, max_word_tokens: int, max_positions: int | None = None) -> None:
+        """Refuse geometries where a window cannot hold context plus two whole words, or
+        (given ``max_positions``, e.g. :data:`MAX_POSITIONS`) where the model would see
+        more positions (``size + 2``) than it has."""
         need = self.left + self.right + 2 * max_word_tokens
         if self.size < need:
             raise ValueError(
                 f"window size {self.size} is too small for left={self.left}, right={self.right} "
                 f"and words of up to {max_word_tokens} tokens (need >= {need})"
+            )
+        if max_positions is not None and self.size + 2 > max_positions:
+            raise ValueError(
+                f"window size {self.size} is too large: the model sees size + 2 tokens and has "
+                f"{max_positions} positions (size <= {max_positions - 2})"
             )
 
     def to_dict(self) -> dict[str, int]:

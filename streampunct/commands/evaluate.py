@@ -14,6 +14,7 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
+    from streampunct.argtypes import non_negative_int, positive_int
     from streampunct.options import SessionOptions
 
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
@@ -21,11 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
     p.add_argument(
-        "--right-context", type=int, nargs="*", default=[], metavar="N",
+        "--right-context", type=non_negative_int, nargs="*", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",
     )
     p.add_argument(
-        "--batch-size", type=int, default=1, metavar="N",
+        "--batch-size", type=positive_int, default=1, metavar="N",
         help="windows per engine call in the streaming simulation (default 1: identical to one call "
              "per window for every engine; larger batches change labels of int8 models, whose "
              "activation scales span the batch)",
@@ -43,12 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "--live-right-context / --live-max-delay-ms say otherwise (the server's own rules, "
              "one window per decision: the labels a server gives this schedule)",
     )
-    p.add_argument("--live-right-context", type=int, default=SessionOptions.right_context, metavar="N",
+    p.add_argument("--live-right-context", type=non_negative_int, default=SessionOptions.right_context, metavar="N",
                    help="right_context of the live stream (default: the server's, %(default)s)")
-    p.add_argument("--live-max-delay-ms", type=int, default=SessionOptions.max_delay_ms, metavar="MS",
+    p.add_argument("--live-max-delay-ms", type=non_negative_int, default=SessionOptions.max_delay_ms, metavar="MS",
                    help="max_delay_ms of the live stream (default: the server's, %(default)s)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
-                   help="override the model's window geometry (offline and streaming)")
+                   help="override the model's window geometry (offline and streaming): W content tokens "
+                        "(at most 510), L + R + two words of context within them")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
                         "and labels as training converts it (streampunct.convert)")
@@ -71,14 +73,21 @@ def run(args: argparse.Namespace) -> int:
         score,
         streaming_runs,
     )
+    from streampunct.model import load_model_info
     from streampunct.options import SessionOptions
     from streampunct.punctuator import Punctuator
-    from streampunct.windowing import WindowConfig
+    from streampunct.windowing import MAX_POSITIONS, WindowConfig
 
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be >= 1")
+    window = None
+    if args.window:  # checked before any work: against the model's word length and positions
+        try:
+            window = WindowConfig(*args.window)
+            window.validate_for(load_model_info(args.model).max_word_tokens, MAX_POSITIONS)
+        except ValueError as e:
+            raise InputError(f"--window {' '.join(map(str, args.window))}: {e}") from None
     data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
-    window = WindowConfig(*args.window) if args.window else None
     workers = args.workers or (physical_cores() if args.engine == "onnxruntime" else 1)
     # Several ONNX Runtime engines: one thread each, so N of them use N cores. One
     # thread or two gives the same logits (each window still runs alone).

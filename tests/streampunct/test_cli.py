@@ -330,3 +330,35 @@ def test_stream_cache_auto_is_off_for_other_engines(tmp_path):
     assert _stream_shape(ServerConfig(engine="tensorrt"), info) is None
     with pytest.raises(ModelError, match="--stream-cache on needs the onnxruntime engine"):
         _stream_shape(ServerConfig(engine="tensorrt", stream_cache="on"), info)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--right-context", "-1"], "argument --right-context: must be >= 0, got -1"),
+    (["--live-right-context", "-1"], "argument --live-right-context: must be >= 0, got -1"),
+    (["--live-max-delay-ms", "-5"], "argument --live-max-delay-ms: must be >= 0, got -5"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+])
+def test_evaluate_refuses_negative_options_as_usage_errors(argv, message, capsys):
+    assert message in _fails_as_usage(["evaluate", "--data", "x.tsv", *argv], capsys)
+
+
+@pytest.mark.parametrize("window, message", [
+    ("0 0 0", "window size must be >= 1"),
+    ("10 20 30", "window size 10 is too small for left=20, right=30"),
+    ("600 40 20", "window size 600 is too large: the model sees size + 2 tokens and has 512 positions"),
+])
+def test_evaluate_refuses_bad_windows_before_any_work(window, message, tmp_path, capsys, monkeypatch):
+    import json
+
+    from streampunct import data
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "streampunct.json").write_text(json.dumps({"max_word_tokens": 16}))
+    f = tmp_path / "w.tsv"
+    f.write_text("hello\tO\nworld\tPERIOD\n")
+    monkeypatch.setattr(data, "read_word_labels", lambda *a, **k: pytest.fail("read the data first"))
+    assert main(["evaluate", "--data", str(f), "--model", str(model), "--window", *window.split()]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"streampunct evaluate: error: --window {window}: {message}")
+    assert len(err.strip().splitlines()) == 1
