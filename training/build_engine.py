@@ -78,6 +78,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "BERT- and MPNet-layout encoders, docs/server.md)")
 
 
+#: What build-engine reads from a checkpoint folder besides tokenizer.json and streampunct.json.
+CHECKPOINT_FILES = ("config.json", "head.safetensors")
+
+
+def check_checkpoint_folder(folder: Path) -> None:
+    """Refuse a folder that is not a training checkpoint, saying what it is instead."""
+    missing = [name for name in CHECKPOINT_FILES if not (folder / name).is_file()]
+    if not missing:
+        return
+    graphs = sorted(p.name for p in folder.iterdir() if p.suffix in (".onnx", ".plan"))
+    if (folder / "streampunct.json").is_file() and graphs:
+        raise InputError(
+            f"{folder} is a built model folder (it has streampunct.json and {graphs[0]}), not a training "
+            "checkpoint: build-engine needs a checkpoint folder with the encoder (config.json and its "
+            "weights) and head.safetensors (e.g. checkpoints/NAME/best)"
+        )
+    raise InputError(f"{folder} is not a training checkpoint: no {' and no '.join(missing)} "
+                     "(build-engine needs the encoder's config.json and weights and head.safetensors)")
+
+
 def run(args: argparse.Namespace) -> int:
     from engines.base import DependencyMissing, EngineError
 
@@ -97,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     ckpt: Path = args.model
     if not ckpt.is_dir():
         raise InputError(f"--model {ckpt} is not a checkpoint folder")
+    check_checkpoint_folder(ckpt)
     tokenizer_path = ckpt / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")

@@ -87,6 +87,7 @@ def checkpoint(tmp_path, tiny_module, monkeypatch):
     ckpt.mkdir()
     write_tiny_tokenizer(ckpt / "tokenizer.json")
     (ckpt / "head.safetensors").write_bytes(b"weights")
+    (ckpt / "config.json").write_text("{}")  # the encoder's (read by the stand-in below: not at all)
     (ckpt / "streampunct.json").write_text(json.dumps({**METADATA, "encoder": "tiny-bert", "max_word_tokens": 16}))
     loaded = []
 
@@ -162,6 +163,25 @@ def test_cli_needs_a_tokenizer(checkpoint, tmp_path, capsys):
     rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")])
     assert rc == 2
     assert "has no tokenizer.json" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_built_model_folder(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, loaded = checkpoint
+    built = tmp_path / "built"
+    built.mkdir()
+    for name in ("streampunct.json", "tokenizer.json"):
+        (built / name).write_bytes((ckpt / name).read_bytes())
+    (built / "model.int8.onnx").write_bytes(b"graph")
+    assert main(["build-engine", "--model", str(built), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert (f"{built} is a built model folder (it has streampunct.json and model.int8.onnx), not a training "
+            "checkpoint: build-engine needs a checkpoint folder with the encoder") in err
+    assert len(err.strip().splitlines()) == 1 and not loaded
+    (ckpt / "head.safetensors").unlink()
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")]) == 2
+    assert "is not a training checkpoint: no head.safetensors" in capsys.readouterr().err
 
 
 def test_cli_without_training_package_names_the_extra(checkpoint, tmp_path, monkeypatch, capsys):
