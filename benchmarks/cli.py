@@ -22,15 +22,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
+    from streampunct.argtypes import non_negative_int, positive_float
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")
     a.add_argument("--model", type=Path, default=None, help="model folder (default: shipped model)")
     a.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
                    help="labeled word<TAB>LABEL file (default: data/iwslt2011/test2011)")
-    a.add_argument("--right-context", type=int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N")
-    a.add_argument("--max-delay-ms", type=int, nargs="+", default=[400, 800, 1600, 3200], metavar="MS")
-    a.add_argument("--wps", type=float, default=2.5, help="speech rate, words/s (default 2.5)")
+    a.add_argument("--right-context", type=non_negative_int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N")
+    a.add_argument("--max-delay-ms", type=non_negative_int, nargs="+", default=[400, 800, 1600, 3200], metavar="MS")
+    a.add_argument("--wps", type=positive_float, default=2.5, help="speech rate, words/s (default 2.5)")
     a.add_argument("--engine", default="onnxruntime")
     a.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     a.add_argument("--name", default="accuracy", help="result file stem (default: accuracy)")

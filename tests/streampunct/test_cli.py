@@ -362,3 +362,9 @@ def test_evaluate_refuses_bad_windows_before_any_work(window, message, tmp_path,
     err = capsys.readouterr().err
     assert err.startswith(f"streampunct evaluate: error: --window {window}: {message}")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("wps", ["0", "-1", "nan"])
+def test_bench_accuracy_refuses_a_speech_rate_that_is_not_positive(wps, capsys):
+    assert "argument --wps: must be > 0" in _fails_as_usage(["bench", "accuracy", "--data", "x", "--wps", wps],
+                                                            capsys)
