@@ -66,9 +66,9 @@ def lost_words_errors(transcript: Transcript) -> list[Error]:
 def read_transcript(path: str | Path) -> list[str]:
     """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"no such transcript file: {path}")
-    lines = read_text(path).splitlines()
+    lines = read_text(path).splitlines()  # refuses a directory
     filled = [line for line in lines if line.strip()]
     if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
         from streampunct.data import read_word_labels

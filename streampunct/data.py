@@ -23,6 +23,7 @@ from pathlib import Path
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABEL_TO_ID, LABELS, O, strongest
 from streampunct.text import normalize_word
+from streampunct.textfile import require_file
 
 
 @dataclass
@@ -66,9 +67,7 @@ def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLab
     or with an unknown label (unless ``strict_labels`` is False, in which case
     such a line counts as O). Bytes that are not valid UTF-8 are replaced.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
+    path = require_file(path)
     words: list[str] = []
     labels: list[int] = []
     folded = 0
@@ -106,9 +105,7 @@ def read_punctuated_text(path: str | Path) -> WordLabels:
     """Punctuated text (cased or not) as words and labels, converted as training converts it."""
     from streampunct.convert import text_to_word_labels
 
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
+    path = require_file(path)
     with _open_text(path) as f:
         words, labels = text_to_word_labels(f.read())
     return WordLabels(words, labels, 0, str(path))
@@ -123,9 +120,7 @@ def write_word_labels(path: str | Path, data: WordLabels) -> None:
 
 def iter_ted_talks(path: str | Path) -> Iterator[tuple[str, str]]:
     """Yield ``(talk_id, text)`` from ``ted.jsonl.gz`` (one JSON object a line)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
+    path = require_file(path)
     with _open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():

@@ -80,6 +80,8 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
     """Read ``streampunct.json`` of a model folder, with clear errors."""
     path = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     meta_path = path / "streampunct.json"
+    if path.exists() and not path.is_dir():
+        raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")
     if not path.is_dir():
         hint = " (the shipped model; see README for how to build it)" if model_dir is None else ""
         raise ModelError(f"model folder {path} does not exist{hint}")

@@ -48,11 +48,19 @@ def decode_text(raw: bytes, name: str = "input") -> str:
     return text
 
 
+def require_file(path: str | Path) -> Path:
+    """``path``, or an :class:`InputError` saying it is missing or a directory."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a file")
+    if not path.is_file():
+        raise InputError(f"no such file: {path}")
+    return path
+
+
 def read_text(source: str | Path) -> str:
     """Decoded text of a file, or of stdin when ``source`` is ``"-"``."""
     if str(source) == "-":
         return decode_text(sys.stdin.buffer.read(), "stdin")
-    path = Path(source)
-    if not path.exists() or path.is_dir():
-        raise InputError(f"no such file: {path}")
+    path = require_file(source)
     return decode_text(path.read_bytes(), str(path))

@@ -368,3 +368,17 @@ def test_evaluate_refuses_bad_windows_before_any_work(window, message, tmp_path,
 def test_bench_accuracy_refuses_a_speech_rate_that_is_not_positive(wps, capsys):
     assert "argument --wps: must be > 0" in _fails_as_usage(["bench", "accuracy", "--data", "x", "--wps", wps],
                                                             capsys)
+
+
+@pytest.mark.parametrize("argv", [["punctuate", "{dir}"], ["caption", "{dir}"], ["evaluate", "--data", "{dir}"],
+                                  ["evaluate", "--text", "--data", "{dir}"]])
+def test_a_directory_given_for_a_file_is_named_as_such(argv, tmp_path, capsys):
+    assert main([a.format(dir=tmp_path) for a in argv]) == 2
+    assert capsys.readouterr().err.endswith(f"error: {tmp_path} is a directory, not a file\n")
+
+
+def test_a_file_given_for_the_model_folder_is_named_as_such(tmp_path, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("hello there")
+    assert main(["punctuate", str(f), "--model", str(f)]) == 2
+    assert f"model folder {f} is not a folder" in capsys.readouterr().err
