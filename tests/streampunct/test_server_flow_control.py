@@ -265,5 +265,5 @@ def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():
     config = build_config(build_parser().parse_args(
         ["serve", "--max-backlog-words", "1000", "--send-timeout-s", "0"]))
     assert (config.max_backlog_words, config.send_timeout_s) == (1000, None)  # 0: wait for any reader
-    with pytest.raises(InputError, match="max_backlog_words"):
+    with pytest.raises(InputError, match="--max-backlog-words must be >= 1"):
         build_config(build_parser().parse_args(["serve", "--max-backlog-words", "0"]))
