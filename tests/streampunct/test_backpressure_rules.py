@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from streampunct.options import SessionOptions
-from streampunct.protocol import ConfigRequest, Final, FlushRequest, HypothesisMessage, Partial, Word, WordsMessage
+from streampunct.protocol import (
+    ConfigRequest,
+    Final,
+    FlushRequest,
+    HypothesisMessage,
+    Partial,
+    Word,
+    WordsMessage,
+)
 from streampunct.session_protocol import SessionProtocol
 from streampunct.stream_state import COMPACT_EVERY, KEEP_WORDS, StreamState
 from streampunct.windowing import WindowConfig
