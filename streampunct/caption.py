@@ -11,11 +11,12 @@ latency figures the client saw are returned. Whatever happens to the
 connection, everything received is kept (:class:`StreamClosedEarly` carries
 it).
 
-Nothing is sent that the server must refuse for its size at its default
-limits: committed words go in messages of at most
-:data:`MAX_WORDS_PER_MESSAGE` words, and words longer than
-:data:`MAX_WORD_CHARS` characters are cut (the server keeps far fewer after
-normalization anyway). An ``error`` the server answers with all the same
+Nothing is sent that the server must refuse for its size: committed words go
+in messages of at most the server's ``max_words_per_message`` words, and
+longer words are cut to its ``max_word_chars`` characters (the server keeps
+far fewer after normalization anyway). The limits come with ``ready``; a
+server that does not send them is taken to have the defaults
+(:data:`MAX_WORDS_PER_MESSAGE`, :data:`MAX_WORD_CHARS`). An ``error`` the server answers with all the same
 (other than ``overloaded``, after which it keeps the words) is kept in the
 transcript and, with ``errors``, reported as it comes: the words of a refused
 message are lost.
@@ -38,7 +39,15 @@ from streampunct.caption_input import AsrEvent, text_events
 from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
-from streampunct.protocol import DEFAULT_LIMITS, Error, ErrorCode, Final, SessionOptions, Word
+from streampunct.protocol import (
+    DEFAULT_LIMITS,
+    Error,
+    ErrorCode,
+    Final,
+    Limits,
+    SessionOptions,
+    Word,
+)
 from streampunct.subtitles import SubtitleWriter, TimedWord
 from streampunct.text import render
 from streampunct.textfile import read_text
@@ -51,11 +60,12 @@ MAX_WORDS_PER_MESSAGE = DEFAULT_LIMITS.max_words_per_message
 MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
 
 
-def message_words(words: Sequence[Word]) -> list[tuple[Word, ...]]:
-    """Committed words as the messages that carry them: at most :data:`MAX_WORDS_PER_MESSAGE`
-    words each, every word cut to :data:`MAX_WORD_CHARS` characters."""
-    cut = tuple(w if len(w.w) <= MAX_WORD_CHARS else Word(w.w[:MAX_WORD_CHARS], w.start, w.end) for w in words)
-    return [cut[i : i + MAX_WORDS_PER_MESSAGE] for i in range(0, len(cut), MAX_WORDS_PER_MESSAGE)]
+def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> list[tuple[Word, ...]]:
+    """Committed words as the messages that carry them: at most ``limits.max_words_per_message``
+    words each, every word cut to ``limits.max_word_chars`` characters."""
+    n, chars = limits.max_words_per_message, limits.max_word_chars
+    cut = tuple(w if len(w.w) <= chars else Word(w.w[:chars], w.start, w.end) for w in words)
+    return [cut[i : i + n] for i in range(0, len(cut), n)]
 
 
 def lost_words_errors(transcript: Transcript) -> list[Error]:
@@ -259,6 +269,7 @@ async def caption(
 
     log("recv", client.ready.to_json())
     log("recv", {"type": "config", "config": client.options.to_json()})
+    limits = client.ready.limits or DEFAULT_LIMITS
 
     async def send(event: AsrEvent) -> None:
         if event.at is not None:
@@ -267,11 +278,11 @@ async def caption(
                 await asyncio.sleep(delay)
         if event.interim:
             # A hypothesis replaces the last one: only its first words fit in one message.
-            words = message_words(event.words)[:1] or [()]
+            words = message_words(event.words, limits)[:1] or [()]
             await client.send_hypothesis(words[0])
             log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
             return
-        for words in message_words(event.words):
+        for words in message_words(event.words, limits):
             await client.send_words(words)
             tracker.words_sent([w.w for w in words], loop.time())
             log("send", {"type": "words", "words": [w.w for w in words]})

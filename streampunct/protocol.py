@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -162,20 +162,26 @@ ClientMessage = ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest 
 
 @dataclass(frozen=True)
 class Ready:
+    """``ready``; ``limits`` (an extension: optional on the wire) are the server's message limits."""
+
     session: str
     model: str
     config: SessionOptions
     protocol: int = PROTOCOL_VERSION
+    limits: Limits | None = None
     type: str = field(default="ready", init=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "protocol": self.protocol,
             "session": self.session,
             "model": self.model,
             "config": self.config.to_json(),
         }
+        if self.limits is not None:
+            out["limits"] = asdict(self.limits)
+        return out
 
 
 @dataclass(frozen=True)
@@ -432,6 +438,17 @@ def _time(item: Mapping[str, Any], name: str) -> float | None:
     return value
 
 
+def _limits(obj: Mapping[str, Any]) -> Limits | None:
+    """``ready``'s optional ``limits`` (None when the server does not send them)."""
+    raw = obj.get("limits")
+    if raw is None:
+        return None
+    names = [f.name for f in fields(Limits)]
+    if not isinstance(raw, dict) or not all(type(raw.get(n)) is int and raw[n] > 0 for n in names[:2]):
+        raise TypeError("limits must hold positive integers")
+    return Limits(**{n: raw[n] for n in names if type(raw.get(n)) is int})
+
+
 def _punctuated(items: Sequence[Any]) -> tuple[PunctuatedWord, ...]:
     return tuple(PunctuatedWord(str(x["w"]), str(x["p"]), _time(x, "start"), _time(x, "end")) for x in items)
 
@@ -460,7 +477,8 @@ def decode_server(text: str | bytes) -> ServerMessage:
             return ConfigApplied(_options(obj))
         if kind == "ready":
             return Ready(
-                _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int)
+                _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int),
+                _limits(obj),
             )
     except (KeyError, TypeError, ValueError) as e:
         raise _bad(f"malformed server message {kind!r}: {e}") from None

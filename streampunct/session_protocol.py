@@ -165,7 +165,7 @@ class SessionProtocol:
 
     def ready(self) -> Ready:
         """The first message of the session."""
-        return Ready(self.session_id, self.model_name, self.options)
+        return Ready(self.session_id, self.model_name, self.options, limits=self._limits)
 
     # -- input ---------------------------------------------------------------
     def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage]:

@@ -321,10 +321,31 @@ async def test_caption_sends_huge_lines_and_words_within_the_server_limits(start
     assert result.transcript.n_final == 3000 and result.transcript.words[:2999] == ["word"] * 2999
 
 
-async def test_caption_reports_every_server_error(start_server):
+def _ready_without_limits(monkeypatch):
+    """Serve a ``ready`` without ``limits`` (a server that does not send them): the client then
+    assumes the default limits, and a stricter server refuses what it sends."""
+    from streampunct.protocol import Ready
+    from streampunct.session_protocol import SessionProtocol
+
+    monkeypatch.setattr(SessionProtocol, "ready", lambda self: Ready(self.session_id, self.model_name, self.options))
+
+
+async def test_caption_sends_within_the_limits_the_server_announces(start_server):
+    from streampunct.protocol import Limits
+
+    server = await start_server(limits=Limits(max_words_per_message=2, max_word_chars=5))
+    errors = io.StringIO()
+    result = await caption(server.url, events=[_event("one two three"), _event("four abcdefgh")],
+                           right_context=1, max_delay_ms=60_000, errors=errors)
+    assert errors.getvalue() == "" and result.transcript.errors == []
+    assert result.transcript.words == ["one", "two", "three", "four", "abcde"]
+
+
+async def test_caption_reports_every_server_error(start_server, monkeypatch):
     from streampunct.caption import lost_words_errors
     from streampunct.protocol import Limits
 
+    _ready_without_limits(monkeypatch)
     server = await start_server(limits=Limits(max_words_per_message=2))
     errors = io.StringIO()
     result = await caption(server.url, "one two three four five six".split(), wps=1000, max_chunk=1,
@@ -344,7 +365,7 @@ def _event(text: str):
     return AsrEvent(None, tuple(Word(w) for w in text.split()))
 
 
-async def test_caption_command_fails_when_the_server_refused_words(start_server):
+async def test_caption_command_fails_when_the_server_refused_words(start_server, monkeypatch):
     from streampunct.protocol import Limits
 
     server = await start_server()
@@ -352,6 +373,7 @@ async def test_caption_command_fails_when_the_server_refused_words(start_server)
                                        stdin=(" ".join(["word"] * 3000) + "\n").encode())
     assert rc == 0, stderr
     assert "3000 words" in stderr and "latency: right_context 1, max_delay_ms 2000:" in stderr
+    _ready_without_limits(monkeypatch)
     strict = await start_server(limits=Limits(max_words_per_message=2))
     rc, stdout, stderr = await run_cli("-", "--url", strict.url, "--max-chunk", "3", stdin=b"a b c d\n")
     assert rc == 1, stderr

@@ -122,6 +122,7 @@ SERVER_MESSAGES = [
     Flushed(12),
     Ended(12),
     Error(ErrorCode.TOO_LARGE, "too many words"),
+    Ready("abc", "model-x", SessionOptions(4, 300, True, False), limits=Limits(50, 64, 100, 5000)),
 ]
 
 
@@ -145,6 +146,14 @@ def test_server_message_wire_shapes():
     assert json.loads(encode(Error(ErrorCode.INTERNAL, "boom"))) == {
         "type": "error", "code": "internal", "message": "boom",
     }
+    assert json.loads(encode(SERVER_MESSAGES[-1]))["limits"] == {
+        "max_words_per_message": 50, "max_word_chars": 64, "max_right_context": 100, "max_delay_ms": 5000,
+    }
+    # A server that sends no limits (or a client reading an older server): None, the defaults apply.
+    assert decode_server(encode(SERVER_MESSAGES[0])).limits is None
+    with pytest.raises(ProtocolError, match="limits"):
+        decode_server('{"type": "ready", "protocol": 1, "session": "s", "model": "m", "limits": {"max_words_per_message": 0},'
+                      ' "config": {"right_context": 1, "max_delay_ms": 1, "partials": false, "capitalize": false}}')
 
 
 @pytest.mark.parametrize(
