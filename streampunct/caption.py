@@ -36,7 +36,14 @@ from typing import TextIO
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from streampunct.caption_input import AsrEvent, text_events
-from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
+from streampunct.client import (
+    ClientError,
+    LatencySummary,
+    LatencyTracker,
+    StreamClient,
+    Transcript,
+    written_forms,
+)
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
 from streampunct.protocol import (
@@ -127,7 +134,7 @@ class CaptionView:
 
     def _render(self, transcript: Transcript, start: int, end: int) -> str:
         return render(
-            transcript.words[start:end], transcript.labels[start:end],
+            (transcript.written if self.capitalize else transcript.words)[start:end], transcript.labels[start:end],
             capitalize=self.capitalize, sentence_start=True,
         )
 
@@ -309,9 +316,10 @@ async def caption(
             if isinstance(message, Final):
                 tracker.final_received(message, loop.time())
                 if subtitles is not None:
+                    written = written_forms(message)
                     for k, word in enumerate(message.words):
                         start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
-                        subtitles.add(TimedWord(word.w, ID_TO_MARK.index(word.p), start, end))
+                        subtitles.add(TimedWord(written[k], ID_TO_MARK.index(word.p), start, end))
             transcript.apply(message)
             if isinstance(message, Error) and message.code != ErrorCode.OVERLOADED and errors is not None:
                 errors.write(f"server error {message.code}: {message.message}\n")

@@ -189,6 +189,9 @@ class Transcript:
         partial: the latest provisional tail (words after the finals).
         hypothesis: the latest partial's punctuated interim hypothesis.
         final_words: every final word as received (with echoed start/end).
+        written: each final word as the server wrote it in its final's ``text``
+            (sentence capitals, and the case a truecasing head learned:
+            ``NASA``, ``New York``; :func:`written_forms`).
         flushed_upto, ended_words: from ``flushed`` and ``end``.
         errors: ``error`` messages received.
     """
@@ -199,6 +202,7 @@ class Transcript:
     partial_start: int = 0
     hypothesis: list[PunctuatedWord] = field(default_factory=list)
     final_words: list[PunctuatedWord] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
     flushed_upto: int = 0
     ended_words: int | None = None
     errors: list[Error] = field(default_factory=list)
@@ -213,6 +217,7 @@ class Transcript:
             self.words.extend(w.w for w in message.words)
             self.labels.extend(_mark_to_label(w.p) for w in message.words)
             self.final_words.extend(message.words)
+            self.written.extend(written_forms(message))
         elif isinstance(message, Partial):
             self.partial, self.partial_start = list(message.words), message.start
             self.hypothesis = list(message.hypothesis)
@@ -234,8 +239,33 @@ class Transcript:
         return self.partial[skip:]
 
     def text(self, *, capitalize: bool = False) -> str:
-        """The final words rendered with their punctuation."""
-        return render(self.words, self.labels, capitalize=capitalize)
+        """The final words rendered with their punctuation; with ``capitalize``, written as the
+        server wrote them (learned case) and with sentence capitals."""
+        return render(self.written if capitalize else self.words, self.labels, capitalize=capitalize)
+
+
+def written_forms(message: Final) -> list[str]:
+    """Each word of a ``final`` as its ``text`` writes it (case included).
+
+    ``text`` is the words with their marks, clitics joined to the word before
+    them; a word whose written form cannot be matched letter for letter (a
+    server that renders otherwise) keeps its normalized ``w``.
+    """
+    words = [w.w for w in message.words]
+    out: list[str] = []
+    k = 0
+    for token in message.text.split():
+        core, pos = token.rstrip(",.?"), 0
+        while k < len(words) and pos < len(core):
+            piece = core[pos : pos + len(words[k])]
+            if piece.lower() != words[k]:
+                return words
+            out.append(piece)
+            pos += len(piece)
+            k += 1
+        if pos != len(core):
+            return words
+    return out if k == len(words) else words
 
 
 @dataclass(frozen=True)

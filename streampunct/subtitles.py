@@ -34,7 +34,8 @@ class CueLimits:
 
 @dataclass(frozen=True)
 class TimedWord:
-    """A final word: normalized ``w``, label id, and times in seconds."""
+    """A final word: ``w`` (normalized, or as the server wrote it: learned case), label id, and
+    times in seconds."""
 
     w: str
     label: int

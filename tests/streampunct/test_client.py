@@ -97,3 +97,40 @@ async def test_iteration_stops_when_the_server_closes(start_server):
     assert [m.type for m in messages][-1] == "end"
     assert [w.p for m in messages if isinstance(m, Final) for w in m.words][-1] in ("", ",", ".", "?")
     assert client.close_code == 1000
+
+
+def test_written_forms_keep_the_case_the_server_wrote():
+    from streampunct.client import written_forms
+
+    def final(text, *words):
+        return Final(0, tuple(PunctuatedWord(w, p) for w, p in words), text)
+
+    assert written_forms(final("went to New York,", ("went", ""), ("to", ""), ("new", ""), ("york", ","))) == [
+        "went", "to", "New", "York"]
+    # clitics are joined to the word before them inside one final
+    assert written_forms(final("NASA didn't?", ("nasa", ""), ("did", ""), ("n't", "?"))) == ["NASA", "did", "n't"]
+    # a text that does not spell the words (another server's rendering): the normalized words
+    assert written_forms(final("Went to NY.", ("went", ""), ("to", ""), ("new", ""), ("york", "."))) == [
+        "went", "to", "new", "york"]
+    assert written_forms(final("", ("so", ""))) == ["so"]
+
+
+def test_the_caption_view_and_the_transcript_show_the_learned_case():
+    import io
+
+    from streampunct.caption import CaptionView
+
+    transcript = Transcript()
+    transcript.apply(Final(0, (PunctuatedWord("we", ""), PunctuatedWord("met", ""), PunctuatedWord("john", "")),
+                           "We met John"))
+    transcript.apply(Final(3, (PunctuatedWord("at", ""), PunctuatedWord("nasa", "."), PunctuatedWord("it", "")),
+                           "at NASA. It"))
+    out = io.StringIO()
+    view = CaptionView(out, live=False, capitalize=True)
+    view.update(transcript)
+    assert out.getvalue() == "We met John at NASA.\n"
+    assert transcript.text(capitalize=True) == "We met John at NASA. It"
+    assert transcript.text() == "we met john at nasa. it"
+    plain = io.StringIO()
+    CaptionView(plain, live=False, capitalize=False).update(transcript)
+    assert plain.getvalue() == "we met john at nasa.\n"
