@@ -37,7 +37,7 @@ class ServerMetrics:
         backlog: words received and not yet finalized, all sessions (set by
             the server as a function).
         input_paused: times a session stopped reading (backlog at its limit, or
-            its outbox full; not the short waits of a hypothesis for its partial).
+            its outbox full).
         slow_reader_closes: sessions closed because a send stayed blocked
             longer than the send timeout (the client did not read).
     """

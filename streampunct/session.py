@@ -291,7 +291,7 @@ class Session:
         """
         counted = False
         while not (self._outbox_has_room() and (protocol_ready is None or protocol_ready())):
-            if pausing_input and not counted and not self.protocol.awaiting_partial:  # backlog only
+            if pausing_input and not counted:
                 counted = True
                 self._ctx.metrics.input_paused.inc()
             self._progress.clear()

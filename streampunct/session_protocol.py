@@ -21,7 +21,7 @@ Rules kept here (see ``docs/protocol.md``):
 * input backpressure: :meth:`SessionProtocol.wants_input` says whether the
   caller may take the next frame (the backlog of words received but not yet
   finalized is below ``max_backlog``, or nothing in it can drain without more
-  input; and no hypothesis waits for its partial).
+  input).
 """
 
 from __future__ import annotations
@@ -136,11 +136,6 @@ class SessionProtocol:
         """Words received whose final has not been produced yet."""
         return self.n_words - self._sent
 
-    @property
-    def awaiting_partial(self) -> bool:
-        """A ``hypothesis`` (partials on) waits for the partial that answers it."""
-        return self._partial_owed and not self._finishing
-
     def wants_input(self, now: float) -> bool:
         """May the caller take the next client frame? (input backpressure)
 
@@ -151,14 +146,7 @@ class SessionProtocol:
         (the last ``right_context`` words) never block reading, so the rule
         cannot stall a stream; the backlog stays within
         ``max(max_backlog, right_context) + one message's words``.
-
-        Also false while a ``hypothesis`` (with partials on) waits for its
-        partial: every hypothesis is answered by a partial carrying it, so the
-        next frame, which may replace it, is read once that partial is out. The
-        partial needs no more input, so this cannot stall a stream either.
         """
-        if self.awaiting_partial:
-            return False
         if self.max_backlog is None or self.backlog < self.max_backlog:
             return True
         return self.state.n_decidable(now) <= self._sent

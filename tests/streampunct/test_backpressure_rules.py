@@ -8,6 +8,7 @@ import pytest
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
     ConfigRequest,
+    EndRequest,
     Final,
     FlushRequest,
     HypothesisMessage,
@@ -117,25 +118,34 @@ def test_state_compacts_while_a_request_is_always_in_flight():
     assert peak_held <= KEEP_WORDS + COMPACT_EVERY + 1000
 
 
-def test_a_hypothesis_waiting_for_its_partial_pauses_reading_until_the_partial_is_out():
-    # "a new hypothesis is answered by a partial": the next frame (which may replace the
-    # hypothesis) is read once the partial carrying it is out.
+def test_hypotheses_never_pause_reading_and_the_newest_one_is_answered():
+    # Hypotheses that arrive while an earlier one is labeled replace it: the newest is
+    # labeled next, the replaced ones get no partial of their own (protocol.md, "hypothesis").
     p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(partials=True))
     p.receive(words_message(0, 3), 0.0)
-    p.receive(HypothesisMessage((Word(FakeAligner.word(2, 90)),)), 0.0)
-    assert not p.wants_input(0.0)
-    out = run_one(p, 0.0)
-    assert [m.hypothesis[0].w for m in out if isinstance(m, Partial)] == [FakeAligner.word(2, 90)]
-    assert p.wants_input(0.0)
-    # With partials off the hypothesis is stored, never answered, and never blocks.
+    first = [Word(FakeAligner.word(2, 90))]
+    p.receive(HypothesisMessage(tuple(first)), 0.0)
+    in_flight = p.next_request(0.0)
+    assert in_flight is not None and in_flight.partial and p.wants_input(0.0)
+    for serial in (91, 92):  # two more while the first is labeled
+        p.receive(HypothesisMessage((Word(FakeAligner.word(1, serial)),)), 0.0)
+        assert p.wants_input(0.0)
+    ids = in_flight.input_ids[None, :]
+    answered = [m for m in p.apply(in_flight, fake_infer(ids, np.ones_like(ids))[0]) if isinstance(m, Partial)]
+    answered += [m for m in run_one(p, 0.0) if isinstance(m, Partial)]
+    assert [[w.w for w in m.hypothesis] for m in answered] == [
+        [FakeAligner.word(2, 90)], [FakeAligner.word(1, 92)]]
+    assert run_one(p, 0.0) == [] and p.next_request(0.0) is None  # nothing owed any more
+    # With partials off a hypothesis is stored and never answered.
     quiet = SessionProtocol(aligner=FakeAligner(), window=WINDOW)
     quiet.receive(HypothesisMessage((Word(FakeAligner.word(1, 1)),)), 0.0)
     assert quiet.wants_input(0.0) and quiet.next_request(0.0) is None
 
 
-def test_a_config_that_turns_partials_off_releases_an_owed_partial():
+def test_a_config_that_turns_partials_off_drops_an_owed_partial():
     p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(partials=True))
     p.receive(HypothesisMessage((Word(FakeAligner.word(1, 1)),)), 0.0)
-    assert not p.wants_input(0.0)
     p.receive(ConfigRequest(partials=False), 0.0)
-    assert p.wants_input(0.0) and p.next_request(0.0) is None
+    assert p.next_request(0.0) is None
+    p.receive(EndRequest(), 0.0)  # nothing owed: end is not deferred for a partial
+    assert p.finished and p.end_received

@@ -587,22 +587,25 @@ async def test_a_hypothesis_right_before_end_is_answered_before_the_end(start_se
     assert client.close_code == 1000
 
 
-async def test_every_hypothesis_sent_back_to_back_gets_its_own_partial_in_order(start_server, fake_engine_cls):
-    # "a new hypothesis is answered by a partial": ten interim results sent at once, while the
-    # (slow) engine labels the first, are each answered, in order, none merged into the next.
+async def test_hypotheses_sent_back_to_back_are_answered_in_order_ending_with_the_last(start_server, fake_engine_cls):
+    # Ten interim results sent at once while the (slow) engine labels the first: partials
+    # never go back to an older hypothesis, and the newest is always answered.
     server = await start_server(engine=fake_engine_cls(delay_s=0.02))
     hypotheses = [WORDS[: k + 1] for k in range(10)]
     async with await StreamClient.connect(server.url, right_context=2, partials=True) as client:
         await client.send_words(WORDS[:2])
         for h in hypotheses:
             await client.send_raw(json.dumps({"type": "hypothesis", "words": h}))
-        await client.send_raw(json.dumps({"type": "flush"}))
-        messages = await read_until(client, "flushed")
+        answered = []
+        while not answered or answered[-1] != hypotheses[-1]:
+            message = await client.recv(timeout=TIMEOUT)
+            if isinstance(message, Partial) and message.hypothesis:
+                answered.append([w.w for w in message.hypothesis])
         transcript, _ = await finish(client)
-    answered = [[w.w for w in m.hypothesis] for m in messages if isinstance(m, Partial) and m.hypothesis]
-    # (new finals may repeat the last hypothesis in a later partial)
-    assert [h for k, h in enumerate(answered) if k == 0 or answered[k - 1] != h] == hypotheses
-    assert client.close_code == 1000
+    order = [hypotheses.index(h) for h in answered]
+    assert order == sorted(order) and order[-1] == 9
+    assert len(set(order)) < 10  # the engine was busy: some were replaced before their turn
+    assert transcript.words == WORDS[:2] and client.close_code == 1000
 
 
 async def test_finals_echo_start_and_end_on_the_wire(start_server):
