@@ -32,7 +32,11 @@ same labels for the same arrival schedule:
   validation (the streaming window's left context when it names none).
   Left context costs a cached call only attention, not its encoding, so it
   can be longer than a whole window's: 60 tokens for the shipped model.
-- Partial (provisional) requests run as full calls and leave the cache alone.
+- A partial (provisional) request is served like a final one, a cached call
+  when its first provisional token follows the cache (the usual case: the
+  first word after the finals) and a full call otherwise, but it keeps
+  nothing: the cache holds decided words only. Partials with the interim
+  hypothesis then cost their new tokens, not a whole window.
 
 What changes against the shipped windows: the left tokens' keys and values
 come from the windows that decided them (they saw their own right context,
@@ -126,7 +130,7 @@ class KVCache:
         """The call that serves ``request``; changes nothing (see :meth:`finish`)."""
         ids = request.input_ids
         n = len(ids)
-        if request.partial or request.token_start < 0:
+        if request.token_start < 0:
             return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
         group = request.token_start + request.decide_from - 1  # global index of the first decided token
         group_end = request.token_start + request.decide_to - 1
@@ -137,8 +141,12 @@ class KVCache:
             new[1:] = ids[request.decide_from:]
             pos = np.arange(group - self._base, group - self._base + len(new), dtype=np.int64)
             pos[0] = 0
+            if request.partial:  # provisional: nothing is kept
+                return StreamCall(new, pos, self._kv, request.decide_from, None, self._base, self._end)
             keep = (1, 1 + request.decide_to - request.decide_from)
             return StreamCall(new, pos, self._kv, request.decide_from, keep, self._base, group_end)
+        if request.partial:
+            return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
         keep = (1, request.decide_to)
         return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, keep,
                           request.token_start, group_end)

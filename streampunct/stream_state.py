@@ -62,11 +62,13 @@ class WindowRequest:
         hypothesis_from: the labels of ``hypothesis[hypothesis_from:]`` come
             last in ``positions``; earlier hypothesis words did not fit the
             window and get no mark.
-        token_start: (final requests) the stream's global index of the token
-            at ``input_ids[1]``; -1 for partial requests.
-        decide_from, decide_to: (final requests) rows of ``input_ids`` from the
-            first decided word's first token to just after the last decided
-            word's last token (what :mod:`streampunct.stream_cache` keeps).
+        token_start: the stream's global index of the token at
+            ``input_ids[1]`` (-1: unknown, a request built by hand).
+        decide_from, decide_to: rows of ``input_ids`` from the first decided
+            (for a partial: provisional) word's first token to just after the
+            last one's last token (what :mod:`streampunct.stream_cache` keeps
+            of a final request; a partial's new tokens start at ``decide_from``
+            when the cache ends just before it).
     """
 
     input_ids: np.ndarray
@@ -305,9 +307,12 @@ class StreamState:
         a, b = w.token_start, lay.ends[total - 1]
         request_ids = np.asarray([self.aligner.cls_id, *ids[a:b], self.aligner.sep_id], dtype=np.int64)
         positions = np.asarray(lay.label_pos[first:total], dtype=np.int64) - a + 1
+        base = self._layout.starts[lo] if n else 0  # ``ids`` starts at this token of ``self._ids``
         return WindowRequest(
             request_ids, positions, self._base + min(first + lo, n), True,
             hypothesis=self._hypothesis, hypothesis_from=max(0, first + lo - n),
+            token_start=self._token_base + base + a, decide_from=lay.starts[first] - a + 1,
+            decide_to=len(request_ids) - 1,
         )
 
     def _make_request(self, a: int, b: int, first: int, last: int, partial: bool) -> WindowRequest:

@@ -171,17 +171,39 @@ def test_a_group_that_does_not_follow_the_cache_starts_a_new_base(aligner):
     assert call.full
 
 
-def test_partial_windows_run_whole_and_leave_the_cache_alone(aligner):
+def test_partials_encode_only_their_new_tokens_and_leave_the_cache_alone(aligner):
     state, cache = _stream(aligner, [])
     state.feed(["the", "a", "of", "and", "to"], 0.0)
     _serve_one(state, cache, 0.0)
     before = (cache.tokens, cache.full_calls, cache.cached_calls)
+    assert before[0] == 3  # "the a of" decided and cached
+    state.set_hypothesis(["in"])
     partial = state.next_request(0.0, partial=True)
-    assert partial is not None and partial.partial
+    assert partial is not None and partial.partial and partial.first_word == 3
     call = cache.plan(partial)
-    assert call.full and call.keep is None
+    # a cached call: CLS, the provisional words "and to", the hypothesis "in", SEP
+    assert not call.full and call.keep is None and call.past_len == 3
+    assert call.input_ids.tolist() == [partial.input_ids[0], *partial.input_ids[partial.decide_from:]]
+    assert call.position_ids.tolist() == [0, 4, 5, 6, 7]
+    logits = np.arange(len(call.input_ids) * 4, dtype=np.float32).reshape(-1, 4)
+    out = cache.finish(partial, call, logits, _present_for(call))
+    assert out[partial.positions].tolist() == logits[1 + partial.positions - partial.decide_from].tolist()
+    assert (cache.tokens, cache.full_calls, cache.cached_calls) == before  # nothing kept, nothing counted
+    # The next final follows the cache as before: the partial changed nothing.
+    state.apply(partial, out)
+    state.feed(["in", "the"], 1.0)
+    final = state.next_request(1.0)
+    assert final is not None and not final.partial and not cache.plan(final).full
+
+
+def test_a_partial_that_does_not_follow_the_cache_runs_whole(aligner):
+    state, cache = _stream(aligner, [])
+    state.set_hypothesis(["the", "a"])  # nothing decided yet: no cache to follow
+    partial = state.next_request(0.0, partial=True)
+    call = cache.plan(partial)
+    assert call.full and call.keep is None and call.input_ids.tolist() == partial.input_ids.tolist()
     cache.finish(partial, call, np.zeros((len(call.input_ids), 4), np.float32), _present_for(call))
-    assert (cache.tokens, cache.full_calls, cache.cached_calls) == before
+    assert (cache.tokens, cache.full_calls, cache.cached_calls) == (0, 0, 0)
 
 
 def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
