@@ -111,8 +111,12 @@ def read_live_data(cfg: LiveBenchConfig):
     """The words and gold labels to stream: a ``word<TAB>LABEL`` file, or with ``text``
     punctuated text converted as training converts it."""
     from streampunct.data import read_punctuated_text, read_word_labels
+    from streampunct.errors import InputError
 
-    return read_punctuated_text(cfg.data) if cfg.text else read_word_labels(cfg.data)
+    data = read_punctuated_text(cfg.data) if cfg.text else read_word_labels(cfg.data)
+    if not data.words:
+        raise InputError(f"{cfg.data}: no words to stream")
+    return data
 
 
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:

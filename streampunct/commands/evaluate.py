@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise InputError(f"--window {' '.join(map(str, args.window))}: {e}") from None
     data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
+    if not data.words:
+        raise InputError(f"{args.data}: no words to score")
     workers = args.workers or (physical_cores() if args.engine == "onnxruntime" else 1)
     # Several ONNX Runtime engines: one thread each, so N of them use N cores. One
     # thread or two gives the same logits (each window still runs alone).

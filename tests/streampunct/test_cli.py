@@ -185,6 +185,18 @@ def test_evaluate_refuses_zero_workers(tmp_path, capsys):
     assert "--workers must be >= 1" in capsys.readouterr().err
 
 
+def test_evaluate_and_bench_live_refuse_data_without_words(tmp_path, capsys):
+    f = tmp_path / "empty.tsv"
+    f.write_text("\n\n")
+    assert main(["evaluate", "--data", str(f)]) == 2
+    assert f"{f}: no words to score" in capsys.readouterr().err
+    from benchmarks.live_bench import LiveBenchConfig, read_live_data
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match="no words to stream"):
+        read_live_data(LiveBenchConfig(data=str(f)))
+
+
 def test_evaluate_streams_with_engine_workers(tmp_path, capsys):
     import json
 
