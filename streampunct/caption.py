@@ -16,10 +16,10 @@ in messages of at most the server's ``max_words_per_message`` words, and
 longer words are cut to its ``max_word_chars`` characters (the server keeps
 far fewer after normalization anyway). The limits come with ``ready``; a
 server that does not send them is taken to have the defaults
-(:data:`MAX_WORDS_PER_MESSAGE`, :data:`MAX_WORD_CHARS`). An ``error`` the server answers with all the same
-(other than ``overloaded``, after which it keeps the words) is kept in the
-transcript and, with ``errors``, reported as it comes: the words of a refused
-message are lost.
+(:data:`MAX_WORDS_PER_MESSAGE`, :data:`MAX_WORD_CHARS`). An ``error`` the
+server answers with all the same (other than ``overloaded``, after which it
+keeps the words) is kept in the transcript and, with ``errors``, reported as
+it comes: the words of a refused message are lost.
 """
 
 from __future__ import annotations
@@ -36,14 +36,7 @@ from typing import TextIO
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from streampunct.caption_input import AsrEvent, text_events
-from streampunct.client import (
-    ClientError,
-    LatencySummary,
-    LatencyTracker,
-    StreamClient,
-    Transcript,
-    written_forms,
-)
+from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
 from streampunct.protocol import (
@@ -75,9 +68,14 @@ def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> lis
     return [cut[i : i + n] for i in range(0, len(cut), n)]
 
 
+def _loses_words(error: Error) -> bool:
+    """Every ``error`` but ``overloaded`` (after which the server keeps the words) refused a message."""
+    return error.code != ErrorCode.OVERLOADED
+
+
 def lost_words_errors(transcript: Transcript) -> list[Error]:
-    """The server's ``error`` messages other than ``overloaded`` (after which it keeps the words)."""
-    return [e for e in transcript.errors if e.code != ErrorCode.OVERLOADED]
+    """The server's ``error`` messages that refused words (:func:`_loses_words`)."""
+    return [e for e in transcript.errors if _loses_words(e)]
 
 
 def read_transcript(path: str | Path) -> list[str]:
@@ -315,13 +313,13 @@ async def caption(
             log("recv", message.to_json())
             if isinstance(message, Final):
                 tracker.final_received(message, loop.time())
-                if subtitles is not None:
-                    written = written_forms(message)
-                    for k, word in enumerate(message.words):
-                        start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
-                        subtitles.add(TimedWord(written[k], ID_TO_MARK.index(word.p), start, end))
             transcript.apply(message)
-            if isinstance(message, Error) and message.code != ErrorCode.OVERLOADED and errors is not None:
+            if isinstance(message, Final) and subtitles is not None:
+                for k, word in enumerate(message.words):  # written as the server wrote them (Transcript.written)
+                    start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
+                    written = transcript.written[message.start + k]
+                    subtitles.add(TimedWord(written, ID_TO_MARK.index(word.p), start, end))
+            if isinstance(message, Error) and _loses_words(message) and errors is not None:
                 errors.write(f"server error {message.code}: {message.message}\n")
                 errors.flush()
             if view is not None and message.type in ("final", "partial"):

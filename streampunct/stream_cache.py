@@ -130,26 +130,25 @@ class KVCache:
         """The call that serves ``request``; changes nothing (see :meth:`finish`)."""
         ids = request.input_ids
         n = len(ids)
-        if request.token_start < 0:
-            return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
-        group = request.token_start + request.decide_from - 1  # global index of the first decided token
-        group_end = request.token_start + request.decide_to - 1
-        last_pos = group - self._base + 1 + (n - 1 - request.decide_from)  # SEP's position in a cached call
-        if self.tokens and self._end == group and last_pos < self.max_positions:
-            new = np.empty(n - request.decide_from + 1, dtype=np.int64)
-            new[0] = ids[0]
-            new[1:] = ids[request.decide_from:]
-            pos = np.arange(group - self._base, group - self._base + len(new), dtype=np.int64)
-            pos[0] = 0
-            if request.partial:  # provisional: nothing is kept
-                return StreamCall(new, pos, self._kv, request.decide_from, None, self._base, self._end)
-            keep = (1, 1 + request.decide_to - request.decide_from)
-            return StreamCall(new, pos, self._kv, request.decide_from, keep, self._base, group_end)
-        if request.partial:
-            return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
-        keep = (1, request.decide_to)
-        return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, keep,
-                          request.token_start, group_end)
+        if request.token_start >= 0:
+            group = request.token_start + request.decide_from - 1  # global index of the first decided token
+            group_end = request.token_start + request.decide_to - 1
+            last_pos = group - self._base + 1 + (n - 1 - request.decide_from)  # SEP's position in a cached call
+            if self.tokens and self._end == group and last_pos < self.max_positions:
+                new = np.empty(n - request.decide_from + 1, dtype=np.int64)
+                new[0] = ids[0]
+                new[1:] = ids[request.decide_from:]
+                pos = np.arange(group - self._base, group - self._base + len(new), dtype=np.int64)
+                pos[0] = 0
+                if request.partial:  # provisional: nothing is kept
+                    return StreamCall(new, pos, self._kv, request.decide_from, None, self._base, self._end)
+                keep = (1, 1 + request.decide_to - request.decide_from)
+                return StreamCall(new, pos, self._kv, request.decide_from, keep, self._base, group_end)
+            if not request.partial:  # a new base
+                return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, (1, request.decide_to),
+                                  request.token_start, group_end)
+        # a request with no known position, or a partial that does not follow the cache: whole, nothing kept
+        return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
 
     def finish(self, request: WindowRequest, call: StreamCall, logits: np.ndarray,
                kept: np.ndarray | None) -> np.ndarray:

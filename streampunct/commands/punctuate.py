@@ -13,10 +13,10 @@ HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>L
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     from engines.registry import BACKENDS
 
+    p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
     p.add_argument("--capitalize", action="store_true",
