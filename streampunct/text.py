@@ -7,7 +7,6 @@ turns them into the model's form and back into readable text.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -21,7 +20,11 @@ _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": 
 CLITICS = frozenset({"n't", "'s", "'re", "'m", "'ll", "'ve", "'d"})
 #: Longest word (in characters) the service accepts; longer words are cut.
 MAX_WORD_CHARS = 100
-_SURROGATES = re.compile("[\ud800-\udfff]")
+#: Letters that show nothing (Hangul fillers, NFKC folds U+FFA0 to U+3164); dropped like format characters.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+_ZWNJ, _ZWJ = "\u200c", "\u200d"
+#: Canonical combining class of a virama (Indic scripts), after which ZWJ/ZWNJ shape a conjunct.
+_VIRAMA = 9
 
 
 def _is_edge_junk(ch: str) -> bool:
@@ -38,18 +41,59 @@ def fix_mojibake(word: str) -> str:
     return word
 
 
+def drop_invisible(word: str) -> str:
+    """``word`` without the characters a reader cannot see but a display obeys.
+
+    Dropped: control characters (category Cc: NUL, escapes, tabs), format
+    characters (Cf: the bidi controls U+200E/U+200F, U+202A-U+202E,
+    U+2066-U+2069 and U+061C; the zero-width U+200B, U+2060 and U+FEFF; the
+    soft hyphen; tag characters), lone surrogates (Cs, which JSON's
+    ``\\udXXX`` escapes can carry but which are not text) and the Hangul
+    fillers (letters that show nothing). The two joiners stay only where a
+    script needs them, the contexts of RFC 5892's CONTEXTJ rules: ZWJ and
+    ZWNJ after a virama (Indic conjuncts), and ZWNJ between two Arabic-script
+    letters (Persian and Urdu words such as U+0645 U+06CC U+200C U+062E).
+    Emoji are stripped as symbols anyway, so the ZWJ of an emoji sequence
+    goes too.
+    """
+    if word.isascii():
+        return word if word.isprintable() else "".join(ch for ch in word if ch.isprintable())
+    if word.isprintable() and _BLANK_LETTERS.isdisjoint(word):
+        return word
+    out: list[str] = []
+    for k, ch in enumerate(word):
+        if ch in _BLANK_LETTERS:
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
+            joiner = ch == _ZWJ or ch == _ZWNJ
+            if joiner and out and k + 1 < len(word) and _joiner_needed(ch, out[-1], word[k + 1]):
+                out.append(ch)
+            continue
+        out.append(ch)
+    return "".join(out)
+
+
+def _joiner_needed(joiner: str, before: str, after: str) -> bool:
+    if unicodedata.combining(before) == _VIRAMA:
+        return True
+    return joiner == _ZWNJ and _arabic_letter(before) and _arabic_letter(after)
+
+
+def _arabic_letter(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "L" and unicodedata.name(ch, "").startswith("ARABIC")
+
+
 def normalize_word(word: str) -> str:
     """The model's form of one ASR word: lowercase, no punctuation at the edges.
 
     Inner apostrophes and hyphens stay (``don't``, ``well-being``); a leading
     apostrophe stays when a letter follows (clitics such as ``'s``); the result
     is ``""`` when nothing but punctuation was there. Words longer than
-    ``MAX_WORD_CHARS`` are cut to that length. Lone surrogates (which JSON's
-    ``\\udXXX`` escapes can carry, but which are not text) are dropped.
+    ``MAX_WORD_CHARS`` are cut to that length. Invisible characters are
+    dropped first (:func:`drop_invisible`: controls, format characters such as
+    bidi controls and zero-width spaces, lone surrogates).
     """
-    if _SURROGATES.search(word):
-        word = _SURROGATES.sub("", word)
-    w = unicodedata.normalize("NFKC", fix_mojibake(word)).translate(_APOSTROPHES).lower()
+    w = unicodedata.normalize("NFKC", fix_mojibake(drop_invisible(word))).translate(_APOSTROPHES).lower()
     start, end = 0, len(w)
     while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):
         if w[start] == "'" and start + 1 < end and w[start + 1].isalnum():

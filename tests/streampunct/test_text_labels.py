@@ -1,7 +1,11 @@
+import unicodedata
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O, label_id, strongest
-from streampunct.text import MAX_WORD_CHARS, normalize_word, normalize_words, render
+from streampunct.text import MAX_WORD_CHARS, drop_invisible, normalize_word, normalize_words, render
 
 
 def test_label_ids_in_fixed_order():
@@ -43,6 +47,85 @@ def test_normalize_word(raw, norm):
 def test_normalize_words_drops_empty_and_cuts_huge_words():
     assert normalize_words(["Hi,", "--", "there."]) == ["hi", "there"]
     assert len(normalize_word("a" * 100_000)) == MAX_WORD_CHARS
+
+
+#: One character of each class that normalization drops, inside a word.
+INVISIBLE = {
+    "control (Cc): NUL": "\x00",
+    "control (Cc): escape": "\x1b",
+    "control (Cc): DEL": "\x7f",
+    "control (Cc): C1 NEL": "\x85",
+    "bidi: LRM": "\u200e",
+    "bidi: RLM": "\u200f",
+    "bidi: LRE": "\u202a",
+    "bidi: RLO": "\u202e",
+    "bidi: LRI": "\u2066",
+    "bidi: PDI": "\u2069",
+    "bidi: Arabic letter mark": "\u061c",
+    "zero-width space": "\u200b",
+    "zero-width non-joiner between Latin letters": "\u200c",
+    "zero-width joiner between Latin letters": "\u200d",
+    "word joiner": "\u2060",
+    "byte order mark / ZWNBSP": "\ufeff",
+    "soft hyphen": "\u00ad",
+    "tag character": "\U000e0041",
+    "Hangul filler": "\u3164",
+    "halfwidth Hangul filler": "\uffa0",
+    "lone surrogate": "\ud83d",
+}
+
+
+@pytest.mark.parametrize("char", INVISIBLE.values(), ids=INVISIBLE.keys())
+def test_invisible_characters_are_dropped_inside_and_at_the_edges(char):
+    assert normalize_word(f"ab{char}cd") == "abcd"
+    assert normalize_word(f"{char}Word{char}") == "word"
+    assert normalize_word(char) == ""
+    assert normalize_word(f"{char}don't{char}") == "don't"
+
+
+def test_a_right_to_left_override_cannot_reverse_a_word():
+    assert normalize_word("price\u202e0001\u202c") == "price0001"
+    assert normalize_word("\u2067evil\u2069") == "evil"
+
+
+@pytest.mark.parametrize("word", [
+    "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian: ZWNJ between Arabic letters
+    "\u0915\u094d\u200d\u0937",  # Devanagari: ZWJ after a virama
+    "\u0915\u094d\u200c\u0937",  # and ZWNJ after a virama
+    "na\u00efve", "caf\u00e9", "stra\u00dfe", "\u0436\u0438\u0437\u043d\u044c", "\u6771\u4eac",
+])
+def test_what_real_words_need_stays(word):
+    assert normalize_word(word) == word
+
+
+def test_joiners_outside_their_scripts_and_in_emoji_are_dropped():
+    assert normalize_word("\U0001f468\u200d\U0001f469\u200d\U0001f467") == ""  # an emoji family
+    assert normalize_word("a\U0001f468\u200d\U0001f469b") == "a\U0001f468\U0001f469b"
+    assert normalize_word("\u0645\u200c") == "\u0645"  # a joiner at the edge
+    assert normalize_word("\u0645\u200dx") == "\u0645x"  # ZWJ needs a virama before it
+
+
+def test_dropping_happens_before_composition_and_case_folding():
+    assert normalize_word("e\u200b\u0301") == "\u00e9"  # the accent composes with the letter
+    assert normalize_word("HE\u200bLLO") == "hello"
+    assert drop_invisible("plain") == "plain" and drop_invisible("na\u00efve") == "na\u00efve"
+
+
+_JOINERS = "\u200c\u200d"
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=()), max_size=40)
+       | st.lists(st.sampled_from(["a", "\u0645", "\u094d", "\u0915", *INVISIBLE.values(), *_JOINERS, " "]),
+                  max_size=30).map("".join))
+def test_normalized_words_hold_no_invisible_character(raw):
+    out = normalize_word(raw)
+    for k, ch in enumerate(out):
+        assert unicodedata.category(ch) not in ("Cc", "Cs"), (raw, out)
+        assert unicodedata.category(ch) != "Cf" or ch in _JOINERS, (raw, out)
+        assert ch not in "\u115f\u1160\u3164\uffa0", (raw, out)
+        if ch in _JOINERS:  # only after a virama or an Arabic letter
+            before = out[k - 1]
+            assert unicodedata.combining(before) == 9 or unicodedata.name(before).startswith("ARABIC"), (raw, out)
 
 
 def test_render_marks_and_capitalization():
