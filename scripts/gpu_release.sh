@@ -29,24 +29,23 @@
 # as in runs 1 and 2; its checkpoint (3 parts) comes back with b. STUDENT=mpnet4 (set for b): the
 # first 4 of the trained teacher's 12 layers (training.drop_layers), 768 wide, which as an int8
 # streaming graph carries the 150 real-time sessions (results.md, "What would close 74 / 66"; on
-# the CPU without soft labels it reached dev2010 67.7: docs/training.md, "A 4-layer MPNet
-# student"). Its checkpoint (fp16, ~105 MB) is too large for b's return, so b leaves it in 15 MB
+# the CPU without soft labels it reached dev2010 67.7: docs/history.md). Its checkpoint (fp16, ~105 MB) is too large for b's return, so b leaves it in 15 MB
 # parts on the device and two calls fetch it: bash scripts/gpu_release.sh s 0, s 1 (four parts
 # each), then unpack DIR_b DIR_s0 DIR_s1.
 #   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
 #   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
 #       python -m engines.weight_codes models/base/model.stream.int4.onnx build/T/model.int4.onnx
 #
-# History. Run 1 (2026-11-26, docs/training.md "Release 6"): b's budgets were larger and the
+# History (docs/history.md). Run 1 (2026-11-26, release 6): b's budgets were larger and the
 # teacher did not come back (its int4 graph is 65.5 MiB, over one call's 64 MiB); held 791 s of
-# the 900 s, three tries of b included. Run 2 (2026-11-26, docs/training.md "Release 7"): a 72 s,
+# the 900 s, three tries of b included. Run 2 (2026-11-26, release 7): a 72 s,
 # b 395 s, c 0 / c 1 returned the teacher's int4 graph built on the device; held 524 s. That
 # graph was models/base again: the teacher starts from models/base's int4 graph, its weights sit
 # on that graph's 4-bit grid, and 3,042 steps moved too few of them by half a step (99.85% of the
 # codes identical). So b now imports both models with --dither 0.5 (training.onnx_import), and c
 # returns the teacher's checkpoint, to be exported here and checked with engines.weight_codes.
 # The same session also repaired that teacher on ASR text from its graph (stages prepare-repair,
-# r1, r2 of commit 259b2be; training/configs/gpu_teacher_repair.toml): the same codes came back.
+# r1, r2 and training/configs/gpu_teacher_repair.toml of commit 259b2be): the same codes came back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
@@ -124,7 +123,7 @@ PY
 # $G/teacher_f16.tar.partNN (15 parts for MPNet: four calls of stage c). Not its int4 graph: a
 # teacher trained from models/base's int4 graph without dither exported back to that graph's
 # codes (the run of 2026-11-26: 99.85% identical, dev2010 73.17 where the trained torch teacher
-# scored 76.76; docs/training.md, "Release 7"). Stage b runs it in the background beside the
+# scored 76.76; release 7, docs/history.md). Stage b runs it in the background beside the
 # student, stage c only if b did not finish it.
 teacher_pack() {
   rm -f $G/teacher_f16.done
@@ -201,7 +200,7 @@ prepare)
     # (and one device call, stage t K, between a and b) each
     pack_up "$T"
   else
-    # models/base's one 4-bit graph (its streaming graph since 2026-11-26, release_base_stream.sh)
+    # models/base's one 4-bit graph (its streaming graph since 2026-11-26, commit 4f60613)
     bg=$(.venv/bin/python -c 'import json; print(json.load(open("models/base/streampunct.json"))["artifact"])')
     head -c $SPLIT "models/base/$bg" > .gpuA/teacher.part1
     tail -c +$((SPLIT + 1)) "models/base/$bg" > .gpuB/teacher.part2

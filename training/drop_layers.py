@@ -8,8 +8,8 @@ transformer models"): the kept layers start trained, only their composition
 is new::
 
     python -m training.drop_layers cache/default_v2_fp32 cache/default_v2_l4 --keep 0 1 2 3
-    streampunct train --config training/configs/release_v3.toml \\
-        --base-model cache/default_v2_l4 --set name=release_v3_l4
+    streampunct train --config training/configs/release_v6_repair.toml \\
+        --base-model cache/default_v2_l4 --set name=student_l4
 
 The heads are kept as they are; the kept layers keep their order. The
 metadata records what was kept.

@@ -1,0 +1,82 @@
+"""scripts/release.sh, the shipped models' recipe: each step runs the commands of the model's
+recipe on the right folders (python and streampunct replaced by stand-ins that record their
+arguments), and a wrong model or step is a usage error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "release.sh"
+
+
+def run_step(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    log = tmp_path / "calls.log"
+    log.touch()
+    py = tmp_path / "py"
+    # `python -c ...` (small reads of configs and folders) runs for real; everything else is recorded
+    py.write_text(f'#!/bin/bash\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\n'
+                  f'echo "py $*" >> {log}\ncat > /dev/null\n')
+    sp = tmp_path / "sp"
+    sp.write_text(f'#!/bin/bash\necho "sp $*" >> {log}\n')
+    py.chmod(0o755)
+    sp.chmod(0o755)
+    r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "LPY": str(py), "LSP": str(sp),
+                            "OUT": str(tmp_path / "out"), **env})
+    return r, log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("args", [[], ["nope", "train"], ["default"], ["base", "nope"]])
+def test_a_wrong_model_or_step_prints_usage(tmp_path, args):
+    r, calls = run_step(tmp_path, *args)
+    assert r.returncode == 2
+    assert "usage: release.sh default|base" in r.stderr
+    assert calls == []
+
+
+def test_default_trains_its_config_from_the_gpu_student(tmp_path):
+    r, calls = run_step(tmp_path, "default", "train")
+    assert r.returncode == 0, r.stderr
+    assert ("py -m training.cli --config training/configs/release_v6_repair.toml "
+            "--base-model checkpoints/gpu_student/best --resume") in calls
+    assert calls[-1] == f"py -m training.learning_curve checkpoints/release_v6_repair --out {tmp_path}/out/learning_curve"
+
+
+def test_default_build_and_tune_use_the_int8_graph_and_its_grids(tmp_path):
+    r, calls = run_step(tmp_path, "default", "build", BUILD="build/x")
+    assert r.returncode == 0, r.stderr
+    assert calls == ["sp build-engine --model checkpoints/release_v6_repair/best --backend onnxruntime "
+                     "--precision int8 --quantize-embeddings --out build/x"]
+    (tmp_path / "t").mkdir()
+    r, calls = run_step(tmp_path / "t", "default", "tune", BUILD="build/x")
+    assert r.returncode == 0, r.stderr
+    assert calls == [
+        "py -m training.window_tuning build/x --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5",
+        "py -m training.window_tuning build/x --stream-lefts 20 25 30 40",
+        "py -m training.window_tuning build/x --stream-cache-tokens 25 40 60 80 100",
+    ]
+
+
+def test_base_builds_4_bit_weights_with_one_streaming_graph(tmp_path):
+    build = tmp_path / "b"
+    r, calls = run_step(tmp_path, "base", "build", BUILD=str(build))
+    assert r.returncode == 0, r.stderr
+    assert calls == [f"sp build-engine --model checkpoints/release_base/best --backend onnxruntime "
+                     f"--precision int4 --quantize-embeddings --out {build}",
+                     f"py - {build}"]
+
+
+def test_a_config_override_names_the_checkpoint(tmp_path):
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text('name = "mine"\n')
+    r, calls = run_step(tmp_path, "default", "build", CONFIG=str(cfg), BUILD="build/m")
+    assert r.returncode == 0, r.stderr
+    assert calls[0].startswith("sp build-engine --model checkpoints/mine/best ")
+    r, _ = run_step(tmp_path, "default", "build", CONFIG=str(tmp_path / "missing.toml"))
+    assert r.returncode == 2
+    assert "no config" in r.stderr
