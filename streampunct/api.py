@@ -1,0 +1,407 @@
+"""The Python API: punctuate text, or a live stream of ASR words, in-process.
+
+::
+
+    from streampunct import Punctuator
+
+    p = Punctuator.load()                          # the shipped model; or Punctuator.load("models/base")
+    p.punctuate("hello how are you i am fine")     # 'Hello. How are you? I am fine.'
+    s = p.stream(right_context=3, max_delay_ms=2000)
+    finals = s.push(["hello", "how", "are", "you"])
+    finals += s.end()
+    print(" ".join(f.text for f in finals))
+
+:meth:`Punctuator.punctuate` is the ``punctuate`` command's offline decoder
+(double-overlap windows over the whole text; the last word ends a sentence).
+:meth:`Punctuator.stream` is the server's latency contract without a server:
+a :class:`Stream` drives the same sans-I/O
+:class:`~streampunct.session_protocol.SessionProtocol` a server session
+drives, with the same streaming window geometry, the same engine (loaded by
+:func:`engines.registry.load_engine`) and the same cached left context
+(``stream_cache``, as ``serve --stream-cache``), so for the same words in the
+same chunks it gives the server's finals. Every window runs alone, as
+``serve --batch-rows exact`` (the default) runs them.
+
+Time. A stream has no thread and no timer: it does its work inside the call
+that asks for it. Every method takes ``now``, a time in seconds on the
+stream's clock (by default :func:`time.monotonic`, the clock the server uses;
+``Punctuator.stream(clock=...)`` picks another). Words arrive at the
+``now`` of their :meth:`Stream.push`; a word is decidable at the first of:
+``right_context`` later words, ``max_delay_ms`` after it arrived, a flush or
+the end (:func:`streampunct.latency.decidable_times`). A word whose delay
+runs out while no call is made is finalized by the next call whose ``now`` is
+past its deadline: call :meth:`Stream.poll` at :attr:`Stream.next_deadline`
+to get it on time. Its label is the same whenever the call comes: labels
+depend on the arrival schedule only. Pass ``now`` explicitly to replay a
+recorded schedule (then nothing depends on the wall clock).
+
+Errors: a bad model folder raises :class:`~streampunct.errors.ModelError`
+(an engine's own load error is its ``__cause__``), bad input
+:class:`~streampunct.errors.InputError`, an engine failure while streaming
+:class:`~streampunct.errors.EngineFailedError` (the stream can go on: the
+failed window's words are asked for again by the next call). A stream is
+not thread-safe; streams of one :class:`Punctuator` may run in different
+threads (ONNX Runtime sessions are thread-safe).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streampunct.alignment import Aligner
+from streampunct.errors import EngineFailedError, InputError, ModelError
+from streampunct.model import ModelInfo, load_model_info
+from streampunct.options import SessionOptions
+from streampunct.protocol import (
+    EndRequest,
+    Final,
+    FlushRequest,
+    HypothesisMessage,
+    Partial,
+    ServerMessage,
+    Word,
+    WordsMessage,
+)
+from streampunct.punctuator import STREAM_CACHE_MODES
+from streampunct.punctuator import Punctuator as _Decoder
+from streampunct.session_protocol import SessionProtocol
+from streampunct.stream_cache import KVCache, new_cache, run_stream_calls
+from streampunct.stream_state import WindowRequest
+from streampunct.text import normalize_words, render
+from streampunct.windowing import WindowConfig, pad_batch
+
+__all__ = ["Final", "Partial", "Punctuator", "Stream"]
+
+
+class Punctuator:
+    """A model and its engine, loaded once: punctuate texts and streams in-process.
+
+    Build it with :meth:`load` (a model folder) or :meth:`from_engine` (an
+    engine you hold). Close it with :meth:`close`, or use it as a context
+    manager.
+
+    Attributes:
+        name: the model's name (``streampunct.json``'s ``name``).
+        info: the model folder's metadata (None for :meth:`from_engine`).
+        window: the offline decoder's window geometry.
+        stream_window: the streaming windows' geometry (the server's).
+        capitalize: the default of :meth:`punctuate` and :meth:`stream`.
+    """
+
+    def __init__(self, decoder: _Decoder, *, name: str, capitalize: bool = True,
+                 stream_engine: object | None = None, stream_cache_tokens: int | None = None) -> None:
+        self._decoder = decoder
+        self.name = name
+        self.capitalize = capitalize
+        self._stream_engine = stream_engine
+        self._cache_tokens = stream_cache_tokens
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | Path | None = None,
+        *,
+        engine: str = "onnxruntime",
+        stream_cache: str = "auto",
+        stream_cache_tokens: int | None = None,
+        capitalize: bool = True,
+        **engine_options: Any,
+    ) -> Punctuator:
+        """Load a model folder (None: the shipped ``models/default``, or ``$STREAMPUNCT_MODEL``).
+
+        Args:
+            engine: the engine backend (``onnxruntime``, ``tensorrt``), as ``serve --engine``.
+            stream_cache: cached left context for streams, as ``serve --stream-cache``:
+                ``auto`` where the folder has a streaming graph (and does not switch it
+                off) and the engine is ONNX Runtime, ``on`` (required), ``off``.
+            stream_cache_tokens: cached tokens per stream, as ``serve --stream-cache-tokens``
+                (None: the folder's ``stream_cache_tokens``).
+            capitalize: the default for :meth:`punctuate` and :meth:`stream` (True
+                here; the server's sessions default to False): sentence starts and
+                "I", and the learned case of a model with a truecasing head.
+            engine_options: the backend's options (e.g. ``intra_op_threads=1``).
+        """
+        if stream_cache not in STREAM_CACHE_MODES:
+            raise InputError(f"stream_cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {stream_cache!r}")
+        info = load_model_info(model_dir)
+        try:
+            decoder = _Decoder.from_model_dir(info.path, engine=engine, **engine_options)
+        except ModelError:
+            raise
+        except Exception as e:
+            from engines.base import EngineError
+
+            if not isinstance(e, EngineError):
+                raise
+            raise ModelError(f"cannot load the {engine} engine for {info.path}: {e}") from e
+        try:
+            stream_engine = decoder.stream_engine(stream_cache, **engine_options)
+        except Exception as e:
+            decoder.close()
+            from engines.base import EngineError
+
+            if not isinstance(e, EngineError):
+                raise
+            raise ModelError(f"cannot load the streaming graph of {info.path}: {e}") from e
+        if stream_engine is not None and stream_cache_tokens is None:
+            stream_cache_tokens = _cache_tokens(info)
+        return cls(decoder, name=info.name, capitalize=capitalize, stream_engine=stream_engine,
+                   stream_cache_tokens=stream_cache_tokens)
+
+    @classmethod
+    def from_engine(
+        cls,
+        engine: object,
+        aligner: Aligner,
+        *,
+        window: WindowConfig | None = None,
+        stream_window: WindowConfig | None = None,
+        stream_engine: object | None = None,
+        stream_cache_tokens: int | None = None,
+        name: str = "custom",
+        capitalize: bool = True,
+    ) -> Punctuator:
+        """A punctuator over an engine you built (the Engine protocol: ``infer``, and
+        ``has_case``/``infer_heads`` for a truecasing head).
+
+        ``stream_engine``: a streaming graph's engine (``infer_stream``,
+        ``stream_shape``) for cached left context in streams, keeping
+        ``stream_cache_tokens`` tokens (None: the streaming window's left context).
+        """
+        window = window or WindowConfig()
+        decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window)
+        return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,
+                   stream_cache_tokens=stream_cache_tokens)
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._decoder.info
+
+    @property
+    def window(self) -> WindowConfig:
+        return self._decoder.window
+
+    @property
+    def stream_window(self) -> WindowConfig:
+        return self._decoder.stream_window
+
+    @property
+    def has_case(self) -> bool:
+        """The model has a truecasing head (``capitalize`` then writes names and acronyms too)."""
+        return self._decoder.has_case
+
+    @property
+    def stream_cache(self) -> bool:
+        """Streams run with cached left context (a streaming graph is loaded)."""
+        return self._stream_engine is not None
+
+    def punctuate(self, text: str | Sequence[str], *, capitalize: bool | None = None) -> str:
+        """Punctuate a whole text (a string, or a list of words) with the offline decoder.
+
+        Punctuation and case in the input are dropped first; the last word ends a
+        sentence. Returns ``""`` when the text holds no words. ``capitalize`` (None:
+        this punctuator's default) as in :meth:`load`.
+        """
+        words = normalize_words(text.split() if isinstance(text, str) else _strings(text))
+        if not words:
+            return ""
+        capitalize = self.capitalize if capitalize is None else capitalize
+        if capitalize and self.has_case:
+            labels, cases = self._decoder.labels_and_cases(words)
+            return render(words, labels, capitalize=True, cases=cases)
+        return render(words, self._decoder.punctuate(words), capitalize=capitalize)
+
+    def stream(
+        self,
+        *,
+        right_context: int | None = None,
+        max_delay_ms: int | None = None,
+        capitalize: bool | None = None,
+        partials: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Stream:
+        """A new stream with the server's session options (None: the server's defaults,
+        ``right_context`` 3 and ``max_delay_ms`` 2000; ``capitalize``: this
+        punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
+        provisional labels of the words not yet final. ``clock``: the time of a call
+        that passes no ``now`` (see the module doc, "Time")."""
+        base = SessionOptions()
+        options = SessionOptions(
+            right_context=base.right_context if right_context is None else right_context,
+            max_delay_ms=base.max_delay_ms if max_delay_ms is None else max_delay_ms,
+            partials=partials,
+            capitalize=self.capitalize if capitalize is None else capitalize,
+        )
+        return Stream(self, options, clock)
+
+    def close(self) -> None:
+        """Release the engines (idempotent)."""
+        self._decoder.close()
+        self._stream_engine = None
+
+    def __enter__(self) -> Punctuator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Punctuator {self.name!r} stream_cache={self.stream_cache}>"
+
+
+class Stream:
+    """One stream of ASR words, punctuated as a server session would (module doc).
+
+    Every method returns the finals it produced, in order: :class:`~streampunct.protocol.Final`
+    objects with ``start`` (the stream index of their first word), ``words``
+    (``PunctuatedWord``: ``w`` the normalized word, ``p`` its mark, and the
+    ``start``/``end`` times given with a :class:`~streampunct.protocol.Word`) and
+    ``text`` (rendered, sentence starts carried across finals). Finals never
+    change once returned; together they cover every word pushed, once, in order.
+
+    Attributes:
+        options: the session options.
+        partial: with ``partials``, the latest provisional labels of the words not
+            yet final (and of the hypothesis), else None.
+    """
+
+    def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float]) -> None:
+        decoder = punctuator._decoder
+        self._punctuator = punctuator
+        self._clock = clock
+        self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
+                                         defaults=options, model_name=punctuator.name)
+        self._cache: KVCache | None = None
+        self._cache_state: object = None  # the stream state the cache was built for
+        self.partial: Partial | None = None
+
+    @property
+    def options(self) -> SessionOptions:
+        return self._protocol.options
+
+    @property
+    def n_words(self) -> int:
+        """Words received."""
+        return self._protocol.n_words
+
+    @property
+    def n_final(self) -> int:
+        """Words finalized."""
+        return self._protocol.n_final
+
+    @property
+    def ended(self) -> bool:
+        return self._protocol.end_received
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When (on the stream's clock) the next word becomes final by ``max_delay_ms``,
+        if no more words come: call :meth:`poll` then. None: no word waits for its delay."""
+        return self._protocol.next_deadline()
+
+    def push(self, words: str | Iterable[str | Word], *, now: float | None = None) -> list[Final]:
+        """Committed ASR words (a list of words, :class:`~streampunct.protocol.Word` with
+        times, or a string split on whitespace) that arrived at ``now``; the finals that
+        are due. Words that normalize to nothing (punctuation) are dropped."""
+        items = tuple(_word(w) for w in (words.split() if isinstance(words, str) else words))
+        return self._send(WordsMessage(items), now)
+
+    def hypothesis(self, words: str | Iterable[str], *, now: float | None = None) -> list[Final]:
+        """The ASR's interim words after the committed ones (replaces the previous
+        hypothesis; the next :meth:`push` clears it). They are labeled in
+        :attr:`partial` only (with ``partials``), never finalized."""
+        items = tuple(_word(w) for w in (words.split() if isinstance(words, str) else words))
+        return self._send(HypothesisMessage(items), now)
+
+    def poll(self, *, now: float | None = None) -> list[Final]:
+        """The finals due by ``now`` without new words (delay deadlines)."""
+        self._check_open()
+        return self._drive(self._now(now))
+
+    def flush(self, *, now: float | None = None) -> list[Final]:
+        """Finalize every word pushed so far (a pause: no sentence mark is forced)."""
+        return self._send(FlushRequest(), now)
+
+    def end(self, *, now: float | None = None) -> list[Final]:
+        """The stream ends: every word is finalized, the last one ends its sentence.
+        The stream takes nothing after this."""
+        return self._send(EndRequest(), now)
+
+    # -- internals -----------------------------------------------------------
+    def _now(self, now: float | None) -> float:
+        return self._clock() if now is None else float(now)
+
+    def _check_open(self) -> None:
+        if self._protocol.end_received:
+            raise InputError("the stream has ended (end() was called)")
+
+    def _send(self, message: Any, now: float | None) -> list[Final]:
+        self._check_open()
+        at = self._now(now)
+        return self._collect(self._protocol.receive(message, at)) + self._drive(at)
+
+    def _drive(self, now: float) -> list[Final]:
+        """Run every model call the protocol asks for at ``now`` (one at a time, as a session's driver)."""
+        protocol = self._protocol
+        finals: list[Final] = []
+        while (request := protocol.next_request(now)) is not None:
+            try:
+                logits = self._run(request)
+            except Exception as e:
+                protocol.abort(request)
+                raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
+            finals += self._collect(protocol.apply(request, logits))
+        return finals
+
+    def _run(self, request: WindowRequest) -> np.ndarray:
+        """Logits float32[T, C] over the request's rows: the server's engine call for it
+        (``Session._stream_call`` and the batcher's worker, one window alone)."""
+        p = self._punctuator
+        engine = p._stream_engine
+        if engine is None:
+            ids, mask = pad_batch([request.input_ids], p._decoder.aligner.pad_id)
+            return np.asarray(p._decoder.infer_all(ids, mask), dtype=np.float32)[0]
+        state = self._protocol.state
+        if self._cache is None or self._cache_state is not state:  # a new stream state starts empty
+            self._cache = new_cache(engine.stream_shape, p.stream_window, p._cache_tokens)  # type: ignore[attr-defined]
+            self._cache_state = state
+        call = self._cache.plan(request)
+        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], p._decoder.aligner.pad_id)  # type: ignore[attr-defined]
+        return self._cache.finish(request, call, logits, kept)
+
+    def _collect(self, messages: list[ServerMessage]) -> list[Final]:
+        finals = []
+        for message in messages:
+            if isinstance(message, Final):
+                finals.append(message)
+            elif isinstance(message, Partial):
+                self.partial = message
+        return finals
+
+
+def _word(item: str | Word) -> Word:
+    if isinstance(item, Word):
+        return item
+    if not isinstance(item, str):
+        raise InputError(f"a word must be a str or a streampunct.protocol.Word, not {type(item).__name__}")
+    return Word(item)
+
+
+def _strings(words: Iterable[str]) -> list[str]:
+    out = list(words)
+    for w in out:
+        if not isinstance(w, str):
+            raise InputError(f"a word must be a str, not {type(w).__name__}")
+    return out
+
+
+def _cache_tokens(info: ModelInfo) -> int | None:
+    """The folder's ``stream_cache_tokens`` (None: the streaming window's left context)."""
+    from engines.ort_engine import stream_cache_tokens
+
+    return stream_cache_tokens(info.metadata, info.path)

@@ -1,0 +1,294 @@
+"""The Python API (streampunct.api): in-process streams give a real server's finals for
+the same schedule; time is the caller's ``now``; the documented snippet runs."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streampunct.api import Punctuator, Stream
+from streampunct.errors import EngineFailedError, InputError, ModelError
+from streampunct.evaluation import Event, schedule_labels
+from streampunct.labels import ID_TO_MARK
+from streampunct.model import DEFAULT_MODEL_DIR
+from streampunct.protocol import Final, Word
+from streampunct.stream_state import StreamConfig
+from tests.streampunct.conftest import (
+    SCHEDULE_VOCAB,
+    TEST_WINDOW,
+    FakeEngine,
+    normalized,
+    random_schedule,
+)
+from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
+
+REPO = Path(__file__).resolve().parents[2]
+NO_DELAY = 600_000  # the protocol's largest max_delay_ms: no word is decided by the clock
+
+
+async def served_finals(url: str, events, **options) -> list[Final]:
+    """The finals a server sends for ``events`` (sent as fast as the socket takes them)."""
+    from streampunct.client import StreamClient
+
+    client = await StreamClient.connect(url, **options)
+    for event in events:
+        if event.kind == "words":
+            await client.send_words(list(event.words))
+        elif event.kind == "flush":
+            await client.flush()
+        else:
+            await client.end()
+    return [m async for m in client if isinstance(m, Final)]
+
+
+def played(stream: Stream, events) -> list[Final]:
+    """The same schedule pushed into an in-process stream, at the events' times."""
+    finals: list[Final] = []
+    for event in events:
+        if event.kind == "words":
+            finals += stream.push(list(event.words), now=event.time)
+        elif event.kind == "flush":
+            finals += stream.flush(now=event.time)
+        else:
+            finals += stream.end(now=event.time)
+    return finals
+
+
+def as_tuples(finals: list[Final]) -> list[tuple]:
+    return [(f.start, tuple((w.w, w.p) for w in f.words), f.text) for f in finals]
+
+
+# -- a real server on loopback, the same schedules ------------------------------------
+
+
+async def test_streams_give_the_servers_finals_with_whole_windows(start_server, aligner):
+    engine = FakeEngine()
+    server = await start_server(engine=engine)
+    punctuator = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
+    rng = random.Random(3)
+    for k in range(8):
+        events, rc = random_schedule(rng), k % 5
+        options = {"right_context": rc, "max_delay_ms": NO_DELAY, "capitalize": bool(k % 2)}
+        served = await served_finals(server.url, events, **options)
+        local = played(punctuator.stream(**options), events)
+        assert as_tuples(local) == as_tuples(served), f"schedule {k}, right_context {rc}"
+        assert [w.w for f in local for w in f.words] == [w for e in normalized(events) for w in e.words]
+
+
+async def test_streams_give_the_servers_finals_with_cached_left_context(aligner):
+    from streampunct.server import ServerConfig, serve
+
+    engine = FakeStreamEngine()
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    try:
+        await server.wait_ready()
+        punctuator = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW, stream_engine=engine)
+        assert punctuator.stream_cache
+        rng = random.Random(11)
+        for k in range(6):
+            events, rc = random_schedule(rng), 1 + k % 4
+            options = {"right_context": rc, "max_delay_ms": NO_DELAY, "capitalize": bool(k % 2)}
+            served = await served_finals(server.url, events, **options)
+            local = played(punctuator.stream(**options), events)
+            assert as_tuples(local) == as_tuples(served), f"schedule {k}, right_context {rc}"
+            # and the simulation's labels (which a cache changes: see test_stream_cache)
+            expected = schedule_labels(normalized(events), aligner, TEST_WINDOW, engine.infer,
+                                       StreamConfig(right_context=rc, max_delay_ms=NO_DELAY), stream_engine=engine)
+            assert [w.p for f in local for w in f.words] == [ID_TO_MARK[x] for x in expected]
+        assert any(c > 0 for _, _, c in engine.calls)  # the cached path was taken
+    finally:
+        await server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Punctuator:
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    pytest.importorskip("onnxruntime")
+    p = Punctuator.load()
+    yield p
+    p.close()
+
+
+@pytest.mark.slow
+async def test_the_shipped_model_streams_as_the_server_does(shipped):
+    """The default server (cached left context, int8 windows alone) and Punctuator.load()
+    give the same finals for 400 test2011 words in chunks of 1-4 with two flushes."""
+    from streampunct.data import read_word_labels
+    from streampunct.server import ServerConfig, serve
+
+    assert shipped.stream_cache
+    words = read_word_labels(REPO / "data" / "iwslt2011" / "test2011").words[:400]
+    rng = random.Random(5)
+    events, i, t = [], 0, 0.0
+    while i < len(words):
+        n = rng.randint(1, 4)
+        t += 0.4
+        events.append(Event(t, tuple(words[i:i + n])))
+        i += n
+        if len(events) in (30, 75):
+            events.append(Event(t, kind="flush"))
+    events.append(Event(t + 1, kind="end"))
+    server = await serve(ServerConfig(model_dir=DEFAULT_MODEL_DIR, port=0))
+    try:
+        await server.wait_ready()
+        for rc, capitalize in ((3, True), (1, False)):
+            options = {"right_context": rc, "max_delay_ms": NO_DELAY, "capitalize": capitalize}
+            served = await served_finals(server.url, events, **options)
+            local = played(shipped.stream(**options), events)
+            assert sum(len(f.words) for f in local) == len(words)
+            assert as_tuples(local) == as_tuples(served), f"right_context {rc}"
+    finally:
+        await server.shutdown()
+
+
+@pytest.mark.slow
+def test_the_documented_snippet(shipped):
+    p = Punctuator.load()  # as written: the shipped model
+    try:
+        assert p.punctuate("hello how are you i am fine") == "Hello. How are you? I am fine."
+        s = p.stream(right_context=3, max_delay_ms=2000)
+        finals = s.push(["hello", "how", "are", "you"])
+        finals += s.end()
+        assert [f.text for f in finals] == ["Hello.", "How are you?"]
+        assert [(f.start, [w.w for w in f.words]) for f in finals] == [(0, ["hello"]), (1, ["how", "are", "you"])]
+    finally:
+        p.close()
+
+
+def test_punctuate_is_the_punctuate_commands_decoder(shipped):
+    from streampunct.commands.punctuate import punctuate_lines
+    from streampunct.text import normalize_words
+
+    text = "so um we went there and it was great wasn't it and then the NASA people came"
+    words = normalize_words(text.split())
+    assert shipped.punctuate(text) == punctuate_lines([words], shipped._decoder, capitalize=True)[0]
+    assert shipped.punctuate(text, capitalize=False) == punctuate_lines([words], shipped._decoder)[0]
+    assert shipped.punctuate(words) == shipped.punctuate(text)
+    assert shipped.punctuate(" ,. ") == ""
+
+
+# -- time -----------------------------------------------------------------------------
+
+
+def test_a_word_is_final_when_its_delay_runs_out_on_the_callers_clock(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=3, max_delay_ms=2000)
+    assert s.push(["the", "xylophone"], now=10.0) == []
+    assert s.next_deadline == pytest.approx(12.0)
+    assert s.poll(now=11.999) == []
+    finals = s.poll(now=12.0)
+    assert [w.w for f in finals for w in f.words] == ["the", "xylophone"]
+    assert s.next_deadline is None and s.end(now=13.0) == []
+
+
+def test_a_late_call_gives_the_labels_of_a_call_on_time(aligner):
+    """Labels depend on the schedule: a deadline passed before a push decides its words as
+    of the deadline, without the words of that push."""
+    p = Punctuator.from_engine(FakeStreamEngine(), aligner, window=TEST_WINDOW,
+                               stream_engine=FakeStreamEngine())
+    on_time = p.stream(right_context=3, max_delay_ms=1000)
+    late = p.stream(right_context=3, max_delay_ms=1000)
+    first, second = ["so", "what", "is", "it"], ["okay", "yeah", "um", "the"]
+    a = on_time.push(first, now=0.0) + on_time.poll(now=1.0) + on_time.push(second, now=5.0) + on_time.end(now=6.0)
+    b = late.push(first, now=0.0) + late.push(second, now=5.0) + late.end(now=6.0)
+    assert as_tuples(a) == as_tuples(b)
+    assert [len(f.words) for f in b] == [1, 3, 1, 3]  # right context, then the deadline; twice
+
+
+def test_the_default_clock_is_monotonic_and_can_be_replaced(aligner):
+    ticks = iter([100.0, 100.5, 103.0])
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=5, max_delay_ms=2000, clock=lambda: next(ticks))
+    assert s.push("the xylophone") == []  # at 100.0
+    assert s.poll() == []  # 100.5
+    assert [w.w for f in s.poll() for w in f.words] == ["the", "xylophone"]  # 103.0
+
+
+# -- the stream's contract --------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=st.lists(st.lists(st.sampled_from(SCHEDULE_VOCAB + ["?!", "I'm"]), max_size=5), max_size=12),
+       rc=st.integers(0, 4), delay=st.integers(0, 3000), flushes=st.sets(st.integers(0, 11)))
+def test_every_word_is_final_once_in_order(aligner, chunks, rc, delay, flushes):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=rc, max_delay_ms=delay)
+    finals, t = [], 0.0
+    for k, chunk in enumerate(chunks):
+        t += 0.7
+        finals += s.push(chunk, now=t)
+        if k in flushes:
+            finals += s.flush(now=t)
+    finals += s.end(now=t + 0.1)
+    from streampunct.text import normalize_words
+
+    pushed = normalize_words(w for c in chunks for w in c)
+    assert [w.w for f in finals for w in f.words] == pushed
+    starts = [f.start for f in finals]
+    assert starts == [sum(len(f.words) for f in finals[:k]) for k in range(len(finals))]
+    assert s.n_final == s.n_words == len(pushed) and s.ended
+    if pushed:
+        assert finals[-1].words[-1].p in ".?"  # the end ends a sentence
+
+
+def test_word_times_are_echoed_and_partials_label_the_tail(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW, capitalize=False)
+    s = p.stream(right_context=2, max_delay_ms=NO_DELAY, partials=True)
+    assert s.push([Word("the", 0.0, 0.2), Word("okay", 0.2, 0.5)], now=0.0) == []
+    assert s.partial is not None and [w.w for w in s.partial.words] == ["the", "okay"]
+    s.hypothesis(["so"], now=0.1)
+    assert [w.w for w in s.partial.hypothesis] == ["so"]
+    finals = s.push(["yeah", "um"], now=0.2) + s.end(now=0.3)
+    assert [(w.w, w.start, w.end) for f in finals for w in f.words][:2] == [("the", 0.0, 0.2), ("okay", 0.2, 0.5)]
+
+
+def test_bad_input_is_refused_in_one_line(aligner, tmp_path):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream()
+    with pytest.raises(InputError, match="a word must be a str"):
+        s.push(["ok", 3])
+    with pytest.raises(InputError, match="a word must be a str"):
+        p.punctuate(["ok", None])
+    with pytest.raises(ValueError, match="right_context must be >= 0"):
+        p.stream(right_context=-1)
+    s.end(now=0.0)
+    with pytest.raises(InputError, match="the stream has ended"):
+        s.push(["more"])
+    with pytest.raises(ModelError, match="does not exist"):
+        Punctuator.load(tmp_path / "nothing")
+    with pytest.raises(InputError, match="stream_cache must be one of auto, on, off"):
+        Punctuator.load(stream_cache="sometimes")
+
+
+def test_an_engine_failure_raises_and_the_stream_goes_on(aligner):
+    engine = FakeEngine(fail_token=aligner.word_ids("xylophone")[-1])
+    p = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=0, max_delay_ms=NO_DELAY)
+    assert [w.w for f in s.push(["the"], now=0.0) for w in f.words] == ["the"]
+    with pytest.raises(EngineFailedError, match="injected engine failure"):
+        s.push(["xylophone"], now=1.0)
+    engine.fail_token = None  # the engine recovers: the failed window is asked for again
+    assert [w.w for f in s.poll(now=2.0) for w in f.words] == ["xylophone"]
+
+
+def test_import_streampunct_stays_light():
+    code = ("import sys, streampunct; heavy = [m for m in ('numpy', 'onnxruntime', 'tokenizers', 'streampunct.api')"
+            " if m in sys.modules]; assert not heavy, heavy; "
+            "from streampunct import Punctuator; import streampunct.api as api; assert Punctuator is api.Punctuator")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_cached_and_whole_windows_are_both_offered_by_load(shipped):
+    with Punctuator.load(stream_cache="off") as whole:
+        assert not whole.stream_cache
+        s = whole.stream(right_context=1, max_delay_ms=NO_DELAY)
+        finals = s.push("so what did you do") + s.end()
+        assert [w.w for f in finals for w in f.words] == ["so", "what", "did", "you", "do"]
