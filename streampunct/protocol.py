@@ -52,12 +52,16 @@ class Limits:
         max_word_chars: longest word (characters, before normalization).
         max_right_context: largest ``right_context`` a client may ask for.
         max_delay_ms: largest ``max_delay_ms`` a client may ask for.
+        max_context_words: most ``resume`` context words the server uses (it
+            takes the last ones); None: not announced (a session derives it
+            from its window, see :class:`~streampunct.session_protocol.SessionProtocol`).
     """
 
     max_words_per_message: int = 1000
     max_word_chars: int = 256
     max_right_context: int = 1000
     max_delay_ms: int = 600_000
+    max_context_words: int | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -154,7 +158,38 @@ class EndRequest:
         return {"type": self.type}
 
 
-ClientMessage = ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest
+#: The largest ``resume`` ``start`` (2**53 - 1: exact in every JSON implementation).
+MAX_START = 2**53 - 1
+
+#: The marks a ``resume`` context word may carry (``PunctuatedWord.p``).
+MARKS = ("", ",", ".", "?")
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """``resume``: continue a stream at word ``start`` on a new connection.
+
+    Attributes:
+        start: the index the next word sent takes (the first word without a final).
+        context: the last final words before ``start`` (``w``, ``p``), oldest first.
+        config: the options of the old connection (None: the server's defaults).
+    """
+
+    start: int
+    context: tuple[PunctuatedWord, ...] = ()
+    config: ConfigRequest | None = None
+    type: str = field(default="resume", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": self.type, "start": self.start, "context": [{"w": x.w, "p": x.p} for x in self.context],
+        }
+        if self.config is not None:
+            out["config"] = {k: v for k, v in self.config.to_json().items() if k != "type"}
+        return out
+
+
+ClientMessage = ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
 
 
 # -- server -> client ---------------------------------------------------------
@@ -180,7 +215,7 @@ class Ready:
             "config": self.config.to_json(),
         }
         if self.limits is not None:
-            out["limits"] = asdict(self.limits)
+            out["limits"] = {k: v for k, v in asdict(self.limits).items() if v is not None}
         return out
 
 
@@ -254,6 +289,18 @@ class Partial(_LabeledSpan):
 
 
 @dataclass(frozen=True)
+class Resumed:
+    """Answer to ``resume``: the next word sent takes index ``start``; ``config``: effective options."""
+
+    start: int
+    config: SessionOptions
+    type: str = field(default="resumed", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "start": self.start, "config": self.config.to_json()}
+
+
+@dataclass(frozen=True)
 class Flushed:
     upto: int
     type: str = field(default="flushed", init=False)
@@ -285,7 +332,7 @@ class Error:
         return {"type": self.type, "code": str(self.code), "message": self.message}
 
 
-ServerMessage = Ready | ConfigApplied | Final | Partial | Flushed | Ended | Error
+ServerMessage = Ready | ConfigApplied | Resumed | Final | Partial | Flushed | Ended | Error
 Message = ClientMessage | ServerMessage
 
 
@@ -389,6 +436,17 @@ def _decode_words(obj: Mapping[str, Any], limits: Limits) -> tuple[Word, ...]:
     return tuple(words)
 
 
+def decode_config(obj: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> ConfigRequest:
+    """The options of a ``config`` message, or of ``resume``'s ``config`` object: the one
+    place options are validated (raises :class:`ProtocolError`)."""
+    return ConfigRequest(
+        right_context=_optional_int(obj, "right_context", limits.max_right_context),
+        max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
+        partials=_optional_bool(obj, "partials"),
+        capitalize=_optional_bool(obj, "capitalize"),
+    )
+
+
 def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
     """Decode one client frame; raises :class:`ProtocolError` (the whole message is rejected)."""
     obj = _parse_object(text)
@@ -398,17 +456,53 @@ def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
     if kind == "hypothesis":
         return HypothesisMessage(_decode_words(obj, limits))
     if kind == "config":
-        return ConfigRequest(
-            right_context=_optional_int(obj, "right_context", limits.max_right_context),
-            max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
-            partials=_optional_bool(obj, "partials"),
-            capitalize=_optional_bool(obj, "capitalize"),
-        )
+        return decode_config(obj, limits)
+    if kind == "resume":
+        return _decode_resume(obj, limits)
     if kind == "flush":
         return FlushRequest()
     if kind == "end":
         return EndRequest()
-    raise _bad(f"unknown message type {kind!r}; expected config, words, hypothesis, flush or end")
+    raise _bad(f"unknown message type {kind!r}; expected config, words, hypothesis, flush, end or resume")
+
+
+def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
+    start = obj.get("start")
+    if type(start) is not int:
+        raise _bad("resume: 'start' must be an integer")
+    if not 0 <= start <= MAX_START:
+        raise _bad(f"resume: 'start' must be between 0 and {MAX_START}, not {start}")
+    raw = obj.get("context")
+    if not isinstance(raw, list):
+        raise _bad('resume: \'context\' must be a list of {"w": str, "p": str} objects')
+    if len(raw) > limits.max_words_per_message:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"resume: {len(raw)} context words; the limit is {limits.max_words_per_message}",
+        )
+    if len(raw) > start:
+        raise _bad(f"resume: {len(raw)} context words, but only {start} words come before 'start'")
+    context = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("w"), str) or not isinstance(item.get("p"), str):
+            raise _bad(f'resume: context[{i}] must be an object {{"w": str, "p": str}}')
+        if item["p"] not in MARKS:
+            raise _bad(f"resume: context[{i}].p must be one of \"\", \",\", \".\", \"?\", not {item['p']!r}")
+        if len(item["w"]) > limits.max_word_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE,
+                f"resume: context[{i}] has {len(item['w'])} characters; the limit is {limits.max_word_chars}",
+            )
+        context.append(PunctuatedWord(item["w"], item["p"]))
+    config = None
+    if "config" in obj:
+        if not isinstance(obj["config"], dict):
+            raise _bad("resume: 'config' must be an object with the fields of a config message")
+        try:
+            config = decode_config(obj["config"], limits)
+        except ProtocolError as e:
+            raise ProtocolError(e.code, f"resume: config: {e.message}") from None
+    return ResumeRequest(start, tuple(context), config)
 
 
 # -- decoding server messages (client side) -------------------------------------
@@ -475,6 +569,8 @@ def decode_server(text: str | bytes) -> ServerMessage:
             return Error(ErrorCode(code) if known else code, _field(obj, "message", str))
         if kind == "config":
             return ConfigApplied(_options(obj))
+        if kind == "resumed":
+            return Resumed(_field(obj, "start", int), _options(obj))
         if kind == "ready":
             return Ready(
                 _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int),

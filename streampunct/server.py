@@ -9,7 +9,8 @@ then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
 (``/captions``), bearer-token auth (401),
 the session limit (503). :meth:`StreamServer.shutdown` stops accepting,
 finalizes and sends every pending word of every session, closes them with
-1001, then closes the engine.
+1001 (or, with ``drain="resume"``, closes them with 1012 at once so that
+their clients resume elsewhere), then closes the engine.
 
 Tests inject an engine (``engine_factory``), an aligner and a window instead
 of a model folder.
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 #: WebSocket endpoints (the protocol's path, and the root for convenience).
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
 
+#: ``ServerConfig.drain``: what shutdown does with live streams.
+DRAIN_MODES = ("finalize", "resume")
+
 #: High-water mark of a connection's write buffer (websockets ``write_limit``):
 #: a send waits while more than this is buffered for the socket.
 WRITE_LIMIT_BYTES = 32 * 1024
@@ -95,6 +99,10 @@ class ServerConfig:
             ``on``: required; ``off``: every window encodes its left context.
         stream_cache_tokens: cached tokens per session (None: the model
             folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.
+        drain: what shutdown does with live streams: ``finalize`` (default)
+            finalizes every word received, then closes with 1001; ``resume``
+            closes with 1012 at once, so that clients resume elsewhere with
+            their undecided words (docs/server.md, "Draining").
     """
 
     model_dir: Path | None = None
@@ -118,8 +126,11 @@ class ServerConfig:
     close_timeout_s: float = 10.0
     stream_cache: str = "auto"
     stream_cache_tokens: int | None = None
+    drain: str = "finalize"
 
     def __post_init__(self) -> None:
+        if self.drain not in DRAIN_MODES:
+            raise ValueError(f"drain must be one of {', '.join(DRAIN_MODES)}, not {self.drain!r}")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         if self.max_message_bytes < 1024:
@@ -335,16 +346,18 @@ class StreamServer:
         return f"ws://{host}:{self.port}/v1/stream"
 
     async def shutdown(self) -> None:
-        """Graceful stop: refuse new connections, finalize every pending word, close with 1001."""
+        """Graceful stop: refuse new connections; finalize every pending word and close with 1001,
+        or with ``drain="resume"`` close with 1012 at once (clients resume elsewhere)."""
         assert self._ws is not None and self._shutdown_done is not None, "start() first"
         if self._closing:
             await self._shutdown_done.wait()
             return
         self._closing = True
-        logger.info("shutting down: finalizing %d sessions", len(self.sessions))
+        handoff = self.config.drain == "resume"
+        logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
         self._ws.close(close_connections=False)
         for session in list(self.sessions):
-            session.shutdown()
+            session.shutdown(handoff=handoff)
         try:
             await asyncio.wait_for(self._ws.wait_closed(), self.config.shutdown_timeout_s)
         except TimeoutError:
@@ -445,7 +458,7 @@ class StreamServer:
         self.metrics.sessions_total.inc()
         logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
         if self._closing:
-            session.shutdown()
+            session.shutdown(handoff=self.config.drain == "resume")
         try:
             await session.run()
         except ConnectionClosed:

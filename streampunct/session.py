@@ -53,6 +53,7 @@ from streampunct.protocol import (
     ErrorCode,
     Final,
     Limits,
+    Resumed,
     ServerMessage,
     encode,
 )
@@ -150,6 +151,7 @@ class Session:
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()  # a final was produced or a message sent
         self._stop = asyncio.Event()
+        self._handoff = False
         self._timer: asyncio.TimerHandle | None = None
         self._overload_reported = False
         # Cached left context, for the stream state it was built for (a new state starts empty).
@@ -168,8 +170,12 @@ class Session:
     def options(self) -> SessionOptions:
         return self.protocol.options
 
-    def shutdown(self) -> None:
-        """Ask the session to stop reading, finalize every pending word and close with 1001."""
+    def shutdown(self, *, handoff: bool = False) -> None:
+        """Ask the session to stop reading and close: by default after finalizing every
+        pending word, with 1001; with ``handoff`` at once (messages already produced are
+        still sent), with 1012, leaving the undecided words to the client, which
+        resumes the stream elsewhere (``serve --drain resume``)."""
+        self._handoff = handoff
         self._stop.set()
 
     # -- lifecycle -----------------------------------------------------------
@@ -193,6 +199,9 @@ class Session:
                 return
             if reader in done and reader.exception() is not None:
                 await self._task_failed(reader, writer)
+                return
+            if reader not in done and self._handoff:
+                await self._hand_off(reader, driver, writer)
                 return
             if reader not in done:  # shutdown: stop reading, finalize what came in
                 reader.cancel()
@@ -221,6 +230,22 @@ class Session:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _hand_off(self, reader: asyncio.Task, driver: asyncio.Task, writer: asyncio.Task) -> None:
+        """Shutdown with ``--drain resume``: stop reading and deciding, send what was produced,
+        close with 1012 so that the client resumes with its undecided words elsewhere."""
+        reader.cancel()
+        driver.cancel()  # a window in flight is aborted (its words stay undecided)
+        await asyncio.gather(reader, driver, return_exceptions=True)
+        self._log.info("shutdown: handing off with %d of %d words final; closing with 1012",
+                       self.protocol.n_final, self.protocol.n_words)
+        sent = asyncio.ensure_future(self._outbox.join())
+        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
+            sent.cancel()
+            await self._writer_stopped(writer)
+            return
+        await self._close(CloseCode.SERVICE_RESTART, "server restarting; resume the stream elsewhere")
 
     async def _close(self, code: int, reason: str = "") -> None:
         await close_within(self._ws, code, reason, self._ctx.close_timeout_s)
@@ -373,6 +398,8 @@ class Session:
                 self._ctx.metrics.errors.labels(code=str(message.code)).inc()
             elif isinstance(message, ConfigApplied):
                 self._log.info("config %s", message.config.to_json())
+            elif isinstance(message, Resumed):
+                self._log.info("resumed at word %d, config %s", message.start, message.config.to_json())
             self._outbox.put_nowait((message, decidable))
         if self.protocol.finished and not self._finish_queued:
             self._finish_queued = True

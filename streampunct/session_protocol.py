@@ -18,6 +18,11 @@ Rules kept here (see ``docs/protocol.md``):
 * the interim ``hypothesis`` follows the committed words in partials only:
   it never takes an index and never changes a final;
 * frames after the client's ``end`` are ignored;
+* ``resume`` only as the first message: the stream goes on at its ``start``
+  with its context words as final left context (at most
+  ``limits.max_context_words``, the window's left context by default) and
+  sentence-start casing carried on from the last one; its ``config`` is
+  validated like ``config``, and ``config`` is refused after it;
 * input backpressure: :meth:`SessionProtocol.wants_input` says whether the
   caller may take the next frame (the backlog of words received but not yet
   finalized is below ``max_backlog``, or nothing in it can drain without more
@@ -29,6 +34,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -53,6 +59,8 @@ from streampunct.protocol import (
     ProtocolError,
     PunctuatedWord,
     Ready,
+    Resumed,
+    ResumeRequest,
     ServerMessage,
     WordsMessage,
     decode,
@@ -98,6 +106,9 @@ class SessionProtocol:
         self._aligner = aligner
         self.max_backlog = max_backlog
         self._window = window
+        if limits.max_context_words is None:
+            # A window never looks further back than ``window.left`` tokens (>= 1 token a word).
+            limits = replace(limits, max_context_words=window.left)
         self._limits = limits
         self.session_id = session_id
         self.model_name = model_name
@@ -107,6 +118,8 @@ class SessionProtocol:
         self.finished = False
         self._finishing = False  # end or shutdown: no more partials
         self._words_seen = False
+        self._accepted = False  # a message was accepted (``resume`` must come first)
+        self.resumed_at: int | None = None  # ``start`` of an accepted ``resume``
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
         self._until: deque[tuple[int, _Until]] = deque()
@@ -170,6 +183,9 @@ class SessionProtocol:
         """Handle one decoded client message that arrived at ``now``."""
         if self.end_received:
             return []
+        if isinstance(message, ResumeRequest):
+            return self._resume(message, now)
+        self._accepted = True
         if isinstance(message, WordsMessage):
             return self._words(message, now)
         if isinstance(message, HypothesisMessage):
@@ -230,6 +246,9 @@ class SessionProtocol:
         self._partial_owed = self.options.partials
 
     def _configure(self, request: ConfigRequest) -> list[ServerMessage]:
+        if self.resumed_at is not None:
+            return [Error(ErrorCode.BAD_REQUEST, "config is not allowed after resume; send the options in "
+                                                 "resume's config")]
         if self._words_seen:
             return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
         self.options = request.apply_to(self.options)
@@ -239,6 +258,25 @@ class SessionProtocol:
         if hypothesis:
             self.state.set_hypothesis(hypothesis)
         return [ConfigApplied(self.options)]
+
+    def _resume(self, request: ResumeRequest, now: float) -> list[ServerMessage]:
+        """Continue a stream at ``request.start``: its context words are final left context."""
+        if self._accepted:
+            return [Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")]
+        self._accepted = True
+        if request.config is not None:
+            self.options = request.config.apply_to(self.options)
+        keep = self._limits.max_context_words
+        given = request.context[-keep:] if keep else ()
+        context = [w for w in (normalize_word(x.w) for x in given) if w]
+        self.state = self._new_state()
+        self.state.resume(request.start, context, now)
+        self._words_seen = True
+        self.resumed_at = self._sent = request.start
+        # The context ends a sentence (or there is none: the stream starts afresh).
+        ends = (ID_TO_MARK[PERIOD], ID_TO_MARK[QUESTION])
+        self._sentence_start = not request.context or request.context[-1].p in ends
+        return [Resumed(request.start, self.options)]
 
     # -- model calls ---------------------------------------------------------
     def next_request(self, now: float) -> WindowRequest | None:

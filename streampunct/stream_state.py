@@ -28,6 +28,12 @@ word was not yet decidable when ``end`` came, its final gets a sentence mark
 
 One request per stream is in flight at a time; decisions run in order.
 
+A stream may start in the middle (:meth:`StreamState.resume`, the protocol's
+``resume``): the last final words before it come back as already-final
+left context. When they cover a window's left context (``window.left``
+tokens), the windows after the cut are the ones the uninterrupted stream
+would have built for the same arrival schedule.
+
 Memory stays bounded on long streams: words well behind the last final (more
 than ``KEEP_WORDS`` back, and outside any window's left context) are dropped;
 word indices stay global.
@@ -175,6 +181,32 @@ class StreamState:
         # Also with a request in flight: a stream fed faster than real time always has one.
         if self._n_final - KEEP_WORDS >= COMPACT_EVERY:
             self._compact()
+
+    def resume(self, start: int, context: Sequence[str], now: float) -> None:
+        """Continue a stream at word ``start`` (protocol ``resume``), on a fresh state.
+
+        ``context`` (normalized, non-empty words) are the final words just
+        before ``start``: they are held as already final, so they serve as the
+        left context of the next windows and are never decided again; the
+        next word fed takes index ``start``. Token positions start anew (a
+        stream cache starts empty, so the first window after a resume is a
+        whole one).
+        """
+        if self.words or self._base or self._hypothesis or self._ended:
+            raise ValueError("resume() needs a fresh stream state")
+        if len(context) > start:
+            raise ValueError(f"{len(context)} context words, but only {start} come before word {start}")
+        for word in context:
+            if not word:
+                raise ValueError("empty word (normalize and drop empty words first)")
+            ids = self.aligner.word_ids(word)
+            self.words.append(word)
+            self._ids.extend(ids)
+            self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
+            self._arrival.append(now)
+        self._mark_decidable(len(self.words), now)
+        self._base = start - len(context)
+        self._requested = self._n_final = len(context)
 
     def _compact(self) -> None:
         """Drop old final words that no window can need any more."""
