@@ -29,11 +29,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--model", type=Path, default=None, help="model folder (default: shipped model)")
     a.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
                    help="labeled word<TAB>LABEL file (default: data/iwslt2011/test2011)")
-    a.add_argument("--right-context", type=non_negative_int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N")
-    a.add_argument("--max-delay-ms", type=non_negative_int, nargs="+", default=[400, 800, 1600, 3200], metavar="MS")
+    a.add_argument("--right-context", type=non_negative_int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N",
+                   help="streaming sweep: each word final once N words follow it, no delay bound "
+                        "(default: 0 1 2 4 8)")
+    a.add_argument("--max-delay-ms", type=non_negative_int, nargs="+", default=[400, 800, 1600, 3200], metavar="MS",
+                   help="streaming sweep: each word final MS after it was spoken, whatever follows "
+                        "(default: 400 800 1600 3200)")
     a.add_argument("--wps", type=positive_float, default=2.5, help="speech rate, words/s (default 2.5)")
-    a.add_argument("--engine", default="onnxruntime")
-    a.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    a.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
+    a.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
+                   help="where the JSON and PNG go (default: benchmarks/results)")
     a.add_argument("--name", default="accuracy", help="result file stem (default: accuracy)")
     a.set_defaults(_bench=_accuracy)
     lv = sub.add_parser("live", help="accuracy through a real server: parallel live streams at real-time pace, "

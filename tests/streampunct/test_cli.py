@@ -394,3 +394,10 @@ def test_a_file_given_for_the_model_folder_is_named_as_such(tmp_path, capsys):
     f.write_text("hello there")
     assert main(["punctuate", str(f), "--model", str(f)]) == 2
     assert f"model folder {f} is not a folder" in capsys.readouterr().err
+
+
+def test_every_bench_accuracy_option_is_described():
+    bench = next(a for a in build_parser()._actions if a.dest == "command").choices["bench"]
+    accuracy = next(a for a in bench._actions if a.dest == "bench").choices["accuracy"]
+    undescribed = [a.option_strings[0] for a in accuracy._actions if a.option_strings and not a.help]
+    assert undescribed == []

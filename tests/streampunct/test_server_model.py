@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from pathlib import Path
 
@@ -14,10 +13,9 @@ from streampunct.client import StreamClient, Transcript
 from streampunct.model import DEFAULT_MODEL_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_ROOT = Path(os.environ.get("STREAMPUNCT_DATA", REPO.parent / "shared" / "data"))
-TEST2011 = DATA_ROOT / "iwslt2011_che" / "test2011"
+TEST2011 = REPO / "data" / "iwslt2011" / "test2011"  # shipped with the repository
 
-pytestmark = [pytest.mark.slow, pytest.mark.data]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
