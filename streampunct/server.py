@@ -6,8 +6,9 @@ then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
 :class:`~streampunct.session.Session`; all sessions share one
 :class:`~streampunct.batcher.Batcher`. Handshakes are checked in
 ``process_request``: health and metrics endpoints, the caption page
-(``/captions``), bearer-token auth (401),
-the session limit (503). :meth:`StreamServer.shutdown` stops accepting,
+(``/captions``), the request policy of :mod:`streampunct.http_policy`
+(methods, ``Host``, ``Origin``, malformed headers, bearer-token auth), the
+session limit (503). :meth:`StreamServer.shutdown` stops accepting,
 finalizes and sends every pending word of every session, closes them with
 1001 (or, with ``drain="resume"``, closes them with 1012 at once so that
 their clients resume elsewhere), then closes the engine.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import http
 import importlib.resources
 import json
@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import numpy as np
 from websockets import ConnectionClosed
@@ -44,6 +43,13 @@ from websockets.http11 import Request, Response
 from streampunct.alignment import Aligner
 from streampunct.batcher import Batcher, BatcherConfig
 from streampunct.errors import InputError, ModelError, StreampunctError
+from streampunct.http_policy import (
+    HostPolicy,
+    Refusal,
+    RequestPolicy,
+    canonical_host,
+    canonical_origin,
+)
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session import Session, SessionContext, close_within
@@ -53,6 +59,10 @@ logger = logging.getLogger(__name__)
 
 #: WebSocket endpoints (the protocol's path, and the root for convenience).
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
+#: Plain HTTP endpoints.
+HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
+#: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
+REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions")
 
 #: ``ServerConfig.drain``: what shutdown does with live streams.
 DRAIN_MODES = ("finalize", "resume")
@@ -76,6 +86,10 @@ class ServerConfig:
         limits: per-message limits (words per message, word length, option ranges).
         max_message_bytes: WebSocket frame limit; a larger frame closes with 1009.
         auth_token: when set, handshakes must carry it (bearer header or ``?token=``).
+        allow_hosts: ``Host`` names answered besides the server's own (``*``: any;
+            docs/server.md, "Hosts, origins and methods").
+        allow_origins: browser origins whose handshakes are accepted besides the
+            server's own (``*``: any; ``null``: pages without one).
         session_defaults: session options before a client ``config``.
         window: window geometry override (None: the model's).
         shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
@@ -115,6 +129,8 @@ class ServerConfig:
     limits: Limits = Limits()
     max_message_bytes: int = 1 << 20
     auth_token: str | None = None
+    allow_hosts: tuple[str, ...] = ()
+    allow_origins: tuple[str, ...] = ()
     session_defaults: SessionOptions = SessionOptions()
     window: WindowConfig | None = None
     shutdown_timeout_s: float = 10.0
@@ -149,6 +165,12 @@ class ServerConfig:
             raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
         if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
             raise ValueError("stream_cache_tokens must be >= 1")
+        for value in self.allow_hosts:
+            if canonical_host(value) is None:
+                raise ValueError(f"allow_host: {value!r} is not a host name or address (no port), nor '*'")
+        for value in self.allow_origins:
+            if canonical_origin(value) is None:
+                raise ValueError(f"allow_origin: {value!r} is not an origin (scheme://host[:port]), '*' or 'null'")
 
 
 @dataclass(frozen=True)
@@ -247,6 +269,8 @@ class StreamServer:
                 stream_shape,
             )
         self.metrics = ServerMetrics()
+        for reason in REJECT_REASONS:
+            self.metrics.rejected.labels(reason=reason)
         self.model_name = runtime.model_name
         self.window = runtime.window
         self.aligner = runtime.aligner
@@ -281,6 +305,8 @@ class StreamServer:
         self._started = time.monotonic()
         self._closing = False
         self._shutdown_done: asyncio.Event | None = None
+        self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
+        self._sessions_gone: asyncio.Event | None = None  # set while no session is open
 
     @staticmethod
     def _warmup_ids(aligner: Aligner, window: WindowConfig) -> np.ndarray:
@@ -292,12 +318,15 @@ class StreamServer:
     async def start(self) -> None:
         """Listen, and load the engine in the background (see :meth:`wait_ready`)."""
         self._shutdown_done = asyncio.Event()
+        self._sessions_gone = asyncio.Event()
+        self._sessions_gone.set()
         try:
             self._ws = await ws_serve(
                 self._handle,
                 self.config.host,
                 self.config.port,
                 process_request=self._process_request,
+                process_response=self._process_response,
                 max_size=self.config.max_message_bytes,
                 max_queue=self.config.max_queued_frames,
                 write_limit=WRITE_LIMIT_BYTES,
@@ -309,6 +338,12 @@ class StreamServer:
         except OSError as e:
             raise InputError(f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}") from e
         self._port = self._ws.sockets[0].getsockname()[1]
+        self._policy = RequestPolicy(
+            HostPolicy(self.config.host, frozenset(str(s.getsockname()[0]) for s in self._ws.sockets),
+                       frozenset(h for h in map(canonical_host, self.config.allow_hosts) if h)),
+            frozenset(o for o in map(canonical_origin, self.config.allow_origins) if o),
+            self.config.auth_token,
+        )
         self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
 
     async def _load(self) -> None:
@@ -348,19 +383,25 @@ class StreamServer:
     async def shutdown(self) -> None:
         """Graceful stop: refuse new connections; finalize every pending word and close with 1001,
         or with ``drain="resume"`` close with 1012 at once (clients resume elsewhere)."""
-        assert self._ws is not None and self._shutdown_done is not None, "start() first"
+        assert self._ws is not None and self._shutdown_done is not None and self._sessions_gone is not None, \
+            "start() first"
         if self._closing:
             await self._shutdown_done.wait()
             return
         self._closing = True
         handoff = self.config.drain == "resume"
         logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
-        self._ws.close(close_connections=False)
         for session in list(self.sessions):
             session.shutdown(handoff=handoff)
         try:
-            await asyncio.wait_for(self._ws.wait_closed(), self.config.shutdown_timeout_s)
+            async with asyncio.timeout(self.config.shutdown_timeout_s):
+                # The listener stays open until the sessions are gone, so that handshakes meanwhile
+                # get 503 (_process_request) rather than a refused connection; then it closes.
+                await self._sessions_gone.wait()
+                self._ws.close(close_connections=False)
+                await self._ws.wait_closed()
         except TimeoutError:
+            self._ws.close(close_connections=False)
             logger.warning("sessions still open after %.1fs; closing them", self.config.shutdown_timeout_s)
             await asyncio.gather(*(
                 close_within(c, CloseCode.GOING_AWAY, "server shutting down", self.config.close_timeout_s)
@@ -381,46 +422,60 @@ class StreamServer:
 
     # -- HTTP side of the handshake ------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        assert self._policy is not None
         path, _, query = request.path.partition("?")
-        if path == "/healthz":
-            return self._healthz(connection)
-        if path == "/captions":
+        stream = True if path in STREAM_PATHS else False if path in HTTP_PATHS else None
+        refusal = self._policy.check(request.method, path, query, request.headers, stream=stream,
+                                     reached=_local_addresses(connection))
+        if refusal is not None:
+            response = self._refuse(connection, request, refusal)
+        elif stream is None:
+            response = connection.respond(http.HTTPStatus.NOT_FOUND, f"no such endpoint: {path}\n")
+        elif path == "/healthz":
+            response = self._healthz(connection)
+        elif path == "/captions":
             response = connection.respond(http.HTTPStatus.OK, _captions_page())
             _set_content_type(response.headers, "text/html; charset=utf-8")
-            return response
-        if path == "/metrics":
+        elif path == "/metrics":
             response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
             _set_content_type(response.headers, self.metrics.content_type)
-            return response
-        if path not in STREAM_PATHS:
-            return connection.respond(http.HTTPStatus.NOT_FOUND, f"no such endpoint: {path}\n")
-        if self.config.auth_token is not None and not self._authorized(request.headers, query):
-            self.metrics.rejected.labels(reason="auth").inc()
-            response = connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
-            response.headers["WWW-Authenticate"] = "Bearer"
-            return response
-        if self._closing or not self.batcher.ready:
+        elif self._closing or not self.batcher.ready:
+            # While shutting down the listener stays open until the sessions are gone (shutdown()),
+            # so that new handshakes get this 503 rather than a refused connection.
             self.metrics.rejected.labels(reason="unavailable").inc()
-            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
-        if len(self.sessions) >= self.config.max_sessions:
+            response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
+        elif len(self.sessions) >= self.config.max_sessions:
             self.metrics.rejected.labels(reason="sessions").inc()
-            return connection.respond(
+            response = connection.respond(
                 http.HTTPStatus.SERVICE_UNAVAILABLE,
                 f"session limit reached ({self.config.max_sessions})\n",
             )
-        return None
+        else:
+            return None  # the WebSocket handshake goes on
+        if request.method == "HEAD":
+            response.body = b""  # Content-Length stays that of the GET
+        return response
 
-    def _authorized(self, headers: Headers, query: str) -> bool:
-        expected = self.config.auth_token
-        assert expected is not None
-        header = headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
-            return True
-        for token in parse_qs(query).get("token", []):
-            if hmac.compare_digest(token.encode(), expected.encode()):
-                return True
-        return False
+    def _refuse(self, connection: ServerConnection, request: Request, refusal: Refusal) -> Response:
+        """The response, metric and one log line of a refused request (no traceback: it is the client's doing)."""
+        self.metrics.rejected.labels(reason=refusal.reason).inc()
+        logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method), _ascii(request.path.partition("?")[0]),
+                    _peer(connection), refusal.message, refusal.status)
+        response = connection.respond(refusal.status, refusal.message + "\n")
+        if refusal.allow is not None:
+            response.headers["Allow"] = refusal.allow
+        if refusal.status == http.HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    def _process_response(self, connection: ServerConnection, request: Request, response: Response) -> None:
+        """Counts and logs, in one line, the handshakes websockets itself refused (bad ``Upgrade``,
+        ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through."""
+        error = connection.protocol.handshake_exc
+        if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
+            self.metrics.rejected.labels(reason="malformed").inc()
+            logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
+                        _ascii(request.path.partition("?")[0]), _peer(connection), error, response.status_code)
 
     def _healthz(self, connection: ServerConnection) -> Response:
         loader_failed = self._loader is not None and self._loader.done() and (
@@ -454,6 +509,7 @@ class StreamServer:
             return
         session = Session(connection, self._context, uuid.uuid4().hex[:12])
         self.sessions.add(session)
+        self._sessions_gone.clear()
         self.metrics.sessions.inc()
         self.metrics.sessions_total.inc()
         logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
@@ -469,6 +525,8 @@ class StreamServer:
             await close_within(connection, CloseCode.INTERNAL_ERROR, "internal error", self.config.close_timeout_s)
         finally:
             self.sessions.discard(session)
+            if not self.sessions:
+                self._sessions_gone.set()
             self.metrics.sessions.dec()
             logger.info("session=%s closed", session.id, extra={"session": session.id})
 
@@ -477,6 +535,26 @@ class StreamServer:
 def _captions_page() -> str:
     """The self-contained live-caption page (package data ``streampunct/static/captions.html``)."""
     return importlib.resources.files("streampunct").joinpath("static/captions.html").read_text(encoding="utf-8")
+
+
+def _local_addresses(connection: ServerConnection) -> tuple[str, ...]:
+    """The address the client reached (for the Host rule: the server's own address)."""
+    sockname = connection.transport.get_extra_info("sockname") if connection.transport else None
+    return (str(sockname[0]),) if isinstance(sockname, tuple) and sockname else ()
+
+
+def _peer(connection: ServerConnection) -> str:
+    peer = connection.transport.get_extra_info("peername") if connection.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+    return "?"
+
+
+def _ascii(value: str, limit: int = 80) -> str:
+    """A client's method or path for a log line: printable ASCII, cut."""
+    shown = value.encode("ascii", "backslashreplace").decode()
+    shown = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in shown)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 def _set_content_type(headers: Headers, value: str) -> None:

@@ -83,6 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="port, 0 for any free one (default: %(default)s)")
     net.add_argument("--auth-token", default=None,
                      help=f"require this bearer token (default: ${TOKEN_ENV} if set)")
+    net.add_argument("--allow-host", metavar="NAME", action="append", default=[],
+                     help="also answer requests whose Host is NAME (a name or address, no port; repeatable; "
+                          "'*': any), e.g. the name a proxy is reached by. Without it: the bound name, "
+                          "loopback names when bound to loopback, the address the client reached; bound to "
+                          "0.0.0.0 or :: with no --allow-host, any Host (docs/server.md)")
+    net.add_argument("--allow-origin", metavar="ORIGIN", action="append", default=[],
+                     help="also accept WebSocket handshakes from web pages of ORIGIN (scheme://host[:port]; "
+                          "repeatable; '*': any page; 'null': file:// pages). Without it: only the server's "
+                          "own origin (its /captions page); clients that send no Origin are unaffected")
     batch = parser.add_argument_group("batching")
     batch.add_argument("--max-batch", type=int, default=BatcherConfig.max_batch,
                        help="most window requests per engine call (default: %(default)s)")
@@ -181,6 +190,8 @@ def build_config(args: argparse.Namespace):
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
+            allow_hosts=tuple(args.allow_host),
+            allow_origins=tuple(args.allow_origin),
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
             stream_cache=args.stream_cache,
             stream_cache_tokens=args.stream_cache_tokens,

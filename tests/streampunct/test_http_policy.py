@@ -1,0 +1,140 @@
+"""The request policy, sans I/O: Host names, origins, methods, malformed headers (streampunct.http_policy)."""
+
+from __future__ import annotations
+
+import http
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from websockets.datastructures import Headers
+
+from streampunct.http_policy import (
+    HostPolicy,
+    RequestPolicy,
+    canonical_host,
+    canonical_origin,
+    same_origin,
+    split_host,
+)
+
+
+@pytest.mark.parametrize("value, parsed", [
+    ("127.0.0.1:8765", ("127.0.0.1", 8765)),
+    ("LocalHost", ("localhost", None)),
+    ("example.com.:443", ("example.com", 443)),
+    ("[::1]:80", ("::1", 80)),
+    ("[::1]", ("::1", None)),
+    ("host:", ("host", None)),
+    ("::1", None), ("[::1", None), ("[nothex]:1", None), ("a b", None), ("x:99999", None), ("x:-1", None),
+    ("evil.com/x", None), ("user@evil.com", None), ("", None), (":80", None), ("x:\u0661", None),
+])
+def test_split_host(value, parsed):
+    assert split_host(value) == parsed
+
+
+@pytest.mark.parametrize("value, canonical", [
+    ("http://127.0.0.1:8765", "http://127.0.0.1:8765"),
+    ("HTTPS://Example.COM:443", "https://example.com"),
+    ("http://example.com:80/", "http://example.com"),
+    ("http://[::1]:8080", "http://[::1]:8080"),
+    ("chrome-extension://abcdef", "chrome-extension://abcdef"),
+    ("null", "null"), ("*", "*"),
+    ("http://example.com/page", None), ("http://u:p@example.com", None), ("http://example.com:99999", None),
+    ("example.com", None), ("file://", None), ("http://a?x=1", None),
+])
+def test_canonical_origin(value, canonical):
+    assert canonical_origin(value) == canonical
+
+
+@pytest.mark.parametrize("value, canonical", [
+    ("*", "*"), ("Proxy.Example.", "proxy.example"), ("::1", "::1"), ("[::1]", "::1"), ("10.0.0.5", "10.0.0.5"),
+    ("proxy.example:443", None), ("a b", None), ("", None), ("proxy.example:", None),
+])
+def test_canonical_host(value, canonical):
+    assert canonical_host(value) == canonical
+
+
+@pytest.mark.parametrize("origin, host, same", [
+    ("http://127.0.0.1:8765", ("127.0.0.1", 8765), True),
+    ("http://lb", ("lb", None), True),
+    ("http://lb", ("lb", 80), True),
+    ("https://lb", ("lb", None), True),  # behind a TLS proxy: the Host has no port
+    ("https://lb", ("lb", 80), False),
+    ("http://lb:8080", ("lb", None), False),
+    ("http://other:8765", ("127.0.0.1", 8765), False),
+    ("chrome-extension://abc", ("abc", None), False),
+])
+def test_same_origin(origin, host, same):
+    assert same_origin(origin, host) is same
+
+
+def test_loopback_binding_answers_loopback_names_and_its_addresses_only():
+    policy = HostPolicy("127.0.0.1", frozenset({"127.0.0.1"}))
+    for name in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert policy.accepts(name), name
+    for name in ("evil.example", "10.0.0.5", "0.0.0.0", "localhost.evil.example"):
+        assert not policy.accepts(name), name
+
+
+def test_a_specific_address_answers_its_address_the_address_reached_and_allowed_names():
+    policy = HostPolicy("10.0.0.5", frozenset({"10.0.0.5"}), frozenset({"asr.example"}))
+    assert policy.accepts("10.0.0.5") and policy.accepts("asr.example")
+    assert not policy.accepts("localhost") and not policy.accepts("other.example")
+    assert HostPolicy("asr-box", frozenset({"10.0.0.5"})).accepts("asr-box")
+
+
+def test_a_wildcard_binding_answers_any_host_unless_allow_host_is_given():
+    assert HostPolicy("0.0.0.0", frozenset({"0.0.0.0"})).accepts("anything.example")
+    assert HostPolicy("::", frozenset({"::"})).accepts("anything.example")
+    policy = HostPolicy("0.0.0.0", frozenset({"0.0.0.0"}), frozenset({"captions.example"}))
+    assert policy.accepts("captions.example")
+    assert not policy.accepts("rebind.evil.example")
+    # IP literals of the machine: the address the client reached (IPv4-mapped too).
+    assert policy.accepts("192.168.1.20", reached=("192.168.1.20",))
+    assert policy.accepts("192.168.1.20", reached=("::ffff:192.168.1.20",))
+    assert not policy.accepts("192.168.1.21", reached=("192.168.1.20",))
+    assert HostPolicy("0.0.0.0", frozenset({"0.0.0.0"}), frozenset({"*"})).accepts("x.example")
+
+
+def _policy(**kwargs) -> RequestPolicy:
+    return RequestPolicy(HostPolicy("127.0.0.1", frozenset({"127.0.0.1"})), **kwargs)
+
+
+def test_check_order_and_answers():
+    policy = _policy(auth_token="tok")
+    own = [("Host", "127.0.0.1:1")]
+
+    def check(method="GET", stream=True, headers=own, query=""):
+        return policy.check(method, "/v1/stream", query, Headers(headers), stream=stream)
+
+    assert check(headers=[*own, ("Authorization", "Bearer tok")]) is None
+    assert check(query="token=tok") is None
+    assert check(headers=[("Host", "evil")]).status == http.HTTPStatus.MISDIRECTED_REQUEST
+    assert check(headers=[("Host", "evil"), ("Host", "evil")]).reason == "malformed"  # malformed before foreign
+    refusal = check(method="POST")
+    assert refusal.status == 405 and refusal.allow == "GET" and refusal.reason == "method"
+    assert check(method="HEAD", stream=False) is None
+    assert check(method="HEAD", stream=False, headers=[*own, ("Authorization", "x")]) is None  # no token on HTTP
+    assert check(stream=None, method="POST") is None  # unknown paths: 404 once the Host passed
+    assert check(headers=[*own, ("Origin", "http://evil")]).status == 403
+    assert check(headers=[*own, ("Origin", "http://127.0.0.1:1")]).status == 401  # then the token
+    refusal = check(headers=[*own, ("Authorization", "Bearer tok"), ("Authorization", "Bearer tok")])
+    assert refusal.status == 400 and refusal.message == "more than one Authorization header"
+
+
+_header_names = st.sampled_from(["Host", "Origin", "Authorization", "Upgrade", "X-Other"])
+#: What websockets' parser lets through: tab, visible ASCII and space, bytes 0x80-0xff as Latin-1.
+_header_values = st.text(alphabet=st.sampled_from(["\t", *map(chr, range(0x20, 0x7f)), *map(chr, range(0x80, 0x100))]),
+                         max_size=40) | st.sampled_from(
+    ["127.0.0.1:1", "[::1]", "http://127.0.0.1:1", "Bearer tok", "null", "*", "[", "]:", "http://[::1"])
+
+
+@given(method=st.sampled_from(["GET", "HEAD", "POST", "BREW"]), stream=st.sampled_from([True, False, None]),
+       headers=st.lists(st.tuples(_header_names, _header_values), max_size=6), query=st.text(max_size=20))
+def test_check_never_raises_and_refusals_are_one_line(method, stream, headers, query):
+    policy = _policy(auth_token="tok", allow_origins=frozenset({"http://ok.example"}))
+    refusal = policy.check(method, "/v1/stream", query, Headers(headers), stream=stream, reached=("127.0.0.1",))
+    if refusal is not None:
+        assert "\n" not in refusal.message and "\r" not in refusal.message
+        assert 400 <= refusal.status < 500

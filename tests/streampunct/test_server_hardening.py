@@ -1,0 +1,352 @@
+"""Hostile and careless clients against a real server on port 0 (issue 41): malformed handshakes,
+``Host`` and ``Origin``, HTTP methods, handshakes during a drain, invisible characters in words."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import threading
+
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidStatus
+
+from streampunct.client import StreamClient
+from streampunct.protocol import Final
+from tests.streampunct.conftest import FakeEngine
+from tests.streampunct.test_server_protocol import WORDS
+from tests.streampunct.test_text_labels import INVISIBLE
+
+TIMEOUT = 5.0
+OTHER_METHODS = ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT")
+HTTP_PATHS = ("/healthz", "/metrics", "/captions")
+
+
+class Reply:
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        head, _, self.body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1]) if raw else None
+        self.headers: dict[str, str] = {}
+        for line in lines[1:]:
+            key, _, value = line.partition(":")
+            self.headers[key.strip().lower()] = value.strip()
+
+
+async def request(port: int, method: str = "GET", path: str = "/healthz", headers=(), *,
+                  host: str | None = "default", websocket: bool = False, version: str = "HTTP/1.1",
+                  body: bytes = b"") -> Reply:
+    """One raw HTTP request with exactly these headers (``host=None``: no Host header); the whole reply."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    lines = [f"{method} {path} {version}"]
+    if host is not None:
+        lines.append(f"Host: {f'127.0.0.1:{port}' if host == 'default' else host}")
+    if websocket:
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines += ["Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
+                  "Sec-WebSocket-Version: 13"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    await writer.drain()
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            if not websocket:
+                return Reply(await reader.read())
+            # A 101 leaves the connection open: read its head only; a refusal ends with the connection.
+            try:
+                raw = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as e:
+                return Reply(e.partial)
+            return Reply(raw if Reply(raw).status == 101 else raw + await reader.read())
+    finally:
+        writer.close()
+
+
+def rejected(server, reason: str) -> float:
+    return server.metrics.registry.get_sample_value("streampunct_handshakes_rejected_total", {"reason": reason})
+
+
+def refusal_lines(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "streampunct.server" and r.getMessage().startswith("refused")]
+
+
+# -- 1. malformed handshakes ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auth_token", [None, "s3cret"])
+async def test_two_authorization_headers_get_400_counted_and_one_log_line(start_server, caplog, auth_token):
+    caplog.set_level(logging.INFO)
+    server = await start_server(auth_token=auth_token)
+    reply = await request(server.port, "GET", "/v1/stream", websocket=True,
+                          headers=[("Authorization", "Bearer s3cret"), ("Authorization", "Bearer other")])
+    assert reply.status == 400 and b"more than one Authorization header" in reply.body
+    assert rejected(server, "malformed") == 1.0
+    lines = refusal_lines(caplog)
+    assert len(lines) == 1 and "more than one Authorization header (400)" in lines[0].getMessage()
+    assert "127.0.0.1:" in lines[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # The server goes on as before.
+    async with await StreamClient.connect(server.url, token=auth_token) as client:
+        assert client.ready.session
+
+
+@pytest.mark.parametrize("headers, message", [
+    ([("Origin", "http://127.0.0.1"), ("Origin", "http://evil.example")], b"more than one Origin header"),
+    ([("Host", "127.0.0.1")], b"more than one Host header"),
+])
+async def test_duplicate_origin_or_host_headers_get_400(start_server, caplog, headers, message):
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    reply = await request(server.port, "GET", "/v1/stream", websocket=True, headers=headers)
+    assert reply.status == 400 and message in reply.body
+    assert rejected(server, "malformed") == 1.0 and len(refusal_lines(caplog)) == 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:notaport", "127.0.0.1:99999", "[::1", "a:b:c"])
+async def test_a_malformed_host_gets_400(start_server, host):
+    server = await start_server()
+    for path in ("/healthz", "/v1/stream"):
+        reply = await request(server.port, "GET", path, host=host, websocket=path != "/healthz")
+        assert reply.status == 400 and b"malformed Host header" in reply.body
+    assert rejected(server, "malformed") == 2.0
+
+
+async def test_a_handshake_websockets_refuses_is_counted_and_logged_in_one_line(start_server, caplog):
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    reply = await request(server.port, "GET", "/v1/stream", headers=[
+        ("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", "not base64!"),
+        ("Sec-WebSocket-Version", "13")])
+    assert reply.status == 400 and b"Sec-WebSocket-Key" in reply.body
+    plain = await request(server.port, "GET", "/v1/stream")  # a browser opening the stream URL
+    assert plain.status == 426
+    assert rejected(server, "malformed") == 2.0
+    lines = refusal_lines(caplog)
+    assert len(lines) == 2 and "Sec-WebSocket-Key" in lines[0].getMessage() and "(426)" in lines[1].getMessage()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+async def test_rejection_reasons_are_in_the_metrics_from_the_start(start_server):
+    server = await start_server()
+    text = (await request(server.port, "GET", "/metrics")).body.decode()
+    for reason in ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions"):
+        assert f'streampunct_handshakes_rejected_total{{reason="{reason}"}} 0.0' in text
+
+
+# -- 2. Origin -------------------------------------------------------------------------------
+
+
+async def test_a_browser_handshake_from_another_origin_gets_403(start_server, caplog):
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    port = server.port
+    for origin in ("http://evil.example", f"http://evil.example:{port}", f"http://127.0.0.1:{port + 1}",
+                   f"http://127.0.0.10:{port}", "null"):
+        reply = await request(port, "GET", "/v1/stream", websocket=True, headers=[("Origin", origin)])
+        assert reply.status == 403 and b"not allowed (--allow-origin)" in reply.body, origin
+    assert rejected(server, "origin") == 5.0
+    assert len(refusal_lines(caplog)) == 5
+    with pytest.raises(InvalidStatus) as info:  # through a real WebSocket client too
+        await ws_connect(server.url, origin="http://evil.example")
+    assert info.value.response.status_code == 403
+
+
+async def test_the_servers_own_origin_and_clients_without_origin_are_accepted(start_server):
+    server = await start_server()
+    port = server.port
+    for host, origin in ((f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"),
+                         (f"localhost:{port}", f"http://localhost:{port}"),
+                         (f"LOCALHOST:{port}", f"http://localhost:{port}"),
+                         (f"[::1]:{port}", f"http://[::1]:{port}")):
+        reply = await request(port, "GET", "/v1/stream", host=host, websocket=True, headers=[("Origin", origin)])
+        assert reply.status == 101, (host, origin, reply.raw)
+    async with ws_connect(server.url, origin=f"http://127.0.0.1:{port}") as connection:
+        assert json.loads(await connection.recv())["type"] == "ready"
+    async with await StreamClient.connect(server.url) as client:  # no Origin: ASR gateways, the CLI
+        await client.send_words(WORDS[:3])
+        await client.end()
+        assert [m async for m in client][-1].type == "end"
+    assert rejected(server, "origin") == 0.0
+
+
+async def test_allow_origin_adds_origins_and_star_allows_any(start_server):
+    server = await start_server(allow_origins=("https://captions.example", "null"))
+    for origin, status in (("https://captions.example", 101), ("HTTPS://Captions.Example:443", 101),
+                           ("null", 101), ("https://captions.example:8443", 403), ("http://captions.example", 403)):
+        reply = await request(server.port, "GET", "/v1/stream", websocket=True, headers=[("Origin", origin)])
+        assert reply.status == status, origin
+    anyone = await start_server(allow_origins=("*",))
+    reply = await request(anyone.port, "GET", "/v1/stream", websocket=True, headers=[("Origin", "http://x.example")])
+    assert reply.status == 101
+
+
+async def test_origin_is_checked_before_the_token(start_server):
+    server = await start_server(auth_token="s3cret")
+    reply = await request(server.port, "GET", "/v1/stream?token=s3cret", websocket=True,
+                          headers=[("Origin", "http://evil.example")])
+    assert reply.status == 403
+    reply = await request(server.port, "GET", "/v1/stream?token=wrong", websocket=True,
+                          headers=[("Origin", f"http://127.0.0.1:{server.port}")])
+    assert reply.status == 401 and reply.headers["www-authenticate"] == "Bearer"
+    assert rejected(server, "origin") == 1.0 and rejected(server, "auth") == 1.0
+
+
+# -- 2. Host ---------------------------------------------------------------------------------
+
+
+async def test_a_foreign_host_gets_421_on_every_path(start_server, caplog):
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    for path in (*HTTP_PATHS, "/v1/stream", "/", "/nope"):
+        reply = await request(server.port, "GET", path, host=f"rebind.evil.example:{server.port}",
+                              websocket=path in ("/v1/stream", "/"))
+        assert reply.status == 421 and b"does not answer to the host 'rebind.evil.example'" in reply.body, path
+        assert b"streampunct_" not in reply.body and b"status" not in reply.body
+    assert rejected(server, "host") == 6.0
+    assert len(refusal_lines(caplog)) == 6
+
+
+async def test_loopback_names_and_no_host_are_accepted_on_loopback(start_server):
+    server = await start_server()
+    for host in (f"127.0.0.1:{server.port}", "localhost", f"LocalHost.:{server.port}", "[::1]", "127.0.0.1:1"):
+        assert (await request(server.port, "GET", "/healthz", host=host)).status == 200, host
+    assert (await request(server.port, "GET", "/healthz", host=None, version="HTTP/1.0")).status == 200
+    assert rejected(server, "host") == 0.0
+
+
+async def test_allow_host_adds_names_behind_a_proxy(start_server):
+    server = await start_server(allow_hosts=("captions.example.com",))
+    assert (await request(server.port, "GET", "/healthz", host="captions.example.com")).status == 200
+    assert (await request(server.port, "GET", "/healthz", host="Captions.Example.com:443")).status == 200
+    assert (await request(server.port, "GET", "/healthz", host="localhost")).status == 200  # still its own
+    assert (await request(server.port, "GET", "/healthz", host="other.example.com")).status == 421
+    # A page served through the proxy opens its stream through it: its origin is the proxy's.
+    reply = await request(server.port, "GET", "/v1/stream", host="captions.example.com", websocket=True,
+                          headers=[("Origin", "https://captions.example.com")])
+    assert reply.status == 101
+    anyone = await start_server(allow_hosts=("*",))
+    assert (await request(anyone.port, "GET", "/healthz", host="whatever.example")).status == 200
+
+
+# -- 3. methods ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", OTHER_METHODS)
+async def test_other_methods_get_405_with_allow(start_server, method):
+    server = await start_server()
+    for path in HTTP_PATHS:
+        reply = await request(server.port, method, path)
+        assert reply.status == 405 and reply.headers["allow"] == "GET, HEAD", (method, path)
+        assert f"method '{method}' not allowed on {path}".encode() in reply.body
+    reply = await request(server.port, method, "/v1/stream", websocket=True)
+    assert reply.status == 405 and reply.headers["allow"] == "GET"
+    assert rejected(server, "method") == 4.0
+
+
+async def test_head_gets_the_headers_of_get_and_no_body(start_server):
+    server = await start_server()
+    for path in (*HTTP_PATHS, "/nope"):
+        get = await request(server.port, "GET", path)
+        head = await request(server.port, "HEAD", path)
+        assert head.status == get.status and head.body == b"", path
+        assert head.headers["content-type"] == get.headers["content-type"]
+        if path != "/metrics":  # the metrics move between the two requests
+            assert int(head.headers["content-length"]) == len(get.body) > 0
+    reply = await request(server.port, "HEAD", "/v1/stream", websocket=True)
+    assert reply.status == 405 and reply.headers["allow"] == "GET" and reply.body == b""
+
+
+async def test_a_request_with_a_body_is_not_served(start_server):
+    # websockets' HTTP parser reads no bodies: it closes such a connection without an answer.
+    server = await start_server()
+    reply = await request(server.port, "POST", "/healthz", headers=[("Content-Length", "2")], body=b"{}")
+    assert reply.status is None
+    assert (await request(server.port, "POST", "/healthz", headers=[("Content-Length", "0")])).status == 405
+
+
+# -- 4. drain --------------------------------------------------------------------------------
+
+
+class GatedEngine(FakeEngine):
+    """A fake engine whose calls wait while ``gate`` is clear (set: they run at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+
+    def infer(self, input_ids, attention_mask):
+        if not self.gate.is_set():
+            self.waiting.set()
+            self.gate.wait(TIMEOUT)
+        return super().infer(input_ids, attention_mask)
+
+
+async def test_handshakes_during_a_drain_get_503_until_the_listener_closes(start_server):
+    engine = GatedEngine()
+    server = await start_server(engine=engine)
+    client = await StreamClient.connect(server.url, right_context=0, max_delay_ms=600_000)
+    engine.gate.clear()
+    await client.send_words(WORDS[:6])
+    assert await asyncio.to_thread(engine.waiting.wait, TIMEOUT)  # a window is at the engine
+    shutdown = asyncio.create_task(server.shutdown())
+    try:
+        health = await request(server.port, "GET", "/healthz")
+        assert health.status == 503 and json.loads(health.body)["status"] == "stopping"
+        reply = await request(server.port, "GET", "/v1/stream", websocket=True)
+        assert reply.status == 503 and b"not serving" in reply.body
+        with pytest.raises(InvalidStatus) as info:
+            await StreamClient.connect(server.url)
+        assert info.value.response.status_code == 503
+        assert rejected(server, "unavailable") == 2.0
+        assert not shutdown.done()
+    finally:
+        engine.gate.set()
+    finals = [m async for m in client if isinstance(m, Final)]
+    assert [w.w for f in finals for w in f.words] == WORDS[:6] and client.close_code == 1001
+    await asyncio.wait_for(shutdown, TIMEOUT)
+    with pytest.raises(OSError):  # now the listener is closed
+        await asyncio.open_connection("127.0.0.1", server.port)
+
+
+# -- 5. invisible characters -----------------------------------------------------------------
+
+
+async def test_invisible_characters_never_reach_finals(start_server):
+    server = await start_server()
+    words = [f"ab{c}cd" for c in INVISIBLE.values()] + ["\u202eevil\u202c", "\u200b", "\x00", "ok\u2066\u2069"]
+    async with await StreamClient.connect(server.url, right_context=0, capitalize=True) as client:
+        await client.send_raw(json.dumps({"type": "words", "words": words}))
+        await client.end()
+        finals = [m async for m in client if isinstance(m, Final)]
+    assert [w.w for f in finals for w in f.words] == ["abcd"] * len(INVISIBLE) + ["evil", "ok"]
+    shown = "".join(f.text for f in finals)
+    assert shown.replace(" ", "").replace(".", "").replace(",", "").replace("?", "").lower() == \
+        "abcd" * len(INVISIBLE) + "evilok"
+    assert all(ch.isprintable() for ch in shown)
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def test_serve_flags_allow_hosts_and_origins_and_refuse_bad_values_in_one_line():
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    default = build_config(build_parser().parse_args(["serve"]))
+    assert default.allow_hosts == () and default.allow_origins == ()
+    config = build_config(build_parser().parse_args([
+        "serve", "--allow-host", "captions.example.com", "--allow-host", "10.0.0.5",
+        "--allow-origin", "https://app.example", "--allow-origin", "*"]))
+    assert config.allow_hosts == ("captions.example.com", "10.0.0.5")
+    assert config.allow_origins == ("https://app.example", "*")
+    with pytest.raises(InputError, match=r"^--allow-host: 'proxy:443' is not a host name or address \(no port\)"):
+        build_config(build_parser().parse_args(["serve", "--allow-host", "proxy:443"]))
+    with pytest.raises(InputError, match=r"^--allow-origin: 'https://app.example/page' is not an origin"):
+        build_config(build_parser().parse_args(["serve", "--allow-origin", "https://app.example/page"]))
