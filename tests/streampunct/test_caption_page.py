@@ -70,3 +70,72 @@ async def test_captions_appear_in_headless_chromium(start_server, fake_labels, t
     assert any(mark in finals for mark in ".,?") and finals[0].isupper()
     assert stats["errors"] == [] and stats["partialsWithHypothesis"] > 0
     assert n_final == str(len(words)) and p50.endswith("ms")
+
+
+def _headless_chromium(profile):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--user-data-dir={profile}", "--window-size=1100,700"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def _rejected(server, reason: str) -> float:
+    return server.metrics.registry.get_sample_value("streampunct_handshakes_rejected_total", {"reason": reason})
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_asks_before_sending_a_token_to_another_server(start_server, tmp_path):
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = await start_server()
+    other = await start_server(auth_token="tok")
+    # A link that points the page at another server and pre-fills a token.
+    url = f"http://127.0.0.1:{page.port}/captions?url=ws://localhost:{other.port}/v1/stream&token=tok"
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        try:
+            driver.get(url)
+            warning = driver.find_element(By.ID, "elsewhere").text
+            driver.find_element(By.ID, "sample").click()
+            driver.find_element(By.ID, "start").click()
+            alert = WebDriverWait(driver, 10).until(expected_conditions.alert_is_present())
+            asked = alert.text
+            alert.dismiss()
+            declined = driver.find_element(By.ID, "status").text
+            opened_after_decline = other.metrics.registry.get_sample_value("streampunct_sessions_opened_total")
+            refusals_after_decline = sum(_rejected(other, r) for r in ("origin", "auth"))
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 10).until(expected_conditions.alert_is_present()).accept()
+            WebDriverWait(driver, 30).until(lambda d: "closed" in d.find_element(By.ID, "status").text)
+            # Back to the page's own server: no warning, no question.
+            field = driver.find_element(By.ID, "url")
+            field.clear()
+            field.send_keys(f"ws://127.0.0.1:{page.port}/v1/stream")
+            return warning, asked, declined, opened_after_decline, refusals_after_decline, \
+                driver.find_element(By.ID, "elsewhere").text
+        finally:
+            driver.quit()
+
+    warning, asked, declined, opened, refused, after = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    assert f"localhost:{other.port} is not the server this page came from (127.0.0.1:{page.port})" in warning
+    assert "the token and the transcript will be sent to it" in warning
+    assert f"Connect to localhost:{other.port}" in asked and "send it the token and the transcript?" in asked
+    assert declined == "not connected: the other server was not confirmed"
+    assert opened == 0 and refused == 0  # declining sent nothing
+    # Accepted: the browser connects, and the other server refuses the page's origin before the token.
+    assert _rejected(other, "origin") == 1.0 and _rejected(other, "auth") == 0.0
+    assert other.metrics.registry.get_sample_value("streampunct_sessions_opened_total") == 0
+    assert after == ""
