@@ -28,7 +28,7 @@
 # The student. STUDENT=minilm5 (default): the shipped default model imported from its int8 graph,
 # as in runs 1 and 2; its checkpoint (3 parts) comes back with b. STUDENT=mpnet4 (set for b): the
 # first 4 of the trained teacher's 12 layers (training.drop_layers), 768 wide, which as an int8
-# streaming graph carries the 150 real-time sessions (results.md, "What would close 74 / 66"; on
+# streaming graph carries 150 real-time sessions on 2 cores (measured with untrained weights; on
 # the CPU without soft labels it reached dev2010 67.7: docs/history.md). Its checkpoint (fp16, ~105 MB) is too large for b's return, so b leaves it in 15 MB
 # parts on the device and two calls fetch it: bash scripts/gpu_release.sh s 0, s 1 (four parts
 # each), then unpack DIR_b DIR_s0 DIR_s1.

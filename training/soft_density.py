@@ -1,7 +1,7 @@
 """How densely a teacher's soft labels punctuate each source, and a gate that leaves a source out
 of a student's data when the teacher under-punctuates it.
 
-The release 6 student (docs/training.md, "Release 6") learned to leave ASR text unpunctuated:
+The release 6 student (docs/history.md, release 6) learned to leave ASR text unpunctuated:
 its teacher's labels on the TEDx captions were what it copied. The captions have no human
 labels, but talks have about the same density of sentences and clauses whether a person or a
 recognizer wrote them down, so the teacher's marks per 100 caption words should be close to its
