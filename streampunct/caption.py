@@ -11,6 +11,16 @@ latency figures the client saw are returned. Whatever happens to the
 connection, everything received is kept (:class:`StreamClosedEarly` carries
 it).
 
+The stream outlives its connection (:class:`~streampunct.client.ResumableStream`):
+when the connection drops, or the server closes it with 1001, 1011, 1012 or
+1013, the client reconnects with backoff and resumes, sending again the words
+that have no final yet, so that captions, subtitles and the transcript lose
+nothing and repeat nothing; each interruption is one line on ``errors``.
+
+A bad input line (:class:`~streampunct.caption_input.BadLine`, raised by the
+events with ``--on-bad-line stop``) ends the stream there: every word sent
+before it is finalized, and :class:`InputStopped` carries the result.
+
 Nothing is sent that the server must refuse for its size: committed words go
 in messages of at most the server's ``max_words_per_message`` words, and
 longer words are cut to its ``max_word_chars`` characters (the server keeps
@@ -26,31 +36,42 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import sys
 from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
-from streampunct.caption_input import AsrEvent, text_events
-from streampunct.client import ClientError, LatencySummary, LatencyTracker, StreamClient, Transcript
+from streampunct.caption_input import AsrEvent, asr_chunks, read_transcript, text_events
+from streampunct.client import (
+    ClientError,
+    LatencySummary,
+    LatencyTracker,
+    Reconnect,
+    ResumableStream,
+    ResumeFailed,
+    ResumeNotice,
+    Transcript,
+    message_words,
+    open_client,
+)
 from streampunct.errors import InputError
-from streampunct.labels import ID_TO_MARK, LABELS, PERIOD, QUESTION
+from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
 from streampunct.protocol import (
     DEFAULT_LIMITS,
     Error,
     ErrorCode,
     Final,
-    Limits,
     SessionOptions,
-    Word,
 )
 from streampunct.subtitles import SubtitleWriter, TimedWord
 from streampunct.text import render
-from streampunct.textfile import read_text
+
+__all__ = [  # the readers and the message splitting live in caption_input / client; named here too
+    "CaptionResult", "CaptionView", "InputStopped", "StreamClosedEarly", "asr_chunks", "caption", "connect",
+    "default_view", "lost_words_errors", "message_words", "read_transcript",
+]
 
 _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 
@@ -58,14 +79,6 @@ _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 MAX_WORDS_PER_MESSAGE = DEFAULT_LIMITS.max_words_per_message
 #: Longer words are cut to this many characters (the server refuses longer ones).
 MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
-
-
-def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> list[tuple[Word, ...]]:
-    """Committed words as the messages that carry them: at most ``limits.max_words_per_message``
-    words each, every word cut to ``limits.max_word_chars`` characters."""
-    n, chars = limits.max_words_per_message, limits.max_word_chars
-    cut = tuple(w if len(w.w) <= chars else Word(w.w[:chars], w.start, w.end) for w in words)
-    return [cut[i : i + n] for i in range(0, len(cut), n)]
 
 
 def _loses_words(error: Error) -> bool:
@@ -76,43 +89,6 @@ def _loses_words(error: Error) -> bool:
 def lost_words_errors(transcript: Transcript) -> list[Error]:
     """The server's ``error`` messages that refused words (:func:`_loses_words`)."""
     return [e for e in transcript.errors if _loses_words(e)]
-
-
-def read_transcript(path: str | Path) -> list[str]:
-    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"no such transcript file: {path}")
-    lines = read_text(path).splitlines()  # refuses a directory
-    filled = [line for line in lines if line.strip()]
-    if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
-        from streampunct.data import read_word_labels
-
-        return read_word_labels(path).words
-    return " ".join(lines).split()
-
-
-def asr_chunks(
-    words: Sequence[str], *, wps: float, max_chunk: int = 4, seed: int = 0
-) -> list[tuple[float, list[str]]]:
-    """Split words into chunks of 1..max_chunk with the time (s) each is committed.
-
-    Word ``i`` is spoken at ``i / wps``; a chunk is sent when its last word
-    has been spoken, as a recognizer commits words in small groups.
-    """
-    if wps <= 0:
-        raise InputError("--wps must be positive")
-    if max_chunk < 1:
-        raise InputError("--max-chunk must be at least 1")
-    rng = random.Random(seed)
-    chunks = []
-    i = 0
-    while i < len(words):
-        n = rng.randint(1, max_chunk)
-        chunk = list(words[i : i + n])
-        i += len(chunk)
-        chunks.append((i / wps, chunk))
-    return chunks
 
 
 class CaptionView:
@@ -187,35 +163,25 @@ class CaptionResult:
 
 
 class StreamClosedEarly(ClientError):
-    """The server closed the stream before its ``end`` (shutdown, error); ``result`` has what came."""
+    """The server closed the stream before its ``end`` (shutdown, error) and it could not be
+    resumed; ``result`` has what came."""
 
     def __init__(self, message: str, result: CaptionResult) -> None:
         super().__init__(message)
         self.result = result
 
 
-#: What a refused handshake means, by HTTP status.
-_REFUSALS = {
-    401: "missing or wrong token (pass --token or set $STREAMPUNCT_AUTH_TOKEN)",
-    404: "no streaming endpoint at this path (the server listens on /v1/stream)",
-    503: "the server is not serving now (loading, stopping, or at its session limit)",
-}
+class InputStopped(InputError):
+    """Reading the input failed (a bad line, with ``--on-bad-line stop``); every word sent
+    before it was finalized, and ``result`` has them."""
+
+    def __init__(self, message: str, result: CaptionResult) -> None:
+        super().__init__(message)
+        self.result = result
 
 
-async def connect(url: str, **options) -> StreamClient:
-    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ClientError`."""
-    try:
-        return await StreamClient.connect(url, **options)
-    except InvalidURI:
-        raise ClientError(f"{url!r} is not a WebSocket URL (expected ws://HOST:PORT/v1/stream)") from None
-    except InvalidStatus as e:
-        status = e.response.status_code
-        reason = _REFUSALS.get(status, "unexpected answer")
-        raise ClientError(f"the server refused the connection: HTTP {status}: {reason}") from None
-    except ConnectionClosed as e:
-        raise ClientError(f"the server closed the connection at once (close code {e.code})") from None
-    except (OSError, TimeoutError, InvalidHandshake) as e:
-        raise ClientError(f"cannot connect to {url}: {e or type(e).__name__}") from None
+#: One-line connection errors (:func:`streampunct.client.open_client`).
+connect = open_client
 
 
 def _word_times(word, arrival: float) -> tuple[float, float]:
@@ -243,28 +209,39 @@ async def caption(
     json_log: TextIO | None = None,
     subtitles: SubtitleWriter | None = None,
     errors: TextIO | None = None,
+    reconnect: Reconnect | None = None,
 ) -> CaptionResult:
     """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
 
     Every ``error`` the server answers with, but ``overloaded``, is written to
     ``errors`` as it comes (``server error CODE: MESSAGE``); all are kept in
-    the transcript (:func:`lost_words_errors`).
+    the transcript (:func:`lost_words_errors`). A lost connection is resumed
+    as ``reconnect`` says (default :class:`~streampunct.client.Reconnect`;
+    ``Reconnect(attempts=0)``: never), with one line on ``errors`` each time.
 
     Raises :class:`StreamClosedEarly` (after closing the view and the
-    subtitles, so nothing received is lost) when the server closes the
-    stream before its ``end``.
+    subtitles, so nothing received is lost) when the stream ends before the
+    server's ``end`` and cannot be resumed, and :class:`InputStopped` when the
+    events raised :class:`~streampunct.errors.InputError` (a bad line): the
+    words sent before it are finalized first.
     """
     if events is None:
         if words is None:
             raise ValueError("caption() needs words or events")
         events = text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
-    client = await connect(
-        url, token=token, right_context=right_context, max_delay_ms=max_delay_ms,
-        partials=partials, capitalize=capitalize,
+
+    def notice(n: ResumeNotice) -> None:
+        if errors is not None:
+            errors.write(n.format() + "\n")
+            errors.flush()
+
+    stream = await ResumableStream.connect(
+        url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
+        max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize,
     )
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    tracker = LatencyTracker(client.options)
+    tracker = LatencyTracker(stream.options)
     transcript = Transcript()
 
     def log(direction: str, payload: dict) -> None:
@@ -272,25 +249,27 @@ async def caption(
             record = {"t": round(loop.time() - t0, 4), "dir": direction, "msg": payload}
             json_log.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    log("recv", client.ready.to_json())
-    log("recv", {"type": "config", "config": client.options.to_json()})
-    limits = client.ready.limits or DEFAULT_LIMITS
+    log("recv", stream.ready.to_json())
+    log("recv", {"type": "config", "config": stream.options.to_json()})
 
     async def send(event: AsrEvent) -> None:
         if event.at is not None:
             delay = t0 + event.at - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+        limits = stream.limits
         if event.interim:
             # A hypothesis replaces the last one: only its first words fit in one message.
             words = message_words(event.words, limits)[:1] or [()]
-            await client.send_hypothesis(words[0])
+            await stream.send_hypothesis(words[0])
             log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
             return
         for words in message_words(event.words, limits):
-            await client.send_words(words)
-            tracker.words_sent([w.w for w in words], loop.time())
-            log("send", {"type": "words", "words": [w.w for w in words]})
+            sent = await stream.send_words(words)
+            tracker.words_sent([w.w for w in sent], loop.time())
+            log("send", {"type": "words", "words": [w.w for w in sent]})
+
+    input_failure: list[Exception] = []
 
     async def send_all() -> None:
         try:
@@ -300,16 +279,16 @@ async def caption(
             else:
                 for event in events:
                     await send(event)
-        except Exception:
-            await client.close()  # ends the receiving loop below
-            raise
-        await client.end()
+        except (InputError, OSError) as e:  # the input broke off: what was sent is still finalized
+            input_failure.append(e)
+        await stream.end()
         tracker.flush_sent(loop.time())
         log("send", {"type": "end"})
 
     sender = asyncio.create_task(send_all())
+    resume_failed: ResumeFailed | None = None
     try:
-        async for message in client:
+        async for message in stream:
             log("recv", message.to_json())
             if isinstance(message, Final):
                 tracker.final_received(message, loop.time())
@@ -324,28 +303,37 @@ async def caption(
                 errors.flush()
             if view is not None and message.type in ("final", "partial"):
                 view.update(transcript)
+    except ResumeFailed as e:
+        resume_failed = e
     finally:
         if not sender.done():
             sender.cancel()
         results = await asyncio.gather(sender, return_exceptions=True)
-        await client.close()
+        await stream.close()
         if view is not None:
             view.close(transcript)
         if subtitles is not None:
             subtitles.close()
-    result = CaptionResult(transcript, tracker.summary(), client.options)
+    result = CaptionResult(transcript, tracker.summary(), stream.options)
     failure = results[0]
-    if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed):
-        raise failure  # e.g. bad input read while streaming; what came back is written already
+    if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed | ClientError):
+        raise failure  # a bug; what came back is written already
     if transcript.ended_words is None:
+        unsent = f", {len(stream.pending)} words without a final" if stream.pending else ""
+        kept = f"{transcript.n_final} final words kept{unsent}"
+        if resume_failed is not None:
+            why = f"the connection was lost and the stream could not be resumed: {resume_failed}"
+        else:
+            code = stream.close_code
+            why = ("the server closed the stream early ("
+                   + ("the server is shutting down" if code == 1001 else f"close code {code}") + ")")
         reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
-        code = client.close_code
-        why = "the server is shutting down" if code == 1001 else f"close code {code}"
-        raise StreamClosedEarly(
-            f"the server closed the stream early ({why}); {transcript.n_final} final words kept"
-            + (f": {reason}" if reason else ""),
-            result,
-        )
+        if input_failure:
+            why = f"{input_failure[0]}; then {why}"
+        raise StreamClosedEarly(f"{why}; {kept}" + (f": {reason}" if reason else ""), result)
+    if input_failure:
+        raise InputStopped(f"{input_failure[0]}; stopped reading there: the {transcript.n_final} words sent "
+                           "before it are final", result)
     return result
 
 

@@ -19,23 +19,80 @@ Formats (``--input-format``, ``auto`` looks at the first JSON line):
 Files with timestamps are replayed on their own clock (``speed`` times real
 time; 0: as fast as possible). From stdin (``-``) events are sent as they
 are read, so an ASR process can pipe into the client.
+
+A JSON line that cannot be read (not JSON, or not the format's shape) is a
+:class:`BadLine`, named by file (or ``stdin``), line number and reason.
+``on_bad_line`` says what happens then: ``stop`` raises it (the caller has
+streamed the lines before it, and finalizes them), ``skip`` reports it and
+goes on with the next line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streampunct.errors import InputError
+from streampunct.labels import LABELS
 from streampunct.protocol import Word
+from streampunct.textfile import read_text
 
 INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
+#: What to do with a JSON line that cannot be read (``--on-bad-line``).
+BAD_LINE_ACTIONS = ("stop", "skip")
+
+
+class BadLine(InputError):
+    """A line of JSON-lines input that cannot be read; the message starts with ``FILE:LINE:``."""
+
+
+def _check_action(on_bad_line: str) -> None:
+    if on_bad_line not in BAD_LINE_ACTIONS:
+        raise InputError(f"unknown --on-bad-line action {on_bad_line!r}; one of {', '.join(BAD_LINE_ACTIONS)}")
+
+
+def read_transcript(path: str | Path) -> list[str]:
+    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"no such transcript file: {path}")
+    lines = read_text(path).splitlines()  # refuses a directory
+    filled = [line for line in lines if line.strip()]
+    if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
+        from streampunct.data import read_word_labels
+
+        return read_word_labels(path).words
+    return " ".join(lines).split()
+
+
+def asr_chunks(
+    words: Sequence[str], *, wps: float, max_chunk: int = 4, seed: int = 0
+) -> list[tuple[float, list[str]]]:
+    """Split words into chunks of 1..max_chunk with the time (s) each is committed.
+
+    Word ``i`` is spoken at ``i / wps``; a chunk is sent when its last word
+    has been spoken, as a recognizer commits words in small groups.
+    """
+    if wps <= 0:
+        raise InputError("--wps must be positive")
+    if max_chunk < 1:
+        raise InputError("--max-chunk must be at least 1")
+    rng = random.Random(seed)
+    chunks = []
+    i = 0
+    while i < len(words):
+        n = rng.randint(1, max_chunk)
+        chunk = list(words[i : i + n])
+        i += len(chunk)
+        chunks.append((i / wps, chunk))
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -102,9 +159,18 @@ def detect_format(first: str) -> str:
 def parse_line(fmt: str, line: str, where: str, previous: float | None = None) -> list[AsrEvent]:
     """The events of one JSON line in format ``fmt`` (``words``, ``vosk`` or ``whisper``)."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as e:
-        raise InputError(f"{where}: not JSON ({e.msg})") from None
+        raise BadLine(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise BadLine(f"{where}: not JSON (nested too deeply)") from None
+    try:
+        return _parse_object(fmt, obj, where, previous)
+    except InputError as e:  # the line is JSON of the wrong shape
+        raise BadLine(str(e)) from None
+
+
+def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
     if fmt == "words":
         items = obj if isinstance(obj, list) else [obj]
         words = tuple(_word(item, where) for item in items)
@@ -150,21 +216,34 @@ def parse_line(fmt: str, line: str, where: str, previous: float | None = None) -
     raise InputError(f"unknown input format {fmt!r}")
 
 
-def events_from_lines(lines: Iterable[str], fmt: str, name: str) -> Iterator[AsrEvent]:
+def _parse_or_skip(fmt: str, line: str, where: str, previous: float | None, on_bad_line: str,
+                   report: Callable[[str], None] | None) -> list[AsrEvent]:
+    """:func:`parse_line`, where a bad line is raised (``stop``) or reported and skipped (``skip``)."""
+    try:
+        return parse_line(fmt, line, where, previous)
+    except BadLine as e:
+        if on_bad_line == "stop":
+            raise
+        if report is not None:
+            report(f"{e}; line skipped")
+        return []
+
+
+def events_from_lines(lines: Iterable[str], fmt: str, name: str, *, on_bad_line: str = "stop",
+                      report: Callable[[str], None] | None = None) -> Iterator[AsrEvent]:
     """Events of JSON-lines input (a whole-file JSON list or object is one "line")."""
+    _check_action(on_bad_line)
     previous: float | None = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        for event in parse_line(fmt, line, f"{name}:{number}", previous):
+        for event in _parse_or_skip(fmt, line, f"{name}:{number}", previous, on_bad_line, report):
             previous = event.at if event.at is not None else previous
             yield event
 
 
 def text_events(words: Sequence[str], *, wps: float, max_chunk: int, seed: int) -> list[AsrEvent]:
-    """Plain words paced at ``wps`` in ASR-like chunks (see :func:`streampunct.caption.asr_chunks`)."""
-    from streampunct.caption import asr_chunks
-
+    """Plain words paced at ``wps`` in ASR-like chunks (see :func:`asr_chunks`)."""
     return [AsrEvent(at, tuple(Word(w) for w in chunk)) for at, chunk in asr_chunks(
         words, wps=wps, max_chunk=max_chunk, seed=seed)]
 
@@ -183,12 +262,11 @@ def _whole_json(text: str) -> list[str]:
 
 def read_events(
     source: str, *, input_format: str = "auto", wps: float = 2.5, max_chunk: int = 4, seed: int = 0,
-    speed: float = 1.0,
+    speed: float = 1.0, on_bad_line: str = "stop", report: Callable[[str], None] | None = None,
 ) -> list[AsrEvent]:
-    """Every event of a file (not stdin), timed for replay."""
-    from streampunct.caption import read_transcript
-    from streampunct.textfile import read_text
-
+    """Every event of a file (not stdin), timed for replay; a bad line (:class:`BadLine`) is
+    raised before anything is streamed (``stop``), or reported and skipped (``skip``)."""
+    _check_action(on_bad_line)
     if input_format not in INPUT_FORMATS:
         raise InputError(f"unknown input format {input_format!r}; one of {', '.join(INPUT_FORMATS)}")
     path = Path(source)
@@ -201,7 +279,7 @@ def read_events(
         if not words:
             raise InputError(f"{source}: no words")
         return text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
-    events = list(events_from_lines(lines, fmt, str(path)))
+    events = list(events_from_lines(lines, fmt, str(path), on_bad_line=on_bad_line, report=report))
     if not any(e.words and not e.interim for e in events):
         raise InputError(f"{source}: no committed words")
     return _scaled(events, speed)
@@ -232,14 +310,18 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
     return queue
 
 
-async def stdin_events(input_format: str = "auto", max_chunk: int | None = None) -> AsyncIterator[AsrEvent]:
+async def stdin_events(input_format: str = "auto", max_chunk: int | None = None, *, on_bad_line: str = "stop",
+                       report: Callable[[str], None] | None = None) -> AsyncIterator[AsrEvent]:
     """Events read from stdin as they come (an ASR process piping JSON lines or text).
 
     A line of plain text is committed as it is read, in chunks of at most
-    ``max_chunk`` words (None: the whole line in one).
+    ``max_chunk`` words (None: the whole line in one). A JSON line that cannot
+    be read raises :class:`BadLine` (``stop``: the events before it have been
+    yielded), or is reported and skipped (``skip``).
     """
     if max_chunk is not None and max_chunk < 1:
         raise InputError("--max-chunk must be at least 1")
+    _check_action(on_bad_line)
     fmt = None if input_format == "auto" else input_format
     previous: float | None = None
     number = 0
@@ -256,6 +338,6 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None)
             for i in range(0, len(words), step):
                 yield AsrEvent(None, words[i : i + step])
             continue
-        for event in parse_line(fmt, line, f"stdin:{number}", previous):
+        for event in _parse_or_skip(fmt, line, f"stdin:{number}", previous, on_bad_line, report):
             previous = event.at if event.at is not None else previous
             yield AsrEvent(None, event.words, event.interim)

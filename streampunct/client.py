@@ -8,6 +8,13 @@
         async for message in client:
             ...
 
+:class:`StreamClient` is one connection. :class:`ResumableStream` is a
+stream that outlives its connections: it keeps every word it sent until the
+word's final arrives and, when the connection drops or the server closes it
+with 1001, 1011, 1012 or 1013, reconnects with backoff and continues the
+stream with ``resume`` (protocol "Resuming a stream"), so that no word is
+lost and none is finalized twice.
+
 :class:`Transcript` folds ``final``/``partial`` messages into the stream's
 words and marks, checking that finals are contiguous and never revised.
 :class:`LatencyTracker` measures, per word, the time from sending it to
@@ -18,34 +25,44 @@ contract made the word decidable (as the client saw it) to its final.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
-from collections.abc import AsyncIterator, Sequence
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from websockets import ConnectionClosed
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
 from streampunct.latency import decidable_times
 from streampunct.protocol import (
+    DEFAULT_LIMITS,
     ConfigApplied,
     ConfigRequest,
     Ended,
     EndRequest,
     Error,
+    ErrorCode,
     Final,
     Flushed,
     FlushRequest,
     HypothesisMessage,
+    Limits,
     Partial,
     PunctuatedWord,
     Ready,
+    Resumed,
+    ResumeRequest,
     ServerMessage,
     SessionOptions,
     Word,
     WordsMessage,
+    decode_config,
     decode_server,
     encode,
 )
@@ -125,7 +142,7 @@ class StreamClient:
         return reply.config
 
     async def send(
-        self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest
+        self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
     ) -> None:
         await self.connection.send(encode(message))
 
@@ -341,3 +358,454 @@ class LatencyTracker:
         decidable = self.decidable()
         margin = [self.final_at[i] - decidable[i] for i in range(n)]
         return LatencySummary(n, _percentiles(latency), _percentiles(margin))
+
+
+# -- connecting, and streams that outlive their connections ---------------------
+
+
+def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> list[tuple[Word, ...]]:
+    """Committed words as the messages that carry them: at most ``limits.max_words_per_message``
+    words each, every word cut to ``limits.max_word_chars`` characters."""
+    n, chars = limits.max_words_per_message, limits.max_word_chars
+    cut = tuple(w if len(w.w) <= chars else Word(w.w[:chars], w.start, w.end) for w in words)
+    return [cut[i : i + n] for i in range(0, len(cut), n)]
+
+
+class ConnectError(ClientError):
+    """A connection attempt failed; ``retryable`` is False where trying again cannot help
+    (a wrong token, path or URL)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+#: What a refused handshake means, by HTTP status.
+REFUSALS = {
+    401: "missing or wrong token (pass --token or set $STREAMPUNCT_AUTH_TOKEN)",
+    404: "no streaming endpoint at this path (the server listens on /v1/stream)",
+    503: "the server is not serving now (loading, stopping, or at its session limit)",
+}
+
+
+def close_code(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason the peer sent (1006 and "" when the connection dropped
+    without a close frame)."""
+    frame = closed.rcvd
+    return (frame.code, frame.reason) if frame is not None else (1006, "")
+
+
+async def open_client(url: str, **options) -> StreamClient:
+    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ConnectError`."""
+    try:
+        return await StreamClient.connect(url, **options)
+    except InvalidURI:
+        raise ConnectError(f"{url!r} is not a WebSocket URL (expected ws://HOST:PORT/v1/stream)",
+                           retryable=False) from None
+    except InvalidStatus as e:
+        status = e.response.status_code
+        reason = REFUSALS.get(status, "unexpected answer")
+        raise ConnectError(f"the server refused the connection: HTTP {status}: {reason}",
+                           retryable=status not in (401, 403, 404)) from None
+    except ConnectionClosed as e:
+        raise ConnectError(f"the server closed the connection at once (close code {close_code(e)[0]})") from None
+    except (OSError, TimeoutError, InvalidHandshake) as e:
+        raise ConnectError(f"cannot connect to {url}: {e or type(e).__name__}") from None
+
+
+#: Close codes after which a :class:`ResumableStream` resumes: 1001 (the server goes away),
+#: 1011 (internal error), 1012 (restart: ``serve --drain resume``), 1013 (try again later),
+#: and 1006 (the connection dropped without a close frame).
+RESUME_CLOSE_CODES = frozenset({1001, 1006, 1011, 1012, 1013})
+
+#: Final words a :class:`ResumableStream` keeps for a resume's context.
+CONTEXT_KEEP = 256
+#: Context words sent to a server that does not announce ``max_context_words``.
+DEFAULT_CONTEXT_WORDS = 64
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """How a :class:`ResumableStream` reconnects after losing its connection.
+
+    Attributes:
+        attempts: connection attempts before giving up (0: never resume). The
+            count starts again once a final arrives after a resume, so a server
+            that accepts the resume and fails again before finalizing anything
+            cannot hold the client in a loop.
+        initial_delay_s: the wait before the first attempt; each further
+            attempt waits twice as long, up to ``max_delay_s``. Every wait is
+            drawn between its half and its whole, so that the streams of a
+            drained server do not all come back at the same instant.
+        max_delay_s: the longest wait.
+    """
+
+    attempts: int = 10
+    initial_delay_s: float = 0.25
+    max_delay_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 0:
+            raise ValueError("attempts must be >= 0")
+        if self.initial_delay_s < 0 or self.max_delay_s < self.initial_delay_s:
+            raise ValueError("delays must satisfy 0 <= initial_delay_s <= max_delay_s")
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """The wait before attempt ``attempt`` (1-based)."""
+        whole = min(self.max_delay_s, self.initial_delay_s * 2.0 ** min(attempt - 1, 60))
+        return rng.uniform(whole / 2, whole)
+
+
+@dataclass(frozen=True)
+class ResumeNotice:
+    """What happened when a stream lost its connection (:meth:`format`: one line).
+
+    Attributes:
+        code, reason: how the connection closed (1006: it dropped without a close frame).
+        start: the word index the stream resumed at; None: it could not resume.
+        resent: words sent again (every word without a final).
+        attempts: connection attempts made.
+        seconds: from the loss to the resume (or to giving up).
+        url: where it resumed.
+        error: why it could not resume (the last attempt's failure).
+    """
+
+    code: int
+    reason: str
+    start: int | None
+    resent: int
+    attempts: int
+    seconds: float
+    url: str
+    error: str = ""
+
+    def format(self) -> str:
+        if self.code == 1006:
+            what = "the connection dropped"
+        else:
+            what = f"close code {self.code}" + (f": {self.reason}" if self.reason else "")
+        head = f"connection lost ({what})"
+        if self.start is None:
+            return f"{head}; could not resume ({self.attempts} attempts in {self.seconds:.1f} s): {self.error}"
+        return (f"{head}; resumed at word {self.start} on {self.url} after {self.attempts} "
+                f"attempt{'s' if self.attempts != 1 else ''} in {self.seconds:.1f} s, "
+                f"{self.resent} words sent again")
+
+
+class ResumeFailed(ClientError):
+    """The connection was lost and the stream could not be resumed; ``notice`` says why."""
+
+    def __init__(self, notice: ResumeNotice) -> None:
+        super().__init__(notice.format())
+        self.notice = notice
+
+
+class ResumableStream:
+    """One stream over as many connections as it takes (protocol "Resuming a stream").
+
+    ::
+
+        stream = await ResumableStream.connect(url, right_context=2, on_notice=print)
+        async def send():
+            await stream.send_words(["hello", "world"])
+            await stream.end()
+        sender = asyncio.create_task(send())
+        async for message in stream:      # final, partial, flushed, error, resumed, end
+            ...
+
+    Words are sent normalized (:func:`~streampunct.text.normalize_word`, empty
+    ones dropped), so that the client counts word indices as the server does,
+    and kept until their final arrives. Iterate the messages while sending:
+    the iteration notices a lost connection (a drop, or a close with a code of
+    :data:`RESUME_CLOSE_CODES`), reconnects with backoff (:class:`Reconnect`),
+    sends ``resume`` with the last final words as context and the session's
+    options, then sends again every word without a final, the ``flush``
+    messages not yet answered, the current hypothesis and ``end`` if it was
+    sent; sends made meanwhile wait in the same record. Each interruption
+    gives one :class:`ResumeNotice` (``on_notice``); the iteration yields the
+    new connection's ``resumed`` and goes on, and raises :class:`ResumeFailed`
+    when the stream cannot be resumed. It ends after the server's ``end``, or
+    when a connection closes otherwise (:attr:`close_code`).
+
+    A server that refused a message (``error`` ``bad_request`` or
+    ``too_large``) may have numbered words otherwise than the client: such a
+    stream is not resumed (its notice says so).
+    """
+
+    def __init__(self, client: StreamClient, url: str, connect_options: dict, reconnect: Reconnect,
+                 on_notice: Callable[[ResumeNotice], None] | None = None, seed: int | None = None) -> None:
+        self._client = client
+        self.url = url
+        self._connect_options = connect_options
+        self.reconnect = reconnect
+        self._on_notice = on_notice
+        self._rng = random.Random(seed)
+        #: the session options (those of the first connection, carried by every resume)
+        self.options: SessionOptions = client.options
+        self.n_final = 0
+        self._pending: deque[Word] = deque()  # sent, without a final; the first has index n_final
+        self._context: deque[PunctuatedWord] = deque(maxlen=CONTEXT_KEEP)
+        self._flushes: deque[int] = deque()  # words sent before each unanswered flush
+        self._hypothesis: tuple[Word, ...] = ()
+        self._hypothesis_version = 0
+        self._end_sent = False
+        self._ended = False
+        self._closing = False
+        self._live = True  # sends go out now (False while resuming)
+        self._untracked = ""  # why word indices are no longer known (a refused message)
+        self._attempts = 0  # connection attempts since the stream last moved on
+        self._progress = True  # a final arrived since the last resume
+        self._failure: ResumeNotice | None = None
+        self._close: tuple[int, str] | None = None
+        #: every interruption, in order
+        self.notices: list[ResumeNotice] = []
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, token: str | None = None, reconnect: Reconnect | None = None,
+        on_notice: Callable[[ResumeNotice], None] | None = None, open_timeout: float = 10.0,
+        max_size: int | None = 1 << 24, ping_timeout: float | None = None, seed: int | None = None,
+        right_context: int | None = None, max_delay_ms: int | None = None, partials: bool | None = None,
+        capitalize: bool | None = None,
+    ) -> ResumableStream:
+        """Open the stream's first connection (failures raise :class:`ConnectError`); options as
+        :meth:`StreamClient.connect`."""
+        connect_options = {"token": token, "open_timeout": open_timeout, "max_size": max_size,
+                           "ping_timeout": ping_timeout}
+        client = await open_client(url, right_context=right_context, max_delay_ms=max_delay_ms,
+                                   partials=partials, capitalize=capitalize, **connect_options)
+        return cls(client, url, connect_options, reconnect or Reconnect(), on_notice, seed)
+
+    # -- what the stream holds -----------------------------------------------
+    @property
+    def ready(self) -> Ready:
+        """The current connection's ``ready``."""
+        return self._client.ready
+
+    @property
+    def limits(self) -> Limits:
+        """The current server's message limits (the defaults when it announces none)."""
+        return self._client.ready.limits or DEFAULT_LIMITS
+
+    @property
+    def n_sent(self) -> int:
+        """Words sent so far (the index the next word takes)."""
+        return self.n_final + len(self._pending)
+
+    @property
+    def pending(self) -> tuple[Word, ...]:
+        """Words sent and without a final, oldest first."""
+        return tuple(self._pending)
+
+    @property
+    def close_code(self) -> int | None:
+        """How the last connection closed (None while it is open)."""
+        if self._close is not None:
+            return self._close[0]
+        return self._client.close_code
+
+    # -- sending ---------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise ResumeFailed(self._failure)
+        if self._closing or self._ended:
+            raise ClientError("the stream is closed")
+
+    async def _send(self, client: StreamClient, message) -> bool:
+        """Send on ``client`` if it is still the live connection; False when it is not (the
+        message is in the record, and the resume sends it again)."""
+        if not self._live or self._client is not client:
+            return False
+        try:
+            await client.send(message)
+        except ConnectionClosed:
+            return False
+        return True
+
+    async def send_words(self, words: Sequence[str | Word]) -> list[Word]:
+        """Send committed words; returns them as sent (normalized, empty ones dropped), in order:
+        they take the indices ``n_sent``, ``n_sent + 1``, ..."""
+        self._check_open()
+        client, limits = self._client, self.limits
+        out = []
+        for item in words:
+            word = item if isinstance(item, Word) else Word(item)
+            w = normalize_word(word.w[: limits.max_word_chars])
+            if w:
+                out.append(Word(w, word.start, word.end))
+        self._pending.extend(out)
+        self._hypothesis = ()  # every words message clears it
+        for chunk in message_words(out, limits) or [()]:
+            if not await self._send(client, WordsMessage(chunk)):
+                break
+        return out
+
+    async def send_hypothesis(self, words: Sequence[str | Word]) -> None:
+        """Replace the interim hypothesis (an empty list clears it)."""
+        self._check_open()
+        chunks = message_words([w if isinstance(w, Word) else Word(w) for w in words], self.limits)
+        self._hypothesis = chunks[0] if chunks else ()
+        self._hypothesis_version += 1
+        await self._send(self._client, HypothesisMessage(self._hypothesis))
+
+    async def flush(self) -> None:
+        self._check_open()
+        self._flushes.append(self.n_sent)
+        await self._send(self._client, FlushRequest())
+
+    async def end(self) -> None:
+        """End the stream: every word sent is finalized, then the server's ``end`` comes."""
+        self._check_open()
+        self._end_sent = True
+        await self._send(self._client, EndRequest())
+
+    async def close(self) -> None:
+        """Close the connection (ending the iteration); the stream is not resumed after this."""
+        self._closing = True
+        await self._client.close()
+
+    async def __aenter__(self) -> ResumableStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- receiving ---------------------------------------------------------------
+    async def __aiter__(self) -> AsyncIterator[ServerMessage]:
+        while not self._ended:
+            try:
+                frame = await self._client.connection.recv()
+            except ConnectionClosed as e:
+                self._close = close_code(e)
+                if self._closing or self._close[0] not in RESUME_CLOSE_CODES or not self.reconnect.attempts:
+                    return
+                yield await self._resume()
+                continue
+            message = decode_server(frame)
+            self._track(message)
+            yield message
+
+    def _track(self, message: ServerMessage) -> None:
+        """Fold a server message into what the stream holds."""
+        if isinstance(message, Final):
+            self._progress = True
+            words = message.words
+            pending = list(itertools.islice(self._pending, len(words)))
+            if not self._untracked and (
+                    message.start != self.n_final or [w.w for w in words] != [w.w for w in pending]):
+                self._untracked = (f"the server's final for words {message.start}.. does not match the "
+                                   f"words sent from {self.n_final} on")
+            self.n_final = message.start + len(words)
+            for _ in range(min(len(words), len(self._pending))):
+                self._pending.popleft()
+            self._context.extend(PunctuatedWord(w.w, w.p) for w in words)
+        elif isinstance(message, Flushed):
+            if self._flushes:
+                self._flushes.popleft()
+        elif isinstance(message, Ended):
+            self._ended = True
+        elif isinstance(message, Error) and message.code in (ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE) \
+                and not self._untracked:  # the errors that refuse a message
+            self._untracked = f"the server refused a message ({message.code}: {message.message})"
+
+    async def _resume(self) -> Resumed:
+        """Reconnect with backoff and resume; raises :class:`ResumeFailed`."""
+        loop = asyncio.get_running_loop()
+        self._live = False
+        code, reason = self._close or (1006, "")
+        began = loop.time()
+        if self._progress or not self._pending:
+            self._attempts = 0  # attempts count from the last time the stream moved on
+        self._progress = False
+        attempts = 0
+        error = f"cannot resume: {self._untracked}" if self._untracked else ""
+        last = "the stream lost its connection again before any word was finalized"
+        while not error and self._attempts < self.reconnect.attempts:
+            self._attempts += 1
+            attempts += 1
+            await asyncio.sleep(self.reconnect.delay(self._attempts, self._rng))
+            if self._closing:
+                error = "the stream was closed"
+                break
+            try:
+                client = await open_client(self.url, **self._connect_options)
+            except ConnectError as e:
+                error = "" if e.retryable else str(e)
+                last = str(e)
+                continue
+            try:
+                resumed = await self._start(client)
+            except (ConnectionClosed, TimeoutError) as e:
+                last = f"the new connection failed: {e or type(e).__name__}"
+                await client.close()
+                continue
+            except ClientError as e:
+                error = str(e)
+                await client.close()
+                break
+            self._client = client
+            self._close = None
+            resent = await self._replay(client)
+            self._notify(ResumeNotice(code, reason, resumed.start, resent, attempts, loop.time() - began, self.url))
+            return resumed
+        else:
+            error = error or last
+        notice = ResumeNotice(code, reason, None, 0, attempts, loop.time() - began, self.url, error)
+        self._failure = notice
+        self._notify(notice)
+        raise ResumeFailed(notice)
+
+    def _notify(self, notice: ResumeNotice) -> None:
+        self.notices.append(notice)
+        if self._on_notice is not None:
+            self._on_notice(notice)
+
+    async def _start(self, client: StreamClient) -> Resumed:
+        """Send ``resume`` on a new connection and take its answer."""
+        limits = client.ready.limits or DEFAULT_LIMITS
+        wanted = DEFAULT_CONTEXT_WORDS if limits.max_context_words is None else limits.max_context_words
+        n = min(wanted, limits.max_words_per_message, len(self._context), self.n_final)
+        context = tuple(itertools.islice(self._context, len(self._context) - n, None)) if n > 0 else ()
+        config = decode_config(self.options.to_json())  # the session's options, validated as a config
+        await client.send(ResumeRequest(self.n_final, context, config))
+        reply = await client.recv(timeout=self._connect_options["open_timeout"])
+        if isinstance(reply, Error):
+            raise ClientError(f"the server refused the resume: {reply.code}: {reply.message}")
+        if not isinstance(reply, Resumed) or reply.start != self.n_final:
+            raise ClientError(f"expected 'resumed' at word {self.n_final}, got {reply.to_json()}")
+        client.options = reply.config
+        return reply
+
+    async def _replay(self, client: StreamClient) -> int:
+        """Send again, in order, what the server has not acted on: the words without a final
+        (each unanswered ``flush`` after the words it followed), the hypothesis, ``end``.
+        Sends made meanwhile join the record and go out here too; then sending is live."""
+        start = self.n_final  # no final arrives while this runs: nothing reads the connection
+        limits = client.ready.limits or DEFAULT_LIMITS
+        words = flushes = 0
+        hypothesis_version = -1
+        end_sent = False
+        try:
+            while True:
+                upto = len(self._pending)
+                if flushes < len(self._flushes):
+                    upto = min(upto, max(0, self._flushes[flushes] - start))
+                if words < upto:
+                    n = min(upto - words, limits.max_words_per_message)
+                    await client.send(WordsMessage(tuple(itertools.islice(self._pending, words, words + n))))
+                    words += n
+                elif flushes < len(self._flushes):
+                    flushes += 1
+                    await client.send(FlushRequest())
+                elif self._hypothesis and hypothesis_version != self._hypothesis_version:
+                    hypothesis_version = self._hypothesis_version
+                    await client.send(HypothesisMessage(self._hypothesis))
+                elif self._end_sent and not end_sent:
+                    end_sent = True
+                    await client.send(EndRequest())
+                else:
+                    break
+        except ConnectionClosed:
+            pass  # the iteration notices and resumes again
+        self._live = True
+        return len(self._pending)

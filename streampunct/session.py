@@ -294,10 +294,10 @@ class Session:
                 frame = await self._ws.recv()
             except websockets.ConnectionClosed:
                 return False
-            before = protocol.n_words
+            before = protocol.n_received
             self._emit(protocol.receive_frame(frame, loop.time()))
-            if protocol.n_words > before:
-                self._ctx.metrics.words_in.inc(protocol.n_words - before)
+            if protocol.n_received > before:
+                self._ctx.metrics.words_in.inc(protocol.n_received - before)
                 self.peak_backlog = max(self.peak_backlog, protocol.backlog)
             self._wake.set()
             if protocol.end_received:

@@ -145,6 +145,11 @@ class SessionProtocol:
         return self._sent
 
     @property
+    def n_received(self) -> int:
+        """Words received on this connection (the words before a resume's ``start`` not counted)."""
+        return self.n_words - (self.resumed_at or 0)
+
+    @property
     def backlog(self) -> int:
         """Words received whose final has not been produced yet."""
         return self.n_words - self._sent

@@ -17,7 +17,8 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.argtypes import positive_float, positive_int
-    from streampunct.caption_input import INPUT_FORMATS
+    from streampunct.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
+    from streampunct.client import Reconnect
 
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
@@ -48,21 +49,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(also on stdout)")
     parser.add_argument("--json", action="store_true",
                         help="log every message sent and received as JSON lines on stdout (instead of captions)")
+    parser.add_argument("--on-bad-line", choices=BAD_LINE_ACTIONS, default="stop",
+                        help="a JSON input line that cannot be read: 'stop' there (the words sent before it "
+                             "are finalized, exit status 2) or 'skip' it (reported on stderr) "
+                             "(default: %(default)s)")
+    parser.add_argument("--reconnect-attempts", type=int, default=Reconnect.attempts, metavar="N",
+                        help="when the connection drops or the server closes it with 1001/1011/1012/1013, "
+                             "reconnect and resume the stream, with up to N attempts and backoff "
+                             "(0: never; default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streampunct.caption import StreamClosedEarly, caption, default_view, lost_words_errors
+    from streampunct.caption import (
+        InputStopped,
+        StreamClosedEarly,
+        caption,
+        default_view,
+        lost_words_errors,
+    )
     from streampunct.caption_input import read_events, stdin_events
+    from streampunct.client import Reconnect
+    from streampunct.errors import InputError
     from streampunct.subtitles import CueBuilder, SubtitleWriter
 
+    if args.reconnect_attempts < 0:
+        raise InputError("--reconnect-attempts must be >= 0")
+
+    def report(line: str) -> None:
+        print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
+
     if args.transcript == "-":
-        events = stdin_events(args.input_format, max_chunk=args.max_chunk)
+        events = stdin_events(args.input_format, max_chunk=args.max_chunk, on_bad_line=args.on_bad_line,
+                              report=report)
     else:
         events = read_events(
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
-            seed=args.seed, speed=args.speed,
+            seed=args.seed, speed=args.speed, on_bad_line=args.on_bad_line, report=report,
         )
     out_file = None
     subtitles = None
@@ -80,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
                 right_context=args.right_context, max_delay_ms=args.max_delay_ms,
                 partials=args.partials, capitalize=args.capitalize, view=view,
                 json_log=sys.stdout if args.json and args.format == "text" else None,
-                subtitles=subtitles, errors=sys.stderr,
+                subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
             )
         )
         closed_early = None
-    except StreamClosedEarly as e:
+    except (StreamClosedEarly, InputStopped) as e:
         result, closed_early = e.result, e
     finally:
         if out_file is not None:
@@ -93,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.out).write_text(result.transcript.text(capitalize=args.capitalize) + "\n", encoding="utf-8")
     if closed_early is not None:
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(closed_early, InputStopped) else 1
     options = result.options
     print(f"latency: right_context {options.right_context}, max_delay_ms {options.max_delay_ms}: "
           f"{result.latency.format()}", file=sys.stderr)

@@ -95,7 +95,7 @@ async def test_caption_streams_a_transcript_and_logs_messages(start_server, fake
     assert result.options.right_context == 2 and result.options.partials
     records = [json.loads(line) for line in log.getvalue().splitlines()]
     sent = [w for r in records if r["dir"] == "send" and r["msg"]["type"] == "words" for w in r["msg"]["words"]]
-    assert sent == words
+    assert sent == expected  # sent normalized, so that the client counts indices as the server does
     assert records[0]["msg"]["type"] == "ready" and records[-1]["msg"] == {"type": "end", "words": len(expected)}
     assert {"final", "partial"} <= {r["msg"]["type"] for r in records if r["dir"] == "recv"}
     assert out.getvalue().replace("\n", " ").strip() == render(expected, labels, capitalize=True)
@@ -261,11 +261,13 @@ async def test_caption_connection_errors_are_one_line(start_server, tmp_path, ca
 
 
 async def test_caption_keeps_everything_when_the_server_shuts_down(start_server, tmp_path, fake_labels):
+    """Without resuming (--reconnect-attempts 0), a server shutdown ends the stream: what
+    came is kept, and the command says why it stopped."""
     server = await start_server()
     out = tmp_path / "out.txt"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url, "--out", str(out),
-        "--right-context", "3", "--max-delay-ms", "600000",
+        "--right-context", "3", "--max-delay-ms", "600000", "--reconnect-attempts", "0",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     words = "so this is the story of how it all began".split()
@@ -379,3 +381,43 @@ async def test_caption_command_fails_when_the_server_refused_words(start_server,
     assert rc == 1, stderr
     assert "server error too_large: 3 words in one message; the limit is 2" in stderr
     assert "Traceback" not in stderr and [w.strip(".,?").lower() for w in stdout.split()] == ["d"]
+
+
+# -- a bad line in a live stream on stdin (issue 39) ------------------------------------
+
+VOSK_WITH_A_BAD_LINE = "\n".join([
+    json.dumps({"result": [{"word": w, "start": 0.1 * i, "end": 0.1 * i + 0.05} for i, w in enumerate(
+        "so this is how".split())]}),
+    json.dumps({"partial": "it all"}),
+    json.dumps({"result": [{"word": "it"}, {"word": "all"}, {"word": "began"}]}),
+    '{"result": [{"word": "with", "start": 1.0',  # cut off: not JSON
+    json.dumps({"result": [{"word": "a"}, {"word": "story"}]}),
+]) + "\n"
+
+
+@pytest.mark.parametrize("action", ["stop", "skip"])
+async def test_a_bad_stdin_line_is_reported_and_what_was_sent_is_finalized(start_server, tmp_path, fake_labels,
+                                                                            action):
+    server = await start_server()
+    out = tmp_path / "out.txt"
+    args = ["-", "--url", server.url, "--out", str(out), "--right-context", "3", "--max-delay-ms", "600000"]
+    if action == "skip":
+        args += ["--on-bad-line", "skip"]
+    rc, stdout, stderr = await run_cli(*args, stdin=VOSK_WITH_A_BAD_LINE.encode())
+    assert "Traceback" not in stderr and "close code" not in stderr
+    reason = "stdin:4: not JSON (Expecting ',' delimiter at column 42)"
+    if action == "stop":
+        words = "so this is how it all began".split()
+        assert rc == 2
+        assert stderr.strip().splitlines() == [
+            f"streampunct caption: error: {reason}; stopped reading there: the {len(words)} words sent before it "
+            "are final"]
+    else:
+        words = "so this is how it all began a story".split()
+        assert rc == 0, stderr
+        assert stderr.splitlines()[0] == f"streampunct caption: {reason}; line skipped"
+    # The words still pending when the input stopped (3, at right_context 3) are final too.
+    expected = render(words, [*fake_labels(words)[:-1], ended_or_final_before(fake_labels(words))[0][-1]],
+                      capitalize=True)
+    assert out.read_text().strip() == expected
+    assert stdout.replace("\n", " ").strip() == expected

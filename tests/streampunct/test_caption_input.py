@@ -86,3 +86,45 @@ def test_plain_text_is_paced_and_bad_input_is_refused(tmp_path):
     binary.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt ")
     with pytest.raises(InputError, match="binary"):
         read_events(str(binary))
+
+
+def test_a_bad_line_is_named_by_file_line_and_reason_and_skip_goes_on(tmp_path):
+    from streampunct.caption_input import BadLine
+
+    source = tmp_path / "vosk.jsonl"
+    source.write_text("\n".join([
+        '{"result": [{"word": "so", "start": 0.1, "end": 0.2}]}',
+        '{"result": [{"word": "how", "start": 0.3, "end"',
+        '{"result": "are you"}',
+        '{"result": [{"word": "are", "start": 0.5, "end": 0.6}]}',
+    ]) + "\n", encoding="utf-8")
+    with pytest.raises(BadLine) as info:
+        read_events(str(source), speed=0)
+    assert str(info.value).startswith(f"{source}:2: not JSON (")
+    reported: list[str] = []
+    events = read_events(str(source), speed=0, on_bad_line="skip", report=reported.append)
+    assert [w.w for e in events for w in e.words] == ["so", "are"]
+    assert [line.split(": ", 1)[0] for line in reported] == [f"{source}:2", f"{source}:3"]
+    assert reported[1] == f"{source}:3: 'result' must be a list of words; line skipped"
+    with pytest.raises(InputError, match="unknown --on-bad-line action 'ignore'"):
+        read_events(str(source), on_bad_line="ignore")
+
+
+async def test_stdin_stops_at_a_bad_line_after_yielding_what_came_before(monkeypatch):
+    import io
+    import sys
+
+    from streampunct.caption_input import BadLine, stdin_events
+
+    lines = '{"result": [{"word": "one"}]}\n{"partial": "two"}\nnot json at all\n{"result": [{"word": "three"}]}\n'
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    got = []
+    with pytest.raises(BadLine, match=r"^stdin:3: not JSON \(Expecting value at column 1\)$"):
+        async for event in stdin_events("vosk"):
+            got.append(([w.w for w in event.words], event.interim))
+    assert got == [(["one"], False), (["two"], True)]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    reported: list[str] = []
+    got = [[w.w for w in e.words] async for e in stdin_events("vosk", on_bad_line="skip", report=reported.append)]
+    assert got == [["one"], ["two"], ["three"]]
+    assert reported == ["stdin:3: not JSON (Expecting value at column 1); line skipped"]

@@ -1,0 +1,282 @@
+"""The client resumes by itself (:class:`streampunct.client.ResumableStream`, ``streampunct caption``).
+
+Real servers on loopback behind a TCP forwarder (:mod:`tests.streampunct.tcp_proxy`), which
+stands in for a load balancer: it sends new connections to the replica the test
+chooses and can cut open ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from streampunct.client import (
+    Reconnect,
+    ResumableStream,
+    ResumeFailed,
+    ResumeNotice,
+    Transcript,
+)
+from streampunct.protocol import Ended, Final, Flushed, Partial, Resumed, ServerMessage
+from streampunct.text import render
+from tests.streampunct.conftest import SCHEDULE_VOCAB
+from tests.streampunct.tcp_proxy import TcpProxy
+
+FAST = Reconnect(attempts=5, initial_delay_s=0.01, max_delay_s=0.05)
+
+
+def vocabulary_words(n: int, shift: int = 0) -> list[str]:
+    return [SCHEDULE_VOCAB[(5 * i + shift) % len(SCHEDULE_VOCAB)] for i in range(n)]
+
+
+class Reader:
+    """Iterates a stream in a task; tests wait on what it has received (no polling)."""
+
+    def __init__(self, stream: ResumableStream) -> None:
+        self.stream = stream
+        self.messages: list[ServerMessage] = []
+        self.transcript = Transcript()
+        self._changed = asyncio.Condition()
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for message in self.stream:
+                self.messages.append(message)
+                self.transcript.apply(message)
+                async with self._changed:
+                    self._changed.notify_all()
+        finally:
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: predicate() or self.task.done())
+        assert predicate(), "the stream ended first"
+
+    async def finish(self, timeout: float = 20.0) -> None:
+        await asyncio.wait_for(self.task, timeout)
+
+    def finals(self) -> list[Final]:
+        return [m for m in self.messages if isinstance(m, Final)]
+
+
+def expected_text(words, fake_labels) -> str:
+    labels = fake_labels(words)
+    labels[-1] = 2 if labels[-1] in (0, 1) else labels[-1]  # the end of the stream marks its last word
+    return render(words, labels, capitalize=True)
+
+
+def assert_exactly_once(reader: Reader, words: list[str], fake_labels) -> None:
+    finals = reader.finals()
+    indices = [f.start + i for f in finals for i in range(len(f.words))]
+    assert indices == list(range(len(words)))  # each word once, in order
+    assert reader.transcript.words == words and reader.messages[-1] == Ended(len(words))
+    # The finals' texts, one after another, are the whole stream written once: captions
+    # repeat nothing, lose nothing, and sentence casing goes on across the interruption.
+    assert " ".join(f.text for f in finals) == expected_text(words, fake_labels)
+
+
+async def test_a_drained_server_hands_the_stream_to_another(start_server, fake_labels):
+    """``serve --drain resume``: server 1 closes with 1012 at once; the client resumes on
+    server 2 with its undecided words, and words sent meanwhile are not lost."""
+    server1 = await start_server(drain="resume")
+    server2 = await start_server()
+    proxy = await TcpProxy(server1.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(70)
+    try:
+        stream = await ResumableStream.connect(proxy.url(), right_context=3, max_delay_ms=600_000,
+                                               capitalize=True, reconnect=FAST, on_notice=notices.append)
+        reader = Reader(stream)
+        await stream.send_words(words[:30])
+        await reader.until(lambda: reader.transcript.n_final >= 27)  # 27 decidable by right context
+        proxy.target = server2.port  # the balancer sends new connections to server 2
+        drained = asyncio.create_task(server1.shutdown())
+        await stream.send_words(words[30:40])  # while server 1 goes away
+        await drained
+        await reader.until(lambda: bool(notices))
+        await stream.send_words(words[40:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    assert_exactly_once(reader, words, fake_labels)
+    [notice] = notices
+    assert notice.code == 1012 and notice.start is not None and 27 <= notice.start <= 40
+    assert notice.resent == 40 - notice.start  # every word without a final, those sent meanwhile too
+    assert "resumed at word" in notice.format() and "close code 1012" in notice.format()
+    assert [m for m in reader.messages if isinstance(m, Resumed)] == [Resumed(notice.start, stream.options)]
+    assert server2.metrics.words_in._value.get() == 70 - notice.start  # server 2 got only what it had to
+
+
+async def test_a_dropped_connection_resumes_with_flush_and_hypothesis(start_server, fake_labels):
+    """A connection cut without a close frame (1006) resumes on the same server; an
+    unanswered flush is answered once, and the hypothesis is sent again."""
+    from tests.streampunct.conftest import FakeEngine
+
+    server = await start_server(engine=FakeEngine(delay_s=0.05))
+    proxy = await TcpProxy(server.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(24, shift=3)
+    try:
+        stream = await ResumableStream.connect(proxy.url(), right_context=4, max_delay_ms=600_000,
+                                               capitalize=True, partials=True, reconnect=FAST,
+                                               on_notice=notices.append)
+        reader = Reader(stream)
+        await stream.send_words(words[:12])
+        await stream.flush()
+        await stream.send_words(words[12:16])
+        await stream.send_hypothesis(["interim", "words"])
+        assert proxy.drop() == 1
+        await reader.until(lambda: bool(notices))
+
+        def hypothesis_answered_after_resume() -> bool:
+            after = reader.messages[reader.messages.index(Resumed(notices[0].start, stream.options)):]
+            return any(isinstance(m, Partial) and [w.w for w in m.hypothesis] == ["interim", "words"]
+                       for m in after)
+
+        await reader.until(hypothesis_answered_after_resume)
+        await stream.send_words(words[16:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    assert_exactly_once(reader, words, fake_labels)
+    [notice] = notices
+    assert notice.code == 1006 and "the connection dropped" in notice.format()
+    assert [m.upto for m in reader.messages if isinstance(m, Flushed)] == [12]  # answered once
+
+
+async def test_going_away_1001_after_finalizing_resumes_with_nothing_to_send_again(start_server, fake_labels):
+    server1 = await start_server()  # drain "finalize": every word final, then 1001
+    server2 = await start_server()
+    proxy = await TcpProxy(server1.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(20, shift=1)
+    try:
+        stream = await ResumableStream.connect(proxy.url(), right_context=3, max_delay_ms=600_000,
+                                               capitalize=True, reconnect=FAST, on_notice=notices.append)
+        reader = Reader(stream)
+        await stream.send_words(words[:10])
+        await reader.until(lambda: reader.transcript.n_final >= 7)
+        proxy.target = server2.port
+        await server1.shutdown()
+        await reader.until(lambda: bool(notices))
+        await stream.send_words(words[10:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    [notice] = notices
+    assert notice.code == 1001 and notice.start == 10 and notice.resent == 0
+    finals = reader.finals()
+    indices = [f.start + i for f in finals for i in range(len(f.words))]
+    assert indices == list(range(20)) and reader.transcript.words == words
+    # A shutdown flushes: the words before it keep the labels they had, and the text goes on.
+    assert " ".join(f.text for f in finals).split()[10:] == expected_text(words, fake_labels).split()[10:]
+
+
+async def test_reconnect_retries_until_a_server_answers(start_server, fake_labels):
+    server = await start_server()
+    dead = await start_server()
+    dead_port = dead.port
+    await dead.shutdown()  # nothing listens there any more
+    notices: list[ResumeNotice] = []
+
+    def route(n: int) -> None:
+        # connection 2 (the first attempt) goes nowhere; connection 3 reaches the server
+        proxy.target = dead_port if n == 2 else server.port
+
+    proxy = await TcpProxy(server.port, on_connect=route).start()
+    words = vocabulary_words(12, shift=2)
+    try:
+        stream = await ResumableStream.connect(proxy.url(), right_context=2, max_delay_ms=600_000,
+                                               capitalize=True, reconnect=FAST, on_notice=notices.append)
+        reader = Reader(stream)
+        await stream.send_words(words[:6])
+        await reader.until(lambda: reader.transcript.n_final >= 4)
+        proxy.drop()
+        await reader.until(lambda: bool(notices))
+        await stream.send_words(words[6:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    assert_exactly_once(reader, words, fake_labels)
+    assert [(n.attempts, n.start is not None) for n in notices] == [(2, True)]
+
+
+async def test_a_stream_that_fails_at_every_resume_gives_up(start_server, aligner):
+    """An engine that fails on a word closes with 1011 at every resume; with no final in
+    between the attempts add up, and the client gives up instead of looping."""
+    from tests.streampunct.conftest import FakeEngine
+
+    boom = aligner.word_ids("xylophone")[0]
+    server = await start_server(engine=FakeEngine(fail_token=boom))
+    notices: list[ResumeNotice] = []
+    stream = await ResumableStream.connect(server.url, right_context=0, max_delay_ms=600_000,
+                                           reconnect=Reconnect(attempts=3, initial_delay_s=0.01, max_delay_s=0.02),
+                                           on_notice=notices.append)
+    reader = Reader(stream)
+    await stream.send_words(["hello"])
+    await reader.until(lambda: reader.transcript.n_final == 1)
+    await stream.send_words(["xylophone"])
+    with pytest.raises(ResumeFailed) as info:
+        await reader.finish()
+    assert reader.transcript.words == ["hello"]
+    assert [n.code for n in notices] == [1011] * 4 and [n.start for n in notices] == [1, 1, 1, None]
+    assert "before any word was finalized" in str(info.value)
+    assert stream.pending[0].w == "xylophone"  # kept: nothing is dropped silently
+
+
+async def test_no_resume_with_zero_attempts(start_server):
+    server = await start_server(drain="resume")
+    stream = await ResumableStream.connect(server.url, right_context=5, reconnect=Reconnect(attempts=0))
+    reader = Reader(stream)
+    await stream.send_words(["one", "two"])
+    await server.shutdown()
+    await reader.finish()
+    assert stream.close_code == 1012 and stream.notices == []
+    assert [w.w for w in stream.pending] == ["one", "two"]
+
+
+async def test_caption_command_resumes_on_another_server(start_server, tmp_path, fake_labels):
+    """``streampunct caption -`` through a balancer: server 1 drains with 1012, the command
+    resumes on server 2; --out and stdout hold every word once, stderr says what happened."""
+    server1 = await start_server(drain="resume")
+    server2 = await start_server()
+    proxy = await TcpProxy(server1.port).start()
+    out = tmp_path / "out.txt"
+    words = vocabulary_words(40, shift=4)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", proxy.url(), "--out", str(out),
+        "--right-context", "3", "--max-delay-ms", "600000", "--max-chunk", "5",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        proc.stdin.write((" ".join(words[:20]) + "\n").encode())
+        await proc.stdin.drain()
+        async with asyncio.timeout(20):  # wait until server 1 holds these words
+            while sum(s.protocol.n_words for s in server1.sessions) < 20:
+                await asyncio.sleep(0.02)
+        proxy.target = server2.port
+        await server1.shutdown()
+        proc.stdin.write((" ".join(words[20:]) + "\n").encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        await proxy.close()
+    stderr = stderr.decode()
+    assert proc.returncode == 0, stderr
+    resumes = [line for line in stderr.splitlines() if "connection lost" in line]
+    assert len(resumes) == 1 and "close code 1012" in resumes[0] and "resumed at word" in resumes[0]
+    assert "Traceback" not in stderr
+    expected = expected_text(words, fake_labels)
+    assert out.read_text().strip() == expected
+    assert stdout.decode().replace("\n", " ").strip() == expected

@@ -1,0 +1,152 @@
+"""Resuming a stream on another server, through real servers on loopback (raw protocol frames).
+
+A stream starts on server 1, its connection is cut, and it goes on on server 2,
+which never saw it: every word is finalized exactly once, indices continue,
+and sentence-start casing continues from the context the client sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from streampunct.client import StreamClient, Transcript
+from streampunct.protocol import (
+    ConfigRequest,
+    Ended,
+    Error,
+    ErrorCode,
+    Final,
+    PunctuatedWord,
+    Resumed,
+    ResumeRequest,
+)
+from streampunct.text import render
+from tests.streampunct.conftest import SCHEDULE_VOCAB, TEST_WINDOW
+
+MARKS = ("", ",", ".", "?")
+
+
+def _words_with_mark_at(fake_labels, k: int, mark: str, n: int) -> list[str]:
+    """``n`` vocabulary words whose word ``k`` gets ``mark`` from the fake engine."""
+    labels = dict(zip(SCHEDULE_VOCAB, fake_labels(SCHEDULE_VOCAB), strict=True))
+    with_mark = [w for w in SCHEDULE_VOCAB if MARKS[labels[w]] == mark]
+    if not with_mark:
+        pytest.skip(f"no vocabulary word gets {mark!r} from the fake engine")
+    words = [SCHEDULE_VOCAB[(3 * i + 1) % len(SCHEDULE_VOCAB)] for i in range(n)]
+    words[k] = with_mark[0]
+    return words
+
+
+async def _finals_until(client: StreamClient, n: int) -> list[Final]:
+    """Finals until ``n`` words are final."""
+    finals: list[Final] = []
+    async with asyncio.timeout(10):
+        while sum(len(f.words) for f in finals) < n:
+            message = await client.recv()
+            if isinstance(message, Final):
+                finals.append(message)
+    return finals
+
+
+@pytest.mark.parametrize("mark", [".", "?", ",", ""])
+async def test_a_stream_resumed_on_a_second_server_is_delivered_once_with_its_casing(
+        start_server, fake_labels, mark):
+    server1 = await start_server()
+    server2 = await start_server()
+    k = 30  # the last final word before the cut
+    words = _words_with_mark_at(fake_labels, k, mark, 60)
+    labels = fake_labels(words)
+
+    # Server 1: words 0..k+2 (right_context 2: 0..k become final), then the connection drops.
+    first = await StreamClient.connect(server1.url, right_context=2, max_delay_ms=600_000, capitalize=True)
+    await first.send_words(words[: k + 3])
+    before = await _finals_until(first, k + 1)
+    assert sum(len(f.words) for f in before) == k + 1
+    first.connection.transport.abort()
+
+    # Server 2 has never seen the stream: resume from the client's finals.
+    got = [w for f in before for w in f.words]
+    context = tuple(PunctuatedWord(w.w, w.p) for w in got[-first.ready.limits.max_context_words:])
+    second = await StreamClient.connect(server2.url)
+    assert second.ready.limits.max_context_words == TEST_WINDOW.left
+    await second.send(ResumeRequest(k + 1, context, ConfigRequest(2, 600_000, False, True)))
+    resumed = await second.recv(timeout=5)
+    assert resumed == Resumed(k + 1, first.options)
+    await second.send_words(words[k + 1 :])  # every word without a final, then the rest
+    await second.end()
+    after: list = []
+    async for message in second:
+        after.append(message)
+    finals = [m for m in after if isinstance(m, Final)]
+    assert finals[0].start == k + 1
+    delivered = got + [w for f in finals for w in f.words]
+    assert [w.w for w in delivered] == words  # each word once, in order
+    assert after[-1] == Ended(len(words)) and second.close_code == 1000
+    # Casing continues: the first final after the cut opens a sentence exactly when word k ended one.
+    assert finals[0].text[0].isupper() is (mark in (".", "?"))
+    expected_labels = [*labels[:-1], 2 if labels[-1] in (0, 1) else labels[-1]]  # the end marks the last word
+    assert " ".join(f.text for f in [*before, *finals]) == render(words, expected_labels, capitalize=True)
+    assert server1.metrics.words_in._value.get() == k + 3
+
+
+async def test_resume_is_refused_after_other_messages_and_when_malformed(start_server):
+    server = await start_server()
+    client = await StreamClient.connect(server.url)
+    await client.send_raw('{"type": "resume", "start": 2, "context": [{"w": "a", "p": "!"}]}')
+    error = await client.recv(timeout=5)
+    assert isinstance(error, Error) and error.code is ErrorCode.BAD_REQUEST and "context[0].p" in error.message
+    await client.send_words(["hello"])
+    await client.send(ResumeRequest(5))
+    error = await client.recv(timeout=5)
+    assert error == Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")
+    await client.end()
+    transcript = Transcript()
+    async for message in client:
+        transcript.apply(message)
+    assert transcript.words == ["hello"] and transcript.ended_words == 1  # the stream went on, unchanged
+
+
+async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(aligner, fake_labels):
+    """With cached left context the first window after a resume runs whole (its left context
+    is the resume's context words), and the windows after it are cached again."""
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
+
+    class Recording(FakeStreamEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ids: list[np.ndarray] = []
+
+        def infer_stream(self, inputs):
+            self.ids.append(inputs["input_ids"].copy())
+            return super().infer_stream(inputs)
+
+    engine = Recording()
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    try:
+        await server.wait_ready()
+        engine.calls.clear()  # the warm-up's
+        engine.ids.clear()
+        context = [PunctuatedWord(w, "") for w in ("so", "what", "we", "did", "was")]
+        client = await StreamClient.connect(server.url)
+        await client.send(ResumeRequest(100, tuple(context), ConfigRequest(right_context=1)))
+        assert isinstance(await client.recv(timeout=5), Resumed)
+        for k in range(12):
+            await client.send_words([SCHEDULE_VOCAB[k % len(SCHEDULE_VOCAB)]])
+        await client.end()
+        messages = [m async for m in client]
+        finals = [m for m in messages if isinstance(m, Final)]
+        indices = [f.start + i for f in finals for i in range(len(f.words))]
+        assert indices == list(range(100, 112)) and messages[-1] == Ended(112)
+        (b0, t0, c0), *rest = engine.calls
+        assert c0 == 0  # a miss: the first window runs whole ...
+        context_ids = [i for w in context for i in aligner.word_ids(w.w)]
+        first_row = [int(x) for x in engine.ids[0][0]]
+        assert first_row[1 : 1 + len(context_ids)] == context_ids  # ... with the context as its left context
+        assert any(c > 0 for _, _, c in rest)  # then the cache serves again
+    finally:
+        await server.shutdown()
