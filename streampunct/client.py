@@ -67,6 +67,7 @@ from streampunct.protocol import (
     encode,
 )
 from streampunct.text import normalize_word, render
+from streampunct.written_form import normalize_lexicon
 
 
 class ClientError(StreampunctError):
@@ -99,8 +100,12 @@ class StreamClient:
         partials: bool | None = None,
         capitalize: bool | None = None,
         ping_timeout: float | None = None,
+        itn: bool | None = None,
+        lexicon: Sequence[tuple[str, str]] | None = None,
     ) -> StreamClient:
         """Open a session; session options given here are sent as ``config`` before returning.
+
+        ``lexicon``: ``(spoken, written)`` pairs (normalized here; a bad pair raises ``ValueError``).
 
         ``ping_timeout``: close when a keepalive pong is this late (None, the
         default: never). A client that sends faster than the server finalizes
@@ -118,7 +123,8 @@ class StreamClient:
             if not isinstance(first, Ready):
                 raise ClientError(f"expected 'ready' first, got {first.type!r}")
             client = cls(connection, first)
-            request = ConfigRequest(right_context, max_delay_ms, partials, capitalize)
+            request = ConfigRequest(right_context, max_delay_ms, partials, capitalize, itn,
+                                    None if lexicon is None else normalize_lexicon(lexicon))
             if request.to_json().keys() != {"type"}:
                 await client.configure(request)
         except BaseException:

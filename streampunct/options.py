@@ -21,6 +21,12 @@ class SessionOptions:
             arrived, whatever came after it.
         partials: send ``partial`` messages for the undecided tail.
         capitalize: capitalize sentence starts (and "I") in ``text``.
+        itn: write numbers, dates, times and money in ``text`` as digits
+            and symbols (inverse text normalization; ``streampunct.itn``).
+        lexicon: the session's ``(spoken, written)`` pairs, spoken as
+            normalized words joined by one space
+            (:func:`streampunct.written_form.normalize_lexicon`); they apply
+            over the server's own lexicon.
     """
 
     # Defaults chosen on validation for live use (docs/results.md, "Live use"): a 4-word ASR
@@ -30,6 +36,8 @@ class SessionOptions:
     max_delay_ms: int = 2000
     partials: bool = False
     capitalize: bool = False
+    itn: bool = False
+    lexicon: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.right_context < 0:
@@ -43,4 +51,6 @@ class SessionOptions:
             "max_delay_ms": self.max_delay_ms,
             "partials": self.partials,
             "capitalize": self.capitalize,
+            "itn": self.itn,
+            "lexicon": [list(pair) for pair in self.lexicon],
         }

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
 from streampunct.errors import StreampunctError
 from streampunct.options import SessionOptions
+from streampunct.written_form import normalize_lexicon
 
 #: The ``protocol`` field of ``ready``.
 PROTOCOL_VERSION = 1
@@ -55,6 +56,9 @@ class Limits:
         max_context_words: most ``resume`` context words the server uses (it
             takes the last ones); None: not announced (a session derives it
             from its window, see :class:`~streampunct.session_protocol.SessionProtocol`).
+        max_lexicon_pairs: most ``[spoken, written]`` pairs in ``config.lexicon``.
+        max_lexicon_chars: most characters in ``config.lexicon``, both sides of
+            every pair together.
     """
 
     max_words_per_message: int = 1000
@@ -62,6 +66,8 @@ class Limits:
     max_right_context: int = 1000
     max_delay_ms: int = 600_000
     max_context_words: int | None = None
+    max_lexicon_pairs: int = 1000
+    max_lexicon_chars: int = 50_000
 
 
 DEFAULT_LIMITS = Limits()
@@ -87,21 +93,24 @@ class ConfigRequest:
     max_delay_ms: int | None = None
     partials: bool | None = None
     capitalize: bool | None = None
+    itn: bool | None = None
+    #: effective pairs (:func:`streampunct.written_form.normalize_lexicon`)
+    lexicon: tuple[tuple[str, str], ...] | None = None
     type: str = field(default="config", init=False)
 
+    _OPTIONS = ("right_context", "max_delay_ms", "partials", "capitalize", "itn", "lexicon")
+
     def apply_to(self, options: SessionOptions) -> SessionOptions:
-        changes = {
-            name: getattr(self, name)
-            for name in ("right_context", "max_delay_ms", "partials", "capitalize")
-            if getattr(self, name) is not None
-        }
-        return SessionOptions(**{**options.to_json(), **changes})
+        changes = {name: getattr(self, name) for name in self._OPTIONS if getattr(self, name) is not None}
+        return replace(options, **changes)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
-        for name in ("right_context", "max_delay_ms", "partials", "capitalize"):
+        for name in self._OPTIONS:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.lexicon is not None:
+            out["lexicon"] = [list(pair) for pair in self.lexicon]
         return out
 
 
@@ -444,7 +453,30 @@ def decode_config(obj: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> Co
         max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
         partials=_optional_bool(obj, "partials"),
         capitalize=_optional_bool(obj, "capitalize"),
+        itn=_optional_bool(obj, "itn"),
+        lexicon=_optional_lexicon(obj, limits),
     )
+
+
+def _optional_lexicon(obj: Mapping[str, Any], limits: Limits) -> tuple[tuple[str, str], ...] | None:
+    """``lexicon``: a list of ``[spoken, written]`` string pairs within the limits (bad_request
+    otherwise: the protocol refuses an oversized value as malformed)."""
+    if "lexicon" not in obj:
+        return None
+    raw = obj["lexicon"]
+    if not isinstance(raw, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in raw
+    ):
+        raise _bad("'lexicon' must be a list of [spoken, written] string pairs")
+    if len(raw) > limits.max_lexicon_pairs:
+        raise _bad(f"'lexicon' has {len(raw)} pairs; the limit is {limits.max_lexicon_pairs}")
+    chars = sum(len(x) for p in raw for x in p)
+    if chars > limits.max_lexicon_chars:
+        raise _bad(f"'lexicon' has {chars} characters; the limit is {limits.max_lexicon_chars}")
+    try:
+        return normalize_lexicon(raw)
+    except ValueError as e:
+        raise _bad(str(e)) from None
 
 
 def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
@@ -522,6 +554,9 @@ def _options(obj: Mapping[str, Any]) -> SessionOptions:
         max_delay_ms=int(cfg["max_delay_ms"]),
         partials=bool(cfg["partials"]),
         capitalize=bool(cfg["capitalize"]),
+        # (a server of plain version 1 sends neither)
+        itn=bool(cfg.get("itn", False)),
+        lexicon=tuple((str(s), str(w)) for s, w in cfg.get("lexicon") or ()),
     )
 
 

@@ -29,7 +29,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -50,10 +50,13 @@ from streampunct.http_policy import (
     canonical_host,
     canonical_origin,
 )
+from streampunct.itn import available as itn_available
+from streampunct.itn import load_normalizer
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session import Session, SessionContext, close_within
 from streampunct.windowing import WindowConfig
+from streampunct.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, WrittenForms
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +120,14 @@ class ServerConfig:
             finalizes every word received, then closes with 1001; ``resume``
             closes with 1012 at once, so that clients resume elsewhere with
             their undecided words (docs/server.md, "Draining").
+        itn_grammars: the ITN grammars (``itn`` sessions; the ``itn`` extra)
+            are loaded at startup: ``on`` (required), ``auto`` (when the extra
+            is installed) or ``off`` (``itn`` is refused).
+        itn_cache: where the compiled grammars are cached (None:
+            :func:`streampunct.itn.default_cache_dir`).
+        lexicon: the server's lexicon (normalized pairs,
+            :func:`streampunct.written_form.parse_lexicon_tsv`), under each
+            session's own ``lexicon``.
     """
 
     model_dir: Path | None = None
@@ -143,8 +154,13 @@ class ServerConfig:
     stream_cache: str = "auto"
     stream_cache_tokens: int | None = None
     drain: str = "finalize"
+    itn_grammars: str = "off"
+    itn_cache: Path | None = None
+    lexicon: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.itn_grammars not in ("auto", "on", "off"):
+            raise ValueError(f"itn_grammars must be auto, on or off, not {self.itn_grammars!r}")
         if self.drain not in DRAIN_MODES:
             raise ValueError(f"drain must be one of {', '.join(DRAIN_MODES)}, not {self.drain!r}")
         if self.max_sessions < 1:
@@ -257,6 +273,7 @@ class StreamServer:
         window: WindowConfig | None = None,
         model_name: str | None = None,
         stream_shape: tuple[int, int, int] | None = None,
+        normalizer: Normalizer | None = None,
     ) -> None:
         self.config = config
         if engine_factory is None:
@@ -297,7 +314,14 @@ class StreamServer:
             close_timeout_s=config.close_timeout_s,
             stream_shape=runtime.stream_shape,
             stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,
+            written=WrittenForms(Lexicon(config.lexicon), normalizer),
         )
+        # The ITN grammars load with the engine (_load), before the server is ready.
+        self._load_itn = normalizer is None and (
+            config.itn_grammars == "on" or (config.itn_grammars == "auto" and itn_available())
+        )
+        if config.session_defaults.itn and normalizer is None and not self._load_itn:
+            raise ValueError(f"itn by default: {ITN_UNAVAILABLE}")
         self.sessions: set[Session] = set()
         self._ws: Server | None = None
         self._port = config.port
@@ -348,6 +372,10 @@ class StreamServer:
 
     async def _load(self) -> None:
         t0 = time.perf_counter()
+        if self._load_itn:
+            normalizer = await asyncio.to_thread(load_normalizer, self.config.itn_cache)
+            self._context = replace(self._context, written=replace(self._context.written, normalizer=normalizer))
+            logger.info("ITN grammars loaded in %.2fs", time.perf_counter() - t0)
         try:
             await self.batcher.start()
         except StreampunctError:
@@ -570,6 +598,7 @@ async def serve(
     window: WindowConfig | None = None,
     model_name: str | None = None,
     stream_shape: tuple[int, int, int] | None = None,
+    normalizer: Normalizer | None = None,
 ) -> StreamServer:
     """Start a server (listening at once; the engine loads in the background).
 
@@ -580,7 +609,7 @@ async def serve(
     """
     server = StreamServer(
         config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name,
-        stream_shape=stream_shape,
+        stream_shape=stream_shape, normalizer=normalizer,
     )
     await server.start()
     return server

@@ -62,6 +62,7 @@ from streampunct.session_protocol import SessionProtocol
 from streampunct.stream_cache import KVCache, StreamCall, new_cache
 from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
+from streampunct.written_form import WrittenForms
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class SessionContext:
             windows run with cached left context (:mod:`streampunct.stream_cache`);
             None: every window encodes its left context.
         stream_cache_tokens: tokens a session's cache keeps (None: the window's left context).
+        written: the server's lexicon and ITN grammars (``itn`` and ``lexicon`` options).
     """
 
     aligner: Aligner
@@ -105,6 +107,7 @@ class SessionContext:
     close_timeout_s: float = 10.0
     stream_shape: tuple[int, int, int] | None = None
     stream_cache_tokens: int | None = None
+    written: WrittenForms = WrittenForms()
 
 
 class SlowReaderError(Exception):
@@ -141,7 +144,7 @@ class Session:
         self.protocol = SessionProtocol(
             aligner=context.aligner, window=context.window, defaults=context.defaults,
             limits=context.limits, session_id=session_id, model_name=context.model_name,
-            max_backlog=context.max_backlog_words,
+            max_backlog=context.max_backlog_words, written=context.written,
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
         # Unbounded as a queue; producers wait for room first (_wait_for_room).

@@ -68,6 +68,7 @@ from streampunct.protocol import (
 from streampunct.stream_state import Decision, StreamState, WindowRequest
 from streampunct.text import normalize_word, normalize_words, render
 from streampunct.windowing import WindowConfig
+from streampunct.written_form import FinalTexts, WrittenForms
 
 
 class _Until(enum.Enum):
@@ -100,6 +101,7 @@ class SessionProtocol:
         session_id: str = "",
         model_name: str = "",
         max_backlog: int | None = None,
+        written: WrittenForms | None = None,
     ) -> None:
         if max_backlog is not None and max_backlog < 1:
             raise ValueError("max_backlog must be >= 1")
@@ -127,6 +129,11 @@ class SessionProtocol:
         self._partial_owed = False  # a hypothesis change still waits for its partial
         # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
         self._end_at: float | None = None
+        # Written forms (itn, lexicon): what the server shares, and this session's renderer
+        # for the options it was built for (None: plain rendering).
+        self._written = written if written is not None else WrittenForms()
+        self._texts: FinalTexts | None = None
+        self._texts_options: SessionOptions | None = None
 
     def _new_state(self) -> StreamState:
         return StreamState(self._aligner, self._window, self.options)
@@ -256,7 +263,11 @@ class SessionProtocol:
                                                  "resume's config")]
         if self._words_seen:
             return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
-        self.options = request.apply_to(self.options)
+        options = request.apply_to(self.options)
+        refusal = self._written.refusal(options.itn)
+        if refusal:
+            return [Error(ErrorCode.BAD_REQUEST, refusal)]
+        self.options = options
         self._partial_owed = self._partial_owed and self.options.partials
         hypothesis = self.state.hypothesis
         self.state = self._new_state()
@@ -268,6 +279,9 @@ class SessionProtocol:
         """Continue a stream at ``request.start``: its context words are final left context."""
         if self._accepted:
             return [Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")]
+        refusal = request.config and self._written.refusal(request.config.apply_to(self.options).itn)
+        if refusal:
+            return [Error(ErrorCode.BAD_REQUEST, refusal)]
         self._accepted = True
         if request.config is not None:
             self.options = request.config.apply_to(self.options)
@@ -337,13 +351,27 @@ class SessionProtocol:
         return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start,
                       cases=[LOWER if c is None else c for c in learned] if has else None)
 
+    def _final_texts(self) -> FinalTexts | None:
+        """The written-form renderer for the current options (None: plain rendering)."""
+        if self._texts_options is not self.options:
+            o = self.options
+            formatter = self._written.formatter(itn=o.itn, lexicon=o.lexicon, capitalize=o.capitalize)
+            self._texts = FinalTexts(formatter) if formatter.active else None
+            self._texts_options = o
+        return self._texts
+
     def _final(self, decisions: list[Decision]) -> Final:
         marked = tuple(
             PunctuatedWord(d.word, ID_TO_MARK[d.label], *self._times.pop(d.index, (None, None)))
             for d in decisions
         )
-        text = self._render([d.word for d in decisions], [d.label for d in decisions], self._sentence_start,
-                            [d.case for d in decisions])
+        words, labels, cases = [d.word for d in decisions], [d.label for d in decisions], [d.case for d in decisions]
+        texts = self._final_texts()
+        if texts is None:
+            text = self._render(words, labels, self._sentence_start, cases)
+        else:  # written forms, whole across finals (streampunct.written_form.FinalTexts)
+            text = texts.final(words, labels, cases, sentence_start=self._sentence_start,
+                               context=self.state.right_context(decisions[-1].index))
         self._sent = decisions[-1].index + 1
         self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
         return Final(decisions[0].index, marked, text)
@@ -357,12 +385,16 @@ class SessionProtocol:
             self._partial_owed = False
         labeled = len(request.positions) - (len(request.hypothesis) - request.hypothesis_from)
         start = decisions[0].index if decisions else max(self._sent, request.first_word + labeled)
-        text = self._render(
-            [d.word for d in decisions] + [w for w, _ in hypothesis],
-            [d.label for d in decisions] + [label for _, label in hypothesis],
-            self._sentence_start and start == self._sent,
-            [d.case for d in decisions],
-        )
+        words = [d.word for d in decisions] + [w for w, _ in hypothesis]
+        labels = [d.label for d in decisions] + [label for _, label in hypothesis]
+        texts = self._final_texts()
+        if texts is None:
+            text = self._render(words, labels, self._sentence_start and start == self._sent,
+                                [d.case for d in decisions])
+        else:  # the words a final held back for a phrase come first
+            text = texts.partial(words, labels, [d.case for d in decisions],
+                                 sentence_start=self._sentence_start and start == self._sent,
+                                 follows_finals=start == self._sent)
         return [
             Partial(
                 start,

@@ -267,6 +267,18 @@ class StreamState:
         self._advance_by_delay(now)
         return self._base + len(self._decidable_time)
 
+    def right_context(self, index: int) -> list[str]:
+        """The words after ``index`` that had arrived when it became decidable and are not
+        final: what its decision saw on the right (``index`` is a just-finalized word)."""
+        when = self.decidable_at(index)
+        local = max(self._local(index) + 1, self._n_final)
+        out = []
+        for k in range(local, len(self.words)):
+            if self._arrival[k] > when:
+                break
+            out.append(self.words[k])
+        return out
+
     def decidable_at(self, index: int) -> float:
         """When word ``index`` (a stream index) became decidable.
 

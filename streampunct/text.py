@@ -145,6 +145,7 @@ def render(
     sentence_start: bool = True,
     join_clitics: bool = True,
     cases: Sequence[int] | None = None,
+    verbatim: Sequence[bool] | None = None,
 ) -> str:
     """Words with their punctuation as text.
 
@@ -156,6 +157,8 @@ def render(
     before them unless ``join_clitics`` is False. ``cases`` (a truecasing
     head's class per word) overrides the rules where it says a word is not
     lowercase (names, acronyms); the rules still open sentences and write "I".
+    ``verbatim`` marks words shown exactly as given (written forms such as
+    "$25" or "iPhone": no case rule touches them).
     """
     if len(words) != len(labels) or (cases is not None and len(cases) != len(words)):
         raise ValueError(f"{len(words)} words but {len(labels)} labels"
@@ -164,7 +167,9 @@ def render(
     starts_sentence = sentence_start
     for k, (word, label) in enumerate(zip(words, labels, strict=True)):
         shown = word
-        if capitalize and cases is not None and cases[k] != LOWER:
+        if verbatim is not None and verbatim[k]:
+            pass
+        elif capitalize and cases is not None and cases[k] != LOWER:
             shown = apply_case(word, cases[k])  # the model's truecasing head
         elif capitalize and (starts_sentence or _is_pronoun_i(word)):
             shown = _capitalize(word)

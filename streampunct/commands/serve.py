@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.argtypes import port, positive_int
     from streampunct.batcher import BATCH_ROWS, BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
-    from streampunct.server import ServerConfig
+    from streampunct.server import DRAIN_MODES, ServerConfig
 
     parser.add_argument("--model", metavar="DIR", default=None,
                         help="model folder (default: the shipped models/default)")
@@ -132,6 +132,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--send-timeout-s", type=float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
+    stop = parser.add_argument_group("shutdown (SIGTERM, SIGINT)")
+    stop.add_argument("--drain", choices=DRAIN_MODES, default=ServerConfig.drain,
+                      help="live streams at shutdown: 'finalize' every word received, then close with 1001; "
+                           "'resume': close with 1012 at once, so that clients resume their undecided words "
+                           "on another replica (docs/server.md, \"Draining\"; default: %(default)s)")
     session = parser.add_argument_group("session defaults (clients may change them with 'config')")
     session.add_argument("--right-context", type=int, default=SessionOptions.right_context,
                          help="words after a word that make it final (default: %(default)s)")
@@ -195,6 +200,7 @@ def build_config(args: argparse.Namespace):
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
             stream_cache=args.stream_cache,
             stream_cache_tokens=args.stream_cache_tokens,
+            drain=args.drain,
         )
     except ValueError as e:
         raise InputError(flag_names(str(e), args)) from None

@@ -137,7 +137,8 @@ def test_server_messages_round_trip(message):
 def test_server_message_wire_shapes():
     assert json.loads(encode(SERVER_MESSAGES[0])) == {
         "type": "ready", "protocol": 1, "session": "abc", "model": "model-x",
-        "config": {"right_context": 4, "max_delay_ms": 300, "partials": True, "capitalize": False},
+        "config": {"right_context": 4, "max_delay_ms": 300, "partials": True, "capitalize": False,
+                   "itn": False, "lexicon": []},
     }
     assert json.loads(encode(SERVER_MESSAGES[2])) == {
         "type": "final", "start": 3, "words": [{"w": "hello", "p": ","}, {"w": "world", "p": "."}],
@@ -148,6 +149,7 @@ def test_server_message_wire_shapes():
     }
     assert json.loads(encode(SERVER_MESSAGES[-1]))["limits"] == {
         "max_words_per_message": 50, "max_word_chars": 64, "max_right_context": 100, "max_delay_ms": 5000,
+        "max_lexicon_pairs": 1000, "max_lexicon_chars": 50_000,
     }
     # A server that sends no limits (or a client reading an older server): None, the defaults apply.
     assert decode_server(encode(SERVER_MESSAGES[0])).limits is None

@@ -150,3 +150,17 @@ async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(align
         assert any(c > 0 for _, _, c in rest)  # then the cache serves again
     finally:
         await server.shutdown()
+
+
+def test_serve_takes_the_drain_mode():
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.server import ServerConfig
+
+    parser = build_parser()
+    assert build_config(parser.parse_args(["serve"])).drain == "finalize"
+    assert build_config(parser.parse_args(["serve", "--drain", "resume"])).drain == "resume"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--drain", "later"])
+    with pytest.raises(ValueError, match="drain must be one of finalize, resume, not 'later'"):
+        ServerConfig(drain="later")

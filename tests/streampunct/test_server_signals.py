@@ -66,3 +66,74 @@ async def test_signal_finalizes_pending_words_then_closes_1001(tmp_path, minilm_
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def _start_process(script, tokenizer, *extra: str):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(tokenizer), *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    port = int(await asyncio.wait_for(proc.stdout.readline(), 30))
+    return proc, port
+
+
+async def test_sigterm_with_drain_resume_hands_streams_to_another_process(tmp_path, minilm_tokenizer_path):
+    """Two server processes behind a forwarder: SIGTERM on the first (``--drain resume``)
+    closes the stream with 1012 at once, and the client resumes it on the second, which
+    never saw it: every word is final exactly once, with the labels of an uninterrupted stream."""
+    from streampunct.client import Reconnect, ResumableStream
+    from tests.streampunct.tcp_proxy import TcpProxy
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT.replace("ServerConfig(port=0)", "ServerConfig(port=0, drain=sys.argv[2])"))
+    first, port1 = await _start_process(script, minilm_tokenizer_path, "resume")
+    second, port2 = await _start_process(script, minilm_tokenizer_path, "finalize")
+    proxy = await TcpProxy(port1).start()
+    words = ("so this is the story of how we came to build a server that never loses a word when one of "
+             "its replicas goes away in the middle of a sentence").split()
+    try:
+        notices = []
+        stream = await ResumableStream.connect(proxy.url(), right_context=2, max_delay_ms=600_000, capitalize=True,
+                                               reconnect=Reconnect(initial_delay_s=0.01, max_delay_s=0.1),
+                                               on_notice=notices.append)
+        messages = []
+        got_some = asyncio.Event()
+
+        async def read() -> None:
+            async for message in stream:
+                messages.append(message)
+                if stream.n_final >= 8:
+                    got_some.set()
+
+        reader = asyncio.create_task(read())
+        await stream.send_words(words[:12])
+        await asyncio.wait_for(got_some.wait(), 10)
+        proxy.target = port2
+        first.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(first.wait(), 10) == 0  # process 1 hands off and exits
+        await stream.send_words(words[12:])
+        await stream.end()
+        await asyncio.wait_for(reader, 20)
+    finally:
+        await proxy.close()
+        for proc in (first, second):
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    transcript = Transcript()
+    for message in messages:
+        transcript.apply(message)
+    assert transcript.words == words and transcript.ended_words == len(words)
+    [notice] = notices
+    assert notice.code == 1012 and 8 <= notice.start <= 12
+    # This engine labels each token alone (PERIOD where its id is a multiple of 7), so the labels
+    # are the uninterrupted stream's wherever each word was decided; the end marks the last word.
+    from streampunct.alignment import Aligner
+
+    aligner = Aligner.from_file(minilm_tokenizer_path)
+    expected = []
+    for word in words:
+        ids = aligner.word_ids(word)
+        expected.append(2 if ids[aligner.label_offset(len(ids))] % 7 == 0 else 0)
+    expected[-1] = 2
+    assert transcript.labels == expected

@@ -1,0 +1,234 @@
+"""Inverse text normalization (ITN) with NeMo's English WFST grammars (the optional ``itn`` extra).
+
+``pip install 'streampunct[itn]'`` installs ``nemo-text-processing`` and
+``pynini``. :func:`load_normalizer` compiles the grammars once into a cache
+folder (about half a minute) and loads them from there afterwards (a few
+seconds); the server loads them at startup, never per session.
+
+:class:`NemoNormalizer` is a :class:`streampunct.written_form.Normalizer`:
+for a run of lowercase words with no mark inside it returns the phrases the
+grammars write as numbers, ordinals, decimals, percentages, money, measures,
+years, dates, times and phone numbers, aligned to the words (other classes
+the grammars know, such as URLs and their abbreviation list, are left
+spoken). It asks the grammars only about stretches around a number word
+(every one of those classes has one), so text without numbers costs a set
+lookup per word.
+
+The grammars decide what is a number and its digits; a short house style
+then writes their output as the AP Stylebook and the Chicago Manual of Style
+do (``docs/protocol.md``, "Written forms"): "3:30 p.m." not "03:30 p.m.",
+"7 p.m.", "March 5, 2020", "25,000", "5%", "50 cents", "0.5", "555-1234",
+units as spoken ("10 kilometers"), and first to ninth as words.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import logging
+import os
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streampunct.errors import DependencyError
+from streampunct.written_form import Phrase
+
+logger = logging.getLogger(__name__)
+
+_INSTALL = "inverse text normalization needs the 'itn' extra: pip install 'streampunct[itn]'"
+
+#: Grammar classes written; the rest (``electronic``, ``whitelist`` names) stay spoken.
+WRITTEN_CLASSES = frozenset({"cardinal", "ordinal", "decimal", "fraction", "money", "measure", "date", "time",
+                             "telephone"})
+
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+          "sixteen seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_SCALES = "hundred thousand million billion trillion".split()
+_IRREGULAR_ORDINALS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                       "nine": "ninth", "twelve": "twelfth"}
+
+
+def _ordinal(word: str) -> str:
+    if word in _IRREGULAR_ORDINALS:
+        return _IRREGULAR_ORDINALS[word]
+    return word[:-1] + "ieth" if word.endswith("y") else word + "th"
+
+
+#: The words one of which every written phrase contains (cardinals and ordinals):
+#: stretches without them are not sent to the grammars.
+NUMBER_WORDS = frozenset(_UNITS + _TENS + _SCALES + [_ordinal(w) for w in _UNITS[1:] + _TENS + _SCALES])
+#: Words around a number word that the grammars see ("on march fifth", "ten kilometers per hour").
+CONTEXT_WORDS = 4
+
+_MONTHS = ("january february march april may june july august september october november "
+           "december").split()
+_HOUR = re.compile(r"^0(\d)(?=:)")
+_DIGITS = re.compile(r"(?<![\d.])\d{4,}")
+_SMALL_ORDINAL = re.compile(r"^[1-9](st|nd|rd|th)$")
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/streampunct/itn`` (``~/.cache/streampunct/itn``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "streampunct" / "itn"
+
+
+def available() -> bool:
+    """Is the ``itn`` extra installed?"""
+    return all(importlib.util.find_spec(m) is not None for m in ("pynini", "nemo_text_processing"))
+
+
+def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
+    """NeMo's English ITN grammars, compiled into ``cache_dir`` once (default:
+    :func:`default_cache_dir`); raises :class:`DependencyError` without the extra."""
+    try:
+        import pynini  # noqa: F401
+        from nemo_text_processing.inverse_text_normalization.inverse_normalize import (
+            InverseNormalizer,
+        )
+    except ImportError as e:
+        raise DependencyError(f"{_INSTALL} ({e})") from e
+    from importlib.metadata import version
+
+    folder = (cache_dir or default_cache_dir()) / f"nemo-text-processing-{version('nemo-text-processing')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("NeMo-text-processing").setLevel(logging.WARNING)
+    return NemoNormalizer(InverseNormalizer(lang="en", input_case="lower_cased", cache_dir=str(folder)))
+
+
+class NemoNormalizer:
+    """A :class:`~streampunct.written_form.Normalizer` over NeMo's ``InverseNormalizer``.
+
+    Thread-safe (one lock around the grammars); answers are cached per stretch of words.
+    """
+
+    def __init__(self, inverse_normalizer: Any, *, cache_size: int = 4096) -> None:
+        self._inv = inverse_normalizer
+        self._lock = threading.Lock()
+        self._stretch = functools.lru_cache(maxsize=cache_size)(self._stretch_phrases)
+
+    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+        out: list[Phrase] = []
+        for a, b in _stretches(words):
+            out += [Phrase(p.start + a, p.end + a, p.text) for p in self._stretch(tuple(words[a:b]))]
+        return out
+
+    def _stretch_phrases(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
+        # Hyphenated number words ("twenty-five") are split for the grammars; a phrase
+        # must then begin and end on whole words.
+        parts: list[str] = []
+        owner: list[int] = []
+        for i, word in enumerate(words):
+            pieces = word.split("-") if "-" in word else [word]
+            if len(pieces) > 1 and not all(p in NUMBER_WORDS for p in pieces):
+                pieces = [word]
+            parts += pieces
+            owner += [i] * len(pieces)
+        try:
+            with self._lock:
+                found = self._written(parts)
+        except Exception:  # the grammars' own failures: the words stay spoken
+            logger.debug("ITN failed on %r", " ".join(parts), exc_info=True)
+            return ()
+        out = []
+        for a, b, text in found:
+            if (a == 0 or owner[a - 1] != owner[a]) and (b == len(parts) or owner[b] != owner[b - 1]):
+                out.append(Phrase(owner[a], owner[b - 1] + 1, text))
+        return tuple(out)
+
+    def _written(self, words: list[str]) -> list[tuple[int, int, str]]:
+        """(start, end, written) for the words the grammars write, in the house style."""
+        import pynini
+
+        inv = self._inv
+        tagged = inv.select_tag(inv.find_tags(pynini.escape(" ".join(words))))
+        inv.parser(tagged)
+        parsed = inv.parser.parse()
+        tokens = [next(iter(t["tokens"].items())) for t in parsed]
+        # Plain words come back as ``name`` tokens; a written phrase is a run of words
+        # between them, matched by a run of class tokens.
+        names = [body if cls == "name" else object() for cls, body in tokens]
+        out = []
+        matcher = difflib.SequenceMatcher(None, words, names, autojunk=False)
+        for op, a, b, c, d in matcher.get_opcodes():
+            if op != "replace" or not all(tokens[k][0] in WRITTEN_CLASSES for k in range(c, d)):
+                continue
+            forms = [self._verbalize(inv, parsed[k], tokens[k][0], words[a:b]) for k in range(c, d)]
+            if all(forms):
+                out.append((a, b, " ".join(forms)))
+        return out
+
+    @staticmethod
+    def _verbalize(inv: Any, token: Any, cls: str, spoken: list[str]) -> str | None:
+        import pynini
+
+        for tagged in inv.generate_permutations([token]):
+            lattice = inv.find_verbalizer(pynini.escape(tagged))
+            if lattice.num_states() != 0:
+                return house_style(cls, inv.select_verbalizer(lattice), spoken)
+        return None
+
+
+def _stretches(words: Sequence[str]) -> list[tuple[int, int]]:
+    """Stretches of ``words`` around number words (``CONTEXT_WORDS`` on each side), merged."""
+    out: list[list[int]] = []
+    for i, word in enumerate(words):
+        if word in NUMBER_WORDS or ("-" in word and any(p in NUMBER_WORDS for p in word.split("-"))):
+            a, b = max(0, i - CONTEXT_WORDS), min(len(words), i + CONTEXT_WORDS + 1)
+            if out and a <= out[-1][1]:
+                out[-1][1] = b
+            else:
+                out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _grouped(match: re.Match) -> str:
+    return f"{int(match.group(0)):,}"
+
+
+def house_style(cls: str, written: str, spoken: Sequence[str]) -> str | None:
+    """The grammars' output for one token, in the house style; None: leave the words spoken."""
+    written = " ".join(written.split())
+    if cls == "ordinal" and _SMALL_ORDINAL.match(written):
+        return None  # first to ninth are words
+    if cls == "time":
+        written = _HOUR.sub(r"\1", written)
+        written = re.sub(r":00(?= [ap]\.m\.)", "", written)
+    elif cls == "date":
+        words = [w.capitalize() if w in _MONTHS else w for w in written.split()]
+        if len(words) == 3 and words[0] in (m.capitalize() for m in _MONTHS) and words[2].isdigit():
+            words[1] += ","  # March 5, 2020
+        written = " ".join(words)
+    elif cls == "telephone" and re.fullmatch(r"\d{7}", written):
+        written = f"{written[:3]}-{written[3:]}"
+    elif cls in ("cardinal", "money", "measure", "decimal"):
+        written = _group_digits(written)
+        if cls == "decimal" and written.startswith("."):
+            written = "0" + written
+        if cls == "money" and written.startswith("$0.") and spoken[-1] in ("cent", "cents"):
+            written = f"{int(written[3:])} {spoken[-1]}"
+        if cls == "measure":
+            written = _measure(written, spoken)
+    return written
+
+
+def _group_digits(written: str) -> str:
+    """Thousands separators in the integer parts of the numbers of ``written``."""
+    return _DIGITS.sub(_grouped, written)
+
+
+def _measure(written: str, spoken: Sequence[str]) -> str:
+    """"5.5 %" -> "5.5%"; other units as spoken after the number ("10 kilometers per hour")."""
+    number, _, unit = written.rpartition(" ")
+    if not number:
+        return written
+    if unit == "%":
+        return number + "%"
+    last = max((i for i, w in enumerate(spoken) if w in NUMBER_WORDS or w == "point"), default=-1)
+    tail = spoken[last + 1:]
+    return f"{number} {' '.join(tail)}" if tail else written

@@ -1,0 +1,321 @@
+"""Written forms in ``text``: phrases of spoken words written as one form, kept whole across finals.
+
+Pure: no I/O, no clock. Two sources of *phrases* (consecutive words written
+as one form):
+
+* a :class:`Lexicon`: spoken phrases (normalized words) and how to write
+  them ("new york" -> "New York", "i phone" -> "iPhone"); the longest match wins;
+* a :class:`Normalizer`: inverse text normalization (ITN) of numbers,
+  dates, times, money ("twenty five dollars" -> "$25");
+  :mod:`streampunct.itn` has NeMo's WFST grammars behind it.
+
+A phrase never contains a punctuation mark inside it: the words of a phrase
+all have the label ``O`` but the last, whose mark follows the written form.
+The lexicon is matched first; ITN writes the stretches between its matches.
+Words and their labels are never changed: only ``text`` is.
+
+:class:`FinalTexts` keeps a written form whole across finals in a stream:
+a final's ``text`` stops before a phrase that goes on into the words the
+server has received but not finalized yet (its right context), and the
+final that finalizes the phrase's last word writes the whole phrase
+(``docs/protocol.md``, "Written forms across finals").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from streampunct.labels import LOWER, PERIOD, QUESTION
+from streampunct.labels import O as NO_MARK
+from streampunct.text import normalize_word, render
+
+#: Most words in a lexicon's spoken phrase.
+MAX_LEXICON_PHRASE_WORDS = 8
+#: Most characters in one side of a lexicon pair.
+MAX_LEXICON_ENTRY_CHARS = 256
+#: Most words a stream holds back for a phrase that goes on past a final; a
+#: longer run is written as it is (the one case where a written form can be
+#: cut between finals).
+MAX_HELD_WORDS = 32
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """Words ``start .. end-1`` of a sequence written as ``text``."""
+
+    start: int
+    end: int
+    text: str
+
+
+class Normalizer(Protocol):
+    """Inverse text normalization of one run of lowercase words with no mark inside.
+
+    ``phrases`` returns the phrases it writes (sorted, not overlapping,
+    indices into ``words``); words outside them stay as spoken. It must be
+    deterministic: the same words give the same phrases.
+    """
+
+    def phrases(self, words: Sequence[str]) -> list[Phrase]: ...
+
+
+def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """Lexicon pairs in their effective form: the spoken side as normalized words joined by
+    one space, the written side stripped. Raises ``ValueError`` naming the bad entry."""
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ValueError(f"lexicon[{i}] must be a [spoken, written] pair of strings")
+        spoken, written = pair
+        if len(spoken) > MAX_LEXICON_ENTRY_CHARS or len(written) > MAX_LEXICON_ENTRY_CHARS:
+            raise ValueError(f"lexicon[{i}] is longer than {MAX_LEXICON_ENTRY_CHARS} characters")
+        words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
+        if not words:
+            raise ValueError(f"lexicon[{i}]: the spoken phrase {spoken!r} has no words")
+        if len(words) > MAX_LEXICON_PHRASE_WORDS:
+            raise ValueError(f"lexicon[{i}]: the spoken phrase has {len(words)} words; "
+                             f"the limit is {MAX_LEXICON_PHRASE_WORDS}")
+        shown = " ".join(written.split())
+        if not shown or not shown.isprintable():
+            raise ValueError(f"lexicon[{i}]: the written form must be printable text, not {written!r}")
+        out.append((" ".join(words), shown))
+    return tuple(out)
+
+
+class Lexicon:
+    """Spoken phrases and their written forms; later pairs override earlier ones.
+
+    ``layers`` are looked up last first, so a session's pairs (the last layer)
+    override the server's (the first) without copying them.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = (), *, base: Lexicon | None = None) -> None:
+        own = {tuple(spoken.split()): written for spoken, written in pairs}
+        self._layers: tuple[dict[tuple[str, ...], str], ...] = ((*base._layers, own) if base else (own,))
+        self.max_words = max((len(k) for layer in self._layers for k in layer), default=0)
+
+    def __bool__(self) -> bool:
+        return self.max_words > 0
+
+    def __len__(self) -> int:
+        return len({k for layer in self._layers for k in layer})
+
+    def get(self, spoken: tuple[str, ...]) -> str | None:
+        for layer in reversed(self._layers):
+            written = layer.get(spoken)
+            if written is not None:
+                return written
+        return None
+
+    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+        """Leftmost-longest matches in ``words`` (a run with no mark inside)."""
+        out: list[Phrase] = []
+        i, n = 0, len(words)
+        while i < n:
+            for size in range(min(self.max_words, n - i), 0, -1):
+                written = self.get(tuple(words[i : i + size]))
+                if written is not None:
+                    out.append(Phrase(i, i + size, written))
+                    i += size
+                    break
+            else:
+                i += 1
+        return out
+
+
+@dataclass(frozen=True)
+class Formatter:
+    """How one session writes ``text``: the lexicon, ITN (None: off) and sentence capitals.
+
+    Attributes:
+        lexicon: spoken phrases and their written forms (may be empty).
+        normalizer: inverse text normalization (None: ``itn`` off).
+        capitalize: sentence starts, "I" and learned case in the words outside phrases.
+    """
+
+    lexicon: Lexicon
+    normalizer: Normalizer | None = None
+    capitalize: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Does it write anything differently from :func:`streampunct.text.render`?"""
+        return bool(self.lexicon) or self.normalizer is not None
+
+    def phrases(self, words: Sequence[str], labels: Sequence[int | None]) -> list[Phrase]:
+        """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark."""
+        out: list[Phrase] = []
+        start = 0
+        for i, label in enumerate(labels):
+            if i + 1 == len(words) or (label is not None and label != NO_MARK):
+                out += self._run_phrases(words, start, i + 1)
+                start = i + 1
+        return out
+
+    def _run_phrases(self, words: Sequence[str], a: int, b: int) -> list[Phrase]:
+        run = words[a:b]
+        found = self.lexicon.phrases(run) if self.lexicon else []
+        if self.normalizer is not None:
+            gaps, prev = [], 0
+            for p in found:
+                gaps.append((prev, p.start))
+                prev = p.end
+            gaps.append((prev, len(run)))
+            for lo, hi in gaps:
+                if hi > lo:
+                    found += [Phrase(p.start + lo, p.end + lo, p.text)
+                              for p in self.normalizer.phrases(run[lo:hi])]
+            found.sort(key=lambda p: p.start)
+        return [Phrase(p.start + a, p.end + a, p.text) for p in found]
+
+    def render(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None] = (),
+               *, sentence_start: bool, phrases: Sequence[Phrase] | None = None) -> str:
+        """``words`` with their marks as text, each phrase in its written form.
+
+        ``cases``: a truecasing head's classes (None or missing: the rules).
+        ``phrases`` default to :meth:`phrases` of the words themselves.
+        A phrase is written as its form says (no sentence capital is added);
+        its last word's mark follows it, except a period after a form that
+        already ends with one ("p.m.").
+        """
+        if phrases is None:
+            phrases = self.phrases(words, labels)
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        has_case = any(c is not None for c in learned)
+        shown: list[str] = []
+        marks: list[int] = []
+        kinds: list[int] = []
+        verbatim: list[bool] = []
+        i = 0
+        for p in [*phrases, Phrase(len(words), len(words), "")]:
+            for k in range(i, p.start):
+                shown.append(words[k])
+                marks.append(labels[k])
+                kinds.append(LOWER if learned[k] is None else learned[k])
+                verbatim.append(False)
+            if p.end > p.start:
+                last = labels[p.end - 1]
+                shown.append(p.text[:-1] if last == PERIOD and p.text.endswith(".") else p.text)
+                marks.append(last)
+                kinds.append(LOWER)
+                verbatim.append(True)
+            i = p.end
+        return render(shown, marks, capitalize=self.capitalize, sentence_start=sentence_start,
+                      cases=kinds if has_case else None, verbatim=verbatim)
+
+
+@dataclass(frozen=True)
+class _Held:
+    word: str
+    label: int
+    case: int | None
+
+
+class FinalTexts:
+    """The ``text`` of a stream's finals and partials, written forms kept whole.
+
+    The rule (``docs/protocol.md``, "Written forms across finals"): a final
+    writes its words, and the words an earlier final held back, up to the
+    first phrase that goes on into its right context (the words received and
+    not final yet, as they are at that moment); the words of that phrase are
+    *held*: the final that finalizes the phrase's last word writes the whole
+    phrase. Nothing is delayed: every final is sent when the contract says,
+    with its ``words`` and ``p``; only where its words appear in ``text``
+    moves. A final with no right context (a flush, the end, a delay deadline
+    with nothing after it) holds nothing. A partial writes the held words,
+    then its own.
+    """
+
+    def __init__(self, formatter: Formatter) -> None:
+        self.formatter = formatter
+        self._held: list[_Held] = []
+        self._held_sentence_start = True
+
+    @property
+    def held(self) -> int:
+        """Final words whose text no final has carried yet."""
+        return len(self._held)
+
+    def final(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
+              *, sentence_start: bool, context: Sequence[str]) -> str:
+        """The ``text`` of a final of ``words``; ``sentence_start``: the first of them opens a
+        sentence; ``context``: the words received after them and not final."""
+        if not self._held:
+            self._held_sentence_start = sentence_start
+        span = self._held + [_Held(w, label, c) for w, label, c in
+                             zip(words, labels, list(cases) + [None] * (len(words) - len(cases)), strict=True)]
+        n = len(span)
+        all_words = [h.word for h in span] + list(context)
+        phrases = self.formatter.phrases(all_words, [h.label for h in span] + [None] * len(context))
+        cut = n
+        crossing = next((p for p in phrases if p.start < n < p.end), None)
+        if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
+            cut = crossing.start
+        elif crossing is not None:  # too long to hold: written as far as it goes now
+            phrases = self.formatter.phrases(all_words[:n], [h.label for h in span])
+        text = self.formatter.render(
+            [h.word for h in span[:cut]], [h.label for h in span[:cut]], [h.case for h in span[:cut]],
+            sentence_start=self._held_sentence_start, phrases=[p for p in phrases if p.end <= cut],
+        )
+        if 0 < cut:
+            self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
+        self._held = span[cut:]
+        return text
+
+    def partial(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
+                *, sentence_start: bool, follows_finals: bool = True) -> str:
+        """The ``text`` of a partial: the held words (when the partial's words follow the
+        last final word: ``follows_finals``), then ``words`` (provisional and hypothesis)."""
+        held = self._held if follows_finals else []
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        return self.formatter.render(
+            [h.word for h in held] + list(words), [h.label for h in held] + list(labels),
+            [h.case for h in held] + learned,
+            sentence_start=self._held_sentence_start if held else sentence_start,
+        )
+
+
+#: Why ``itn`` is refused when a server has no grammars loaded.
+ITN_UNAVAILABLE = ("itn is not available on this server: it needs the 'itn' extra "
+                   "(pip install 'streampunct[itn]') and a server started with its grammars")
+
+
+@dataclass(frozen=True)
+class WrittenForms:
+    """What every session of a server shares for written forms (read-only).
+
+    Attributes:
+        lexicon: the server's lexicon (``serve --lexicon``), under each session's pairs.
+        normalizer: the ITN grammars, loaded at startup (None: ``itn`` is refused).
+    """
+
+    lexicon: Lexicon = Lexicon()
+    normalizer: Normalizer | None = None
+
+    def refusal(self, itn: bool) -> str | None:
+        """Why options asking for ``itn`` cannot be served (None: they can)."""
+        return ITN_UNAVAILABLE if itn and self.normalizer is None else None
+
+    def formatter(self, *, itn: bool, lexicon: Sequence[tuple[str, str]], capitalize: bool) -> Formatter:
+        """A session's formatter for its options (``lexicon``: its own pairs)."""
+        return Formatter(Lexicon(lexicon, base=self.lexicon) if lexicon else self.lexicon,
+                         self.normalizer if itn else None, capitalize)
+
+
+def parse_lexicon_tsv(text: str, *, source: str = "lexicon") -> tuple[tuple[str, str], ...]:
+    """A lexicon file's pairs: one ``spoken<TAB>written`` pair a line; blank lines and lines
+    starting with ``#`` are skipped. Raises ``ValueError`` naming the line."""
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{source}:{number}: expected 'spoken<TAB>written', got {line!r}")
+        try:
+            pairs += normalize_lexicon([fields])
+        except ValueError as e:
+            raise ValueError(f"{source}:{number}: {str(e).removeprefix('lexicon[0]: ')}") from None
+    return tuple(pairs)

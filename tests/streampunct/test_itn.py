@@ -1,0 +1,94 @@
+"""Inverse text normalization with NeMo's grammars (the ``itn`` extra; skipped without it),
+and the house style and number-word gate, which need no grammars."""
+
+from __future__ import annotations
+
+import pytest
+
+from streampunct import itn
+from streampunct.errors import DependencyError
+from streampunct.written_form import Phrase
+
+
+@pytest.mark.parametrize(("cls", "written", "spoken", "styled"), [
+    ("time", "03:30", "three thirty", "3:30"),
+    ("time", "07:00 p.m.", "seven p m", "7 p.m."),
+    ("time", "10:15 a.m.", "ten fifteen a m", "10:15 a.m."),
+    ("date", "march 5 2020", "march fifth twenty twenty", "March 5, 2020"),
+    ("date", "december 25", "december twenty fifth", "December 25"),
+    ("date", "1990s", "nineteen nineties", "1990s"),
+    ("money", "$25000", "twenty five thousand dollars", "$25,000"),
+    ("money", "$1250000.75", "", "$1,250,000.75"),
+    ("money", "$0.50", "fifty cents", "50 cents"),
+    ("cardinal", "1200", "twelve hundred", "1,200"),
+    ("decimal", ".5", "point five", "0.5"),
+    ("decimal", "3.14159", "three point one four one five nine", "3.14159"),
+    ("measure", "5.5 %", "five point five percent", "5.5%"),
+    ("measure", "10 km/h", "ten kilometers per hour", "10 kilometers per hour"),
+    ("telephone", "5551234", "five five five one two three four", "555-1234"),
+    ("telephone", "555-123-4567", "", "555-123-4567"),
+    ("ordinal", "21st", "twenty first", "21st"),
+    ("ordinal", "3rd", "third", None),
+])
+def test_house_style(cls, written, spoken, styled):
+    assert itn.house_style(cls, written, spoken.split() or ["x"]) == styled
+
+
+def test_number_words_gate_the_grammars():
+    words = "so we met and then twenty five people came along to see it all".split()
+    assert itn._stretches(words) == [(1, 11)]
+    assert itn._stretches("nothing to see here".split()) == []
+    assert itn._stretches("the twenty-fifth".split()) == [(0, 2)]
+    assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS
+
+
+def test_load_without_the_extra_names_it(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynini(name, *args, **kwargs):
+        if name == "pynini" or name.startswith("nemo_text_processing"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynini)
+    with pytest.raises(DependencyError, match=r"pip install 'streampunct\[itn\]'"):
+        itn.load_normalizer()
+
+
+@pytest.fixture(scope="module")
+def nemo():
+    if not itn.available():
+        pytest.skip("needs the itn extra (nemo-text-processing, pynini)")
+    return itn.load_normalizer()  # compiled once into ~/.cache/streampunct/itn, then loaded
+
+
+def written(normalizer, text: str) -> str:
+    words = text.split()
+    out, i = [], 0
+    for p in normalizer.phrases(words):
+        out += words[i:p.start] + [p.text]
+        i = p.end
+    return " ".join(out + words[i:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spoken", "expected"), [
+    ("the meeting is at three thirty on march fifth", "the meeting is at 3:30 on March 5"),
+    ("it costs twenty five dollars", "it costs $25"),
+    ("it costs twenty-five dollars", "it costs $25"),
+    ("i have five dogs and the first one is old", "i have five dogs and the first one is old"),
+    ("call five five five one two three four now", "call 555-1234 now"),
+    ("about five point five percent of them", "about 5.5% of them"),
+    ("the twenty first century", "the 21st century"),
+    ("so i said to him that we should go", "so i said to him that we should go"),
+])
+def test_nemo_phrases(nemo, spoken, expected):
+    assert written(nemo, spoken) == expected
+
+
+@pytest.mark.slow
+def test_nemo_phrases_are_aligned_to_words_and_other_classes_stay_spoken(nemo):
+    words = "for example mister smith paid twenty dollars at w w w dot shop dot com".split()
+    assert nemo.phrases(words) == [Phrase(5, 7, "$20")]  # not "e.g.", "mr." or the URL

@@ -1,0 +1,263 @@
+"""Written forms (itn, lexicon) in the session rules and through a real server: what a client
+sees in finals and partials, the config answer, refusals and limits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
+from streampunct.options import SessionOptions
+from streampunct.protocol import (
+    ConfigApplied,
+    ConfigRequest,
+    EndRequest,
+    ErrorCode,
+    Final,
+    HypothesisMessage,
+    Limits,
+    Partial,
+    ResumeRequest,
+    Word,
+    WordsMessage,
+)
+from streampunct.session_protocol import SessionProtocol
+from streampunct.windowing import WindowConfig
+from streampunct.written_form import Lexicon, WrittenForms, normalize_lexicon
+from tests.streampunct.written_fakes import FakeNormalizer, WordAligner, marks_model
+
+WINDOW = WindowConfig(size=24, left=4, right=3)
+MARKS = {"today": PERIOD, "ok": PERIOD, "york": COMMA}
+SERVER_LEXICON = Lexicon(normalize_lexicon([("new york", "New York"), ("nasa", "NASA")]))
+
+
+class Driver:
+    """A session on a simulated clock with a word-level fake model (labels from ``MARKS``)."""
+
+    def __init__(self, options: SessionOptions, *, written: WrittenForms | None = None,
+                 limits: Limits = Limits()) -> None:
+        self.aligner = WordAligner()
+        self.infer = marks_model(self.aligner, MARKS)
+        if written is None:
+            written = WrittenForms(SERVER_LEXICON, FakeNormalizer())
+        self.protocol = SessionProtocol(aligner=self.aligner, window=WINDOW, defaults=options,
+                                        written=written, limits=limits)
+        self.now = 0.0
+        self.out: list = []
+
+    def _pump(self) -> None:
+        while (request := self.protocol.next_request(self.now)) is not None:
+            self.out.extend(self.protocol.apply(request, self.infer(request.input_ids)))
+
+    def send(self, message, dt: float = 0.1) -> list:
+        self.now += dt
+        first = len(self.out)
+        self.out.extend(self.protocol.receive(message, self.now))
+        self._pump()
+        return self.out[first:]
+
+    def frame(self, obj) -> list:
+        first = len(self.out)
+        self.out.extend(self.protocol.receive_frame(json.dumps(obj), self.now))
+        return self.out[first:]
+
+    def stream(self, text: str, chunk: int = 1) -> None:
+        words = text.split()
+        for i in range(0, len(words), chunk):
+            self.send(WordsMessage(tuple(Word(w) for w in words[i:i + chunk])))
+        self.send(EndRequest())
+
+    def finals(self) -> list[Final]:
+        return [m for m in self.out if isinstance(m, Final)]
+
+
+SPEECH = "it costs twenty five dollars today ok we flew to new york on monday ok"
+
+
+def test_one_word_finals_what_a_client_sees():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, itn=True))
+    driver.stream(SPEECH)
+    texts = [(f.words[0].w, f.text) for f in driver.finals()]
+    assert texts[:7] == [("it", "it"), ("costs", "costs"),
+                         ("twenty", ""), ("five", ""),  # held: "twenty five" goes on
+                         ("dollars", "$25"), ("today", "today."), ("ok", "ok.")]
+    # the lexicon phrase across finals: "new" is held, "york" writes "New York,"
+    assert texts[10:12] == [("new", ""), ("york", "New York,")]
+    assert " ".join(t for _, t in texts if t) == "it costs $25 today. ok. we flew to New York, on monday ok."
+
+
+def test_words_and_marks_are_the_same_with_itn_and_lexicon_on_and_off():
+    finals = {}
+    for on in (False, True):
+        driver = Driver(SessionOptions(right_context=2, max_delay_ms=60_000, itn=on,
+                                       lexicon=(("monday", "Monday"), ("new york", "New York")) if on else ()),
+                        written=WrittenForms(normalizer=FakeNormalizer()))
+        driver.stream(SPEECH, chunk=3)
+        finals[on] = driver.finals()
+    assert [(f.start, f.words) for f in finals[True]] == [(f.start, f.words) for f in finals[False]]
+    assert " ".join(f.text for f in finals[False]) == (
+        "it costs twenty five dollars today. ok. we flew to new york, on monday ok.")
+    assert " ".join(f.text for f in finals[True] if f.text) == (
+        "it costs $25 today. ok. we flew to New York, on Monday ok.")
+
+
+def test_phrase_inside_one_final():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, itn=True))
+    driver.send(WordsMessage(tuple(Word(w) for w in "it costs twenty five dollars today".split())))
+    assert [f.text for f in driver.finals()] == ["it costs $25"]
+    assert driver.finals()[0].words[-1].w == "dollars"
+
+
+def test_phrase_at_stream_end_is_written_by_the_last_final():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, itn=True))
+    driver.stream("it costs twenty five")
+    assert [f.text for f in driver.finals()] == ["it", "costs", "", "25."]
+
+
+def test_a_delay_deadline_with_nothing_after_writes_the_phrase_at_once():
+    # "twenty" is final by its delay with no word after it: nothing is held, so the
+    # number continued after the pause is a second written form (the documented cost).
+    driver = Driver(SessionOptions(right_context=3, max_delay_ms=1000, itn=True))
+    driver.send(WordsMessage((Word("costs"), Word("twenty"))))
+    driver.now += 1.5
+    driver._pump()
+    driver.send(WordsMessage((Word("five"),)))
+    driver.send(EndRequest())
+    assert [f.text for f in driver.finals()] == ["costs 20", "five."]
+
+
+def test_partials_start_with_the_held_words_and_write_their_phrases():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, itn=True))
+    driver.send(WordsMessage((Word("costs"), Word("twenty"), Word("five"))))
+    assert [f.text for f in driver.finals()] == ["costs"]  # "twenty" held: "twenty five" goes on
+    partial = [m for m in driver.out if isinstance(m, Partial)][-1]
+    assert (partial.start, [w.w for w in partial.words], partial.text) == (2, ["five"], "25")
+    driver.send(HypothesisMessage((Word("dollars"), Word("today"))))
+    partial = [m for m in driver.out if isinstance(m, Partial)][-1]
+    assert [w.w for w in partial.hypothesis] == ["dollars", "today"]
+    assert partial.text == "$25 today."
+
+
+def test_lexicon_in_partials_and_finals_alike():
+    options = SessionOptions(right_context=2, max_delay_ms=60_000, partials=True,
+                             lexicon=(("stream punct", "StreamPunct"),))
+    driver = Driver(options)
+    driver.send(WordsMessage((Word("we"), Word("use"), Word("stream"), Word("punct"))))
+    partial = [m for m in driver.out if isinstance(m, Partial)][-1]
+    assert partial.text == "StreamPunct"
+    driver.send(HypothesisMessage((Word("at"), Word("nasa"))))
+    assert [m for m in driver.out if isinstance(m, Partial)][-1].text == "StreamPunct at NASA"
+    driver.send(WordsMessage((Word("at"), Word("nasa"))))
+    driver.send(EndRequest())
+    assert " ".join(f.text for f in driver.finals() if f.text) == "we use StreamPunct at NASA."
+
+
+def test_config_answer_names_itn_and_lexicon():
+    driver = Driver(SessionOptions())
+    (answer,) = driver.frame({"type": "config", "itn": True, "lexicon": [["Stream  Punct", "StreamPunct"]]})
+    assert isinstance(answer, ConfigApplied)
+    wire = answer.to_json()["config"]
+    assert wire["itn"] is True and wire["lexicon"] == [["stream punct", "StreamPunct"]]
+
+
+def test_itn_is_refused_without_grammars_and_the_session_goes_on():
+    driver = Driver(SessionOptions(), written=WrittenForms(SERVER_LEXICON))
+    (error,) = driver.frame({"type": "config", "itn": True})
+    assert error.code == ErrorCode.BAD_REQUEST and "pip install 'streampunct[itn]'" in error.message
+    assert driver.protocol.options.itn is False
+    (answer,) = driver.frame({"type": "config", "lexicon": [["esa", "ESA"]]})
+    assert isinstance(answer, ConfigApplied) and answer.config.lexicon == (("esa", "ESA"),)
+    driver = Driver(SessionOptions(), written=WrittenForms(SERVER_LEXICON))
+    (error,) = driver.frame({"type": "resume", "start": 0, "context": [], "config": {"itn": True}})
+    assert error.code == ErrorCode.BAD_REQUEST and error.message.startswith("itn is not available")
+
+
+@pytest.mark.parametrize(("lexicon", "message"), [
+    ("NASA", "'lexicon' must be a list of [spoken, written] string pairs"),
+    ([["nasa"]], "'lexicon' must be a list of [spoken, written] string pairs"),
+    ([["nasa", 1]], "'lexicon' must be a list of [spoken, written] string pairs"),
+    ([["!!", "x"]], "lexicon[0]: the spoken phrase '!!' has no words"),
+    ([["a", "b"]] * 4, "'lexicon' has 4 pairs; the limit is 3"),
+    ([["a" * 10, "b" * 11]], "'lexicon' has 21 characters; the limit is 20"),
+])
+def test_malformed_or_oversized_lexicon_is_a_bad_request(lexicon, message):
+    driver = Driver(SessionOptions(), limits=Limits(max_lexicon_pairs=3, max_lexicon_chars=20))
+    (error,) = driver.frame({"type": "config", "lexicon": lexicon})
+    assert (error.code, error.message) == (ErrorCode.BAD_REQUEST, message)
+    assert driver.protocol.options.lexicon == ()
+
+
+def test_ready_announces_the_lexicon_limits():
+    limits = Driver(SessionOptions()).protocol.ready().to_json()["limits"]
+    assert limits["max_lexicon_pairs"] == Limits.max_lexicon_pairs
+    assert limits["max_lexicon_chars"] == Limits.max_lexicon_chars
+
+
+def test_resume_with_written_options():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.send(ResumeRequest(5, (), ConfigRequest(itn=True)))
+    driver.stream("twenty five dollars today")
+    assert [(f.start, f.text) for f in driver.finals()] == [(5, ""), (6, ""), (7, "$25"), (8, "today.")]
+
+
+def test_no_itn_no_lexicon_renders_as_before():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, capitalize=True),
+                    written=WrittenForms())
+    driver.stream("twenty five dollars today new york")
+    assert [f.text for f in driver.finals()] == ["Twenty", "five", "dollars", "today.", "New", "york."]
+    assert [w.p for f in driver.finals() for w in f.words] == ["", "", "", ".", "", ID_TO_MARK[PERIOD]]
+
+
+async def test_through_a_server_with_injected_grammars(aligner):
+    from streampunct.client import StreamClient, Transcript
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    config = ServerConfig(host="127.0.0.1", port=0, lexicon=(("new york", "New York"),))
+    server = await serve(config, engine_factory=FakeEngine, aligner=aligner, window=TEST_WINDOW,
+                         model_name="fake", normalizer=FakeNormalizer())
+    try:
+        await server.wait_ready()
+        client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True,
+                                            lexicon=[("nasa", "NASA")])
+        assert client.options.itn and client.options.lexicon == (("nasa", "NASA"),)
+        for word in "nasa paid twenty five dollars in new york".split():
+            await client.send_words([word])
+        await client.end()
+        transcript, texts = Transcript(), []
+        async for message in client:
+            transcript.apply(message)
+            texts += [message.text] if isinstance(message, Final) and message.text else []
+        written = " ".join(texts)
+        assert written.replace(",", "").replace(".", "").replace("?", "") == "NASA paid $25 in New York"
+        assert transcript.words == "nasa paid twenty five dollars in new york".split()
+    finally:
+        await server.shutdown()
+
+
+async def test_a_server_without_grammars_refuses_itn(aligner):
+    from streampunct.client import ClientError, StreamClient
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake")
+    try:
+        await server.wait_ready()
+        with pytest.raises(ClientError, match="itn is not available on this server"):
+            await StreamClient.connect(server.url, itn=True)
+    finally:
+        await server.shutdown()
+    from streampunct.server import StreamServer
+
+    # itn by default needs grammars: refused when the server is built (it knows what was injected)
+    with pytest.raises(ValueError, match="itn by default: itn is not available"):
+        StreamServer(ServerConfig(session_defaults=SessionOptions(itn=True)), engine_factory=FakeEngine,
+                     aligner=aligner)
+
+
+def test_frames_of_lexicon_config_round_trip():
+    request = ConfigRequest(itn=True, lexicon=(("new york", "New York"),))
+    obj = request.to_json()
+    assert obj == {"type": "config", "itn": True, "lexicon": [["new york", "New York"]]}

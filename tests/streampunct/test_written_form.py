@@ -1,0 +1,244 @@
+"""Written forms in the pure core: lexicon matching, phrases and marks, rendering, and the
+rule that keeps a written form whole across finals (FinalTexts)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streampunct.labels import CAPITALIZED, COMMA, PERIOD, QUESTION, UPPER
+from streampunct.labels import O as NO
+from streampunct.text import render
+from streampunct.written_form import (
+    MAX_HELD_WORDS,
+    MAX_LEXICON_PHRASE_WORDS,
+    FinalTexts,
+    Formatter,
+    Lexicon,
+    Phrase,
+    WrittenForms,
+    normalize_lexicon,
+    parse_lexicon_tsv,
+)
+from tests.streampunct.written_fakes import FakeNormalizer
+
+LEXICON = Lexicon(normalize_lexicon([("new york", "New York"), ("new york city", "NYC"), ("nasa", "NASA"),
+                                     ("i phone", "iPhone"), ("stream punct", "StreamPunct")]))
+
+
+def itn(capitalize: bool = False, lexicon: Lexicon = Lexicon()) -> Formatter:
+    return Formatter(lexicon, FakeNormalizer(), capitalize)
+
+
+# -- lexicon --------------------------------------------------------------------------------
+
+
+def test_lexicon_longest_match_first_and_left_to_right():
+    words = "i flew from new york city to new york on an i phone".split()
+    assert LEXICON.phrases(words) == [Phrase(3, 6, "NYC"), Phrase(7, 9, "New York"), Phrase(11, 13, "iPhone")]
+
+
+def test_lexicon_layers_session_pairs_override_the_servers():
+    server = Lexicon([("nasa", "NASA"), ("new york", "New York")])
+    session = Lexicon([("nasa", "Nasa")], base=server)
+    assert session.get(("nasa",)) == "Nasa" and session.get(("new", "york")) == "New York"
+    assert server.get(("nasa",)) == "NASA" and len(session) == 2
+
+
+def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
+    assert normalize_lexicon([["  New  YORK, ", " New York "], ["i-phone", "iPhone"]]) == (
+        ("new york", "New York"), ("i-phone", "iPhone"))
+
+
+@pytest.mark.parametrize(("pair", "message"), [
+    (["...", "x"], "lexicon[0]: the spoken phrase '...' has no words"),
+    (["a", "  "], "lexicon[0]: the written form must be printable text"),
+    (["a", "x\x07y"], "lexicon[0]: the written form must be printable text"),
+    ([" ".join(["w"] * (MAX_LEXICON_PHRASE_WORDS + 1)), "x"],
+     f"the spoken phrase has {MAX_LEXICON_PHRASE_WORDS + 1} words; the limit is {MAX_LEXICON_PHRASE_WORDS}"),
+    (["a" * 257, "x"], "lexicon[0] is longer than 256 characters"),
+    (["a"], "lexicon[0] must be a [spoken, written] pair of strings"),
+])
+def test_normalize_lexicon_refuses_bad_pairs(pair, message):
+    with pytest.raises(ValueError, match=None) as e:
+        normalize_lexicon([pair])
+    assert message in str(e.value)
+
+
+def test_parse_lexicon_tsv_skips_comments_and_names_the_bad_line():
+    text = "# spoken\twritten\n\nnasa\tNASA\nnew york\tNew York\n"
+    assert parse_lexicon_tsv(text) == (("nasa", "NASA"), ("new york", "New York"))
+    with pytest.raises(ValueError, match=r"terms.tsv:2: expected 'spoken<TAB>written', got 'no tab here'"):
+        parse_lexicon_tsv("nasa\tNASA\nno tab here\n", source="terms.tsv")
+    with pytest.raises(ValueError, match=r"terms.tsv:1: the spoken phrase '\?' has no words"):
+        parse_lexicon_tsv("?\tx\n", source="terms.tsv")
+
+
+# -- phrases and rendering ------------------------------------------------------------------
+
+
+def test_phrases_never_span_a_mark_and_unlabeled_words_count_as_no_mark():
+    f = itn()
+    words = "it was twenty five dollars".split()
+    assert f.phrases(words, [NO] * 5) == [Phrase(2, 5, "$25")]
+    assert f.phrases(words, [NO, NO, COMMA, NO, NO]) == [Phrase(2, 3, "20"), Phrase(3, 5, "$5")]
+    assert f.phrases(words, [NO, NO, NO, None, None]) == [Phrase(2, 5, "$25")]
+
+
+def test_lexicon_first_then_itn_between_its_matches():
+    f = Formatter(Lexicon([("twenty five", "twenty-five")]), FakeNormalizer())
+    assert f.phrases("twenty five and thirty two".split(), [NO] * 5) == [
+        Phrase(0, 2, "twenty-five"), Phrase(3, 5, "32")]
+
+
+def test_render_writes_phrases_verbatim_with_the_last_words_mark():
+    f = itn(capitalize=True, lexicon=LEXICON)
+    words = "i phone costs twenty five dollars in new york".split()
+    labels = [NO, NO, NO, NO, NO, COMMA, NO, NO, PERIOD]
+    # "iPhone" opens the sentence as written (no capital added); the comma follows "$25".
+    assert f.render(words, labels, sentence_start=True) == "iPhone costs $25, in New York."
+
+
+def test_render_learned_case_outside_phrases_and_no_double_period():
+    f = Formatter(Lexicon([("p m", "p.m.")]), None, capitalize=True)
+    words = ["see", "nasa", "at", "seven", "p", "m"]
+    labels = [NO, NO, NO, NO, NO, PERIOD]
+    cases = [CAPITALIZED, UPPER, None, None, None, None]
+    assert f.render(words, labels, cases, sentence_start=False) == "See NASA at seven p.m."
+
+
+def test_without_lexicon_or_itn_render_is_plain_render():
+    f = Formatter(Lexicon(), None, capitalize=True)
+    words, labels = ["hello", "i", "do", "n't", "know"], [COMMA, NO, NO, NO, QUESTION]
+    assert not f.active
+    assert f.render(words, labels, sentence_start=True) == render(words, labels, capitalize=True)
+
+
+# -- across finals ---------------------------------------------------------------------------
+
+
+def test_phrase_inside_one_final():
+    texts = FinalTexts(itn())
+    text = texts.final("it costs twenty five dollars".split(), [NO] * 4 + [COMMA], [], sentence_start=True,
+                       context=["we", "said"])
+    assert (text, texts.held) == ("it costs $25,", 0)
+
+
+def test_phrase_across_two_finals_goes_whole_into_the_final_of_its_last_word():
+    texts = FinalTexts(itn())
+    first = texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True,
+                        context=["five", "dollars", "today"])
+    assert (first, texts.held) == ("it costs", 1)  # "twenty" is held: the phrase goes on
+    second = texts.final(["five", "dollars", "today"], [NO, NO, PERIOD], [], sentence_start=False,
+                         context=["and"])
+    assert (second, texts.held) == ("$25 today.", 0)
+
+
+def test_phrase_across_three_finals():
+    texts = FinalTexts(itn())
+    out = [texts.final(["costs", "two"], [NO, NO], [], sentence_start=True, context=["hundred"]),
+           texts.final(["hundred"], [NO], [], sentence_start=False, context=["five", "dollars"]),
+           texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[])]
+    assert out == ["costs", "", "$205."]
+
+
+def test_phrase_at_the_end_of_known_words_is_written_at_once():
+    # No word after it has arrived (a flush, the end, or a delay deadline): nothing is held,
+    # so a phrase that goes on in words arriving later is written in two parts.
+    texts = FinalTexts(itn())
+    assert texts.final(["it", "costs", "twenty"], [NO, NO, NO], [], sentence_start=True, context=[]) == "it costs 20"
+    assert texts.held == 0
+
+
+def test_held_words_open_the_partial_and_the_partial_writes_its_phrases():
+    texts = FinalTexts(itn(capitalize=True))
+    texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=["five", "dollars"])
+    assert texts.partial(["five", "dollars"], [NO, PERIOD], [], sentence_start=False) == "$25."
+    # a partial that does not follow the last final word (words in flight between) starts at its own words
+    assert texts.partial(["dollars"], [PERIOD], [], sentence_start=False, follows_finals=False) == "dollars."
+
+
+def test_held_words_keep_their_sentence_start():
+    texts = FinalTexts(itn(capitalize=True))
+    assert texts.final(["end", "twenty"], [PERIOD, NO], [], sentence_start=True, context=["one"]) == "End."
+    assert texts.final(["one", "was", "it"], [NO, NO, PERIOD], [], sentence_start=False, context=[]) == "21 was it."
+    texts = FinalTexts(Formatter(LEXICON, None, capitalize=True))
+    assert texts.final(["fine", "stream"], [PERIOD, NO], [], sentence_start=True, context=["punct"]) == "Fine."
+    assert texts.final(["punct", "rocks"], [NO, PERIOD], [], sentence_start=False, context=[]) == "StreamPunct rocks."
+
+
+def test_a_mark_ends_the_phrase_so_nothing_is_held():
+    texts = FinalTexts(itn())
+    assert texts.final(["twenty"], [COMMA], [], sentence_start=True, context=["five", "dollars"]) == "20,"
+    assert texts.held == 0
+
+
+def test_lexicon_phrase_across_finals_and_the_longest_match_wins():
+    texts = FinalTexts(Formatter(LEXICON, None))
+    assert texts.final(["to", "new"], [NO, NO], [], sentence_start=True, context=["york", "city"]) == "to"
+    assert texts.final(["york", "city"], [NO, PERIOD], [], sentence_start=False, context=[]) == "NYC."
+
+
+def test_a_run_longer_than_the_hold_limit_is_written_as_it_is():
+    texts = FinalTexts(itn())
+    run = ["twenty"] * (MAX_HELD_WORDS + 1)
+    text = texts.final(run, [NO] * len(run), [], sentence_start=True, context=["one"])
+    assert texts.held == 0 and text == str(20 * len(run))
+
+
+def _lowercase_lexicon_formatter() -> Formatter:
+    """A lexicon writing phrases in capitals: lowercased, the text is the plain text again."""
+    pairs = [("a b", "A B"), ("b c d", "B C D"), ("d", "D"), ("c a", "C A")]
+    return Formatter(Lexicon(pairs), None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.sampled_from("a b c d e".split()), min_size=1, max_size=30),
+    marks=st.lists(st.sampled_from([NO, NO, NO, COMMA, PERIOD]), min_size=30, max_size=30),
+    cuts=st.lists(st.integers(1, 6), min_size=30, max_size=30),
+    seen=st.lists(st.integers(0, 6), min_size=30, max_size=30),
+)
+def test_finals_write_every_word_once_in_order_whatever_the_context(words, marks, cuts, seen):
+    """Finals of any sizes, each with any part of the words after it as context: the
+    concatenated texts hold every word once, in order, with its mark."""
+    formatter = _lowercase_lexicon_formatter()
+    texts, out, i, k = FinalTexts(formatter), [], 0, 0
+    labels = marks[: len(words)]
+    while i < len(words):
+        j = min(len(words), i + cuts[k])
+        context = words[j : j + seen[k]]
+        out.append(texts.final(words[i:j], labels[i:j], [], sentence_start=False, context=context))
+        i, k = j, k + 1
+    out.append(texts.final([], [], [], sentence_start=False, context=[])) if texts.held else None
+    assert texts.held == 0
+    joined = " ".join(t for t in out if t)
+    assert joined.lower() == render(words, labels, sentence_start=False).lower()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.sampled_from("twenty five one hundred dollars it costs".split()), min_size=1, max_size=25),
+    cuts=st.lists(st.integers(1, 5), min_size=25, max_size=25),
+)
+def test_with_the_whole_rest_as_context_finals_write_what_one_pass_writes(words, cuts):
+    """When every final sees the rest of the stream, its written forms are those of the whole
+    text written at once: no phrase is cut by a final."""
+    formatter = itn()
+    labels = [NO] * (len(words) - 1) + [PERIOD]
+    texts, out, i, k = FinalTexts(formatter), [], 0, 0
+    while i < len(words):
+        j = min(len(words), i + cuts[k])
+        out.append(texts.final(words[i:j], labels[i:j], [], sentence_start=False, context=words[j:]))
+        i, k = j, k + 1
+    assert " ".join(t for t in out if t) == formatter.render(words, labels, sentence_start=False)
+
+
+def test_written_forms_refuse_itn_without_a_normalizer():
+    assert WrittenForms().refusal(True).startswith("itn is not available on this server")
+    assert WrittenForms().refusal(False) is None
+    assert WrittenForms(normalizer=FakeNormalizer()).refusal(True) is None
+    assert not WrittenForms().formatter(itn=False, lexicon=(), capitalize=True).active
+    f = WrittenForms(Lexicon([("nasa", "NASA")])).formatter(itn=False, lexicon=[("esa", "ESA")], capitalize=False)
+    assert f.lexicon.get(("nasa",)) == "NASA" and f.lexicon.get(("esa",)) == "ESA"
