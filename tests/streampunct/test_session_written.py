@@ -10,6 +10,7 @@ import pytest
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
+    DEFAULT_LIMITS,
     ConfigApplied,
     ConfigRequest,
     EndRequest,
@@ -36,7 +37,7 @@ class Driver:
     """A session on a simulated clock with a word-level fake model (labels from ``MARKS``)."""
 
     def __init__(self, options: SessionOptions, *, written: WrittenForms | None = None,
-                 limits: Limits = Limits()) -> None:
+                 limits: Limits = DEFAULT_LIMITS) -> None:
         self.aligner = WordAligner()
         self.infer = marks_model(self.aligner, MARKS)
         if written is None:

@@ -27,8 +27,8 @@ LEXICON = Lexicon(normalize_lexicon([("new york", "New York"), ("new york city",
                                      ("i phone", "iPhone"), ("stream punct", "StreamPunct")]))
 
 
-def itn(capitalize: bool = False, lexicon: Lexicon = Lexicon()) -> Formatter:
-    return Formatter(lexicon, FakeNormalizer(), capitalize)
+def itn(capitalize: bool = False, lexicon: Lexicon | None = None) -> Formatter:
+    return Formatter(lexicon or Lexicon(), FakeNormalizer(), capitalize)
 
 
 # -- lexicon --------------------------------------------------------------------------------
