@@ -313,3 +313,18 @@ def test_a_stream_cut_anywhere_and_resumed_delivers_every_word_once(case):
     if after:
         opens = not context or context[-1].p in (".", "?")
         assert after[0].text[0].isupper() == opens, after[0].text
+
+
+def test_resume_carries_every_option_a_config_can():
+    """A client resumes with its session's effective options (``SessionOptions.to_json``): they
+    go through ``decode_config`` and come back as the same options, new ones (itn, lexicon) too."""
+    from dataclasses import fields
+
+    from streampunct.protocol import decode_config
+
+    defaults = SessionOptions()
+    changed = {"right_context": 7, "max_delay_ms": 1234, "partials": True, "capitalize": True, "itn": True,
+               "lexicon": (("new york", "New York"),)}
+    options = SessionOptions(**{f.name: changed.get(f.name, getattr(defaults, f.name)) for f in fields(defaults)})
+    request = ResumeRequest(3, (), decode_config(options.to_json()))
+    assert decode(encode(request)).config.apply_to(defaults) == options

@@ -280,3 +280,25 @@ async def test_caption_command_resumes_on_another_server(start_server, tmp_path,
     expected = expected_text(words, fake_labels)
     assert out.read_text().strip() == expected
     assert stdout.decode().replace("\n", " ").strip() == expected
+
+
+def test_reconnect_waits_double_up_to_the_cap_with_jitter():
+    import random
+
+    policy = Reconnect(attempts=8, initial_delay_s=0.2, max_delay_s=1.0)
+    rng = random.Random(0)
+    for attempt, whole in [(1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (8, 1.0), (200, 1.0)]:
+        waits = [policy.delay(attempt, rng) for _ in range(50)]
+        assert all(whole / 2 <= w <= whole for w in waits) and max(waits) - min(waits) > whole / 10
+    for bad in ({"attempts": -1}, {"initial_delay_s": -0.1}, {"initial_delay_s": 2.0, "max_delay_s": 1.0}):
+        with pytest.raises(ValueError):
+            Reconnect(**bad)
+
+
+def test_a_notice_is_one_line_that_says_what_happened():
+    resumed = ResumeNotice(1012, "server restarting", 57, 3, 1, 0.31, "ws://lb/v1/stream")
+    assert resumed.format() == ("connection lost (close code 1012: server restarting); resumed at word 57 on "
+                                "ws://lb/v1/stream after 1 attempt in 0.3 s, 3 words sent again")
+    failed = ResumeNotice(1006, "", None, 0, 10, 31.0, "ws://lb/v1/stream", "cannot connect to ws://lb: refused")
+    assert failed.format() == ("connection lost (the connection dropped); could not resume (10 attempts in "
+                               "31.0 s): cannot connect to ws://lb: refused")
