@@ -74,6 +74,7 @@ from streampunct.stream_cache import KVCache, new_cache, run_stream_calls
 from streampunct.stream_state import WindowRequest
 from streampunct.text import normalize_words, render
 from streampunct.windowing import WindowConfig, pad_batch
+from streampunct.written_form import Lexicon, WrittenForms, normalize_lexicon
 
 __all__ = ["Final", "Partial", "Punctuator", "Stream"]
 
@@ -94,8 +95,10 @@ class Punctuator:
     """
 
     def __init__(self, decoder: _Decoder, *, name: str, capitalize: bool = True,
-                 stream_engine: object | None = None, stream_cache_tokens: int | None = None) -> None:
+                 stream_engine: object | None = None, stream_cache_tokens: int | None = None,
+                 written: WrittenForms | None = None) -> None:
         self._decoder = decoder
+        self.written = written if written is not None else WrittenForms()
         self.name = name
         self.capitalize = capitalize
         self._stream_engine = stream_engine
@@ -110,6 +113,9 @@ class Punctuator:
         stream_cache: str = "auto",
         stream_cache_tokens: int | None = None,
         capitalize: bool = True,
+        itn: bool = False,
+        lexicon: Iterable[Sequence[str]] = (),
+        itn_cache: str | Path | None = None,
         **engine_options: Any,
     ) -> Punctuator:
         """Load a model folder (None: the shipped ``models/default``, or ``$STREAMPUNCT_MODEL``).
@@ -124,10 +130,15 @@ class Punctuator:
             capitalize: the default for :meth:`punctuate` and :meth:`stream` (True
                 here; the server's sessions default to False): sentence starts and
                 "I", and the learned case of a model with a truecasing head.
+            itn: load the ITN grammars (the ``itn`` extra; compiled once into
+                ``itn_cache``, default ``~/.cache/streampunct/itn``): numbers, dates,
+                times and money written as digits and symbols by default.
+            lexicon: ``(spoken, written)`` pairs applied in every text, as ``serve --lexicon``.
             engine_options: the backend's options (e.g. ``intra_op_threads=1``).
         """
         if stream_cache not in STREAM_CACHE_MODES:
             raise InputError(f"stream_cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {stream_cache!r}")
+        written = written_forms(itn=itn, lexicon=lexicon, itn_cache=itn_cache)
         info = load_model_info(model_dir)
         try:
             decoder = _Decoder.from_model_dir(info.path, engine=engine, **engine_options)
@@ -151,7 +162,7 @@ class Punctuator:
         if stream_engine is not None and stream_cache_tokens is None:
             stream_cache_tokens = _cache_tokens(info)
         return cls(decoder, name=info.name, capitalize=capitalize, stream_engine=stream_engine,
-                   stream_cache_tokens=stream_cache_tokens)
+                   stream_cache_tokens=stream_cache_tokens, written=written)
 
     @classmethod
     def from_engine(
@@ -165,6 +176,7 @@ class Punctuator:
         stream_cache_tokens: int | None = None,
         name: str = "custom",
         capitalize: bool = True,
+        written: WrittenForms | None = None,
     ) -> Punctuator:
         """A punctuator over an engine you built (the Engine protocol: ``infer``, and
         ``has_case``/``infer_heads`` for a truecasing head).
@@ -172,11 +184,12 @@ class Punctuator:
         ``stream_engine``: a streaming graph's engine (``infer_stream``,
         ``stream_shape``) for cached left context in streams, keeping
         ``stream_cache_tokens`` tokens (None: the streaming window's left context).
+        ``written``: the lexicon and ITN grammars (:func:`written_forms`).
         """
         window = window or WindowConfig()
         decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window)
         return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,
-                   stream_cache_tokens=stream_cache_tokens)
+                   stream_cache_tokens=stream_cache_tokens, written=written)
 
     @property
     def info(self) -> ModelInfo | None:
@@ -200,17 +213,24 @@ class Punctuator:
         """Streams run with cached left context (a streaming graph is loaded)."""
         return self._stream_engine is not None
 
-    def punctuate(self, text: str | Sequence[str], *, capitalize: bool | None = None) -> str:
+    def punctuate(self, text: str | Sequence[str], *, capitalize: bool | None = None,
+                  itn: bool | None = None) -> str:
         """Punctuate a whole text (a string, or a list of words) with the offline decoder.
 
         Punctuation and case in the input are dropped first; the last word ends a
         sentence. Returns ``""`` when the text holds no words. ``capitalize`` (None:
-        this punctuator's default) as in :meth:`load`.
+        this punctuator's default) as in :meth:`load`; ``itn`` (None: on when the
+        grammars are loaded) writes numbers as digits; the lexicon always applies.
         """
         words = normalize_words(text.split() if isinstance(text, str) else _strings(text))
         if not words:
             return ""
         capitalize = self.capitalize if capitalize is None else capitalize
+        formatter = self.written.formatter(itn=self._itn(itn), lexicon=(), capitalize=capitalize)
+        if formatter.active:
+            labels, cases = (self._decoder.labels_and_cases(words) if capitalize and self.has_case
+                             else (self._decoder.punctuate(words), ()))
+            return formatter.render(words, labels, cases or (), sentence_start=True)
         if capitalize and self.has_case:
             labels, cases = self._decoder.labels_and_cases(words)
             return render(words, labels, capitalize=True, cases=cases)
@@ -224,20 +244,33 @@ class Punctuator:
         capitalize: bool | None = None,
         partials: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        itn: bool | None = None,
+        lexicon: Iterable[Sequence[str]] = (),
     ) -> Stream:
         """A new stream with the server's session options (None: the server's defaults,
         ``right_context`` 3 and ``max_delay_ms`` 2000; ``capitalize``: this
         punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
         provisional labels of the words not yet final. ``clock``: the time of a call
-        that passes no ``now`` (see the module doc, "Time")."""
+        that passes no ``now`` (see the module doc, "Time"). ``itn`` (None: on when the
+        grammars are loaded) and ``lexicon`` (pairs over the punctuator's): as a session's
+        ``config.itn`` and ``config.lexicon``."""
         base = SessionOptions()
         options = SessionOptions(
             right_context=base.right_context if right_context is None else right_context,
             max_delay_ms=base.max_delay_ms if max_delay_ms is None else max_delay_ms,
             partials=partials,
             capitalize=self.capitalize if capitalize is None else capitalize,
+            itn=self._itn(itn),
+            lexicon=_lexicon(lexicon),
         )
         return Stream(self, options, clock)
+
+    def _itn(self, itn: bool | None) -> bool:
+        if itn is None:
+            return self.written.normalizer is not None
+        if itn and self.written.normalizer is None:
+            raise InputError("itn needs the ITN grammars: Punctuator.load(..., itn=True)")
+        return itn
 
     def close(self) -> None:
         """Release the engines (idempotent)."""
@@ -275,7 +308,8 @@ class Stream:
         self._punctuator = punctuator
         self._clock = clock
         self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
-                                         defaults=options, model_name=punctuator.name)
+                                         defaults=options, model_name=punctuator.name,
+                                         written=punctuator.written)
         self._cache: KVCache | None = None
         self._cache_state: object = None  # the stream state the cache was built for
         self.partial: Partial | None = None
@@ -390,6 +424,23 @@ def _word(item: str | Word) -> Word:
     if not isinstance(item, str):
         raise InputError(f"a word must be a str or a streampunct.protocol.Word, not {type(item).__name__}")
     return Word(item)
+
+
+def written_forms(*, itn: bool = False, lexicon: Iterable[Sequence[str]] = (),
+                  itn_cache: str | Path | None = None) -> WrittenForms:
+    """A lexicon and, with ``itn``, the ITN grammars (loaded now; raises
+    :class:`~streampunct.errors.DependencyError` without the ``itn`` extra)."""
+    from streampunct.itn import load_normalizer
+
+    pairs = _lexicon(lexicon)
+    return WrittenForms(Lexicon(pairs), load_normalizer(Path(itn_cache) if itn_cache else None) if itn else None)
+
+
+def _lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    try:
+        return normalize_lexicon(list(pairs))
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _strings(words: Iterable[str]) -> list[str]:

@@ -31,3 +31,16 @@ non_negative_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: 0 < v < float("inf"), "> 0")
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
+
+
+def lexicon_file(path: str) -> tuple[tuple[str, str], ...]:
+    """A lexicon file (one ``spoken<TAB>written`` pair a line, ``#`` comments) as normalized
+    pairs (:func:`streampunct.written_form.parse_lexicon_tsv`)."""
+    from streampunct.errors import InputError
+    from streampunct.textfile import read_text
+    from streampunct.written_form import parse_lexicon_tsv
+
+    try:
+        return parse_lexicon_tsv(read_text(path), source=path)
+    except (InputError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

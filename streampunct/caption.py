@@ -66,7 +66,6 @@ from streampunct.protocol import (
     SessionOptions,
 )
 from streampunct.subtitles import SubtitleWriter, TimedWord
-from streampunct.text import render
 
 __all__ = [  # the readers and the message splitting live in caption_input / client; named here too
     "CaptionResult", "CaptionView", "InputStopped", "StreamClosedEarly", "asr_chunks", "caption", "connect",
@@ -94,9 +93,12 @@ def lost_words_errors(transcript: Transcript) -> list[Error]:
 class CaptionView:
     """Renders captions: complete sentences as lines, the sentence in progress live.
 
-    With ``live`` (a terminal), a status line shows the final words of the
-    current sentence followed by the dimmed provisional tail, rewritten in
-    place; without it, only complete lines are printed.
+    The text is the finals' ``text`` as the server sent it (sentence capitals,
+    learned case, and with ``itn`` or a lexicon the written forms: "$25",
+    "New York"). With ``live`` (a terminal), a status line shows the final
+    text of the current sentence followed by the dimmed provisional tail (the
+    partial's text), rewritten in place; without it, only complete lines are
+    printed. ``capitalize`` is what the session asked the server for.
     """
 
     def __init__(self, out: TextIO, *, live: bool, width: int = 100, capitalize: bool = True) -> None:
@@ -104,37 +106,58 @@ class CaptionView:
         self.live = live
         self.width = max(20, width)
         self.capitalize = capitalize
-        self._printed = 0  # final words already printed as complete sentences
+        self._finals = 0  # finals whose text is taken
+        self._line = ""  # final text of the sentence in progress
 
-    def _render(self, transcript: Transcript, start: int, end: int) -> str:
-        return render(
-            (transcript.written if self.capitalize else transcript.words)[start:end], transcript.labels[start:end],
-            capitalize=self.capitalize, sentence_start=True,
-        )
+    def _take(self, transcript: Transcript) -> list[str]:
+        """The sentences the new finals complete; the rest goes on the line in progress."""
+        done = []
+        for start, end, text in transcript.texts[self._finals:]:
+            ends = sum(1 for label in transcript.labels[start:end] if label in (PERIOD, QUESTION))
+            for piece, complete in _sentences(text, ends):
+                self._line = f"{self._line} {piece}" if self._line else piece
+                if complete:
+                    done.append(self._line)
+                    self._line = ""
+        self._finals = len(transcript.texts)
+        return done
 
     def update(self, transcript: Transcript) -> None:
-        labels = transcript.labels
-        end = None
-        for i in range(transcript.n_final - 1, self._printed - 1, -1):
-            if labels[i] in (PERIOD, QUESTION):
-                end = i + 1
-                break
-        if end is not None:
-            self.out.write((_CLEAR_LINE if self.live else "") + self._render(transcript, self._printed, end) + "\n")
-            self._printed = end
+        done = self._take(transcript)
+        if done:
+            self.out.write((_CLEAR_LINE if self.live else "") + " ".join(done) + "\n")
         if self.live:
-            current = self._render(transcript, self._printed, transcript.n_final)
-            tail = " ".join(w.w + w.p for w in transcript.tail)
-            current, tail = _fit(current, tail, self.width - 1)
+            follows = transcript.partial_start == transcript.n_final and transcript.partial_text
+            tail = transcript.partial_text if follows else " ".join(w.w + w.p for w in transcript.tail)
+            current, tail = _fit(self._line, tail, self.width - 1)
             gap = " " if current and tail else ""
             self.out.write(f"{_CLEAR_LINE}{current}{gap}{_DIM}{tail}{_RESET}")
         self.out.flush()
 
     def close(self, transcript: Transcript) -> None:
-        rest = self._render(transcript, self._printed, transcript.n_final)
+        rest = " ".join([*self._take(transcript), self._line]).strip()
+        self._line = ""
         self.out.write((_CLEAR_LINE if self.live else "") + (rest + "\n" if rest else ""))
-        self._printed = transcript.n_final
         self.out.flush()
+
+
+def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:
+    """``text`` cut after its ``ends`` sentence ends: ``(piece, ends a sentence)`` pairs.
+
+    ``ends`` (the final's words with a period or question mark) says how many of
+    its tokens ending in "." or "?" close a sentence; when a written form such as
+    "p.m." makes more end in ".", question marks and plain words go first.
+    """
+    tokens = text.split()
+    marked = [i for i, t in enumerate(tokens) if t.endswith((".", "?"))]
+    ranked = sorted(marked, key=lambda i: (not tokens[i].endswith("?"), "." in tokens[i][:-1], -i))
+    out, prev = [], 0
+    for i in sorted(ranked[:max(0, ends)]):
+        out.append((" ".join(tokens[prev : i + 1]), True))
+        prev = i + 1
+    if prev < len(tokens):
+        out.append((" ".join(tokens[prev:]), False))
+    return out
 
 
 def _fit(current: str, tail: str, width: int) -> tuple[str, str]:
@@ -205,6 +228,8 @@ async def caption(
     max_delay_ms: int | None = None,
     partials: bool | None = True,
     capitalize: bool | None = True,
+    itn: bool | None = None,
+    lexicon: Sequence[tuple[str, str]] | None = None,
     view: CaptionView | None = None,
     json_log: TextIO | None = None,
     subtitles: SubtitleWriter | None = None,
@@ -218,6 +243,8 @@ async def caption(
     the transcript (:func:`lost_words_errors`). A lost connection is resumed
     as ``reconnect`` says (default :class:`~streampunct.client.Reconnect`;
     ``Reconnect(attempts=0)``: never), with one line on ``errors`` each time.
+    ``itn`` and ``lexicon`` (``(spoken, written)`` pairs) are sent as the session's
+    ``config.itn`` and ``config.lexicon``.
 
     Raises :class:`StreamClosedEarly` (after closing the view and the
     subtitles, so nothing received is lost) when the stream ends before the
@@ -237,7 +264,7 @@ async def caption(
 
     stream = await ResumableStream.connect(
         url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
-        max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize,
+        max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
     )
     loop = asyncio.get_running_loop()
     t0 = loop.time()

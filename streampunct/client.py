@@ -215,6 +215,10 @@ class Transcript:
         written: each final word as the server wrote it in its final's ``text``
             (sentence capitals, and the case a truecasing head learned:
             ``NASA``, ``New York``; :func:`written_forms`).
+        texts: each final's ``(start, end, text)``, the text as the server sent it
+            (with ``itn`` or a lexicon it writes phrases, "$25", "New York",
+            which may take words of earlier finals: docs/protocol.md).
+        partial_text: the latest partial's ``text``.
         flushed_upto, ended_words: from ``flushed`` and ``end``.
         errors: ``error`` messages received.
     """
@@ -226,6 +230,8 @@ class Transcript:
     hypothesis: list[PunctuatedWord] = field(default_factory=list)
     final_words: list[PunctuatedWord] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
+    texts: list[tuple[int, int, str]] = field(default_factory=list)
+    partial_text: str = ""
     flushed_upto: int = 0
     ended_words: int | None = None
     errors: list[Error] = field(default_factory=list)
@@ -241,8 +247,10 @@ class Transcript:
             self.labels.extend(_mark_to_label(w.p) for w in message.words)
             self.final_words.extend(message.words)
             self.written.extend(written_forms(message))
+            self.texts.append((message.start, len(self.words), message.text))
         elif isinstance(message, Partial):
             self.partial, self.partial_start = list(message.words), message.start
+            self.partial_text = message.text
             self.hypothesis = list(message.hypothesis)
         elif isinstance(message, Flushed):
             self.flushed_upto = message.upto
@@ -572,14 +580,16 @@ class ResumableStream:
         on_notice: Callable[[ResumeNotice], None] | None = None, open_timeout: float = 10.0,
         max_size: int | None = 1 << 24, ping_timeout: float | None = None, seed: int | None = None,
         right_context: int | None = None, max_delay_ms: int | None = None, partials: bool | None = None,
-        capitalize: bool | None = None,
+        capitalize: bool | None = None, itn: bool | None = None,
+        lexicon: Sequence[tuple[str, str]] | None = None,
     ) -> ResumableStream:
         """Open the stream's first connection (failures raise :class:`ConnectError`); options as
         :meth:`StreamClient.connect`."""
         connect_options = {"token": token, "open_timeout": open_timeout, "max_size": max_size,
                            "ping_timeout": ping_timeout}
         client = await open_client(url, right_context=right_context, max_delay_ms=max_delay_ms,
-                                   partials=partials, capitalize=capitalize, **connect_options)
+                                   partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
+                                   **connect_options)
         return cls(client, url, connect_options, reconnect or Reconnect(), on_notice, seed)
 
     # -- what the stream holds -----------------------------------------------

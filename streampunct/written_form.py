@@ -279,7 +279,8 @@ class FinalTexts:
 
 #: Why ``itn`` is refused when a server has no grammars loaded.
 ITN_UNAVAILABLE = ("itn is not available on this server: it needs the 'itn' extra "
-                   "(pip install 'streampunct[itn]') and a server started with its grammars")
+                   "(pip install 'streampunct[itn]') and a server started with its grammars "
+                   "(serve --itn-grammars on)")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from streampunct.argtypes import positive_float, positive_int
+    from streampunct.argtypes import lexicon_file, positive_float, positive_int
     from streampunct.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
     from streampunct.client import Reconnect
 
@@ -44,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="show the provisional tail (default: on)")
     parser.add_argument("--capitalize", action=argparse.BooleanOptionalAction, default=True,
                         help="capitalize sentence starts (default: on)")
+    parser.add_argument("--itn", action=argparse.BooleanOptionalAction, default=None,
+                        help="ask for numbers, dates, times and money as digits (config.itn; the server needs "
+                             "its grammars: serve --itn-grammars on) (default: the server's)")
+    parser.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=None,
+                        help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line, "
+                             "sent as config.lexicon")
     parser.add_argument("--out", metavar="FILE", default=None,
                         help="text: write the final punctuated transcript here; vtt/srt/jsonl: the subtitles "
                              "(also on stdout)")
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             caption(
                 args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
                 right_context=args.right_context, max_delay_ms=args.max_delay_ms,
-                partials=args.partials, capitalize=args.capitalize, view=view,
+                partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
                 json_log=sys.stdout if args.json and args.format == "text" else None,
                 subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
             )
@@ -114,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         if out_file is not None:
             out_file.close()
     if args.out and args.format == "text":
-        Path(args.out).write_text(result.transcript.text(capitalize=args.capitalize) + "\n", encoding="utf-8")
+        written = " ".join(text for _, _, text in result.transcript.texts if text)  # the text as the server sent it
+        Path(args.out).write_text(written + "\n", encoding="utf-8")
     if closed_early is not None:
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
         return 2 if isinstance(closed_early, InputStopped) else 1

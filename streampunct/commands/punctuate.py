@@ -14,6 +14,7 @@ HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>L
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
+    from streampunct.argtypes import lexicon_file
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
@@ -22,6 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capitalize", action="store_true",
                    help="capitalize sentence starts and 'I'; a model with a truecasing head also writes "
                         "the case it learned (names, acronyms)")
+    p.add_argument("--itn", action="store_true",
+                   help="write numbers, dates, times and money as digits and symbols (inverse text "
+                        "normalization, as a session's config.itn; needs the itn extra)")
+    p.add_argument("--itn-cache", type=Path, default=None, metavar="DIR",
+                   help="where the compiled ITN grammars are cached (default: ~/.cache/streampunct/itn)")
+    p.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
+                   help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line "
+                        "(as serve --lexicon)")
     p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
 
 
@@ -50,12 +59,15 @@ def read_transcript_words(source: str) -> list[str]:
     return [w for line in read_transcript_lines(source) for w in line]
 
 
-def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool = False) -> list[str]:
+def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool = False,
+                    formatter=None) -> list[str]:
     """Each line punctuated as its own segment; blank lines stay blank.
 
     With ``capitalize`` a line opens a sentence after a line that ended one,
     and after a blank line (a paragraph break); a model with a truecasing head
-    also writes the names and acronyms it recognises.
+    also writes the names and acronyms it recognises. ``formatter``
+    (:class:`streampunct.written_form.Formatter`) writes lexicon phrases and,
+    with ITN, numbers in their written forms.
     """
     from streampunct.labels import PERIOD, QUESTION
     from streampunct.text import render
@@ -71,18 +83,25 @@ def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool =
             labels, cases = punctuator.labels_and_cases(words)
         else:
             labels, cases = punctuator.punctuate(words), None
-        out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases))
+        if formatter is not None and formatter.active:
+            out.append(formatter.render(words, labels, cases or (), sentence_start=sentence_start))
+        else:
+            out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases))
         sentence_start = labels[-1] in (PERIOD, QUESTION)
     return out
 
 
 def run(args: argparse.Namespace) -> int:
+    from streampunct.itn import load_normalizer
     from streampunct.punctuator import Punctuator
+    from streampunct.written_form import Lexicon, WrittenForms
 
     segments = read_transcript_lines(args.input)
+    written = WrittenForms(Lexicon(args.lexicon), load_normalizer(args.itn_cache) if args.itn else None)
+    formatter = written.formatter(itn=args.itn, lexicon=(), capitalize=args.capitalize)
     punctuator = Punctuator.from_model_dir(args.model, engine=args.engine)
     try:
-        text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize))
+        text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize, formatter=formatter))
     finally:
         punctuator.close()
     if args.out:

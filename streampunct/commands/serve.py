@@ -65,7 +65,7 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.argtypes import port, positive_int
+    from streampunct.argtypes import lexicon_file, port, positive_int
     from streampunct.batcher import BATCH_ROWS, BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import DRAIN_MODES, ServerConfig
@@ -146,6 +146,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="send provisional punctuation for the undecided tail")
     session.add_argument("--capitalize", action=argparse.BooleanOptionalAction,
                          default=SessionOptions.capitalize, help="capitalize sentence starts in 'text'")
+    session.add_argument("--itn", action=argparse.BooleanOptionalAction, default=SessionOptions.itn,
+                         help="write numbers, dates, times and money in 'text' as digits and symbols "
+                              "(inverse text normalization; needs the itn extra and implies "
+                              "--itn-grammars on)")
+    written = parser.add_argument_group("written forms (docs/protocol.md, 'Written forms')")
+    written.add_argument("--itn-grammars", choices=("auto", "on", "off"), default="off",
+                         help="load the ITN grammars at startup (a few seconds, about 100 MB), so that "
+                              "sessions may ask for itn: on (needs the itn extra), auto (when it is "
+                              "installed), off (default: itn is refused unless --itn)")
+    written.add_argument("--itn-cache", metavar="DIR", default=None,
+                         help="where the compiled ITN grammars are cached (default: "
+                              "~/.cache/streampunct/itn; the first start compiles them, about half a minute)")
+    written.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
+                         help="the server's lexicon: one 'spoken<TAB>written' pair a line ('new york<TAB>New "
+                              "York'), '#' comments; applies in every session, under its own config.lexicon")
 
 
 def flag_names(message: str, args: argparse.Namespace) -> str:
@@ -169,6 +184,7 @@ def build_config(args: argparse.Namespace):
 
     from streampunct.batcher import BatcherConfig
     from streampunct.errors import InputError
+    from streampunct.itn import available as itn_available
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import ServerConfig
 
@@ -177,6 +193,8 @@ def build_config(args: argparse.Namespace):
         raise InputError(f"--right-context must be between 0 and {limits.max_right_context}")
     if not 0 <= args.max_delay_ms <= limits.max_delay_ms:
         raise InputError(f"--max-delay-ms must be between 0 and {limits.max_delay_ms}")
+    if (args.itn or args.itn_grammars == "on") and not itn_available():
+        raise InputError("--itn needs the itn extra: pip install 'streampunct[itn]'")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     try:
@@ -197,7 +215,11 @@ def build_config(args: argparse.Namespace):
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
             allow_hosts=tuple(args.allow_host),
             allow_origins=tuple(args.allow_origin),
-            session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize),
+            session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,
+                                            itn=args.itn),
+            itn_grammars="on" if args.itn else args.itn_grammars,
+            itn_cache=Path(args.itn_cache) if args.itn_cache else None,
+            lexicon=args.lexicon,
             stream_cache=args.stream_cache,
             stream_cache_tokens=args.stream_cache_tokens,
             drain=args.drain,

@@ -43,29 +43,51 @@ def test_asr_chunks_keep_order_pace_and_size():
         asr_chunks(words, wps=0)
 
 
-def _transcript(pairs, partial=()):
+def _final(start, pairs, text):
+    return Final(start, tuple(PunctuatedWord(w, p) for w, p in pairs), text)
+
+
+def _transcript(pairs, partial=(), partial_text=""):
     t = Transcript()
-    t.apply(Final(0, tuple(PunctuatedWord(w, p) for w, p in pairs), ""))
+    t.apply(_final(0, pairs, render([w for w, _ in pairs], [ID_TO_MARK.index(p) for _, p in pairs],
+                                    capitalize=True)))
     if partial:
-        t.apply(Partial(len(pairs), tuple(PunctuatedWord(w, p) for w, p in partial), ""))
+        t.apply(Partial(len(pairs), tuple(PunctuatedWord(w, p) for w, p in partial), partial_text))
     return t
 
 
 def test_view_prints_complete_sentences_as_lines():
     out = io.StringIO()
     view = CaptionView(out, live=False, capitalize=True)
-    view.update(_transcript([("hello", ","), ("world", "")]))
+    t = Transcript()
+    t.apply(_final(0, [("hello", ","), ("world", "")], "Hello, world"))
+    view.update(t)
     assert out.getvalue() == ""
-    view.update(_transcript([("hello", ","), ("world", "."), ("how", ""), ("are", "?"), ("so", "")]))
-    assert out.getvalue() == "Hello, world. How are?\n"
-    view.close(_transcript([("hello", ","), ("world", "."), ("how", ""), ("are", "?"), ("so", "")]))
-    assert out.getvalue() == "Hello, world. How are?\nSo\n"
+    t.apply(_final(2, [("again", "."), ("how", ""), ("are", "?"), ("so", "")], "again. How are? So"))
+    view.update(t)
+    assert out.getvalue() == "Hello, world again. How are?\n"
+    view.close(t)
+    assert out.getvalue() == "Hello, world again. How are?\nSo\n"
+
+
+def test_view_shows_the_text_as_sent_with_written_forms_across_finals():
+    out = io.StringIO()
+    view = CaptionView(out, live=True, width=80, capitalize=True)
+    t = Transcript()
+    t.apply(_final(0, [("it", ""), ("costs", ""), ("twenty", "")], "It costs"))  # "twenty" held
+    t.apply(Partial(3, (PunctuatedWord("five", ""),), "25"))  # the partial starts with the held word
+    view.update(t)
+    assert out.getvalue().endswith("\r\x1b[KIt costs \x1b[2m25\x1b[0m")
+    t.apply(_final(3, [("five", ""), ("dollars", "."), ("at", ""), ("seven", ""), ("p", ""), ("m", ".")],
+                   "$25. At 7 p.m."))
+    view.update(t)
+    assert "\r\x1b[KIt costs $25. At 7 p.m.\n" in out.getvalue()
 
 
 def test_live_view_shows_the_dimmed_tail_on_a_status_line():
     out = io.StringIO()
     view = CaptionView(out, live=True, width=80, capitalize=True)
-    view.update(_transcript([("well", ",")], partial=[("maybe", ""), ("not", ".")]))
+    view.update(_transcript([("well", ",")], partial=[("maybe", ""), ("not", ".")], partial_text="maybe not."))
     text = out.getvalue()
     assert text.startswith("\r\x1b[K") and "Well," in text and "\x1b[2mmaybe not.\x1b[0m" in text
 
