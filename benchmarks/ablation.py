@@ -18,7 +18,6 @@ per-class F1) and writes every figure to the JSON file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
+from engines.model_meta import has_model_meta, read_model_meta
 from streampunct.data import read_word_labels
 
 DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
@@ -36,7 +36,7 @@ def _parse_model(spec: str) -> tuple[str, Path]:
     if not sep or not name or not folder:
         raise SystemExit(f"error: model {spec!r} must be NAME=FOLDER")
     path = Path(folder)
-    if not (path / "streampunct.json").is_file():
+    if not has_model_meta(path):
         raise SystemExit(f"error: {path} is not a model folder or checkpoint (no streampunct.json)")
     return name, path
 
@@ -66,7 +66,7 @@ def score_model(name: str, path: Path, sets: Sequence[Path]) -> dict[str, Any]:
     from training.data import Document
     from training.evaluation import decode_documents, score
 
-    meta = json.loads((path / "streampunct.json").read_text(encoding="utf-8"))
+    meta = read_model_meta(path)
     model, infer, aligner, window, close, engine = _open(path)
     out: dict[str, Any] = {
         "name": name,

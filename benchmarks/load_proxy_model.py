@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engines.model_meta import write_model_meta
+
 LABELS = ("O", "COMMA", "PERIOD", "QUESTION")
 WINDOW = {"size": 126, "left": 40, "right": 20}
 _DTYPES = {"F32": np.float32, "I64": np.int64, "F16": np.float16}
@@ -163,7 +165,7 @@ def build_proxy_model(out: Path, *, encoder: Path | None = None, seed: int = 0) 
     write_sidecar(sidecar, fp32)
     quantize_int8_dynamic(fp32, out / "model.int8.onnx")
     shutil.copy(encoder / "tokenizer.json", out / "tokenizer.json")
-    (out / "streampunct.json").write_text(json.dumps({
+    write_model_meta(out, {
         "name": "proxy-minilm-int8",
         "labels": list(LABELS),
         "label_position": "last",
@@ -172,7 +174,7 @@ def build_proxy_model(out: Path, *, encoder: Path | None = None, seed: int = 0) 
         "artifact": "model.int8.onnx",
         "encoder": "all-MiniLM-L6-v2",
         "note": "load-benchmark cost proxy: real encoder, random head; its punctuation is meaningless",
-    }, indent=2) + "\n")
+    })
     return out
 
 

@@ -22,7 +22,6 @@ windows; the figures go into its sidecar's ``parity`` and into the report.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import PRECISIONS, EngineError, GraphPrepError
+from engines.model_meta import write_model_meta
 from engines.onnx_export import (
     DEFAULT_OPSET,
     ExportResult,
@@ -258,9 +258,7 @@ def build_model_folder(
     for name, source in (copy_files or {}).items():
         shutil.copyfile(source, out_dir / name)
         written.append(out_dir / name)
-    info = {**model_metadata, "artifact": final.name}
-    (out_dir / "streampunct.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    written.append(out_dir / "streampunct.json")
+    written.append(write_model_meta(out_dir, {**model_metadata, "artifact": final.name}))
     return BuildReport(
         out_dir, final, tuple(written), export, parity, vs_onnx,
         parity_source or "random token ids",

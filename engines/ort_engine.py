@@ -28,6 +28,7 @@ from engines.base import (
     check_batch,
 )
 from engines.deps import require
+from engines.model_meta import ModelMeta, metadata_path, read_model_meta
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact
 
 logger = logging.getLogger(__name__)
@@ -297,32 +298,21 @@ def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None 
     from engines.registry import make_options
 
     model_dir = Path(model_dir)
-    meta = _folder_meta(model_dir)
-    name = meta.get("stream_artifact")
-    if not name:
+    meta = read_model_meta(model_dir)
+    if not meta.stream_artifact:
         raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
-    engine = OrtStreamEngine(model_dir / str(name), make_options(OrtOptions, dict(options or {}), "onnxruntime"))
-    engine.cache_tokens = stream_cache_tokens(meta, model_dir)
+    engine = OrtStreamEngine(model_dir / meta.stream_artifact,
+                             make_options(OrtOptions, dict(options or {}), "onnxruntime"))
+    engine.cache_tokens = meta.stream_cache_tokens
     return engine
 
 
-def _folder_meta(model_dir: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        return json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"cannot read {model_dir / 'streampunct.json'}: {e}") from e
-
-
-def stream_cache_tokens(meta: Mapping[str, Any], where: Path) -> int | None:
-    """A model folder's ``stream_cache_tokens`` (None when it names none)."""
-    value = meta.get("stream_cache_tokens")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ArtifactError(f"{where / 'streampunct.json'}: stream_cache_tokens must be a positive integer, not {value!r}")
-    return value
+def stream_cache_tokens(meta: ModelMeta | Mapping[str, Any], where: Path) -> int | None:
+    """A model folder's ``stream_cache_tokens`` (None when it names none), read through
+    :class:`engines.model_meta.ModelMeta` (``where``: the folder, for messages)."""
+    if not isinstance(meta, ModelMeta):
+        meta = ModelMeta.from_dict(meta, metadata_path(where))
+    return meta.stream_cache_tokens
 
 
 def quantizes_activations(sidecar: Sidecar) -> bool:
@@ -350,6 +340,6 @@ def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, An
     if not stream_interface_problems(sidecar.inputs, sidecar.outputs):
         # a folder whose one graph is the streaming graph (models/base): it runs whole windows too
         engine = OrtStreamEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))
-        engine.cache_tokens = stream_cache_tokens(_folder_meta(model_dir), model_dir)
+        engine.cache_tokens = read_model_meta(model_dir).stream_cache_tokens
         return engine
     return OrtEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))

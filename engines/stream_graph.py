@@ -40,7 +40,6 @@ is: dynamic int8 (``model.stream.int8.onnx``) or 4-bit weights
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -300,6 +299,7 @@ def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: s
     ``weights_from``: recorded in the sidecar's recipe when ``model`` was imported from a
     quantized graph rather than trained (``training.add_stream_graph --from-graph``).
     """
+    from engines.model_meta import read_model_meta, update_model_meta
     from engines.quantize import (
         DynamicQuantOptions,
         Int4Options,
@@ -309,9 +309,7 @@ def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: s
     from engines.sidecar import read_sidecar, write_sidecar
 
     model_dir = Path(model_dir)
-    meta_path = model_dir / "streampunct.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    artifact = model_dir / str(meta.get("artifact", ""))
+    artifact = model_dir / (read_model_meta(model_dir).artifact or "")
     parent = read_sidecar(artifact) if artifact.is_file() else None
     precision = parent.precision if parent is not None else "int8"
     recipe = (parent.recipe if parent is not None else None) or {}
@@ -333,7 +331,6 @@ def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: s
                                             stream=True)
     if weights_from:
         write_sidecar(sidecar.replace(recipe={**(sidecar.recipe or {}), "weights_from": weights_from}), out)
-    meta["stream_artifact"] = out.name
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    update_model_meta(model_dir, stream_artifact=out.name)
     logger.info("wrote %s (streaming graph, %s)", out, precision)
     return out

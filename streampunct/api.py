@@ -160,7 +160,7 @@ class Punctuator:
                 raise
             raise ModelError(f"cannot load the streaming graph of {info.path}: {e}") from e
         if stream_engine is not None and stream_cache_tokens is None:
-            stream_cache_tokens = _cache_tokens(info)
+            stream_cache_tokens = info.meta.stream_cache_tokens
         return cls(decoder, name=info.name, capitalize=capitalize, stream_engine=stream_engine,
                    stream_cache_tokens=stream_cache_tokens, written=written)
 
@@ -450,9 +450,3 @@ def _strings(words: Iterable[str]) -> list[str]:
             raise InputError(f"a word must be a str, not {type(w).__name__}")
     return out
 
-
-def _cache_tokens(info: ModelInfo) -> int | None:
-    """The folder's ``stream_cache_tokens`` (None: the streaming window's left context)."""
-    from engines.ort_engine import stream_cache_tokens
-
-    return stream_cache_tokens(info.metadata, info.path)

@@ -2,7 +2,9 @@
 
 A model folder (the shipped one is ``models/default``) holds an ONNX
 artifact with its JSON sidecar, ``tokenizer.json`` and ``streampunct.json``
-(label map, label position, window defaults, and the training record).
+(label map, label position, window defaults, and the training record). The
+file's schema, reader and writer are :mod:`engines.model_meta`; this module
+is the runtime's view of it (defaults applied, windows as ``WindowConfig``).
 
 With a streaming graph (``stream_artifact``) ``--stream-cache auto`` runs
 cached left context, keeping ``stream_cache_tokens`` tokens per stream,
@@ -14,11 +16,13 @@ for ``--stream-cache on``.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from engines.base import ArtifactError
+from engines.model_meta import METADATA_FILE, ModelMeta, read_model_meta
 from streampunct.alignment import Aligner
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
@@ -45,7 +49,7 @@ class ModelInfo:
             ``stream_window`` (e.g. ``{"left": 20}``: less left context per
             decision, fewer tokens per finalized word), tuned on live validation.
         max_word_tokens: sub-tokens kept per word.
-        metadata: the whole ``streampunct.json``.
+        meta: the whole ``streampunct.json``, parsed (:class:`engines.model_meta.ModelMeta`).
     """
 
     path: Path
@@ -54,7 +58,7 @@ class ModelInfo:
     label_position: str
     window: WindowConfig
     max_word_tokens: int
-    metadata: dict
+    meta: ModelMeta
     stream_window: WindowConfig | None = None
 
     def __post_init__(self) -> None:
@@ -62,11 +66,16 @@ class ModelInfo:
             object.__setattr__(self, "stream_window", self.window)
 
     @property
+    def metadata(self) -> dict[str, Any]:
+        """The whole ``streampunct.json`` as a JSON object (a copy; :attr:`meta` is its typed form)."""
+        return self.meta.to_dict()
+
+    @property
     def stream_cache_auto(self) -> bool:
         """Whether ``--stream-cache auto`` runs cached left context with this folder: it has
         a streaming graph (``stream_artifact``) and does not switch it off (``"stream_cache":
         false``; see the module doc)."""
-        return bool(self.metadata.get("stream_artifact")) and self.metadata.get("stream_cache", True) is not False
+        return self.meta.uses_stream_cache
 
     def aligner(self) -> Aligner:
         return Aligner.from_file(
@@ -79,7 +88,7 @@ class ModelInfo:
 def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
     """Read ``streampunct.json`` of a model folder, with clear errors."""
     path = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
-    meta_path = path / "streampunct.json"
+    meta_path = path / METADATA_FILE
     if path.exists() and not path.is_dir():
         raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")
     if not path.is_dir():
@@ -88,36 +97,29 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
     if not meta_path.is_file():
         raise ModelError(f"{path} is not a streampunct model folder: no streampunct.json")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ModelError(f"{meta_path}: invalid JSON ({e})") from None
-    labels = tuple(meta.get("labels", LABELS))
+        meta = read_model_meta(path)
+    except ArtifactError as e:
+        raise ModelError(str(e)) from None
+    labels = meta.labels if meta.labels is not None else LABELS
     if labels != LABELS:
         raise ModelError(f"{meta_path}: labels {labels} differ from {LABELS}")
-    win = meta.get("window") or {}
+    win = meta.window or {}
     try:
-        window = WindowConfig(**{k: int(v) for k, v in win.items() if k in ("size", "left", "right")})
+        window = WindowConfig(**win)
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{meta_path}: bad window {win!r} ({e})") from None
-    sw = meta.get("stream_window") or {}
+        raise ModelError(f"{meta_path}: bad window {dict(win)!r} ({e})") from None
+    sw = meta.stream_window or {}
     try:
-        if not isinstance(sw, dict) or set(sw) - {"size", "left", "right"}:
-            raise TypeError("keys must be among size, left, right")
-        stream_window = WindowConfig(**{**window.to_dict(), **{k: int(v) for k, v in sw.items()}})
+        stream_window = WindowConfig(**{**window.to_dict(), **sw})
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{meta_path}: bad stream_window {sw!r} ({e})") from None
-    if not isinstance(meta.get("stream_cache", True), bool):
-        raise ModelError(f"{meta_path}: stream_cache must be true or false, not {meta['stream_cache']!r}")
-    label_position = meta.get("label_position", "last")
-    if label_position not in ("last", "first"):
-        raise ModelError(f"{meta_path}: label_position must be 'last' or 'first'")
+        raise ModelError(f"{meta_path}: bad stream_window {dict(sw)!r} ({e})") from None
     return ModelInfo(
         path=path,
-        name=str(meta.get("name", path.name)),
+        name=meta.name if meta.name is not None else path.name,
         labels=labels,
-        label_position=label_position,
+        label_position=meta.label_position or "last",
         window=window,
-        max_word_tokens=int(meta.get("max_word_tokens", 16)),
-        metadata=meta,
+        max_word_tokens=meta.max_word_tokens or 16,
+        meta=meta,
         stream_window=stream_window,
     )

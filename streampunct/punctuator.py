@@ -180,7 +180,7 @@ class Punctuator:
     @property
     def has_stream_graph(self) -> bool:
         """The model folder has a streaming graph (cached left context, ``stream_artifact``)."""
-        return bool(self.info is not None and self.info.metadata.get("stream_artifact"))
+        return bool(self.info is not None and self.info.meta.stream_artifact)
 
     def stream_engine(self, mode: str = "auto", **options) -> object | None:
         """The model's streaming engine for simulations of a stream, per ``mode``

@@ -23,11 +23,11 @@ See engines.stream_graph.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import tempfile
 from pathlib import Path
 
+from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import read_sidecar, sha256_files
 from engines.stream_graph import build_stream_artifact
 from streampunct.errors import InputError
@@ -39,10 +39,9 @@ def checkpoint_source(checkpoint: Path) -> str:
 
 
 def _artifact(model_dir: Path) -> Path:
-    meta_path = model_dir / "streampunct.json"
-    if not meta_path.is_file():
+    if not has_model_meta(model_dir):
         raise InputError(f"{model_dir} is not a model folder (no streampunct.json)")
-    return model_dir / str(json.loads(meta_path.read_text(encoding="utf-8")).get("artifact", ""))
+    return model_dir / (read_model_meta(model_dir).artifact or "")
 
 
 def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:

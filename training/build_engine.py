@@ -17,6 +17,7 @@ import logging
 import os
 from pathlib import Path
 
+from engines.model_meta import has_model_meta
 from engines.parity import ParityWindows
 from streampunct.data import read_word_labels
 from streampunct.errors import DependencyError, InputError, ModelError
@@ -88,7 +89,7 @@ def check_checkpoint_folder(folder: Path) -> None:
     if not missing:
         return
     graphs = sorted(p.name for p in folder.iterdir() if p.suffix in (".onnx", ".plan"))
-    if (folder / "streampunct.json").is_file() and graphs:
+    if has_model_meta(folder) and graphs:
         raise InputError(
             f"{folder} is a built model folder (it has streampunct.json and {graphs[0]}), not a training "
             "checkpoint: build-engine needs a checkpoint folder with the encoder (config.json and its "

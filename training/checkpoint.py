@@ -16,7 +16,6 @@ exports to ONNX.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any
 
 from torch import nn
 
+from engines.base import ArtifactError
+from engines.model_meta import has_model_meta, read_model_meta, write_model_meta
 from streampunct.alignment import Aligner
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
@@ -86,8 +87,7 @@ def save_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Aligner 
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise ValueError(f"checkpoint metadata lacks {', '.join(missing)}")
-    (tmp / "streampunct.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
-                                          encoding="utf-8")
+    write_model_meta(tmp, meta)
     if directory.exists():
         shutil.rmtree(directory)
     tmp.rename(directory)
@@ -95,13 +95,13 @@ def save_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Aligner 
 
 
 def read_metadata(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / "streampunct.json"
-    if not path.is_file():
+    """The checkpoint's ``streampunct.json`` (read through :mod:`engines.model_meta`) as a JSON object."""
+    if not has_model_meta(directory):
         raise ModelError(f"{directory} is not a training checkpoint (no streampunct.json)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ModelError(f"{path}: invalid JSON ({e})") from None
+        return read_model_meta(directory).to_dict()
+    except ArtifactError as e:
+        raise ModelError(str(e)) from None
 
 
 def read_head_weights(directory: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:

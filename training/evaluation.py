@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from engines.model_meta import has_model_meta
 from streampunct.alignment import Aligner
 from streampunct.metrics import Report, evaluate
 from streampunct.punctuator import decode_offline
@@ -122,5 +123,5 @@ class RuntimeModel:
 
 def is_runtime_model(directory: Path) -> bool:
     """A runtime model folder (ONNX artifact + streampunct.json) rather than a training checkpoint."""
-    return (directory / "streampunct.json").is_file() and not (directory / "model.safetensors").is_file() \
+    return has_model_meta(directory) and not (directory / "model.safetensors").is_file() \
         and any(directory.glob("model*.onnx"))

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
+from engines.model_meta import has_model_meta, read_model_meta
 from streampunct.alignment import Aligner
 from streampunct.labels import LABELS
 from streampunct.windowing import WindowConfig
@@ -71,15 +72,15 @@ def label_distribution(docs: Sequence[Document]) -> dict[str, int]:
 
 def _finished(run_dir: Path) -> bool:
     metrics = run_dir / "metrics.jsonl"
-    if not (run_dir / "best" / "streampunct.json").is_file() or not metrics.is_file():
+    if not has_model_meta(run_dir / "best") or not metrics.is_file():
         return False
     return any(json.loads(line).get("type") == "done" for line in metrics.read_text().splitlines())
 
 
 def _result_of(run_dir: Path) -> RunResult:
-    meta = json.loads((run_dir / "best" / "streampunct.json").read_text(encoding="utf-8"))
-    return RunResult(run_dir / "best", meta["validation"]["overall_f1"], meta["validation"], 0,
-                     meta["window"])
+    meta = read_model_meta(run_dir / "best")
+    return RunResult(run_dir / "best", meta.get("validation")["overall_f1"], meta.get("validation"), 0,
+                     meta.get("window"))
 
 
 def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) -> RunResult:

@@ -38,7 +38,7 @@ from transformers import get_linear_schedule_with_warmup
 from streampunct.alignment import Aligner
 from streampunct.errors import StreampunctError
 from streampunct.windowing import WindowConfig
-from training.checkpoint import load_checkpoint, save_checkpoint
+from training.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from training.config import TrainConfig, config_to_toml
 from training.data import Batch, Document, SequenceDataset
 from training.evaluation import Validation, validate
@@ -429,7 +429,7 @@ class Trainer:
         return result
 
     def finish(self, elapsed: float) -> RunResult:
-        meta = json.loads((self.best_dir / "streampunct.json").read_text(encoding="utf-8"))
+        meta = read_metadata(self.best_dir)
         window = meta["window"]
         if self.cfg.eval.tune_windows:
             from training.window_tuning import tune_checkpoint_windows
@@ -437,7 +437,7 @@ class Trainer:
             window = tune_checkpoint_windows(self.best_dir, self.valid_docs, self.cfg.eval,
                                              max_word_tokens=self.cfg.data.max_word_tokens,
                                              log=self.log)
-            meta = json.loads((self.best_dir / "streampunct.json").read_text(encoding="utf-8"))
+            meta = read_metadata(self.best_dir)
         self.log.write("done", steps=self.state.step, seconds=round(elapsed, 1),
                        best_f1=self.state.best_f1, best_step=self.state.best_step, window=window)
         return RunResult(self.best_dir, self.state.best_f1, meta["validation"], self.state.step, window)

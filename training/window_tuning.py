@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +42,8 @@ from typing import Any
 
 from torch import nn
 
+from engines.base import ArtifactError
+from engines.model_meta import metadata_path, read_model_meta, write_model_meta
 from streampunct.alignment import Aligner
 from streampunct.metrics import Report
 from streampunct.windowing import WindowConfig
@@ -119,8 +120,7 @@ def tune_checkpoint_windows(directory: str | Path, docs: Sequence[Document], cfg
     best, rows = tune_windows(model, aligner, docs, grid, batch_size=cfg.batch_size)
     meta["window"] = best.to_dict()
     meta["window_tuning"] = {"set": "validation", "grid": rows, "chosen": best.to_dict()}
-    (directory / "streampunct.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
-                                                encoding="utf-8")
+    write_model_meta(directory, meta)
     if log is not None:
         log.write("window_tuning", grid=rows, chosen=best.to_dict())
     return best.to_dict()
@@ -135,14 +135,13 @@ def tune_model_folder(directory: str | Path, docs: Sequence[Document], grid: Seq
         best, rows = tune_runtime_windows(model, docs, grid, tolerance=tolerance)
     finally:
         model.close()
-    meta_path = directory / "streampunct.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = read_model_meta(directory).to_dict()
     if "window_tuning" in meta and meta["window_tuning"].get("engine") != "onnxruntime":
         meta["window_tuning_at_training"] = meta["window_tuning"]  # the torch grid of the checkpoint
     meta["window"] = best.to_dict()
     meta["window_tuning"] = {"set": set_name, "engine": "onnxruntime", "tolerance": tolerance,
                              "grid": rows, "chosen": best.to_dict()}
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_model_meta(directory, meta)
     return best.to_dict()
 
 
@@ -190,14 +189,13 @@ def tune_stream_left(directory: str | Path, docs: Sequence[Document], lefts: Seq
         finally:
             punctuator.close()
     chosen = {"left": best.left}
-    meta_path = directory / "streampunct.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = read_model_meta(directory).to_dict()
     meta["stream_window"] = chosen
     meta["stream_window_tuning"] = {
         "set": set_name, "engine": "onnxruntime", "tolerance": tolerance, "grid": rows, "chosen": chosen,
         "stream": "one live stream: 1-4-word chunks at 2.5 words/s, the server's default session options",
     }
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_model_meta(directory, meta)
     return chosen
 
 
@@ -290,11 +288,11 @@ def require_stream_graph(directory: str | Path) -> dict[str, Any]:
     from streampunct.errors import InputError
 
     directory = Path(directory)
-    meta_path = directory / "streampunct.json"
+    meta_path = metadata_path(directory)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{directory} is not a model folder (cannot read {meta_path}: {e})") from None
+        meta = read_model_meta(directory).to_dict()
+    except ArtifactError as e:
+        raise InputError(f"{directory} is not a model folder ({e})") from None
     name = meta.get("stream_artifact")
     if not name:
         raise InputError(f"{directory} has no streaming graph (no stream_artifact in its streampunct.json), "
@@ -377,7 +375,7 @@ def tune_stream_cache(directory: str | Path, docs_by_set: Mapping[str, Sequence[
         finally:
             punctuator.close()
     choice = choose_stream_cache(rows, without, sets, tolerance=tolerance, guard=guard)
-    meta = json.loads((directory / "streampunct.json").read_text(encoding="utf-8"))
+    meta = read_model_meta(directory).to_dict()
     precision = _stream_precision(directory, meta)
     meta["stream_cache_tokens"] = choice.tokens
     if choice.enabled:
@@ -393,8 +391,7 @@ def tune_stream_cache(directory: str | Path, docs_by_set: Mapping[str, Sequence[
         "chosen": choice.tokens,
         "rule": stream_cache_rule(choice, sets, tolerance=tolerance, guard=guard),
     }
-    (directory / "streampunct.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
-                                                encoding="utf-8")
+    write_model_meta(directory, meta)
     return choice
 
 
@@ -469,8 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   tolerance=args.tolerance)
         print(f"chosen stream_window: {chosen} (written to {args.model / 'streampunct.json'})")
         return 0
-    meta = json.loads((args.model / "streampunct.json").read_text(encoding="utf-8"))
-    grid = window_grid(args.sizes, args.lefts, args.rights, int(meta.get("max_word_tokens", 16)))
+    grid = window_grid(args.sizes, args.lefts, args.rights, read_model_meta(args.model).max_word_tokens or 16)
     chosen = tune_model_folder(args.model, docs, grid, set_name=valid, tolerance=args.tolerance)
     print(f"chosen window: {chosen} (written to {args.model / 'streampunct.json'})")
     return 0
