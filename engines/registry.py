@@ -8,9 +8,8 @@ Artifact choice in a model folder (first that applies):
 3. the backend's defaults in order: onnxruntime ``model.int8.onnx`` then
    ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
 
-The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
-onnxruntime would choose it, with its weights rebuilt in torch; engines.torch_engine
-wraps a training module as the parity reference (not a serving backend).
+A torch module is not a serving backend (a model folder holds artifacts, not
+modules); engines.torch_engine wraps one as the parity reference.
 """
 
 from __future__ import annotations
@@ -59,11 +58,6 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
             (".plan",), ("model.fp16.plan", "model.int8.plan"),
-        ),
-        # the folder's ONNX graph's weights, run in torch (fp16 on CUDA): engines.torch_backend
-        Backend(
-            "torch", "engines.torch_backend", ("torch", "transformers", "onnx"),
-            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
         ),
     )
 }
