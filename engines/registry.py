@@ -8,14 +8,16 @@ Artifact choice in a model folder (first that applies):
 3. the backend's defaults in order: onnxruntime ``model.int8.onnx`` then
    ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
 
-A torch module is not a serving backend (a model folder holds artifacts, not
-modules); engines.torch_engine wraps one as the parity reference.
+The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
+onnxruntime would choose it, with its weights rebuilt in torch; engines.torch_engine
+wraps a training module as the parity reference (not a serving backend).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import types
 import typing
 from collections.abc import Mapping
@@ -25,7 +27,8 @@ from typing import Any
 
 from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
 from engines.deps import install_hint, is_installed
-from engines.model_meta import has_model_meta, metadata_path, read_model_meta
+
+MODEL_METADATA_FILE = "streampunct.json"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
             (".plan",), ("model.fp16.plan", "model.int8.plan"),
+        ),
+        # the folder's ONNX graph's weights, run in torch (fp16 on CUDA): engines.torch_backend
+        Backend(
+            "torch", "engines.torch_backend", ("torch", "transformers", "onnx"),
+            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
         ),
     )
 }
@@ -95,6 +103,20 @@ def require_backend(name: str) -> Backend:
     return backend
 
 
+def read_model_metadata(model_dir: str | Path) -> dict[str, Any]:
+    """``streampunct.json`` of a model folder, or {} when there is none."""
+    path = Path(model_dir) / MODEL_METADATA_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} must hold a JSON object")
+    return data
+
+
 def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None = None) -> Path:
     """The artifact ``backend`` loads from ``model_dir`` (see module doc for the order)."""
     b = get_backend(backend)
@@ -106,12 +128,12 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
         if not path.is_file():
             raise ArtifactError(f"no artifact {artifact!r} in {model_dir}")
         return path
-    named = read_model_meta(model_dir).artifact if has_model_meta(model_dir) else None
-    if named is not None and Path(named).suffix in b.suffixes:
+    named = read_model_metadata(model_dir).get("artifact")
+    if isinstance(named, str) and Path(named).suffix in b.suffixes:
         path = model_dir / named
         if not path.is_file():
             raise ArtifactError(
-                f"{metadata_path(model_dir)} names artifact {named!r}, which is missing"
+                f"{model_dir / MODEL_METADATA_FILE} names artifact {named!r}, which is missing"
             )
         return path
     for name in b.default_artifacts:

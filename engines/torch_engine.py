@@ -2,7 +2,8 @@
 
 It stays independent of the training package: the caller hands in the module
 (``build-engine`` loads it with ``training.checkpoint.load_checkpoint``). It
-is not a serving backend: a model folder holds artifacts, not modules.
+is not the serving backend named ``torch``: that one (:mod:`engines.torch_backend`)
+rebuilds a model folder's graph weights in torch.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from engines.weight_codes import code_identity, main
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
 
-from training.onnx_import import _dequantize_nbits  # noqa: E402
+from engines.graph_weights import _dequantize_nbits  # noqa: E402
 
 NO_EMB = Int4Options(quantize_embeddings=False)
 
