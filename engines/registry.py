@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import types
 import typing
 from collections.abc import Mapping
@@ -27,8 +26,7 @@ from typing import Any
 
 from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
 from engines.deps import install_hint, is_installed
-
-MODEL_METADATA_FILE = "streampunct.json"
+from engines.model_meta import has_model_meta, metadata_path, read_model_meta
 
 
 @dataclass(frozen=True)
@@ -103,20 +101,6 @@ def require_backend(name: str) -> Backend:
     return backend
 
 
-def read_model_metadata(model_dir: str | Path) -> dict[str, Any]:
-    """``streampunct.json`` of a model folder, or {} when there is none."""
-    path = Path(model_dir) / MODEL_METADATA_FILE
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"cannot read {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path} must hold a JSON object")
-    return data
-
-
 def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None = None) -> Path:
     """The artifact ``backend`` loads from ``model_dir`` (see module doc for the order)."""
     b = get_backend(backend)
@@ -128,12 +112,12 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
         if not path.is_file():
             raise ArtifactError(f"no artifact {artifact!r} in {model_dir}")
         return path
-    named = read_model_metadata(model_dir).get("artifact")
-    if isinstance(named, str) and Path(named).suffix in b.suffixes:
+    named = read_model_meta(model_dir).artifact if has_model_meta(model_dir) else None
+    if named is not None and Path(named).suffix in b.suffixes:
         path = model_dir / named
         if not path.is_file():
             raise ArtifactError(
-                f"{model_dir / MODEL_METADATA_FILE} names artifact {named!r}, which is missing"
+                f"{metadata_path(model_dir)} names artifact {named!r}, which is missing"
             )
         return path
     for name in b.default_artifacts:
