@@ -22,7 +22,6 @@ path without a GPU.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -279,25 +278,11 @@ def _device(torch: Any, name: str) -> Any:
 
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> TorchGraphEngine:
     """Registry entry point: ``load_engine("torch", model_dir, device="cuda")``."""
-    from engines.ort_engine import stream_cache_tokens
+    from engines.model_meta import has_model_meta, read_model_meta
     from engines.registry import make_options
 
     if artifact is None:
         raise ArtifactError(f"the torch backend needs an ONNX graph in {model_dir} (its weights)")
     engine = TorchGraphEngine(artifact, make_options(TorchOptions, options, "torch"))
-    engine.cache_tokens = stream_cache_tokens(_folder_meta(Path(model_dir)), Path(model_dir))
+    engine.cache_tokens = read_model_meta(model_dir).stream_cache_tokens if has_model_meta(model_dir) else None
     return engine
-
-
-def _folder_meta(model_dir: Path) -> dict[str, Any]:
-    """The folder's ``streampunct.json`` ({} without one)."""
-    path = model_dir / "streampunct.json"
-    if not path.is_file():
-        return {}
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"cannot read {path}: {e}") from e
-    if not isinstance(meta, dict):
-        raise ArtifactError(f"{path} must hold a JSON object")
-    return meta
