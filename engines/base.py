@@ -1,8 +1,24 @@
 """The Engine protocol, its IO description and the engines' exception tree.
 
-Every backend (ONNX Runtime, TensorRT, torch) implements :class:`Engine`:
-``infer(input_ids int64[B,T], attention_mask int64[B,T]) -> logits float32[B,T,C]``.
-Nothing here imports a backend, so the protocol costs only numpy to import.
+Every backend (ONNX Runtime, TensorRT, torch, the fake) implements :class:`Engine`:
+``infer(input_ids int64[B,T], attention_mask int64[B,T]) -> logits float32[B,T,C]``,
+``infer_heads`` (the same run's punctuation and case logits, a :class:`HeadLogits`),
+``io_spec`` and ``close``, and declares its capabilities as attributes:
+
+``name``
+    the backend's name (``onnxruntime``, ``tensorrt``, ``torch``, ``fake``).
+``has_case``
+    the model has a truecasing head: ``infer_heads`` returns its case logits.
+``rows_independent``
+    a row's logits depend on that row only, not on the rest of its batch or the
+    padding (False for int8 graphs with dynamic activation quantization).
+
+An engine that runs the streaming graph (cached left context,
+:mod:`engines.stream_spec`) is a :class:`StreamEngine`: it also declares
+``stream_shape`` and ``cache_tokens`` and has ``infer_stream``. Engines
+inherit the defaults from :class:`EngineBase`; everything is set when the
+engine is built. Nothing here imports a backend, so the protocol costs only
+numpy to import.
 
 Exception tree (``engines`` imports neither ``streampunct`` nor ``training``,
 so it has its own root; the CLI turns these into its own errors)::
@@ -21,8 +37,9 @@ so it has its own root; the CLI turns these into its own errors)::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -128,31 +145,89 @@ class IOSpec:
         return last if isinstance(last, int) else None
 
 
+class HeadLogits(NamedTuple):
+    """One run's outputs: ``punctuation`` float32[B,T,C] and ``case`` float32[B,T,4]
+    (None without a truecasing head). A tuple: ``logits, case = engine.infer_heads(...)``."""
+
+    punctuation: np.ndarray
+    case: np.ndarray | None
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """A loaded model that maps token ids to per-token logits.
+    """A loaded model that maps token ids to per-token logits (module doc).
 
     ``infer`` may be called from any thread; implementations serialize or
     parallelize internally. ``close`` releases native resources and is
     idempotent.
 
-    An engine may also set ``rows_independent`` (read with ``getattr``,
-    default True): whether a row's logits depend only on that row, not on the
-    other rows of its batch or the padding. False for int8 ONNX graphs with
-    dynamic activation quantization, whose scales are computed over the whole
-    input tensor; the server's batcher then runs each window alone when
-    told to (``serve --batch-rows exact``, :mod:`streampunct.batcher`).
+    Attributes:
+        name: the backend's name.
+        has_case: ``infer_heads`` returns case logits (a truecasing head).
+        rows_independent: whether a row's logits depend only on that row, not
+            on the other rows of its batch or the padding. False for int8 ONNX
+            graphs with dynamic activation quantization, whose scales are
+            computed over the whole input tensor; the server's batcher then
+            runs each window alone when told to (``serve --batch-rows exact``,
+            :mod:`streampunct.batcher`).
     """
 
     name: str
+    has_case: bool
+    rows_independent: bool
 
     def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """int64[B,T], int64[B,T] -> float32[B,T,C]."""
         ...
 
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
+        """Punctuation and case logits of one run (case None without a case head)."""
+        ...
+
     def io_spec(self) -> IOSpec: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamEngine(Engine, Protocol):
+    """An engine of the streaming graph (:mod:`engines.stream_spec`): whole windows through
+    ``infer``/``infer_heads`` (no cache, positions 0..T-1), new tokens against cached
+    keys/values through ``infer_stream``.
+
+    Attributes:
+        stream_shape: (layers, heads, head_dim) of the cached keys/values.
+        cache_tokens: cached tokens per stream the model folder asks for (its
+            ``stream_cache_tokens``), given when the engine is built; None: the
+            streaming window's left context.
+    """
+
+    stream_shape: tuple[int, int, int]
+    cache_tokens: int | None
+
+    def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The streaming graph's inputs (``streampunct.stream_cache.pad_stream_calls``) ->
+        (logits float32[B, T, C], with the case logits appended when the model has them;
+        present_kv float16[L, 2, B, heads, T, head_dim])."""
+        ...
+
+
+class EngineBase:
+    """The declared capabilities' defaults, for engines to inherit: no case head, rows
+    independent, ``infer_heads`` from ``infer``, nothing to close."""
+
+    name: str = ""
+    has_case: bool = False
+    rows_independent: bool = True
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
+        return HeadLogits(self.infer(input_ids, attention_mask), None)
+
+    def close(self) -> None:
+        pass
 
 
 def check_batch(

@@ -5,14 +5,33 @@ by ``bench load --engine fake`` (``benchmarks.load_server``: the real server
 over an engine whose cost per call and per token is modelled). The label of
 a token is a pure function of its id (:func:`fake_labels`), so a word's label
 does not depend on its window.
+
+A registered backend: ``load_engine("fake", model_dir, batch_ms=2, token_us=5)``
+(:class:`FakeOptions`; it reads nothing from the model folder).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from engines.backend_options import make_options
+from engines.base import (
+    CASE_OUTPUT_NAME,
+    INPUT_NAMES,
+    OUTPUT_NAME,
+    EngineBase,
+    EngineError,
+    HeadLogits,
+    IOSpec,
+    TensorSpec,
+)
 
 #: Label ids (as in ``streampunct.labels``; engines import nothing of the runtime).
 _O, _COMMA, _PERIOD, _QUESTION = 0, 1, 2, 3
@@ -35,8 +54,19 @@ def fake_labels(token_ids: np.ndarray) -> np.ndarray:
     return labels
 
 
-class FakeEngine:
-    """Engine protocol (``infer`` / ``close``) with one-hot logits of :func:`fake_labels`.
+@dataclass(frozen=True)
+class FakeOptions:
+    """The fake backend's options (``--engine-option KEY=VALUE``): :class:`FakeEngine`'s arguments."""
+
+    batch_ms: float = 0.0
+    token_us: float = 0.0
+    sleep: bool = False
+    fail_token: int | None = None
+    has_case: bool = False
+
+
+class FakeEngine(EngineBase):
+    """Engine protocol with one-hot logits of :func:`fake_labels`.
 
     Attributes:
         batch_ms: cost of one call (milliseconds).
@@ -93,14 +123,31 @@ class FakeEngine:
         np.put_along_axis(logits, fake_labels(input_ids)[..., None], 1.0, axis=-1)
         return logits
 
-    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
         logits = self.infer(input_ids, attention_mask)
         if not self.has_case:
-            return logits, None
+            return HeadLogits(logits, None)
         case = np.zeros((*input_ids.shape, 4), dtype=np.float32)
         np.put_along_axis(case, fake_cases(input_ids)[..., None], 1.0, axis=-1)
-        return logits, case
+        return HeadLogits(logits, case)
+
+    def io_spec(self) -> IOSpec:
+        dyn = ("batch", "sequence")
+        outputs = [TensorSpec(OUTPUT_NAME, "float32", (*dyn, 4))]
+        if self.has_case:
+            outputs.append(TensorSpec(CASE_OUTPUT_NAME, "float32", (*dyn, 4)))
+        return IOSpec(backend="fake", artifact="", precision="fp32",
+                      inputs=tuple(TensorSpec(n, "int64", dyn) for n in INPUT_NAMES), outputs=tuple(outputs))
 
     def close(self) -> None:
         self.closed = True
+
+
+def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> FakeEngine:
+    """Registry entry point: ``load_engine("fake", model_dir, **FakeOptions fields)``."""
+    opts = make_options(FakeOptions, options, "fake")
+    if opts.batch_ms < 0 or opts.token_us < 0:
+        raise EngineError(f"the fake backend's costs must be >= 0, got batch_ms {opts.batch_ms}, "
+                          f"token_us {opts.token_us}")
+    return FakeEngine(batch_ms=opts.batch_ms, token_us=opts.token_us, sleep=opts.sleep,
+                      fail_token=opts.fail_token, has_case=opts.has_case)

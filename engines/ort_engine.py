@@ -16,20 +16,24 @@ from typing import Any
 
 import numpy as np
 
+from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
     ArtifactMismatch,
+    EngineBase,
     EngineError,
+    HeadLogits,
     InferenceError,
     IOSpec,
     check_batch,
 )
 from engines.deps import require
-from engines.model_meta import ModelMeta, metadata_path, read_model_meta
+from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact
+from engines.stream_spec import cache_shape, stream_interface_problems
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +112,7 @@ class OrtOptions:
             raise EngineError(f"graph_optimization must be one of {_OPT_LEVELS}")
 
 
-class OrtEngine:
+class OrtEngine(EngineBase):
     """An ONNX artifact and its sidecar, run with ONNX Runtime.
 
     Attributes:
@@ -200,12 +204,11 @@ class OrtEngine:
         """The graph also outputs case logits (a model with a truecasing head)."""
         return self._session is not None and CASE_OUTPUT_NAME in {o.name for o in self._session.get_outputs()}
 
-    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
         """int64[B,T], int64[B,T] -> punctuation logits float32[B,T,C] and case logits
         float32[B,T,4] (None when the graph has no case head), from one run."""
         if not self.has_case:
-            return self.infer(input_ids, attention_mask), None
+            return HeadLogits(self.infer(input_ids, attention_mask), None)
         ids, mask = check_batch(input_ids, attention_mask)
         try:
             logits, case = self._session.run(
@@ -213,7 +216,7 @@ class OrtEngine:
             )
         except Exception as e:  # onnxruntime's own exception types
             raise InferenceError(f"onnxruntime failed on a batch of shape {ids.shape}: {e}") from e
-        return np.asarray(logits, dtype=np.float32), np.asarray(case, dtype=np.float32)
+        return HeadLogits(np.asarray(logits, dtype=np.float32), np.asarray(case, dtype=np.float32))
 
     def io_spec(self) -> IOSpec:
         return self.sidecar.io_spec()
@@ -224,7 +227,8 @@ class OrtEngine:
 
 
 class OrtStreamEngine(OrtEngine):
-    """The streaming graph (:mod:`engines.stream_graph`) of a model folder, run with ONNX Runtime.
+    """The streaming graph (:mod:`engines.stream_spec`) of a model folder, run with ONNX Runtime
+    (a :class:`engines.base.StreamEngine`).
 
     :meth:`infer_stream` runs new tokens against cached keys/values; ``infer``
     and ``infer_heads`` run whole windows (no cache, positions 0..T-1), which
@@ -238,11 +242,14 @@ class OrtStreamEngine(OrtEngine):
             streaming window's left context.
     """
 
-    cache_tokens: int | None = None
+    def __init__(self, path: str | Path, options: OrtOptions | None = None, *,
+                 cache_tokens: int | None = None) -> None:
+        if cache_tokens is not None and cache_tokens < 1:
+            raise EngineError(f"cache_tokens must be >= 1, got {cache_tokens}")
+        self.cache_tokens = cache_tokens
+        super().__init__(path, options)
 
     def _check_interface(self) -> None:
-        from engines.stream_graph import cache_shape, stream_interface_problems
-
         inputs = {i.name: _ORT_TYPES.get(i.type, i.type) for i in self._session.get_inputs()}
         expected_in = {t.name: t.dtype for t in self.sidecar.inputs}
         if inputs != expected_in:
@@ -286,25 +293,22 @@ class OrtStreamEngine(OrtEngine):
     def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         return np.asarray(self._whole(input_ids, attention_mask)[0], dtype=np.float32)
 
-    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
         outs = self._whole(input_ids, attention_mask)
-        return np.asarray(outs[0], dtype=np.float32), (np.asarray(outs[1], dtype=np.float32)
-                                                       if len(outs) > 1 else None)
+        return HeadLogits(np.asarray(outs[0], dtype=np.float32),
+                          np.asarray(outs[1], dtype=np.float32) if len(outs) > 1 else None)
 
 
 def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None = None) -> OrtStreamEngine:
-    """The streaming engine of a model folder (its ``streampunct.json`` names ``stream_artifact``)."""
-    from engines.registry import make_options
-
+    """The streaming engine of a model folder (its ``streampunct.json`` names ``stream_artifact``;
+    its ``stream_cache_tokens`` is the engine's ``cache_tokens``)."""
     model_dir = Path(model_dir)
     meta = read_model_meta(model_dir)
     if not meta.stream_artifact:
         raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
-    engine = OrtStreamEngine(model_dir / meta.stream_artifact,
-                             make_options(OrtOptions, dict(options or {}), "onnxruntime"))
-    engine.cache_tokens = meta.stream_cache_tokens
-    return engine
+    return OrtStreamEngine(model_dir / meta.stream_artifact,
+                           make_options(OrtOptions, dict(options or {}), "onnxruntime"),
+                           cache_tokens=meta.stream_cache_tokens)
 
 
 def stream_cache_tokens(meta: ModelMeta | Mapping[str, Any], where: Path) -> int | None:
@@ -330,16 +334,11 @@ def quantizes_activations(sidecar: Sidecar) -> bool:
 
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> OrtEngine:
     """Registry entry point: ``load_engine("onnxruntime", model_dir, **options)``."""
-    from engines.registry import make_options
-
     if artifact is None:
         raise ArtifactError(f"the onnxruntime backend needs an artifact in {model_dir}")
-    from engines.stream_graph import stream_interface_problems
-
     sidecar = read_sidecar(artifact)
     if not stream_interface_problems(sidecar.inputs, sidecar.outputs):
         # a folder whose one graph is the streaming graph (models/base): it runs whole windows too
-        engine = OrtStreamEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))
-        engine.cache_tokens = read_model_meta(model_dir).stream_cache_tokens
-        return engine
+        tokens = read_model_meta(model_dir).stream_cache_tokens if has_model_meta(model_dir) else None
+        return OrtStreamEngine(artifact, make_options(OrtOptions, options, "onnxruntime"), cache_tokens=tokens)
     return OrtEngine(artifact, make_options(OrtOptions, options, "onnxruntime"))

@@ -30,6 +30,7 @@ from engines.base import GraphPrepError
 from engines.deps import require
 from engines.onnx_graph import count_ops, interface_problems, io_specs, load_model
 from engines.sidecar import Sidecar, new_sidecar, read_sidecar, write_sidecar
+from engines.stream_spec import stream_interface_problems
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def quantize_int8_dynamic(
     stream: bool = False,
 ) -> Sidecar:
     """Write ``out_path`` (int8 MatMul weights) from the fp32 ONNX artifact and its sidecar
-    (``stream``: the streaming graph of :mod:`engines.stream_graph`)."""
+    (``stream``: the streaming graph's interface, :mod:`engines.stream_spec`)."""
     options = options or DynamicQuantOptions()
     quantization = require("onnxruntime.quantization", feature="int8 quantization")
     onnx = require("onnx", feature="int8 quantization")
@@ -130,8 +131,6 @@ def _checked_ops(path: Path, required_op: str, missing: str, *, stream: bool = F
         raise GraphPrepError(f"{missing} in {path} (ops: {ops})")
     inputs, outputs = io_specs(model)
     if stream:
-        from engines.stream_graph import stream_interface_problems
-
         problems = stream_interface_problems(inputs, outputs)
     else:
         problems = interface_problems(inputs, outputs)
@@ -274,7 +273,7 @@ def quantize_int4_weights(
     stream: bool = False,
 ) -> Sidecar:
     """Write ``out_path`` (4-bit block-quantized MatMul weights) from the fp32 ONNX artifact
-    (``stream``: the streaming graph of :mod:`engines.stream_graph`)."""
+    (``stream``: the streaming graph's interface, :mod:`engines.stream_spec`)."""
     options = options or Int4Options()
     nbits = require("onnxruntime.quantization.matmul_nbits_quantizer", feature="int4 quantization")
     fp32_path, out_path = Path(fp32_path), Path(out_path)

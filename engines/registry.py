@@ -11,19 +11,25 @@ Artifact choice in a model folder (first that applies):
 The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
 onnxruntime would choose it, with its weights rebuilt in torch; engines.torch_engine
 wraps a training module as the parity reference (not a serving backend).
+
+The ``fake`` backend (engines.fake) reads no artifact: its labels are a function of
+the token ids, at a chosen cost (``batch_ms``, ``token_us``, ``sleep``,
+``has_case``, ``fail_token``), for tests and load benchmarks of the real server.
+
+Every backend module exposes ``open_engine(model_dir, artifact, options) -> Engine``
+(:class:`engines.base.Engine`, or :class:`engines.base.StreamEngine` for a
+streaming graph) and builds its options with
+:func:`engines.backend_options.make_options`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines.backend_options import make_options  # noqa: F401 (the backends' options, named here too)
 from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
 from engines.deps import install_hint, is_installed
 from engines.model_meta import has_model_meta, metadata_path, read_model_meta
@@ -38,7 +44,7 @@ class Backend:
         module: the module that implements it; imported on first use. It
             exposes ``open_engine(model_dir, artifact, options) -> Engine``.
         requires: import names that must be installed.
-        suffixes: artifact file types it loads.
+        suffixes: artifact file types it loads (none: it reads no artifact).
         default_artifacts: artifact names tried in order.
     """
 
@@ -65,6 +71,8 @@ BACKENDS: dict[str, Backend] = {
             "torch", "engines.torch_backend", ("torch", "transformers", "onnx"),
             (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
         ),
+        # synthetic logits from the token ids at a chosen cost (tests, load benchmarks)
+        Backend("fake", "engines.fake", (), (), ()),
     )
 }
 
@@ -129,52 +137,6 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
     )
 
 
-#: What a value of an option's type is called in messages.
-_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a list"}
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of the annotated type ``hint`` (types the options use; others pass)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return any(_fits(value, arg) for arg in typing.get_args(hint))
-    kind = typing.get_origin(hint) or hint
-    if kind is type(None):
-        return value is None
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is tuple:
-        return isinstance(value, tuple | list)
-    return isinstance(value, kind) if kind in _TYPE_NAMES else True
-
-
-def _type_name(hint: Any) -> str:
-    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    kinds = [typing.get_origin(a) or a for a in args if a is not type(None)]
-    return " or ".join(_TYPE_NAMES.get(k, getattr(k, "__name__", str(k))) for k in kinds)
-
-
-def make_options(cls: type, options: Mapping[str, Any], backend: str) -> Any:
-    """Build a backend's frozen options dataclass, naming unknown options and mistyped values."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        raise EngineError(
-            f"unknown option(s) {', '.join(unknown)} for the {backend} backend; "
-            f"valid: {', '.join(sorted(fields))}"
-        )
-    hints = typing.get_type_hints(cls)
-    for name, value in options.items():
-        if not _fits(value, hints[name]):
-            raise EngineError(f"option {name} of the {backend} backend must be {_type_name(hints[name])}, "
-                              f"got {value!r}")
-    values = dict(options)
-    if "providers" in values and isinstance(values["providers"], list):
-        values["providers"] = tuple(values["providers"])
-    return cls(**values)
-
-
 def load_engine(
     backend: str, model_dir: str | Path, *, artifact: str | None = None, **options: Any
 ) -> Engine:
@@ -187,7 +149,7 @@ def load_engine(
     ArtifactError when the model folder lacks a usable artifact.
     """
     b = require_backend(backend)
-    path = resolve_artifact(backend, model_dir, artifact)
+    path = resolve_artifact(backend, model_dir, artifact) if b.suffixes else None
     try:
         module = importlib.import_module(b.module)
     except ImportError as e:

@@ -9,16 +9,14 @@ attention keys and values of the stream's earlier tokens, computed in the
 windows that decided them; it returns the new tokens' logits and their keys
 and values, so the caller can keep those of the decided words.
 
-Interface (all batch-major; ``C`` cached tokens, ``T`` new ones)::
+The interface (names, dtypes, shapes; checked by the runtime) is
+:mod:`engines.stream_spec`'s; this module builds graphs that have it (the
+torch module, its ONNX export, the quantized artifact in a model folder)::
 
-    input_ids       int64[B, T]
-    position_ids    int64[B, T]     absolute positions (the cache keeps its own)
-    attention_mask  int64[B, C + T] 1 for real cached and new tokens, 0 for padding
-    past_kv         float16[L, 2, B, heads, C, head_dim]
-    ->
-    logits          float32[B, T, 4]
-    case_logits     float32[B, T, 4]    (models with a case head)
-    present_kv      float16[L, 2, B, heads, T, head_dim]
+    input_ids int64[B, T], position_ids int64[B, T], attention_mask int64[B, C + T],
+    past_kv float16[L, 2, B, heads, C, head_dim]
+    -> logits float32[B, T, 4], case_logits float32[B, T, 4] (optional),
+       present_kv float16[L, 2, B, heads, T, head_dim]
 
 Keys and values cross the interface in float16 (the graph computes in
 float32): half the memory per stream, and the casts run inside ONNX Runtime,
@@ -48,15 +46,18 @@ from typing import Any
 
 import numpy as np
 
-from engines.base import ExportError, TensorSpec
+from engines.base import ExportError
 from engines.deps import require
+from engines.stream_spec import (  # noqa: F401 (STREAM_ARTIFACT, cache_shape: kept importable from here)
+    STREAM_ARTIFACT,
+    STREAM_INPUTS,
+    STREAM_OUTPUTS,
+    cache_shape,
+    stream_artifact_name,
+    stream_interface_problems,
+)
 
 logger = logging.getLogger(__name__)
-
-STREAM_INPUTS: tuple[str, ...] = ("input_ids", "position_ids", "attention_mask", "past_kv")
-STREAM_OUTPUTS: tuple[str, ...] = ("logits", "case_logits", "present_kv")
-#: The artifact name in a model folder; ``streampunct.json`` names it as ``stream_artifact``.
-STREAM_ARTIFACT = "model.stream.int8.onnx"
 _DYNAMIC = {
     "input_ids": {0: "batch", 1: "new"},
     "position_ids": {0: "batch", 1: "new"},
@@ -186,33 +187,6 @@ def layout(model: Any) -> tuple[int, int, int]:
     return int(cfg.num_hidden_layers), heads, int(cfg.hidden_size) // heads
 
 
-def stream_interface_problems(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> list[str]:
-    """What is wrong with a streaming graph's interface (module docstring); [] when nothing."""
-    problems: list[str] = []
-    names = [t.name for t in inputs]
-    if names != list(STREAM_INPUTS):
-        problems.append(f"inputs are {names}, expected {list(STREAM_INPUTS)}")
-    out = [t.name for t in outputs]
-    if out not in (list(STREAM_OUTPUTS), [STREAM_OUTPUTS[0], STREAM_OUTPUTS[2]]):
-        problems.append(f"outputs are {out}, expected {list(STREAM_OUTPUTS)} (case_logits optional)")
-    for t in inputs:
-        if t.name == "past_kv":
-            if t.dtype != "float16" or len(t.shape) != 6 or not all(isinstance(t.shape[k], int) for k in (0, 1, 3, 5)):
-                problems.append(f"past_kv is {t.dtype}{list(t.shape)}, expected float16[L, 2, batch, heads, past, head_dim]")
-        elif t.dtype != "int64" or len(t.shape) != 2:
-            problems.append(f"input {t.name} is {t.dtype}{list(t.shape)}, expected int64[batch, n]")
-    return problems
-
-
-def cache_shape(inputs: tuple[TensorSpec, ...]) -> tuple[int, int, int] | None:
-    """(layers, heads, head_dim) of a streaming graph's ``past_kv`` input; None when the
-    inputs have no such tensor (not a streaming graph)."""
-    past = next((t for t in inputs if t.name == "past_kv"), None)
-    if past is None or len(past.shape) != 6 or not all(isinstance(past.shape[k], int) for k in (0, 3, 5)):
-        return None
-    return int(past.shape[0]), int(past.shape[3]), int(past.shape[5])
-
-
 def _sample(layers: int, heads: int, head_dim: int, batch: int, new: int, past: int, vocab: int, seed: int):
     rng = np.random.default_rng(seed)
     ids = rng.integers(min(1000, vocab // 2), vocab, (batch, new)).astype(np.int64)
@@ -283,11 +257,6 @@ def export_stream_onnx(model: Any, out_path: str | Path, *, source_sha256: str, 
                                   "graph": "stream"})
     write_sidecar(sidecar, out_path)
     return StreamExport(out_path, worst)
-
-
-def stream_artifact_name(precision: str) -> str:
-    """The streaming graph's file name in a model folder whose artifact has ``precision``."""
-    return STREAM_ARTIFACT if precision == "int8" else f"model.stream.{precision}.onnx"
 
 
 def build_stream_artifact(model: Any, model_dir: str | Path, *, source_sha256: str,

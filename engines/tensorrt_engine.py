@@ -28,11 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from engines.backend_options import make_options
 from engines.base import (
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
     ArtifactMismatch,
+    EngineBase,
     InferenceError,
     IOSpec,
     check_batch,
@@ -138,7 +140,7 @@ class _WorkerState:
     output: _Binding | None = None
 
 
-class TensorRTEngine:
+class TensorRTEngine(EngineBase):
     """A TensorRT plan and its sidecar behind the Engine protocol.
 
     Attributes:
@@ -325,8 +327,6 @@ class TensorRTEngine:
 
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> TensorRTEngine:
     """Registry entry point: ``load_engine("tensorrt", model_dir, device=0)``."""
-    from engines.registry import make_options
-
     if artifact is None:
         raise ArtifactError(f"the tensorrt backend needs a .plan artifact in {model_dir}")
     return TensorRTEngine(artifact, make_options(TrtOptions, options, "tensorrt"))

@@ -17,6 +17,7 @@ import numpy as np
 from engines.base import (
     INPUT_NAMES,
     OUTPUT_NAME,
+    EngineBase,
     EngineError,
     InferenceError,
     IOSpec,
@@ -67,7 +68,7 @@ def logits_module(module: Any) -> Any:
     return LogitsOnly().eval()
 
 
-class TorchEngine:
+class TorchEngine(EngineBase):
     """A torch module behind the Engine protocol (fp32, no artifact).
 
     ``num_labels`` (C) only fills in :meth:`io_spec`; a name keeps the axis symbolic.

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from engines.base import EngineError, StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.model import ModelInfo, load_model_info
@@ -95,7 +96,7 @@ class Punctuator:
     """
 
     def __init__(self, decoder: _Decoder, *, name: str, capitalize: bool = True,
-                 stream_engine: object | None = None, stream_cache_tokens: int | None = None,
+                 stream_engine: StreamEngine | None = None, stream_cache_tokens: int | None = None,
                  written: WrittenForms | None = None) -> None:
         self._decoder = decoder
         self.written = written if written is not None else WrittenForms()
@@ -144,23 +145,17 @@ class Punctuator:
             decoder = _Decoder.from_model_dir(info.path, engine=engine, **engine_options)
         except ModelError:
             raise
-        except Exception as e:
-            from engines.base import EngineError
-
-            if not isinstance(e, EngineError):
-                raise
+        except EngineError as e:
             raise ModelError(f"cannot load the {engine} engine for {info.path}: {e}") from e
         try:
             stream_engine = decoder.stream_engine(stream_cache, **engine_options)
-        except Exception as e:
+        except BaseException as e:
             decoder.close()
-            from engines.base import EngineError
-
             if not isinstance(e, EngineError):
                 raise
             raise ModelError(f"cannot load the streaming graph of {info.path}: {e}") from e
         if stream_engine is not None and stream_cache_tokens is None:
-            stream_cache_tokens = info.meta.stream_cache_tokens
+            stream_cache_tokens = stream_engine.cache_tokens  # the folder's stream_cache_tokens
         return cls(decoder, name=info.name, capitalize=capitalize, stream_engine=stream_engine,
                    stream_cache_tokens=stream_cache_tokens, written=written)
 
@@ -172,7 +167,7 @@ class Punctuator:
         *,
         window: WindowConfig | None = None,
         stream_window: WindowConfig | None = None,
-        stream_engine: object | None = None,
+        stream_engine: StreamEngine | None = None,
         stream_cache_tokens: int | None = None,
         name: str = "custom",
         capitalize: bool = True,
@@ -402,10 +397,10 @@ class Stream:
             return np.asarray(p._decoder.infer_all(ids, mask), dtype=np.float32)[0]
         state = self._protocol.state
         if self._cache is None or self._cache_state is not state:  # a new stream state starts empty
-            self._cache = new_cache(engine.stream_shape, p.stream_window, p._cache_tokens)  # type: ignore[attr-defined]
+            self._cache = new_cache(engine.stream_shape, p.stream_window, p._cache_tokens)
             self._cache_state = state
         call = self._cache.plan(request)
-        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], p._decoder.aligner.pad_id)  # type: ignore[attr-defined]
+        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], p._decoder.aligner.pad_id)
         return self._cache.finish(request, call, logits, kept)
 
     def _collect(self, messages: list[ServerMessage]) -> list[Final]:

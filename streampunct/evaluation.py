@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from engines.base import StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.labels import LABELS
 from streampunct.metrics import Report, evaluate
@@ -108,7 +109,7 @@ def streaming_runs(
     words_per_second: float = 2.5,
     batch_size: int = 1,
     progress: bool = False,
-    stream_engine: object | None = None,
+    stream_engine: StreamEngine | None = None,
 ) -> dict[int, StreamingRun]:
     """:func:`streaming_labels` for several right contexts, with batched engine calls.
 
@@ -258,7 +259,7 @@ def schedule_labels(
     infer: InferFn,
     options: StreamConfig,
     *,
-    stream_engine: object | None = None,
+    stream_engine: StreamEngine | None = None,
 ) -> list[int]:
     """The final labels of a stream whose messages arrive on this schedule.
 
@@ -279,10 +280,11 @@ def schedule_labels(
     return labels
 
 
-def _cached(stream_engine: object, aligner: Aligner, window: WindowConfig) -> Callable[[WindowRequest], np.ndarray]:
+def _cached(stream_engine: StreamEngine, aligner: Aligner, window: WindowConfig
+            ) -> Callable[[WindowRequest], np.ndarray]:
     from streampunct.stream_cache import cached_serve, new_cache
 
-    cache = new_cache(stream_engine.stream_shape, window, getattr(stream_engine, "cache_tokens", None))  # type: ignore[attr-defined]
+    cache = new_cache(stream_engine.stream_shape, window, stream_engine.cache_tokens)
     return cached_serve(stream_engine, cache, aligner.pad_id)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from engines.base import StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.errors import InputError
 from streampunct.labels import end_of_stream_label
@@ -106,7 +107,7 @@ class Punctuator:
         self.stream_window = stream_window or window
         self.batch_size = batch_size
         self.info = info
-        self._stream_engine: object | None = None  # loaded by stream_engine()
+        self._stream_engine: StreamEngine | None = None  # loaded by stream_engine()
 
     @classmethod
     def from_model_dir(
@@ -182,7 +183,7 @@ class Punctuator:
         """The model folder has a streaming graph (cached left context, ``stream_artifact``)."""
         return bool(self.info is not None and self.info.meta.stream_artifact)
 
-    def stream_engine(self, mode: str = "auto", **options) -> object | None:
+    def stream_engine(self, mode: str = "auto", **options) -> StreamEngine | None:
         """The model's streaming engine for simulations of a stream, per ``mode``
         (``auto``: when the folder has a streaming graph, does not switch it off
         with ``"stream_cache": false``, and this punctuator runs ONNX Runtime;
@@ -209,4 +210,4 @@ class Punctuator:
     def close(self) -> None:
         self.engine.close()
         if self._stream_engine is not None:
-            self._stream_engine.close()  # type: ignore[attr-defined]
+            self._stream_engine.close()

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engines.base import StreamEngine
 from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
 
@@ -241,13 +242,13 @@ def new_cache(shape: tuple[int, int, int], window: WindowConfig, capacity: int |
     return KVCache(StreamShape(*shape), capacity=capacity or window.left, max_positions=window.size + 2)
 
 
-def cached_serve(engine: object, cache: KVCache, pad_id: int) -> Callable[[WindowRequest], np.ndarray]:
+def cached_serve(engine: StreamEngine, cache: KVCache, pad_id: int) -> Callable[[WindowRequest], np.ndarray]:
     """Serve one stream's requests at once, one engine call each, through ``cache`` (the
     simulation's counterpart of the server's session; same rules, same calls)."""
 
     def serve(request: WindowRequest) -> np.ndarray:
         call = cache.plan(request)
-        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], pad_id)  # type: ignore[attr-defined]
+        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], pad_id)
         return cache.finish(request, call, logits, kept)
 
     return serve

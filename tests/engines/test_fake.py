@@ -33,3 +33,24 @@ def test_cost_failures_and_bad_input():
         FakeEngine().infer(ids, np.ones((2, 31), np.int64))
     with pytest.raises(ValueError):
         FakeEngine(batch_ms=-1)
+
+
+def test_fake_is_a_registered_backend_with_checked_options(tmp_path):
+    from engines.base import Engine, EngineError, HeadLogits
+    from engines.registry import available_backends, load_engine
+
+    assert "fake" in available_backends()
+    engine = load_engine("fake", tmp_path / "no-folder-needed", token_us=1.5, has_case=True)
+    assert isinstance(engine, Engine) and isinstance(engine, FakeEngine)
+    assert (engine.name, engine.has_case, engine.rows_independent, engine.token_us) == ("fake", True, True, 1.5)
+    ids = np.asarray([[5, 17, 22]], dtype=np.int64)
+    heads = engine.infer_heads(ids, np.ones_like(ids))
+    assert isinstance(heads, HeadLogits) and heads.case.argmax(-1).tolist() == [[1, 2, 0]]
+    assert heads.punctuation.argmax(-1).tolist() == fake_labels(ids).tolist()
+    assert [t.name for t in engine.io_spec().outputs] == ["logits", "case_logits"]
+    with pytest.raises(EngineError, match="unknown option.* speed for the fake backend"):
+        load_engine("fake", tmp_path, speed=2)
+    with pytest.raises(EngineError, match="option sleep of the fake backend must be true or false"):
+        load_engine("fake", tmp_path, sleep="yes")
+    with pytest.raises(EngineError, match="costs must be >= 0"):
+        load_engine("fake", tmp_path, batch_ms=-1.0)

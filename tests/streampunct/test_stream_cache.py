@@ -43,6 +43,7 @@ class FakeStreamEngine:
 
     name = "fake-stream"
     stream_shape = SHAPE
+    cache_tokens = None  # the streaming window's left context
     rows_independent = True
     has_case = False
 
