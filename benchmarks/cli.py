@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|live|load|engine|soak|flood``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak|flood|itn``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -19,6 +19,7 @@ HELP = ("benchmarks: accuracy vs latency, live accuracy through a server, stream
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
     from benchmarks.flood_bench import add_flood_arguments
+    from benchmarks.itn_bench import add_itn_arguments
     from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
@@ -58,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "server RSS")
     add_flood_arguments(f)
     f.set_defaults(_bench=_flood)
+    i = sub.add_parser("itn", help="written numbers, dates, times and money through a server at real-time pace: "
+                                   "the share of data/itn_phrases.tsv written as expected, words and marks "
+                                   "unchanged")
+    add_itn_arguments(i)
+    i.set_defaults(_bench=_itn)
 
 
 def _command() -> str:
@@ -104,6 +110,12 @@ def _flood(args: argparse.Namespace) -> int:
     from benchmarks.flood_bench import run_flood_from_args
 
     return run_flood_from_args(args, command=_command())
+
+
+def _itn(args: argparse.Namespace) -> int:
+    from benchmarks.itn_bench import run_itn_from_args
+
+    return run_itn_from_args(args, command=_command())
 
 
 def run(args: argparse.Namespace) -> int:

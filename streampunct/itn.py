@@ -63,7 +63,7 @@ def _ordinal(word: str) -> str:
 #: stretches without them are not sent to the grammars.
 NUMBER_WORDS = frozenset(_UNITS + _TENS + _SCALES + [_ordinal(w) for w in _UNITS[1:] + _TENS + _SCALES])
 #: Words around a number word that the grammars see ("on march fifth", "ten kilometers per hour").
-CONTEXT_WORDS = 4
+CONTEXT_WORDS = 3
 
 _MONTHS = ("january february march april may june july august september october november "
            "december").split()
@@ -136,13 +136,14 @@ class NemoNormalizer:
             logger.debug("ITN failed on %r", " ".join(parts), exc_info=True)
             return ()
         out = []
-        for a, b, text in found:
+        for a, b, text, whole in found:
             if (a == 0 or owner[a - 1] != owner[a]) and (b == len(parts) or owner[b] != owner[b - 1]):
-                out.append(Phrase(owner[a], owner[b - 1] + 1, text))
+                out.append(Phrase(owner[a], owner[b - 1] + 1, text, whole))
         return tuple(out)
 
-    def _written(self, words: list[str]) -> list[tuple[int, int, str]]:
-        """(start, end, written) for the words the grammars write, in the house style."""
+    def _written(self, words: list[str]) -> list[tuple[int, int, str, bool]]:
+        """(start, end, written, whole) for the words the grammars write, in the house style;
+        ``whole``: one grammar token (one number, date...) made of all of them."""
         import pynini
 
         inv = self._inv
@@ -160,7 +161,7 @@ class NemoNormalizer:
                 continue
             forms = [self._verbalize(inv, parsed[k], tokens[k][0], words[a:b]) for k in range(c, d)]
             if all(forms):
-                out.append((a, b, " ".join(forms)))
+                out.append((a, b, " ".join(forms), d - c == 1))
         return out
 
     @staticmethod
@@ -199,6 +200,8 @@ def house_style(cls: str, written: str, spoken: Sequence[str]) -> str | None:
     if cls == "time":
         written = _HOUR.sub(r"\1", written)
         written = re.sub(r":00(?= [ap]\.m\.)", "", written)
+        if spoken[-1] == "o'clock" and written.endswith(":00"):
+            written = written[:-3] + " o'clock"
     elif cls == "date":
         words = [w.capitalize() if w in _MONTHS else w for w in written.split()]
         if len(words) == 3 and words[0] in (m.capitalize() for m in _MONTHS) and words[2].isdigit():

@@ -27,8 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from streampunct.labels import LOWER, PERIOD, QUESTION
-from streampunct.labels import O as NO_MARK
+from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
 from streampunct.text import normalize_word, render
 
 #: Most words in a lexicon's spoken phrase.
@@ -43,11 +42,18 @@ MAX_HELD_WORDS = 32
 
 @dataclass(frozen=True)
 class Phrase:
-    """Words ``start .. end-1`` of a sequence written as ``text``."""
+    """Words ``start .. end-1`` of a sequence written as ``text``.
+
+    ``whole``: one written form that the normalizer made of all its words (one
+    number, date, time...), so that a comma the punctuation model put between
+    them ("march, fifth") is not shown; False for several forms side by side
+    ("10 20 30" of "ten, twenty, thirty"), which keep their commas.
+    """
 
     start: int
     end: int
     text: str
+    whole: bool = True
 
 
 class Normalizer(Protocol):
@@ -125,6 +131,20 @@ class Lexicon:
         return out
 
 
+def _runs(labels: Sequence[int | None], ends: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``[a, b)`` runs of ``labels`` split after every label in ``ends`` (None is no mark)."""
+    out, start = [], 0
+    for i, label in enumerate(labels):
+        if label in ends or i + 1 == len(labels):
+            out.append((start, i + 1))
+            start = i + 1
+    return out
+
+
+def _shifted(phrases: Sequence[Phrase], by: int) -> list[Phrase]:
+    return [Phrase(p.start + by, p.end + by, p.text, p.whole) for p in phrases]
+
+
 @dataclass(frozen=True)
 class Formatter:
     """How one session writes ``text``: the lexicon, ITN (None: off) and sentence capitals.
@@ -145,30 +165,38 @@ class Formatter:
         return bool(self.lexicon) or self.normalizer is not None
 
     def phrases(self, words: Sequence[str], labels: Sequence[int | None]) -> list[Phrase]:
-        """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark."""
+        """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark.
+
+        No phrase spans a period or question mark. A lexicon phrase spans no
+        comma either; an ITN phrase may, when it is one written form
+        (:attr:`Phrase.whole`): the model's commas inside numbers ("twenty,
+        twenty", "five, five, five, one...") are its most common error there.
+        """
         out: list[Phrase] = []
-        start = 0
-        for i, label in enumerate(labels):
-            if i + 1 == len(words) or (label is not None and label != NO_MARK):
-                out += self._run_phrases(words, start, i + 1)
-                start = i + 1
+        for a, b in _runs(labels, (PERIOD, QUESTION)):
+            found = [p for c, d in _runs(labels[a:b], (COMMA,))
+                     for p in _shifted(self.lexicon.phrases(words[a + c:a + d]) if self.lexicon else [], a + c)]
+            if self.normalizer is not None:  # between the lexicon's phrases
+                gaps = list(zip([a] + [p.end for p in found], [p.start for p in found] + [b], strict=True))
+                for lo, hi in gaps:
+                    found += self._itn(words, labels, lo, hi)
+                found.sort(key=lambda p: p.start)
+            out += found
         return out
 
-    def _run_phrases(self, words: Sequence[str], a: int, b: int) -> list[Phrase]:
-        run = words[a:b]
-        found = self.lexicon.phrases(run) if self.lexicon else []
-        if self.normalizer is not None:
-            gaps, prev = [], 0
-            for p in found:
-                gaps.append((prev, p.start))
-                prev = p.end
-            gaps.append((prev, len(run)))
-            for lo, hi in gaps:
-                if hi > lo:
-                    found += [Phrase(p.start + lo, p.end + lo, p.text)
-                              for p in self.normalizer.phrases(run[lo:hi])]
-            found.sort(key=lambda p: p.start)
-        return [Phrase(p.start + a, p.end + a, p.text) for p in found]
+    def _itn(self, words: Sequence[str], labels: Sequence[int | None], a: int, b: int) -> list[Phrase]:
+        """ITN phrases of ``words[a:b]``; one that is not whole does not span a comma."""
+        assert self.normalizer is not None
+        if b <= a:
+            return []
+        out = []
+        for p in _shifted(self.normalizer.phrases(words[a:b]), a):
+            if p.whole or all(labels[k] != COMMA for k in range(p.start, p.end - 1)):
+                out.append(p)
+            else:
+                out += [q for c, d in _runs(labels[p.start:p.end], (COMMA,))
+                        for q in _shifted(self.normalizer.phrases(words[p.start + c:p.start + d]), p.start + c)]
+        return out
 
     def render(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None] = (),
                *, sentence_start: bool, phrases: Sequence[Phrase] | None = None) -> str:

@@ -14,6 +14,7 @@ from streampunct.written_form import Phrase
     ("time", "03:30", "three thirty", "3:30"),
     ("time", "07:00 p.m.", "seven p m", "7 p.m."),
     ("time", "10:15 a.m.", "ten fifteen a m", "10:15 a.m."),
+    ("time", "10:00", "ten o'clock", "10 o'clock"),
     ("date", "march 5 2020", "march fifth twenty twenty", "March 5, 2020"),
     ("date", "december 25", "december twenty fifth", "December 25"),
     ("date", "1990s", "nineteen nineties", "1990s"),
@@ -36,7 +37,7 @@ def test_house_style(cls, written, spoken, styled):
 
 def test_number_words_gate_the_grammars():
     words = "so we met and then twenty five people came along to see it all".split()
-    assert itn._stretches(words) == [(1, 11)]
+    assert itn._stretches(words) == [(2, 10)]
     assert itn._stretches("nothing to see here".split()) == []
     assert itn._stretches("the twenty-fifth".split()) == [(0, 2)]
     assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS

@@ -78,12 +78,44 @@ def test_parse_lexicon_tsv_skips_comments_and_names_the_bad_line():
 # -- phrases and rendering ------------------------------------------------------------------
 
 
-def test_phrases_never_span_a_mark_and_unlabeled_words_count_as_no_mark():
+def test_phrases_never_span_a_sentence_mark_and_unlabeled_words_count_as_no_mark():
     f = itn()
     words = "it was twenty five dollars".split()
     assert f.phrases(words, [NO] * 5) == [Phrase(2, 5, "$25")]
-    assert f.phrases(words, [NO, NO, COMMA, NO, NO]) == [Phrase(2, 3, "20"), Phrase(3, 5, "$5")]
+    assert f.phrases(words, [NO, NO, PERIOD, NO, NO]) == [Phrase(2, 3, "20"), Phrase(3, 5, "$5")]
+    assert f.phrases(words, [NO, NO, QUESTION, NO, NO]) == [Phrase(2, 3, "20"), Phrase(3, 5, "$5")]
     assert f.phrases(words, [NO, NO, NO, None, None]) == [Phrase(2, 5, "$25")]
+
+
+def test_a_whole_written_form_hides_the_models_commas_inside_it():
+    f = itn()
+    words = "it was twenty five dollars".split()
+    labels = [NO, NO, COMMA, NO, PERIOD]
+    assert f.phrases(words, labels) == [Phrase(2, 5, "$25")]
+    assert f.render(words, labels, sentence_start=False) == "it was $25."
+
+
+class ListNormalizer:
+    """Writes "ten twenty thirty" as three forms side by side (not whole), each word alone as one."""
+
+    def phrases(self, words):
+        digits = {"ten": "10", "twenty": "20", "thirty": "30"}
+        if len(words) > 1 and all(w in digits for w in words):
+            return [Phrase(0, len(words), " ".join(digits[w] for w in words), whole=False)]
+        return [Phrase(i, i + 1, digits[w]) for i, w in enumerate(words) if w in digits]
+
+
+def test_forms_side_by_side_keep_the_commas_between_them():
+    f = Formatter(Lexicon(), ListNormalizer())
+    words, labels = ["ten", "twenty", "thirty"], [COMMA, COMMA, PERIOD]
+    assert f.render(words, labels, sentence_start=False) == "10, 20, 30."
+    assert f.render(words, [NO, NO, PERIOD], sentence_start=False) == "10 20 30."
+
+
+def test_a_lexicon_phrase_spans_no_comma():
+    f = Formatter(LEXICON, FakeNormalizer())
+    assert f.phrases(["new", "york"], [COMMA, NO]) == []
+    assert f.phrases(["new", "york"], [NO, COMMA]) == [Phrase(0, 2, "New York")]
 
 
 def test_lexicon_first_then_itn_between_its_matches():
@@ -168,10 +200,14 @@ def test_held_words_keep_their_sentence_start():
     assert texts.final(["punct", "rocks"], [NO, PERIOD], [], sentence_start=False, context=[]) == "StreamPunct rocks."
 
 
-def test_a_mark_ends_the_phrase_so_nothing_is_held():
+def test_a_sentence_mark_ends_the_phrase_so_nothing_is_held():
     texts = FinalTexts(itn())
-    assert texts.final(["twenty"], [COMMA], [], sentence_start=True, context=["five", "dollars"]) == "20,"
+    assert texts.final(["twenty"], [PERIOD], [], sentence_start=True, context=["five", "dollars"]) == "20."
     assert texts.held == 0
+    # a comma does not end a number: "twenty," is held for "$25"
+    texts = FinalTexts(itn())
+    assert texts.final(["twenty"], [COMMA], [], sentence_start=True, context=["five", "dollars"]) == ""
+    assert texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[]) == "$25."
 
 
 def test_lexicon_phrase_across_finals_and_the_longest_match_wins():

@@ -1,0 +1,236 @@
+"""``bench itn``: written numbers, dates, times and money as a live client gets them.
+
+Each sentence of ``data/itn_phrases.tsv`` (spoken sentence, and how a style
+guide writes it: the file's header says which conventions) is one live
+stream to a server in this process, started with the ITN grammars: ASR-like
+chunks of 1..4 words at 2.5 words/s with jitter
+(:func:`streampunct.evaluation.live_schedule`), then ``end``, at the
+server's default session options plus ``itn``. A sentence passes when its
+finals' ``text``, joined, equals the expected written sentence, token for
+token, once the marks the punctuation model adds (a trailing ``,`` ``.``
+``?``) are set aside on both sides. The report gives the share that pass
+(by category) and every failure.
+
+The same schedules are streamed again with ``itn`` off: the finals' words
+and marks must be identical (written forms only change ``text``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.common import RESULTS_DIR, percentile, write_result
+from streampunct.options import SessionOptions
+
+
+@dataclass(frozen=True)
+class ItnBenchConfig:
+    """Options of ``bench itn`` (see the module docstring)."""
+
+    data: Path = Path("data/itn_phrases.tsv")
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    itn_cache: Path | None = None
+    words_per_second: float = 2.5
+    max_chunk: int = 4
+    jitter_ms: float = 150.0
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
+    parallel: int = 40
+    seed: int = 0
+    out_dir: Path = RESULTS_DIR
+    name: str = "itn_phrases"
+
+
+@dataclass(frozen=True)
+class PhraseCase:
+    category: str
+    spoken: str
+    written: str
+
+
+def read_phrases(path: Path) -> list[PhraseCase]:
+    """``category<TAB>spoken<TAB>written`` lines; ``#`` lines are comments."""
+    from streampunct.errors import InputError
+
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(f.strip() for f in fields):
+            raise InputError(f"{path}:{number}: expected category<TAB>spoken<TAB>written")
+        cases.append(PhraseCase(*(f.strip() for f in fields)))
+    if not cases:
+        raise InputError(f"{path}: no phrases")
+    return cases
+
+
+def comparable(text: str) -> list[str]:
+    """The tokens of ``text`` without the trailing mark the punctuation model may add."""
+    out = []
+    for token in text.split():
+        core = token[:-1] if token[-1] in ",.?" else token
+        if core:
+            out.append(core)
+    return out
+
+
+async def _stream(url: str, events, options: SessionOptions, itn: bool):
+    from streampunct.client import StreamClient, Transcript
+
+    client = await StreamClient.connect(url, right_context=options.right_context,
+                                        max_delay_ms=options.max_delay_ms, itn=itn)
+    transcript = Transcript()
+
+    async def receive() -> None:
+        async for message in client:
+            transcript.apply(message)
+
+    receiver = asyncio.create_task(receive())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for event in events:
+        if event.kind == "words":
+            await asyncio.sleep(max(0.0, t0 + event.time - loop.time()))
+            await client.send_words(list(event.words))
+    await client.end()
+    await receiver
+    return transcript
+
+
+async def _stream_all(url: str, schedules, options: SessionOptions, itn: bool, parallel: int):
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(events):
+        async with gate:
+            return await _stream(url, events, options, itn)
+
+    return await asyncio.gather(*(one(events) for events in schedules))
+
+
+class TimedNormalizer:
+    """A normalizer that counts its calls and the time they take (on the server's event loop)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.seconds: list[float] = []
+
+    def phrases(self, words):
+        t0 = time.perf_counter()
+        try:
+            return self.inner.phrases(words)
+        finally:
+            self.seconds.append(time.perf_counter() - t0)
+
+
+async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, serve_kwargs: dict) -> tuple[list, list]:
+    from streampunct.server import ServerConfig, serve
+
+    config = ServerConfig(host="127.0.0.1", port=0, model_dir=cfg.model_dir, engine=cfg.engine,
+                          itn_cache=cfg.itn_cache, max_sessions=cfg.parallel + 8)
+    server = await serve(config, **serve_kwargs)
+    try:
+        await server.wait_ready()
+        on = await _stream_all(server.url, schedules, options, True, cfg.parallel)
+        off = await _stream_all(server.url, schedules, options, False, cfg.parallel)
+    finally:
+        await server.shutdown()
+    return on, off
+
+
+def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwargs: dict | None = None,
+                  write: bool = True) -> dict:
+    """Stream every phrase with ``itn`` on and off; ``serve_kwargs`` go to
+    :func:`streampunct.server.serve` (tests inject an engine and a normalizer)."""
+    from streampunct.evaluation import live_schedule
+    from streampunct.text import normalize_words
+
+    cases = read_phrases(cfg.data)
+    options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
+    schedules = [live_schedule(normalize_words(c.spoken.split()), words_per_second=cfg.words_per_second,
+                               max_chunk=cfg.max_chunk, jitter_ms=cfg.jitter_ms, seed=cfg.seed + k)
+                 for k, c in enumerate(cases)]
+    print(f"itn: {len(cases)} sentences, up to {cfg.parallel} streams at a time, right_context "
+          f"{options.right_context}, max_delay_ms {options.max_delay_ms}", flush=True)
+    serve_kwargs = dict(serve_kwargs or {})
+    if "normalizer" not in serve_kwargs:
+        from streampunct.itn import load_normalizer
+
+        serve_kwargs["normalizer"] = load_normalizer(cfg.itn_cache)
+    timed = serve_kwargs["normalizer"] = TimedNormalizer(serve_kwargs["normalizer"])
+    t0 = time.perf_counter()
+    on, off = asyncio.run(_serve_and_stream(cfg, schedules, options, serve_kwargs))
+    wall_s = time.perf_counter() - t0
+
+    total, passed = Counter(), Counter()
+    failures, changed, held = [], [], 0
+    for case, with_itn, without in zip(cases, on, off, strict=True):
+        got = " ".join(text for _, _, text in with_itn.texts if text)
+        held += sum(1 for _, _, text in with_itn.texts if not text)
+        total[case.category] += 1
+        if comparable(got) == comparable(case.written):
+            passed[case.category] += 1
+        else:
+            failures.append({"category": case.category, "spoken": case.spoken, "expected": case.written,
+                             "got": got})
+        if with_itn.final_words != without.final_words:
+            changed.append(case.spoken)
+    n, ok = sum(total.values()), sum(passed.values())
+    result = {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "sentences": n, "passed": ok, "share": round(ok / n, 4), "wall_s": round(wall_s, 1),
+        "by_category": {c: {"sentences": total[c], "passed": passed[c]} for c in total},
+        "words_and_marks_identical": not changed, "sentences_with_other_words_or_marks": changed,
+        "finals_with_empty_text": held, "failures": failures,
+        "itn_calls": len(timed.seconds),
+        "itn_call_ms": {q: round(1000 * percentile(timed.seconds, p), 2) for q, p in
+                        (("p50", 50), ("p95", 95), ("max", 100))} if timed.seconds else None,
+        "itn_total_s": round(sum(timed.seconds), 2),
+    }
+    print(f"written form as expected: {ok}/{n} sentences ({100 * ok / n:.1f}%); words and marks identical "
+          f"with itn on and off: {'yes' if not changed else f'no, {len(changed)} sentences differ'}")
+    if timed.seconds:
+        print(f"ITN on the server's event loop: {len(timed.seconds)} calls, p50 {result['itn_call_ms']['p50']} ms, "
+              f"p95 {result['itn_call_ms']['p95']} ms, max {result['itn_call_ms']['max']} ms, "
+              f"{result['itn_total_s']} s in all")
+    for c in total:
+        print(f"  {c:9s} {passed[c]:3d}/{total[c]}")
+    for f in failures:
+        print(f"  FAIL [{f['category']}] {f['spoken']!r}\n       expected {f['expected']!r}\n       got      {f['got']!r}")
+    if write:
+        path = write_result(cfg.name, result, cfg.out_dir, command=command)
+        print(f"wrote {path}")
+    return result
+
+
+def add_itn_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.argtypes import non_negative_int, positive_float, positive_int
+
+    d = ItnBenchConfig()
+    p.add_argument("--data", type=Path, default=d.data,
+                   help="category<TAB>spoken<TAB>written sentences (default: %(default)s)")
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--engine", default=d.engine, help="engine backend (default: %(default)s)")
+    p.add_argument("--itn-cache", type=Path, default=None, help="compiled grammars (default: ~/.cache/streampunct/itn)")
+    p.add_argument("--wps", type=positive_float, default=d.words_per_second, help="words/s (default: %(default)s)")
+    p.add_argument("--right-context", type=non_negative_int, default=d.right_context,
+                   help="session right_context (default: the server's, %(default)s)")
+    p.add_argument("--max-delay-ms", type=non_negative_int, default=d.max_delay_ms,
+                   help="session max_delay_ms (default: the server's, %(default)s)")
+    p.add_argument("--parallel", type=positive_int, default=d.parallel,
+                   help="sentences streamed at a time (default: %(default)s)")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes (default: %(default)s)")
+
+
+def run_itn_from_args(args: argparse.Namespace, command: str | None = None) -> int:
+    cfg = ItnBenchConfig(data=args.data, model_dir=args.model, engine=args.engine, itn_cache=args.itn_cache,
+                         words_per_second=args.wps, right_context=args.right_context,
+                         max_delay_ms=args.max_delay_ms, parallel=args.parallel, out_dir=args.out_dir)
+    result = run_itn_bench(cfg, command=command)
+    return 0 if result["words_and_marks_identical"] else 1

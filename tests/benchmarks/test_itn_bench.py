@@ -1,0 +1,54 @@
+"""``bench itn``: the acceptance set's file, and the bench's scoring through a real server
+(a fake engine and a fake normalizer, so that it runs in seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.itn_bench import ItnBenchConfig, comparable, read_phrases, run_itn_bench
+from streampunct.errors import InputError
+from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+from tests.streampunct.written_fakes import FakeNormalizer
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "itn_phrases.tsv"
+
+
+def test_the_acceptance_set_has_over_200_phrases_in_every_category():
+    cases = read_phrases(DATA)
+    assert len(cases) >= 200
+    categories = {c.category for c in cases}
+    assert {"cardinal", "ordinal", "decimal", "percent", "money", "year", "time", "date", "phone"} <= categories
+    assert all(c.spoken == c.spoken.lower() and not any(ch.isdigit() for ch in c.spoken) for c in cases)
+    assert len({c.spoken for c in cases}) == len(cases)
+
+
+def test_comparable_sets_the_models_marks_aside():
+    assert comparable("It costs $25, at 7 p.m.") == ["It", "costs", "$25", "at", "7", "p.m"]
+    assert comparable("It costs $25 at 7 p.m") == comparable("It costs $25, at 7 p.m.")
+
+
+def test_read_phrases_names_a_bad_line(tmp_path):
+    bad = tmp_path / "p.tsv"
+    bad.write_text("# comment\nmoney\tfive dollars\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"p.tsv:2: expected category<TAB>spoken<TAB>written"):
+        read_phrases(bad)
+
+
+def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner):
+    data = tmp_path / "phrases.tsv"
+    # (the fake engine's marks: a period after "it", "dollars", "saw"; none inside the numbers)
+    data.write_text("money\tit costs twenty five dollars today\tit costs $25 today\n"
+                    "cardinal\twe saw eighty four birds\twe saw 84 birds\n"
+                    "cardinal\twe saw forty birds\twe saw 40 bird\n", encoding="utf-8")
+    cfg = ItnBenchConfig(data=data, words_per_second=50.0, jitter_ms=0.0, parallel=2, out_dir=tmp_path)
+    result = run_itn_bench(cfg, serve_kwargs={"engine_factory": FakeEngine, "aligner": aligner,
+                                              "window": TEST_WINDOW, "normalizer": FakeNormalizer()},
+                           write=False)
+    assert (result["sentences"], result["passed"]) == (3, 2)
+    assert result["by_category"] == {"money": {"sentences": 1, "passed": 1},
+                                     "cardinal": {"sentences": 2, "passed": 1}}
+    (failure,) = result["failures"]
+    assert failure["expected"] == "we saw 40 bird" and comparable(failure["got"]) == ["we", "saw", "40", "birds"]
+    assert result["words_and_marks_identical"] and result["itn_calls"] > 0
