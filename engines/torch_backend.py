@@ -31,12 +31,15 @@ from typing import Any
 
 import numpy as np
 
+from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
+    EngineBase,
     EngineError,
+    HeadLogits,
     InferenceError,
     IOSpec,
     TensorSpec,
@@ -119,7 +122,7 @@ def build_graph_model(state: Mapping[str, np.ndarray], config: Mapping[str, Any]
     return model.eval()
 
 
-class TorchGraphEngine:
+class TorchGraphEngine(EngineBase):
     """A model folder's graph weights in torch behind the Engine protocol, with the streaming
     graph's ``infer_stream`` (cached left context).
 
@@ -137,9 +140,11 @@ class TorchGraphEngine:
 
     name = "torch"
     rows_independent = True
-    cache_tokens: int | None = None
-
-    def __init__(self, path: str | Path, options: TorchOptions | None = None) -> None:
+    def __init__(self, path: str | Path, options: TorchOptions | None = None, *,
+                 cache_tokens: int | None = None) -> None:
+        if cache_tokens is not None and cache_tokens < 1:
+            raise EngineError(f"cache_tokens must be >= 1, got {cache_tokens}")
+        self.cache_tokens = cache_tokens
         torch = require("torch", feature="the torch backend")
         from engines.graph_weights import read_graph_weights
         from engines.sidecar import read_sidecar, verify_artifact
@@ -216,12 +221,11 @@ class TorchGraphEngine:
         """int64[B,T], int64[B,T] -> float32[B,T,C]."""
         return self._whole(input_ids, attention_mask)[0]
 
-    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
         """Punctuation logits float32[B,T,C] and case logits float32[B,T,4] (None without a
         case head), from one run."""
         outs = self._whole(input_ids, attention_mask)
-        return outs[0], (outs[1] if len(outs) > 1 else None)
+        return HeadLogits(outs[0], outs[1] if len(outs) > 1 else None)
 
     def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The streaming graph's inputs (``streampunct.stream_cache.pad_stream_calls``) ->
@@ -279,10 +283,8 @@ def _device(torch: Any, name: str) -> Any:
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> TorchGraphEngine:
     """Registry entry point: ``load_engine("torch", model_dir, device="cuda")``."""
     from engines.model_meta import has_model_meta, read_model_meta
-    from engines.registry import make_options
 
     if artifact is None:
         raise ArtifactError(f"the torch backend needs an ONNX graph in {model_dir} (its weights)")
-    engine = TorchGraphEngine(artifact, make_options(TorchOptions, options, "torch"))
-    engine.cache_tokens = read_model_meta(model_dir).stream_cache_tokens if has_model_meta(model_dir) else None
-    return engine
+    tokens = read_model_meta(model_dir).stream_cache_tokens if has_model_meta(model_dir) else None
+    return TorchGraphEngine(artifact, make_options(TorchOptions, options, "torch"), cache_tokens=tokens)

@@ -22,9 +22,10 @@ def test_every_engine_class_declares_the_capabilities():
     from engines.fake import FakeEngine
     from engines.ort_engine import OrtEngine, OrtStreamEngine
     from engines.tensorrt_engine import TensorRTEngine
+    from engines.torch_backend import TorchGraphEngine
     from engines.torch_engine import TorchEngine
 
-    for cls in (OrtEngine, OrtStreamEngine, FakeEngine, TensorRTEngine, TorchEngine):
+    for cls in (OrtEngine, OrtStreamEngine, FakeEngine, TensorRTEngine, TorchEngine, TorchGraphEngine):
         assert issubclass(cls, EngineBase), cls
         for name in ("name", "has_case", "rows_independent", "infer", "infer_heads", "io_spec", "close"):
             assert hasattr(cls, name), (cls, name)
