@@ -1,7 +1,8 @@
 """Sub-word alignment shared by training, offline decoding and streaming.
 
 Each word is tokenized on its own (WordPiece and BPE pre-tokenizers split on
-whitespace, so this equals tokenizing the sentence) and cached. A word's label
+whitespace, so this equals tokenizing the sentence) and cached (an LRU cache of
+``word_cache_size`` words; see docs/server.md, "Memory"). A word's label
 sits on one of its sub-tokens: the last by default (as in Chen et al. and
 Huang et al.), the first as an option; the choice travels in the model
 metadata so that training and inference agree.
@@ -22,6 +23,9 @@ from streampunct.windowing import WindowBatch, WindowConfig, offline_windows
 LabelPosition = Literal["last", "first"]
 _SPECIALS = {"cls": ("[CLS]", "<s>"), "sep": ("[SEP]", "</s>"), "pad": ("[PAD]", "<pad>")}
 _UNK = ("[UNK]", "<unk>")
+#: Words whose sub-token ids an aligner keeps by default (training and offline decoding; the
+#: server sets its own bound, ``ServerConfig.word_cache_words``).
+WORD_CACHE_SIZE = 200_000
 
 
 def _special_id(tokenizer: Tokenizer, names: tuple[str, ...], what: str) -> int:
@@ -39,6 +43,7 @@ class Aligner:
         label_position: ``"last"`` or ``"first"`` sub-token of each word.
         max_word_tokens: a word never takes more sub-tokens than this (very long
             words keep their first ``max_word_tokens - 1`` and their last one).
+        word_cache_size: words whose ids are kept (least recently used ones go).
         cls_id, sep_id, pad_id: the special tokens framing every model input.
     """
 
@@ -48,6 +53,7 @@ class Aligner:
         *,
         label_position: LabelPosition = "last",
         max_word_tokens: int = 16,
+        word_cache_size: int = WORD_CACHE_SIZE,
     ) -> None:
         if label_position not in ("last", "first"):
             raise ValueError(f"label_position must be 'last' or 'first', not {label_position!r}")
@@ -65,7 +71,22 @@ class Aligner:
         self.sep_id = _special_id(tokenizer, _SPECIALS["sep"], "SEP/</s>")
         self.pad_id = _special_id(tokenizer, _SPECIALS["pad"], "PAD/<pad>")
         self.unk_id = _special_id(tokenizer, _UNK, "UNK")
-        self._word_ids = lru_cache(maxsize=200_000)(self._encode_word)
+        # One int object per vocabulary id, shared by every cached word: a cached word then costs its
+        # string, a tuple of pointers and the LRU node (about 200 + 8 x tokens bytes), not 28 more
+        # bytes per token for ids above 256 (CPython caches only the small ints).
+        self._id_objects = list(range(tokenizer.get_vocab_size(with_added_tokens=True)))
+        self.set_word_cache_size(word_cache_size)
+
+    @property
+    def word_cache_size(self) -> int:
+        return self._word_cache_size
+
+    def set_word_cache_size(self, size: int) -> None:
+        """Keep the ids of at most ``size`` words (the cache starts empty again)."""
+        if size < 0:
+            raise ValueError("word_cache_size must be >= 0")
+        self._word_cache_size = size
+        self._word_ids = lru_cache(maxsize=size)(self._encode_word)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> Aligner:
@@ -82,7 +103,8 @@ class Aligner:
             return (self.unk_id,)
         if len(ids) > self.max_word_tokens:
             ids = ids[: self.max_word_tokens - 1] + ids[-1:]
-        return tuple(ids)
+        shared = self._id_objects
+        return tuple(shared[i] if i < len(shared) else i for i in ids)
 
     def word_ids(self, word: str) -> tuple[int, ...]:
         """Sub-token ids of one (normalized) word: never empty, at most max_word_tokens."""

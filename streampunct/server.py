@@ -93,6 +93,8 @@ class ServerConfig:
             docs/server.md, "Hosts, origins and methods").
         allow_origins: browser origins whose handshakes are accepted besides the
             server's own (``*``: any; ``null``: pages without one).
+        word_cache_words: words whose sub-token ids the server keeps (an LRU
+            cache; about 200 bytes + 8 per token each; docs/server.md, "Memory").
         session_defaults: session options before a client ``config``.
         window: window geometry override (None: the model's).
         shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
@@ -142,6 +144,7 @@ class ServerConfig:
     auth_token: str | None = None
     allow_hosts: tuple[str, ...] = ()
     allow_origins: tuple[str, ...] = ()
+    word_cache_words: int = 20_000
     session_defaults: SessionOptions = SessionOptions()
     window: WindowConfig | None = None
     shutdown_timeout_s: float = 10.0
@@ -181,6 +184,8 @@ class ServerConfig:
             raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
         if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
             raise ValueError("stream_cache_tokens must be >= 1")
+        if self.word_cache_words < 0:
+            raise ValueError("word_cache_words must be >= 0")
         for value in self.allow_hosts:
             if canonical_host(value) is None:
                 raise ValueError(f"allow_host: {value!r} is not a host name or address (no port), nor '*'")
@@ -291,6 +296,7 @@ class StreamServer:
         self.model_name = runtime.model_name
         self.window = runtime.window
         self.aligner = runtime.aligner
+        self.aligner.set_word_cache_size(config.word_cache_words)
         self.batcher = Batcher(
             runtime.engine_factory,
             pad_id=runtime.aligner.pad_id,

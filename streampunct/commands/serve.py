@@ -129,6 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-backlog-words", type=int, default=ServerConfig.max_backlog_words,
                         help="words received but not yet finalized past which a session stops reading "
                              "its socket until they drain (input backpressure; default: %(default)s)")
+    limits.add_argument("--word-cache-words", type=int, default=ServerConfig.word_cache_words, metavar="N",
+                        help="words whose sub-token ids are cached (least recently used ones go; about 200 "
+                             "bytes + 8 per token each, so the default holds at most a few MB; 0: none; "
+                             "default: %(default)s)")
     limits.add_argument("--send-timeout-s", type=float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
@@ -215,6 +219,7 @@ def build_config(args: argparse.Namespace):
             auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
             allow_hosts=tuple(args.allow_host),
             allow_origins=tuple(args.allow_origin),
+            word_cache_words=args.word_cache_words,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,
                                             itn=args.itn),
             itn_grammars="on" if args.itn else args.itn_grammars,
@@ -228,6 +233,27 @@ def build_config(args: argparse.Namespace):
         raise InputError(flag_names(str(e), args)) from None
 
 
+#: glibc malloc arenas ``serve`` runs with unless ``$MALLOC_ARENA_MAX`` says otherwise: glibc's default
+#: (8 per core) let a 30-minute soak grow 17.9 MB/h where 2 arenas grew 1.3 MB/h (docs/server.md, "Memory").
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # mallopt's parameter number for the arena limit (glibc malloc.h)
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas (``mallopt(M_ARENA_MAX, arenas)``, what ``MALLOC_ARENA_MAX`` does)
+    unless ``$MALLOC_ARENA_MAX`` is set. Call it before threads start: arenas already made stay.
+    True when the cap was applied; False with the variable set, or without glibc (nothing done)."""
+    import ctypes
+
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return mallopt(_M_ARENA_MAX, arenas) == 1
+
+
 def run(args: argparse.Namespace) -> int:
     from streampunct.server import run_until_signalled
 
@@ -235,5 +261,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "
               f"on {server.url} (Ctrl-C to stop)", flush=True)
 
-    asyncio.run(run_until_signalled(build_config(args), on_ready=announce))
+    config = build_config(args)
+    limit_malloc_arenas()  # before the engine's threads allocate
+    asyncio.run(run_until_signalled(config, on_ready=announce))
     return 0

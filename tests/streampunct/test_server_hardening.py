@@ -8,6 +8,9 @@ import base64
 import json
 import logging
 import os
+import platform
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -254,8 +257,10 @@ async def test_head_gets_the_headers_of_get_and_no_body(start_server):
         head = await request(server.port, "HEAD", path)
         assert head.status == get.status and head.body == b"", path
         assert head.headers["content-type"] == get.headers["content-type"]
-        if path != "/metrics":  # the metrics move between the two requests
+        if path in ("/captions", "/nope"):  # /healthz (uptime) and /metrics move between the two requests
             assert int(head.headers["content-length"]) == len(get.body) > 0
+        else:
+            assert int(head.headers["content-length"]) > 0
     reply = await request(server.port, "HEAD", "/v1/stream", websocket=True)
     assert reply.status == 405 and reply.headers["allow"] == "GET" and reply.body == b""
 
@@ -350,3 +355,69 @@ def test_serve_flags_allow_hosts_and_origins_and_refuse_bad_values_in_one_line()
         build_config(build_parser().parse_args(["serve", "--allow-host", "proxy:443"]))
     with pytest.raises(InputError, match=r"^--allow-origin: 'https://app.example/page' is not an origin"):
         build_config(build_parser().parse_args(["serve", "--allow-origin", "https://app.example/page"]))
+
+
+# -- 6. memory -------------------------------------------------------------------------------
+
+
+async def test_the_word_cache_is_bounded_by_word_cache_words(start_server, aligner):
+    server = await start_server(word_cache_words=50)
+    assert server.aligner.word_cache_size == 50
+    words = [f"zqx{k}vbw{k}" for k in range(200)]  # unique, several sub-tokens each
+    async with await StreamClient.connect(server.url, right_context=0) as client:
+        await client.send_words(words)
+        await client.end()
+        finals = [w.w for m in [m async for m in client] if isinstance(m, Final) for w in m.words]
+    assert finals == words
+    assert server.aligner._word_ids.cache_info().currsize == 50
+
+
+def test_serve_flag_sets_the_word_cache():
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    assert build_config(build_parser().parse_args(["serve"])).word_cache_words == 20_000
+    assert build_config(build_parser().parse_args(["serve", "--word-cache-words", "0"])).word_cache_words == 0
+    with pytest.raises(InputError, match="^--word-cache-words must be >= 0$"):
+        build_config(build_parser().parse_args(["serve", "--word-cache-words", "-1"]))
+
+
+def test_cached_words_share_one_int_object_per_token_id(aligner):
+    first, second = aligner.word_ids("zqxvbwkj"), aligner.word_ids("vbwkjzqx")
+    shared = set(first) & set(second)
+    assert shared and all(i > 256 for i in shared)
+    for token in shared:
+        assert first[first.index(token)] is second[second.index(token)]
+    assert aligner.word_ids("zqxvbwkj") == tuple(aligner.tokenizer.encode("zqxvbwkj", add_special_tokens=False).ids)
+
+
+ARENA_PROBE = """
+import ctypes, sys, threading
+from streampunct.commands.serve import limit_malloc_arenas
+print(limit_malloc_arenas(1), file=sys.stderr)
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+together = threading.Barrier(4)
+def allocate():
+    together.wait()
+    blocks = [libc.malloc(4096) for _ in range(100)]
+    together.wait()
+threads = [threading.Thread(target=allocate) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.malloc_stats()
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc arenas")
+@pytest.mark.parametrize("env_value, applied, arenas", [(None, "True", 1), ("3", "False", 3)])
+def test_serve_caps_glibc_malloc_arenas_unless_the_environment_does(env_value, applied, arenas):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    if env_value is not None:
+        env["MALLOC_ARENA_MAX"] = env_value
+    done = subprocess.run([sys.executable, "-c", ARENA_PROBE], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 0 and lines[0] == applied, done.stderr
+    assert sum(line.startswith("Arena ") for line in lines) == arenas  # 5 without any cap: one per thread
