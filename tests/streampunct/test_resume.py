@@ -288,7 +288,7 @@ def test_a_stream_cut_anywhere_and_resumed_delivers_every_word_once(case):
     got = [(w.w, w.p) for m in received for w in m.words]
     start = len(got)
     keep = window.left if context_words is None else context_words
-    context = tuple(PunctuatedWord(w, p) for w, p in got[len(got) - keep:]) if keep else ()
+    context = tuple(PunctuatedWord(w, p) for w, p in got[-keep:]) if keep else ()
 
     # Connection 2 (another server): resume, send again every word without a final, go on.
     second = Driver(options, window)
