@@ -156,7 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "--itn-grammars on)")
     written = parser.add_argument_group("written forms (docs/protocol.md, 'Written forms')")
     written.add_argument("--itn-grammars", choices=("auto", "on", "off"), default="off",
-                         help="load the ITN grammars at startup (a few seconds, about 100 MB), so that "
+                         help="load the ITN grammars at startup (seconds, tens of MB), so that "
                               "sessions may ask for itn: on (needs the itn extra), auto (when it is "
                               "installed), off (default: itn is refused unless --itn)")
     written.add_argument("--itn-cache", metavar="DIR", default=None,
