@@ -72,7 +72,7 @@ class Aligner:
         self.pad_id = _special_id(tokenizer, _SPECIALS["pad"], "PAD/<pad>")
         self.unk_id = _special_id(tokenizer, _UNK, "UNK")
         # One int object per vocabulary id, shared by every cached word: a cached word then costs its
-        # string, a tuple of pointers and the LRU node (about 200 + 8 x tokens bytes), not 28 more
+        # string, a tuple of pointers and the LRU node (about 130 + 8 x tokens bytes), not 28 more
         # bytes per token for ids above 256 (CPython caches only the small ints).
         self._id_objects = list(range(tokenizer.get_vocab_size(with_added_tokens=True)))
         self.set_word_cache_size(word_cache_size)

@@ -94,7 +94,7 @@ class ServerConfig:
         allow_origins: browser origins whose handshakes are accepted besides the
             server's own (``*``: any; ``null``: pages without one).
         word_cache_words: words whose sub-token ids the server keeps (an LRU
-            cache; about 200 bytes + 8 per token each; docs/server.md, "Memory").
+            cache; about 130 bytes + 8 per sub-token each; docs/server.md, "Memory").
         session_defaults: session options before a client ``config``.
         window: window geometry override (None: the model's).
         shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.

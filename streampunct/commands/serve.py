@@ -130,8 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="words received but not yet finalized past which a session stops reading "
                              "its socket until they drain (input backpressure; default: %(default)s)")
     limits.add_argument("--word-cache-words", type=int, default=ServerConfig.word_cache_words, metavar="N",
-                        help="words whose sub-token ids are cached (least recently used ones go; about 200 "
-                             "bytes + 8 per token each, so the default holds at most a few MB; 0: none; "
+                        help="words whose sub-token ids are cached (least recently used ones go; about 130 "
+                             "bytes + 8 per sub-token each, so the default holds at most about 5 MB; 0: none; "
                              "default: %(default)s)")
     limits.add_argument("--send-timeout-s", type=float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
