@@ -33,6 +33,10 @@ readers apply the defaults named here):
     cached tokens per stream (default: the streaming window's left context).
 ``stream_cache``
     ``false``: ``--stream-cache auto`` serves whole windows (default true).
+``case_margin``
+    a number >= 0 (default 0): the truecasing head's CAPITALIZED becomes lower
+    where its logit beats lower's by less (``streampunct.labels.case_classes``;
+    tuned on validation by ``python -m training.case_margin``).
 
 The writer sorts keys and indents by two, as the shipped folders are written;
 reading a file and writing it back gives the same JSON object.
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,6 +81,7 @@ class ModelMeta:
     stream_artifact: str | None = None
     stream_cache_tokens: int | None = None
     stream_cache: bool | None = None
+    case_margin: float | None = None
     record: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,6 +105,10 @@ class ModelMeta:
                 return f"{name} must be a positive integer, not {value!r}"
         if self.stream_cache is not None and not isinstance(self.stream_cache, bool):
             return f"stream_cache must be true or false, not {self.stream_cache!r}"
+        if self.case_margin is not None and (
+                not isinstance(self.case_margin, (int, float)) or isinstance(self.case_margin, bool)
+                or not math.isfinite(self.case_margin) or self.case_margin < 0):
+            return f"case_margin must be a number >= 0, not {self.case_margin!r}"
         for name in ("window", "stream_window"):
             value = getattr(self, name)
             if value is None:

@@ -172,6 +172,7 @@ class Punctuator:
         name: str = "custom",
         capitalize: bool = True,
         written: WrittenForms | None = None,
+        case_margin: float = 0.0,
     ) -> Punctuator:
         """A punctuator over an engine you built (the Engine protocol: ``infer``, and
         ``has_case``/``infer_heads`` for a truecasing head).
@@ -180,9 +181,11 @@ class Punctuator:
         ``stream_shape``) for cached left context in streams, keeping
         ``stream_cache_tokens`` tokens (None: the streaming window's left context).
         ``written``: the lexicon and ITN grammars (:func:`written_forms`).
+        ``case_margin``: the truecasing head's margin for capitals
+        (:func:`streampunct.labels.case_classes`; a model folder's is its ``case_margin``).
         """
         window = window or WindowConfig()
-        decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window)
+        decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
         return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,
                    stream_cache_tokens=stream_cache_tokens, written=written)
 
@@ -304,7 +307,7 @@ class Stream:
         self._clock = clock
         self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
                                          defaults=options, model_name=punctuator.name,
-                                         written=punctuator.written)
+                                         written=punctuator.written, case_margin=decoder.case_margin)
         self._cache: KVCache | None = None
         self._cache_state: object = None  # the stream state the cache was built for
         self.partial: Partial | None = None

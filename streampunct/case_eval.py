@@ -10,7 +10,11 @@ marks, and "I": what ``capitalize`` renders without a case head),
 ``rules_on_gold_punctuation`` (the same rules given the true punctuation: the
 best the rules can do) and ``learned`` (the model's truecasing head combined
 with the rules as ``render`` combines them; only for models with one).
-Figures: accuracy, per-class P/R/F1, and F1 of "not lowercase".
+Figures: accuracy, per-class P/R/F1, and F1 of "not lowercase"; for the
+learned head also ``learned_mid_sentence`` (:func:`mid_sentence_report`: names
+and acronyms among the words shown mid-sentence, and the capitals left there
+by periods the model missed). The head's classes are taken with the model
+folder's ``case_margin`` (:func:`streampunct.labels.case_classes`).
 """
 
 from __future__ import annotations
@@ -53,12 +57,65 @@ def rule_cases(words: Sequence[str], labels: Sequence[int], cases: Sequence[int]
     for k, (w, label) in enumerate(zip(words, labels, strict=True)):
         if cases is not None and cases[k] != LOWER:
             out.append(CAPITALIZED if cases[k] == MIXED else int(cases[k]))
-        elif start or w == "i" or w.startswith("i'"):
+        elif start or _is_i(w):
             out.append(CAPITALIZED)
         else:
             out.append(LOWER)
         start = label in (PERIOD, QUESTION)
     return out
+
+
+def _is_i(word: str) -> bool:
+    """The pronoun "I" (and "I'm", "I'll", ...): capitalized by rule wherever it stands."""
+    return word == "i" or word.startswith("i'")
+
+
+def mid_sentence_report(words: Sequence[str], labels: Sequence[int], shown: Sequence[int],
+                        gold_labels: Sequence[int], gold_cases: Sequence[int]) -> dict:
+    """Names and acronyms among the words shown in the middle of a sentence.
+
+    A word is shown mid-sentence when the word before it has no sentence mark
+    (``labels``: the model's; not PERIOD or QUESTION). There the rendered text
+    should capitalize names and acronyms only: the gold is "not lowercase" when
+    the written word is not lowercase and does not open a sentence of the gold
+    text (the word before it has no gold sentence mark), the prediction when
+    ``shown`` (the class :func:`rule_cases` renders) is not lowercase. So a
+    capital after a period the model missed is a false positive. Words with an
+    unknown gold class (negative) are skipped, and so is the pronoun "I"
+    (capitalized by rule everywhere, rightly).
+
+    Returns ``words`` (all words with a gold class), ``mid_sentence`` (words
+    shown mid-sentence), ``non_lower`` (P/R/F1, percent) and, per 1000 words,
+    ``sentence_start_capitals`` (capitals shown mid-sentence on words that open
+    a gold sentence: the missed periods' capitals) and ``other_false_capitals``
+    (capitals shown mid-sentence on words the gold writes lowercase).
+    """
+    n = len(labels)
+    if not (len(words) == len(shown) == len(gold_labels) == len(gold_cases) == n):
+        raise ValueError(f"lengths differ: {len(words)} words, {n} labels, {len(shown)} shown, "
+                         f"{len(gold_labels)} gold labels, {len(gold_cases)} gold cases")
+    ends = (PERIOD, QUESTION)
+    g_case = np.asarray(gold_cases)
+    known = g_case >= 0
+    mid = np.zeros(n, dtype=bool)
+    gold_start = np.ones(n, dtype=bool)
+    if n:
+        mid[1:] = ~np.isin(np.asarray(labels)[:-1], ends)
+        gold_start[1:] = np.isin(np.asarray(gold_labels)[:-1], ends)
+    mid &= known & ~np.asarray([_is_i(w) for w in words], dtype=bool).reshape(n)
+    capital = np.asarray(shown) != LOWER
+    gold_name = (g_case != LOWER) & ~gold_start
+    tp = int((mid & capital & gold_name).sum())
+    n_pred, n_gold = int((mid & capital).sum()), int((mid & gold_name).sum())
+    prec, rec = tp / max(n_pred, 1), tp / max(n_gold, 1)
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    words = int(known.sum())
+    per_1000 = 1000 / max(words, 1)
+    return {"words": words, "mid_sentence": int(mid.sum()),
+            "non_lower": {"precision": round(100 * prec, 2), "recall": round(100 * rec, 2),
+                          "f1": round(100 * f1, 2)},
+            "sentence_start_capitals": round(per_1000 * int((mid & capital & (g_case != LOWER) & gold_start).sum()), 2),
+            "other_false_capitals": round(per_1000 * int((mid & capital & (g_case == LOWER)).sum()), 2)}
 
 
 def evaluate_case(punctuator, text: str) -> dict:
@@ -70,7 +127,9 @@ def evaluate_case(punctuator, text: str) -> dict:
            "rules": case_report(gold_cases, rule_cases(words, labels)),
            "rules_on_gold_punctuation": case_report(gold_cases, rule_cases(words, gold_labels))}
     if cases is not None:
-        out["learned"] = case_report(gold_cases, rule_cases(words, labels, cases))
+        shown = rule_cases(words, labels, cases)
+        out["learned"] = case_report(gold_cases, shown)
+        out["learned_mid_sentence"] = mid_sentence_report(words, labels, shown, gold_labels, gold_cases)
     return out
 
 
@@ -99,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(text + "\n", encoding="utf-8")
     summary = {k: rep[k]["non_lower"]["f1"] for k in ("rules", "rules_on_gold_punctuation", "learned") if k in rep}
     print(f"non-lower F1 on {args.data} ({rep['words']} words): {summary}")
+    if "learned_mid_sentence" in rep:
+        mid = rep["learned_mid_sentence"]
+        print(f"learned, mid-sentence: non-lower F1 {mid['non_lower']['f1']}, sentence-start capitals "
+              f"{mid['sentence_start_capitals']} per 1000 words")
     return 0
 
 

@@ -280,6 +280,37 @@ def schedule_labels(
     return labels
 
 
+def schedule_rows(
+    events: Sequence[Event],
+    aligner: Aligner,
+    window: WindowConfig,
+    infer: InferFn,
+    options: StreamConfig,
+    *,
+    stream_engine: StreamEngine | None = None,
+) -> tuple[list[int], np.ndarray]:
+    """:func:`schedule_labels`, with each final word's row of the model's logits (float32[n, C],
+    in word order: the punctuation logits, then a truecasing head's when ``infer`` gives
+    them; a streaming graph with a case head always does). The rows of the words a
+    decision finalized come from the window that decided them, as the server takes them."""
+    labels: list[int] = []
+    rows: list[np.ndarray] = []
+    state = StreamState(aligner, window, options)
+    serve = _alone(infer) if stream_engine is None else _cached(stream_engine, aligner, window)
+
+    def answer(request: WindowRequest) -> np.ndarray:
+        logits = serve(request)
+        if not request.partial:  # a final request finalizes every word it labels
+            rows.append(np.asarray(logits[request.positions], dtype=np.float32))
+        return logits
+
+    _play(state, events, answer, lambda decisions: labels.extend(d.label for d in decisions))
+    out = np.concatenate(rows) if rows else np.zeros((0, len(LABELS)), dtype=np.float32)
+    if len(out) != len(labels):
+        raise AssertionError(f"{len(out)} rows for {len(labels)} finals")
+    return labels, out
+
+
 def _cached(stream_engine: StreamEngine, aligner: Aligner, window: WindowConfig
             ) -> Callable[[WindowRequest], np.ndarray]:
     from streampunct.stream_cache import cached_serve, new_cache

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
 LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
 LABEL_TO_ID: dict[str, int] = {name: i for i, name in enumerate(LABELS)}
 O, COMMA, PERIOD, QUESTION = range(4)  # noqa: E741 (O is the class name)
@@ -56,6 +63,38 @@ def case_class(word: str) -> int:
     if letters[0].isupper() and not any(ch.isupper() for ch in letters[1:]):
         return CAPITALIZED
     return MIXED
+
+def check_case_margin(margin: float) -> float:
+    """``margin`` as a float; ValueError (one line) unless it is a finite number >= 0."""
+    if isinstance(margin, bool) or not isinstance(margin, Real) or not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"case margin must be a finite number >= 0, not {margin!r}")
+    return float(margin)
+
+
+def case_classes(case_logits, margin: float = 0.0) -> np.ndarray:
+    """The case class of each row of a truecasing head's logits (float[..., 4]).
+
+    The argmax, except that CAPITALIZED becomes LOWER where
+    ``logit(capitalized) - logit(lower) < margin``. The head learned
+    sentence-initial capitals too, so after a period the model missed it
+    capitalizes the next word, weakly; :func:`streampunct.text.render` opens
+    sentences by rule, so demoting weak capitals everywhere keeps real
+    sentence starts and drops only the mid-sentence capitals the head is not
+    sure of. UPPER and MIXED are never changed. ``margin`` 0 is the plain
+    argmax; a model folder's ``case_margin`` (``streampunct.json``, tuned on
+    validation by ``python -m training.case_margin``) is the margin it serves with.
+    Raises ValueError for a bad margin (:func:`check_case_margin`).
+    """
+    import numpy as np  # here: ``import streampunct`` stays light
+
+    margin = check_case_margin(margin)
+    logits = np.asarray(case_logits)
+    classes = logits.argmax(-1)
+    if margin > 0:
+        weak = (classes == CAPITALIZED) & (logits[..., CAPITALIZED] - logits[..., LOWER] < margin)
+        classes = np.where(weak, LOWER, classes)
+    return classes
+
 
 def end_of_stream_label(label: int, logits) -> int:
     """The label of the last word of a stream (after ``end``, at the end of a text).

@@ -77,6 +77,12 @@ class ModelInfo:
         false``; see the module doc)."""
         return self.meta.uses_stream_cache
 
+    @property
+    def case_margin(self) -> float:
+        """The truecasing head's margin for capitals (``case_margin``; 0: the plain argmax;
+        see :func:`streampunct.labels.case_classes`)."""
+        return float(self.meta.case_margin or 0.0)
+
     def aligner(self) -> Aligner:
         return Aligner.from_file(
             self.path / "tokenizer.json",

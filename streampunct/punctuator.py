@@ -18,7 +18,7 @@ from tqdm import tqdm
 from engines.base import StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.errors import InputError
-from streampunct.labels import end_of_stream_label
+from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.text import normalize_words, render
 from streampunct.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
@@ -75,8 +75,9 @@ def decode_offline(
     return out
 
 
-def _labels(logits: np.ndarray, end_of_stream: bool) -> list[int]:
-    """Argmax label ids of per-word logits; with ``end_of_stream`` the last word ends its sentence."""
+def labels_from_logits(logits: np.ndarray, end_of_stream: bool) -> list[int]:
+    """Argmax label ids of per-word punctuation logits; with ``end_of_stream`` the last word ends
+    its sentence."""
     labels = [int(x) for x in np.argmax(logits, axis=-1)]
     if end_of_stream:
         labels[-1] = end_of_stream_label(labels[-1], logits[-1])
@@ -99,6 +100,7 @@ class Punctuator:
         batch_size: int = 32,
         info: ModelInfo | None = None,
         stream_window: WindowConfig | None = None,
+        case_margin: float | None = None,
     ) -> None:
         self.engine = engine
         self.aligner = aligner
@@ -107,6 +109,10 @@ class Punctuator:
         self.stream_window = stream_window or window
         self.batch_size = batch_size
         self.info = info
+        #: The truecasing head's margin for capitals (:func:`streampunct.labels.case_classes`):
+        #: ``case_margin``, else the model folder's, else 0 (the plain argmax).
+        self.case_margin = check_case_margin(
+            case_margin if case_margin is not None else info.case_margin if info is not None else 0.0)
         self._stream_engine: StreamEngine | None = None  # loaded by stream_engine()
 
     @classmethod
@@ -139,7 +145,7 @@ class Punctuator:
         """
         if not words:
             return []
-        return _labels(self.logits(words), end_of_stream)
+        return labels_from_logits(self.logits(words), end_of_stream)
 
     @property
     def has_case(self) -> bool:
@@ -163,9 +169,16 @@ class Punctuator:
         if not self.has_case:
             return self.punctuate(words, end_of_stream=end_of_stream), None
 
-        out = decode_offline(words, self.aligner, self.window, self.infer_all, batch_size=self.batch_size)
+        out = self.head_logits(words)
         n = out.shape[1] - 4
-        return _labels(out[:, :n], end_of_stream), [int(x) for x in out[:, n:].argmax(-1)]
+        return (labels_from_logits(out[:, :n], end_of_stream),
+                [int(x) for x in case_classes(out[:, n:], self.case_margin)])
+
+    def head_logits(self, words: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Per-word logits of both heads (float32[n_words, 8]: punctuation, then case) from
+        one offline decode; a model without a truecasing head gives its 4 punctuation logits."""
+        return decode_offline(words, self.aligner, self.window, self.infer_all, batch_size=self.batch_size,
+                              progress=progress)
 
     def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
         """Punctuate raw text (any existing punctuation and casing is dropped first). With

@@ -52,6 +52,7 @@ from streampunct.http_policy import (
 )
 from streampunct.itn import available as itn_available
 from streampunct.itn import load_normalizer
+from streampunct.labels import check_case_margin
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session import Session, SessionContext, close_within
@@ -206,6 +207,8 @@ class _Runtime:
     stream_shape: tuple[int, int, int] | None = None
     #: tokens a session's cache keeps (None: the streaming window's left context)
     stream_cache_tokens: int | None = None
+    #: the truecasing head's margin for capitals (the folder's ``case_margin``)
+    case_margin: float = 0.0
 
 
 def _runtime_from_model(config: ServerConfig) -> _Runtime:
@@ -237,7 +240,8 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
 
         tokens = stream_cache_tokens(info.metadata, info.path)
     # The server only streams: its windows have the streaming geometry.
-    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens)
+    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens,
+                    info.case_margin)
 
 
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
@@ -279,6 +283,7 @@ class StreamServer:
         model_name: str | None = None,
         stream_shape: tuple[int, int, int] | None = None,
         normalizer: Normalizer | None = None,
+        case_margin: float = 0.0,
     ) -> None:
         self.config = config
         if engine_factory is None:
@@ -288,7 +293,7 @@ class StreamServer:
                 raise ValueError("an injected engine needs an aligner")
             runtime = _Runtime(
                 engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom",
-                stream_shape,
+                stream_shape, case_margin=check_case_margin(case_margin),
             )
         self.metrics = ServerMetrics()
         for reason in REJECT_REASONS:
@@ -321,6 +326,7 @@ class StreamServer:
             stream_shape=runtime.stream_shape,
             stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,
             written=WrittenForms(Lexicon(config.lexicon), normalizer),
+            case_margin=runtime.case_margin,
         )
         # The ITN grammars load with the engine (_load), before the server is ready.
         self._load_itn = normalizer is None and (
@@ -605,6 +611,7 @@ async def serve(
     model_name: str | None = None,
     stream_shape: tuple[int, int, int] | None = None,
     normalizer: Normalizer | None = None,
+    case_margin: float = 0.0,
 ) -> StreamServer:
     """Start a server (listening at once; the engine loads in the background).
 
@@ -612,10 +619,12 @@ async def serve(
     and ``await server.shutdown()`` (or ``async with``) to stop it. An injected
     engine with ``infer_stream`` runs with cached left context when
     ``stream_shape`` (its cache's layers, heads, head_dim) is given.
+    ``case_margin``: an injected engine's margin for its truecasing head's capitals
+    (:func:`streampunct.labels.case_classes`); a model folder's comes from its ``case_margin``.
     """
     server = StreamServer(
         config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name,
-        stream_shape=stream_shape, normalizer=normalizer,
+        stream_shape=stream_shape, normalizer=normalizer, case_margin=case_margin,
     )
     await server.start()
     return server

@@ -92,6 +92,8 @@ class SessionContext:
             None: every window encodes its left context.
         stream_cache_tokens: tokens a session's cache keeps (None: the window's left context).
         written: the server's lexicon and ITN grammars (``itn`` and ``lexicon`` options).
+        case_margin: the model's margin for its truecasing head's capitals
+            (:func:`streampunct.labels.case_classes`; 0: the plain argmax).
     """
 
     aligner: Aligner
@@ -108,6 +110,7 @@ class SessionContext:
     stream_shape: tuple[int, int, int] | None = None
     stream_cache_tokens: int | None = None
     written: WrittenForms = WrittenForms()
+    case_margin: float = 0.0
 
 
 class SlowReaderError(Exception):
@@ -144,7 +147,7 @@ class Session:
         self.protocol = SessionProtocol(
             aligner=context.aligner, window=context.window, defaults=context.defaults,
             limits=context.limits, session_id=session_id, model_name=context.model_name,
-            max_backlog=context.max_backlog_words, written=context.written,
+            max_backlog=context.max_backlog_words, written=context.written, case_margin=context.case_margin,
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
         # Unbounded as a queue; producers wait for room first (_wait_for_room).

@@ -89,6 +89,9 @@ class SessionProtocol:
             caller closes the connection with :attr:`close_code`.
         max_backlog: words received but not yet finalized beyond which
             :meth:`wants_input` turns false (None: no limit).
+
+    ``case_margin``: the model's margin for the truecasing head's capitals
+    (:func:`streampunct.labels.case_classes`), for every stream state it builds.
     """
 
     def __init__(
@@ -102,10 +105,12 @@ class SessionProtocol:
         model_name: str = "",
         max_backlog: int | None = None,
         written: WrittenForms | None = None,
+        case_margin: float = 0.0,
     ) -> None:
         if max_backlog is not None and max_backlog < 1:
             raise ValueError("max_backlog must be >= 1")
         self._aligner = aligner
+        self._case_margin = case_margin
         self.max_backlog = max_backlog
         self._window = window
         if limits.max_context_words is None:
@@ -136,7 +141,7 @@ class SessionProtocol:
         self._texts_options: SessionOptions | None = None
 
     def _new_state(self) -> StreamState:
-        return StreamState(self._aligner, self._window, self.options)
+        return StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin)
 
     @property
     def close_code(self) -> int:

@@ -49,7 +49,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from streampunct.alignment import Aligner
-from streampunct.labels import CASE_LABELS, LABELS, end_of_stream_label
+from streampunct.labels import (
+    CASE_LABELS,
+    LABELS,
+    case_classes,
+    check_case_margin,
+    end_of_stream_label,
+)
 from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
 from streampunct.windowing import TokenLayout, WindowConfig, select_window
 
@@ -114,10 +120,15 @@ class StreamState:
 
     Indices in the API (``Decision.index``, ``first_word``, ``decidable_at``)
     count all words of the stream; internally lists start at ``_base``.
+    ``case_margin``: the truecasing head's margin for capitals, applied to finals and
+    partials alike (:func:`streampunct.labels.case_classes`; the model folder's ``case_margin``).
     """
 
-    def __init__(self, aligner: Aligner, window: WindowConfig, stream: StreamConfig) -> None:
+    def __init__(self, aligner: Aligner, window: WindowConfig, stream: StreamConfig, *,
+                 case_margin: float = 0.0) -> None:
         self.aligner = aligner
+        #: the truecasing head's margin for capitals (:func:`streampunct.labels.case_classes`)
+        self.case_margin = check_case_margin(case_margin)
         self.window = window
         self.stream = stream
         self.words: list[str] = []
@@ -387,7 +398,8 @@ class StreamState:
         rows = logits[request.positions]
         labels = np.argmax(rows[:, : len(LABELS)], axis=-1)
         # logits of a truecasing head, when the engine has one, follow the punctuation's
-        cases = np.argmax(rows[:, len(LABELS) : len(LABELS) + len(CASE_LABELS)], axis=-1) if rows.shape[1] > len(LABELS) else None
+        cases = (case_classes(rows[:, len(LABELS) : len(LABELS) + len(CASE_LABELS)], self.case_margin)
+                 if rows.shape[1] > len(LABELS) else None)
         first = request.first_word - self._base
         n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [

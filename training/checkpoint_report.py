@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from streampunct.case_eval import case_report, rule_cases
-from streampunct.labels import LABELS
+from streampunct.labels import LABELS, case_classes
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
             case_gold = np.concatenate([np.asarray(d.case if d.case is not None else [-1] * len(d))
                                         for d in docs])
             labels = [lg[:, : len(LABELS)].argmax(-1).tolist() for lg in logits]
-            learned = np.concatenate([rule_cases(d.words, lab, lg[:, len(LABELS):].argmax(-1).tolist())
+            margin = float(meta.get("case_margin") or 0.0)  # as the runtime serves this folder
+            learned = np.concatenate([rule_cases(d.words, lab, case_classes(lg[:, len(LABELS):], margin).tolist())
                                       for d, lab, lg in zip(docs, labels, logits, strict=True)])
             rules = np.concatenate([rule_cases(d.words, lab) for d, lab in zip(docs, labels, strict=True)])
             gold_case = np.where(case_gold < 0, -1, case_gold)

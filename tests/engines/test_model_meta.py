@@ -76,6 +76,9 @@ def test_absent_keys_stay_absent_and_unknown_keys_are_kept(tmp_path):
     ({"window": [20]}, "bad window"),
     ({"labels": "O"}, "labels must be a list of strings"),
     ({"artifact": 3}, "artifact must be a string"),
+    ({"case_margin": -0.5}, "case_margin must be a number >= 0, not -0.5"),
+    ({"case_margin": "1"}, "case_margin must be a number >= 0, not '1'"),
+    ({"case_margin": True}, "case_margin must be a number >= 0, not True"),
 ])
 def test_malformed_keys_are_one_line_errors_naming_the_file(tmp_path, data, message):
     (tmp_path / METADATA_FILE).write_text(json.dumps(data))
@@ -106,7 +109,8 @@ _typed = st.fixed_dictionaries({}, optional={
     "window": st.dictionaries(st.sampled_from(["size", "left", "right"]), st.integers(0, 200)),
     "stream_window": st.dictionaries(st.sampled_from(["size", "left", "right"]), st.integers(0, 200)),
     "artifact": st.text(max_size=8), "stream_artifact": st.text(max_size=8),
-    "stream_cache_tokens": st.integers(1, 500), "stream_cache": st.booleans()})
+    "stream_cache_tokens": st.integers(1, 500), "stream_cache": st.booleans(),
+    "case_margin": st.floats(0, 10) | st.integers(0, 10)})
 _record = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in ModelMeta.__dataclass_fields__),
                           _json, max_size=4)
 

@@ -41,3 +41,24 @@ def test_evaluate_case_scores_rules_and_learned_head():
     head = evaluate_case(FakePunctuator(lambda ws: [UPPER if w == "nasa" else CAPITALIZED if w == "john" else LOWER
                                                     for w in ws]), text)
     assert head["learned"]["accuracy"] == 100.0
+
+
+def test_mid_sentence_report_counts_a_missed_periods_capital_as_false():
+    from streampunct.case_eval import mid_sentence_report
+
+    # gold: "Is there anything else? Alright, John said NASA. I left."
+    words = "is there anything else alright john said nasa i left".split()
+    gold_labels = [O, O, O, QUESTION, COMMA, O, O, PERIOD, O, PERIOD]
+    gold_cases = [CAPITALIZED, LOWER, LOWER, LOWER, CAPITALIZED, CAPITALIZED, LOWER, UPPER, CAPITALIZED, LOWER]
+    # the model missed the question mark and the period after "nasa" ("I" is left out: a rule)
+    labels = [O, O, O, O, COMMA, O, O, O, O, PERIOD]
+    shown = [CAPITALIZED, LOWER, LOWER, LOWER, CAPITALIZED, CAPITALIZED, LOWER, UPPER, CAPITALIZED, LOWER]
+    r = mid_sentence_report(words, labels, shown, gold_labels, gold_cases)
+    # mid-sentence: words 1-7 and 9; names there: john, nasa; shown capitals: alright, john, nasa
+    assert r["mid_sentence"] == 8 and r["words"] == 10
+    assert r["non_lower"] == {"precision": 66.67, "recall": 100.0, "f1": 80.0}
+    assert r["sentence_start_capitals"] == 100.0 and r["other_false_capitals"] == 0.0  # 1 in 10 words
+    demoted = [*shown[:4], LOWER, *shown[5:]]
+    assert mid_sentence_report(words, labels, demoted, gold_labels, gold_cases)["non_lower"]["f1"] == 100.0
+    with pytest.raises(ValueError, match="lengths differ"):
+        mid_sentence_report(words[:-1], labels, shown, gold_labels, gold_cases)
