@@ -287,7 +287,8 @@ def test_import_streampunct_stays_light():
     code = ("import sys, streampunct; heavy = [m for m in ('numpy', 'onnxruntime', 'tokenizers', 'streampunct.api')"
             " if m in sys.modules]; assert not heavy, heavy; "
             "from streampunct import Punctuator; import streampunct.api as api; assert Punctuator is api.Punctuator")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_cached_and_whole_windows_are_both_offered_by_load(shipped):
