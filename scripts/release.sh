@@ -9,7 +9,8 @@
 #   build     the checkpoint's ONNX graphs into BUILD (default: int8 + its streaming graph;
 #             base: 4-bit weights, its streaming graph as the folder's one graph)
 #   tune      on validation only: the offline window, the streaming left context, then the
-#             length of the cached left context (training.window_tuning), into BUILD
+#             length of the cached left context (training.window_tuning), and the case head's
+#             margin for capitals (training.case_margin), into BUILD
 #   compare   validation only: BUILD against the shipped models/MODEL (JSON into OUT)
 #   ship      after the decision: BUILD into models/MODEL
 #   score     once, after shipping: the test sets through models/MODEL (JSON into OUT)
@@ -87,6 +88,8 @@ tune() {
     _py -m training.window_tuning "$build" --stream-lefts 20 30 40 --tolerance 0.5
     tune_stream_cache "$build" 40 60 80
   fi
+  _py -m training.case_margin "$build" --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
+    ../shared/data/cased_spoken/swda_val_cased.txt --write
 }
 
 mkdir -p "$out"

@@ -28,7 +28,8 @@ non-lower F1 (:func:`streampunct.case_eval.case_report`, what
 The rule (:func:`choose_margin`): the highest mean mid-sentence F1 over the
 files (to 0.01); ties go to the smaller margin. ``--write`` stores it in the
 folder's ``streampunct.json`` as ``case_margin``, with the grid under
-``case_margin_tuning``; only the metadata changes.
+``case_margin_tuning`` (per set: mid-sentence F1, sentence-start capitals per
+1000 words, non-lower F1); only the metadata changes.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ _DECODE_NOTES = {
     "live": "one live stream: 1-4-word chunks at 2.5 words/s, the server's default session options, "
             "--stream-cache auto",
 }
+#: The figures of each set kept in the folder's ``case_margin_tuning`` (``--json`` has them all).
+RECORDED = ("mid_sentence_f1", "sentence_start_capitals_per_1000", "non_lower_f1")
 RULE = ("the highest mean mid-sentence non-lower F1 over the sets (to 0.01); ties: the smaller margin")
 
 
@@ -166,9 +169,12 @@ def tune(model_dir: str | Path, data: Sequence[str | Path], margins: Sequence[fl
               "decode": _DECODE_NOTES[decode],
               "words": {t.name: len(t.words) for t in texts}, "rule": RULE, "grid": grid, "chosen": chosen}
     if write:
+        record = {k: result[k] for k in ("set", "decode", "rule", "chosen")}
+        record["grid"] = [{"margin": row["margin"], "mean_mid_sentence_f1": row["mean_mid_sentence_f1"],
+                           "sets": {name: {k: v for k, v in figures.items() if k in RECORDED}
+                                    for name, figures in row["sets"].items()}} for row in grid]
         try:
-            update_model_meta(model_dir, case_margin=chosen,
-                              case_margin_tuning={k: result[k] for k in ("set", "decode", "rule", "grid", "chosen")})
+            update_model_meta(model_dir, case_margin=chosen, case_margin_tuning=record)
         except ArtifactError as e:
             raise InputError(str(e)) from None
     return result

@@ -80,3 +80,24 @@ async def test_question_at_end_of_stream_through_the_server(punctuator):
     assert transcript.words == ["what", "is", "your", "name"]
     assert transcript.ended_words == 4
     assert [w.p for w in transcript.final_words][-1] == "?"
+
+
+def test_a_case_margin_is_the_choice_of_its_tuning(punctuator):
+    """``case_margin`` (the case head's margin for capitals) is what training.case_margin chose
+    on validation, and the punctuator serves with it; a folder without one serves the argmax."""
+    model_dir, p = punctuator
+    info = json.loads((model_dir / "streampunct.json").read_text())
+    if "case_margin" not in info:
+        assert p.case_margin == 0.0
+        return
+    tuning = info["case_margin_tuning"]
+    assert info["case_margin"] == tuning["chosen"] == p.case_margin
+    best = max(row["mean_mid_sentence_f1"] for row in tuning["grid"])
+    assert min(r["margin"] for r in tuning["grid"] if r["mean_mid_sentence_f1"] == best) == tuning["chosen"]
+
+
+def test_no_sentence_start_capital_after_a_word_without_a_sentence_mark(punctuator):
+    """A user's live caption: "is there anything else Alright then" (issue 37)."""
+    _, p = punctuator
+    out = p.punctuate_text("is there anything else alright then let us go", capitalize=True)
+    assert out.startswith("Is there anything else") and "else Alright" not in out, out

@@ -59,6 +59,8 @@ def test_default_build_and_tune_use_the_int8_graph_and_its_grids(tmp_path):
         "py -m training.window_tuning build/x --sizes 126 --lefts 20 40 --rights 10 --tolerance 0.5",
         "py -m training.window_tuning build/x --stream-lefts 20 25 30 40",
         "py -m training.window_tuning build/x --stream-cache-tokens 25 40 60 80 100",
+        "py -m training.case_margin build/x --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt "
+        "../shared/data/cased_spoken/swda_val_cased.txt --write",
     ]
 
 
