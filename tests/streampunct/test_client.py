@@ -131,6 +131,7 @@ def test_the_caption_view_and_the_transcript_show_the_learned_case():
     assert out.getvalue() == "We met John at NASA.\n"
     assert transcript.text(capitalize=True) == "We met John at NASA. It"
     assert transcript.text() == "we met john at nasa. it"
+    # the view shows the text as the server sent it (its case is the session's capitalize)
     plain = io.StringIO()
     CaptionView(plain, live=False, capitalize=False).update(transcript)
-    assert plain.getvalue() == "we met john at nasa.\n"
+    assert plain.getvalue() == "We met John at NASA.\n"
