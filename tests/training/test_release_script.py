@@ -68,7 +68,7 @@ def test_base_builds_4_bit_weights_with_one_streaming_graph(tmp_path):
     build = tmp_path / "b"
     r, calls = run_step(tmp_path, "base", "build", BUILD=str(build))
     assert r.returncode == 0, r.stderr
-    assert calls == [f"sp build-engine --model checkpoints/release_base/best --backend onnxruntime "
+    assert calls == [f"sp build-engine --model checkpoints/gpu_teacher/best --backend onnxruntime "
                      f"--precision int4 --quantize-embeddings --out {build}",
                      f"py - {build}"]
 
