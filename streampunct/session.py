@@ -245,13 +245,20 @@ class Session:
         await asyncio.gather(reader, driver, return_exceptions=True)
         self._log.info("shutdown: handing off with %d of %d words final; closing with 1012",
                        self.protocol.n_final, self.protocol.n_words)
-        sent = asyncio.ensure_future(self._outbox.join())
-        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
-        if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
-            sent.cancel()
-            await self._writer_stopped(writer)
+        if not await self._outbox_sent(writer):
             return
         await self._close(CloseCode.SERVICE_RESTART, "server restarting; resume the stream elsewhere")
+
+    async def _outbox_sent(self, writer: asyncio.Task) -> bool:
+        """Wait until every queued message is sent (True), or the writer stopped first (False;
+        a slow reader, or the connection closed: handled by :meth:`_writer_stopped`)."""
+        sent = asyncio.ensure_future(self._outbox.join())
+        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if sent.done():
+            return True
+        sent.cancel()
+        await self._writer_stopped(writer)
+        return False
 
     async def _close(self, code: int, reason: str = "") -> None:
         await close_within(self._ws, code, reason, self._ctx.close_timeout_s)
@@ -281,11 +288,7 @@ class Session:
             self._log.error("internal error in the session's %s", task.get_name(), exc_info=exc)
             detail, reason = "internal server error; closing the stream", "internal error"
         self._emit([Error(ErrorCode.INTERNAL, detail)])
-        sent = asyncio.ensure_future(self._outbox.join())
-        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
-        if not sent.done():  # the writer stopped first (a slow reader, or the connection closed)
-            sent.cancel()
-            await self._writer_stopped(writer)
+        if not await self._outbox_sent(writer):
             return
         await self._close(CloseCode.INTERNAL_ERROR, reason)
 

@@ -180,6 +180,14 @@ class StreamState:
         if self._ended:
             raise ValueError("the stream has ended; no more words")
         self._advance_by_delay(now)  # deadlines that passed before these words came
+        self._append(words, now)
+        self._mark_decidable(len(self.words) - self.stream.right_context, now)
+        # Also with a request in flight: a stream fed faster than real time always has one.
+        if self._n_final - KEEP_WORDS >= COMPACT_EVERY:
+            self._compact()
+
+    def _append(self, words: Sequence[str], now: float) -> None:
+        """Words (normalized, non-empty) onto the stream's words, tokens and layout."""
         for word in words:
             if not word:
                 raise ValueError("empty word (normalize and drop empty words first)")
@@ -188,10 +196,6 @@ class StreamState:
             self._ids.extend(ids)
             self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
             self._arrival.append(now)
-        self._mark_decidable(len(self.words) - self.stream.right_context, now)
-        # Also with a request in flight: a stream fed faster than real time always has one.
-        if self._n_final - KEEP_WORDS >= COMPACT_EVERY:
-            self._compact()
 
     def resume(self, start: int, context: Sequence[str], now: float) -> None:
         """Continue a stream at word ``start`` (protocol ``resume``), on a fresh state.
@@ -207,14 +211,7 @@ class StreamState:
             raise ValueError("resume() needs a fresh stream state")
         if len(context) > start:
             raise ValueError(f"{len(context)} context words, but only {start} come before word {start}")
-        for word in context:
-            if not word:
-                raise ValueError("empty word (normalize and drop empty words first)")
-            ids = self.aligner.word_ids(word)
-            self.words.append(word)
-            self._ids.extend(ids)
-            self._layout.append(len(ids), self.aligner.label_offset(len(ids)))
-            self._arrival.append(now)
+        self._append(context, now)
         self._mark_decidable(len(self.words), now)
         self._base = start - len(context)
         self._requested = self._n_final = len(context)
