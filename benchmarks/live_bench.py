@@ -8,6 +8,14 @@ words/s with jitter (:func:`streampunct.evaluation.live_schedule`), then a
 told otherwise. The finals are scored against the gold labels (overall
 micro F1, the same scorer as ``evaluate``).
 
+With ``--partials`` the sessions ask for partials and, as a streaming ASR
+does, send each chunk first as interim hypotheses (its first word 200 ms
+before the commit, the whole chunk 100 ms before; ``--no-hypotheses``: only
+the committed words' partials). The report then gives the interim stability
+of what the clients saw (:mod:`benchmarks.partial_stability`): the share of
+words whose last partial equals their final, and the visible changes per 100
+words. Hypotheses never change finals, so F1 is the same with or without them.
+
 The same schedules are then played through the simulation
 (:func:`streampunct.evaluation.schedule_labels`, the server's own
 ``StreamState``, one window per decision) with the same model, and the
@@ -53,6 +61,9 @@ class LiveBenchConfig:
     batch_rows: str | None = None  # serve --batch-rows of the child server (None: the server's default)
     stream_cache: str = "auto"  # serve --stream-cache of the child server, and the simulation's
     url: str | None = None
+    partials: bool = False  # sessions ask for partials; the stability of what they show is reported
+    hypotheses: bool = True  # with partials: send each chunk as interim hypotheses before committing it
+    capitalize: bool | None = None  # the sessions' capitalize (None: the server's default)
     seed: int = 0
     out_dir: Path = RESULTS_DIR
     name: str | None = None
@@ -77,17 +88,40 @@ def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-async def stream_schedule(url: str, events, options: SessionOptions):
-    """Send ``events`` at their times (from now) on one session; return its Transcript."""
+def with_hypotheses(events) -> list:
+    """``events`` with interim hypotheses before each chunk, as a streaming ASR sends them:
+    the chunk's first word 200 ms before its commit, the whole chunk 100 ms before (never
+    before the previous event). Hypothesis events have kind ``"hypothesis"``."""
+    from streampunct.evaluation import Event
+
+    out, last_t = [], 0.0
+    for event in events:
+        if event.kind == "words":
+            out.append(Event(max(last_t, event.time - 0.2), event.words[:1], kind="hypothesis"))
+            out.append(Event(max(last_t, event.time - 0.1), event.words, kind="hypothesis"))
+        out.append(event)
+        last_t = event.time
+    return out
+
+
+async def stream_schedule(url: str, events, options: SessionOptions, *, partials: bool = False,
+                          capitalize: bool | None = None):
+    """Send ``events`` at their times (from now) on one session; return its Transcript and,
+    with ``partials``, the final and partial messages in the order received."""
     from streampunct.client import StreamClient, Transcript
+    from streampunct.protocol import Final, Partial
 
     client = await StreamClient.connect(url, right_context=options.right_context,
-                                        max_delay_ms=options.max_delay_ms)
+                                        max_delay_ms=options.max_delay_ms, partials=partials or None,
+                                        capitalize=capitalize)
     transcript = Transcript()
+    seen: list = []
 
     async def receive() -> None:
         async for message in client:
             transcript.apply(message)
+            if partials and isinstance(message, Final | Partial):
+                seen.append(message)
 
     receiver = asyncio.create_task(receive())
     loop = asyncio.get_running_loop()
@@ -96,15 +130,19 @@ async def stream_schedule(url: str, events, options: SessionOptions):
         await asyncio.sleep(max(0.0, t0 + event.time - loop.time()))
         if event.kind == "words":
             await client.send_words(list(event.words))
+        elif event.kind == "hypothesis":
+            await client.send_hypothesis(list(event.words))
         elif event.kind == "flush":
             await client.flush()
     await client.end()  # after the flush: every word is already decided, so no mark is forced
     await receiver
-    return transcript
+    return transcript, seen
 
 
-async def _run_sessions(url: str, schedules, options: SessionOptions):
-    return await asyncio.gather(*(stream_schedule(url, events, options) for events in schedules))
+async def _run_sessions(url: str, schedules, options: SessionOptions, *, partials: bool = False,
+                        capitalize: bool | None = None):
+    return await asyncio.gather(*(stream_schedule(url, events, options, partials=partials, capitalize=capitalize)
+                                  for events in schedules))
 
 
 def read_live_data(cfg: LiveBenchConfig):
@@ -122,6 +160,7 @@ def read_live_data(cfg: LiveBenchConfig):
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.load_bench import LoadBenchConfig
     from benchmarks.load_server_process import ServerProcess
+    from benchmarks.partial_stability import partial_stability, total
     from streampunct.evaluation import live_schedule, schedule_labels, score
     from streampunct.punctuator import Punctuator
 
@@ -146,11 +185,13 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
             server = ServerProcess(server_cfg, max_sessions=len(spans) + 8, workdir=Path(tmp))
             url = server.start()
         try:
-            transcripts = asyncio.run(_run_sessions(url, schedules, options))
+            sent = [with_hypotheses(events) for events in schedules] if cfg.partials and cfg.hypotheses else schedules
+            runs = asyncio.run(_run_sessions(url, sent, options, partials=cfg.partials, capitalize=cfg.capitalize))
         finally:
             if server is not None:
                 server.stop()
     wall_s = time.perf_counter() - t0
+    transcripts = [transcript for transcript, _ in runs]
 
     lost = sum((b - a) - len(t.words) for t, (a, b) in zip(transcripts, spans, strict=True))
     mismatched = sum(t.words != data.words[a:b] for t, (a, b) in zip(transcripts, spans, strict=True))
@@ -160,7 +201,12 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
                     "wall_s": round(wall_s, 1), "lost_words": lost, "mismatched_sessions": mismatched}
     if not lost and not mismatched:
         result["server"] = score(data.labels, served).to_dict()
-        print(f"through the server: overall F1 {result['server']['overall_f1']:.2f}", flush=True)
+        line = f"through the server: overall F1 {result['server']['overall_f1']:.2f}"
+        if cfg.partials:
+            stability = total([partial_stability(seen) for _, seen in runs])
+            result["interim_stability"] = stability.to_dict()
+            line += "; " + format_stability(stability)
+        print(line, flush=True)
     else:
         print(f"through the server: {lost} words lost, {mismatched} sessions with other words: not scored")
 
@@ -182,6 +228,15 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     path = write_result(cfg.result_name, result, cfg.out_dir, command=command)
     print(f"wrote {path}")
     return result
+
+
+def format_stability(stability) -> str:
+    """``interim: last partial = final for 97.1% of 11900 shown words, 3.2 changes per 100 words``."""
+    if stability.last_partial_accuracy is None:
+        return "interim: no words shown in partials"
+    return (f"interim: last partial = final for {stability.last_partial_accuracy:.1f}% of "
+            f"{stability.words_shown} shown words, {stability.changes_per_100_words:.1f} changes per 100 words "
+            f"({stability.changes_in_partials} in partials, {stability.changes_at_final} at the final)")
 
 
 def disagreements(words, served, simulated, limit: int = 50) -> list[dict]:
@@ -211,6 +266,13 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
                    help="serve --stream-cache of the child server, and the simulation's (default: %(default)s)")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
+    p.add_argument("--partials", action="store_true",
+                   help="sessions ask for partials and send each chunk as interim hypotheses first; reports the "
+                        "interim stability (last partial = final, visible changes per 100 words) next to F1")
+    p.add_argument("--no-hypotheses", dest="hypotheses", action="store_false",
+                   help="with --partials: send no interim hypotheses (only the committed words' partials)")
+    p.add_argument("--capitalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="the sessions' capitalize (default: the server's); with it on, case counts for stability")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=None,
@@ -220,6 +282,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
     cfg = LiveBenchConfig(model_dir=args.model, data=args.data, text=args.text, sessions=args.sessions, words_per_second=args.wps,
                           right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
-                          batch_rows=args.batch_rows, stream_cache=args.stream_cache, url=args.url, seed=args.seed, out_dir=args.out_dir, name=args.name)
+                          batch_rows=args.batch_rows, stream_cache=args.stream_cache, url=args.url, partials=args.partials,
+                          hypotheses=args.hypotheses, capitalize=args.capitalize, seed=args.seed, out_dir=args.out_dir, name=args.name)
     result = run_live_bench(cfg, command=command)
     return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1

@@ -77,3 +77,46 @@ def test_disagreements_name_the_words_and_both_labels():
         {"index": 3, "word": "then", "server": "PERIOD", "simulation": "QUESTION"},
     ]
     assert len(disagreements(words, [1] * 5, [0] * 5, limit=2)) == 2
+
+
+def test_hypotheses_come_before_each_chunk_and_never_before_the_previous_event():
+    from benchmarks.live_bench import with_hypotheses
+    from streampunct.evaluation import Event
+
+    events = [Event(0.5, ("a", "b")), Event(0.55, ("c",)), Event(1.0, kind="flush")]
+    assert with_hypotheses(events) == [
+        Event(0.3, ("a",), "hypothesis"), Event(0.4, ("a", "b"), "hypothesis"), events[0],
+        Event(0.5, ("c",), "hypothesis"), Event(0.5, ("c",), "hypothesis"), events[1], events[2],
+    ]
+
+
+def test_live_streams_with_partials_report_their_interim_stability(tmp_path, capsys):
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    from benchmarks.live_bench import add_live_arguments
+
+    text = "so what do you think about that . i think it is great , really great . where do we go ? " * 3
+    toks = text.split()
+    marks = {".": "PERIOD", ",": "COMMA", "?": "QUESTION"}
+    rows = [f"{w}\t{marks.get(nxt, 'O')}" for w, nxt in zip(toks, toks[1:] + ["x"], strict=True) if w not in marks]
+    data = tmp_path / "small.tsv"
+    data.write_text("\n".join(rows) + "\n")
+    p = argparse.ArgumentParser()
+    add_live_arguments(p)
+    args = p.parse_args(["--partials", "--capitalize"])
+    assert args.partials and args.hypotheses and args.capitalize
+    assert not p.parse_args(["--partials", "--no-hypotheses"]).hypotheses
+    cfg = LiveBenchConfig(data=data, sessions=2, words_per_second=20.0, batch_rows="exact", out_dir=tmp_path,
+                          name="live_partials", partials=True, capitalize=True)
+    result = run_live_bench(cfg, command="test")
+    # hypotheses and partials never change finals: the server still gives the simulation's labels
+    assert result["lost_words"] == 0 and result["label_agreement"] == 1.0
+    stability = result["interim_stability"]
+    assert stability["words"] == len(rows)
+    # every chunk is shown before it is final (as a hypothesis, then as committed words), but
+    # the last chunk (<= 4 words) may be flushed before a partial for it is computed
+    assert len(rows) - 4 <= stability["words_shown_in_partials"] <= len(rows)
+    assert 0 <= stability["last_partial_accuracy"] <= 100 and stability["changes_per_100_words"] >= 0
+    assert "interim: last partial = final for" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "live_partials.json").read_text())
+    assert saved["interim_stability"] == stability
