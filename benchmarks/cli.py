@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|live|load|engine|soak|flood|itn``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak|flood|itn|failover``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -18,6 +18,7 @@ HELP = ("benchmarks: accuracy vs latency, live accuracy through a server, stream
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
+    from benchmarks.failover_bench import add_failover_arguments
     from benchmarks.flood_bench import add_flood_arguments
     from benchmarks.itn_bench import add_itn_arguments
     from benchmarks.live_bench import add_live_arguments
@@ -64,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "unchanged")
     add_itn_arguments(i)
     i.set_defaults(_bench=_itn)
+    fo = sub.add_parser("failover", help="real-time sessions through HAProxy over N replicas while one is "
+                                         "SIGKILLed and another SIGTERMed: words lost or duplicated, "
+                                         "resumes, caption gaps, finalize margin")
+    add_failover_arguments(fo)
+    fo.set_defaults(_bench=_failover)
 
 
 def _command() -> str:
@@ -116,6 +122,12 @@ def _itn(args: argparse.Namespace) -> int:
     from benchmarks.itn_bench import run_itn_from_args
 
     return run_itn_from_args(args, command=_command())
+
+
+def _failover(args: argparse.Namespace) -> int:
+    from benchmarks.failover_bench import run_failover_from_args
+
+    return run_failover_from_args(args, command=_command())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,113 @@
+"""``bench failover``: the HAProxy template, the bookkeeping, and a small run through a real HAProxy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from benchmarks.cli import add_arguments
+from benchmarks.failover_bench import (
+    FailoverConfig,
+    StreamRecord,
+    caption_gaps,
+    config_from_args,
+    ok,
+    render_haproxy_config,
+    run_failover_bench,
+    summarize,
+)
+from benchmarks.load_bench import SessionOutcome, SessionPlan
+
+HAPROXY = shutil.which("haproxy")
+needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy)")
+
+
+def test_the_template_renders_one_server_line_per_replica_and_the_contract(tmp_path):
+    text = render_haproxy_config([8801, 8802, 8803], "127.0.0.1:9000", tmp_path / "s.sock")
+    servers = [line.split() for line in text.splitlines() if line.strip().startswith("server ")]
+    assert servers == [["server", f"r{k}", f"127.0.0.1:{8800 + k}"] for k in (1, 2, 3)]
+    assert "${" not in text and "bind 127.0.0.1:9000" in text
+    for directive in ("balance leastconn", "http-check send meth GET uri /healthz", "http-check expect status 200",
+                      "timeout tunnel 1h", "retry-on conn-failure empty-response response-timeout 503",
+                      f"stats socket {tmp_path / 's.sock'}"):
+        assert directive in text
+
+
+@needs_haproxy
+def test_haproxy_accepts_the_rendered_configuration(tmp_path):
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(render_haproxy_config([8801, 8802], "127.0.0.1:9000", tmp_path / "s.sock"))
+    check = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_bad_schedules_are_refused_with_what_to_pass():
+    with pytest.raises(ValueError, match="with 2 replicas pass --restart-killed"):
+        FailoverConfig(replicas=2)
+    with pytest.raises(ValueError, match="0 < --kill-at-s < --term-at-s < --duration-s"):
+        FailoverConfig(kill_at_s=30.0, term_at_s=20.0)
+    with pytest.raises(ValueError, match="at least 2 replicas"):
+        FailoverConfig(replicas=1)
+
+
+def test_the_cli_builds_the_config():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["failover", "--replicas", "2", "--restart-killed", "--sessions", "5", "--engine", "fake",
+                         "--duration-s", "9", "--kill-at-s", "2", "--term-at-s", "4", "--drain", "finalize"])
+    cfg = config_from_args(args)
+    assert (cfg.replicas, cfg.sessions, cfg.engine, cfg.restart_killed, cfg.drain) == (2, 5, "fake", True, "finalize")
+    assert (cfg.duration_s, cfg.kill_at_s, cfg.term_at_s) == (9.0, 2.0, 4.0)
+
+
+def _record(words, finals, prefill=0):
+    plan = SessionPlan(tuple(words), ((0.0, 0, len(words)),), prefill)
+    out = SessionOutcome(plan, np.zeros(len(words)), end_at=0.0, finals=finals, errors=Counter(),
+                         ended_words=len(words))
+    return StreamRecord(out)
+
+
+def test_summary_counts_lost_and_duplicated_words_and_phases_by_the_clock():
+    events = {"t0": 0.0, "kill_at": 10.0, "term_at": 20.0}
+    good = _record(["a", "b", "c", "d"], [(1.0, 0, ["a", "b"]), (15.0, 2, ["c"]), (30.0, 3, ["d"])])
+    bad = _record(["a", "b", "c", "d"], [(1.0, 0, ["a", "b"]), (2.0, 1, ["b", "c"])])
+    cfg = FailoverConfig(right_context=0, max_delay_ms=0)
+    result = summarize(cfg, [good, bad], events)
+    assert (result["words_lost"], result["words_duplicated"], result["words_finalized"]) == (1, 1, 7)
+    assert not ok(result)
+    # good: a, b final before the kill; c during; d decidable (sent at 0) before the recovery: during
+    assert result["margin_ms"]["before"]["words"] == 2 + 3 and result["margin_ms"]["during"]["words"] == 2
+    assert result["margin_ms"]["after"]["words"] == 0
+    # gaps: 1 -> 15 spans the kill (during), 15 -> 30 began before the recovery at 20 (during)
+    assert caption_gaps(good) == [(1.0, 15.0), (15.0, 30.0)]
+    assert result["caption_gap_ms"]["during"] == {"gaps": 2, "p95": pytest.approx(14950.0), "max": 15000.0}
+    assert result["longest_caption_gap_ms"] == 15000.0
+    assert ok(summarize(cfg, [good], events))
+
+
+def test_caption_gaps_leave_out_the_prefill_final():
+    record = _record(["a", "b", "c", "d"], [(0.1, 0, ["a", "b"]), (3.0, 2, ["c"]), (3.5, 3, ["d"])], prefill=2)
+    assert caption_gaps(record) == [(3.0, 3.5)]
+
+
+@needs_haproxy
+def test_a_killed_and_a_drained_replica_lose_and_repeat_no_word(tmp_path):
+    cfg = FailoverConfig(replicas=2, restart_killed=True, sessions=4, engine="fake", duration_s=7.0,
+                         kill_at_s=2.5, term_at_s=4.5, stagger_s=1.0, prefill_words=8,
+                         out_dir=tmp_path, name="fo")
+    result = run_failover_bench(cfg, command="test", workdir=tmp_path / "run")
+    assert result["ok"], result
+    assert (result["words_lost"], result["words_duplicated"], result["sessions_failed"]) == (0, 0, 0)
+    assert result["words_finalized"] == result["words_sent"] > 0
+    # every session sat on the killed replica or on the drained one (which took the killed one's)
+    assert result["sessions_interrupted"] == result["sessions_resumed"] == 4
+    assert result["interruptions_by_close_code"]["1012"] == 4 and result["interruptions_by_close_code"]["1006"] >= 1
+    assert result["events"]["term_exit"]["code"] == 0 and result["balancer_healthz_after"] == 200
+    assert json.loads((tmp_path / "fo.json").read_text())["words_lost"] == 0
+    assert (tmp_path / "run" / "haproxy.cfg").is_file()
