@@ -16,8 +16,9 @@ stream had resumed (and after the SIGTERM), *during* otherwise. A caption gap
 *before* when it ended before the kill, *after* when it began after the
 recovery, *during* otherwise.
 
-:class:`Replicas` (the replicas plus HAProxy, as a context manager) is usable
-on its own::
+``streampunct bench failover --hold`` only starts them and keeps them until
+Ctrl-C (printing the balancer's URL); :class:`Replicas` (the replicas plus
+HAProxy, as a context manager) is usable on its own::
 
     with Replicas(ReplicaSpec(engine="fake"), 3, workdir) as rs:
         print(rs.url)   # ws://127.0.0.1:PORT/v1/stream, the balancer
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import csv
 import io
 import itertools
@@ -38,6 +40,7 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -67,6 +70,11 @@ def render_haproxy_config(ports: Sequence[int], bind: str, stats_socket: Path,
     servers = "\n".join(f"    server r{k + 1} {host}:{port}" for k, port in enumerate(ports))
     return string.Template(template.read_text()).substitute(
         bind=bind, servers=servers, stats_socket=str(stats_socket))
+
+
+def find_haproxy(name: str = "haproxy") -> str | None:
+    """The haproxy binary: ``name`` on PATH, else in the sbin folders (a user's PATH may lack them)."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin:/sbin")
 
 
 def free_port() -> int:
@@ -126,29 +134,27 @@ class Replicas:
         return server
 
     def start(self) -> str:
-        """Start every replica (in parallel) and HAProxy; wait until HAProxy sees them all up."""
+        """Start every replica (in parallel) and HAProxy; wait until HAProxy sees them all up.
+        On any failure everything started is stopped again."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.servers = [self._server(k) for k in range(self.n)]
-        errors = []
-        import concurrent.futures
-
         with concurrent.futures.ThreadPoolExecutor(self.n) as pool:
             for fut in [pool.submit(s.start) for s in self.servers]:
-                try:
-                    fut.result()
-                except RuntimeError as e:
-                    errors.append(str(e))
-        if errors:
-            self.stop()
-            raise RuntimeError(errors[0])
+                fut.result()
         cfg_path = self.workdir / "haproxy.cfg"
         cfg_path.write_text(render_haproxy_config(self.ports, f"127.0.0.1:{self.port}", self.stats_socket))
-        log = open(self.workdir / "haproxy.log", "wb")  # noqa: SIM115 (kept open for the child)
-        self.proxy = subprocess.Popen([self.haproxy, "-db", "-f", str(cfg_path)], stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
+        with open(self.workdir / "haproxy.log", "wb") as log:
+            self.proxy = subprocess.Popen([self.haproxy, "-db", "-f", str(cfg_path)], stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.wait_up(range(self.n), timeout=30.0)
-        return self.url
 
     def restart(self, k: int) -> None:
         """Start replica ``k`` again on its port (as a supervisor would after a crash)."""
@@ -455,19 +461,48 @@ def summary_text(result: dict) -> str:
             f"before {m['before']['p95']} / during {m['during']['p95']} / after {m['after']['p95']} ms")
 
 
+def replica_spec(cfg: FailoverConfig) -> ReplicaSpec:
+    return ReplicaSpec(engine=cfg.engine, model_dir=cfg.model_dir, engine_workers=cfg.engine_workers,
+                       drain=cfg.drain, startup_timeout_s=cfg.startup_timeout_s)
+
+
+def hold(cfg: FailoverConfig, workdir: Path | None = None) -> int:
+    """Start the replicas and HAProxy, print where they are, and keep them until SIGINT/SIGTERM."""
+    from streampunct.errors import InputError
+
+    haproxy = find_haproxy(cfg.haproxy)
+    if haproxy is None:
+        raise InputError(f"no {cfg.haproxy!r} on PATH: install HAProxy (Debian: apt-get install haproxy)")
+    require_model_folder(cfg.engine, cfg.model_dir)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="replicas-") as tmp:
+            folder = Path(workdir) if workdir is not None else Path(tmp)
+            with Replicas(replica_spec(cfg), cfg.replicas, folder, haproxy=haproxy) as replicas:
+                for k, (server, port) in enumerate(zip(replicas.servers, replicas.ports, strict=True)):
+                    print(f"replica r{k + 1}: ws://127.0.0.1:{port}/v1/stream (pid {server.pid})")
+                print(f"balancer: {replicas.url} (HAProxy stats socket {replicas.stats_socket}; "
+                      "Ctrl-C stops everything)", flush=True)
+                stop.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
 def run_failover_bench(cfg: FailoverConfig, *, command: str | None = None, workdir: Path | None = None) -> dict:
     """Run the bench; writes ``<out_dir>/<name>.json`` and returns the result."""
     from streampunct.errors import InputError
 
-    if shutil.which(cfg.haproxy) is None:
+    haproxy = find_haproxy(cfg.haproxy)
+    if haproxy is None:
         raise InputError(f"no {cfg.haproxy!r} on PATH: install HAProxy (Debian: apt-get install haproxy)")
     require_model_folder(cfg.engine, cfg.model_dir)
     corpus = load_corpus(cfg.data)
-    spec = ReplicaSpec(engine=cfg.engine, model_dir=cfg.model_dir, engine_workers=cfg.engine_workers,
-                       drain=cfg.drain, startup_timeout_s=cfg.startup_timeout_s)
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp:
         folder = Path(workdir) if workdir is not None else Path(tmp)
-        with Replicas(spec, cfg.replicas, folder, haproxy=cfg.haproxy) as replicas:
+        with Replicas(replica_spec(cfg), cfg.replicas, folder, haproxy=haproxy) as replicas:
             records, events = asyncio.run(_run(cfg, replicas, corpus))
             health = asyncio.run(http_get(replicas.url, "/healthz"))
         result = summarize(cfg, records, events)
@@ -506,6 +541,9 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, default=d.data, help="transcript the sessions read")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--haproxy", default=d.haproxy, help="the haproxy binary (default: haproxy on PATH)")
+    p.add_argument("--hold", action="store_true",
+                   help="only start the replicas and HAProxy, print the balancer's URL and keep them "
+                        "until Ctrl-C (no sessions, no failures)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir, help="where the JSON goes")
     p.add_argument("--name", default=d.name, help=f"result file stem (default {d.name})")
 
@@ -522,10 +560,14 @@ def config_from_args(args: argparse.Namespace) -> FailoverConfig:
 def run_failover_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
+    if args.hold:  # no schedule: any 2 replicas will do
+        args.restart_killed = True
     try:
         cfg = config_from_args(args)
     except ValueError as e:
         raise InputError(str(e)) from None
+    if args.hold:
+        return hold(cfg)
     result = run_failover_bench(cfg, command=command)
     return 0 if result["ok"] else 1
 

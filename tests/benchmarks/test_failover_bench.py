@@ -111,3 +111,63 @@ def test_a_killed_and_a_drained_replica_lose_and_repeat_no_word(tmp_path):
     assert result["events"]["term_exit"]["code"] == 0 and result["balancer_healthz_after"] == 200
     assert json.loads((tmp_path / "fo.json").read_text())["words_lost"] == 0
     assert (tmp_path / "run" / "haproxy.cfg").is_file()
+
+
+@needs_haproxy
+def test_hold_serves_streams_through_the_balancer_until_interrupted(tmp_path):
+    import asyncio
+    import os
+    import signal
+    import sys
+
+    from benchmarks.common import REPO
+    from streampunct.client import StreamClient
+    from streampunct.protocol import Ended, Final
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
+                             "--replicas", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=REPO, env=env)
+    try:
+        lines = []
+        while not (lines and lines[-1].startswith("balancer: ")):
+            line = proc.stdout.readline()
+            assert line, "the launcher exited before it was ready:\n" + "".join(lines)
+            lines.append(line)
+        url = lines[-1].split()[1]
+        pids = [int(line.rsplit("pid ", 1)[1].rstrip(")\n")) for line in lines if line.startswith("replica r")]
+        assert len(pids) == 2
+
+        async def stream() -> list[str]:
+            async with await StreamClient.connect(url) as client:
+                await client.send_words(["hello", "there", "how", "are", "you"])
+                await client.end()
+                words = []
+                async for message in client:
+                    if isinstance(message, Final):
+                        words += [w.w for w in message.words]
+                    if isinstance(message, Ended):
+                        break
+                return words
+
+        assert asyncio.run(stream()) == ["hello", "there", "how", "are", "you"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        for pid in pids:  # the replicas were stopped and reaped with it
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_balancer_that_fails_to_start_takes_the_replicas_down_with_it(tmp_path):
+    from benchmarks.failover_bench import Replicas, ReplicaSpec
+
+    replicas = Replicas(ReplicaSpec(engine="fake"), 2, tmp_path, haproxy=shutil.which("false") or "/bin/false")
+    with pytest.raises(RuntimeError, match="haproxy exited"):
+        with replicas:
+            pass
+    assert len(replicas.servers) == 2 and not any(s.alive for s in replicas.servers)
+    assert all(s.proc.returncode is not None for s in replicas.servers)
