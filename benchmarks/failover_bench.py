@@ -113,10 +113,14 @@ class Replicas:
     back where HAProxy looks for it.
     """
 
-    def __init__(self, spec: ReplicaSpec, n: int, workdir: Path, *, haproxy: str = "haproxy") -> None:
+    def __init__(self, spec: ReplicaSpec, n: int, workdir: Path, *, haproxy: str = "haproxy",
+                 extra_ports: Sequence[int] = ()) -> None:
+        """``extra_ports``: loopback ports of servers run elsewhere, put behind HAProxy after the
+        ``n`` replicas (as ``r{n+1}``, ...)."""
         self.spec, self.n, self.workdir = spec, n, Path(workdir)
         self.haproxy = haproxy
         self.ports = [free_port() for _ in range(n)]
+        self.extra_ports = list(extra_ports)
         self.port = free_port()
         self.url = f"ws://127.0.0.1:{self.port}/v1/stream"
         self.stats_socket = self.workdir / "haproxy.sock"
@@ -150,11 +154,12 @@ class Replicas:
             for fut in [pool.submit(s.start) for s in self.servers]:
                 fut.result()
         cfg_path = self.workdir / "haproxy.cfg"
-        cfg_path.write_text(render_haproxy_config(self.ports, f"127.0.0.1:{self.port}", self.stats_socket))
+        cfg_path.write_text(render_haproxy_config([*self.ports, *self.extra_ports], f"127.0.0.1:{self.port}",
+                                                  self.stats_socket))
         with open(self.workdir / "haproxy.log", "wb") as log:
             self.proxy = subprocess.Popen([self.haproxy, "-db", "-f", str(cfg_path)], stdout=log,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.wait_up(range(self.n), timeout=30.0)
+        self.wait_up(range(self.n + len(self.extra_ports)), timeout=30.0)
 
     def restart(self, k: int) -> None:
         """Start replica ``k`` again on its port (as a supervisor would after a crash)."""

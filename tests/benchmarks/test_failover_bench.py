@@ -173,3 +173,47 @@ def test_a_balancer_that_fails_to_start_takes_the_replicas_down_with_it(tmp_path
             pass
     assert len(replicas.servers) == 2 and not any(s.alive for s in replicas.servers)
     assert all(s.proc.returncode is not None for s in replicas.servers)
+
+
+@needs_haproxy
+def test_a_handshake_refused_with_503_is_retried_on_another_replica(tmp_path):
+    """A draining replica passes its health check until the next one, and answers handshakes 503
+    meanwhile: the template's retry-on sends them to another replica, so no client sees it."""
+    import asyncio
+    import http.server
+    import threading
+
+    from benchmarks.failover_bench import Replicas, ReplicaSpec
+    from streampunct.client import open_client
+
+    refused = []
+
+    class Draining(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server API)
+            status = 200 if self.path == "/healthz" else 503
+            if status == 503:
+                refused.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Draining)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        with Replicas(ReplicaSpec(engine="fake"), 1, tmp_path, haproxy=HAPROXY,
+                      extra_ports=[stub.server_address[1]]) as replicas:
+
+            async def connect_all(n: int) -> int:
+                for _ in range(n):
+                    client = await open_client(replicas.url)
+                    await client.close()
+                return n
+
+            assert asyncio.run(connect_all(12)) == 12
+    finally:
+        stub.shutdown()
+        stub.server_close()
+    assert refused and set(refused) == {"/v1/stream"}  # leastconn did send handshakes to it
