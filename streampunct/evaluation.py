@@ -272,12 +272,7 @@ def schedule_labels(
     With ``stream_engine`` (a model's streaming graph) the windows run with
     cached left context, as the server runs them (:mod:`streampunct.stream_cache`).
     """
-    labels: list[int] = []
-
-    state = StreamState(aligner, window, options)
-    serve = _alone(infer) if stream_engine is None else _cached(stream_engine, aligner, window)
-    _play(state, events, serve, lambda decisions: labels.extend(d.label for d in decisions))
-    return labels
+    return schedule_rows(events, aligner, window, infer, options, stream_engine=stream_engine)[0]
 
 
 def schedule_rows(
