@@ -31,6 +31,13 @@ arrival of its final. Reported per step:
   schedule, event-loop lag, and its CPU. When it fell behind, the step says
   so: its margins then include client-side delay.
 
+With ``--itn on`` every session asks for ``itn`` (the started server loads
+the ITN grammars: ``serve --itn-grammars on``, in ``--itn-workers``
+processes); with ``--itn both`` every step runs twice on the same server and
+schedule, ``itn`` off and then on, and reports the difference of the p95
+finalize margins (on - off): the ITN acceptance's "within 10 ms of off, in
+one sitting".
+
 The SLO (default: p95 finalize margin <= 100 ms, no lost, duplicated,
 out-of-order or mismatched word, every session connected) is checked per
 step; the ramp stops at the first step that breaks it, optionally refines
@@ -69,6 +76,9 @@ from streampunct.options import SessionOptions
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
+
+#: ``--itn``: sessions without ITN, with it, or each step both ways (off, then on).
+ITN_MODES = ("off", "on", "both")
 
 #: Client-side delays above these mean the load generator itself fell behind.
 CLIENT_SEND_LAG_P95_MS = 25.0
@@ -109,6 +119,10 @@ class LoadBenchConfig:
         seed: chunking, jitter and start times.
         fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine.
         profile: run the started server under cProfile and report its top functions.
+        itn: ``off``, ``on`` (sessions ask for ``itn``; the started server loads the
+            grammars) or ``both`` (each step with ``itn`` off, then on; the step's
+            figures are the ``on`` run's, with the ``off`` run under ``itn_off``).
+        itn_workers: ``serve --itn-workers`` of the started server (None: the server's default).
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
     """
 
@@ -144,10 +158,16 @@ class LoadBenchConfig:
     fake_sleep: bool = False
     profile: bool = False
     engine_options: tuple[str, ...] = ()  # KEY=VALUE, passed to serve --engine-option
+    itn: str = "off"
+    itn_workers: int | None = None
     out_dir: Path = RESULTS_DIR
     name: str = "load"
 
     def __post_init__(self) -> None:
+        if self.itn not in ITN_MODES:
+            raise ValueError(f"itn must be one of {', '.join(ITN_MODES)}, not {self.itn!r}")
+        if self.itn_workers is not None and self.itn_workers < 0:
+            raise ValueError("itn_workers must be >= 0")
         if not self.sessions or min(self.sessions) < 1:
             raise ValueError("sessions must be a non-empty list of positive counts")
         if self.words_per_second <= 0 or self.duration_s <= 0:
@@ -347,9 +367,11 @@ async def _loop_lag_monitor(lags: list[float], stop: asyncio.Event, interval: fl
 
 
 async def run_step(
-    url: str, n: int, cfg: LoadBenchConfig, corpus: Sequence[str], server: ServerProcess | None, seed: int
+    url: str, n: int, cfg: LoadBenchConfig, corpus: Sequence[str], server: ServerProcess | None, seed: int,
+    *, itn: bool = False,
 ) -> dict:
-    """N concurrent sessions for one step; returns its figures and the SLO verdict."""
+    """N concurrent sessions (asking for ``itn`` or not) for one step; returns its figures and the
+    SLO verdict."""
     from streampunct.client import StreamClient
 
     loop = asyncio.get_running_loop()
@@ -366,6 +388,7 @@ async def run_step(
                 return await StreamClient.connect(
                     url, open_timeout=cfg.connect_timeout_s,
                     right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms, partials=False,
+                    itn=itn,
                 )
             except Exception as e:  # noqa: BLE001 (a refused or failed session is a figure)
                 errors[f"connect:{type(e).__name__}"] += 1
@@ -418,6 +441,7 @@ async def run_step(
 
     step: dict = {
         "sessions": n,
+        "itn": itn,
         "connected": len(connected),
         "connect_s": round(connect_s, 2),
         "offered_wps": round(n * cfg.words_per_second, 1),
@@ -497,20 +521,58 @@ async def _ramp(cfg: LoadBenchConfig, url: str, corpus: Sequence[str], server: S
             return steps, "ramp done" if all(s["slo_met"] for s in steps) else "SLO missed"
         elapsed = time.monotonic() - started
         # A step that misses the SLO may also wait out the drain timeout.
-        estimate = max(step_estimate_s(cfg, n) + cfg.drain_timeout_s, last_wall)
+        estimate = max((step_estimate_s(cfg, n) + cfg.drain_timeout_s) * (2 if cfg.itn == "both" else 1), last_wall)
         if elapsed + estimate > cfg.max_total_s:
             return steps, f"time budget ({cfg.max_total_s:.0f}s) reached before N={n}"
         if server is not None and not server.alive:
             return steps, f"the server exited (code {server.proc.returncode})"  # type: ignore[union-attr]
-        print(f"step N={n}: {n} sessions x {cfg.duration_s:.0f}s at {cfg.words_per_second} words/s ...", flush=True)
         t = time.monotonic()
-        step = await run_step(url, n, cfg, corpus, server, seed=cfg.seed * 100003 + n)
+        step = await _itn_step(url, n, cfg, corpus, server)
         last_wall = time.monotonic() - t
         steps.append(step)
-        print("  " + format_step(step), flush=True)
         if not step["slo_met"]:
             queue = []  # stop climbing; refine below if asked
         await asyncio.sleep(1.0)  # let the server settle (sessions closed) between steps
+
+
+async def _itn_step(url: str, n: int, cfg: LoadBenchConfig, corpus: Sequence[str],
+                    server: ServerProcess | None) -> dict:
+    """One step at ``cfg.itn``; with ``both``, the same schedule with itn off, then on."""
+    seed = cfg.seed * 100003 + n
+    runs = {"off": (False,), "on": (True,), "both": (False, True)}[cfg.itn]
+    done: dict[bool, dict] = {}
+    for itn in runs:
+        if done:
+            await asyncio.sleep(1.0)  # let the server settle (sessions closed) between runs
+        print(f"step N={n}: {n} sessions x {cfg.duration_s:.0f}s at {cfg.words_per_second} words/s"
+              f"{', itn' if itn else ''} ...", flush=True)
+        done[itn] = await run_step(url, n, cfg, corpus, server, seed=seed, itn=itn)
+        print("  " + format_step(done[itn]), flush=True)
+    if len(done) == 1:
+        return done[runs[0]]
+    on, off = done[True], done[False]
+    step = dict(on, itn_off=off)
+    step["slo_met"] = on["slo_met"] and off["slo_met"]
+    step["slo_failures"] = on["slo_failures"] + [f"itn off: {r}" for r in off["slo_failures"]]
+    step["itn_p95_margin_delta_ms"] = _delta(on["margin_ms"]["p95"], off["margin_ms"]["p95"])
+    print(f"  itn on - off at N={n}: p95 finalize margin {_signed(step['itn_p95_margin_delta_ms'])} ms "
+          f"({off['margin_ms']['p95']} -> {on['margin_ms']['p95']} ms)", flush=True)
+    return step
+
+
+def _delta(on: float | None, off: float | None) -> float | None:
+    return None if on is None or off is None else round(on - off, 1)
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}"
+
+
+def itn_comparison(steps: Sequence[dict]) -> list[dict]:
+    """Per step run both ways (``--itn both``): the p95 finalize margins off and on, and on - off."""
+    return [{"sessions": s["sessions"], "p95_margin_ms_off": s["itn_off"]["margin_ms"]["p95"],
+             "p95_margin_ms_on": s["margin_ms"]["p95"], "delta_ms": s["itn_p95_margin_delta_ms"]}
+            for s in steps if "itn_off" in s]
 
 
 def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
@@ -580,6 +642,11 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
     }
     if profile is not None:
         payload["server_profile_top"] = profile
+    if cfg.itn == "both":
+        payload["itn_comparison"] = itn_comparison(steps)
+        for row in payload["itn_comparison"]:
+            notes.append(f"itn on - off at N={row['sessions']}: p95 finalize margin {_signed(row['delta_ms'])} ms "
+                         f"({row['p95_margin_ms_off']} ms off, {row['p95_margin_ms_on']} ms on)")
     publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_load, summary=summary_text)
     return payload
 
@@ -629,6 +696,12 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true", help="run the started server under cProfile")
     p.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
                    help="engine option for the started server (serve --engine-option), e.g. cpu_mem_arena=false")
+    p.add_argument("--itn", choices=ITN_MODES, default=d.itn,
+                   help="sessions ask for itn (on; the started server loads the ITN grammars), or each step "
+                        "runs with itn off and then on and reports on - off of the p95 finalize margin "
+                        "(both) (default: %(default)s)")
+    p.add_argument("--itn-workers", type=int, default=d.itn_workers, metavar="N",
+                   help="serve --itn-workers of the started server (default: the server's)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
 
@@ -644,7 +717,7 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         stream_cache_tokens=args.stream_cache_tokens, max_total_s=args.max_total_s,
         refine_steps=args.refine, data=args.data, seed=args.seed, fake_batch_ms=args.fake_batch_ms,
         fake_token_us=args.fake_token_us, fake_sleep=args.fake_sleep, profile=args.profile,
-        engine_options=tuple(args.engine_option or ()),
+        engine_options=tuple(args.engine_option or ()), itn=args.itn, itn_workers=args.itn_workers,
         out_dir=args.out_dir, name=args.name,
     )
 

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions", type=int, default=256)
     p.add_argument("--right-context", type=int, default=SessionOptions.right_context)
     p.add_argument("--max-delay-ms", type=int, default=SessionOptions.max_delay_ms)
+    p.add_argument("--itn-grammars", choices=("on", "off"), default="off",
+                   help="load the ITN grammars, so that sessions may ask for itn (the itn extra)")
+    p.add_argument("--itn-workers", type=int, default=1, help="processes that run the ITN grammars")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                                engine_workers=args.engine_workers),
         max_sessions=args.max_sessions,
         session_defaults=SessionOptions(right_context=args.right_context, max_delay_ms=args.max_delay_ms),
+        itn_grammars=args.itn_grammars,
+        itn_workers=args.itn_workers,
     )
 
     def engine_factory() -> FakeEngine:

@@ -78,6 +78,10 @@ class ServerProcess:
             common += ["--stream-cache", cfg.stream_cache]
         if getattr(cfg, "stream_cache_tokens", None) is not None and cfg.engine != "fake":
             common += ["--stream-cache-tokens", str(cfg.stream_cache_tokens)]
+        if getattr(cfg, "itn", "off") != "off":
+            common += ["--itn-grammars", "on"]
+            if cfg.itn_workers is not None:
+                common += ["--itn-workers", str(cfg.itn_workers)]
         if cfg.engine == "fake":
             self.argv = [*python, "-m", "benchmarks.load_server", *common,
                          "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]

@@ -14,6 +14,12 @@ spoken). It asks the grammars only about stretches around a number word
 (every one of those classes has one), so text without numbers costs a set
 lookup per word.
 
+The grammars hold Python's GIL while they run (one search of a number
+phrase is a single call of 30-50 ms), so a thread of the server running them
+would still stall its event loop: :class:`ProcessNormalizer` runs them in
+worker processes (``serve --itn-workers``), and the server writes the texts
+of ``itn`` sessions on threads that wait for those processes.
+
 The grammars decide what is a number and its digits; a short house style
 then writes their output as the AP Stylebook and the Chicago Manual of Style
 do (``docs/protocol.md``, "Written forms"): "3:30 p.m." not "03:30 p.m.",
@@ -23,10 +29,12 @@ units as spoken ("10 kilometers"), and first to ninth as words.
 
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
 import functools
 import importlib.util
 import logging
+import multiprocessing
 import os
 import re
 import threading
@@ -173,6 +181,86 @@ class NemoNormalizer:
             if lattice.num_states() != 0:
                 return house_style(cls, inv.select_verbalizer(lattice), spoken)
         return None
+
+
+class ProcessNormalizer:
+    """A :class:`~streampunct.written_form.Normalizer` whose grammars run in ``workers`` processes.
+
+    Each worker loads :func:`load_normalizer` (from ``cache_dir``) once;
+    :meth:`start` waits until all have. :meth:`phrases` blocks its thread
+    (without the GIL) while a worker answers; a stretch of words without a
+    number word never leaves this process, and answers are cached here per
+    stretch, as :class:`NemoNormalizer` does. A worker that dies is replaced
+    (the call that was on it leaves its words spoken); a worker that cannot
+    load the grammars makes :meth:`start` raise.
+    """
+
+    def __init__(self, cache_dir: Path | None = None, *, workers: int = 1, cache_size: int = 4096) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.workers = workers
+        self._cache_dir = cache_dir
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+        self._stretch = functools.lru_cache(maxsize=cache_size)(self._remote)
+
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        # spawn: the server process runs threads (engines, executors) that fork would copy badly
+        return concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init, initargs=(self._cache_dir,),
+        )
+
+    def start(self) -> None:
+        """Start the workers and wait until each has loaded the grammars (the first alone, so
+        that a first start compiles them into the cache once); raises what loading raised."""
+        self._pool.submit(_worker_ready).result()
+        # Submitted together, these find one idle worker and start the others.
+        for future in [self._pool.submit(_worker_ready) for _ in range(self.workers - 1)]:
+            future.result()
+
+    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+        out: list[Phrase] = []
+        for a, b in _stretches(words):
+            try:
+                found = self._stretch(tuple(words[a:b]))
+            except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError):
+                found = ()  # not cached: the words stay spoken this once
+            out += [Phrase(p.start + a, p.end + a, p.text, p.whole) for p in found]
+        return out
+
+    def _remote(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
+        pool = self._pool
+        try:
+            return pool.submit(_worker_phrases, words).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            logger.error("an ITN worker process died; starting new ones (%r left spoken)", " ".join(words))
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = self._new_pool()
+            raise
+
+    def close(self) -> None:
+        """Stop the workers (calls still waiting get no answer)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: The grammars of an ITN worker process (:class:`ProcessNormalizer`).
+_WORKER: NemoNormalizer | None = None
+
+
+def _worker_init(cache_dir: Path | None) -> None:
+    global _WORKER
+    _WORKER = load_normalizer(cache_dir)
+
+
+def _worker_ready() -> bool:
+    return _WORKER is not None
+
+
+def _worker_phrases(words: tuple[str, ...]) -> tuple[Phrase, ...]:
+    assert _WORKER is not None
+    return _WORKER._stretch(words)
 
 
 def _stretches(words: Sequence[str]) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ of a model folder.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import http
 import importlib.resources
@@ -50,8 +51,8 @@ from streampunct.http_policy import (
     canonical_host,
     canonical_origin,
 )
+from streampunct.itn import ProcessNormalizer, load_normalizer
 from streampunct.itn import available as itn_available
-from streampunct.itn import load_normalizer
 from streampunct.labels import check_case_margin
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
@@ -128,6 +129,11 @@ class ServerConfig:
             is installed) or ``off`` (``itn`` is refused).
         itn_cache: where the compiled grammars are cached (None:
             :func:`streampunct.itn.default_cache_dir`).
+        itn_workers: processes that run the loaded grammars
+            (:class:`streampunct.itn.ProcessNormalizer`); 0: the server's own
+            process, where they hold the GIL while they run. Either way the
+            texts of ``itn`` sessions are written on worker threads, never on
+            the event loop (docs/server.md, "Written forms off the event loop").
         lexicon: the server's lexicon (normalized pairs,
             :func:`streampunct.written_form.parse_lexicon_tsv`), under each
             session's own ``lexicon``.
@@ -160,11 +166,14 @@ class ServerConfig:
     drain: str = "finalize"
     itn_grammars: str = "off"
     itn_cache: Path | None = None
+    itn_workers: int = 1
     lexicon: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.itn_grammars not in ("auto", "on", "off"):
             raise ValueError(f"itn_grammars must be auto, on or off, not {self.itn_grammars!r}")
+        if self.itn_workers < 0:
+            raise ValueError("itn_workers must be >= 0")
         if self.drain not in DRAIN_MODES:
             raise ValueError(f"drain must be one of {', '.join(DRAIN_MODES)}, not {self.drain!r}")
         if self.max_sessions < 1:
@@ -334,6 +343,11 @@ class StreamServer:
         )
         if config.session_defaults.itn and normalizer is None and not self._load_itn:
             raise ValueError(f"itn by default: {ITN_UNAVAILABLE}")
+        # The texts of itn sessions are written on these threads (Session's writer), off the event loop.
+        self._written_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        if normalizer is not None or self._load_itn:
+            self._written_executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="streampunct-written")
+            self._context = replace(self._context, written_executor=self._written_executor)
         self.sessions: set[Session] = set()
         self._ws: Server | None = None
         self._port = config.port
@@ -343,6 +357,7 @@ class StreamServer:
         self._shutdown_done: asyncio.Event | None = None
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._sessions_gone: asyncio.Event | None = None  # set while no session is open
+        self._itn_processes: ProcessNormalizer | None = None
 
     @staticmethod
     def _warmup_ids(aligner: Aligner, window: WindowConfig) -> np.ndarray:
@@ -385,9 +400,17 @@ class StreamServer:
     async def _load(self) -> None:
         t0 = time.perf_counter()
         if self._load_itn:
-            normalizer = await asyncio.to_thread(load_normalizer, self.config.itn_cache)
+            normalizer: Normalizer
+            if self.config.itn_workers > 0:
+                normalizer = ProcessNormalizer(self.config.itn_cache, workers=self.config.itn_workers)
+                self._itn_processes = normalizer
+                await asyncio.to_thread(normalizer.start)
+            else:
+                normalizer = await asyncio.to_thread(load_normalizer, self.config.itn_cache)
             self._context = replace(self._context, written=replace(self._context.written, normalizer=normalizer))
-            logger.info("ITN grammars loaded in %.2fs", time.perf_counter() - t0)
+            logger.info("ITN grammars loaded in %.2fs (%s)", time.perf_counter() - t0,
+                        f"{self.config.itn_workers} worker processes" if self.config.itn_workers
+                        else "in the server process")
         try:
             await self.batcher.start()
         except StreampunctError:
@@ -451,6 +474,10 @@ class StreamServer:
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
         await self.batcher.close()
+        if self._written_executor is not None:
+            self._written_executor.shutdown(wait=False, cancel_futures=True)
+        if self._itn_processes is not None:
+            self._itn_processes.close()
         logger.info("server closed")
         self._shutdown_done.set()
 

@@ -9,7 +9,13 @@ time. Three tasks per connection:
   the shared :class:`~streampunct.batcher.Batcher` and queues the finals,
   partials, ``flushed`` and ``end`` that come out;
 * the *writer* sends queued messages in the order the protocol produced them
-  (so a ``flushed`` can never overtake the finals it covers).
+  (so a ``flushed`` can never overtake the finals it covers). With a
+  ``written_executor`` in the context, the finals and partials of an ``itn``
+  session come from the protocol without their text
+  (:class:`~streampunct.session_protocol.WrittenText`): the writer has each
+  written on that executor, one at a time and in order, before sending it, so
+  that the ITN grammars never run on the event loop and the session's order
+  and texts are what they would be without it.
 
 The driver sleeps on an event that the reader sets when input arrives and a
 ``loop.call_at`` timer sets when the next word's ``max_delay_ms`` runs out:
@@ -38,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import websockets
@@ -58,7 +65,7 @@ from streampunct.protocol import (
     encode,
 )
 from streampunct.server_metrics import ServerMetrics
-from streampunct.session_protocol import SessionProtocol
+from streampunct.session_protocol import SessionProtocol, WrittenText
 from streampunct.stream_cache import KVCache, StreamCall, new_cache
 from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
@@ -94,6 +101,8 @@ class SessionContext:
         written: the server's lexicon and ITN grammars (``itn`` and ``lexicon`` options).
         case_margin: the model's margin for its truecasing head's capitals
             (:func:`streampunct.labels.case_classes`; 0: the plain argmax).
+        written_executor: where the texts of ``itn`` sessions are written (the
+            ITN grammars; None: on the event loop, as the protocol decides).
     """
 
     aligner: Aligner
@@ -111,10 +120,15 @@ class SessionContext:
     stream_cache_tokens: int | None = None
     written: WrittenForms = WrittenForms()
     case_margin: float = 0.0
+    written_executor: Executor | None = None
 
 
 class SlowReaderError(Exception):
     """A send stayed blocked past the send timeout: the client does not read."""
+
+
+class _WritingFailed(Exception):
+    """Writing a final's or partial's text on the written executor raised (a bug)."""
 
 
 async def close_within(connection: ServerConnection, code: int, reason: str, timeout: float) -> None:
@@ -148,10 +162,11 @@ class Session:
             aligner=context.aligner, window=context.window, defaults=context.defaults,
             limits=context.limits, session_id=session_id, model_name=context.model_name,
             max_backlog=context.max_backlog_words, written=context.written, case_margin=context.case_margin,
+            defer_written=context.written_executor is not None,
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
         # Unbounded as a queue; producers wait for room first (_wait_for_room).
-        self._outbox: asyncio.Queue[tuple[ServerMessage, list[float]] | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[ServerMessage | WrittenText, list[float]] | None] = asyncio.Queue()
         self._finish_queued = False
         self._all_sent = asyncio.Event()
         self._wake = asyncio.Event()
@@ -273,6 +288,16 @@ class Session:
                 exc, self.protocol.n_final, self.protocol.n_words, self._outbox.qsize(),
             )
             await self._close(CloseCode.TRY_AGAIN_LATER, str(exc))
+        elif isinstance(exc, _WritingFailed):  # as a failed driver: the contract's error, then 1011
+            self._log.error("internal error writing a text", exc_info=exc.__cause__)
+            error = Error(ErrorCode.INTERNAL, "internal server error; closing the stream")
+            self._ctx.metrics.errors.labels(code=str(error.code)).inc()
+            try:
+                async with asyncio.timeout(self._ctx.close_timeout_s):
+                    await self._ws.send(encode(error))
+            except TimeoutError:
+                pass
+            await self._close(CloseCode.INTERNAL_ERROR, "internal error")
         elif exc is not None:
             raise exc
 
@@ -396,10 +421,11 @@ class Session:
             )])
 
     # -- writer --------------------------------------------------------------
-    def _emit(self, messages: list[ServerMessage]) -> None:
+    def _emit(self, messages: list[ServerMessage | WrittenText]) -> None:
         """Queue the protocol's messages (called right after the protocol produced them)."""
         state = self.protocol.state
-        for message in messages:
+        for item in messages:
+            message = item.message if isinstance(item, WrittenText) else item
             decidable: list[float] = []
             if isinstance(message, Final):
                 decidable = [state.decidable_at(message.start + k) for k in range(len(message.words))]
@@ -409,7 +435,7 @@ class Session:
                 self._log.info("config %s", message.config.to_json())
             elif isinstance(message, Resumed):
                 self._log.info("resumed at word %d, config %s", message.start, message.config.to_json())
-            self._outbox.put_nowait((message, decidable))
+            self._outbox.put_nowait((item, decidable))
         if self.protocol.finished and not self._finish_queued:
             self._finish_queued = True
             self._outbox.put_nowait(None)
@@ -428,6 +454,11 @@ class Session:
                     self._all_sent.set()
                     continue
                 message, decidable = item
+                if isinstance(message, WrittenText):  # off the event loop, in order
+                    try:
+                        message = await loop.run_in_executor(self._ctx.written_executor, message.resolve)
+                    except Exception as e:
+                        raise _WritingFailed(str(e)) from e
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode(message))

@@ -26,14 +26,19 @@ Rules kept here (see ``docs/protocol.md``):
 * input backpressure: :meth:`SessionProtocol.wants_input` says whether the
   caller may take the next frame (the backlog of words received but not yet
   finalized is below ``max_backlog``, or nothing in it can drain without more
-  input).
+  input);
+* written forms with ``itn`` (the slow part: the ITN grammars) may be left to
+  the caller: a protocol built with ``defer_written=True`` returns the finals
+  and partials of an ``itn`` session as :class:`WrittenText`, everything
+  decided but their ``text``, which the caller computes (:meth:`WrittenText.resolve`,
+  pure) wherever it likes, one at a time in the order they came.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -78,6 +83,39 @@ class _Until(enum.Enum):
     DONE = "done"  # the stream is over (client ``end``, or server shutdown)
 
 
+class WrittenText:
+    """A final or partial of an ``itn`` session whose ``text`` is still to be written.
+
+    ``message`` is the message to send, decided in full but for its ``text``
+    (``""`` here); :meth:`resolve` writes the text (pure: no I/O, no clock, but
+    it runs the ITN grammars, milliseconds to tens of them) and returns the
+    message with it. The texts of one session share the words a final held
+    back for a phrase (:class:`~streampunct.written_form.FinalTexts`), so they
+    must be resolved one at a time, each after the one before it returned, in
+    the order the protocol returned them (anything else raises
+    ``RuntimeError``); where (a worker thread) is the caller's choice. The text
+    is the one the protocol would have written at once.
+    """
+
+    __slots__ = ("message", "_compute", "_seq", "_order")
+
+    def __init__(self, message: Final | Partial, compute: Callable[[], str], seq: int, order: list[int]) -> None:
+        self.message = message
+        self._compute = compute
+        self._seq = seq
+        self._order = order  # [next seq to resolve], shared by a session's texts
+
+    def resolve(self) -> Final | Partial:
+        if self._order[0] != self._seq:
+            raise RuntimeError(f"written text {self._seq} resolved out of order (next: {self._order[0]})")
+        text = self._compute()
+        self._order[0] += 1
+        return replace(self.message, text=text)
+
+    def __repr__(self) -> str:
+        return f"WrittenText({self.message!r})"
+
+
 class SessionProtocol:
     """One session's protocol state: options, stream state, flush bookkeeping, rendering.
 
@@ -92,6 +130,9 @@ class SessionProtocol:
 
     ``case_margin``: the model's margin for the truecasing head's capitals
     (:func:`streampunct.labels.case_classes`), for every stream state it builds.
+    ``defer_written``: the finals and partials of a session with ``itn`` come as
+    :class:`WrittenText` (their text left to the caller) instead of
+    :class:`~streampunct.protocol.Final` and :class:`~streampunct.protocol.Partial`.
     """
 
     def __init__(
@@ -106,6 +147,7 @@ class SessionProtocol:
         max_backlog: int | None = None,
         written: WrittenForms | None = None,
         case_margin: float = 0.0,
+        defer_written: bool = False,
     ) -> None:
         if max_backlog is not None and max_backlog < 1:
             raise ValueError("max_backlog must be >= 1")
@@ -139,6 +181,9 @@ class SessionProtocol:
         self._written = written if written is not None else WrittenForms()
         self._texts: FinalTexts | None = None
         self._texts_options: SessionOptions | None = None
+        self._defer_written = defer_written
+        self._written_seq = 0  # WrittenText handed out
+        self._written_order = [0]  # the next one to resolve
 
     def _new_state(self) -> StreamState:
         return StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin)
@@ -321,7 +366,7 @@ class SessionProtocol:
         """The model call failed; its words will be requested again."""
         self.state.abort(request)
 
-    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[ServerMessage]:
+    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[ServerMessage | WrittenText]:
         """Take the logits (float32[T, C]) of ``request``; the messages they produce.
 
         A request of a stream state that a ``config`` has since replaced (a
@@ -365,23 +410,32 @@ class SessionProtocol:
             self._texts_options = o
         return self._texts
 
-    def _final(self, decisions: list[Decision]) -> Final:
+    def _final(self, decisions: list[Decision]) -> Final | WrittenText:
         marked = tuple(
             PunctuatedWord(d.word, ID_TO_MARK[d.label], *self._times.pop(d.index, (None, None)))
             for d in decisions
         )
         words, labels, cases = [d.word for d in decisions], [d.label for d in decisions], [d.case for d in decisions]
         texts = self._final_texts()
-        if texts is None:
-            text = self._render(words, labels, self._sentence_start, cases)
-        else:  # written forms, whole across finals (streampunct.written_form.FinalTexts)
-            text = texts.final(words, labels, cases, sentence_start=self._sentence_start,
-                               context=self.state.right_context(decisions[-1].index))
+        sentence_start = self._sentence_start
         self._sent = decisions[-1].index + 1
         self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
-        return Final(decisions[0].index, marked, text)
+        if texts is None:
+            return Final(decisions[0].index, marked, self._render(words, labels, sentence_start, cases))
+        # written forms, whole across finals (streampunct.written_form.FinalTexts)
+        context = self.state.right_context(decisions[-1].index)
+        return self._written_text(Final(decisions[0].index, marked, ""), texts, lambda: texts.final(
+            words, labels, cases, sentence_start=sentence_start, context=context))
 
-    def _partial(self, request: WindowRequest) -> list[ServerMessage]:
+    def _written_text(self, message: Final | Partial, texts: FinalTexts,
+                      compute: Callable[[], str]) -> Final | Partial | WrittenText:
+        """``message`` with its text, or a :class:`WrittenText` when the caller writes it."""
+        if self._defer_written and texts.formatter.normalizer is not None:
+            self._written_seq += 1
+            return WrittenText(message, compute, self._written_seq - 1, self._written_order)
+        return replace(message, text=compute())
+
+    def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial
         hypothesis = self.state.last_hypothesis
         if not decisions and not request.hypothesis and not self._partial_owed:
@@ -393,21 +447,19 @@ class SessionProtocol:
         words = [d.word for d in decisions] + [w for w, _ in hypothesis]
         labels = [d.label for d in decisions] + [label for _, label in hypothesis]
         texts = self._final_texts()
+        sentence_start = self._sentence_start and start == self._sent
+        cases = [d.case for d in decisions]
+        partial = Partial(
+            start,
+            tuple(PunctuatedWord(d.word, ID_TO_MARK[d.label]) for d in decisions),
+            "",
+            tuple(PunctuatedWord(w, ID_TO_MARK[label]) for w, label in hypothesis),
+        )
         if texts is None:
-            text = self._render(words, labels, self._sentence_start and start == self._sent,
-                                [d.case for d in decisions])
-        else:  # the words a final held back for a phrase come first
-            text = texts.partial(words, labels, [d.case for d in decisions],
-                                 sentence_start=self._sentence_start and start == self._sent,
-                                 follows_finals=start == self._sent)
-        return [
-            Partial(
-                start,
-                tuple(PunctuatedWord(d.word, ID_TO_MARK[d.label]) for d in decisions),
-                text,
-                tuple(PunctuatedWord(w, ID_TO_MARK[label]) for w, label in hypothesis),
-            )
-        ]
+            return [replace(partial, text=self._render(words, labels, sentence_start, cases))]
+        follows = start == self._sent  # the words a final held back for a phrase come first
+        return [self._written_text(partial, texts, lambda: texts.partial(
+            words, labels, cases, sentence_start=sentence_start, follows_finals=follows))]
 
     def _owed_partial(self) -> list[ServerMessage]:
         """An empty partial when a hypothesis was cleared and nothing is left to label.

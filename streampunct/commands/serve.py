@@ -162,6 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     written.add_argument("--itn-cache", metavar="DIR", default=None,
                          help="where the compiled ITN grammars are cached (default: "
                               "~/.cache/streampunct/itn; the first start compiles them, about half a minute)")
+    written.add_argument("--itn-workers", metavar="N", type=int, default=ServerConfig.itn_workers,
+                         help="processes that run the ITN grammars, each loading them (about 100 MB); 0: the "
+                              "server's own process, where they hold the GIL and so stall the event loop "
+                              "(default: %(default)s)")
     written.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
                          help="the server's lexicon: one 'spoken<TAB>written' pair a line ('new york<TAB>New "
                               "York'), '#' comments; applies in every session, under its own config.lexicon")
@@ -224,6 +228,7 @@ def build_config(args: argparse.Namespace):
                                             itn=args.itn),
             itn_grammars="on" if args.itn else args.itn_grammars,
             itn_cache=Path(args.itn_cache) if args.itn_cache else None,
+            itn_workers=args.itn_workers,
             lexicon=args.lexicon,
             stream_cache=args.stream_cache,
             stream_cache_tokens=args.stream_cache_tokens,

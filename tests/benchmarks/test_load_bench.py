@@ -318,6 +318,21 @@ def test_correct_fake_server_meets_the_slo(tmp_path):
     assert payload["max_sessions_meeting_slo"] == 4
 
 
+def test_itn_both_runs_each_step_off_then_on_and_reports_the_difference(tmp_path):
+    with fake_server(None) as url:
+        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2,), itn="both"), command="test")
+    (step,) = payload["steps"]
+    assert step["itn"] is True and step["itn_off"]["itn"] is False
+    assert step["words_sent"] == step["itn_off"]["words_sent"]  # the same schedule both ways
+    (row,) = payload["itn_comparison"]
+    assert row["delta_ms"] == pytest.approx(row["p95_margin_ms_on"] - row["p95_margin_ms_off"], abs=0.11)
+    assert row == {"sessions": 2, "p95_margin_ms_off": step["itn_off"]["margin_ms"]["p95"],
+                   "p95_margin_ms_on": step["margin_ms"]["p95"], "delta_ms": step["itn_p95_margin_delta_ms"]}
+    assert any(n.startswith("itn on - off at N=2: p95 finalize margin") for n in payload["notes"])
+    with pytest.raises(ValueError, match="itn must be one of off, on, both"):
+        quick_config(tmp_path, itn="yes")
+
+
 def test_refused_sessions_fail_the_slo(tmp_path):
     cfg = quick_config(tmp_path, url="ws://127.0.0.1:9/v1/stream", connect_timeout_s=2.0)  # nothing listens
     payload = run_load_bench(cfg, command="test")
@@ -381,6 +396,18 @@ def test_batch_rows_reaches_the_started_server(tmp_path):
             assert argv[argv.index("--batch-rows") + 1] == expected
     with pytest.raises(SystemExit):
         p.parse_args(["--batch-rows", "often"])
+
+
+def test_itn_reaches_the_started_server(tmp_path):
+    from benchmarks.load_server_process import ServerProcess
+
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    assert "--itn-grammars" not in ServerProcess(config_from_args(p.parse_args([])), 10, tmp_path).argv
+    for engine in ("onnxruntime", "fake"):
+        cfg = config_from_args(p.parse_args(["--engine", engine, "--itn", "both", "--itn-workers", "2"]))
+        argv = ServerProcess(cfg, 10, tmp_path).argv
+        assert argv[argv.index("--itn-grammars") + 1] == "on" and argv[argv.index("--itn-workers") + 1] == "2"
 
 
 # -- the cost proxy of the shipped model ---------------------------------------------

@@ -93,3 +93,51 @@ def test_nemo_phrases(nemo, spoken, expected):
 def test_nemo_phrases_are_aligned_to_words_and_other_classes_stay_spoken(nemo):
     words = "for example mister smith paid twenty dollars at w w w dot shop dot com".split()
     assert nemo.phrases(words) == [Phrase(5, 7, "$20")]  # not "e.g.", "mr." or the URL
+
+
+@pytest.mark.slow
+def test_grammars_in_a_worker_process_write_the_same_phrases(nemo):
+    """ProcessNormalizer (serve --itn-workers): the same answers, from a spawned process that
+    loads the grammars from the cache; number-free text never leaves this process."""
+    processes = itn.ProcessNormalizer(workers=1)
+    try:
+        processes.start()
+        for spoken in ("the meeting is at three thirty on march fifth", "it costs twenty five dollars",
+                       "call five five five one two three four now", "so i said to him that we should go"):
+            words = spoken.split()
+            assert processes.phrases(words) == nemo.phrases(words)
+        assert processes._stretch.cache_info().currsize == 3  # the number-free sentence was not sent
+    finally:
+        processes.close()
+
+
+@pytest.mark.slow
+async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
+    """serve --itn-grammars on (--itn-workers 1): the grammars load in a worker before the server
+    is ready, itn sessions get written numbers, and shutdown stops the worker."""
+    if not itn.available():
+        pytest.skip("needs the itn extra (nemo-text-processing, pynini)")
+    from streampunct.client import StreamClient, Transcript
+    from streampunct.protocol import Final
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, itn_grammars="on"), engine_factory=FakeEngine,
+                         aligner=aligner, window=TEST_WINDOW, model_name="fake")
+    try:
+        await server.wait_ready()
+        workers = server._itn_processes
+        assert isinstance(workers, itn.ProcessNormalizer)
+        client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True)
+        await client.send_words("it costs twenty five dollars and that is all".split())
+        await client.end()
+        transcript, texts = Transcript(), []
+        async for message in client:
+            transcript.apply(message)
+            texts += [message.text] if isinstance(message, Final) else []
+        assert "$25" in " ".join(texts)
+        assert transcript.words == "it costs twenty five dollars and that is all".split()
+    finally:
+        await server.shutdown()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        workers._pool.submit(itn._worker_ready)

@@ -262,3 +262,115 @@ def test_frames_of_lexicon_config_round_trip():
     request = ConfigRequest(itn=True, lexicon=(("new york", "New York"),))
     obj = request.to_json()
     assert obj == {"type": "config", "itn": True, "lexicon": [["new york", "New York"]]}
+
+
+# -- written texts off the event loop (WrittenText, the server's written executor) --------------
+
+
+def _resolved(out: list) -> list:
+    """The protocol's output with every WrittenText resolved, in order (as the server's writer does)."""
+    from streampunct.session_protocol import WrittenText
+
+    return [m.resolve() if isinstance(m, WrittenText) else m for m in out]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3])
+def test_deferred_texts_are_the_texts_written_at_once(chunk):
+    options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, itn=True)
+    at_once = Driver(options)
+    at_once.stream(SPEECH, chunk=chunk)
+    deferred = Driver(options)
+    deferred.protocol = SessionProtocol(aligner=deferred.aligner, window=WINDOW, defaults=options,
+                                        written=WrittenForms(SERVER_LEXICON, FakeNormalizer()),
+                                        defer_written=True)
+    deferred.stream(SPEECH, chunk=chunk)
+    assert any(type(m).__name__ == "WrittenText" for m in deferred.out)
+    assert [m.to_json() for m in _resolved(deferred.out)] == [m.to_json() for m in at_once.out]
+
+
+def test_deferred_texts_must_be_resolved_in_order_and_only_itn_sessions_defer():
+    from streampunct.session_protocol import WrittenText
+
+    options = SessionOptions(right_context=1, max_delay_ms=60_000, itn=True)
+    driver = Driver(options)
+    driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=options,
+                                      written=WrittenForms(SERVER_LEXICON, FakeNormalizer()), defer_written=True)
+    driver.stream("it costs twenty five dollars")
+    pending = [m for m in driver.out if isinstance(m, WrittenText)]
+    assert len(pending) >= 2
+    with pytest.raises(RuntimeError, match="out of order"):
+        pending[1].resolve()
+    assert pending[0].resolve().text == "it"
+    # a lexicon without itn is written at once: it costs a dictionary lookup a word
+    lexicon_only = SessionOptions(right_context=1, max_delay_ms=60_000, lexicon=(("nasa", "NASA"),))
+    driver = Driver(lexicon_only)
+    driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=lexicon_only,
+                                      written=WrittenForms(SERVER_LEXICON, FakeNormalizer()), defer_written=True)
+    driver.stream("we met nasa")
+    assert not any(isinstance(m, WrittenText) for m in driver.out)
+    assert " ".join(f.text for f in driver.finals()) == "we met NASA."
+
+
+def _unmarked(text: str) -> str:
+    return text.replace(",", "").replace(".", "").replace("?", "")
+
+
+class BlockingNormalizer(FakeNormalizer):
+    """:class:`FakeNormalizer` that, asked about a run with ``word`` in it, says so (``entered``)
+    and waits for ``release`` before answering (the grammars on a long number)."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        import threading
+
+        self.word = word
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def phrases(self, words):
+        if self.word in words:
+            self.entered.set()
+            assert self.release.wait(30), "never released"
+        return super().phrases(words)
+
+
+async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
+    """One itn session's texts wait for its (slow) grammars on a worker thread; meanwhile the
+    event loop serves another itn session to its end, and the first one's finals then come
+    in order with the texts they would have had."""
+    import asyncio
+
+    from streampunct.client import StreamClient, Transcript
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    normalizer = BlockingNormalizer("million")
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake", normalizer=normalizer)
+
+    async def session(text: str) -> tuple[Transcript, list[str]]:
+        client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True)
+        for word in text.split():
+            await client.send_words([word])
+        await client.end()
+        transcript, texts = Transcript(), []
+        async for message in client:
+            transcript.apply(message)
+            texts += [message.text] if isinstance(message, Final) else []
+        return transcript, texts
+
+    try:
+        await server.wait_ready()
+        slow = asyncio.create_task(session("it costs twenty million dollars and we pay it today"))
+        assert await asyncio.to_thread(normalizer.entered.wait, 30)  # its writer waits for the grammars
+        other, other_texts = await session("we paid twenty five dollars for it")  # served to its end meanwhile
+        assert other.ended_words == 7
+        assert _unmarked(" ".join(t for t in other_texts if t)) == "we paid $25 for it"
+        assert not slow.done()
+        normalizer.release.set()
+        transcript, texts = await slow
+        assert transcript.words == "it costs twenty million dollars and we pay it today".split()
+        assert _unmarked(" ".join(t for t in texts if t)) == "it costs 20 million dollars and we pay it today"
+    finally:
+        normalizer.release.set()
+        await server.shutdown()

@@ -13,6 +13,7 @@ from streampunct.api import Punctuator
 from streampunct.caption import _sentences, caption
 from streampunct.cli import build_parser
 from streampunct.commands.punctuate import punctuate_lines
+from streampunct.errors import InputError
 from streampunct.labels import PERIOD, O
 from streampunct.written_form import Lexicon, WrittenForms
 from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
@@ -32,6 +33,10 @@ def test_serve_flags(lexicon_tsv):
     config = build_config(build_parser().parse_args(["serve", "--lexicon", str(lexicon_tsv)]))
     assert config.lexicon == (("nasa", "NASA"), ("new york", "New York"))
     assert config.itn_grammars == "off" and not config.session_defaults.itn
+    assert config.itn_workers == 1
+    assert build_config(build_parser().parse_args(["serve", "--itn-workers", "0"])).itn_workers == 0
+    with pytest.raises(InputError, match="--itn-workers must be >= 0"):
+        build_config(build_parser().parse_args(["serve", "--itn-workers", "-1"]))
     if itn.available():
         config = build_config(build_parser().parse_args(["serve", "--itn", "--itn-cache", "/tmp/x"]))
         assert config.session_defaults.itn and config.itn_grammars == "on" and str(config.itn_cache) == "/tmp/x"
