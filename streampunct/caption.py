@@ -207,6 +207,45 @@ class InputStopped(InputError):
 connect = open_client
 
 
+class _SubtitleHold:
+    """Writes the cue in progress when no final has completed it for as long as a cue may last
+    (``max_duration_s`` of the cue limits, in wall time): a pause in the speech must not hold
+    words back until the speaker goes on."""
+
+    def __init__(self, subtitles: SubtitleWriter | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.subtitles = subtitles
+        self.loop = loop
+        self._since: float | None = None  # when the words now held started to be held
+        self._cues = 0  # cues written then
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        """After each final: (re)start the clock when words started to be held."""
+        if self.subtitles is None:
+            return
+        if not self.subtitles.pending:
+            self._since = None
+            return
+        if self._since is None or self.subtitles.count != self._cues:  # a cue took the words held before
+            self._since, self._cues = self.loop.time(), self.subtitles.count
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._since + self.subtitles.builder.limits.max_duration_s, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.subtitles is None or self._since is None:
+            return
+        if self.loop.time() - self._since >= self.subtitles.builder.limits.max_duration_s - 1e-3:
+            self.subtitles.flush()
+            self._since = None
+        self.arm()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 def _word_times(word, arrival: float) -> tuple[float, float]:
     start = word.start if word.start is not None else word.end
     end = word.end if word.end is not None else word.start
@@ -313,6 +352,7 @@ async def caption(
         log("send", {"type": "end"})
 
     sender = asyncio.create_task(send_all())
+    hold = _SubtitleHold(subtitles, loop)
     resume_failed: ResumeFailed | None = None
     try:
         async for message in stream:
@@ -321,10 +361,12 @@ async def caption(
                 tracker.final_received(message, loop.time())
             transcript.apply(message)
             if isinstance(message, Final) and subtitles is not None:
-                for k, word in enumerate(message.words):  # written as the server wrote them (Transcript.written)
-                    start, end = _word_times(word, tracker.sent_at[message.start + k] - t0)
-                    written = transcript.written[message.start + k]
-                    subtitles.add(TimedWord(written, ID_TO_MARK.index(word.p), start, end))
+                # the words as spoken (with their times) and the final's text as the server wrote it
+                timed = [TimedWord(word.w, ID_TO_MARK.index(word.p),
+                                   *_word_times(word, tracker.sent_at[message.start + k] - t0))
+                         for k, word in enumerate(message.words)]
+                subtitles.add_final(timed, message.text)
+                hold.arm()
             if isinstance(message, Error) and _loses_words(message) and errors is not None:
                 errors.write(f"server error {message.code}: {message.message}\n")
                 errors.flush()
@@ -339,6 +381,7 @@ async def caption(
         await stream.close()
         if view is not None:
             view.close(transcript)
+        hold.cancel()
         if subtitles is not None:
             subtitles.close()
     result = CaptionResult(transcript, tracker.summary(), stream.options)

@@ -1,4 +1,5 @@
-"""Subtitle cues: break rules, and files that real WebVTT / SRT parsers accept."""
+"""Subtitle cues: break rules, reading speed and duration, written forms from the finals' text,
+properties over random streams, the checker, and files that real WebVTT / SRT parsers accept."""
 
 from __future__ import annotations
 
@@ -6,9 +7,24 @@ import io
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streampunct.labels import COMMA, PERIOD, QUESTION, O
-from streampunct.subtitles import CueBuilder, CueLimits, SubtitleWriter, TimedWord, wrap
+from streampunct.subtitles import (
+    Cue,
+    CueBuilder,
+    CueLimits,
+    FinalPieces,
+    Piece,
+    SubtitleWriter,
+    TimedWord,
+    cue_stats,
+    layout,
+    main,
+    read_cues_jsonl,
+    wrap,
+)
 
 webvtt = pytest.importorskip("webvtt", reason="needs webvtt-py (the dev extra)")
 srt = pytest.importorskip("srt", reason="needs srt (the dev extra)")
@@ -59,10 +75,10 @@ def test_cues_hold_two_lines_of_42_characters_and_seven_seconds():
     assert [w.w for c in slow for w in c.words] == ["a"] * 30  # nothing lost or repeated
 
 
-def test_cues_never_overlap_and_last_at_least_the_minimum():
+def test_short_sentences_are_merged_and_shown_at_least_a_second():
     words = [TimedWord(w, PERIOD, 1.0, 1.0) for w in ("one", "two", "three")]  # no durations
-    cues = build(words)
-    assert [(c.start, c.end) for c in cues] == [(1.0, 1.5), (1.5, 2.0), (2.0, 2.5)]
+    (cue,) = build(words)
+    assert (cue.start, cue.end, cue.text) == (1.0, 2.0, "One. Two. Three.")
 
 
 def test_vtt_and_srt_files_parse_with_real_parsers():
@@ -88,3 +104,302 @@ def test_vtt_and_srt_files_parse_with_real_parsers():
     records = [json.loads(line) for line in jsonl.getvalue().splitlines()]
     assert [r["text"] for r in records] == [c.text.replace("\n", " ") for c in captions]
     assert [w["w"] for r in records for w in r["words"]] == [w.w for w in words]
+
+
+# -- reading speed, duration, merging ------------------------------------------------------------
+
+
+def pieces(text: str, *, step: float = 0.4, start: float = 0.0, written: dict[str, int] | None = None) -> list[Piece]:
+    """Pieces shown as ``text`` (tokens), one word each, but ``written`` tokens (token -> words)."""
+    out, t = [], start
+    for token in text.split():
+        mark = token[-1] if token[-1] in ",.?" else ""
+        label = {"": O, ",": COMMA, ".": PERIOD, "?": QUESTION}[mark]
+        n = (written or {}).get(token, 1)
+        words = tuple(TimedWord(token.rstrip(",.?").lower() if n == 1 else f"w{k}", O if k + 1 < n else label,
+                                t + k * step, t + (k + 1) * step) for k in range(n))
+        out.append(Piece(token, words, written=token in (written or {})))
+        t += n * step
+    return out
+
+
+def feed(items, limits: CueLimits | None = None) -> list[Cue]:
+    builder = CueBuilder(limits or CueLimits())
+    cues = [cue for p in items for cue in builder.add_piece(p)]
+    return cues + builder.close()
+
+
+def test_a_fast_cue_is_shown_long_enough_to_read_and_pushes_the_next():
+    # 44 characters said in 1.2 s: shown 44/17 s, and the next cue starts when it ends
+    first = pieces("Extraordinarily, unbelievably, unimaginably.", step=0.4)
+    rest = pieces("and then it was over, really over and done with.", start=1.2)
+    cues = feed(first + rest)
+    assert cues[0].lines == ("Extraordinarily,", "unbelievably, unimaginably.")
+    assert cues[0].end == pytest.approx(44 / 17.0)
+    assert cues[1].start == pytest.approx(cues[0].end)
+    assert all(c.chars / c.duration <= 17.0 + 1e-9 for c in cues)
+
+
+def test_a_short_tail_of_a_long_sentence_is_not_left_alone():
+    # The issue's "San Francisco." left over: the long sentence is cut where both halves read well
+    text = ("we spent most of the last two years building a small company that makes tools for "
+            "people in san francisco.")
+    cues = build(timed(text, step=0.3))
+    assert len(cues) == 2
+    assert all(len(c.words) >= 5 for c in cues)
+    assert cues[-1].text.endswith("san francisco.")
+
+
+def test_a_short_sentence_joins_the_next_when_both_fit():
+    cues = build(timed("yes. we did it all ourselves.", step=0.3))
+    assert [c.text for c in cues] == ["Yes. We did it all ourselves."]
+
+
+def test_cues_are_written_as_they_complete_and_a_pause_flushes_what_is_held():
+    builder = CueBuilder()
+    words = timed("so this is the first sentence we say. and then", step=0.4)
+    written = [builder.add(w) for w in words]
+    assert [len(c) for c in written] == [0] * 7 + [1, 0, 0]  # at the sentence end, not later
+    assert builder.pending == 2
+    (held,) = builder.flush()  # no final for as long as a cue lasts: written as it is
+    assert held.text == "And then" and held.duration >= 1.0 and builder.pending == 0
+
+
+def test_words_are_held_no_longer_than_a_cue_lasts():
+    limits = CueLimits(max_duration_s=3.0)
+    cues = feed(pieces(" ".join(["word"] * 30), step=0.5), limits)
+    assert all(c.words[-1].end - c.words[0].start <= 3.0 for c in cues)
+
+
+# -- names and written forms -----------------------------------------------------------------------
+
+
+def test_no_cue_break_inside_a_name_or_next_to_a_written_form():
+    one_line = CueLimits(max_chars=20, max_lines=1)
+    # "we all moved to New" fills the line; the cue breaks before the name instead
+    cues = feed(pieces("we all moved to New York"), one_line)
+    assert [c.text for c in cues] == ["we all moved", "to New York"]
+    assert cue_stats(cues).name_breaks == 0
+    # "$3 million" (one written form of "three million dollars") is not cut from "of" either
+    money = pieces("we got a grant of $3 million", written={"$3": 2})
+    money[-2:] = [Piece("$3 million", money[-2].words + money[-1].words, written=True)]
+    cues = feed(money, one_line)
+    assert [c.text for c in cues] == ["we got a grant", "of $3 million"]
+    # a mark between them allows it
+    cues = feed(pieces("so we went there, New York was great"), CueLimits(max_chars=18, max_lines=1))
+    assert cues[0].text == "so we went there,"
+
+
+def test_lines_are_balanced_and_break_after_punctuation():
+    cue = feed(pieces("Bj, so every moment it's on the stage, it's making the struggle."))[0]
+    assert cue.lines == ("Bj, so every moment it's on the stage,", "it's making the struggle.")
+    lines = layout(pieces("we went to the shops and bought a lot of things for the party tomorrow"), CueLimits())
+    assert len(lines) == 2 and abs(len(lines[0]) - len(lines[1])) <= 10
+    assert not lines[0].endswith((" the", " a", " of", " to"))
+
+
+def test_no_one_word_last_line_when_avoidable():
+    lines = layout(pieces("this line of text is long enough to need a second line for its last word"),
+                   CueLimits(max_chars=40))
+    assert len(lines) == 2 and len(lines[1].split()) > 1
+
+
+# -- pieces from the finals' text -----------------------------------------------------------------
+
+
+def spoken(text: str, *, step: float = 0.4) -> list[TimedWord]:
+    return [TimedWord(w.rstrip(",.?"), {",": COMMA, ".": PERIOD, "?": QUESTION}.get(w[-1], O), i * step,
+                      (i + 1) * step) for i, w in enumerate(text.split())]
+
+
+def run_finals(finals: list[tuple[list[TimedWord], str]]) -> list[Piece]:
+    aligner = FinalPieces()
+    out = [p for words, text in finals for p in aligner.add(words, text)]
+    return out + aligner.close()
+
+
+def test_written_forms_from_the_finals_text_across_finals():
+    ws = spoken("it costs three million dollars today. we met on march fifth twenty twenty in new york.")
+    finals = [(ws[0:2], "It costs"), (ws[2:4], ""), (ws[4:6], "$3 million today."), (ws[6:9], "We met on"),
+              (ws[9:12], ""), (ws[12:16], "March 5, 2020 in New York.")]
+    shown = [(p.text, " ".join(w.w for w in p.words), p.written) for p in run_finals(finals)]
+    assert shown == [("It", "it", False), ("costs", "costs", False),
+                     ("$3 million", "three million dollars", True), ("today.", "today", False),
+                     ("We", "we", False), ("met", "met", False), ("on", "on", False), ("March", "march", False),
+                     ("5, 2020", "fifth twenty twenty", True), ("in", "in", False), ("New", "new", False),
+                     ("York.", "york", False)]
+
+
+def test_clitics_and_lexicon_forms_that_spell_their_words_are_one_piece():
+    ws = spoken("it 's an i phone from nasa")
+    shown = [(p.text, len(p.words), p.written) for p in run_finals([(ws, "It's an iPhone from N.A.S.A.")])]
+    assert shown == [("It's", 2, False), ("an", 1, False), ("iPhone", 2, False), ("from", 1, False),
+                     ("N.A.S.A.", 1, True)]
+
+
+def test_the_caption_writer_shows_the_servers_text():
+    out = io.StringIO()
+    writer = SubtitleWriter("vtt", [out])
+    ws = spoken("it costs twenty five dollars today.", step=0.5)
+    writer.add_final(ws[:2], "It costs")
+    writer.add_final(ws[2:4], "")
+    writer.add_final(ws[4:], "$25 today.")
+    writer.close()
+    assert [c.text for c in writer.cues] == ["It costs $25 today."]
+    assert [w.w for w in writer.cues[0].words] == "it costs twenty five dollars today".split()
+
+
+# -- properties over random streams ------------------------------------------------------------------
+
+WORDS = st.sampled_from("a the of and we so it is was new york paris extraordinarily i".split())
+
+
+@st.composite
+def streams(draw):
+    """Pieces: words (some capitalized, some with marks), some written forms of 1-3 words, times
+    that never go back (gaps and words without duration included)."""
+    n = draw(st.integers(1, 60))
+    out, t = [], draw(st.floats(0, 5))
+    for _ in range(n):
+        size = draw(st.sampled_from([1, 1, 1, 1, 2, 3]))
+        written = size > 1 or draw(st.booleans()) and draw(st.booleans())
+        label = draw(st.sampled_from([O, O, O, O, COMMA, PERIOD, QUESTION]))
+        words = []
+        for k in range(size):
+            t += draw(st.sampled_from([0.0, 0.1, 0.3, 0.4, 1.5]))
+            length = draw(st.sampled_from([0.0, 0.2, 0.4]))
+            words.append(TimedWord(draw(WORDS), label if k + 1 == size else O, t, t + length))
+            t += length
+        text = "$" + str(draw(st.integers(1, 10**6))) if written else words[0].w
+        if not written and draw(st.booleans()):
+            text = text.capitalize()
+        out.append(Piece(text + {O: "", COMMA: ",", PERIOD: ".", QUESTION: "?"}[label], tuple(words), written))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams(), st.sampled_from([CueLimits(), CueLimits(max_chars=20), CueLimits(max_lines=1, max_duration_s=3.0)]))
+def test_cue_properties(items, limits):
+    builder = CueBuilder(limits)
+    cues, held_s = [], 0.0
+    for p in items:
+        cues += builder.add_piece(p)
+        pending = builder._pending
+        if pending:  # never holds more than a cue may last (unless one piece is that long)
+            held_s = max(held_s, (pending[-1].end - pending[0].start) if len(pending) > 1 else 0.0)
+    cues += builder.close()
+    assert held_s <= limits.max_duration_s
+    # no word lost or repeated, in order
+    assert [w for c in cues for w in c.words] == [w for p in items for w in p.words]
+    assert [q for c in cues for q in c.pieces] == items
+    for i, cue in enumerate(cues):
+        assert cue.end > cue.start
+        if i:
+            assert cue.start >= cues[i - 1].end - 1e-9  # monotonic, not overlapping
+        assert cue.duration >= 0.8 or i + 1 == len(cues)
+        assert cue.chars / cue.duration <= limits.max_cps + 1e-6
+        assert all(len(line) <= limits.max_chars for line in cue.lines)
+        assert len(cue.lines) <= limits.max_lines
+    stats = cue_stats(cues, limits=limits)
+    assert stats.short == stats.fast == stats.overlaps == stats.long_lines == stats.over_lines == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(WORDS, st.sampled_from(["", "", ",", "."]), st.integers(0, 2)), min_size=1, max_size=40),
+       st.lists(st.integers(1, 5), min_size=40, max_size=40))
+def test_pieces_cover_every_word_once_whatever_the_finals(items, cuts):
+    """Random texts with written forms (a word written as a number, or two as one) split into finals
+    at random, with written forms held by the final that ends them: every word in one piece, in
+    order, and the pieces' texts are the finals' texts."""
+    words, tokens = [], []  # tokens: (text, words it writes)
+    t = 0.0
+    for i, (w, mark, kind) in enumerate(items):
+        label = {"": O, ",": COMMA, ".": PERIOD}[mark]
+        if kind == 2 and i + 1 < len(items):  # two words written as one number
+            pair = [TimedWord(w, O, t, t + 0.3), TimedWord(w + "s", label, t + 0.3, t + 0.6)]
+            words += pair
+            tokens.append((f"{i}{i}" + mark, 2))
+            t += 0.6
+            continue
+        words.append(TimedWord(w, label, t, t + 0.3))
+        tokens.append((str(i) + mark if kind == 1 else w + mark, 1))
+        t += 0.3
+    finals, k, used = [], 0, 0
+    for cut in cuts:
+        if used >= len(tokens):
+            break
+        take = tokens[used:used + cut]
+        n = sum(size for _, size in take)
+        finals.append((words[k:k + n], " ".join(text for text, _ in take)))
+        k, used = k + n, used + len(take)
+    got = run_finals(finals)
+    assert [w for p in got for w in p.words] == words
+    assert " ".join(p.text for p in got) == " ".join(text for _, text in finals if text)
+
+
+# -- the checker ----------------------------------------------------------------------------------------
+
+
+def test_cue_stats_counts_what_breaks_the_rules():
+    w = [TimedWord(x, O, i, i + 0.5) for i, x in enumerate("new york is big".split())]
+    cues = [
+        Cue(0.0, 0.5, ("New",), (w[0],), (Piece("New", (w[0],)),)),  # short, and a name cut after it
+        Cue(0.5, 1.0, ("York is a very long line here",), (w[1], w[2]), (Piece("York", (w[1],)), Piece("is", (w[2],)))),
+        Cue(1.0, 1.2, ("big",), (w[3],), (Piece("big", (w[3],)),)),  # short, but the last
+    ]
+    stats = cue_stats(cues, [(0, 2), (2, 4)])
+    assert (stats.cues, stats.short, stats.fast, stats.name_breaks, stats.span_breaks, stats.spans) == (3, 2, 1, 1, 2, 2)
+    assert stats.max_cps == pytest.approx(29 / 0.5)
+    assert "3 cues; under 0.8 s (but the last): 2 (66.7%)" in stats.format()
+
+
+def test_jsonl_cues_read_back_and_the_checker_command(tmp_path, capsys):
+    out = io.StringIO()
+    writer = SubtitleWriter("jsonl", [out])
+    ws = spoken("we flew to new york for nasa. it cost three million dollars in all.")
+    writer.add_final(ws[:8], "We flew to New York for NASA. It")
+    writer.add_final(ws[8:], "cost $3 million in all.")
+    writer.close()
+    back = read_cues_jsonl(out.getvalue().splitlines())
+    assert [(c.start, c.end, c.lines) for c in back] == [
+        (round(c.start, 3), round(c.end, 3), c.lines) for c in writer.cues]
+    assert [p for c in back for p in c.pieces] == [p for c in writer.cues for p in c.pieces]
+    path = tmp_path / "cues.jsonl"
+    path.write_text(out.getvalue(), encoding="utf-8")
+    lexicon = tmp_path / "lexicon.tsv"
+    lexicon.write_text("new york\tNew York\nnasa\tNASA\n", encoding="utf-8")
+    assert main([str(path), "--lexicon", str(lexicon)]) == 0
+    printed = capsys.readouterr().out
+    assert "boundaries inside names: 0, inside written forms or lexicon phrases: 0 of 1;" in printed
+
+
+async def test_caption_writes_a_held_cue_during_a_pause(start_server, fake_labels):
+    """Through a server: words held for a cue are written when no final completed it for
+    max_duration_s (wall time), before the speaker goes on."""
+    import asyncio
+
+    from streampunct.caption import caption
+    from streampunct.caption_input import AsrEvent
+    from streampunct.protocol import Word
+
+    first, later = "so and then the".split(), ["home"]
+    assert not any(label in (PERIOD, QUESTION) for label in fake_labels(first))  # nothing ends the cue
+    server = await start_server()
+    loop = asyncio.get_running_loop()
+    written_at: list[float] = []
+
+    class Clocked(io.StringIO):
+        def write(self, text: str) -> int:
+            if "-->" in text:
+                written_at.append(loop.time())
+            return super().write(text)
+
+    out = Clocked()
+    writer = SubtitleWriter("vtt", [out], CueBuilder(CueLimits(min_duration_s=0.2, max_duration_s=0.5)))
+    events = [AsrEvent(0.0, tuple(Word(w) for w in first)), AsrEvent(2.0, tuple(Word(w) for w in later))]
+    t0 = loop.time()
+    await caption(server.url, events=events, right_context=1, max_delay_ms=100, partials=False,
+                  subtitles=writer)
+    assert writer.cues[0].text.lower() == "so and then the"
+    assert written_at[0] - t0 < 2.0  # written in the pause, not when "home" came
+    assert [w.w for c in writer.cues for w in c.words] == first + later
