@@ -208,37 +208,34 @@ connect = open_client
 
 
 class _SubtitleHold:
-    """Writes the cue in progress when no final has completed it for as long as a cue may last
+    """Writes the cue in progress when no final has come for as long as a cue may last
     (``max_duration_s`` of the cue limits, in wall time): a pause in the speech must not hold
-    words back until the speaker goes on."""
+    words back until the speaker goes on. (While finals come, the cue builder itself cuts a
+    cue whose words span that long.)"""
 
     def __init__(self, subtitles: SubtitleWriter | None, loop: asyncio.AbstractEventLoop) -> None:
         self.subtitles = subtitles
         self.loop = loop
-        self._since: float | None = None  # when the words now held started to be held
-        self._cues = 0  # cues written then
+        self._last: float = 0.0  # when the last final came
         self._timer: asyncio.TimerHandle | None = None
 
     def arm(self) -> None:
-        """After each final: (re)start the clock when words started to be held."""
+        """After each final."""
         if self.subtitles is None:
             return
-        if not self.subtitles.pending:
-            self._since = None
-            return
-        if self._since is None or self.subtitles.count != self._cues:  # a cue took the words held before
-            self._since, self._cues = self.loop.time(), self.subtitles.count
-        if self._timer is None:
-            self._timer = self.loop.call_at(self._since + self.subtitles.builder.limits.max_duration_s, self._expire)
+        self._last = self.loop.time()
+        if self.subtitles.pending and self._timer is None:
+            self._timer = self.loop.call_at(self._last + self.subtitles.builder.limits.max_duration_s, self._expire)
 
     def _expire(self) -> None:
         self._timer = None
-        if self.subtitles is None or self._since is None:
+        if self.subtitles is None or not self.subtitles.pending:
             return
-        if self.loop.time() - self._since >= self.subtitles.builder.limits.max_duration_s - 1e-3:
+        hold = self.subtitles.builder.limits.max_duration_s
+        if self.loop.time() - self._last >= hold - 1e-3:
             self.subtitles.flush()
-            self._since = None
-        self.arm()
+        else:  # a final came meanwhile: wait for as long after it
+            self._timer = self.loop.call_at(self._last + hold, self._expire)
 
     def cancel(self) -> None:
         if self._timer is not None:

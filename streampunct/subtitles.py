@@ -26,9 +26,9 @@ guidelines, Netflix timed text style guide):
 
 Streaming: a cue is written as soon as it is complete (its sentence ended,
 or the next words do not fit). Words are held only while they may still
-join a cue: at most as long as a cue lasts (``max_duration_s`` of speech),
-and :meth:`SubtitleWriter.flush` (which the caption client calls when no
-final came for that long) writes what is held.
+join a cue: no cue spans more than ``max_duration_s`` of speech, and
+:meth:`SubtitleWriter.flush` (which the caption client calls when no final
+came for that long: a pause) writes what is held.
 
 What a cue shows comes from the finals' ``text`` (:class:`FinalPieces`), so
 written forms ("$25", "New York", "iPhone") appear as the server wrote
@@ -297,8 +297,14 @@ class CueBuilder:
 
     # -- pieces ------------------------------------------------------------------------
     def add_piece(self, piece: Piece) -> list[Cue]:
-        """One piece (:class:`FinalPieces`) at the end of the stream so far."""
-        self._pending.append(piece)
+        """One piece (:class:`FinalPieces`) at the end of the stream so far; a clitic that a final's
+        text began with ("'s" after "there") joins the piece before it."""
+        last = self._pending[-1] if self._pending else None
+        if (last is not None and not piece.written and len(piece.words) == 1 and piece.words[0].w in CLITICS
+                and last.label == O):
+            self._pending[-1] = Piece(last.text + piece.text, last.words + piece.words, last.written)
+        else:
+            self._pending.append(piece)
         return self._settle()
 
     def close(self) -> list[Cue]:
@@ -455,7 +461,12 @@ class FinalPieces:
         for a, b, c, d, matched in groups:
             if c == d or a == b:
                 break  # a token with no word, or words with no token yet: wait for more
-            out.append(Piece(" ".join(tokens[a:b]), tuple(words[c:d]), written=not matched))
+            piece = Piece(" ".join(tokens[a:b]), tuple(words[c:d]), written=not matched)
+            if out and matched and d - c == 1 and words[c].w in CLITICS and out[-1].label == O:
+                # a clitic that opened a final's text ("I" | "'m") joins the word before it
+                piece = Piece(out[-1].text + piece.text, out[-1].words + piece.words, out[-1].written)
+                out.pop()
+            out.append(piece)
             t_used, w_used = b, d
         self._tokens, self._words = tokens[t_used:], words[w_used:]
         if final and self._words:  # words no text ever wrote (a server that sent none)
@@ -754,11 +765,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from streampunct.itn import load_normalizer
 
         normalizer = load_normalizer(Path(args.itn_cache) if args.itn_cache else None)
-    spans: list[tuple[int, int]] = []
-    if pairs or normalizer is not None:
-        formatter = Formatter(Lexicon(pairs), normalizer)
-        spans = phrase_spans([w.w.lower() for w in words], [w.label for w in words], formatter)
-    print(cue_stats(cues, spans).format())
+    spoken, labels = [w.w.lower() for w in words], [w.label for w in words]
+    kinds = {"lexicon phrases": Formatter(Lexicon(pairs)) if pairs else None,
+             "written numbers, dates, times, money": Formatter(Lexicon(), normalizer) if normalizer else None}
+    spans = {kind: phrase_spans(spoken, labels, f) for kind, f in kinds.items() if f is not None}
+    print(cue_stats(cues, [s for found in spans.values() for s in found]).format())
+    for kind, found in spans.items():
+        stats = cue_stats(cues, found)
+        print(f"{kind}: {stats.spans} of more than one word, {stats.span_breaks} cut by a cue boundary")
     return 0
 
 

@@ -403,3 +403,15 @@ async def test_caption_writes_a_held_cue_during_a_pause(start_server, fake_label
     assert writer.cues[0].text.lower() == "so and then the"
     assert written_at[0] - t0 < 2.0  # written in the pause, not when "home" came
     assert [w.w for c in writer.cues for w in c.words] == first + later
+
+
+def test_a_clitic_that_opens_a_final_joins_the_word_before():
+    ws = spoken("i 'm here and there 's they do n't know")
+    finals = [(ws[:1], "I"), (ws[1:5], "'m here and there"), (ws[5:6], "'s"), (ws[6:8], "they do"),
+              (ws[8:], "n't know")]
+    writer = SubtitleWriter("jsonl", [io.StringIO()])
+    for words, text in finals:
+        writer.add_final(words, text)
+    writer.close()
+    assert [p.text for c in writer.cues for p in c.pieces] == ["I'm", "here", "and", "there's", "they", "don't",
+                                                              "know"]
