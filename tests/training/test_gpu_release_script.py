@@ -229,7 +229,7 @@ def test_stage_s_before_b_says_so(tmp_path):
 def test_an_unknown_student_is_refused(tmp_path):
     r = run_stage(["s", "0"], tmp_path / "g", tmp_path, STUDENT="minilm6")
     assert r.returncode == 2
-    assert "STUDENT must be minilm5 or mpnet4, not minilm6" in r.stderr
+    assert "STUDENT must be minilm5, mpnet4 or none, not minilm6" in r.stderr
 
 
 def test_unpack_refuses_an_incomplete_student_and_writes_nothing(tmp_path):
@@ -253,3 +253,31 @@ def test_unpack_refuses_an_incomplete_student_and_writes_nothing(tmp_path):
     assert r.returncode == 3
     assert f"no student_parts_total.txt in {s0}" in r.stderr
     assert (REPO / "checkpoints" / "gpu_student").exists() == before
+
+
+def test_stage_l_returns_the_soft_label_parts_that_put_back_together_are_the_file(tmp_path):
+    """b splits soft.npz into 15 MB parts in the work folder; ``l 0`` returns the first four with
+    their total, and the parts concatenated in name order are the file again."""
+    work = tmp_path / "g"
+    work.mkdir()
+    data = bytes(range(256)) * 100
+    (work / "soft.npz").write_bytes(data)
+    subprocess.run(["split", "-b", "7000", "-d", str(work / "soft.npz"), str(work / "soft.npz.part")], check=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run(["bash", str(SCRIPT), "l", "0"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(work), "OUT": str(out), "PY": "false"})
+    assert r.returncode == 0, r.stderr
+    assert (out / "soft_parts_total.txt").read_text().strip() == "4"
+    parts = sorted(out.glob("soft.npz.part*"))
+    assert [p.name for p in parts] == [f"soft.npz.part{i:02d}" for i in range(4)]
+    assert b"".join(p.read_bytes() for p in parts) == data
+
+
+def test_stage_l_before_b_says_so(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run(["bash", str(SCRIPT), "l", "0"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(tmp_path / "g"), "OUT": str(out)})
+    assert r.returncode == 3
+    assert "no soft-label parts" in r.stderr
