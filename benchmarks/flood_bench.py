@@ -15,12 +15,21 @@ during the flood and at the end, the growth (peak minus warm), the
 exactly-once check of the finals (:func:`~benchmarks.load_finals.check_finals`),
 the close, the wall time and words/s, and the server's ``/metrics`` over the
 flood (input pauses, engine calls, tokens per word).
+
+``--unique`` pushes words never seen before instead of the transcript
+(:func:`unique_words`: 12-20 random letters, about 10 sub-tokens each): every
+word is tokenized and offered to the server's word cache, the worst case for
+what a flood leaves behind. ``--idle-s`` keeps sampling that long after the
+flood with no session open, and reports the RSS at the end of it
+(``rss_mb.idle``) and what stayed (``stayed_mb``: idle minus warm).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
+import string
 import sys
 import tempfile
 import time
@@ -46,7 +55,10 @@ class FloodConfig:
         warmup_words: words of the warm-up session (sent at once, then ``end``).
         sample_s: RSS sampling period.
         timeout_s: the flood must end within this (else the run fails).
-        data: transcript (repeated to ``words``).
+        idle_s: seconds sampled after the flood, no session open.
+        unique: push unique random words (:func:`unique_words`) instead of the transcript.
+        seed: randomness of the unique words.
+        data: transcript (repeated to ``words``; the warm-up session's words either way).
         fake_batch_ms, fake_token_us: cost of the fake engine.
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
     """
@@ -58,6 +70,9 @@ class FloodConfig:
     warmup_words: int = 5000
     sample_s: float = 0.25
     timeout_s: float = 900.0
+    idle_s: float = 0.0
+    unique: bool = False
+    seed: int = 0
     data: Path = Path("data/iwslt2011/test2011")
     fake_batch_ms: float = 2.0
     fake_token_us: float = 10.0
@@ -67,8 +82,8 @@ class FloodConfig:
     def __post_init__(self) -> None:
         if self.words < 1 or self.message_words < 1 or self.warmup_words < 0:
             raise ValueError("words and message_words must be >= 1, warmup_words >= 0")
-        if self.sample_s <= 0 or self.timeout_s <= 0:
-            raise ValueError("sample_s and timeout_s must be > 0")
+        if self.sample_s <= 0 or self.timeout_s <= 0 or self.idle_s < 0:
+            raise ValueError("sample_s and timeout_s must be > 0, idle_s >= 0")
 
     def load_config(self) -> LoadBenchConfig:
         """The server to start: the server's default session options and batching."""
@@ -85,6 +100,21 @@ def stream_words(corpus: list[str], n: int) -> list[str]:
         raise ValueError("empty transcript")
     reps = -(-n // len(corpus))
     return (corpus * reps)[:n]
+
+
+def unique_words(n: int, seed: int = 0, min_len: int = 12, max_len: int = 20) -> list[str]:
+    """``n`` distinct words of ``min_len``-``max_len`` random lowercase letters: words no
+    vocabulary has, so each splits into many sub-tokens (about 10 with the shipped
+    WordPiece tokenizer) and each is new to the server's word cache."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: list[str] = []
+    while len(out) < n:
+        word = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(min_len, max_len)))
+        if word not in seen:
+            seen.add(word)
+            out.append(word)
+    return out
 
 
 async def push(url: str, words: list[str], message_words: int) -> dict:
@@ -143,10 +173,11 @@ async def _sample_rss(server: ServerProcess, period: float, out: list[tuple[floa
             pass
 
 
-async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[str]) -> dict:
+async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[str],
+                 warmup: list[str]) -> dict:
     rss_ready = server.rss_mb()
     if cfg.warmup_words:
-        warm = await push(url, words[: cfg.warmup_words], cfg.message_words)
+        warm = await push(url, warmup, cfg.message_words)
         if not warm["ok"]:
             raise RuntimeError(f"the warm-up session failed: {warm}")
     await asyncio.sleep(1.0)
@@ -155,26 +186,34 @@ async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[
     samples: list[tuple[float, float]] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_rss(server, cfg.sample_s, samples, stop))
+    t0 = time.perf_counter()
     try:
         result = await asyncio.wait_for(push(url, words, cfg.message_words), cfg.timeout_s)
+        flood_s = time.perf_counter() - t0
+        await asyncio.sleep(1.0)
+        rss_end = server.rss_mb()
+        after = await http_get(url, "/metrics")
+        if cfg.idle_s:
+            await asyncio.sleep(max(0.0, cfg.idle_s - (time.perf_counter() - t0 - flood_s)))
     finally:
         stop.set()
         await sampler
-    await asyncio.sleep(1.0)
-    rss_end = server.rss_mb()
-    after = await http_get(url, "/metrics")
+    rss_idle = server.rss_mb() if cfg.idle_s else None
     figures = {}
     if before and after:
         delta = metrics_delta(parse_metrics(before[1]), parse_metrics(after[1]))
         figures = server_figures(delta, result["wall_s"])
-        for name in ("streampunct_input_paused_total", "streampunct_slow_reader_closes_total"):
+        for name in ("streampunct_input_paused_total", "streampunct_slow_reader_closes_total",
+                     "streampunct_allocator_trims_total"):
             figures[name.removeprefix("streampunct_")] = sum(
                 v for (sample, _), v in delta.items() if sample == name)
     peak = max([r for _, r in samples] + [rss_end or 0.0])
     return {
         **result,
-        "rss_mb": {"ready": rss_ready, "warm": rss_warm, "peak": peak, "end": rss_end},
+        "rss_mb": {"ready": rss_ready, "warm": rss_warm, "peak": peak, "end": rss_end, "idle": rss_idle},
         "growth_mb": round(peak - (rss_warm or 0.0), 2),
+        "stayed_mb": None if rss_idle is None else round(rss_idle - (rss_warm or 0.0), 2),
+        "flood_s": round(flood_s, 2),
         "rss_samples": samples,
         "server": figures,
     }
@@ -182,14 +221,16 @@ async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[
 
 def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
     corpus = load_corpus(cfg.data)
-    words = stream_words(corpus, cfg.words)
+    words = unique_words(cfg.words, cfg.seed) if cfg.unique else stream_words(corpus, cfg.words)
+    warmup = stream_words(corpus, cfg.warmup_words) if cfg.warmup_words else []
     with tempfile.TemporaryDirectory(prefix="streampunct-flood-") as tmp:
         server = ServerProcess(cfg.load_config(), max_sessions=4, workdir=Path(tmp))
         try:
             url = server.start()
             print(f"server ready at {url} ({server.engine}, {server.model}); pid {server.pid}; "
-                  f"pushing {len(words)} words in {cfg.message_words}-word messages", flush=True)
-            result = asyncio.run(_flood(cfg, server, url, words))
+                  f"pushing {len(words)} {'unique ' if cfg.unique else ''}words in {cfg.message_words}-word "
+                  "messages", flush=True)
+            result = asyncio.run(_flood(cfg, server, url, words, warmup))
             result["server_model"], result["server_engine"] = server.model, server.engine
         finally:
             code = server.stop()
@@ -202,15 +243,20 @@ def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
 
 def summary_text(p: dict) -> str:
     c, r = p["check"], p["rss_mb"]
+    idle = ""
+    if r.get("idle") is not None:
+        idle = (f"\nafter {p['config']['idle_s']:.0f} s idle: RSS {r['idle']:.1f} MB, "
+                f"{p['stayed_mb']:+.1f} MB against the warm server")
+    unique = "unique " if p["config"].get("unique") else ""
     return (
-        f"flood: {p['config']['words']} words in {p['config']['message_words']}-word messages, "
+        f"flood: {p['config']['words']} {unique}words in {p['config']['message_words']}-word messages, "
         f"{p['server_engine']} ({p['server_model']}): {p['wall_s']} s ({p['words_per_s']} words/s), "
         f"end says {p['ended_words']} words, close {p['close_code']}\n"
         f"finals: finalized {c['finalized']}, lost {c['lost']}, duplicated {c['duplicated']}, "
         f"out of order {c['out_of_order']}, mismatched {c['mismatched']}\n"
         f"server RSS MB: ready {r['ready']:.1f}, warm {r['warm']:.1f}, peak {r['peak']:.1f}, "
         f"end {r['end']:.1f}; growth (peak - warm) {p['growth_mb']:.1f} MB; "
-        f"input paused {p['server'].get('input_paused_total', 'n/a')} times"
+        f"input paused {p['server'].get('input_paused_total', 'n/a')} times" + idle
     )
 
 
@@ -227,6 +273,8 @@ def plot_flood(p: dict, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(t, rss, label="server RSS")
     ax.axhline(p["rss_mb"]["warm"], color="gray", ls="--", label="after warm-up")
+    if p.get("flood_s") is not None and p["config"].get("idle_s"):
+        ax.axvspan(p["flood_s"], t[-1] if t else p["flood_s"], color="gray", alpha=0.15, label="idle")
     ax.set_xlabel("seconds into the flood")
     ax.set_ylabel("MB")
     ax.set_title(f"one client pushing {p['config']['words']} words: +{p['growth_mb']:.1f} MB peak")
@@ -247,6 +295,11 @@ def add_flood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-words", type=int, default=d.warmup_words,
                    help="words of the warm-up session (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="limit on the flood (default %(default)s)")
+    p.add_argument("--idle-s", type=float, default=d.idle_s,
+                   help="seconds to keep sampling the RSS after the flood, no session open (default %(default)s)")
+    p.add_argument("--unique", action="store_true",
+                   help="push unique random words (12-20 letters, ~10 sub-tokens each) instead of the transcript")
+    p.add_argument("--seed", type=int, default=d.seed, help="randomness of --unique words")
     p.add_argument("--data", type=Path, default=d.data, help="transcript, repeated as needed")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default %(default)s)")
@@ -258,7 +311,8 @@ def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None)
     try:
         cfg = FloodConfig(
             model_dir=args.model, engine=args.engine, words=args.words, message_words=args.message_words,
-            warmup_words=args.warmup_words, timeout_s=args.timeout_s, data=args.data,
+            warmup_words=args.warmup_words, timeout_s=args.timeout_s, idle_s=args.idle_s, unique=args.unique,
+            seed=args.seed, data=args.data,
             out_dir=args.out_dir, name=args.name,
         )
     except ValueError as e:

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m benchmarks.server_tracemalloc OUT.json -m streampunct.cli serve --port 0 ...
+    python -m benchmarks.server_tracemalloc [--trim] OUT.json -m streampunct.cli serve --port 0 ...
 
 Starts tracemalloc, then runs the module as ``__main__`` in this process (so
 the server's PID, and its RSS, are this process'). ``SIGUSR1`` drives it:
@@ -11,6 +11,14 @@ warm-up ends; every snapshot follows a full ``gc.collect()``); every later one c
 writes the top growth, by source line, to ``OUT.json``. At exit, if no
 comparison was written, one is written then (after the server's graceful
 shutdown: what is left is what outlived the sessions).
+
+Beside Python's allocations the report has glibc's heap figures at both
+snapshots (``mallinfo2``: bytes in use, free bytes kept in the arenas, mmapped
+bytes) and the RSS; with ``--trim`` (before ``OUT.json``) each comparison then
+calls ``malloc_trim(0)`` and reports the RSS after it. Memory that the RSS
+holds but neither Python nor malloc's in-use bytes account for is memory
+freed and kept by the allocator (fragmentation), or native memory outside
+malloc.
 
 tracemalloc slows allocation and adds its own memory: RSS figures of a run
 under it are not comparable with a plain run.
@@ -21,12 +29,16 @@ from __future__ import annotations
 import gc
 import json
 import linecache
+import os
 import runpy
 import signal
 import sys
 import time
 import tracemalloc
 from pathlib import Path
+
+from streampunct.allocator import heap_figures
+from streampunct.allocator import trim as malloc_trim
 
 #: Frames kept per allocation (the lines of the server's own code show up a few frames up).
 FRAMES = 8
@@ -58,6 +70,15 @@ def growth_report(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top
     }
 
 
+def rss_mb() -> float | None:
+    """This process' resident set, MB (Linux ``/proc``)."""
+    try:
+        fields = Path("/proc/self/statm").read_text().split()
+    except OSError:
+        return None
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def _snapshot() -> tracemalloc.Snapshot:
     """A snapshot after a full collection, so that garbage in reference cycles is not growth."""
     gc.collect()
@@ -65,15 +86,18 @@ def _snapshot() -> tracemalloc.Snapshot:
 
 
 class _Recorder:
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, *, trim: bool = False) -> None:
         self.out = out
+        self.trim = trim
         self.baseline: tracemalloc.Snapshot | None = None
+        self.baseline_native: dict = {}
         self.baseline_at = time.monotonic()
         self.written = False
 
     def on_signal(self, signum: int, frame: object) -> None:
         if self.baseline is None:
             self.baseline = _snapshot()
+            self.baseline_native = {"rss_mb": _round(rss_mb()), "heap": heap_figures()}
             self.baseline_at = time.monotonic()
         else:
             self.write("signal")
@@ -83,19 +107,31 @@ class _Recorder:
             return
         report = growth_report(self.baseline, _snapshot())
         report.update(when=when, seconds_since_baseline=round(time.monotonic() - self.baseline_at, 1))
+        native: dict = {"before": self.baseline_native, "after": {"rss_mb": _round(rss_mb()), "heap": heap_figures()}}
+        if self.trim:
+            native["trimmed"] = malloc_trim()
+            native["after_trim"] = {"rss_mb": _round(rss_mb()), "heap": heap_figures()}
+        report["native"] = native
         tmp = self.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.out)
         self.written = True
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def main(argv: list[str]) -> int:
+    trim = bool(argv) and argv[0] == "--trim"
+    argv = argv[1:] if trim else argv
     if len(argv) < 3 or argv[1] != "-m":
-        print("usage: python -m benchmarks.server_tracemalloc OUT.json -m MODULE [ARGS...]", file=sys.stderr)
+        print("usage: python -m benchmarks.server_tracemalloc [--trim] OUT.json -m MODULE [ARGS...]",
+              file=sys.stderr)
         return 2
     out, module, args = Path(argv[0]), argv[2], argv[3:]
     tracemalloc.start(FRAMES)
-    recorder = _Recorder(out)
+    recorder = _Recorder(out, trim=trim)
     signal.signal(signal.SIGUSR1, recorder.on_signal)
     sys.argv = [module, *args]
     code: int | str | None = 0

@@ -15,7 +15,14 @@ check, and the server's ``/metrics`` over the run, as JSON and PNG.
 ``--tracemalloc`` runs the server under
 :mod:`benchmarks.server_tracemalloc`: a snapshot when the warm-up ends,
 another at the end of the run, and the source lines whose memory grew most
-between them go into the JSON (``tracemalloc_growth``).
+between them go into the JSON (``tracemalloc_growth``), with glibc's heap
+figures at both snapshots and the RSS before and after a ``malloc_trim(0)``
+at the end (``native``): memory that the heap holds free, not a leak, shows there.
+
+The server trims its allocator itself (``BatcherConfig.trim_interval_s``): the
+JSON's ``allocator`` has the trims over the run and their cost, from ``/metrics``.
+With trims every few seconds the RSS is a saw tooth: sample it every second
+(``--sample-s 1``) so that a slope is not an alias of the teeth.
 """
 
 from __future__ import annotations
@@ -202,10 +209,23 @@ async def _soak(cfg: SoakConfig, server: ServerProcess, url: str, corpus: Sequen
     wall = loop.time() - t0
     after = await http_get(url, "/metrics")
     figures: dict = {}
+    trims: dict = {}
     if before and after and before[0] == 200 and after[0] == 200:
-        figures = server_figures(metrics_delta(parse_metrics(before[1]), parse_metrics(after[1])), wall)
+        delta = metrics_delta(parse_metrics(before[1]), parse_metrics(after[1]))
+        figures = server_figures(delta, wall)
+        trims = allocator_figures(delta)
     return {"totals": totals, "samples": samples, "wall_s": round(wall, 1), "server_figures": figures,
-            "warm": warm.is_set()}
+            "allocator": trims, "warm": warm.is_set()}
+
+
+def allocator_figures(delta: dict) -> dict:
+    """The server's allocator trims over the run (``streampunct_allocator_*`` of ``/metrics``)."""
+    def total(name: str) -> float:
+        return sum(v for (sample, _), v in delta.items() if sample == name)
+
+    n = total("streampunct_allocator_trims_total")
+    seconds = total("streampunct_allocator_trim_seconds_total")
+    return {"trims": n, "trim_seconds": round(seconds, 3), "trim_ms_mean": round(1000 * seconds / n, 2) if n else None}
 
 
 def _wait_for_file(path: Path, timeout: float) -> dict | None:
@@ -231,7 +251,7 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
     growth = None
     with tempfile.TemporaryDirectory(prefix="streampunct-soak-") as tmp:
         growth_path = Path(tmp) / "tracemalloc.json"
-        wrapper = ["-m", "benchmarks.server_tracemalloc", str(growth_path)] if cfg.tracemalloc else []
+        wrapper = ["-m", "benchmarks.server_tracemalloc", "--trim", str(growth_path)] if cfg.tracemalloc else []
         server = ServerProcess(cfg.load_config(), max_sessions=cfg.sessions + 16, workdir=Path(tmp),
                                wrapper=wrapper)
         try:
@@ -260,6 +280,7 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
         "totals": {"sessions_completed": totals.sessions_completed, "words_sent": totals.words_sent,
                    "check": asdict(totals.check), "errors": dict(sorted(totals.errors.items()))},
         "server_figures": result["server_figures"],
+        "allocator": result["allocator"],
         "samples": result["samples"],
         "wall_s": result["wall_s"],
         "total_s": round(time.monotonic() - started, 1),

@@ -17,7 +17,10 @@ def rss_trend(samples: Sequence[Sequence[float]], warmup_s: float) -> dict:
     filling) are left out of the fit. ``slope_mb_per_h`` is None with fewer
     than two samples after warm-up. ``growth_mb`` is the fitted growth over
     the samples after warm-up; ``residual_mb`` the RMS scatter around the fit
-    (noise against which a slope means something).
+    (noise against which a slope means something); ``slope_se_mb_per_h`` the
+    slope's standard error under that scatter (samples taken as independent:
+    a lower bound when the RSS moves in steps or saw teeth longer than the
+    sampling period).
     """
     all_rss = [float(r) for _, r in samples]
     after = [(float(t), float(r)) for t, r in samples if t >= warmup_s]
@@ -30,6 +33,7 @@ def rss_trend(samples: Sequence[Sequence[float]], warmup_s: float) -> dict:
         "rss_after_warmup_mb": round(after[0][1], 1) if after else None,
         "rss_end_mb": round(after[-1][1], 1) if after else None,
         "slope_mb_per_h": None,
+        "slope_se_mb_per_h": None,
         "growth_mb": None,
         "residual_mb": None,
     }
@@ -39,8 +43,11 @@ def rss_trend(samples: Sequence[Sequence[float]], warmup_s: float) -> dict:
     r = np.asarray([y for _, y in after])
     slope, intercept = np.polyfit(t, r, 1)
     fit = intercept + slope * t
+    spread = float(np.sum((t - t.mean()) ** 2))
+    se = float(np.sqrt(np.sum((r - fit) ** 2) / (len(t) - 2) / spread)) if len(t) > 2 and spread > 0 else None
     out.update(
         slope_mb_per_h=round(float(slope), 3),
+        slope_se_mb_per_h=None if se is None else round(se, 3),
         growth_mb=round(float(slope * (t[-1] - t[0])), 2),
         residual_mb=round(float(np.sqrt(np.mean((r - fit) ** 2))), 2),
     )
@@ -56,13 +63,19 @@ def summary_text(payload: Mapping) -> str:
         f"{totals['words_sent']} words, lost {totals['check']['lost']} dup {totals['check']['duplicated']} "
         f"ooo {totals['check']['out_of_order']} mism {totals['check']['mismatched']}",
         "server RSS: start {start} MB, after warm-up ({w:.0f}s) {after} MB, end {end} MB, max {mx} MB; "
-        "slope {slope} MB/h over {n} samples (scatter {res} MB)".format(
+        "slope {slope} MB/h{se} over {n} samples (scatter {res} MB)".format(
             start=trend["rss_start_mb"], w=trend["warmup_s"], after=trend["rss_after_warmup_mb"],
             end=trend["rss_end_mb"], mx=trend["rss_max_mb"],
-            slope="-" if slope is None else f"{slope:+.2f}", n=trend["samples_after_warmup"],
-            res=trend["residual_mb"],
+            slope="-" if slope is None else f"{slope:+.2f}",
+            se=f" (standard error {trend['slope_se_mb_per_h']:.2f})" if trend.get("slope_se_mb_per_h") is not None
+            else "",
+            n=trend["samples_after_warmup"], res=trend["residual_mb"],
         ),
     ]
+    trims = payload.get("allocator")
+    if trims and trims.get("trims"):
+        lines.append(f"allocator trims: {trims['trims']:.0f}, {trims['trim_ms_mean']:.1f} ms each on average "
+                     f"({trims['trim_seconds']:.2f} s in all)")
     if totals["errors"]:
         lines.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(totals["errors"].items())))
     lines += [f"note: {n}" for n in payload["notes"]]

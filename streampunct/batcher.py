@@ -36,6 +36,13 @@ whatever the load. It costs engine time (about a fifth more with cached left
 context: windows of a few new tokens share no call), but the shipped model
 still carries 400 real-time sessions at the defaults on 2 cores
 (docs/server.md, "Batch rows").
+
+``trim_interval_s``: memory that the engines and the sessions free stays
+with glibc's heaps unless it is given back (:mod:`streampunct.allocator`).
+The collector hands an idle worker :func:`streampunct.allocator.trim` once
+every ``trim_interval_s`` while batches run, and once more when the engine has
+been idle that long after its last batch, so a server's RSS follows what it
+uses rather than the most it ever used (docs/server.md, "Memory that stays").
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streampunct import allocator
 from streampunct.errors import EngineFailedError, OverloadedError
 from streampunct.stream_cache import StreamCall, run_stream_calls
 from streampunct.windowing import pad_batch
@@ -80,6 +88,10 @@ class BatcherConfig:
             its own batches (the engine factory is called once per worker).
         batch_rows: ``padded``, ``exact`` or ``alone``: how a worker runs the
             windows of a batch (module docstring).
+        trim_interval_s: seconds between two trims of the allocator's free
+            memory (:func:`streampunct.allocator.trim`, on an idle worker's
+            thread) while batches run; the engine idle this long after a batch
+            gets one more. None: never.
     """
 
     max_batch: int = 32
@@ -87,6 +99,7 @@ class BatcherConfig:
     max_queue: int = 1024
     engine_workers: int = 1
     batch_rows: str = "exact"
+    trim_interval_s: float | None = 5.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -100,6 +113,8 @@ class BatcherConfig:
 
         if self.batch_rows not in BATCH_ROWS:
             raise ValueError(f"batch_rows must be one of {', '.join(BATCH_ROWS)}, got {self.batch_rows!r}")
+        if self.trim_interval_s is not None and self.trim_interval_s <= 0:
+            raise ValueError("trim_interval_s must be > 0 (None: no trims)")
 
 
 @dataclass(frozen=True)
@@ -148,7 +163,12 @@ class Batcher:
     thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
     token id sequence) is run once per worker, alone and (unless its rows run alone) as a full batch,
     before :attr:`ready` turns true. ``on_batch`` is called on the event loop
-    after every engine call.
+    after every engine call. ``trim`` gives the allocator's free memory back
+    (default :func:`streampunct.allocator.trim`; None where the C library
+    cannot): it runs in a worker's thread, see ``BatcherConfig.trim_interval_s``.
+
+    Attributes:
+        trims: trims run so far.
     """
 
     def __init__(
@@ -159,6 +179,7 @@ class Batcher:
         config: BatcherConfig = BatcherConfig(),  # noqa: B008 (frozen, immutable)
         warmup_ids: np.ndarray | None = None,
         on_batch: Callable[[BatchRecord], None] | None = None,
+        trim: Callable[[], object] | None = allocator.trim,
     ) -> None:
         self._engine_factory = engine_factory
         self._pad_id = pad_id
@@ -175,6 +196,15 @@ class Batcher:
         self._collector: asyncio.Task[None] | None = None
         self._closed = False
         self.ready = False
+        if trim is allocator.trim and not allocator.can_trim():
+            trim = None  # not glibc
+        self._trim = trim if config.trim_interval_s is not None else None
+        # Allocator trims (the loop's clock): the next one due under load, whether memory may have
+        # been freed since the last one (a batch ran, or the engines loaded), when the last batch ended.
+        self._next_trim = 0.0
+        self._trim_pending = True
+        self._last_batch_end = 0.0
+        self.trims = 0
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
@@ -204,6 +234,8 @@ class Batcher:
             raise
         for worker in self._workers:
             self._idle.put_nowait(worker)
+        self._last_batch_end = loop.time()
+        self._next_trim = loop.time() + (self.config.trim_interval_s or 0.0)
         self._collector = asyncio.create_task(self._collect(), name="streampunct-batcher")
         self.ready = True
 
@@ -319,15 +351,46 @@ class Batcher:
             self._not_full.set()
 
     # -- collector (event loop) ----------------------------------------------
+    def _idle_trim_at(self) -> float | None:
+        """When an idle engine's trim is due (None: no trim pending)."""
+        if self._trim is None or not self._trim_pending:
+            return None
+        return max(self._next_trim, self._last_batch_end + (self.config.trim_interval_s or 0.0))
+
+    async def _run_trim(self, worker: _Worker) -> None:
+        """Give the allocator's free memory back, on ``worker``'s thread (it holds no batch)."""
+        assert self._trim is not None
+        loop = asyncio.get_running_loop()
+        self._trim_pending = False
+        t0 = time.perf_counter()
+        try:
+            await loop.run_in_executor(worker.executor, self._trim)
+        except Exception:
+            logger.exception("allocator trim failed; no more trims")
+            self._trim = None
+            return
+        self.trims += 1
+        self._next_trim = loop.time() + (self.config.trim_interval_s or 0.0)
+        logger.debug("allocator trimmed in %.1f ms", (time.perf_counter() - t0) * 1000.0)
+
     async def _collect(self) -> None:
         assert self._arrived is not None and self._idle is not None
         loop = asyncio.get_running_loop()
         max_wait = self.config.max_wait_ms / 1000.0
         while True:
             worker = await self._idle.get()
+            if self._trim is not None and self._trim_pending and loop.time() >= self._next_trim:
+                await self._run_trim(worker)  # under load: one every trim_interval_s
             while not self._queue:
                 self._arrived.clear()
-                await self._arrived.wait()
+                trim_at = self._idle_trim_at()
+                if trim_at is None:
+                    await self._arrived.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), max(0.0, trim_at - loop.time()))
+                except TimeoutError:
+                    await self._run_trim(worker)  # idle that long after the last batch
             deadline = self._queue[0].enqueued + max_wait
             while self._queue and len(self._queue) < self.config.max_batch:
                 remaining = deadline - loop.time()
@@ -367,6 +430,8 @@ class Batcher:
                     item.future.set_exception(EngineFailedError("internal batching error"))
         finally:
             self._running.difference_update(batch)
+            self._trim_pending = True
+            self._last_batch_end = asyncio.get_running_loop().time()
             if self._idle is not None:
                 self._idle.put_nowait(worker)
 

@@ -6,9 +6,14 @@ servers live in one process, as they do in the tests.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from collections.abc import Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from streampunct import allocator
 from streampunct.batcher import BatchRecord
 from streampunct.protocol import ErrorCode
 
@@ -16,6 +21,19 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Kinds of windows (``streampunct_window_tokens{kind}``): finals, or provisional labels.
 WINDOW_KINDS = ("final", "partial")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _AllocatorCollector(Collector):
+    """The process' allocator trims (:data:`streampunct.allocator.STATS`), read at each scrape."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        stats = allocator.STATS
+        yield CounterMetricFamily(
+            "streampunct_allocator_trims", "Times the allocator's free memory was given back (malloc_trim).",
+            value=stats.calls)
+        yield CounterMetricFamily(
+            "streampunct_allocator_trim_seconds", "Wall time of those trims (on an engine worker's thread).",
+            value=stats.seconds)
 
 
 class ServerMetrics:
@@ -40,6 +58,10 @@ class ServerMetrics:
             its outbox full).
         slow_reader_closes: sessions closed because a send stayed blocked
             longer than the send timeout (the client did not read).
+
+    ``streampunct_allocator_trims_total`` and ``..._trim_seconds_total`` count
+    the process' allocator trims (:mod:`streampunct.allocator`; the batcher's
+    ``trim_interval_s``).
     """
 
     content_type = CONTENT_TYPE_LATEST
@@ -110,6 +132,7 @@ class ServerMetrics:
             "Sessions closed (1013) because a send stayed blocked past the send timeout.",
             registry=r,
         )
+        r.register(_AllocatorCollector())
 
     def observe_batch(self, record: BatchRecord) -> None:
         self.batch_size.observe(record.size)

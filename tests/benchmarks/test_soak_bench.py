@@ -41,6 +41,30 @@ def test_rss_trend_of_a_flat_series_is_zero_and_too_few_samples_give_no_slope():
     assert rss_trend([], warmup_s=0)["rss_start_mb"] is None
 
 
+def test_rss_trend_gives_the_slopes_standard_error():
+    rng = np.random.default_rng(1)
+    t = np.arange(0, 1800, 1.0)
+    rss = 220.0 + rng.normal(0, 5.0, t.size)  # flat, with a saw tooth's scatter
+    trend = rss_trend(list(zip(t, rss, strict=True)), warmup_s=300)
+    hours = t[t >= 300] / 3600
+    expected = 5.0 / np.sqrt(np.sum((hours - hours.mean()) ** 2))
+    assert trend["slope_se_mb_per_h"] == pytest.approx(expected, rel=0.1)
+    assert abs(trend["slope_mb_per_h"]) < 4 * trend["slope_se_mb_per_h"]
+    assert rss_trend([(0.0, 1.0), (5.0, 2.0)], warmup_s=0)["slope_se_mb_per_h"] is None  # two points: no scatter
+
+
+def test_allocator_figures_from_the_metrics_delta():
+    from benchmarks.soak_bench import allocator_figures
+
+    delta = {("streampunct_allocator_trims_total", ()): 360.0,
+             ("streampunct_allocator_trim_seconds_total", ()): 0.9,
+             ("streampunct_words_in_total", ()): 10.0}
+    assert allocator_figures(delta) == {"trims": 360.0, "trim_seconds": 0.9, "trim_ms_mean": 2.5}
+    assert allocator_figures({})["trim_ms_mean"] is None
+    text = summary_text({**payload([(0.0, 1.0), (20.0, 1.0), (40.0, 1.0)]), "allocator": allocator_figures(delta)})
+    assert "allocator trims: 360, 2.5 ms each" in text
+
+
 def payload(samples, warmup_s=10.0) -> dict:
     return {
         "server": {"engine": "fake"},
@@ -168,6 +192,29 @@ def test_tracemalloc_growth_report_names_the_growing_line():
     assert top["size_diff_kb"] > 1500 and top["count_diff"] >= 2000
     assert report["traced_mb_after"] > report["traced_mb_before"]
     del hoard
+
+
+def test_tracemalloc_recorder_reports_the_heap_and_a_trim(tmp_path):
+    import tracemalloc
+
+    from benchmarks.server_tracemalloc import _Recorder
+
+    out = tmp_path / "growth.json"
+    tracemalloc.start(2)
+    try:
+        recorder = _Recorder(out, trim=True)
+        recorder.on_signal(0, None)  # the baseline
+        hoard = [bytearray(4096) for _ in range(500)]
+        recorder.on_signal(0, None)  # the comparison
+    finally:
+        tracemalloc.stop()
+    del hoard
+    report = json.loads(out.read_text())
+    native = report["native"]
+    assert set(native) == {"before", "after", "trimmed", "after_trim"}
+    assert native["after"]["rss_mb"] > 0 and native["after_trim"]["rss_mb"] > 0
+    if native["after"]["heap"] is not None:  # glibc
+        assert native["after"]["heap"]["in_use_mb"] > 0
 
 
 def test_engine_options_reach_the_server_command_line(tmp_path):
