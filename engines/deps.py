@@ -21,6 +21,9 @@ _INSTALL: dict[str, tuple[str | None, str]] = {
     "tensorrt": ("tensorrt", "tensorrt"),
     "pycuda": ("tensorrt", "pycuda"),
     "modelopt": ("tensorrt", "nvidia-modelopt[onnx]"),
+    "tritonclient": ("triton", "tritonclient[grpc]"),
+    "grpc": ("triton", "tritonclient[grpc]"),
+    "pytriton": ("triton-server", "nvidia-pytriton"),
 }
 
 #: Distributions whose versions go into every sidecar's ``tool_versions``.

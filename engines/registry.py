@@ -12,6 +12,9 @@ The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
 onnxruntime would choose it, with its weights rebuilt in torch; engines.torch_engine
 wraps a training module as the parity reference (not a serving backend).
 
+The ``triton`` backend (engines.triton_engine) reads no artifact either: the graph runs on a
+Triton Inference Server (option ``url``), the folder gives the tokenizer and labels.
+
 The ``fake`` backend (engines.fake) reads no artifact: its labels are a function of
 the token ids, at a chosen cost (``batch_ms``, ``token_us``, ``sleep``,
 ``has_case``, ``fail_token``), for tests and load benchmarks of the real server.
@@ -73,6 +76,9 @@ BACKENDS: dict[str, Backend] = {
         ),
         # synthetic logits from the token ids at a chosen cost (tests, load benchmarks)
         Backend("fake", "engines.fake", (), (), ()),
+        # windows run on a Triton Inference Server over gRPC (engines.triton_engine); the
+        # folder gives the tokenizer and labels, the server the graph (build-engine --triton-repo)
+        Backend("triton", "engines.triton_engine", ("tritonclient.grpc",), (), ()),
     )
 }
 

@@ -47,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "fp16", "int8", "int4"), default=None,
                         help="default: int8 for onnxruntime, fp16 for tensorrt; int4 (onnxruntime): "
                              "4-bit weights in blocks of 32 (MatMulNBits)")
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
-                        help="model folder to write (e.g. models/default)")
+    parser.add_argument("--out", type=Path, metavar="DIR", default=None,
+                        help="model folder to write (e.g. models/default); not needed when --model is a built "
+                             "model folder and --triton-repo is given")
     parser.add_argument("--max-batch", type=int, default=32, help="TensorRT profile max batch (default 32)")
     parser.add_argument("--max-len", type=int, default=256,
                         help="TensorRT profile max sequence length in tokens (default 256)")
@@ -73,6 +74,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize-embeddings", action="store_true",
                         help="onnxruntime int8 / int4: also store the embedding tables as int8 / 4 bits "
                              "(smaller file)")
+    t = parser.add_argument_group(
+        "Triton", "--triton-repo DIR writes a Triton Inference Server model repository for the model folder "
+                  "(--model when it is a built folder, else --out after the build): an ONNX Runtime entry with "
+                  "dynamic batching and a TensorRT plan entry (engines/triton_repo.py, docs/engines.md)")
+    t.add_argument("--triton-repo", type=Path, default=None, metavar="DIR", help="the repository to write")
+    t.add_argument("--triton-name", default="streampunct",
+                   help="the ONNX Runtime entry's model name; the plan's is NAME_trt (default: streampunct)")
+    t.add_argument("--triton-kind", choices=("cpu", "gpu"), default="cpu",
+                   help="instance group of the ONNX Runtime entry: KIND_CPU or KIND_GPU (default: cpu)")
+    t.add_argument("--triton-instances", type=int, default=1, metavar="N",
+                   help="model instances (per GPU for gpu) Triton runs side by side (default 1)")
+    t.add_argument("--triton-max-batch", type=int, default=64, metavar="N",
+                   help="max_batch_size of the ONNX Runtime entry (default 64)")
+    t.add_argument("--triton-queue-delay-us", type=int, default=1000, metavar="US",
+                   help="dynamic batching: longest a request waits for others (default 1000)")
+    t.add_argument("--triton-threads", type=int, default=None, metavar="N",
+                   help="ONNX Runtime intra-op threads per CPU instance (default: the backend's, every core)")
+    t.add_argument("--no-triton-plan", action="store_true", help="do not write the TensorRT plan entry")
     parser.add_argument("--no-stream-graph", action="store_true",
                         help="onnxruntime int8 / int4: do not add the streaming graph (cached left context for "
                              "the server's windows, quantized as the folder's artifact; added by default for "
@@ -110,15 +129,40 @@ def run(args: argparse.Namespace) -> int:
         raise ModelError(str(e)) from e
 
 
+def is_built_model_folder(folder: Path) -> bool:
+    """A runtime model folder (streampunct.json and a graph or plan), not a training checkpoint."""
+    return (folder.is_dir() and has_model_meta(folder)
+            and not all((folder / name).is_file() for name in CHECKPOINT_FILES)
+            and any(p.suffix in (".onnx", ".plan") for p in folder.iterdir()))
+
+
+def write_triton_repo_from_args(model_dir: Path, args: argparse.Namespace) -> None:
+    """``--triton-repo``: the repository for a built model folder; prints what it wrote."""
+    from engines.triton_repo import TritonRepoConfig, write_triton_repo
+
+    config = TritonRepoConfig(
+        model_name=args.triton_name, kind=args.triton_kind, instances=args.triton_instances,
+        max_batch=args.triton_max_batch, max_queue_delay_us=args.triton_queue_delay_us,
+        intra_op_threads=args.triton_threads, plan=not args.no_triton_plan, plan_max_batch=args.max_batch,
+    )
+    for line in write_triton_repo(model_dir, args.triton_repo, config).summary_lines():
+        print(line)
+
+
 def _run(args: argparse.Namespace) -> int:
     from engines.builder import BuildConfig, build_model_folder
     from engines.sidecar import sha256_files
     from engines.tensorrt_build import TrtBuildOptions
 
     ckpt: Path = args.model
+    if args.triton_repo is not None and is_built_model_folder(ckpt):
+        write_triton_repo_from_args(ckpt, args)
+        return 0
     if not ckpt.is_dir():
         raise InputError(f"--model {ckpt} is not a checkpoint folder")
     check_checkpoint_folder(ckpt)
+    if args.out is None:
+        raise InputError("--out DIR is required to build a model folder from a checkpoint")
     tokenizer_path = ckpt / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
@@ -202,6 +246,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"no streaming graph: {e}")
         else:
             print(f"streaming graph (cached left context): {stream}")
+    if args.triton_repo is not None:
+        write_triton_repo_from_args(args.out, args)
     return 0
 
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The environment that runs a Triton Inference Server here (python -m engines.triton_pytriton):
+# NVIDIA's PyTriton, which bundles tritonserver, plus ONNX Runtime, in cache/triton-server.
+#
+# Its own environment because PyTriton 0.7 needs numpy < 2 (its Python backend stub reads
+# numpy 2 arrays as empty), while the project's .venv has numpy 2. The front end's client
+# (tritonclient[grpc], the 'triton' extra) lives in .venv. Tests and 'bench triton' find this
+# environment by itself (or take $STREAMPUNCT_TRITON_PYTHON) and skip without it.
+#   bash scripts/setup_triton_server.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x cache/triton-server/bin/python ]; then
+  mkdir -p cache
+  "$PY" -m venv cache/triton-server
+fi
+cache/triton-server/bin/python -m pip install -q --upgrade pip
+cache/triton-server/bin/python -m pip install -q "numpy<2" "onnxruntime>=1.18" "nvidia-pytriton==0.7.0"
+cache/triton-server/bin/python -c "import numpy, onnxruntime, pytriton; print('triton server env:', 'numpy', numpy.__version__, 'onnxruntime', onnxruntime.__version__)"

@@ -1,0 +1,278 @@
+"""The triton engine backend, the Triton model repository and a real Triton server.
+
+The repository's ``config.pbtxt`` files are parsed with Triton's own schema
+(``tritonclient.grpc.model_config_pb2``). The server is NVIDIA's PyTriton (``tritonserver``
+with a Python model running the folder's graph, :mod:`engines.triton_pytriton`), started
+once for the module on free loopback ports; those tests skip where ``tritonclient`` or a
+PyTriton environment (``scripts/setup_triton_server.sh``) is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.base import ArtifactError, EngineError
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = REPO / "models" / "default"
+TEXT = ("so what do we do about it i think there are three things we can do first we can measure it "
+        "how many of you have ever been to new york do you remember the first time you saw it "
+        "it was amazing wasnt it and then we went home and forgot all about it")
+
+
+def _config(text: str):
+    pytest.importorskip("tritonclient.grpc")
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _parameters(config) -> dict[str, str]:
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+# -- the repository ---------------------------------------------------------------------------
+
+
+def test_repository_entries_follow_tritons_schema(tiny_export, tmp_path):
+    from engines.triton_repo import TritonRepoConfig, write_triton_repo
+
+    folder = tiny_export.path.parent
+    repo = write_triton_repo(folder, tmp_path / "repo", TritonRepoConfig(max_batch=16, max_queue_delay_us=500,
+                                                                         intra_op_threads=2))
+    onnx = _config((tmp_path / "repo" / "streampunct" / "config.pbtxt").read_text())
+    assert (onnx.name, onnx.platform, onnx.max_batch_size) == ("streampunct", "onnxruntime_onnx", 16)
+    assert [(i.name, i.data_type, list(i.dims)) for i in onnx.input] == [
+        ("input_ids", 9, [-1]), ("attention_mask", 9, [-1])]  # TYPE_INT64; the batch axis is Triton's
+    assert [(o.name, o.data_type, list(o.dims)) for o in onnx.output] == [("logits", 11, [-1, 4])]  # TYPE_FP32
+    assert onnx.dynamic_batching.max_queue_delay_microseconds == 500
+    assert onnx.instance_group[0].kind == onnx.instance_group[0].KIND_CPU
+    assert _parameters(onnx) == {
+        "streampunct_source_sha256": tiny_export.sidecar.source_sha256 or "",
+        "streampunct_precision": "fp32", "streampunct_rows_independent": "true",
+        "intra_op_thread_count": "2", "inter_op_thread_count": "1"}
+    assert (tmp_path / "repo" / "streampunct" / "1" / "model.onnx").read_bytes() == tiny_export.path.read_bytes()
+    plan = _config((tmp_path / "repo" / "streampunct_trt" / "config.pbtxt").read_text())
+    assert (plan.name, plan.platform, plan.default_model_filename) == ("streampunct_trt", "tensorrt_plan", "model.plan")
+    assert plan.instance_group[0].kind == plan.instance_group[0].KIND_GPU
+    assert repo.plan_source is None and any("no plan" in note for note in repo.notes)
+    assert not (tmp_path / "repo" / "streampunct_trt" / "1" / "model.plan").exists()
+
+
+def test_gpu_instances_and_a_plan_with_its_profile(tiny_export, tmp_path):
+    from engines.sidecar import read_sidecar, write_sidecar
+    from engines.triton_repo import TritonRepoConfig, write_triton_repo
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for f in tiny_export.path.parent.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    plan = folder / "model.fp16.plan"
+    plan.write_bytes(b"not a real plan")
+    write_sidecar(read_sidecar(folder / "model.onnx").replace(
+        artifact=plan.name, backend="tensorrt", precision="fp16",
+        build={"profiles": [{"input_ids": {"min": [1, 8], "opt": [8, 128], "max": [24, 256]}}]}), plan)
+    write_triton_repo(folder, tmp_path / "repo", TritonRepoConfig(model_name="punct", kind="gpu", instances=2,
+                                                                  gpus=(0, 1)))
+    onnx = _config((tmp_path / "repo" / "punct" / "config.pbtxt").read_text())
+    group = onnx.instance_group[0]
+    assert (group.kind, group.count, list(group.gpus)) == (group.KIND_GPU, 2, [0, 1])
+    trt = _config((tmp_path / "repo" / "punct_trt" / "config.pbtxt").read_text())
+    assert trt.max_batch_size == 24  # the plan's profile, not the ONNX entry's 64
+    assert _parameters(trt)["streampunct_min_len"] == "8"
+    assert (tmp_path / "repo" / "punct_trt" / "1" / "model.plan").read_bytes() == b"not a real plan"
+
+
+def test_repository_options_are_checked():
+    from engines.triton_repo import TritonRepoConfig
+
+    for bad in ({"kind": "tpu"}, {"model_name": "a b"}, {"max_batch": 0}, {"intra_op_threads": 0}):
+        with pytest.raises(EngineError):
+            TritonRepoConfig(**bad)
+
+
+def test_the_streaming_graph_gives_a_whole_window_graph_with_the_same_logits(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import onnxruntime as ort
+
+    from engines.ort_engine import OrtOptions, OrtStreamEngine
+    from engines.stream_graph import export_stream_onnx
+    from engines.triton_repo import whole_window_graph
+    from tests.engines.conftest import tiny_two_head_model
+
+    torch.set_num_threads(1)
+    model = tiny_two_head_model(tmp_path / "bert", transformers.BertConfig(
+        vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=64))
+    stream = export_stream_onnx(model, tmp_path / "model.stream.onnx", source_sha256="abc").path
+    whole = whole_window_graph(stream, tmp_path / "whole.onnx")
+    session = ort.InferenceSession(str(whole), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
+    assert [o.name for o in session.get_outputs()] == ["logits", "case_logits"]
+    ids = np.array([[2, 5, 7, 9, 11, 13, 3], [2, 8, 9, 3, 0, 0, 0]], dtype=np.int64)
+    mask = (np.arange(7)[None] < np.array([[7], [4]])).astype(np.int64)
+    logits, case = OrtStreamEngine(stream, OrtOptions(intra_op_threads=1)).infer_heads(ids, mask)
+    got = session.run(None, {"input_ids": ids, "attention_mask": mask})
+    np.testing.assert_array_equal(got[0], logits)
+    np.testing.assert_array_equal(got[1], case)
+
+
+def test_build_engine_writes_the_repository_for_a_built_model_folder(tiny_export, tmp_path, capsys):
+    from streampunct.cli import main
+
+    assert main(["build-engine", "--model", str(tiny_export.path.parent), "--triton-repo", str(tmp_path / "r"),
+                 "--triton-kind", "gpu", "--triton-max-batch", "8", "--no-triton-plan"]) == 0
+    config = _config((tmp_path / "r" / "streampunct" / "config.pbtxt").read_text())
+    assert config.max_batch_size == 8 and config.instance_group[0].kind == config.instance_group[0].KIND_GPU
+    assert not (tmp_path / "r" / "streampunct_trt").exists()
+    assert "wrote the Triton model repository" in capsys.readouterr().out
+
+
+# -- the backend without a server -------------------------------------------------------------
+
+
+def test_the_backend_is_registered_and_its_options_checked():
+    from engines.backend_options import make_options
+    from engines.registry import BACKENDS
+    from engines.triton_engine import TritonOptions
+
+    assert BACKENDS["triton"].suffixes == ()  # reads no artifact: the graph is on the server
+    with pytest.raises(EngineError, match="unknown option"):
+        make_options(TritonOptions, {"host": "x"}, "triton")
+    for bad in ({"url": "grpc://h:8001"}, {"pad_multiple": 0}, {"timeout_s": 0}):
+        with pytest.raises(EngineError):
+            TritonOptions(**bad)
+
+
+def test_a_missing_client_names_the_extra(monkeypatch):
+    from engines import registry
+    from engines.base import DependencyMissing
+
+    monkeypatch.setattr(registry, "is_installed", lambda module: not module.startswith("tritonclient"))
+    with pytest.raises(DependencyMissing, match=r"streampunct\[triton\]"):
+        registry.load_engine("triton", DEFAULT_MODEL)
+
+
+def test_no_server_is_an_artifact_error_after_the_ready_timeout():
+    pytest.importorskip("tritonclient.grpc")
+    from engines.registry import load_engine
+    from engines.triton_pytriton import free_port
+
+    with pytest.raises(ArtifactError, match="not ready"):
+        load_engine("triton", DEFAULT_MODEL, url=f"127.0.0.1:{free_port()}", ready_timeout_s=0.5)
+
+
+# -- a real Triton server -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def triton_server(tmp_path_factory):
+    pytest.importorskip("tritonclient.grpc")
+    from engines.triton_pytriton import PyTritonProcess, server_python
+
+    if not (DEFAULT_MODEL / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL}")
+    python = server_python()
+    if python is None:
+        pytest.skip("no PyTriton environment with numpy < 2 (bash scripts/setup_triton_server.sh)")
+    server = PyTritonProcess(DEFAULT_MODEL, python=python, max_batch=4, threads=1,
+                             log_path=tmp_path_factory.mktemp("triton") / "triton.log")
+    try:
+        server.start()
+    except RuntimeError as e:
+        server.stop()
+        pytest.fail(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def triton_punctuator(triton_server):
+    from streampunct.punctuator import Punctuator
+
+    punct = Punctuator.from_model_dir(DEFAULT_MODEL, engine="triton", url=triton_server.url)
+    yield punct
+    punct.close()
+
+
+def test_labels_and_cases_through_triton_equal_the_local_engines(triton_punctuator):
+    from streampunct.punctuator import Punctuator
+    from streampunct.text import normalize_words
+
+    words = normalize_words(TEXT.split())
+    local = Punctuator.from_model_dir(DEFAULT_MODEL, engine="onnxruntime", intra_op_threads=1)
+    try:
+        expected = local.labels_and_cases(words)
+        text = local.punctuate_text(TEXT, capitalize=True)
+    finally:
+        local.close()
+    assert triton_punctuator.labels_and_cases(words) == expected
+    assert triton_punctuator.punctuate_text(TEXT, capitalize=True) == text
+
+
+def test_the_engine_describes_the_served_model(triton_punctuator, triton_server):
+    engine = triton_punctuator.engine
+    assert engine.name == "triton" and engine.has_case and engine.max_batch == 4
+    assert engine.rows_independent is False  # the folder's dynamic int8 graph (PyTriton carries no parameters)
+    spec = engine.io_spec()
+    assert spec.backend == "triton" and spec.artifact == f"{triton_server.url}/streampunct"
+
+
+def test_a_batch_beyond_max_batch_is_split_into_requests_with_the_same_rows(triton_punctuator):
+    from engines.registry import load_engine
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 5000, (9, 20)).astype(np.int64)
+    mask = np.ones_like(ids)
+    got = triton_punctuator.engine.infer_heads(ids, mask)
+    local = load_engine("onnxruntime", DEFAULT_MODEL, intra_op_threads=1)
+    try:  # the int8 graph's rows depend on their batch: compare with the same 4 + 4 + 1 split
+        want = [local.infer_heads(ids[i:i + 4], mask[i:i + 4]) for i in range(0, 9, 4)]
+    finally:
+        local.close()
+    np.testing.assert_array_equal(got.punctuation, np.concatenate([w.punctuation for w in want]))
+    np.testing.assert_array_equal(got.case, np.concatenate([w.case for w in want]))
+    assert triton_punctuator.engine.infer(ids[:2], mask[:2]).shape == (2, 20, 4)
+
+
+def test_an_unknown_model_name_is_refused(triton_server):
+    from engines.registry import load_engine
+
+    with pytest.raises(ArtifactError, match="no-such-model"):
+        load_engine("triton", DEFAULT_MODEL, url=triton_server.url, model_name="no-such-model", ready_timeout_s=0.5)
+
+
+async def test_a_server_with_the_triton_engine_streams_the_local_engines_finals(triton_server):
+    """serve --engine triton: the WebSocket tier keeps the session and its windows, Triton runs them."""
+    import asyncio
+
+    from streampunct.client import StreamClient, Transcript
+    from streampunct.server import ServerConfig, serve
+    from streampunct.text import normalize_words
+
+    words = normalize_words(TEXT.split())
+
+    async def stream(**config) -> Transcript:
+        server = await serve(ServerConfig(model_dir=DEFAULT_MODEL, port=0, **config))
+        try:
+            await asyncio.wait_for(server.wait_ready(), 60)
+            async with await StreamClient.connect(server.url, right_context=4, max_delay_ms=600_000) as client:
+                transcript = Transcript()
+                for i in range(0, len(words), 3):
+                    await client.send_words(words[i:i + 3])
+                await client.end()
+                async for message in client:
+                    transcript.apply(message)
+                return transcript
+        finally:
+            await server.shutdown()
+
+    local = await stream(engine="onnxruntime", stream_cache="off")
+    remote = await stream(engine="triton", engine_options={"url": triton_server.url})
+    assert remote.words == local.words == words
+    assert remote.labels == local.labels
