@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|live|load|engine|soak|flood|itn|failover``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak|flood|itn|failover|triton``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
+    from benchmarks.triton_bench import add_triton_arguments
     from streampunct.argtypes import non_negative_int, positive_float
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -70,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                          "resumes, caption gaps, finalize margin")
     add_failover_arguments(fo)
     fo.set_defaults(_bench=_failover)
+    tr = sub.add_parser("triton", help="Triton as the inference tier: labels through Triton against the local "
+                                       "engine, and bench load through the local engine, through Triton, and "
+                                       "through two front ends sharing one Triton server")
+    add_triton_arguments(tr)
+    tr.set_defaults(_bench=_triton)
 
 
 def _command() -> str:
@@ -122,6 +128,12 @@ def _itn(args: argparse.Namespace) -> int:
     from benchmarks.itn_bench import run_itn_from_args
 
     return run_itn_from_args(args, command=_command())
+
+
+def _triton(args: argparse.Namespace) -> int:
+    from benchmarks.triton_bench import run_triton_from_args
+
+    return run_triton_from_args(args, command=_command())
 
 
 def _failover(args: argparse.Namespace) -> int:
