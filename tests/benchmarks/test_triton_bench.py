@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cli import add_arguments
-from benchmarks.triton_bench import TritonBenchConfig, config_from_args, run_triton_bench, summary_text
+from benchmarks.triton_bench import (
+    TritonBenchConfig,
+    config_from_args,
+    run_triton_bench,
+    summary_text,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO / "models" / "default"
