@@ -308,9 +308,10 @@ def config_from_args(args: argparse.Namespace) -> TritonBenchConfig:
 
 
 def run_triton_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    from engines.model_meta import has_model_meta
     from streampunct.errors import InputError
 
-    if not (Path(args.model) / "streampunct.json").is_file():
+    if not has_model_meta(args.model):
         raise InputError(f"--model {args.model} is not a model folder")
     try:
         run_triton_bench(config_from_args(args), command=command)
