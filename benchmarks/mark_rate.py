@@ -17,7 +17,6 @@ Held-out captions: the TEDx talks outside the 400k-word draw that the release st
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,25 +25,16 @@ import numpy as np
 
 from benchmarks.common import write_result
 from streampunct.labels import LABELS
+from training.data import CAPTION_TRAINING_DRAW, HELD_OUT_CAPTION_WORDS
+from training.data import held_out_captions as _held_out_captions
 
-TRAINING_DRAW = {"max_words": 400_000, "seed": 15}
+TRAINING_DRAW = dict(CAPTION_TRAINING_DRAW)
 
 
 def held_out_captions(root: Path, words: int, seed: int = 7):
-    """Caption talks outside the students' training draw, a seeded sample of about ``words`` words."""
-    from training.data import load_unlabeled
-
-    drawn = {d.name for d in load_unlabeled(["tedx"], root, **TRAINING_DRAW)}
-    everything = load_unlabeled(["tedx"], root, max_words=0, seed=0)
-    rest = [d for d in everything if d.name not in drawn]
-    random.Random(seed).shuffle(rest)
-    out, total = [], 0
-    for d in rest:
-        if total >= words:
-            break
-        out.append(d)
-        total += len(d)
-    return out
+    """Caption talks outside the students' training draw, a seeded sample of about ``words`` words
+    (``training.data.held_out_captions``; caption draws for training leave them out)."""
+    return _held_out_captions(root, words, seed, training_draw=TRAINING_DRAW)
 
 
 def rates(labels: np.ndarray) -> dict:
@@ -59,7 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.mark_rate", description=__doc__.split("\n")[0])
     ap.add_argument("models", type=Path, nargs="+", help="runtime model folders")
-    ap.add_argument("--words", type=int, default=100_000, help="held-out caption words (default 100000)")
+    ap.add_argument("--words", type=int, default=HELD_OUT_CAPTION_WORDS,
+                    help=f"held-out caption words (default {HELD_OUT_CAPTION_WORDS}; caption draws for "
+                         "training leave out exactly this default sample)")
     ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,8 +266,10 @@ def load_validation_docs(source: str, root: Path, cache: Path, *, max_words: int
     return docs
 
 
-def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: int) -> list[Document]:
-    """Unpunctuated transcripts, one document a line (TEDx: one talk a line).
+def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: int,
+                   exclude: Collection[str] = ()) -> list[Document]:
+    """Unpunctuated transcripts, one document a line (TEDx: one talk a line); documents named in
+    ``exclude`` are left out before the cap counts (``held_out_captions``' names, for one).
 
     Words go through the same converter as the labelled text so that
     contractions are split the IWSLT way (``it 's``). The documents are marked ``pseudo``:
@@ -292,6 +294,9 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
                       for k in range(0, len(lines), group))
     # Convert only what the cap needs, in a seeded random order.
     random.Random(seed).shuffle(groups)
+    if exclude:
+        skip = set(exclude)
+        groups = [g for g in groups if g[0] not in skip]
     docs: list[Document] = []
     total = 0
     for name, text in groups:
@@ -304,6 +309,31 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
             docs.append(Document(name, words, [O] * len(words), pseudo=True))
             total += len(words)
     return docs
+
+
+# TEDx captions held out from training: benchmarks.mark_rate measures how densely a model marks
+# ASR output on them. The release students trained on CAPTION_TRAINING_DRAW; every other caption
+# draw leaves out held_out_captions' talks (training.distill label --exclude-held-out-captions).
+CAPTION_TRAINING_DRAW = {"max_words": 400_000, "seed": 15}
+HELD_OUT_CAPTION_WORDS = 100_000
+
+
+def held_out_captions(root: Path, words: int = HELD_OUT_CAPTION_WORDS, seed: int = 7,
+                      training_draw: dict | None = None) -> list[Document]:
+    """Caption talks outside ``training_draw`` (default CAPTION_TRAINING_DRAW), a seeded sample
+    of about ``words`` words, whole talks."""
+    draw = CAPTION_TRAINING_DRAW if training_draw is None else training_draw
+    drawn = {d.name for d in load_unlabeled(["tedx"], root, **draw)}
+    everything = load_unlabeled(["tedx"], root, max_words=0, seed=0)
+    rest = [d for d in everything if d.name not in drawn]
+    random.Random(seed).shuffle(rest)
+    out, total = [], 0
+    for d in rest:
+        if total >= words:
+            break
+        out.append(d)
+        total += len(d)
+    return out
 
 
 # --- encoding and batching ----------------------------------------------------------

@@ -198,7 +198,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
                   *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
                   max_labelled_words: int = 0, seed: int = 13, batch_size: int = 64, device: str = "auto",
-                  bf16: bool = False, shard: tuple[int, int] = (0, 1)) -> Path:
+                  bf16: bool = False, shard: tuple[int, int] = (0, 1),
+                  exclude_held_out_captions: bool = False) -> Path:
     """Soft labels for ``labelled`` sources (capped like ``data.max_train_words`` with the same
     seed, so a student with the same sources, cap and seed trains on exactly these documents)
     and ``unlabeled`` sources (capped by ``max_unlabeled_words``).
@@ -207,10 +208,20 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
     (each its own file, written atomically) label the whole selection between them, so a
     labelling job longer than one stretch of machine time is done in parts. A student lists
     all N files in ``data.soft_labels``.
+
+    ``exclude_held_out_captions`` leaves out the TEDx talks that ``benchmarks.mark_rate`` holds
+    out (``training.data.held_out_captions``), so that a caption draw larger than the students'
+    400k words keeps that check clean.
     """
     from tqdm import tqdm
 
-    from training.data import data_root, load_training_docs, load_unlabeled, resolve_cache
+    from training.data import (
+        data_root,
+        held_out_captions,
+        load_training_docs,
+        load_unlabeled,
+        resolve_cache,
+    )
 
     k, n = shard
     if not 0 <= k < n:  # before any data is read
@@ -223,7 +234,8 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
     if unlabeled:
         # pseudo documents (no human labels): stored as unknown (-1), so that a student reads the
         # teacher's argmax and takes no human cross-entropy there
-        docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed))
+        held = {d.name for d in held_out_captions(root)} if exclude_held_out_captions else set()
+        docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed, exclude=held))
     docs = docs[k::n]
     decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
     t0 = time.perf_counter()
@@ -258,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--shard", default="0/1", metavar="K/N",
                      help="label every N-th document from the K-th only (default 0/1: all); "
                           "N runs, K = 0..N-1, cover the selection")
+    lab.add_argument("--exclude-held-out-captions", action="store_true",
+                     help="leave out the TEDx talks benchmarks.mark_rate holds out (any caption draw "
+                          "larger than the students' 400k words)")
     args = ap.parse_args(argv)
     return run_tool(lambda: label_sources(
         args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
         max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
         max_labelled_words=args.max_labelled_words, seed=args.seed, device=args.device, bf16=args.bf16,
-        shard=parse_shard(args.shard),
+        shard=parse_shard(args.shard), exclude_held_out_captions=args.exclude_held_out_captions,
     ))
 
 

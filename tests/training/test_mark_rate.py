@@ -39,5 +39,32 @@ def test_held_out_sample_stops_at_the_word_budget(tiny_data_root, monkeypatch):
     assert sum(map(len, mr.held_out_captions(tiny_data_root, words=1))) == 150
 
 
+def test_a_caption_draw_can_leave_out_the_held_out_talks(tiny_data_root, monkeypatch):
+    """training.distill label --exclude-held-out-captions: a caption draw of the whole pool holds
+    the training draw's talk and not the held-out one, so mark_rate's check stays clean."""
+    import training.data as data
+    import training.distill as distill
+
+    monkeypatch.setattr(data, "CAPTION_TRAINING_DRAW", {"max_words": 150, "seed": 15})
+    held = {d.name for d in data.held_out_captions(tiny_data_root, words=10_000)}
+    drawn = {d.name for d in data.load_unlabeled(["tedx"], tiny_data_root, max_words=150, seed=15)}
+    assert len(held) == 1 and not held & drawn
+    everything = {d.name for d in data.load_unlabeled(["tedx"], tiny_data_root, max_words=0, seed=15)}
+    kept = {d.name for d in data.load_unlabeled(["tedx"], tiny_data_root, max_words=0, seed=15, exclude=held)}
+    assert kept == everything - held == drawn
+
+    monkeypatch.setattr(distill, "teacher_decoder", lambda teacher, device="auto", bf16=False: (
+        lambda docs, bs=64: [np.zeros((len(d.words), len(LABELS)), dtype=np.float32) for d in docs],
+        {"teacher": "fake"}))
+    names = {}
+    for flag in (False, True):
+        out = distill.label_sources("fake", [], ["tedx"], tiny_data_root / f"soft_{flag}.npz",
+                                    data_root_dir=str(tiny_data_root), seed=15,
+                                    exclude_held_out_captions=flag)
+        names[flag] = {d.name for d in distill.read_soft_labels(out)[0]}
+    assert names[False] == everything
+    assert names[True] == everything - held
+
+
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
