@@ -5,7 +5,7 @@ sends two interim results (the chunk's first word 200 ms before, the whole chunk
 before), as a streaming ASR does. Prints, as JSON, the p95 "margin after decidable" (the
 client's view: from the moment a word could be final to its final) over the sessions.
 
-    python scripts/probe_hypothesis_load.py ws://127.0.0.1:8765/v1/stream 100 30
+    python -m benchmarks.hypothesis_load ws://127.0.0.1:8765/v1/stream 100 30
 """
 
 from __future__ import annotations
