@@ -31,19 +31,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import difflib
-import functools
 import importlib.util
 import logging
 import multiprocessing
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from streampunct.errors import DependencyError
-from streampunct.written_form import Phrase
+from streampunct.written_form import Phrase, WouldWait, waiting_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -109,16 +109,55 @@ def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
     return NemoNormalizer(InverseNormalizer(lang="en", input_case="lower_cased", cache_dir=str(folder)))
 
 
+class _CacheInfo:
+    def __init__(self, currsize: int, maxsize: int) -> None:
+        self.currsize, self.maxsize = currsize, maxsize
+
+
+class _StretchCache:
+    """An LRU cache of a stretch's phrases that can be asked whether it holds an answer
+    (:func:`functools.lru_cache` cannot): inside
+    :func:`~streampunct.written_form.without_waiting` a stretch it does not hold raises
+    :class:`~streampunct.written_form.WouldWait` instead of running ``compute``."""
+
+    def __init__(self, compute: Callable[[tuple[str, ...]], tuple[Phrase, ...]], maxsize: int) -> None:
+        self._compute = compute
+        self._maxsize = maxsize
+        self._lock = threading.Lock()
+        self._answers: OrderedDict[tuple[str, ...], tuple[Phrase, ...]] = OrderedDict()
+
+    def __call__(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
+        with self._lock:
+            found = self._answers.get(words)
+            if found is not None:
+                self._answers.move_to_end(words)
+                return found
+        if not waiting_allowed():
+            raise WouldWait(" ".join(words))
+        found = self._compute(words)
+        with self._lock:
+            self._answers[words] = found
+            while len(self._answers) > self._maxsize:
+                self._answers.popitem(last=False)
+        return found
+
+    def cache_info(self) -> _CacheInfo:
+        return _CacheInfo(len(self._answers), self._maxsize)
+
+
 class NemoNormalizer:
     """A :class:`~streampunct.written_form.Normalizer` over NeMo's ``InverseNormalizer``.
 
     Thread-safe (one lock around the grammars); answers are cached per stretch of words.
+    Honours :func:`~streampunct.written_form.without_waiting` (``answers_at_once``).
     """
+
+    answers_at_once = True
 
     def __init__(self, inverse_normalizer: Any, *, cache_size: int = 4096) -> None:
         self._inv = inverse_normalizer
         self._lock = threading.Lock()
-        self._stretch = functools.lru_cache(maxsize=cache_size)(self._stretch_phrases)
+        self._stretch = _StretchCache(self._stretch_phrases, cache_size)
 
     def phrases(self, words: Sequence[str]) -> list[Phrase]:
         out: list[Phrase] = []
@@ -192,8 +231,12 @@ class ProcessNormalizer:
     number word never leaves this process, and answers are cached here per
     stretch, as :class:`NemoNormalizer` does. A worker that dies is replaced
     (the call that was on it leaves its words spoken); a worker that cannot
-    load the grammars makes :meth:`start` raise.
+    load the grammars makes :meth:`start` raise. Honours
+    :func:`~streampunct.written_form.without_waiting` (``answers_at_once``):
+    the server's sessions write a text that needs no worker on the event loop.
     """
+
+    answers_at_once = True
 
     def __init__(self, cache_dir: Path | None = None, *, workers: int = 1, cache_size: int = 4096) -> None:
         if workers < 1:
@@ -202,7 +245,7 @@ class ProcessNormalizer:
         self._cache_dir = cache_dir
         self._lock = threading.Lock()
         self._pool = self._new_pool()
-        self._stretch = functools.lru_cache(maxsize=cache_size)(self._remote)
+        self._stretch = _StretchCache(self._remote, cache_size)
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         # spawn: the server process runs threads (engines, executors) that fork would copy badly

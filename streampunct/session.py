@@ -12,10 +12,14 @@ time. Three tasks per connection:
   (so a ``flushed`` can never overtake the finals it covers). With a
   ``written_executor`` in the context, the finals and partials of an ``itn``
   session come from the protocol without their text
-  (:class:`~streampunct.session_protocol.WrittenText`): the writer has each
-  written on that executor, one at a time and in order, before sending it, so
-  that the ITN grammars never run on the event loop and the session's order
-  and texts are what they would be without it.
+  (:class:`~streampunct.session_protocol.WrittenText`): the writer writes
+  each, one at a time and in order, before sending it, so that the ITN
+  grammars never run on the event loop and the session's order and texts are
+  what they would be without it. A text that needs no grammar search (no
+  number word near its words, or the answer cached) is written in place
+  (:meth:`~streampunct.session_protocol.WrittenText.resolve_now`); only the
+  others go to that executor, so a number-free final never waits behind
+  another session's search.
 
 The driver sleeps on an event that the reader sets when input arrives and a
 ``loop.call_at`` timer sets when the next word's ``max_delay_ms`` runs out:
@@ -454,11 +458,16 @@ class Session:
                     self._all_sent.set()
                     continue
                 message, decidable = item
-                if isinstance(message, WrittenText):  # off the event loop, in order
+                if isinstance(message, WrittenText):  # in order; grammar searches off the event loop
                     try:
-                        message = await loop.run_in_executor(self._ctx.written_executor, message.resolve)
+                        # Number-free (or cached) texts are written here: they never queue on the
+                        # executor behind another session's grammar search.
+                        written = message.resolve_now()
+                        if written is None:
+                            written = await loop.run_in_executor(self._ctx.written_executor, message.resolve)
                     except Exception as e:
                         raise _WritingFailed(str(e)) from e
+                    message = written
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode(message))

@@ -73,7 +73,7 @@ from streampunct.protocol import (
 from streampunct.stream_state import Decision, StreamState, WindowRequest
 from streampunct.text import normalize_word, normalize_words, render
 from streampunct.windowing import WindowConfig
-from streampunct.written_form import FinalTexts, WrittenForms
+from streampunct.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
 
 class _Until(enum.Enum):
@@ -111,6 +111,16 @@ class WrittenText:
         text = self._compute()
         self._order[0] += 1
         return replace(self.message, text=text)
+
+    def resolve_now(self) -> Final | Partial | None:
+        """:meth:`resolve` when it needs no grammar search (no number word near its words, or
+        the normalizer's cache has the answer: microseconds, fit for the event loop); None
+        (and nothing resolved) when it does."""
+        try:
+            with without_waiting():
+                return self.resolve()
+        except WouldWait:
+            return None
 
     def __repr__(self) -> str:
         return f"WrittenText({self.message!r})"

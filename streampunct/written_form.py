@@ -23,7 +23,9 @@ final that finalizes the phrase's last word writes the whole phrase
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,9 +64,40 @@ class Normalizer(Protocol):
     ``phrases`` returns the phrases it writes (sorted, not overlapping,
     indices into ``words``); words outside them stay as spoken. It must be
     deterministic: the same words give the same phrases.
+
+    A normalizer whose ``answers_at_once`` attribute is true honours
+    :func:`without_waiting`: within it, a call that would have to run its
+    grammars (words with a number word near them and no cached answer) raises
+    :class:`WouldWait` instead, and the others answer at once. Any other
+    normalizer is not called there at all (:class:`Formatter` raises
+    :class:`WouldWait` for it).
     """
 
     def phrases(self, words: Sequence[str]) -> list[Phrase]: ...
+
+
+class WouldWait(Exception):
+    """A normalizer called inside :func:`without_waiting` would have had to run its grammars."""
+
+
+_NO_WAITING: ContextVar[bool] = ContextVar("streampunct_itn_no_waiting", default=False)
+
+
+@contextmanager
+def without_waiting() -> Iterator[None]:
+    """Within it, normalizers answer only what they can at once (no number words, or cached)
+    and raise :class:`WouldWait` otherwise: a caller on the event loop writes such texts
+    in place and hands only the others to a thread."""
+    token = _NO_WAITING.set(True)
+    try:
+        yield
+    finally:
+        _NO_WAITING.reset(token)
+
+
+def waiting_allowed() -> bool:
+    """False inside :func:`without_waiting`."""
+    return not _NO_WAITING.get()
 
 
 def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
@@ -189,6 +222,8 @@ class Formatter:
         assert self.normalizer is not None
         if b <= a:
             return []
+        if not waiting_allowed() and not getattr(self.normalizer, "answers_at_once", False):
+            raise WouldWait(" ".join(words[a:b]))
         out = []
         for p in _shifted(self.normalizer.phrases(words[a:b]), a):
             if p.whole or all(labels[k] != COMMA for k in range(p.start, p.end - 1)):

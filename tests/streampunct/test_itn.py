@@ -141,3 +141,23 @@ async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
         await server.shutdown()
     with pytest.raises(RuntimeError, match="shutdown"):
         workers._pool.submit(itn._worker_ready)
+
+
+def test_normalizers_answer_at_once_or_say_they_would_wait():
+    """Inside without_waiting the grammars' normalizers answer number-free words (and cached
+    stretches) without their grammars, and raise WouldWait for a stretch they would search."""
+    from streampunct.written_form import WouldWait, without_waiting
+
+    searched: list[tuple[str, ...]] = []
+    nemo = itn.NemoNormalizer(object())
+    nemo._stretch._compute = lambda words: searched.append(words) or (Phrase(0, len(words), "25"),)
+    assert nemo.answers_at_once and itn.ProcessNormalizer.answers_at_once
+    with without_waiting():
+        assert nemo.phrases("so i said to him that we should go".split()) == []
+        with pytest.raises(WouldWait):
+            nemo.phrases("we paid twenty five".split())
+    assert searched == []
+    assert nemo.phrases("we paid twenty five".split()) == [Phrase(0, 4, "25")]  # outside: searched
+    with without_waiting():
+        assert nemo.phrases("we paid twenty five".split()) == [Phrase(0, 4, "25")]  # cached
+    assert searched == [("we", "paid", "twenty", "five")]

@@ -374,3 +374,78 @@ async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
     finally:
         normalizer.release.set()
         await server.shutdown()
+
+
+class AtOnceBlockingNormalizer(BlockingNormalizer):
+    """:class:`BlockingNormalizer` that honours ``without_waiting`` as the grammars' normalizers
+    do (``answers_at_once``): words with no number word are answered at once, others would
+    wait. ``asked`` records every run it was asked about outside ``without_waiting``."""
+
+    answers_at_once = True
+
+    def __init__(self, word: str) -> None:
+        super().__init__(word)
+        self.asked: list[tuple[str, ...]] = []
+
+    def phrases(self, words):
+        from streampunct.written_form import WouldWait, waiting_allowed
+        from tests.streampunct.written_fakes import NUMBERS
+
+        if waiting_allowed():
+            self.asked.append(tuple(words))
+        elif any(w in NUMBERS or w == "million" for w in words):
+            raise WouldWait(" ".join(words))
+        return super().phrases(words)
+
+
+async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(aligner):
+    """Every thread of the server's written executor is held by a session whose grammars are
+    slow (a long number); a session without numbers is still served to its end meanwhile (its
+    texts are written in place, never queued behind the grammars), and its words never reach
+    the normalizer. Fails when every itn text goes through the executor."""
+    import asyncio
+
+    from streampunct.client import StreamClient, Transcript
+    from streampunct.server import ServerConfig, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    normalizer = AtOnceBlockingNormalizer("million")
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake", normalizer=normalizer)
+
+    async def session(text: str) -> tuple[Transcript, list[str]]:
+        client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True)
+        for word in text.split():
+            await client.send_words([word])
+        await client.end()
+        transcript, texts = Transcript(), []
+        async for message in client:
+            transcript.apply(message)
+            texts += [message.text] if isinstance(message, Final) else []
+        return transcript, texts
+
+    slow: list[asyncio.Task] = []
+    try:
+        await server.wait_ready()
+        threads = server._written_executor._max_workers
+        slow = [asyncio.create_task(session("it costs twenty million dollars and we pay it today"))
+                for _ in range(threads + 1)]
+        for _ in range(50):  # every thread is waiting for the grammars
+            await asyncio.sleep(0.05)
+            if sum(1 for words in normalizer.asked if "million" in words) >= threads:
+                break
+        assert sum(1 for words in normalizer.asked if "million" in words) >= threads
+        asked = len(normalizer.asked)
+        other, other_texts = await asyncio.wait_for(session("so we went home and slept until noon"), 10)
+        assert other.ended_words == 8
+        assert _unmarked(" ".join(t for t in other_texts if t)) == "so we went home and slept until noon"
+        assert len(normalizer.asked) == asked  # never reached the normalizer
+        assert not any(task.done() for task in slow)
+        normalizer.release.set()
+        for transcript, texts in await asyncio.gather(*slow):
+            assert transcript.ended_words == 10
+            assert _unmarked(" ".join(t for t in texts if t)) == "it costs 20 million dollars and we pay it today"
+    finally:
+        normalizer.release.set()
+        await asyncio.gather(*slow, return_exceptions=True)
+        await server.shutdown()
