@@ -120,11 +120,14 @@ class _StretchCache:
     :func:`~streampunct.written_form.without_waiting` a stretch it does not hold raises
     :class:`~streampunct.written_form.WouldWait` instead of running ``compute``."""
 
-    def __init__(self, compute: Callable[[tuple[str, ...]], tuple[Phrase, ...]], maxsize: int) -> None:
+    def __init__(self, compute: Callable[[tuple[str, ...]], tuple[Phrase, ...]], maxsize: int, *,
+                 submit: Callable[[tuple[str, ...]], concurrent.futures.Future] | None = None) -> None:
         self._compute = compute
+        self._submit = submit  # the search as a future (a worker process), for WouldWait.fetch
         self._maxsize = maxsize
         self._lock = threading.Lock()
         self._answers: OrderedDict[tuple[str, ...], tuple[Phrase, ...]] = OrderedDict()
+        self._searching: dict[tuple[str, ...], concurrent.futures.Future] = {}
 
     def __call__(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
         with self._lock:
@@ -133,13 +136,40 @@ class _StretchCache:
                 self._answers.move_to_end(words)
                 return found
         if not waiting_allowed():
-            raise WouldWait(" ".join(words))
+            raise WouldWait(" ".join(words), None if self._submit is None else lambda: self.fetch(words))
         found = self._compute(words)
+        self._store(words, found)
+        return found
+
+    def _store(self, words: tuple[str, ...], found: tuple[Phrase, ...]) -> None:
         with self._lock:
             self._answers[words] = found
             while len(self._answers) > self._maxsize:
                 self._answers.popitem(last=False)
-        return found
+
+    def fetch(self, words: tuple[str, ...]) -> concurrent.futures.Future:
+        """The search of ``words`` started with ``submit`` (one at a time per stretch: callers
+        asking while it runs share it); its answer is cached when it is done."""
+        assert self._submit is not None
+        with self._lock:
+            if words in self._answers:
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(self._answers[words])
+                return done
+            future = self._searching.get(words)
+            if future is not None:
+                return future
+            future = self._submit(words)
+            self._searching[words] = future
+
+        def finished(f: concurrent.futures.Future) -> None:
+            with self._lock:
+                self._searching.pop(words, None)
+            if not f.cancelled() and f.exception() is None:
+                self._store(words, f.result())
+
+        future.add_done_callback(finished)
+        return future
 
     def cache_info(self) -> _CacheInfo:
         return _CacheInfo(len(self._answers), self._maxsize)
@@ -245,7 +275,7 @@ class ProcessNormalizer:
         self._cache_dir = cache_dir
         self._lock = threading.Lock()
         self._pool = self._new_pool()
-        self._stretch = _StretchCache(self._remote, cache_size)
+        self._stretch = _StretchCache(self._remote, cache_size, submit=self._submit)
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         # spawn: the server process runs threads (engines, executors) that fork would copy badly
@@ -271,6 +301,9 @@ class ProcessNormalizer:
                 found = ()  # not cached: the words stay spoken this once
             out += [Phrase(p.start + a, p.end + a, p.text, p.whole) for p in found]
         return out
+
+    def _submit(self, words: tuple[str, ...]) -> concurrent.futures.Future:
+        return self._pool.submit(_worker_phrases, words)
 
     def _remote(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
         pool = self._pool

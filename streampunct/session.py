@@ -64,6 +64,7 @@ from streampunct.protocol import (
     ErrorCode,
     Final,
     Limits,
+    Partial,
     Resumed,
     ServerMessage,
     encode,
@@ -73,9 +74,12 @@ from streampunct.session_protocol import SessionProtocol, WrittenText
 from streampunct.stream_cache import KVCache, StreamCall, new_cache
 from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
-from streampunct.written_form import WrittenForms
+from streampunct.written_form import WouldWait, WrittenForms
 
 logger = logging.getLogger(__name__)
+
+#: Grammar searches one text awaits before it is written on the executor instead.
+_MAX_FETCHES = 16
 
 
 @dataclass(frozen=True)
@@ -445,6 +449,27 @@ class Session:
             self._outbox.put_nowait(None)
         self.peak_outbox = max(self.peak_outbox, self._outbox.qsize())
 
+    async def _written(self, text: WrittenText) -> Final | Partial:
+        """``text`` written without running the ITN grammars on the event loop.
+
+        Number-free (or cached) texts are written here at once: they never queue behind
+        another session's grammar search. A text that needs a search awaits it in the
+        normalizer's worker process (no thread waits on it) and is then written from the
+        cache; a normalizer without one writes it on the written executor.
+        """
+        loop = asyncio.get_running_loop()
+        for _ in range(_MAX_FETCHES):
+            written = text.resolve_now()
+            if not isinstance(written, WouldWait):
+                return written
+            if written.fetch is None:
+                break
+            try:
+                await asyncio.wrap_future(written.fetch())
+            except Exception:  # a worker died: the executor's call leaves the words spoken
+                break
+        return await loop.run_in_executor(self._ctx.written_executor, text.resolve)
+
     async def _write(self) -> None:
         """Send queued messages; raises :class:`SlowReaderError` when a send stays blocked."""
         loop = asyncio.get_running_loop()
@@ -460,14 +485,9 @@ class Session:
                 message, decidable = item
                 if isinstance(message, WrittenText):  # in order; grammar searches off the event loop
                     try:
-                        # Number-free (or cached) texts are written here: they never queue on the
-                        # executor behind another session's grammar search.
-                        written = message.resolve_now()
-                        if written is None:
-                            written = await loop.run_in_executor(self._ctx.written_executor, message.resolve)
+                        message = await self._written(message)
                     except Exception as e:
                         raise _WritingFailed(str(e)) from e
-                    message = written
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode(message))

@@ -112,15 +112,16 @@ class WrittenText:
         self._order[0] += 1
         return replace(self.message, text=text)
 
-    def resolve_now(self) -> Final | Partial | None:
+    def resolve_now(self) -> Final | Partial | WouldWait:
         """:meth:`resolve` when it needs no grammar search (no number word near its words, or
-        the normalizer's cache has the answer: microseconds, fit for the event loop); None
-        (and nothing resolved) when it does."""
+        the normalizer's cache has the answer: microseconds, fit for the event loop); when it
+        does, nothing is resolved and the :class:`WouldWait` says which search (its ``fetch``
+        starts it elsewhere; ask again when that is done)."""
         try:
             with without_waiting():
                 return self.resolve()
-        except WouldWait:
-            return None
+        except WouldWait as e:
+            return e
 
     def __repr__(self) -> str:
         return f"WrittenText({self.message!r})"

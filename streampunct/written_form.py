@@ -23,11 +23,12 @@ final that finalizes the phrase's last word writes the whole phrase
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
 from streampunct.text import normalize_word, render
@@ -77,7 +78,17 @@ class Normalizer(Protocol):
 
 
 class WouldWait(Exception):
-    """A normalizer called inside :func:`without_waiting` would have had to run its grammars."""
+    """A normalizer called inside :func:`without_waiting` would have had to run its grammars.
+
+    ``fetch`` (None: the normalizer has none): starts the search it would have
+    waited for elsewhere (a worker process) and returns its future; once that is
+    done, the same call answers at once. A caller on the event loop awaits it
+    (no thread blocks on the grammars) and asks again.
+    """
+
+    def __init__(self, words: str, fetch: Callable[[], Future[Any]] | None = None) -> None:
+        super().__init__(words)
+        self.fetch = fetch
 
 
 _NO_WAITING: ContextVar[bool] = ContextVar("streampunct_itn_no_waiting", default=False)

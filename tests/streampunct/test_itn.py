@@ -161,3 +161,39 @@ def test_normalizers_answer_at_once_or_say_they_would_wait():
     with without_waiting():
         assert nemo.phrases("we paid twenty five".split()) == [Phrase(0, 4, "25")]  # cached
     assert searched == [("we", "paid", "twenty", "five")]
+
+
+def test_a_search_fetched_elsewhere_is_shared_and_then_answered_at_once():
+    """ProcessNormalizer's WouldWait.fetch: the search runs as a future (a worker process; a
+    thread here), callers asking while it runs share it, and its answer is then cached."""
+    import concurrent.futures
+    import threading
+
+    from streampunct.written_form import WouldWait, without_waiting
+
+    release = threading.Event()
+    submitted: list[tuple[str, ...]] = []
+
+    def search(words):
+        assert release.wait(10)
+        return (Phrase(0, len(words), "25"),)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        def submit(words):
+            submitted.append(words)
+            return pool.submit(search, words)
+
+        cache = itn._StretchCache(lambda words: pytest.fail("searched in the caller"), 8, submit=submit)
+        words = ("paid", "twenty", "five")
+        with without_waiting(), pytest.raises(WouldWait) as waited:
+            cache(words)
+        assert waited.value.fetch is not None
+        first, second = waited.value.fetch(), cache.fetch(words)
+        assert first is second and submitted == [words]
+        stored = threading.Event()
+        first.add_done_callback(lambda f: stored.set())  # runs after the cache's own callback
+        release.set()
+        assert stored.wait(10) and first.result() == (Phrase(0, 3, "25"),)
+        with without_waiting():
+            assert cache(words) == (Phrase(0, 3, "25"),)
+        assert cache.fetch(words).result(0) == (Phrase(0, 3, "25"),) and submitted == [words]
