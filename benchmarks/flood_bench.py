@@ -19,7 +19,9 @@ flood (input pauses, engine calls, tokens per word).
 ``--unique`` pushes words never seen before instead of the transcript
 (:func:`unique_words`: 12-20 random letters, about 10 sub-tokens each): every
 word is tokenized and offered to the server's word cache, the worst case for
-what a flood leaves behind. ``--idle-s`` keeps sampling that long after the
+what a flood leaves behind. ``--idle-s`` lets the server idle that long after
+the warm-up before the flood (so that ``rss_mb.warm``, the RSS before the
+flood, is taken as the one after it), keeps sampling that long after the
 flood with no session open, and reports the RSS at the end of it
 (``rss_mb.idle``) and what stayed (``stayed_mb``: idle minus warm).
 """
@@ -55,7 +57,7 @@ class FloodConfig:
         warmup_words: words of the warm-up session (sent at once, then ``end``).
         sample_s: RSS sampling period.
         timeout_s: the flood must end within this (else the run fails).
-        idle_s: seconds sampled after the flood, no session open.
+        idle_s: seconds idle, no session open, before the flood (after the warm-up) and after it (sampled).
         unique: push unique random words (:func:`unique_words`) instead of the transcript.
         seed: randomness of the unique words.
         data: transcript (repeated to ``words``; the warm-up session's words either way).
@@ -181,6 +183,9 @@ async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[
         if not warm["ok"]:
             raise RuntimeError(f"the warm-up session failed: {warm}")
     await asyncio.sleep(1.0)
+    rss_warmup_end = server.rss_mb()
+    if cfg.idle_s:
+        await asyncio.sleep(cfg.idle_s)
     rss_warm = server.rss_mb()
     before = await http_get(url, "/metrics")
     samples: list[tuple[float, float]] = []
@@ -210,7 +215,8 @@ async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[
     peak = max([r for _, r in samples] + [rss_end or 0.0])
     return {
         **result,
-        "rss_mb": {"ready": rss_ready, "warm": rss_warm, "peak": peak, "end": rss_end, "idle": rss_idle},
+        "rss_mb": {"ready": rss_ready, "warmup_end": rss_warmup_end, "warm": rss_warm, "peak": peak,
+                   "end": rss_end, "idle": rss_idle},
         "growth_mb": round(peak - (rss_warm or 0.0), 2),
         "stayed_mb": None if rss_idle is None else round(rss_idle - (rss_warm or 0.0), 2),
         "flood_s": round(flood_s, 2),
@@ -296,7 +302,8 @@ def add_flood_arguments(p: argparse.ArgumentParser) -> None:
                    help="words of the warm-up session (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="limit on the flood (default %(default)s)")
     p.add_argument("--idle-s", type=float, default=d.idle_s,
-                   help="seconds to keep sampling the RSS after the flood, no session open (default %(default)s)")
+                   help="seconds the server idles, no session open, after the warm-up and after the flood "
+                        "(sampled); the RSS before and after are taken alike (default %(default)s)")
     p.add_argument("--unique", action="store_true",
                    help="push unique random words (12-20 letters, ~10 sub-tokens each) instead of the transcript")
     p.add_argument("--seed", type=int, default=d.seed, help="randomness of --unique words")

@@ -59,6 +59,7 @@ from streampunct.server_metrics import ServerMetrics
 from streampunct.session import Session, SessionContext, close_within
 from streampunct.windowing import WindowConfig
 from streampunct.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, WrittenForms
+from streampunct.ws_release import release_when_closed
 
 logger = logging.getLogger(__name__)
 
@@ -596,6 +597,7 @@ class StreamServer:
                 self._sessions_gone.set()
             self.metrics.sessions.dec()
             logger.info("session=%s closed", session.id, extra={"session": session.id})
+            release_when_closed(connection)  # its protocol freed once closed, not at a full collection
 
 
 @functools.cache

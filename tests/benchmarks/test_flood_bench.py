@@ -85,6 +85,6 @@ def test_a_unique_word_flood_reports_the_rss_after_an_idle_spell(tmp_path):
     assert payload["ok"], payload
     assert payload["check"]["finalized"] == 3000 and payload["check"]["lost"] == 0
     rss = payload["rss_mb"]
-    assert rss["idle"] > 0 and payload["stayed_mb"] == pytest.approx(rss["idle"] - rss["warm"], abs=0.01)
+    assert rss["warmup_end"] > 0 and rss["idle"] > 0 and payload["stayed_mb"] == pytest.approx(rss["idle"] - rss["warm"], abs=0.01)
     assert payload["rss_samples"][-1][0] >= payload["flood_s"] + 1.5  # sampled through the idle spell
     assert "s idle: RSS" in summary_text(json.loads((tmp_path / "u.json").read_text()))

@@ -179,3 +179,33 @@ async def test_nothing_of_a_session_outlives_it(aligner):
         await until(lambda: batcher.trims > trims)  # the idle engine gives memory back
     finally:
         await server.shutdown()
+
+
+async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collector(aligner):
+    """websockets' protocol object and its parser generator form a cycle (with the zlib contexts
+    of permessage-deflate, about 48 KB a connection); the server breaks it once the connection
+    is closed, so the protocol goes by reference counting, not at the next full collection."""
+    from websockets.server import ServerProtocol
+
+    from streampunct.server import ServerConfig, serve
+
+    def server_protocols() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is ServerProtocol)
+
+    engine = FakeStreamEngine()
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
+                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    gc.collect()
+    gc.disable()
+    try:
+        await server.wait_ready()
+        before = server_protocols()
+        opened, release = asyncio.Event(), asyncio.Event()
+        release.set()
+        for k in range(4):
+            transcript = await asyncio.wait_for(_one_session(server.url, k, opened, release), TIMEOUT)
+            assert len(transcript.words) == 24
+        await until(lambda: server_protocols() == before, timeout=10.0)
+    finally:
+        gc.enable()
+        await server.shutdown()
