@@ -21,8 +21,8 @@ at the end (``native``): memory that the heap holds free, not a leak, shows ther
 
 The server trims its allocator itself (``BatcherConfig.trim_interval_s``): the
 JSON's ``allocator`` has the trims over the run and their cost, from ``/metrics``.
-With trims every few seconds the RSS is a saw tooth: sample it every second
-(``--sample-s 1``) so that a slope is not an alias of the teeth.
+With trims every few seconds the RSS is a saw tooth: it is sampled every
+second (``--sample-s``, default 1) so that a slope is not an alias of the teeth.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class SoakConfig:
     duration_s: float = 1800.0
     session_s: float = 60.0
     words_per_second: float = 2.5
-    sample_s: float = 5.0
+    sample_s: float = 1.0
     warmup_s: float | None = None
     right_context: int = SessionOptions.right_context
     max_delay_ms: int = SessionOptions.max_delay_ms

@@ -168,7 +168,7 @@ class Batcher:
     cannot): it runs in a worker's thread, see ``BatcherConfig.trim_interval_s``.
 
     Attributes:
-        trims: trims run so far.
+        trims: trims run so far; last_trim_end: when the last one finished (the loop's clock).
     """
 
     def __init__(
@@ -205,6 +205,12 @@ class Batcher:
         self._trim_pending = True
         self._last_batch_end = 0.0
         self.trims = 0
+        self.last_trim_end = 0.0
+
+    @property
+    def trimmed_since_last_batch(self) -> bool:
+        """Whether a trim finished after the last batch ended: the idle engine gave its memory back."""
+        return self.trims > 0 and self.last_trim_end >= self._last_batch_end
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
@@ -370,6 +376,7 @@ class Batcher:
             self._trim = None
             return
         self.trims += 1
+        self.last_trim_end = loop.time()
         self._next_trim = loop.time() + (self.config.trim_interval_s or 0.0)
         logger.debug("allocator trimmed in %.1f ms", (time.perf_counter() - t0) * 1000.0)
 

@@ -3,13 +3,14 @@
 websockets' sans-I/O protocol object keeps its frame parser as a generator
 that, once the connection is closed, stays suspended at its last ``yield``;
 the generator's frame refers to the protocol, so the protocol, its reader
-buffer and its permessage-deflate contexts (zlib streams: about 48 KB of
-malloc'd memory per connection, measured) form a reference cycle that only
+buffer and its permessage-deflate contexts (zlib streams: tens of KB of
+malloc'd memory per connection) form a reference cycle that only
 Python's cycle collector frees. A long-running server's connections live
 through many collections and land in the oldest generation, which CPython
-collects only when it has grown by a quarter: with 50 reconnecting sessions
-that was every ten minutes or more, and the garbage of every connection closed
-meanwhile piled up in the heap (docs/server.md, "Memory that stays").
+collects only when it has grown by a quarter of what survived the last full
+collection: with 50 reconnecting sessions the protocols of all the
+connections closed piled up, and glibc's in-use memory with them, 2 MB a
+minute for the seven minutes watched (docs/server.md, "Memory that stays").
 
 :func:`release_when_closed` closes the parser once the connection is closed
 (nothing steps it after that: websockets stops feeding the protocol at end of
