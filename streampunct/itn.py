@@ -236,19 +236,25 @@ class NemoNormalizer:
         for op, a, b, c, d in matcher.get_opcodes():
             if op != "replace" or not all(tokens[k][0] in WRITTEN_CLASSES for k in range(c, d)):
                 continue
-            forms = [self._verbalize(inv, parsed[k], tokens[k][0], words[a:b]) for k in range(c, d)]
+            spoken = _token_words(words[a:b], d - c)
+            if spoken is None and any(tokens[k][0] == "measure" for k in range(c, d)):
+                continue  # "five foot five inches": each unit as spoken, or the words stay spoken
+            spoken = spoken or [words[a:b]] * (d - c)
+            before = words[a - 1] if a > 0 else None
+            forms = [self._verbalize(inv, parsed[k], tokens[k][0], spoken[k - c], before if k == c else None)
+                     for k in range(c, d)]
             if all(forms):
                 out.append((a, b, " ".join(forms), d - c == 1))
         return out
 
     @staticmethod
-    def _verbalize(inv: Any, token: Any, cls: str, spoken: list[str]) -> str | None:
+    def _verbalize(inv: Any, token: Any, cls: str, spoken: Sequence[str], before: str | None) -> str | None:
         import pynini
 
         for tagged in inv.generate_permutations([token]):
             lattice = inv.find_verbalizer(pynini.escape(tagged))
             if lattice.num_states() != 0:
-                return house_style(cls, inv.select_verbalizer(lattice), spoken)
+                return house_style(cls, inv.select_verbalizer(lattice), spoken, before)
         return None
 
 
@@ -352,13 +358,38 @@ def _stretches(words: Sequence[str]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+def _token_words(spoken: Sequence[str], n: int) -> list[Sequence[str]] | None:
+    """``spoken`` cut into the ``n`` grammar tokens it was written as: a token starts at a
+    number word that follows other words ("five foot | five inches", "two hours | thirty
+    minutes"); None when the cuts do not give ``n`` parts."""
+    if n == 1:
+        return [spoken]
+    cuts = [i for i in range(1, len(spoken))
+            if spoken[i] in NUMBER_WORDS and spoken[i - 1] not in NUMBER_WORDS | _JOINERS]
+    if len(cuts) != n - 1:
+        return None
+    bounds = [0, *cuts, len(spoken)]
+    return [spoken[bounds[k]:bounds[k + 1]] for k in range(n)]
+
+
+#: Words inside one number ("two hundred and five", "five point two").
+_JOINERS = frozenset(("and", "point", "a"))
+
+
 def _grouped(match: re.Match) -> str:
     return f"{int(match.group(0)):,}"
 
 
-def house_style(cls: str, written: str, spoken: Sequence[str]) -> str | None:
-    """The grammars' output for one token, in the house style; None: leave the words spoken."""
+#: Words before a number that make a four-digit cardinal a year ("in 2012", "since 1999").
+YEAR_CUES = frozenset("in since until till from of by year".split())
+
+
+def house_style(cls: str, written: str, spoken: Sequence[str], before: str | None = None) -> str | None:
+    """The grammars' output for one token, in the house style; None: leave the words spoken.
+    ``before``: the spoken word before the token, if any (a year cue keeps "2012" ungrouped)."""
     written = " ".join(written.split())
+    if cls == "cardinal" and before in YEAR_CUES and re.fullmatch(r"1[1-9]\d\d|20\d\d", written):
+        return written  # a year: no thousands separator (style guides agree)
     if cls == "ordinal" and _SMALL_ORDINAL.match(written):
         return None  # first to ninth are words
     if cls == "time":

@@ -41,6 +41,9 @@ MAX_LEXICON_ENTRY_CHARS = 256
 #: longer run is written as it is (the one case where a written form can be
 #: cut between finals).
 MAX_HELD_WORDS = 32
+#: Final words already written that the next phrases see as left context (a cue such as
+#: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
+LEFT_CONTEXT_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -299,13 +302,27 @@ class FinalTexts:
     with its ``words`` and ``p``; only where its words appear in ``text``
     moves. A final with no right context (a flush, the end, a delay deadline
     with nothing after it) holds nothing. A partial writes the held words,
-    then its own.
+    then its own. Phrases are found with the last ``LEFT_CONTEXT_WORDS``
+    words already written as left context, unless a phrase would reach back
+    into them (then without it).
     """
 
     def __init__(self, formatter: Formatter) -> None:
         self.formatter = formatter
         self._held: list[_Held] = []
         self._held_sentence_start = True
+        self._written: list[_Held] = []  # the last words written, left context
+
+    def _phrases(self, words: Sequence[str], labels: Sequence[int | None]) -> list[Phrase]:
+        """The phrases of ``words`` (which follow the words written so far), found with
+        those as left context; without it where a phrase would begin in it."""
+        k = len(self._written)
+        if k:
+            found = self.formatter.phrases([w.word for w in self._written] + list(words),
+                                           [w.label for w in self._written] + list(labels))
+            if not any(p.start < k < p.end for p in found):
+                return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
+        return self.formatter.phrases(words, labels)
 
     @property
     def held(self) -> int:
@@ -322,19 +339,20 @@ class FinalTexts:
                              zip(words, labels, list(cases) + [None] * (len(words) - len(cases)), strict=True)]
         n = len(span)
         all_words = [h.word for h in span] + list(context)
-        phrases = self.formatter.phrases(all_words, [h.label for h in span] + [None] * len(context))
+        phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context))
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now
-            phrases = self.formatter.phrases(all_words[:n], [h.label for h in span])
+            phrases = self._phrases(all_words[:n], [h.label for h in span])
         text = self.formatter.render(
             [h.word for h in span[:cut]], [h.label for h in span[:cut]], [h.case for h in span[:cut]],
             sentence_start=self._held_sentence_start, phrases=[p for p in phrases if p.end <= cut],
         )
         if 0 < cut:
             self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
+        self._written = (self._written + span[:cut])[-LEFT_CONTEXT_WORDS:]
         self._held = span[cut:]
         return text
 
@@ -344,10 +362,11 @@ class FinalTexts:
         last final word: ``follows_finals``), then ``words`` (provisional and hypothesis)."""
         held = self._held if follows_finals else []
         learned = list(cases) + [None] * (len(words) - len(cases))
+        all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)
         return self.formatter.render(
-            [h.word for h in held] + list(words), [h.label for h in held] + list(labels),
-            [h.case for h in held] + learned,
+            all_words, all_labels, [h.case for h in held] + learned,
             sentence_start=self._held_sentence_start if held else sentence_start,
+            phrases=self._phrases(all_words, all_labels) if follows_finals else None,
         )
 
 

@@ -35,6 +35,21 @@ def test_house_style(cls, written, spoken, styled):
     assert itn.house_style(cls, written, spoken.split() or ["x"]) == styled
 
 
+def test_a_four_digit_cardinal_after_a_year_cue_is_a_year():
+    spoken = "two thousand and twelve".split()
+    assert itn.house_style("cardinal", "2012", spoken, before="in") == "2012"
+    assert itn.house_style("cardinal", "2012", spoken, before="sold") == "2,012"
+    assert itn.house_style("cardinal", "2000", ["two", "thousand"], before="year") == "2000"
+    assert itn.house_style("cardinal", "3000", ["three", "thousand"], before="in") == "3,000"  # not a year
+
+
+def test_a_run_of_grammar_tokens_is_cut_into_each_tokens_words():
+    assert itn._token_words("five foot five inches".split(), 2) == [["five", "foot"], ["five", "inches"]]
+    assert itn._token_words("two hundred and five feet".split(), 1) == [["two", "hundred", "and", "five", "feet"]]
+    assert itn._token_words("five point two meters six".split(), 2) == [["five", "point", "two", "meters"], ["six"]]
+    assert itn._token_words("five foot five inches".split(), 3) is None
+
+
 def test_number_words_gate_the_grammars():
     words = "so we met and then twenty five people came along to see it all".split()
     assert itn._stretches(words) == [(2, 10)]
@@ -83,6 +98,9 @@ def written(normalizer, text: str) -> str:
     ("call five five five one two three four now", "call 555-1234 now"),
     ("about five point five percent of them", "about 5.5% of them"),
     ("the twenty first century", "the 21st century"),
+    ("he is five foot five inches tall", "he is 5 foot 5 inches tall"),  # two measures, each its unit
+    ("it took two hours thirty minutes", "it took 2 hours 30 minutes"),
+    ("she retired in two thousand and twelve", "she retired in 2012"),
     ("so i said to him that we should go", "so i said to him that we should go"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):

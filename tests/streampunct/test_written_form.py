@@ -183,6 +183,40 @@ def test_phrase_at_the_end_of_known_words_is_written_at_once():
     assert texts.held == 0
 
 
+class YearNormalizer:
+    """Writes "two thousand and twelve" as a year after "in", as a count anywhere else."""
+
+    def phrases(self, words):
+        out = []
+        for i in range(len(words) - 3):
+            if words[i:i + 4] == ["two", "thousand", "and", "twelve"]:
+                out.append(Phrase(i, i + 4, "2012" if i and words[i - 1] == "in" else "2,012"))
+        return out
+
+
+def test_words_already_written_are_the_next_phrases_left_context():
+    texts = FinalTexts(Formatter(Lexicon(), YearNormalizer()))
+    assert texts.final(["she", "retired", "in"], [NO] * 3, [], sentence_start=True, context=[]) == "she retired in"
+    assert texts.partial(["two", "thousand", "and", "twelve"], [NO, NO, NO, PERIOD], [],
+                         sentence_start=False) == "2012."  # the partial as the final will be
+    assert texts.final(["two", "thousand", "and", "twelve"], [NO, NO, NO, PERIOD], [], sentence_start=False,
+                       context=[]) == "2012."
+    # a sentence mark ends the context: no cue across it
+    texts = FinalTexts(Formatter(Lexicon(), YearNormalizer()))
+    texts.final(["we", "stayed", "in"], [NO, NO, PERIOD], [], sentence_start=True, context=[])
+    assert texts.final(["two", "thousand", "and", "twelve"], [NO] * 3 + [PERIOD], [], sentence_start=True,
+                       context=[]) == "2,012."
+
+
+def test_a_phrase_that_would_reach_back_into_written_words_is_found_without_them():
+    # "twenty" went out alone (no word after it yet); "five dollars" is then written as it
+    # would be on its own, never as a phrase that rewrites "20".
+    texts = FinalTexts(itn())
+    assert texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=[]) == "it costs 20"
+    alone = FinalTexts(itn()).final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[])
+    assert texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[]) == alone
+
+
 def test_held_words_open_the_partial_and_the_partial_writes_its_phrases():
     texts = FinalTexts(itn(capitalize=True))
     texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=["five", "dollars"])
