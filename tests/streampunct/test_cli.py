@@ -77,7 +77,26 @@ def test_transcript_reader_handles_labels_and_huge_words(tmp_path):
     assert read_transcript_words(str(f)) == ["hello", "world"]
     f.write_bytes(b"caf\xe9 " + b"x" * 100_000 + b" end")
     words = read_transcript_words(str(f))
-    assert words[0] == "caf" and len(words[1]) == 100 and words[2] == "end"
+    assert words[0] == "caf\u00e9" and len(words[1]) == 100 and words[2] == "end"  # Latin-1, read as such
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_read_as_utf16(tmp_path, encoding):
+    from streampunct.commands.punctuate import read_transcript_lines
+
+    f = tmp_path / "in.txt"
+    f.write_bytes("Caf\u00e9 au lait,\nna\u00efve?\n".encode(encoding))
+    assert read_transcript_lines(str(f)) == [["caf\u00e9", "au", "lait"], ["na\u00efve"]]
+
+
+def test_a_latin1_file_keeps_its_accents_and_says_how_it_was_read(tmp_path, caplog):
+    from streampunct.commands.punctuate import read_transcript_lines
+
+    f = tmp_path / "in.txt"
+    f.write_bytes("na\u00efve caf\u00e9 \u201cquoted\u201d\n".encode("cp1252"))
+    with caplog.at_level("WARNING", logger="streampunct.textfile"):
+        assert read_transcript_lines(str(f)) == [["na\u00efve", "caf\u00e9", "quoted"]]
+    assert f"{f} is not UTF-8 (byte 0xef at offset 2): read as Windows-1252 (Latin-1)" in caplog.text
 
 
 def test_parser_builds():
