@@ -59,7 +59,13 @@ from benchmarks.load_bench import (
     plan_session,
 )
 from benchmarks.load_finals import FinalsCheck
-from benchmarks.load_server_process import ServerProcess, http_get, require_model_folder
+from benchmarks.server_under_test import (
+    ServerProcess,
+    ServerUnderTest,
+    http_get,
+    require_model_folder,
+)
+from streampunct.options import SessionOptions
 
 HAPROXY_TEMPLATE = REPO / "deploy" / "haproxy.cfg"
 
@@ -132,10 +138,9 @@ class Replicas:
         self._starts[k] += 1
         folder = self.workdir / f"replica{k + 1}" / f"start{self._starts[k]}"
         folder.mkdir(parents=True, exist_ok=True)
-        cfg = LoadBenchConfig(engine="fake", startup_timeout_s=self.spec.startup_timeout_s)
-        server = ServerProcess(cfg, self.spec.max_sessions, folder)
-        server.argv = self.spec.argv(self.ports[k])
-        return server
+        # The replica's own command (a fixed port, --drain); the config gives the startup timeout.
+        return ServerProcess(ServerUnderTest(startup_timeout_s=self.spec.startup_timeout_s), self.spec.max_sessions,
+                             folder, argv=self.spec.argv(self.ports[k]))
 
     def start(self) -> str:
         """Start every replica (in parallel) and HAProxy; wait until HAProxy sees them all up.
@@ -241,8 +246,8 @@ class FailoverConfig:
     kill_at_s: float = 12.0
     term_at_s: float = 24.0
     restart_killed: bool = False
-    right_context: int = LoadBenchConfig.right_context
-    max_delay_ms: int = LoadBenchConfig.max_delay_ms
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
     reconnect_attempts: int = 20
     drain_timeout_s: float = 30.0
     startup_timeout_s: float = 180.0
@@ -261,10 +266,11 @@ class FailoverConfig:
             raise ValueError("need 0 < --kill-at-s < --term-at-s < --duration-s")
 
     def load_config(self) -> LoadBenchConfig:
-        return LoadBenchConfig(engine=self.engine, model_dir=self.model_dir, duration_s=self.duration_s,
-                               words_per_second=self.words_per_second, prefill_words=self.prefill_words,
-                               stagger_s=self.stagger_s, right_context=self.right_context,
-                               max_delay_ms=self.max_delay_ms, data=self.data, seed=self.seed)
+        server = ServerUnderTest(engine=self.engine, model_dir=self.model_dir, right_context=self.right_context,
+                                 max_delay_ms=self.max_delay_ms)
+        return LoadBenchConfig(server=server, duration_s=self.duration_s, words_per_second=self.words_per_second,
+                               prefill_words=self.prefill_words, stagger_s=self.stagger_s, data=self.data,
+                               seed=self.seed)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The server's input backpressure (docs/server.md, "Bounded resources") should
 hold such a client to the speed of the engine, with the backlog bounded and
 nothing lost. This benchmark starts the same child server as ``bench load``
-(:class:`~benchmarks.load_server_process.ServerProcess`, the real engine by
+(:class:`~benchmarks.server_under_test.ServerProcess`, the real engine by
 default), warms it with one short session, then opens one session with the
 server's default options and sends ``words`` words of a transcript (repeated
 as needed) in ``message_words``-word messages, each sent as soon as
@@ -35,15 +35,28 @@ import string
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, publish
-from benchmarks.load_bench import LoadBenchConfig, load_corpus
+from benchmarks.load_bench import load_corpus
 from benchmarks.load_finals import check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-from benchmarks.load_server_process import ServerProcess, http_get, require_model_folder
-from streampunct.options import SessionOptions
+from benchmarks.server_under_test import (
+    ServerProcess,
+    ServerUnderTest,
+    add_server_arguments,
+    http_get,
+    json_ready,
+    require_model_folder,
+    server_from_args,
+)
+
+#: The server of ``bench flood``: the server's default session options and batching; a fake
+#: engine that costs something, so that the backlog builds up.
+FLOOD_SERVER = ServerUnderTest(fake_batch_ms=2.0, fake_token_us=10.0)
+#: The server's flags of ``bench flood``; its JSON ``config`` also has the fake engine's costs.
+FLOOD_SERVER_FLAGS = ("model_dir", "engine")
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,8 @@ class FloodConfig:
     """Options of the flood benchmark.
 
     Attributes:
-        model_dir, engine: the server started (``engine="fake"``: the synthetic engine).
+        server: the server started (``engine="fake"``: the synthetic engine, at
+            :data:`FLOOD_SERVER`'s cost unless told otherwise).
         words: words the client pushes.
         message_words: words per ``words`` message.
         warmup_words: words of the warm-up session (sent at once, then ``end``).
@@ -61,12 +75,10 @@ class FloodConfig:
         unique: push unique random words (:func:`unique_words`) instead of the transcript.
         seed: randomness of the unique words.
         data: transcript (repeated to ``words``; the warm-up session's words either way).
-        fake_batch_ms, fake_token_us: cost of the fake engine.
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
     """
 
-    model_dir: Path | None = None
-    engine: str = "onnxruntime"
+    server: ServerUnderTest = FLOOD_SERVER
     words: int = 200_000
     message_words: int = 1000
     warmup_words: int = 5000
@@ -76,8 +88,6 @@ class FloodConfig:
     unique: bool = False
     seed: int = 0
     data: Path = Path("data/iwslt2011/test2011")
-    fake_batch_ms: float = 2.0
-    fake_token_us: float = 10.0
     out_dir: Path = RESULTS_DIR
     name: str = "flood"
 
@@ -87,13 +97,11 @@ class FloodConfig:
         if self.sample_s <= 0 or self.timeout_s <= 0 or self.idle_s < 0:
             raise ValueError("sample_s and timeout_s must be > 0, idle_s >= 0")
 
-    def load_config(self) -> LoadBenchConfig:
-        """The server to start: the server's default session options and batching."""
-        return LoadBenchConfig(
-            model_dir=self.model_dir, engine=self.engine,
-            right_context=SessionOptions.right_context, max_delay_ms=SessionOptions.max_delay_ms,
-            fake_batch_ms=self.fake_batch_ms, fake_token_us=self.fake_token_us, data=self.data,
-        )
+    def to_json(self) -> dict:
+        """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
+        server = self.server.to_json(FLOOD_SERVER_FLAGS + ("fake_batch_ms", "fake_token_us"))
+        return json_ready({**server, **own})
 
 
 def stream_words(corpus: list[str], n: int) -> list[str]:
@@ -230,7 +238,7 @@ def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
     words = unique_words(cfg.words, cfg.seed) if cfg.unique else stream_words(corpus, cfg.words)
     warmup = stream_words(corpus, cfg.warmup_words) if cfg.warmup_words else []
     with tempfile.TemporaryDirectory(prefix="streampunct-flood-") as tmp:
-        server = ServerProcess(cfg.load_config(), max_sessions=4, workdir=Path(tmp))
+        server = ServerProcess(cfg.server, max_sessions=4, workdir=Path(tmp))
         try:
             url = server.start()
             print(f"server ready at {url} ({server.engine}, {server.model}); pid {server.pid}; "
@@ -241,8 +249,7 @@ def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
         finally:
             code = server.stop()
         result["server_exit_code"] = code
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    payload = {"config": config, **result}
+    payload = {"config": cfg.to_json(), **result}
     publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_flood, summary=summary_text)
     return payload
 
@@ -293,8 +300,6 @@ def plot_flood(p: dict, path: Path) -> Path | None:
 
 def add_flood_arguments(p: argparse.ArgumentParser) -> None:
     d = FloodConfig()
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--engine", default=d.engine, help="onnxruntime (default), another backend, or fake")
     p.add_argument("--words", type=int, default=d.words, help="words pushed (default %(default)s)")
     p.add_argument("--message-words", type=int, default=d.message_words,
                    help="words per message (default %(default)s)")
@@ -310,21 +315,25 @@ def add_flood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, default=d.data, help="transcript, repeated as needed")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default %(default)s)")
+    add_server_arguments(p.add_argument_group("the server started"), d.server, FLOOD_SERVER_FLAGS)
+
+
+def config_from_args(args: argparse.Namespace) -> FloodConfig:
+    return FloodConfig(
+        server=server_from_args(args, FLOOD_SERVER), words=args.words, message_words=args.message_words,
+        warmup_words=args.warmup_words, timeout_s=args.timeout_s, idle_s=args.idle_s, unique=args.unique,
+        seed=args.seed, data=args.data, out_dir=args.out_dir, name=args.name,
+    )
 
 
 def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
     try:
-        cfg = FloodConfig(
-            model_dir=args.model, engine=args.engine, words=args.words, message_words=args.message_words,
-            warmup_words=args.warmup_words, timeout_s=args.timeout_s, idle_s=args.idle_s, unique=args.unique,
-            seed=args.seed, data=args.data,
-            out_dir=args.out_dir, name=args.name,
-        )
+        cfg = config_from_args(args)
     except ValueError as e:
         raise InputError(str(e)) from None
-    require_model_folder(cfg.engine, cfg.model_dir)
+    require_model_folder(cfg.server.engine, cfg.server.model_dir)
     try:
         payload = run_flood_bench(cfg, command=command)
     except (RuntimeError, TimeoutError) as e:

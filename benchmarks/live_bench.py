@@ -34,32 +34,42 @@ import argparse
 import asyncio
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, write_result
-from streampunct.batcher import BATCH_ROWS
-from streampunct.options import SessionOptions
+from benchmarks.server_under_test import (
+    ServerProcess,
+    ServerUnderTest,
+    add_server_arguments,
+    json_ready,
+    server_from_args,
+)
+
+#: The server of ``bench live``: its stream cache is also the simulation's.
+LIVE_SERVER = ServerUnderTest(stream_cache="auto")
+#: The server's flags of ``bench live`` (its JSON ``config`` has the same fields).
+LIVE_SERVER_FLAGS = ("model_dir", "engine", "right_context", "max_delay_ms", "batch_rows", "stream_cache")
 
 
 @dataclass(frozen=True)
 class LiveBenchConfig:
-    """Options of ``bench live`` (see the module docstring)."""
+    """Options of ``bench live`` (see the module docstring).
 
-    model_dir: Path | None = None
+    ``server`` is the child server (:class:`~benchmarks.server_under_test.ServerUnderTest`):
+    its model, engine and stream cache are also the simulation's, and its ``right_context`` and
+    ``max_delay_ms`` the sessions' options (with ``url`` too).
+    """
+
+    server: ServerUnderTest = LIVE_SERVER
     data: Path = Path("data/iwslt2011/test2011")
     text: bool = False
     sessions: int = 60
     words_per_second: float = 2.5
     max_chunk: int = 4
     jitter_ms: float = 150.0
-    right_context: int = SessionOptions.right_context
-    max_delay_ms: int = SessionOptions.max_delay_ms
-    engine: str = "onnxruntime"
-    batch_rows: str | None = None  # serve --batch-rows of the child server (None: the server's default)
-    stream_cache: str = "auto"  # serve --stream-cache of the child server, and the simulation's
     url: str | None = None
     partials: bool = False  # sessions ask for partials; the stability of what they show is reported
     hypotheses: bool = True  # with partials: send each chunk as interim hypotheses before committing it
@@ -79,6 +89,11 @@ class LiveBenchConfig:
         ``swda_val_cased.txt`` or for ``cache/swda_val.tsv``)."""
         stem = self.data.stem.removesuffix("_cased") if self.text else self.data.stem
         return self.name or f"live_{stem}"
+
+    def to_json(self) -> dict:
+        """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
+        return json_ready({**self.server.to_json(LIVE_SERVER_FLAGS), **own})
 
 
 def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
@@ -104,7 +119,7 @@ def with_hypotheses(events) -> list:
     return out
 
 
-async def stream_schedule(url: str, events, options: SessionOptions, *, partials: bool = False,
+async def stream_schedule(url: str, events, options, *, partials: bool = False,
                           capitalize: bool | None = None):
     """Send ``events`` at their times (from now) on one session; return its Transcript and,
     with ``partials``, the final and partial messages in the order received."""
@@ -139,7 +154,7 @@ async def stream_schedule(url: str, events, options: SessionOptions, *, partials
     return transcript, seen
 
 
-async def _run_sessions(url: str, schedules, options: SessionOptions, *, partials: bool = False,
+async def _run_sessions(url: str, schedules, options, *, partials: bool = False,
                         capitalize: bool | None = None):
     return await asyncio.gather(*(stream_schedule(url, events, options, partials=partials, capitalize=capitalize)
                                   for events in schedules))
@@ -158,15 +173,13 @@ def read_live_data(cfg: LiveBenchConfig):
 
 
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
-    from benchmarks.load_bench import LoadBenchConfig
-    from benchmarks.load_server_process import ServerProcess
     from benchmarks.partial_stability import partial_stability, total
     from streampunct.evaluation import live_schedule, schedule_labels, score
     from streampunct.punctuator import Punctuator
 
     data = read_live_data(cfg)
     spans = segments(len(data.words), cfg.sessions)
-    options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
+    options = cfg.server.session_options()
     schedules = [live_schedule(data.words[a:b], words_per_second=cfg.words_per_second, max_chunk=cfg.max_chunk,
                                jitter_ms=cfg.jitter_ms, seed=cfg.seed + k) for k, (a, b) in enumerate(spans)]
     speech_s = max(events[-1].time for events in schedules)
@@ -179,10 +192,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         if url is None:
-            server_cfg = replace(LoadBenchConfig(), model_dir=cfg.model_dir, engine=cfg.engine,
-                                 right_context=options.right_context, max_delay_ms=options.max_delay_ms,
-                                 batch_rows=cfg.batch_rows, stream_cache=cfg.stream_cache)
-            server = ServerProcess(server_cfg, max_sessions=len(spans) + 8, workdir=Path(tmp))
+            server = ServerProcess(cfg.server, max_sessions=len(spans) + 8, workdir=Path(tmp))
             url = server.start()
         try:
             sent = [with_hypotheses(events) for events in schedules] if cfg.partials and cfg.hypotheses else schedules
@@ -196,7 +206,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     lost = sum((b - a) - len(t.words) for t, (a, b) in zip(transcripts, spans, strict=True))
     mismatched = sum(t.words != data.words[a:b] for t, (a, b) in zip(transcripts, spans, strict=True))
     served = [label for t in transcripts for label in t.labels]
-    result: dict = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    result: dict = {"config": cfg.to_json(),
                     "n_words": len(data.words), "sessions": len(spans), "speech_s": round(speech_s, 1),
                     "wall_s": round(wall_s, 1), "lost_words": lost, "mismatched_sessions": mismatched}
     if not lost and not mismatched:
@@ -210,9 +220,9 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     else:
         print(f"through the server: {lost} words lost, {mismatched} sessions with other words: not scored")
 
-    punct = Punctuator.from_model_dir(cfg.model_dir, engine=cfg.engine)
+    punct = Punctuator.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
     try:
-        stream_engine = punct.stream_engine(cfg.stream_cache, intra_op_threads=1)
+        stream_engine = punct.stream_engine(cfg.server.stream_cache, intra_op_threads=1)
         result["stream_cache"] = stream_engine is not None
         simulated = [label for events in schedules
                      for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer,
@@ -250,21 +260,12 @@ def disagreements(words, served, simulated, limit: int = 50) -> list[dict]:
 
 def add_live_arguments(p: argparse.ArgumentParser) -> None:
     d = LiveBenchConfig()
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (cased or not), converted as training converts it, "
                         "e.g. ../shared/data/cased_spoken/swda_val_cased.txt")
     p.add_argument("--sessions", type=int, default=d.sessions, help="parallel live streams (default: %(default)s)")
     p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s (default: %(default)s)")
-    p.add_argument("--right-context", type=int, default=d.right_context)
-    p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
-    p.add_argument("--engine", default=d.engine)
-    p.add_argument("--batch-rows", choices=BATCH_ROWS, default=None,
-                   help="serve --batch-rows of the child server (default: the server's, exact); 'exact' "
-                        "runs int8 windows alone, so the server gives the simulation's labels")
-    p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
-                   help="serve --stream-cache of the child server, and the simulation's (default: %(default)s)")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
     p.add_argument("--partials", action="store_true",
                    help="sessions ask for partials and send each chunk as interim hypotheses first; reports the "
@@ -277,12 +278,21 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=None,
                    help="result file stem (default: live_ and the data set's name, e.g. live_test2011)")
+    add_server_arguments(p.add_argument_group("the child server (not with --url) and the simulation"), d.server,
+                         LIVE_SERVER_FLAGS, helps={
+                             "model_dir": "model folder of the server and the simulation (default: the shipped model)",
+                             "engine": "engine backend of the server and the simulation (default: %(default)s)",
+                             "batch_rows": "serve --batch-rows of the child server (default: the server's, exact); "
+                                           "'exact' runs int8 windows alone, so the server gives the simulation's "
+                                           "labels",
+                             "stream_cache": "serve --stream-cache of the child server, and the simulation's "
+                                             "(default: %(default)s)"})
 
 
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
-    cfg = LiveBenchConfig(model_dir=args.model, data=args.data, text=args.text, sessions=args.sessions, words_per_second=args.wps,
-                          right_context=args.right_context, max_delay_ms=args.max_delay_ms, engine=args.engine,
-                          batch_rows=args.batch_rows, stream_cache=args.stream_cache, url=args.url, partials=args.partials,
-                          hypotheses=args.hypotheses, capitalize=args.capitalize, seed=args.seed, out_dir=args.out_dir, name=args.name)
+    cfg = LiveBenchConfig(server=server_from_args(args, LIVE_SERVER), data=args.data, text=args.text,
+                          sessions=args.sessions, words_per_second=args.wps, url=args.url, partials=args.partials,
+                          hypotheses=args.hypotheses, capitalize=args.capitalize, seed=args.seed,
+                          out_dir=args.out_dir, name=args.name)
     result = run_live_bench(cfg, command=command)
     return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1

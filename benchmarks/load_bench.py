@@ -58,7 +58,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -68,17 +68,28 @@ from benchmarks.common import REPO, RESULTS_DIR, machine, publish
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
-from benchmarks.load_search import best_sessions, next_refinement, slo_failures, step_estimate_s
-from benchmarks.load_server_process import ServerProcess, http_get, machine_cpu_busy
-from streampunct.batcher import BATCH_ROWS
+from benchmarks.load_search import best_sessions, next_refinement, slo_failures
+from benchmarks.server_under_test import (
+    SERVER_FLAGS,
+    ServerProcess,
+    ServerUnderTest,
+    add_server_arguments,
+    http_get,
+    json_ready,
+    machine_cpu_busy,
+    require_model_folder,
+    server_from_args,
+)
 from streampunct.latency import decidable_times
-from streampunct.options import SessionOptions
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
 
 #: ``--itn``: sessions without ITN, with it, or each step both ways (off, then on).
 ITN_MODES = ("off", "on", "both")
+
+#: The server's flags and ``config`` fields of ``bench load``: all but ``itn_grammars`` (``--itn`` says).
+LOAD_SERVER_FIELDS = SERVER_FLAGS + ("startup_timeout_s",)
 
 #: Client-side delays above these mean the load generator itself fell behind.
 CLIENT_SEND_LAG_P95_MS = 25.0
@@ -91,9 +102,10 @@ class LoadBenchConfig:
 
     Attributes:
         url: target a running server (``ws://127.0.0.1:PORT/v1/stream``) instead of starting one.
-        model_dir: model folder of the server started (None: the shipped model).
-        engine: backend (``onnxruntime``, ``tensorrt``, ``torch``), or ``fake``:
-            the synthetic engine of :mod:`benchmarks.load_server` (no model needed).
+        server: the server started (:class:`~benchmarks.server_under_test.ServerUnderTest`: model,
+            engine or ``fake``, batching, engine workers, stream cache, ITN workers, fake engine
+            costs, cProfile, startup timeout); its ``right_context`` and ``max_delay_ms`` are also
+            what every session asks for (the latency contract), with ``url`` too.
         sessions: the ramp of concurrent sessions, ascending.
         duration_s: real-time streaming per session and step (seconds of speech).
         words_per_second: speech rate of every session.
@@ -101,34 +113,22 @@ class LoadBenchConfig:
         jitter_ms: a chunk is committed up to this long after its last word was spoken.
         prefill_words: words sent in one message at a session's start (not timed).
         stagger_s: session starts are spread uniformly over this long.
-        right_context, max_delay_ms: session options (the latency contract).
         slo_p95_ms: the SLO on the p95 finalize margin.
         target_sessions: the N the project aims at (reported as met or not).
-        max_batch, max_wait_ms: batching of the server started (ignored with ``url``).
-        engine_workers: engines the started server runs side by side (``serve --engine-workers``;
-            None: the server's default, ``auto``).
-        batch_rows: ``serve --batch-rows`` of the started server (None: the server's default).
-        stream_cache: ``serve --stream-cache`` of the started server (None: the server's default).
-        stream_cache_tokens: ``serve --stream-cache-tokens`` of the started server (None: the model's).
         max_total_s: the whole benchmark stops starting steps beyond this.
         drain_timeout_s: how long after its last word a session waits for its finals.
         refine_steps: extra steps between the last good and the first bad N.
         connect_timeout_s: handshake timeout per session.
-        startup_timeout_s: how long the server may take to load its engine.
         data: the transcript (``word<TAB>LABEL``; labels are ignored).
         seed: chunking, jitter and start times.
-        fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine.
-        profile: run the started server under cProfile and report its top functions.
         itn: ``off``, ``on`` (sessions ask for ``itn``; the started server loads the
             grammars) or ``both`` (each step with ``itn`` off, then on; the step's
             figures are the ``on`` run's, with the ``off`` run under ``itn_off``).
-        itn_workers: ``serve --itn-workers`` of the started server (None: the server's default).
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
     """
 
     url: str | None = None
-    model_dir: Path | None = None
-    engine: str = "onnxruntime"
+    server: ServerUnderTest = ServerUnderTest()
     sessions: tuple[int, ...] = DEFAULT_RAMP
     duration_s: float = 30.0
     words_per_second: float = 2.5
@@ -136,55 +136,61 @@ class LoadBenchConfig:
     jitter_ms: float = 150.0
     prefill_words: int = 48
     stagger_s: float = 2.0
-    right_context: int = SessionOptions.right_context
-    max_delay_ms: int = SessionOptions.max_delay_ms
     slo_p95_ms: float = 100.0
     target_sessions: int = 150
-    max_batch: int = 32
-    max_wait_ms: float = 5.0
-    engine_workers: int | None = None
-    batch_rows: str | None = None
-    stream_cache: str | None = None
-    stream_cache_tokens: int | None = None
     max_total_s: float = 540.0
     drain_timeout_s: float = 15.0
     refine_steps: int = 2
     connect_timeout_s: float = 10.0
-    startup_timeout_s: float = 180.0
     data: Path = Path("data/iwslt2011/test2011")
     seed: int = 0
-    fake_batch_ms: float = 0.0
-    fake_token_us: float = 0.0
-    fake_sleep: bool = False
-    profile: bool = False
-    engine_options: tuple[str, ...] = ()  # KEY=VALUE, passed to serve --engine-option
     itn: str = "off"
-    itn_workers: int | None = None
     out_dir: Path = RESULTS_DIR
     name: str = "load"
 
     def __post_init__(self) -> None:
         if self.itn not in ITN_MODES:
             raise ValueError(f"itn must be one of {', '.join(ITN_MODES)}, not {self.itn!r}")
-        if self.itn_workers is not None and self.itn_workers < 0:
-            raise ValueError("itn_workers must be >= 0")
         if not self.sessions or min(self.sessions) < 1:
             raise ValueError("sessions must be a non-empty list of positive counts")
         if self.words_per_second <= 0 or self.duration_s <= 0:
             raise ValueError("words_per_second and duration_s must be positive")
         if self.max_chunk < 1 or self.prefill_words < 0 or self.jitter_ms < 0 or self.stagger_s < 0:
             raise ValueError("max_chunk >= 1, prefill_words, jitter_ms and stagger_s >= 0")
-        if self.right_context < 0 or self.max_delay_ms < 0:
-            raise ValueError("right_context and max_delay_ms must be >= 0")
         if self.url is not None:
             host = urlsplit(self.url).hostname or ""
             if urlsplit(self.url).scheme != "ws" or host not in ("127.0.0.1", "localhost", "::1"):
                 raise ValueError(f"the load bench talks to loopback only (ws://127.0.0.1:PORT/...), not {self.url}")
 
+    @property
+    def right_context(self) -> int:
+        """What every session asks for (the server's, :attr:`server`)."""
+        return self.server.right_context
+
+    @property
+    def max_delay_ms(self) -> int:
+        """What every session asks for (the server's, :attr:`server`)."""
+        return self.server.max_delay_ms
+
+    def started_server(self) -> ServerUnderTest:
+        """The server to start: :attr:`server`, with the ITN grammars when sessions ask for ``itn``."""
+        return replace(self.server, itn_grammars=self.server.itn_grammars or self.itn != "off")
+
+    def to_json(self) -> dict:
+        """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
+        return json_ready({"url": own.pop("url"), **self.server.to_json(LOAD_SERVER_FIELDS), **own})
+
+
+def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
+    """Rough wall time of a step that keeps up (connects, stagger, speech, last finals)."""
+    speech = (1.0 if cfg.prefill_words else 0.0) + cfg.duration_s + cfg.jitter_ms / 1000.0
+    return 1.5 + 0.01 * n + cfg.stagger_s + speech + 1.0
+
 
 def load_corpus(path: Path) -> list[str]:
     """Normalized non-empty words of a ``word<TAB>LABEL`` file (or plain text)."""
-    from streampunct.caption import read_transcript
+    from streampunct.caption_input import read_transcript
     from streampunct.text import normalize_word
 
     path = Path(path)
@@ -588,7 +594,7 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="streampunct-load-") as tmp:
         try:
             if cfg.url is None:
-                server = ServerProcess(cfg, max_sessions=max(cfg.sessions) + 16, workdir=Path(tmp))
+                server = ServerProcess(cfg.started_server(), max_sessions=max(cfg.sessions) + 16, workdir=Path(tmp))
                 print(f"starting the server: {' '.join(server.argv[1:])}", flush=True)
                 url = server.start()
                 print(f"server ready at {url} ({server.engine}, {server.model}) after "
@@ -616,19 +622,18 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
             "other processes used CPU during the run (up to "
             f"{max(s['other_processes_cores'] for s in busy):.2f} cores): figures are pessimistic"
         )
-    if cfg.profile:
+    if cfg.server.profile:
         notes.append("the server ran under cProfile (slower than normal)")
     payload = {
         "server": {
             "url": url if cfg.url else None,
             "started": cfg.url is None,
-            "engine": (server.engine if server else None) or cfg.engine,
+            "engine": (server.engine if server else None) or cfg.server.engine,
             "model": server.model if server else None,
-            "model_dir": str(cfg.model_dir) if cfg.model_dir else None,
+            "model_dir": str(cfg.server.model_dir) if cfg.server.model_dir else None,
             "healthz": health[1].strip() if health and health[0] == 200 else None,
         },
-        "config": {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
-                   for k, v in asdict(cfg).items()},
+        "config": cfg.to_json(),
         "slo": {"p95_margin_ms": cfg.slo_p95_ms, "lost_words": 0, "duplicated_words": 0},
         "max_sessions_meeting_slo": best,
         "target_sessions": cfg.target_sessions,
@@ -658,9 +663,6 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     d = LoadBenchConfig()
     p.add_argument("--url", default=None,
                    help="target a running server (ws://127.0.0.1:PORT/v1/stream) instead of starting one")
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--engine", default=d.engine,
-                   help="onnxruntime, tensorrt, torch, or fake (synthetic engine, no model needed)")
     p.add_argument("--sessions", type=int, nargs="+", default=list(d.sessions), metavar="N",
                    help="ramp of concurrent sessions (default: %(default)s)")
     p.add_argument("--duration", type=float, default=d.duration_s,
@@ -670,55 +672,30 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jitter-ms", type=float, default=d.jitter_ms, help="chunk commit jitter (default: %(default)s)")
     p.add_argument("--prefill", type=int, default=d.prefill_words,
                    help="untimed words sent at each session's start (default: %(default)s)")
-    p.add_argument("--right-context", type=int, default=d.right_context)
-    p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
     p.add_argument("--slo-p95-ms", type=float, default=d.slo_p95_ms, help="SLO on the p95 finalize margin")
     p.add_argument("--target", type=int, default=d.target_sessions, help="N to report as met or not")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help="server batching (started server only)")
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="server batching (started server only)")
-    p.add_argument("--engine-workers", type=int, default=d.engine_workers,
-                   help="engines the started server runs side by side (default: the server's, auto)")
-    p.add_argument("--batch-rows", choices=BATCH_ROWS, default=d.batch_rows,
-                   help="serve --batch-rows of the started server (default: the server's, exact)")
-    p.add_argument("--stream-cache", choices=("auto", "on", "off"), default=d.stream_cache,
-                   help="serve --stream-cache of the started server (default: the server's, auto)")
-    p.add_argument("--stream-cache-tokens", type=int, default=d.stream_cache_tokens, metavar="N",
-                   help="serve --stream-cache-tokens of the started server (default: the model's)")
     p.add_argument("--max-total-s", type=float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=int, default=d.refine_steps,
                    help="extra steps between the last good and first bad N (default: %(default)s)")
     p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--fake-batch-ms", type=float, default=d.fake_batch_ms, help="--engine fake: cost per call")
-    p.add_argument("--fake-token-us", type=float, default=d.fake_token_us, help="--engine fake: cost per token")
-    p.add_argument("--fake-sleep", action="store_true", help="--engine fake: idle instead of burning CPU")
-    p.add_argument("--profile", action="store_true", help="run the started server under cProfile")
-    p.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
-                   help="engine option for the started server (serve --engine-option), e.g. cpu_mem_arena=false")
     p.add_argument("--itn", choices=ITN_MODES, default=d.itn,
                    help="sessions ask for itn (on; the started server loads the ITN grammars), or each step "
                         "runs with itn off and then on and reports on - off of the p95 finalize margin "
                         "(both) (default: %(default)s)")
-    p.add_argument("--itn-workers", type=int, default=d.itn_workers, metavar="N",
-                   help="serve --itn-workers of the started server (default: the server's)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server, SERVER_FLAGS)
 
 
 def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
     return LoadBenchConfig(
-        url=args.url, model_dir=args.model, engine=args.engine, sessions=tuple(sorted(set(args.sessions))),
+        url=args.url, server=server_from_args(args), sessions=tuple(sorted(set(args.sessions))),
         duration_s=args.duration, words_per_second=args.wps, max_chunk=args.max_chunk,
-        jitter_ms=args.jitter_ms, prefill_words=args.prefill, right_context=args.right_context,
-        max_delay_ms=args.max_delay_ms, slo_p95_ms=args.slo_p95_ms, target_sessions=args.target,
-        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, engine_workers=args.engine_workers,
-        batch_rows=args.batch_rows, stream_cache=args.stream_cache,
-        stream_cache_tokens=args.stream_cache_tokens, max_total_s=args.max_total_s,
-        refine_steps=args.refine, data=args.data, seed=args.seed, fake_batch_ms=args.fake_batch_ms,
-        fake_token_us=args.fake_token_us, fake_sleep=args.fake_sleep, profile=args.profile,
-        engine_options=tuple(args.engine_option or ()), itn=args.itn, itn_workers=args.itn_workers,
-        out_dir=args.out_dir, name=args.name,
+        jitter_ms=args.jitter_ms, prefill_words=args.prefill, slo_p95_ms=args.slo_p95_ms,
+        target_sessions=args.target, max_total_s=args.max_total_s, refine_steps=args.refine, data=args.data,
+        seed=args.seed, itn=args.itn, out_dir=args.out_dir, name=args.name,
     )
 
 
@@ -730,9 +707,7 @@ def run_load_from_args(args: argparse.Namespace, *, command: str | None = None) 
     except ValueError as e:
         raise InputError(str(e)) from None
     if cfg.url is None:
-        from benchmarks.load_server_process import require_model_folder
-
-        require_model_folder(cfg.engine, cfg.model_dir, options="--model DIR, --url,")
+        require_model_folder(cfg.server.engine, cfg.server.model_dir, options="--model DIR, --url,")
     try:
         run_load_bench(cfg, command=command)
     except RuntimeError as e:

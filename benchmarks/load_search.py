@@ -1,13 +1,9 @@
-"""The SLO search: a step's verdict, the next N to try, the best N found, time estimates."""
+"""The SLO search: a step's verdict, the next N to try, the best N found."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from benchmarks.load_bench import LoadBenchConfig
 
 
 def slo_failures(step: Mapping, slo_p95_ms: float) -> list[str]:
@@ -28,12 +24,6 @@ def slo_failures(step: Mapping, slo_p95_ms: float) -> list[str]:
 
 
 # -- the ramp --------------------------------------------------------------------------
-
-
-def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
-    """Rough wall time of a step that keeps up (connects, stagger, speech, last finals)."""
-    speech = (1.0 if cfg.prefill_words else 0.0) + cfg.duration_s + cfg.jitter_ms / 1000.0
-    return 1.5 + 0.01 * n + cfg.stagger_s + speech + 1.0
 
 
 def next_refinement(steps: Sequence[Mapping], granularity: int = 5) -> int | None:

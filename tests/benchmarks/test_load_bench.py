@@ -11,6 +11,7 @@ import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,9 @@ from benchmarks.load_metrics import (
     server_figures,
 )
 from benchmarks.load_search import best_sessions, next_refinement, slo_failures
+from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 
+SERVER_FIELDS = {f.name for f in fields(ServerUnderTest)}
 WORDS = ["so", "this", "is", "the", "story", "of", "how", "we", "came", "here"]
 
 
@@ -270,11 +273,12 @@ def fake_server(fault: str | None, *, right_context: int = 2) -> Iterator[str]:
 
 
 def quick_config(tmp_path: Path, **kw) -> LoadBenchConfig:
+    """A short load run; keywords of :class:`ServerUnderTest` go to its server."""
+    server = {k: kw.pop(k) for k in list(kw) if k in SERVER_FIELDS}
     base = dict(sessions=(3,), duration_s=2.0, prefill_words=6, stagger_s=0.2, jitter_ms=50,
-                max_delay_ms=5000, drain_timeout_s=3.0, refine_steps=0, max_total_s=60,
-                out_dir=tmp_path, name="load_test")
+                drain_timeout_s=3.0, refine_steps=0, max_total_s=60, out_dir=tmp_path, name="load_test")
     base.update(kw)
-    return LoadBenchConfig(**base)
+    return LoadBenchConfig(server=ServerUnderTest(**{"max_delay_ms": 5000, **server}), **base)
 
 
 @pytest.mark.parametrize(("fault", "field"), [("drop", "lost"), ("duplicate", "duplicated")])
@@ -382,14 +386,12 @@ def test_cli_wiring_and_missing_model(tmp_path):
 
 
 def test_batch_rows_reaches_the_started_server(tmp_path):
-    from benchmarks.load_server_process import ServerProcess
-
     p = argparse.ArgumentParser()
     add_load_arguments(p)
     for flags, expected in [([], None), (["--batch-rows", "exact"], "exact")]:
         cfg = config_from_args(p.parse_args(flags))
-        assert cfg.batch_rows == expected
-        argv = ServerProcess(cfg, 10, tmp_path).argv
+        assert cfg.server.batch_rows == expected
+        argv = ServerProcess(cfg.started_server(), 10, tmp_path).argv
         if expected is None:
             assert "--batch-rows" not in argv  # the server's own default
         else:
@@ -399,14 +401,12 @@ def test_batch_rows_reaches_the_started_server(tmp_path):
 
 
 def test_itn_reaches_the_started_server(tmp_path):
-    from benchmarks.load_server_process import ServerProcess
-
     p = argparse.ArgumentParser()
     add_load_arguments(p)
-    assert "--itn-grammars" not in ServerProcess(config_from_args(p.parse_args([])), 10, tmp_path).argv
+    assert "--itn-grammars" not in ServerProcess(config_from_args(p.parse_args([])).started_server(), 10, tmp_path).argv
     for engine in ("onnxruntime", "fake"):
         cfg = config_from_args(p.parse_args(["--engine", engine, "--itn", "both", "--itn-workers", "2"]))
-        argv = ServerProcess(cfg, 10, tmp_path).argv
+        argv = ServerProcess(cfg.started_server(), 10, tmp_path).argv
         assert argv[argv.index("--itn-grammars") + 1] == "on" and argv[argv.index("--itn-workers") + 1] == "2"
 
 

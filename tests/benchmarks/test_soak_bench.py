@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.common import cpu_features, machine
+from benchmarks.server_under_test import ServerUnderTest
 from benchmarks.soak_bench import (
     SoakConfig,
     add_soak_arguments,
@@ -95,10 +96,11 @@ def test_summary_and_plot(tmp_path):
 
 
 def test_soak_config_maps_onto_the_load_bench_session_and_server():
-    cfg = SoakConfig(engine="fake", sessions=4, duration_s=60, session_s=10, right_context=3, max_batch=8)
+    server = ServerUnderTest(engine="fake", right_context=3, max_batch=8)
+    cfg = SoakConfig(server=server, sessions=4, duration_s=60, session_s=10)
     load = cfg.load_config()
     assert load.sessions == (4,) and load.duration_s == 10 and load.right_context == 3
-    assert load.max_batch == 8 and load.engine == "fake"
+    assert load.server == server
     assert cfg.effective_warmup_s == 12.0 and SoakConfig().effective_warmup_s == 300.0
     with pytest.raises(ValueError, match="shorter"):
         SoakConfig(duration_s=30, session_s=60)
@@ -112,6 +114,15 @@ def test_cli_wiring_and_missing_model(tmp_path):
                                       "--tracemalloc", "--model", str(tmp_path / "none")])
     cfg = config_from_args(args)
     assert (cfg.sessions, cfg.duration_s, cfg.session_s, cfg.tracemalloc) == (5, 90, 15, True)
+    assert cfg.server == ServerUnderTest(model_dir=tmp_path / "none")
+    server_args = build_parser().parse_args(["bench", "soak", "--engine", "fake", "--max-batch", "8", "--fake-sleep",
+                                             "--right-context", "2", "--engine-option", "a=1", "--engine-option",
+                                             "b=2"])
+    assert config_from_args(server_args).server == ServerUnderTest(engine="fake", max_batch=8, fake_sleep=True,
+                                                                   right_context=2, engine_options=("a=1", "b=2"))
+    for flags in (["--batch-rows", "exact"], ["--engine-workers", "2"], ["--profile"], ["--itn-workers", "1"]):
+        with pytest.raises(SystemExit):  # server flags that soak does not offer
+            build_parser().parse_args(["bench", "soak", *flags])
     with pytest.raises(InputError, match="no model folder"):
         run_soak_from_args(args, command="test")
     p = argparse.ArgumentParser()
@@ -218,20 +229,19 @@ def test_tracemalloc_recorder_reports_the_heap_and_a_trim(tmp_path):
 
 
 def test_engine_options_reach_the_server_command_line(tmp_path):
-    from benchmarks.load_server_process import ServerProcess
+    from benchmarks.server_under_test import ServerProcess
     from benchmarks.soak_bench import SoakConfig
 
-    cfg = SoakConfig(duration_s=120, engine_options=("cpu_mem_arena=false",)).load_config()
-    argv = ServerProcess(cfg, max_sessions=25, workdir=tmp_path).argv
+    cfg = SoakConfig(duration_s=120, server=ServerUnderTest(engine_options=("cpu_mem_arena=false",)))
+    argv = ServerProcess(cfg.server, max_sessions=25, workdir=tmp_path).argv
     k = argv.index("--engine-option")
     assert argv[k + 1] == "cpu_mem_arena=false" and "serve" in argv
 
 
 def test_engine_workers_reach_both_server_command_lines(tmp_path):
-    from benchmarks.load_bench import LoadBenchConfig
-    from benchmarks.load_server_process import ServerProcess
+    from benchmarks.server_under_test import ServerProcess
 
     for engine in ("onnxruntime", "fake"):
-        argv = ServerProcess(LoadBenchConfig(engine=engine, engine_workers=3), max_sessions=5, workdir=tmp_path).argv
+        argv = ServerProcess(ServerUnderTest(engine=engine, engine_workers=3), max_sessions=5, workdir=tmp_path).argv
         k = argv.index("--engine-workers")
         assert argv[k + 1] == "3"
