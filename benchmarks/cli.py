@@ -1,4 +1,4 @@
-"""``streampunct bench accuracy|live|load|engine|soak|flood|itn|failover|triton``: the benchmarks.
+"""``streampunct bench accuracy|live|load|engine|soak|flood|itn|failover|triton|hypotheses``: the benchmarks.
 
 Registered under the ``streampunct.commands`` entry-point group (pyproject.toml).
 """
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.engine_bench import add_engine_arguments
     from benchmarks.failover_bench import add_failover_arguments
     from benchmarks.flood_bench import add_flood_arguments
+    from benchmarks.hypothesis_load import add_hypothesis_arguments
     from benchmarks.itn_bench import add_itn_arguments
     from benchmarks.live_bench import add_live_arguments
     from benchmarks.load_bench import add_load_arguments
@@ -76,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                        "through two front ends sharing one Triton server")
     add_triton_arguments(tr)
     tr.set_defaults(_bench=_triton)
+    hy = sub.add_parser("hypotheses", help="live caption sessions sending two interim hypotheses before each "
+                                           "commit, partials on: the p95 finalize margin per session")
+    add_hypothesis_arguments(hy)
+    hy.set_defaults(_bench=_hypotheses)
 
 
 def _command() -> str:
@@ -134,6 +139,12 @@ def _triton(args: argparse.Namespace) -> int:
     from benchmarks.triton_bench import run_triton_from_args
 
     return run_triton_from_args(args, command=_command())
+
+
+def _hypotheses(args: argparse.Namespace) -> int:
+    from benchmarks.hypothesis_load import run_hypothesis_from_args
+
+    return run_hypothesis_from_args(args, command=_command())
 
 
 def _failover(args: argparse.Namespace) -> int:

@@ -1,59 +1,230 @@
-"""Live caption sessions that send interim hypotheses, against a running server (partials on).
+"""``bench hypotheses``: live caption sessions that send interim hypotheses, partials on.
 
-Each session speaks dev2010 text at 2.5 words/s in 1-4-word chunks; before each commit it
-sends two interim results (the chunk's first word 200 ms before, the whole chunk 100 ms
-before), as a streaming ASR does. Prints, as JSON, the p95 "margin after decidable" (the
-client's view: from the moment a word could be final to its final) over the sessions.
+Each session speaks a stretch of punctuated text (dev2010 by default) at 2.5 words/s in
+1-4-word chunks; before each commit it sends two interim results (the chunk's first word
+200 ms before, the whole chunk 100 ms before), as a streaming ASR does, through
+:func:`streampunct.caption.caption`. Per step of N sessions (all at once) it reports the
+p95 "margin after decidable" of each session (the client's view: from the moment a word
+could be final to its final), their median and worst, the words finalized and the errors.
 
-    python -m benchmarks.hypothesis_load ws://127.0.0.1:8765/v1/stream 100 30
+The server is started as a child process (the benches' :class:`ServerUnderTest`) or is a
+running one (``--url``); the sessions ask for its ``right_context`` and ``max_delay_ms``::
+
+    streampunct bench hypotheses --sessions 50 100 200 --duration 30
+    streampunct bench hypotheses --url ws://127.0.0.1:8765/v1/stream --sessions 50
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
-import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 import numpy as np
 
-from streampunct.caption import caption
-from streampunct.caption_input import AsrEvent
-from streampunct.convert import text_to_word_labels
-from streampunct.protocol import Word
+from benchmarks.common import REPO, RESULTS_DIR, write_result
+from benchmarks.server_under_test import (
+    SERVER_FLAGS,
+    ServerProcess,
+    ServerUnderTest,
+    add_server_arguments,
+    json_ready,
+    require_model_folder,
+    server_from_args,
+)
 
-DEV = "../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt"
+#: The text the figures in the docs were measured on.
+DEV = REPO.parent / "shared" / "data" / "cased_spoken" / "ted_iwslt_dev2010_cased.txt"
+WORDS_PER_SECOND = 2.5
+#: The server's flags of ``bench hypotheses`` (and its JSON ``config`` fields): all but the ITN
+#: workers (sessions do not ask for itn) and cProfile (not reported).
+HYPOTHESIS_SERVER_FLAGS = tuple(f for f in SERVER_FLAGS if f not in ("itn_workers", "profile"))
 
 
-def events(text: list[str], seed: int, duration: float) -> list[AsrEvent]:
+@dataclass(frozen=True)
+class HypothesisLoadConfig:
+    """Options of ``bench hypotheses``.
+
+    Attributes:
+        server: the server started (not with ``url``); its ``right_context`` and
+            ``max_delay_ms`` are what every session asks for.
+        url: a running server (``ws://HOST:PORT/v1/stream``) instead of starting one.
+        sessions: the steps: N sessions at once each, one step after the other.
+        duration_s: seconds of speech per session.
+        data: punctuated text, or ``word<TAB>LABEL`` lines.
+        seed: session ``k`` of a step draws its offset and chunks from ``seed + k``.
+        out_dir, name: where ``<name>.json`` goes.
+    """
+
+    server: ServerUnderTest = ServerUnderTest()
+    url: str | None = None
+    sessions: tuple[int, ...] = (50,)
+    duration_s: float = 30.0
+    data: Path = DEV
+    seed: int = 0
+    out_dir: Path = RESULTS_DIR
+    name: str = "hypothesis_load"
+
+    def __post_init__(self) -> None:
+        if not self.sessions or min(self.sessions) < 1 or self.duration_s <= 0:
+            raise ValueError("sessions must be positive counts and duration_s positive")
+
+    def to_json(self) -> dict:
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
+        return json_ready({**self.server.to_json(HYPOTHESIS_SERVER_FLAGS), **own})
+
+
+def read_words(path: Path) -> list[str]:
+    """The words of punctuated text (converted as training converts it), or of a
+    ``word<TAB>LABEL`` file."""
+    from streampunct.data import read_punctuated_text, read_word_labels
+    from streampunct.errors import InputError
+    from streampunct.labels import LABELS
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such file: {path} (pass --data: punctuated text, or word<TAB>LABEL lines)")
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    tsv = bool(lines) and all(line.rpartition("\t")[2].strip() in LABELS for line in lines)
+    words = (read_word_labels(path) if tsv else read_punctuated_text(path)).words
+    if not words:
+        raise InputError(f"{path}: no words")
+    return list(words)
+
+
+def events(text: Sequence[str], seed: int, duration: float) -> list:
+    """One session's ASR events: from a random offset of ``text``, chunks of 1-4 words at
+    2.5 words/s, each preceded by two interim results (its first word 200 ms before the commit,
+    the whole chunk 100 ms before), until ``duration`` seconds."""
+    from streampunct.caption_input import AsrEvent
+    from streampunct.protocol import Word
+
     rng = random.Random(seed)
-    i = rng.randrange(0, len(text) - 200)
+    i = rng.randrange(0, max(1, len(text) - 200))
     out, t = [], 1.0
     while t < duration:
         k = rng.randint(1, 4)
-        chunk = text[i : i + k]
-        i, t = i + k, t + k / 2.5
+        chunk = [text[(i + j) % len(text)] for j in range(k)]
+        i, t = i + k, t + k / WORDS_PER_SECOND
         out.append(AsrEvent(t - 0.2, tuple(Word(w) for w in chunk[:1]), interim=True))
         out.append(AsrEvent(t - 0.1, tuple(Word(w) for w in chunk), interim=True))
         out.append(AsrEvent(t, tuple(Word(w) for w in chunk)))
     return out
 
 
-async def main(url: str, sessions: int, duration: float) -> None:
-    words, _ = text_to_word_labels(open(DEV, encoding="utf-8").read())
+async def run_step(url: str, n: int, cfg: HypothesisLoadConfig, words: Sequence[str]) -> dict:
+    """``n`` caption sessions at once; the p95 margin of each, their median and worst."""
+    from streampunct.caption import caption
+
     runs = await asyncio.gather(*(
-        caption(url, events=events(words, s, duration), right_context=3, max_delay_ms=2000, partials=True)
-        for s in range(sessions)
+        caption(url, events=events(words, cfg.seed + s, cfg.duration_s), right_context=cfg.server.right_context,
+                max_delay_ms=cfg.server.max_delay_ms, partials=True)
+        for s in range(n)
     ))
-    p95 = np.array([r.latency.margin[1] for r in runs])
-    print(json.dumps({
-        "sessions": sessions, "duration_s": duration,
+    p95 = np.array([r.latency.margin[1] for r in runs], dtype=float)
+    return {
+        "sessions": n, "duration_s": cfg.duration_s,
         "words_final": sum(r.transcript.n_final for r in runs),
         "errors": sum(len(r.transcript.errors) for r in runs),
         "p95_margin_ms_median_over_sessions": round(float(np.median(p95)), 1),
         "p95_margin_ms_worst_session": round(float(p95.max()), 1),
-    }))
+    }
+
+
+async def _steps(url: str, cfg: HypothesisLoadConfig, words: Sequence[str]) -> list[dict]:
+    rows = []
+    for n in cfg.sessions:
+        if rows:
+            await asyncio.sleep(1.0)  # let the server settle (sessions closed) between steps
+        rows.append(await run_step(url, n, cfg, words))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def run_hypothesis_load(cfg: HypothesisLoadConfig, *, command: str | None = None) -> dict:
+    """Run the steps; write ``<name>.json``; return the payload."""
+    words = read_words(cfg.data)
+    started = time.monotonic()
+    server: ServerProcess | None = None
+    with tempfile.TemporaryDirectory(prefix="streampunct-hypotheses-") as tmp:
+        try:
+            if cfg.url is None:
+                server = ServerProcess(cfg.server, max_sessions=max(cfg.sessions) + 16, workdir=Path(tmp))
+                url = server.start()
+                print(f"server ready at {url} ({server.engine}, {server.model})", flush=True)
+            else:
+                url = cfg.url
+            rows = asyncio.run(_steps(url, cfg, words))
+        finally:
+            if server is not None:
+                server.stop()
+    payload = {
+        "config": cfg.to_json(),
+        "server": {"started": server is not None, "url": None if server else url,
+                   "engine": server.engine if server else None, "model": server.model if server else None},
+        "runs": rows,
+        "total_s": round(time.monotonic() - started, 1),
+    }
+    path = write_result(cfg.name, payload, cfg.out_dir, command=command)
+    print(f"wrote {path}")
+    return payload
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def add_hypothesis_arguments(p: argparse.ArgumentParser) -> None:
+    d = HypothesisLoadConfig()
+    p.add_argument("--url", default=None, help="a running server (ws://HOST:PORT/v1/stream) instead of starting one")
+    p.add_argument("--sessions", type=int, nargs="+", default=list(d.sessions), metavar="N",
+                   help="steps of N sessions at once, one after the other (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=d.duration_s,
+                   help="seconds of speech per session (default: %(default)s)")
+    p.add_argument("--data", type=Path, default=d.data,
+                   help="punctuated text or word<TAB>LABEL lines (default: dev2010, %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="session k draws from seed + k (default: %(default)s)")
+    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server,
+                         HYPOTHESIS_SERVER_FLAGS)
+
+
+def config_from_args(args: argparse.Namespace) -> HypothesisLoadConfig:
+    return HypothesisLoadConfig(server=server_from_args(args), url=args.url, sessions=tuple(args.sessions),
+                                duration_s=args.duration, data=args.data, seed=args.seed, out_dir=args.out_dir,
+                                name=args.name)
+
+
+def run_hypothesis_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    from streampunct.errors import InputError
+
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if cfg.url is None:
+        require_model_folder(cfg.server.engine, cfg.server.model_dir, options="--model DIR, --url,")
+    try:
+        run_hypothesis_load(cfg, command=command)
+    except RuntimeError as e:
+        raise InputError(str(e)) from None
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.hypothesis_load", description=__doc__.split("\n")[0])
+    add_hypothesis_arguments(p)
+    return run_hypothesis_from_args(p.parse_args(argv),
+                                    command="python -m benchmarks.hypothesis_load " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
+    raise SystemExit(main())
