@@ -147,7 +147,9 @@ class IOSpec:
 
 class HeadLogits(NamedTuple):
     """One run's outputs: ``punctuation`` float32[B,T,C] and ``case`` float32[B,T,4]
-    (None without a truecasing head). A tuple: ``logits, case = engine.infer_heads(...)``."""
+    (None without a truecasing head). A tuple: ``logits, case = engine.infer_heads(...)``.
+    The runtime passes one window's rows the same way (float32[T,C] and [T,4]), from the
+    engine to the stream's core (``streampunct.engine_call``)."""
 
     punctuation: np.ndarray
     case: np.ndarray | None

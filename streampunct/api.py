@@ -51,10 +51,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engines.base import EngineError, StreamEngine
 from streampunct.alignment import Aligner
+from streampunct.engine_call import EngineCall, EngineOutput, run_calls
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.options import SessionOptions
@@ -71,10 +70,9 @@ from streampunct.protocol import (
 from streampunct.punctuator import STREAM_CACHE_MODES
 from streampunct.punctuator import Punctuator as _Decoder
 from streampunct.session_protocol import SessionProtocol
-from streampunct.stream_cache import KVCache, new_cache, run_stream_calls
-from streampunct.stream_state import WindowRequest
+from streampunct.stream_cache import StreamCacheConfig
 from streampunct.text import normalize_words, render
-from streampunct.windowing import WindowConfig, pad_batch
+from streampunct.windowing import WindowConfig
 from streampunct.written_form import Lexicon, WrittenForms, normalize_lexicon
 
 __all__ = ["Final", "Partial", "Punctuator", "Stream"]
@@ -303,13 +301,17 @@ class Stream:
 
     def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float]) -> None:
         decoder = punctuator._decoder
-        self._punctuator = punctuator
+        stream_engine = punctuator._stream_engine
+        # the streaming graph runs every window (whole ones too), as a server's engine does
+        self._engine = decoder.engine if stream_engine is None else stream_engine
+        self._pad_id = decoder.aligner.pad_id
         self._clock = clock
+        cache = None if stream_engine is None else StreamCacheConfig(stream_engine.stream_shape,
+                                                                      punctuator._cache_tokens)
         self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
                                          defaults=options, model_name=punctuator.name,
-                                         written=punctuator.written, case_margin=decoder.case_margin)
-        self._cache: KVCache | None = None
-        self._cache_state: object = None  # the stream state the cache was built for
+                                         written=punctuator.written, case_margin=decoder.case_margin,
+                                         stream_cache=cache)
         self.partial: Partial | None = None
 
     @property
@@ -381,30 +383,19 @@ class Stream:
         """Run every model call the protocol asks for at ``now`` (one at a time, as a session's driver)."""
         protocol = self._protocol
         finals: list[Final] = []
-        while (request := protocol.next_request(now)) is not None:
+        while (call := protocol.next_call(now)) is not None:
             try:
-                logits = self._run(request)
+                output = self._run(call)
             except Exception as e:
-                protocol.abort(request)
+                protocol.abort(call)
                 raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
-            finals += self._collect(protocol.apply(request, logits))
+            finals += self._collect(protocol.apply(call, output))
         return finals
 
-    def _run(self, request: WindowRequest) -> np.ndarray:
-        """Logits float32[T, C] over the request's rows: the server's engine call for it
-        (``Session._stream_call`` and the batcher's worker, one window alone)."""
-        p = self._punctuator
-        engine = p._stream_engine
-        if engine is None:
-            ids, mask = pad_batch([request.input_ids], p._decoder.aligner.pad_id)
-            return np.asarray(p._decoder.infer_all(ids, mask), dtype=np.float32)[0]
-        state = self._protocol.state
-        if self._cache is None or self._cache_state is not state:  # a new stream state starts empty
-            self._cache = new_cache(engine.stream_shape, p.stream_window, p._cache_tokens)
-            self._cache_state = state
-        call = self._cache.plan(request)
-        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], p._decoder.aligner.pad_id)
-        return self._cache.finish(request, call, logits, kept)
+    def _run(self, call: EngineCall) -> EngineOutput:
+        """The server's engine call for ``call`` (the batcher's worker, one window alone)."""
+        (output,) = run_calls(self._engine, [call], self._pad_id)
+        return output
 
     def _collect(self, messages: list[ServerMessage]) -> list[Final]:
         finals = []

@@ -1,12 +1,15 @@
 """Cross-stream batching: many sessions, one or more engine workers.
 
-Sessions call :meth:`Batcher.infer` with the unpadded token ids of one window
-and await its logits. A collector task on the event loop waits for an idle
+Sessions call :meth:`Batcher.run` with one model call
+(:class:`~streampunct.engine_call.EngineCall`: a window's unpadded token ids,
+or its streaming-graph call under cached left context) and await its
+:class:`~streampunct.engine_call.EngineOutput` (the punctuation and case
+logits, typed, and the keys/values a streaming call keeps). A collector task on the event loop waits for an idle
 engine worker, then gathers requests from all sessions until the batch holds
 ``max_batch`` requests or the oldest one has waited ``max_wait_ms``, and
 hands the whole batch to that worker: a dedicated single-thread executor
 that loads its own engine, warms it up, pads each batch to its longest
-sequence and runs one ``infer`` call. The event loop never blocks on
+sequence and runs one engine call (:func:`~streampunct.engine_call.run_work`). The event loop never blocks on
 inference. While every worker is busy new requests pile up, so the next
 batch is larger: under load the windows of many streams coalesce into fewer
 engine calls (each window stays what its stream's schedule makes it: see
@@ -58,9 +61,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streampunct import allocator
+from streampunct.engine_call import EngineCall, EngineOutput, run_work
 from streampunct.errors import EngineFailedError, OverloadedError
-from streampunct.stream_cache import StreamCall, run_stream_calls
-from streampunct.windowing import pad_batch
+from streampunct.stream_cache import StreamCall
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class BatcherConfig:
         max_batch: most requests in one engine call.
         max_wait_ms: longest a request waits for others to join its batch.
         max_queue: most requests waiting (not yet in the engine); beyond it
-            :meth:`Batcher.infer` raises :class:`OverloadedError`.
+            :meth:`Batcher.run` raises :class:`OverloadedError`.
         engine_workers: engines run side by side, each in its own thread on
             its own batches (the engine factory is called once per worker).
         batch_rows: ``padded``, ``exact`` or ``alone``: how a worker runs the
@@ -146,7 +149,7 @@ class _Worker:
 
 @dataclass(eq=False)
 class _Pending:
-    input_ids: np.ndarray | StreamCall  # a window's token ids, or a streaming-graph call
+    work: np.ndarray | StreamCall  # a window's token ids, or a streaming-graph call
     future: asyncio.Future
     enqueued: float
     done: bool = field(default=False)
@@ -314,15 +317,22 @@ class Batcher:
         return len(self._queue)
 
     # -- requests ------------------------------------------------------------
-    async def infer(self, input_ids: np.ndarray | StreamCall) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Logits float32[T, C] for one unpadded sequence int64[T]; for a
-        :class:`~streampunct.stream_cache.StreamCall` (cached left context, the
-        engine a streaming graph's), its (logits [T, C], keys/values to keep: see :func:`~streampunct.stream_cache.run_stream_calls`).
+    async def run(self, call: EngineCall) -> EngineOutput:
+        """The engine's output for one model call: its logits over the call's rows (typed:
+        punctuation, and a truecasing head's or None) and, for a streaming-graph call, the
+        keys/values its stream keeps (:func:`~streampunct.stream_cache.run_stream_calls`).
 
         Raises :class:`OverloadedError` when the queue is full and
-        :class:`EngineFailedError` when the engine fails on this request. Cancelling
-        the caller removes the request from the queue.
+        :class:`EngineFailedError` when the engine fails on this call. Cancelling
+        the caller removes the call from the queue.
         """
+        return await self._submit(call.work)
+
+    async def infer(self, input_ids: np.ndarray) -> np.ndarray:
+        """The punctuation logits float32[T, C] of one unpadded window int64[T] (as :meth:`run`)."""
+        return (await self._submit(input_ids)).heads.punctuation
+
+    async def _submit(self, work: np.ndarray | StreamCall) -> EngineOutput:
         if not self.ready or self._arrived is None or self._not_full is None:
             raise EngineFailedError("the engine is not running")
         if len(self._queue) >= self.config.max_queue:
@@ -331,7 +341,7 @@ class Batcher:
                 f"{len(self._queue)} requests already wait for the engine (max_queue)"
             )
         loop = asyncio.get_running_loop()
-        item = _Pending(input_ids, loop.create_future(), loop.time())
+        item = _Pending(work, loop.create_future(), loop.time())
         self._queue.append(item)
         self._arrived.set()
         try:
@@ -444,24 +454,25 @@ class Batcher:
 
     async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One batch: window ids padded into one engine call (or each alone, ``batch_rows``),
-        streaming-graph calls through :func:`~streampunct.stream_cache.run_stream_calls`;
-        one request at a time when a batch of several fails."""
-        stream = isinstance(batch[0].input_ids, StreamCall)
+        streaming-graph calls as :func:`~streampunct.stream_cache.run_stream_calls` groups
+        them (:func:`~streampunct.engine_call.run_work`); one request at a time when a
+        batch of several fails."""
+        stream = isinstance(batch[0].work, StreamCall)
         if not stream and len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
             await self._run_alone(worker, batch)
             return
-        whole, each = (self._infer_stream, self._infer_stream_each) if stream else (self._infer_rows, self._infer_each)
-        work = [item.input_ids for item in batch]
+        work = [item.work for item in batch]
         t0 = time.perf_counter()
         results: list = []
         try:
-            results, seconds = await self._in_thread(worker, whole, worker.engine, work)
+            results, seconds = await self._in_thread(worker, self._infer_batch, worker.engine, work)
         except Exception as exc:
             if len(batch) == 1:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await asyncio.get_running_loop().run_in_executor(worker.executor, each, worker.engine, work)
+                results = await asyncio.get_running_loop().run_in_executor(worker.executor, self._infer_each,
+                                                                           worker.engine, work)
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
@@ -482,20 +493,6 @@ class Batcher:
 
         return await asyncio.get_running_loop().run_in_executor(worker.executor, timed)
 
-    def _infer_stream(self, engine: object, calls: Sequence[StreamCall]) -> list:
-        if len(calls) > 1 and runs_rows_alone(self.config.batch_rows, engine):
-            return [run_stream_calls(engine.infer_stream, [c], self._pad_id)[0] for c in calls]  # type: ignore[attr-defined]
-        return run_stream_calls(engine.infer_stream, calls, self._pad_id)  # type: ignore[attr-defined]
-
-    def _infer_stream_each(self, engine: object, calls: Sequence[StreamCall]) -> list:
-        out: list = []
-        for call in calls:
-            try:
-                out.append(run_stream_calls(engine.infer_stream, [call], self._pad_id)[0])  # type: ignore[attr-defined]
-            except Exception as exc:
-                out.append(exc)
-        return out
-
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One engine call per window, all in one hand-off to the worker thread; windows
         whose session went away meanwhile are not run. The answers come back together:
@@ -506,17 +503,17 @@ class Batcher:
         failed = self._answer(batch, results)
         ran = [item for item, result in zip(batch, results, strict=True) if result is not None]
         if self._on_batch is not None and ran:
-            tokens = sum(len(item.input_ids) for item in ran)
+            tokens = sum(len(_ids(item.work)) for item in ran)
             self._on_batch(BatchRecord(len(ran), tokens, seconds, failed))
 
-    def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[np.ndarray | BaseException | None]:
+    def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[EngineOutput | BaseException | None]:
         """Worker thread: each window in its own call; None for a window whose session
         went away before its turn (a hint read across threads, checked again on the loop)."""
-        return [None if item.future.done() else self._infer_each(engine, [item.input_ids])[0] for item in batch]
+        return [None if item.future.done() else self._infer_each(engine, [item.work])[0] for item in batch]
 
     @staticmethod
-    def _answer(batch: Sequence[_Pending], results: Sequence[np.ndarray | BaseException | None]) -> int:
-        """Hand each request its logits or its engine failure; returns the failures. A
+    def _answer(batch: Sequence[_Pending], results: Sequence[EngineOutput | BaseException | None]) -> int:
+        """Hand each request its output or its engine failure; returns the failures. A
         None result (a window not run) and a request whose session went away meanwhile
         get nothing."""
         failed = 0
@@ -534,30 +531,24 @@ class Batcher:
         return failed
 
     # -- worker thread -------------------------------------------------------
-    def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> np.ndarray:
-        input_ids, attention_mask = pad_batch(seqs, self._pad_id)
-        if getattr(engine, "has_case", False):
-            # a truecasing head: its 4 case logits follow the punctuation logits (StreamState splits them)
-            logits, case = engine.infer_heads(input_ids, attention_mask)  # type: ignore[attr-defined]
-            logits = np.concatenate([np.asarray(logits), np.asarray(case)], axis=-1)
-        else:
-            logits = np.asarray(engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
-        if logits.ndim != 3 or logits.shape[:2] != input_ids.shape:
-            raise EngineFailedError(
-                f"engine returned logits of shape {logits.shape} for inputs {input_ids.shape}"
-            )
-        return logits
+    def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> list[EngineOutput]:
+        """Worker thread: whole windows in one padded call."""
+        return run_work(engine, seqs, self._pad_id)
 
-    def _infer_rows(self, engine: object, seqs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Worker thread: one padded call; each sequence's logits, unpadded."""
-        logits = self._infer_padded(engine, seqs)
-        return [logits[k, : len(seq)] for k, seq in enumerate(seqs)]
+    def _infer_batch(self, engine: object, work: Sequence[np.ndarray | StreamCall]) -> list[EngineOutput]:
+        """Worker thread: a batch's calls together (streaming calls each alone when the
+        engine's rows depend on their batch: ``batch_rows``)."""
+        if len(work) > 1 and isinstance(work[0], StreamCall) and runs_rows_alone(self.config.batch_rows, engine):
+            return [run_work(engine, [w], self._pad_id)[0] for w in work]
+        return run_work(engine, work, self._pad_id)
 
-    def _infer_each(self, engine: object, seqs: Sequence[np.ndarray]) -> list[np.ndarray | BaseException]:
-        out: list[np.ndarray | BaseException] = []
-        for seq in seqs:
+    def _infer_each(self, engine: object, work: Sequence[np.ndarray | StreamCall]
+                    ) -> list[EngineOutput | BaseException]:
+        """Worker thread: each call alone, its failure as its result."""
+        out: list[EngineOutput | BaseException] = []
+        for w in work:
             try:
-                out.append(self._infer_padded(engine, [seq])[0])
+                out.append(run_work(engine, [w], self._pad_id)[0])
             except Exception as exc:
                 out.append(exc)
         return out

@@ -1,18 +1,27 @@
 """Accuracy of a model on a labeled file: offline decoding and simulated streaming.
 
-Streaming is simulated with the real :class:`StreamState`: words arrive one at
-a time, every window request is served at once, and ``max_delay_ms`` is
-infinite, so a word is decided with exactly ``right_context`` words after it
-(the end of the file is a flush). This is the accuracy a live stream gets at
-that right context.
+Streaming is simulated with the server's own core: a
+:class:`~streampunct.engine_call.StreamCalls` (the real :class:`StreamState`
+and, with a streaming graph, its stream cache) plans every model call and
+applies its output, as a server session's protocol does. Words arrive one at
+a time, every call is served at once, and ``max_delay_ms`` is infinite, so a
+word is decided with exactly ``right_context`` words after it (the end of the
+file is a flush). This is the accuracy a live stream gets at that right
+context.
 
 The window requests of a simulation never depend on the labels that come
 back (the state only counts finals), so :func:`streaming_runs` plays each
-stream twice: first with placeholder logits, to collect every window the
-stream asks for, then, once those windows have been run in batches (each
-distinct window once, across right contexts), with the real logits, through
-the same :meth:`StreamState.apply`. The labels are those of
-:func:`streaming_labels`, which serves each request as it comes.
+stream twice (whole windows; a stream cache's calls depend on its past calls):
+first with placeholder logits, to collect every window the stream asks for,
+then, once those windows have been run in batches (each distinct window once,
+across right contexts), with the real logits, through the same
+:meth:`StreamCalls.apply`. The labels are those of :func:`streaming_labels`,
+which serves each request as it comes.
+
+``infer`` callables (:data:`~streampunct.punctuator.InferFn`: an engine's
+``infer``, training's torch models) give the punctuation logits, followed by a
+truecasing head's where they have one (``Punctuator.infer_all``); their rows
+become typed heads once, where they come in (:func:`_heads`).
 
 Scores are the model's own labels: the end of the file is a flush, not an
 end of stream, so the sentence mark forced at a stream's end
@@ -32,12 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from engines.base import StreamEngine
+from engines.base import HeadLogits, StreamEngine
 from streampunct.alignment import Aligner
-from streampunct.labels import LABELS
+from streampunct.engine_call import EngineCall, EngineOutput, StreamCalls, run_calls
+from streampunct.labels import CASE_LABELS, LABELS
 from streampunct.metrics import Report, evaluate
 from streampunct.punctuator import InferFn, decode_offline
-from streampunct.stream_state import StreamConfig, StreamState, WindowRequest
+from streampunct.stream_cache import StreamCacheConfig
+from streampunct.stream_state import StreamConfig, StreamState
 from streampunct.windowing import WindowConfig, pad_batch
 
 _NEVER_MS = 10**12
@@ -94,8 +105,8 @@ def streaming_labels(
     labels with far fewer calls.
     """
 
-    state = StreamState(aligner, window, StreamConfig(right_context, max_delay_ms))
-    return _simulate(state, words, _alone(infer), words_per_second)
+    calls = _calls(aligner, window, StreamConfig(right_context, max_delay_ms))
+    return _simulate(calls, words, _alone(infer), words_per_second)
 
 
 def streaming_runs(
@@ -139,8 +150,8 @@ def streaming_runs(
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     if stream_engine is not None:  # cached left context: each stream's windows depend on its past calls
-        return {rc: _simulate(StreamState(aligner, window, StreamConfig(rc, max_delay_ms)), words,
-                              _cached(stream_engine, aligner, window), words_per_second)
+        return {rc: _simulate(_calls(aligner, window, StreamConfig(rc, max_delay_ms), stream_engine), words,
+                              _on(stream_engine, aligner.pad_id), words_per_second)
                 for rc in dict.fromkeys(right_contexts)}
     infers = [infer] if callable(infer) else list(infer)
     if not infers:
@@ -154,24 +165,24 @@ def streaming_runs(
     for rc in contexts:
         order = asked[rc] = []
 
-        def record(request: WindowRequest, order: list[int] = order) -> np.ndarray:
-            key = request.input_ids.tobytes()
+        def record(call: EngineCall, order: list[int] = order) -> EngineOutput:
+            ids = call.request.input_ids
+            key = ids.tobytes()
             if key not in distinct:
                 distinct[key] = len(windows)
-                windows.append(request.input_ids)
+                windows.append(ids)
             order.append(distinct[key])
-            return np.zeros((len(request.input_ids), len(LABELS)), dtype=np.float32)
+            return EngineOutput(HeadLogits(np.zeros((len(ids), len(LABELS)), dtype=np.float32), None))
 
-        state = StreamState(aligner, window, StreamConfig(rc, max_delay_ms))
-        _simulate(state, words, record, words_per_second, bar)
+        _simulate(_calls(aligner, window, StreamConfig(rc, max_delay_ms)), words, record, words_per_second, bar)
     bar.close()
     logits = _run_windows(windows, infers, aligner.pad_id, batch_size, progress)
     # Pass 2: the same simulation, answered with the real logits, in the same order.
     runs: dict[int, StreamingRun] = {}
     bar = _bar(len(words) * len(contexts), "applying results", "word", progress)
     for rc, order in asked.items():
-        state = StreamState(aligner, window, StreamConfig(rc, max_delay_ms))
-        runs[rc] = _simulate(state, words, _replay(windows, logits, order), words_per_second, bar)
+        calls = _calls(aligner, window, StreamConfig(rc, max_delay_ms))
+        runs[rc] = _simulate(calls, words, _replay(windows, logits, order), words_per_second, bar)
     bar.close()
     return runs
 
@@ -182,15 +193,15 @@ def _bar(total: int, desc: str, unit: str, progress: bool) -> tqdm:
 
 def _replay(
     windows: Sequence[np.ndarray], logits: Sequence[np.ndarray], order: Sequence[int]
-) -> Callable[[WindowRequest], np.ndarray]:
-    """Answer a stream's requests with precomputed logits, in the order it asked before."""
+) -> Callable[[EngineCall], EngineOutput]:
+    """Answer a stream's calls with precomputed logits, in the order it asked before."""
     answers: Iterator[int] = iter(order)
 
-    def answer(request: WindowRequest) -> np.ndarray:
+    def answer(call: EngineCall) -> EngineOutput:
         k = next(answers)
-        if not np.array_equal(windows[k], request.input_ids):
+        if not np.array_equal(windows[k], call.request.input_ids):
             raise AssertionError("the replayed stream asked for other windows")
-        return logits[k]
+        return EngineOutput(_heads(logits[k]))
 
     return answer
 
@@ -290,28 +301,38 @@ def schedule_rows(
     decision finalized come from the window that decided them, as the server takes them."""
     labels: list[int] = []
     rows: list[np.ndarray] = []
-    state = StreamState(aligner, window, options)
-    serve = _alone(infer) if stream_engine is None else _cached(stream_engine, aligner, window)
+    calls = _calls(aligner, window, options, stream_engine)
+    serve = _alone(infer) if stream_engine is None else _on(stream_engine, aligner.pad_id)
 
-    def answer(request: WindowRequest) -> np.ndarray:
-        logits = serve(request)
-        if not request.partial:  # a final request finalizes every word it labels
-            rows.append(np.asarray(logits[request.positions], dtype=np.float32))
-        return logits
+    def answer(call: EngineCall) -> EngineOutput:
+        output = serve(call)
+        if not call.partial:  # a final call finalizes every word it labels
+            heads = call.heads(output)
+            positions = call.request.positions
+            punctuation = heads.punctuation[positions]
+            rows.append(punctuation if heads.case is None
+                        else np.concatenate([punctuation, heads.case[positions]], axis=1))
+        return output
 
-    _play(state, events, answer, lambda decisions: labels.extend(d.label for d in decisions))
+    _play(calls, events, answer, lambda decisions: labels.extend(d.label for d in decisions))
     out = np.concatenate(rows) if rows else np.zeros((0, len(LABELS)), dtype=np.float32)
     if len(out) != len(labels):
         raise AssertionError(f"{len(out)} rows for {len(labels)} finals")
     return labels, out
 
 
-def _cached(stream_engine: StreamEngine, aligner: Aligner, window: WindowConfig
-            ) -> Callable[[WindowRequest], np.ndarray]:
-    from streampunct.stream_cache import cached_serve, new_cache
+def _calls(aligner: Aligner, window: WindowConfig, options: StreamConfig,
+           stream_engine: StreamEngine | None = None) -> StreamCalls:
+    """A simulated stream's core: a new stream state and, with ``stream_engine``, its cache
+    (``stream_engine.cache_tokens`` tokens, as the server keeps)."""
+    cache = None if stream_engine is None else \
+        StreamCacheConfig(stream_engine.stream_shape, stream_engine.cache_tokens).new(window)
+    return StreamCalls(StreamState(aligner, window, options), cache)
 
-    cache = new_cache(stream_engine.stream_shape, window, stream_engine.cache_tokens)
-    return cached_serve(stream_engine, cache, aligner.pad_id)
+
+def _on(engine: object, pad_id: int) -> Callable[[EngineCall], EngineOutput]:
+    """Serve each call at once, alone, on ``engine`` (as the server's batcher runs one)."""
+    return lambda call: run_calls(engine, [call], pad_id)[0]
 
 
 def live_schedule(
@@ -340,35 +361,44 @@ def live_schedule(
     return events
 
 
-def _alone(infer: InferFn) -> Callable[[WindowRequest], np.ndarray]:
-    """Serve each window request by itself, at once (one engine call, no padding)."""
+def _heads(logits: np.ndarray) -> HeadLogits:
+    """An ``infer`` callable's rows (float32[T, C]) as typed heads: the punctuation logits,
+    and a truecasing head's when the callable gives them after those."""
+    logits = np.asarray(logits, dtype=np.float32)
+    n = len(LABELS)
+    return HeadLogits(logits[:, :n], logits[:, n : n + len(CASE_LABELS)] if logits.shape[1] > n else None)
 
-    def serve(request: WindowRequest) -> np.ndarray:
-        ids = request.input_ids[None]
-        return np.asarray(infer(ids, np.ones_like(ids)))[0]
+
+def _alone(infer: InferFn) -> Callable[[EngineCall], EngineOutput]:
+    """Serve each call's whole window by itself, at once (one engine call, no padding)."""
+
+    def serve(call: EngineCall) -> EngineOutput:
+        ids = call.request.input_ids[None]
+        return EngineOutput(_heads(np.asarray(infer(ids, np.ones_like(ids)))[0]))
 
     return serve
 
 
 def _play(
-    state: StreamState,
+    calls: StreamCalls,
     events: Sequence[Event],
-    serve: Callable[[WindowRequest], np.ndarray],
+    serve: Callable[[EngineCall], EngineOutput],
     on_finals: Callable[[list], None],
     bar: tqdm | None = None,
 ) -> tuple[int, int]:
-    """Feed ``events`` to ``state``, waking at every delay deadline between them (as the
-    server's timer does); ``serve`` answers each window request at once. Returns
-    (model calls, content tokens); ``bar`` advances by the words of each event."""
-    calls = tokens = 0
+    """Feed ``events`` to ``calls``' stream, waking at every delay deadline between them (as
+    the server's timer does); ``serve`` answers each model call at once. Returns
+    (model calls, content tokens of their windows); ``bar`` advances by the words of each event."""
+    state = calls.state
+    n_calls = tokens = 0
 
     def drain(now: float) -> None:
-        nonlocal calls, tokens
-        while (req := state.next_request(now)) is not None:
-            logits = serve(req)
-            calls += 1
-            tokens += len(req.input_ids) - 2
-            on_finals(state.apply(req, logits))
+        nonlocal n_calls, tokens
+        while (call := calls.next_call(now)) is not None:
+            output = serve(call)
+            n_calls += 1
+            tokens += len(call.request.input_ids) - 2
+            on_finals(calls.apply(call, output))
 
     for event in events:
         while (deadline := state.next_deadline()) is not None and deadline < event.time:
@@ -386,18 +416,19 @@ def _play(
             bar.update(len(event.words))
     while (deadline := state.next_deadline()) is not None:
         drain(deadline)
-    return calls, tokens
+    return n_calls, tokens
 
 
 def _simulate(
-    state: StreamState,
+    calls: StreamCalls,
     words: Sequence[str],
-    serve: Callable[[WindowRequest], np.ndarray],
+    serve: Callable[[EngineCall], EngineOutput],
     words_per_second: float,
     bar: tqdm | None = None,
 ) -> StreamingRun:
     """Feed ``words`` one at a time at ``words_per_second``, then a flush; ``serve``
-    answers each window request. ``bar``, if given, advances by one per word fed."""
+    answers each model call. ``bar``, if given, advances by one per word fed."""
+    state = calls.state
     labels: list[int] = []
     lat_words: list[int] = []
     lat_s: list[float] = []
@@ -413,8 +444,8 @@ def _simulate(
 
     events = [Event(k / words_per_second, (word,)) for k, word in enumerate(words)]
     events.append(Event(len(words) / words_per_second, kind="flush"))
-    calls, tokens = _play(state, events, serve, record, bar)
-    return StreamingRun(labels, calls, tokens, lat_words, lat_s)
+    n_calls, tokens = _play(calls, events, serve, record, bar)
+    return StreamingRun(labels, n_calls, tokens, lat_words, lat_s)
 
 
 def score(gold: Sequence[int], pred: Sequence[int]) -> Report:

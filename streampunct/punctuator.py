@@ -154,7 +154,9 @@ class Punctuator:
 
     def infer_all(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """The punctuation logits, followed by the case head's when the model has one
-        (float32[B, T, 4] or [B, T, 8]), from one engine run."""
+        (float32[B, T, 4] or [B, T, 8]), from one engine run: an ``infer`` callable for the
+        offline decode of both heads (:meth:`head_logits`) and training's scorers. Streams
+        take the heads apart (:mod:`streampunct.engine_call`)."""
         if not self.has_case:
             return self.engine.infer(input_ids, attention_mask)
         return np.concatenate(self.engine.infer_heads(input_ids, attention_mask), axis=-1)

@@ -1,13 +1,14 @@
 """One streaming session: the asyncio pump between a WebSocket and a :class:`SessionProtocol`.
 
 Every protocol rule lives in the sans-I/O :mod:`streampunct.session_protocol`
-(and the windowing core under it); this module only moves frames, logits and
-time. Three tasks per connection:
+(and the windowing core and stream cache under it); this module only moves
+frames, engine calls and time. Three tasks per connection:
 
 * the *reader* hands client frames to the protocol and queues its answers;
-* the *driver* asks the protocol for the next window, awaits its logits from
-  the shared :class:`~streampunct.batcher.Batcher` and queues the finals,
-  partials, ``flushed`` and ``end`` that come out;
+* the *driver* asks the protocol for the next model call (the window, with
+  its cache plan under cached left context), awaits its output from the
+  shared :class:`~streampunct.batcher.Batcher`, hands it back to the protocol
+  and queues the finals, partials, ``flushed`` and ``end`` that come out;
 * the *writer* sends queued messages in the order the protocol produced them
   (so a ``flushed`` can never overtake the finals it covers). With a
   ``written_executor`` in the context, the finals and partials of an ``itn``
@@ -71,8 +72,7 @@ from streampunct.protocol import (
 )
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session_protocol import SessionProtocol, WrittenText
-from streampunct.stream_cache import KVCache, StreamCall, new_cache
-from streampunct.stream_state import WindowRequest
+from streampunct.stream_cache import StreamCacheConfig
 from streampunct.windowing import WindowConfig
 from streampunct.written_form import WouldWait, WrittenForms
 
@@ -171,6 +171,8 @@ class Session:
             limits=context.limits, session_id=session_id, model_name=context.model_name,
             max_backlog=context.max_backlog_words, written=context.written, case_margin=context.case_margin,
             defer_written=context.written_executor is not None,
+            stream_cache=None if context.stream_shape is None
+            else StreamCacheConfig(context.stream_shape, context.stream_cache_tokens),
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
         # Unbounded as a queue; producers wait for room first (_wait_for_room).
@@ -183,9 +185,6 @@ class Session:
         self._handoff = False
         self._timer: asyncio.TimerHandle | None = None
         self._overload_reported = False
-        # Cached left context, for the stream state it was built for (a new state starts empty).
-        self._cache: KVCache | None = None
-        self._cache_state: object = None
         #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
         self.peak_backlog = 0
         self.peak_outbox = 0
@@ -375,44 +374,26 @@ class Session:
             self._cancel_timer()
             while True:
                 await self._wait_for_room()
-                request = protocol.next_request(loop.time())
-                if request is None:
+                call = protocol.next_call(loop.time())
+                if call is None:
                     break
-                call = self._stream_call(request)
                 try:
-                    out = await batcher.infer(request.input_ids if call is None else call)
+                    output = await batcher.run(call)
                 except OverloadedError as e:
-                    protocol.abort(request)
+                    protocol.abort(call)
                     self._report_overload(str(e))
                     await batcher.wait_for_capacity()
                     continue
                 except BaseException:
-                    protocol.abort(request)
+                    protocol.abort(call)
                     raise
                 self._overload_reported = False
-                if call is None:
-                    logits = out
-                    self._ctx.metrics.observe_window(request.partial, len(request.input_ids))
-                else:
-                    assert self._cache is not None
-                    logits = self._cache.finish(request, call, *out)
-                    self._ctx.metrics.observe_window(request.partial, len(call.input_ids))
-                self._emit(protocol.apply(request, logits))
+                self._ctx.metrics.observe_window(call.partial, len(call.input_ids))
+                self._emit(protocol.apply(call, output))
                 self._progress.set()
             deadline = protocol.next_deadline()
             if deadline is not None:
                 self._timer = loop.call_at(deadline, self._wake.set)
-
-    def _stream_call(self, request: WindowRequest) -> StreamCall | None:
-        """The streaming-graph call for ``request`` (None without cached left context)."""
-        shape = self._ctx.stream_shape
-        if shape is None:
-            return None
-        state = self.protocol.state
-        if self._cache is None or self._cache_state is not state:
-            self._cache = new_cache(shape, self._ctx.window, self._ctx.stream_cache_tokens)
-            self._cache_state = state
-        return self._cache.plan(request)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -431,13 +412,10 @@ class Session:
     # -- writer --------------------------------------------------------------
     def _emit(self, messages: list[ServerMessage | WrittenText]) -> None:
         """Queue the protocol's messages (called right after the protocol produced them)."""
-        state = self.protocol.state
         for item in messages:
             message = item.message if isinstance(item, WrittenText) else item
-            decidable: list[float] = []
-            if isinstance(message, Final):
-                decidable = [state.decidable_at(message.start + k) for k in range(len(message.words))]
-            elif isinstance(message, Error):
+            decidable = self.protocol.decidable_times(message)
+            if isinstance(message, Error):
                 self._ctx.metrics.errors.labels(code=str(message.code)).inc()
             elif isinstance(message, ConfigApplied):
                 self._log.info("config %s", message.config.to_json())

@@ -2,11 +2,16 @@
 
 :class:`SessionProtocol` turns client messages into server messages. It never
 touches a socket, a clock or an engine: the caller passes the time in,
-runs the model calls it asks for (:meth:`SessionProtocol.next_request`)
-wherever it likes and hands the logits back (:meth:`SessionProtocol.apply`).
-Every method returns the messages to send, in order. The asyncio pump in
-:mod:`streampunct.session` only moves frames and logits; tests drive this
-class directly.
+runs the model calls it asks for (:meth:`SessionProtocol.next_call`: the
+window and, with cached left context, its streaming-graph call) wherever it
+likes and hands the engine's output back (:meth:`SessionProtocol.apply`),
+which keeps the stream cache and labels the words
+(:class:`~streampunct.engine_call.StreamCalls`, one per stream state). Every
+method returns the messages to send, in order; :meth:`SessionProtocol.decidable_times`
+says when a final's words became decidable (for latency metrics). The asyncio
+pump in :mod:`streampunct.session` only moves frames and engine outputs; the
+Python API (:mod:`streampunct.api`) drives this class in-process; tests drive
+it directly.
 
 Rules kept here (see ``docs/protocol.md``):
 
@@ -43,7 +48,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from engines.base import HeadLogits
 from streampunct.alignment import Aligner
+from streampunct.engine_call import EngineCall, EngineOutput, StreamCalls
 from streampunct.labels import ID_TO_MARK, LOWER, PERIOD, QUESTION
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
@@ -70,6 +77,7 @@ from streampunct.protocol import (
     WordsMessage,
     decode,
 )
+from streampunct.stream_cache import StreamCacheConfig
 from streampunct.stream_state import Decision, StreamState, WindowRequest
 from streampunct.text import normalize_word, normalize_words, render
 from streampunct.windowing import WindowConfig
@@ -132,7 +140,8 @@ class SessionProtocol:
 
     Attributes:
         options: the effective session options.
-        state: the pure windowing core for the committed words.
+        state: the pure windowing core for the committed words (read-only; a
+            ``config`` or ``resume`` replaces it, and its stream cache with it).
         end_received: the client sent ``end`` (later frames are ignored).
         finished: every word is final after ``end`` or :meth:`finish`; the
             caller closes the connection with :attr:`close_code`.
@@ -141,6 +150,8 @@ class SessionProtocol:
 
     ``case_margin``: the model's margin for the truecasing head's capitals
     (:func:`streampunct.labels.case_classes`), for every stream state it builds.
+    ``stream_cache``: run the windows with cached left context (each stream state
+    gets its own, empty cache; :mod:`streampunct.stream_cache`); None: whole windows.
     ``defer_written``: the finals and partials of a session with ``itn`` come as
     :class:`WrittenText` (their text left to the caller) instead of
     :class:`~streampunct.protocol.Final` and :class:`~streampunct.protocol.Partial`.
@@ -159,11 +170,13 @@ class SessionProtocol:
         written: WrittenForms | None = None,
         case_margin: float = 0.0,
         defer_written: bool = False,
+        stream_cache: StreamCacheConfig | None = None,
     ) -> None:
         if max_backlog is not None and max_backlog < 1:
             raise ValueError("max_backlog must be >= 1")
         self._aligner = aligner
         self._case_margin = case_margin
+        self._stream_cache = stream_cache
         self.max_backlog = max_backlog
         self._window = window
         if limits.max_context_words is None:
@@ -173,7 +186,7 @@ class SessionProtocol:
         self.session_id = session_id
         self.model_name = model_name
         self.options = defaults if defaults is not None else SessionOptions()
-        self.state = self._new_state()
+        self._calls = self._new_calls()
         self.end_received = False
         self.finished = False
         self._finishing = False  # end or shutdown: no more partials
@@ -196,8 +209,15 @@ class SessionProtocol:
         self._written_seq = 0  # WrittenText handed out
         self._written_order = [0]  # the next one to resolve
 
-    def _new_state(self) -> StreamState:
-        return StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin)
+    def _new_calls(self) -> StreamCalls:
+        """A new stream state for the current options, with a new (empty) cache."""
+        state = StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin)
+        cache = None if self._stream_cache is None else self._stream_cache.new(self._window)
+        return StreamCalls(state, cache)
+
+    @property
+    def state(self) -> StreamState:
+        return self._calls.state
 
     @property
     def close_code(self) -> int:
@@ -331,7 +351,7 @@ class SessionProtocol:
         self.options = options
         self._partial_owed = self._partial_owed and self.options.partials
         hypothesis = self.state.hypothesis
-        self.state = self._new_state()
+        self._calls = self._new_calls()
         if hypothesis:
             self.state.set_hypothesis(hypothesis)
         return [ConfigApplied(self.options)]
@@ -349,7 +369,7 @@ class SessionProtocol:
         keep = self._limits.max_context_words
         given = request.context[-keep:] if keep else ()
         context = [w for w in (normalize_word(x.w) for x in given) if w]
-        self.state = self._new_state()
+        self._calls = self._new_calls()
         self.state.resume(request.start, context, now)
         self._words_seen = True
         self.resumed_at = self._sent = request.start
@@ -359,13 +379,24 @@ class SessionProtocol:
         return [Resumed(request.start, self.options)]
 
     # -- model calls ---------------------------------------------------------
-    def next_request(self, now: float) -> WindowRequest | None:
-        """The next model call (finals first, then a partial when partials are on)."""
+    def next_call(self, now: float) -> EngineCall | None:
+        """The next model call (finals first, then a partial when partials are on), with its
+        cache plan when the protocol has a stream cache; None while one is in flight or
+        when there is nothing to do. Run it anywhere (:func:`streampunct.engine_call.run_calls`,
+        :meth:`streampunct.batcher.Batcher.run`), then :meth:`apply` or :meth:`abort` it."""
         if self._end_at is not None:
             # Only the partial owed before ``end``: the finals wait for ``end``, so that they
             # are grouped and labeled as without the wait (one decision at ``end``).
-            return self.state.next_request(self._end_at, partial=True, finals=False)
-        return self.state.next_request(now, partial=self.options.partials and not self._finishing)
+            return self._calls.next_call(self._end_at, partial=True, finals=False)
+        return self._calls.next_call(now, partial=self.options.partials and not self._finishing)
+
+    def next_request(self, now: float) -> WindowRequest | None:
+        """:meth:`next_call`'s window, for a caller that runs whole windows itself and
+        applies their logits (a protocol without a stream cache)."""
+        if self._stream_cache is not None:
+            raise RuntimeError("a protocol with a stream cache plans its calls: use next_call()")
+        call = self.next_call(now)
+        return None if call is None else call.request
 
     def next_deadline(self) -> float | None:
         """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
@@ -373,21 +404,34 @@ class SessionProtocol:
             return None  # ``end`` decides every word once the owed partial is out
         return self.state.next_deadline()
 
-    def abort(self, request: WindowRequest) -> None:
+    def abort(self, call: EngineCall | WindowRequest) -> None:
         """The model call failed; its words will be requested again."""
-        self.state.abort(request)
+        self.state.abort(call.request if isinstance(call, EngineCall) else call)
 
-    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[ServerMessage | WrittenText]:
-        """Take the logits (float32[T, C]) of ``request``; the messages they produce.
+    def apply(self, call: EngineCall | WindowRequest,
+              output: EngineOutput | HeadLogits | np.ndarray) -> list[ServerMessage | WrittenText]:
+        """Take the engine's output for a call; the messages it produces.
 
-        A request of a stream state that a ``config`` has since replaced (a
-        partial of a hypothesis sent before the first words: no final can be in
-        flight then) is stale: its labels are dropped, and the new state labels
-        the hypothesis under the new options.
+        ``call`` is an :class:`EngineCall` of :meth:`next_call` and ``output`` its
+        :class:`EngineOutput`; or, from a caller that runs whole windows
+        (:meth:`next_request`), the :class:`WindowRequest` and its logits (a
+        :class:`~engines.base.HeadLogits`, or the punctuation logits float32[T, C]).
+
+        A call of a stream state that a ``config`` has since replaced (a partial
+        of a hypothesis sent before the first words: no final can be in flight
+        then) is stale: its labels are dropped, and the new state labels the
+        hypothesis under the new options.
         """
+        if isinstance(call, WindowRequest):
+            if not isinstance(output, EngineOutput):
+                output = EngineOutput(output if isinstance(output, HeadLogits) else HeadLogits(output, None))
+            call = EngineCall(call)
+        elif not isinstance(output, EngineOutput):
+            raise TypeError("the output of an EngineCall is an EngineOutput")
+        request = call.request
         if request.partial and request is not self.state.in_flight:
-            return self._owed_partial()  # (a stale final is a bug: StreamState.apply raises)
-        decisions = self.state.apply(request, logits)
+            return self._owed_partial()  # (a stale final is a bug: StreamCalls.apply raises)
+        decisions = self._calls.apply(call, output)
         if request.partial:
             # A partial that comes back after end or shutdown is no longer news.
             out = [] if self._finishing else self._partial(request)
@@ -395,6 +439,16 @@ class SessionProtocol:
             out = [self._final(decisions)] if decisions else []
             out += self._settle()
         return out + self._owed_partial() + self._deferred_end()
+
+    def decidable_times(self, message: ServerMessage | WrittenText) -> list[float]:
+        """When each word of a final (or a :class:`WrittenText` of one) became decidable, for
+        latency metrics; ``[]`` for any other message. Ask as the message comes out: the
+        state keeps the times of its recent finals only."""
+        if isinstance(message, WrittenText):
+            message = message.message
+        if not isinstance(message, Final):
+            return []
+        return [self.state.decidable_at(message.start + k) for k in range(len(message.words))]
 
     def _deferred_end(self) -> list[ServerMessage]:
         """The client's ``end``, once the partial it waited for is out."""
@@ -475,7 +529,7 @@ class SessionProtocol:
     def _owed_partial(self) -> list[ServerMessage]:
         """An empty partial when a hypothesis was cleared and nothing is left to label.
 
-        Otherwise the partial comes from a model call (:meth:`next_request`).
+        Otherwise the partial comes from a model call (:meth:`next_call`).
         """
         state = self.state
         idle = state.in_flight is None and state.n_final == state.n_words and not state.hypothesis

@@ -46,12 +46,13 @@ the default (docs/results.md, "Cached left context").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from engines.base import StreamEngine
+from engines.base import HeadLogits, StreamEngine
+from streampunct.labels import CASE_LABELS
 from streampunct.stream_state import WindowRequest
 from streampunct.windowing import WindowConfig
 
@@ -102,6 +103,16 @@ class StreamCall:
     def past_len(self) -> int:
         return int(self.past.shape[3])
 
+    def request_rows(self, n: int, rows: np.ndarray) -> np.ndarray:
+        """The call's per-token ``rows`` ([T_call, K]) over the ``n`` rows of its request:
+        rows of the request before ``new_from`` (its left context, not run) get zeros,
+        which no decision reads."""
+        if rows.shape[0] < len(self.input_ids):
+            raise ValueError(f"the streaming call returned {rows.shape[0]} rows for {len(self.input_ids)} tokens")
+        out = np.zeros((n, rows.shape[1]), dtype=np.float32)
+        out[self.new_from :] = rows[1 : 1 + n - self.new_from]
+        return out
+
 
 class KVCache:
     """One stream's cached keys/values and the rules that use them (module docstring)."""
@@ -128,7 +139,7 @@ class KVCache:
         return int(self._kv.shape[3])
 
     def plan(self, request: WindowRequest) -> StreamCall:
-        """The call that serves ``request``; changes nothing (see :meth:`finish`)."""
+        """The call that serves ``request``; changes nothing (see :meth:`keep`)."""
         ids = request.input_ids
         n = len(ids)
         if request.token_start >= 0:
@@ -151,33 +162,23 @@ class KVCache:
         # a request with no known position, or a partial that does not follow the cache: whole, nothing kept
         return StreamCall(ids, np.arange(n, dtype=np.int64), self._no_past, 1, None, self._base, self._end)
 
-    def finish(self, request: WindowRequest, call: StreamCall, logits: np.ndarray,
-               kept: np.ndarray | None) -> np.ndarray:
-        """Keep the decided words' keys/values; return logits over the request's rows.
-
-        ``logits``: float32[T_call, C] of the call; ``kept``: the keys/values of
-        the call's rows ``call.keep`` ([L, 2, heads, n, head_dim], as
-        :func:`run_stream_calls` cuts them), None when ``call.keep`` is None.
-        Rows of the request before ``call.new_from`` (its left context, not
-        run) get zeros: no decision reads them.
-        """
-        if logits.shape[0] < len(call.input_ids):
-            raise ValueError(f"the streaming call returned {logits.shape[0]} rows for {len(call.input_ids)} tokens")
-        out = np.zeros((len(request.input_ids), logits.shape[1]), dtype=np.float32)
-        out[call.new_from:] = logits[1 : 1 + len(request.input_ids) - call.new_from]
-        if call.keep is not None:
-            if kept is None or kept.shape[3] != call.keep[1] - call.keep[0]:
-                raise ValueError("the kept keys/values do not match the call's decided tokens")
-            kept = kept.astype(CACHE_DTYPE, copy=False)
-            kv = kept if call.full else np.concatenate([self._kv, kept], axis=3)
-            self._kv = np.ascontiguousarray(kv[:, :, :, -self.capacity :]) if kv.shape[3] > self.capacity else kv
-            self._base = call.base
-            self._end = call.group_end
-            if call.full:
-                self.full_calls += 1
-            else:
-                self.cached_calls += 1
-        return out
+    def keep(self, call: StreamCall, kept: np.ndarray | None) -> None:
+        """After ``call`` ran: keep its decided words' keys/values (``kept``: the call's rows
+        ``call.keep``, [L, 2, heads, n, head_dim], as :func:`run_stream_calls` cuts them;
+        None when ``call.keep`` is None, and then nothing changes)."""
+        if call.keep is None:
+            return
+        if kept is None or kept.shape[3] != call.keep[1] - call.keep[0]:
+            raise ValueError("the kept keys/values do not match the call's decided tokens")
+        kept = kept.astype(CACHE_DTYPE, copy=False)
+        kv = kept if call.full else np.concatenate([self._kv, kept], axis=3)
+        self._kv = np.ascontiguousarray(kv[:, :, :, -self.capacity :]) if kv.shape[3] > self.capacity else kv
+        self._base = call.base
+        self._end = call.group_end
+        if call.full:
+            self.full_calls += 1
+        else:
+            self.cached_calls += 1
 
 
 def pad_stream_calls(calls: Sequence[StreamCall], pad_id: int) -> dict[str, np.ndarray]:
@@ -207,30 +208,32 @@ def pad_stream_calls(calls: Sequence[StreamCall], pad_id: int) -> dict[str, np.n
     return {"input_ids": ids, "position_ids": pos, "attention_mask": mask, "past_kv": past}
 
 
-#: ``run(inputs) -> (logits float32[B, T, C], present float32[L, 2, B, heads, T, head_dim])``
-StreamRunner = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
-
-
-def run_stream_calls(run: StreamRunner, calls: Sequence[StreamCall], pad_id: int
-                     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Run ``calls`` in padded engine calls: full calls together, cached calls together
-    (a full window padded beside cached ones would make them pay its length).
-    Returns, per call, its logits [T, C] and the keys/values to keep (its rows
-    ``call.keep`` as ``CACHE_DTYPE``, contiguous; None without ``keep``): cut
-    here, in the engine's thread, rather than on the server's event loop."""
-    out: list[tuple[np.ndarray, np.ndarray | None] | None] = [None] * len(calls)
+def run_stream_calls(engine: StreamEngine, calls: Sequence[StreamCall], pad_id: int
+                     ) -> list[tuple[HeadLogits, np.ndarray | None]]:
+    """Run ``calls`` on ``engine`` (``infer_stream``) in padded engine calls: full calls
+    together, cached calls together (a full window padded beside cached ones would make
+    them pay its length). Returns, per call, its logits over its rows [T, C] (with the
+    truecasing head's apart, when ``engine.has_case``: the graph gives them after the
+    punctuation's) and the keys/values to keep (its rows ``call.keep`` as
+    ``CACHE_DTYPE``, contiguous; None without ``keep``): cut here, in the engine's
+    thread, rather than on the server's event loop."""
+    case = bool(getattr(engine, "has_case", False))
+    out: list[tuple[HeadLogits, np.ndarray | None] | None] = [None] * len(calls)
     for full in (True, False):
         group = [k for k, c in enumerate(calls) if c.full == full]
         if not group:
             continue
-        logits, present = run(pad_stream_calls([calls[k] for k in group], pad_id))
+        logits, present = engine.infer_stream(pad_stream_calls([calls[k] for k in group], pad_id))
         for row, k in enumerate(group):
             call = calls[k]
             kept = None
             if call.keep is not None:
                 a, b = call.keep
                 kept = np.ascontiguousarray(present[:, :, row, :, a:b], dtype=CACHE_DTYPE)
-            out[k] = (logits[row, : len(call.input_ids)], kept)
+            rows = logits[row, : len(call.input_ids)]
+            heads = HeadLogits(rows[:, : -len(CASE_LABELS)], rows[:, -len(CASE_LABELS) :]) if case \
+                else HeadLogits(rows, None)
+            out[k] = (heads, kept)
     return out  # type: ignore[return-value]
 
 
@@ -242,13 +245,14 @@ def new_cache(shape: tuple[int, int, int], window: WindowConfig, capacity: int |
     return KVCache(StreamShape(*shape), capacity=capacity or window.left, max_positions=window.size + 2)
 
 
-def cached_serve(engine: StreamEngine, cache: KVCache, pad_id: int) -> Callable[[WindowRequest], np.ndarray]:
-    """Serve one stream's requests at once, one engine call each, through ``cache`` (the
-    simulation's counterpart of the server's session; same rules, same calls)."""
+@dataclass(frozen=True)
+class StreamCacheConfig:
+    """How a stream's cache is made: the streaming graph's ``shape`` (layers, heads,
+    head_dim) and the ``tokens`` each stream keeps (None: the streaming window's left
+    context). The core makes one per stream state (:meth:`new`)."""
 
-    def serve(request: WindowRequest) -> np.ndarray:
-        call = cache.plan(request)
-        ((logits, kept),) = run_stream_calls(engine.infer_stream, [call], pad_id)
-        return cache.finish(request, call, logits, kept)
+    shape: tuple[int, int, int]
+    tokens: int | None = None
 
-    return serve
+    def new(self, window: WindowConfig) -> KVCache:
+        return new_cache(self.shape, window, self.tokens)

@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engines.base import HeadLogits
 from streampunct.alignment import Aligner
 from streampunct.labels import (
-    CASE_LABELS,
     LABELS,
     case_classes,
     check_case_margin,
@@ -378,25 +378,30 @@ class StreamState:
         return WindowRequest(ids, positions, self._base + first, partial, token_start=self._token_base + a,
                              decide_from=lay.starts[first] - a + 1, decide_to=lay.ends[last] - a + 1)
 
-    def apply(self, request: WindowRequest, logits: np.ndarray) -> list[Decision]:
-        """Take the model's logits (float32[T, C]) for ``request``; return new finals.
+    def apply(self, request: WindowRequest, logits: HeadLogits | np.ndarray) -> list[Decision]:
+        """Take the model's logits for ``request``; return new finals.
 
+        ``logits``: over the request's rows, a :class:`~engines.base.HeadLogits`
+        (punctuation float32[T, C] and a truecasing head's float32[T, 4], or None), or
+        the punctuation logits alone (float32[T, C]).
         For a partial request the provisional labels go to ``last_partial``
         and the return value is empty.
         """
         if request is not self._in_flight:
             raise ValueError("apply() got a request that is not in flight for this stream")
-        if logits.ndim != 2 or logits.shape[0] < len(request.input_ids):
+        heads = logits if isinstance(logits, HeadLogits) else HeadLogits(logits, None)
+        punctuation = heads.punctuation
+        if punctuation.ndim != 2 or punctuation.shape[0] < len(request.input_ids):
             raise ValueError(
-                f"logits of shape {logits.shape} do not cover the request's "
+                f"logits of shape {punctuation.shape} do not cover the request's "
                 f"{len(request.input_ids)} tokens"
             )
+        if punctuation.shape[1] != len(LABELS):
+            raise ValueError(f"punctuation logits have {punctuation.shape[1]} classes, not {len(LABELS)} "
+                             "(a truecasing head's logits come apart: HeadLogits)")
         self._in_flight = None
-        rows = logits[request.positions]
-        labels = np.argmax(rows[:, : len(LABELS)], axis=-1)
-        # logits of a truecasing head, when the engine has one, follow the punctuation's
-        cases = (case_classes(rows[:, len(LABELS) : len(LABELS) + len(CASE_LABELS)], self.case_margin)
-                 if rows.shape[1] > len(LABELS) else None)
+        labels = np.argmax(punctuation[request.positions], axis=-1)
+        cases = None if heads.case is None else case_classes(heads.case[request.positions], self.case_margin)
         first = request.first_word - self._base
         n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [
@@ -414,7 +419,7 @@ class StreamState:
             raise AssertionError("finals out of order")  # guarded by one request in flight
         if self._mark_last and decisions[-1].index == self.n_words - 1:
             last = decisions[-1]
-            label = end_of_stream_label(last.label, logits[request.positions[-1], : len(LABELS)])
+            label = end_of_stream_label(last.label, punctuation[request.positions[-1]])
             decisions[-1] = Decision(last.index, last.word, label, last.case)
         self._n_final += len(decisions)
         if self.last_partial and self.last_partial[0].index < self.n_final:

@@ -117,6 +117,14 @@ def test_the_engine_labels_as_the_table_says(aligner):
     assert len(set(tokens)) == len(set(WORDS))  # one label token per distinct word
 
 
+def _heads(engine, request):
+    """The engine's two heads over one request's rows, typed (as the core takes them)."""
+    from engines.base import HeadLogits
+
+    punctuation, case = engine.infer_heads(request.input_ids[None], None)
+    return HeadLogits(punctuation[0], case[0])
+
+
 def _stream(aligner, margin, *, partial=False):
     from streampunct.options import SessionOptions
     from streampunct.stream_state import StreamState
@@ -129,12 +137,12 @@ def _stream(aligner, margin, *, partial=False):
     if partial:
         request = state.next_request(0.0, partial=True, finals=False)
         assert request is not None and request.partial
-        state.apply(request, np.concatenate(engine.infer_heads(request.input_ids[None], None), -1)[0])
+        state.apply(request, _heads(engine, request))
         return state.last_partial
     state.end(0.0)
     finals = []
     while (request := state.next_request(0.0)) is not None:
-        finals += state.apply(request, np.concatenate(engine.infer_heads(request.input_ids[None], None), -1)[0])
+        finals += state.apply(request, _heads(engine, request))
     return finals
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from streampunct.batcher import BatcherConfig
 from streampunct.client import StreamClient, Transcript
+from streampunct.engine_call import StreamCalls, run_calls
 from streampunct.evaluation import Event, _play, schedule_labels
 from streampunct.stream_cache import (
     KVCache,
@@ -100,12 +101,18 @@ def _stream(aligner, words, rc=2):
     return state, cache
 
 
+def _finish(cache, request, call, logits):
+    """What the core does with a call's logits: the cache keeps the decided tokens, and the
+    logits move to the request's rows."""
+    cache.keep(call, _present_for(call))
+    return call.request_rows(len(request.input_ids), logits)
+
+
 def _serve_one(state, cache, now):
     request = state.next_request(now)
     call = cache.plan(request)
     logits = np.zeros((len(call.input_ids), 4), dtype=np.float32)
-    out = cache.finish(request, call, logits, _present_for(call))
-    state.apply(request, out)
+    state.apply(request, _finish(cache, request, call, logits))
     return request, call
 
 
@@ -146,7 +153,7 @@ def test_cached_logits_land_on_the_request_rows(aligner):
     _, cache, request = _second_request(aligner)
     call = cache.plan(request)
     logits = np.arange(len(call.input_ids) * 4, dtype=np.float32).reshape(-1, 4)
-    out = cache.finish(request, call, logits, _present_for(call))
+    out = _finish(cache, request, call, logits)
     assert out.shape == (len(request.input_ids), 4)
     assert not out[: call.new_from].any()  # the left context was not run
     np.testing.assert_array_equal(out[call.new_from :], logits[1:])
@@ -187,7 +194,7 @@ def test_partials_encode_only_their_new_tokens_and_leave_the_cache_alone(aligner
     assert call.input_ids.tolist() == [partial.input_ids[0], *partial.input_ids[partial.decide_from:]]
     assert call.position_ids.tolist() == [0, 4, 5, 6, 7]
     logits = np.arange(len(call.input_ids) * 4, dtype=np.float32).reshape(-1, 4)
-    out = cache.finish(partial, call, logits, _present_for(call))
+    out = _finish(cache, partial, call, logits)
     assert out[partial.positions].tolist() == logits[1 + partial.positions - partial.decide_from].tolist()
     assert (cache.tokens, cache.full_calls, cache.cached_calls) == before  # nothing kept, nothing counted
     # The next final follows the cache as before: the partial changed nothing.
@@ -203,7 +210,7 @@ def test_a_partial_that_does_not_follow_the_cache_runs_whole(aligner):
     partial = state.next_request(0.0, partial=True)
     call = cache.plan(partial)
     assert call.full and call.keep is None and call.input_ids.tolist() == partial.input_ids.tolist()
-    cache.finish(partial, call, np.zeros((len(call.input_ids), 4), np.float32), _present_for(call))
+    _finish(cache, partial, call, np.zeros((len(call.input_ids), 4), np.float32))
     assert (cache.tokens, cache.full_calls, cache.cached_calls) == (0, 0, 0)
 
 
@@ -222,7 +229,7 @@ def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
                 first_new = int(call.position_ids[1])
                 assert held == list(range(first_new - len(held), first_new))
                 assert len(held) == min(cache.capacity, first_new - 1)
-            cache.finish(request, call, np.zeros((len(call.input_ids), 4), np.float32), _present_for(call))
+            _finish(cache, request, call, np.zeros((len(call.input_ids), 4), np.float32))
             state.apply(request, np.zeros((len(request.input_ids), 4), np.float32))
             assert cache.tokens <= cache.capacity
     assert cache.full_calls >= 2  # new bases were started as positions ran out
@@ -251,13 +258,15 @@ def test_padding_puts_cached_tokens_first_and_masks_both_parts(aligner):
 
     shapes = []
 
-    def run(inp):
-        shapes.append((inp["input_ids"].shape, inp["past_kv"].shape[4]))
-        return FakeStreamEngine().infer_stream(inp)
+    class Recording(FakeStreamEngine):
+        def infer_stream(self, inp):
+            shapes.append((inp["input_ids"].shape, inp["past_kv"].shape[4]))
+            return super().infer_stream(inp)
 
-    out = run_stream_calls(run, [cached, full], pad_id=0)
+    out = run_stream_calls(Recording(), [cached, full], pad_id=0)
     assert sorted(shapes) == sorted([((1, len(full.input_ids)), 0), ((1, len(cached.input_ids)), c_max)])
-    assert [o[0].shape[0] for o in out] == [len(cached.input_ids), len(full.input_ids)]
+    assert [o[0].punctuation.shape[0] for o in out] == [len(cached.input_ids), len(full.input_ids)]
+    assert all(o[0].case is None for o in out)  # no truecasing head
 
 
 @settings(max_examples=30, deadline=None)
@@ -271,10 +280,8 @@ def test_every_word_is_final_once_in_order_with_a_cache(aligner, chunks, rc, see
     events.append(Event(t + 1.0, kind="end"))
     engine = FakeStreamEngine()
     state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=rc, max_delay_ms=1500))
-    from streampunct.stream_cache import cached_serve
-
     finals = []
-    _play(state, events, cached_serve(engine, new_cache(SHAPE, TEST_WINDOW), 0),
+    _play(StreamCalls(state, new_cache(SHAPE, TEST_WINDOW)), events, lambda call: run_calls(engine, [call], 0)[0],
           lambda ds: finals.extend(d.index for d in ds))
     assert finals == list(range(sum(chunks)))
 
