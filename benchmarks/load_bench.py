@@ -1,8 +1,8 @@
 """``bench load``: concurrent real-time sessions against one server, and the SLO search.
 
 The benchmark starts a server in a separate process (``streampunct serve`` on
-a model folder, or :mod:`benchmarks.load_server` with a synthetic engine for
-``--engine fake``), or targets a running one (``--url``, loopback only). It
+a model folder, or ``streampunct serve --engine fake``, a synthetic engine that
+needs no model), or targets a running one (``--url``, loopback only). It
 then runs a ramp of steps; a step opens N concurrent sessions from one
 asyncio loop, and each session streams a real transcript (the words of
 ``data/iwslt2011/test2011``, labels stripped, each session from its own

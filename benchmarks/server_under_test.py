@@ -31,8 +31,8 @@ from streampunct.options import SessionOptions
 
 @dataclass(frozen=True)
 class ServerUnderTest:
-    """The server a bench starts: ``streampunct serve`` on a model folder, or
-    :mod:`benchmarks.load_server` (the real server over a synthetic engine) with ``engine="fake"``.
+    """The server a bench starts: ``streampunct serve`` on a model folder, or with ``engine="fake"``
+    ``streampunct serve --engine fake`` (the real server over a synthetic engine, no model needed).
 
     Attributes:
         model_dir: model folder (None: the shipped model; with ``fake``, only its tokenizer).
@@ -48,12 +48,13 @@ class ServerUnderTest:
         itn_grammars: load the ITN grammars (``serve --itn-grammars on``), so sessions may ask for ``itn``.
         itn_workers: ``serve --itn-workers`` with the grammars (None: the server's default).
         fake_batch_ms, fake_token_us, fake_sleep: cost of the fake engine (per call, per padded
-            token; idle instead of burning CPU).
+            token; idle instead of burning CPU): its engine options ``batch_ms``, ``token_us``,
+            ``sleep`` (:func:`fake_engine_options`).
         profile: run the server under cProfile (its top functions go into the bench's report).
         startup_timeout_s: how long the server may take to load its engine.
 
-    The batching, stream-cache and engine-option fields do not reach the fake server, which has
-    no model (``batch_rows``, ``stream_cache``, ``stream_cache_tokens``, ``engine_options``).
+    ``batch_rows``, ``stream_cache`` and ``stream_cache_tokens`` do not reach the fake server,
+    whose model has no streaming graph; ``engine_options`` do, after the fake engine's costs.
     """
 
     model_dir: Path | None = None
@@ -193,6 +194,14 @@ def require_model_folder(engine: str, model_dir: Path | None, *, options: str = 
         raise InputError(f"no model folder at {model}: pass {options} or --engine fake")
 
 
+def fake_engine_options(server: ServerUnderTest) -> tuple[str, ...]:
+    """The fake engine's costs as ``serve --engine-option`` values (none for another engine)."""
+    if server.engine != "fake":
+        return ()
+    options = (f"batch_ms={server.fake_batch_ms}", f"token_us={server.fake_token_us}")
+    return (*options, "sleep=true") if server.fake_sleep else options
+
+
 def machine_cpu_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of all cores since boot."""
     times = require("psutil", feature="the load benchmark").cpu_times()
@@ -240,7 +249,7 @@ class ServerProcess:
         ]
         if s.engine_workers is not None:
             common += ["--engine-workers", str(s.engine_workers)]
-        if s.engine != "fake":
+        if s.engine != "fake":  # the fake model has no streaming graph; it takes the server's batch_rows
             for flag, value in (("--batch-rows", s.batch_rows), ("--stream-cache", s.stream_cache),
                                 ("--stream-cache-tokens", s.stream_cache_tokens)):
                 if value is not None:
@@ -249,18 +258,10 @@ class ServerProcess:
             common += ["--itn-grammars", "on"]
             if s.itn_workers is not None:
                 common += ["--itn-workers", str(s.itn_workers)]
-        if s.engine == "fake":
-            argv = [*python, "-m", "benchmarks.load_server", *common,
-                    "--batch-ms", str(s.fake_batch_ms), "--token-us", str(s.fake_token_us)]
-            if s.fake_sleep:
-                argv.append("--sleep")
-            if s.model_dir is not None:
-                argv += ["--tokenizer", str(Path(s.model_dir) / "tokenizer.json")]
-            return argv
         argv = [*python, "-m", "streampunct.cli", "--log-level", "WARNING", "serve", *common, "--engine", s.engine]
         if s.model_dir is not None:
             argv += ["--model", str(s.model_dir)]
-        for option in s.engine_options:
+        for option in (*fake_engine_options(s), *s.engine_options):
             argv += ["--engine-option", option]
         return argv
 

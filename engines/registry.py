@@ -18,11 +18,14 @@ Triton Inference Server (option ``url``), the folder gives the tokenizer and lab
 The ``fake`` backend (engines.fake) reads no artifact: its labels are a function of
 the token ids, at a chosen cost (``batch_ms``, ``token_us``, ``sleep``,
 ``has_case``, ``fail_token``), for tests and load benchmarks of the real server.
+It serves a model of its own (:func:`own_model`: a name, windows and a tokenizer),
+so a server over it needs no model folder.
 
 Every backend module exposes ``open_engine(model_dir, artifact, options) -> Engine``
 (:class:`engines.base.Engine`, or :class:`engines.base.StreamEngine` for a
 streaming graph) and builds its options with
-:func:`engines.backend_options.make_options`.
+:func:`engines.backend_options.make_options`; one that serves a model of its own
+(``own_model=True``) also exposes ``own_model(model_dir) -> (ModelMeta, tokenizer folder)``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 from engines.backend_options import make_options  # noqa: F401 (the backends' options, named here too)
 from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
 from engines.deps import install_hint, is_installed
-from engines.model_meta import has_model_meta, metadata_path, read_model_meta
+from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Backend:
         requires: import names that must be installed.
         suffixes: artifact file types it loads (none: it reads no artifact).
         default_artifacts: artifact names tried in order.
+        own_model: it serves a model of its own (its module's ``own_model``), so a server
+            over it needs no model folder (``fake``); see :func:`own_model`.
     """
 
     name: str
@@ -56,6 +61,7 @@ class Backend:
     requires: tuple[str, ...]
     suffixes: tuple[str, ...]
     default_artifacts: tuple[str, ...]
+    own_model: bool = False
 
 
 BACKENDS: dict[str, Backend] = {
@@ -75,7 +81,7 @@ BACKENDS: dict[str, Backend] = {
             (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
         ),
         # synthetic logits from the token ids at a chosen cost (tests, load benchmarks)
-        Backend("fake", "engines.fake", (), (), ()),
+        Backend("fake", "engines.fake", (), (), (), own_model=True),
         # windows run on a Triton Inference Server over gRPC (engines.triton_engine); the
         # folder gives the tokenizer and labels, the server the graph (build-engine --triton-repo)
         Backend("triton", "engines.triton_engine", ("tritonclient.grpc",), (), ()),
@@ -113,6 +119,18 @@ def require_backend(name: str) -> Backend:
             f"{install_hint(missing[0])}"
         )
     return backend
+
+
+def own_model(backend: str, model_dir: str | Path | None = None) -> tuple[ModelMeta, Path | None] | None:
+    """The model ``backend`` serves on its own, or None where it serves a model folder's (every
+    backend but ``fake``): its metadata (name, windows: what a folder's ``streampunct.json`` says)
+    and a folder holding its ``tokenizer.json`` (``model_dir`` when given; None: the caller's
+    default, e.g. the shipped model's)."""
+    b = get_backend(backend)
+    if not b.own_model:
+        return None
+    module = importlib.import_module(b.module)
+    return module.own_model(Path(model_dir) if model_dir is not None else None)
 
 
 def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None = None) -> Path:

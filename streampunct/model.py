@@ -23,6 +23,7 @@ from typing import Any
 
 from engines.base import ArtifactError
 from engines.model_meta import METADATA_FILE, ModelMeta, read_model_meta
+from engines.registry import own_model
 from streampunct.alignment import Aligner
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
@@ -39,7 +40,8 @@ class ModelInfo:
     """What the runtime needs to know about a model folder.
 
     Attributes:
-        path: the folder.
+        path: the folder (of a backend's own model, :func:`load_model_info` with ``backend``:
+            the folder that holds its tokenizer).
         name: a short name for logs and ``ready`` messages.
         labels: class names in id order (must equal :data:`LABELS`).
         label_position: ``"last"`` or ``"first"`` sub-token carries a word's label.
@@ -91,8 +93,18 @@ class ModelInfo:
         )
 
 
-def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
-    """Read ``streampunct.json`` of a model folder, with clear errors."""
+def load_model_info(model_dir: str | Path | None = None, *, backend: str | None = None) -> ModelInfo:
+    """Read ``streampunct.json`` of a model folder, with clear errors.
+
+    ``backend``: the engine backend that will serve it. One that serves a model of its own
+    (``fake``; :func:`engines.registry.own_model`) gives that model instead, which needs no
+    model folder: its name and windows, with the ``tokenizer.json`` of ``model_dir`` when given
+    (nothing else of the folder is read), else the backend's own, else the shipped model's.
+    """
+    if backend is not None:
+        own = own_model(backend, model_dir)
+        if own is not None:
+            return _own_model_info(backend, *own)
     path = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
     meta_path = path / METADATA_FILE
     if path.exists() and not path.is_dir():
@@ -106,22 +118,36 @@ def load_model_info(model_dir: str | Path | None = None) -> ModelInfo:
         meta = read_model_meta(path)
     except ArtifactError as e:
         raise ModelError(str(e)) from None
+    return _model_info(path, meta, path.name, meta_path)
+
+
+def _own_model_info(backend: str, meta: ModelMeta, folder: Path | None) -> ModelInfo:
+    """The model a backend serves on its own, its tokenizer in ``folder`` (None: the shipped model's)."""
+    folder = folder if folder is not None else DEFAULT_MODEL_DIR
+    if not (folder / "tokenizer.json").is_file():
+        raise ModelError(f"the {backend} engine needs a tokenizer: no tokenizer.json in {folder} "
+                         "(pass a folder that holds one as the model)")
+    return _model_info(folder, meta, backend, f"the {backend} backend's model")
+
+
+def _model_info(path: Path, meta: ModelMeta, default_name: str, where: str | Path) -> ModelInfo:
+    """:class:`ModelInfo` of ``meta`` (defaults applied, windows checked) with the tokenizer in ``path``."""
     labels = meta.labels if meta.labels is not None else LABELS
     if labels != LABELS:
-        raise ModelError(f"{meta_path}: labels {labels} differ from {LABELS}")
+        raise ModelError(f"{where}: labels {labels} differ from {LABELS}")
     win = meta.window or {}
     try:
         window = WindowConfig(**win)
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{meta_path}: bad window {dict(win)!r} ({e})") from None
+        raise ModelError(f"{where}: bad window {dict(win)!r} ({e})") from None
     sw = meta.stream_window or {}
     try:
         stream_window = WindowConfig(**{**window.to_dict(), **sw})
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{meta_path}: bad stream_window {dict(sw)!r} ({e})") from None
+        raise ModelError(f"{where}: bad stream_window {dict(sw)!r} ({e})") from None
     return ModelInfo(
         path=path,
-        name=meta.name if meta.name is not None else path.name,
+        name=meta.name if meta.name is not None else default_name,
         labels=labels,
         label_position=meta.label_position or "last",
         window=window,

@@ -83,8 +83,10 @@ class ServerConfig:
     """Everything the server is started with; built once at the CLI boundary.
 
     Attributes:
-        model_dir: model folder (None: the shipped ``models/default``).
-        engine: engine backend (``onnxruntime``, ``tensorrt``, ``torch``).
+        model_dir: model folder (None: the shipped ``models/default``). With ``engine="fake"``,
+            which serves a model of its own (:func:`streampunct.model.load_model_info`), only
+            its tokenizer is used, and none is needed.
+        engine: engine backend (``onnxruntime``, ``tensorrt``, ``torch``, ``triton``, ``fake``).
         engine_options: extra keyword options for the backend.
         host, port: where to listen (port 0 picks a free port).
         batching: cross-stream batching policy (max batch, max wait, queue bound).
@@ -224,7 +226,7 @@ class _Runtime:
 def _runtime_from_model(config: ServerConfig) -> _Runtime:
     from streampunct.model import load_model_info
 
-    info = load_model_info(config.model_dir)
+    info = load_model_info(config.model_dir, backend=config.engine)
     options = dict(config.engine_options)
     workers = config.batching.engine_workers
     if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:

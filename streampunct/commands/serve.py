@@ -71,11 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.server import DRAIN_MODES, ServerConfig
 
     parser.add_argument("--model", metavar="DIR", default=None,
-                        help="model folder (default: the shipped models/default)")
-    parser.add_argument("--engine", default=ServerConfig.engine,
-                        choices=list(BACKENDS), help="inference backend")
+                        help="model folder (default: the shipped models/default; --engine fake needs "
+                             "none and takes only its tokenizer)")
+    parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),
+                        help="inference backend (fake: synthetic labels at a chosen cost, no model needed; "
+                             "default: %(default)s)")
     parser.add_argument("--engine-option", metavar="KEY=VALUE", type=_engine_option, action="append",
-                        default=[], help="extra backend option (repeatable)")
+                        default=[], help="extra backend option (repeatable), e.g. intra_op_threads=2, "
+                                         "or the fake engine's batch_ms=0.5, token_us=20, sleep=true")
     net = parser.add_argument_group("network")
     net.add_argument("--host", default=ServerConfig.host,
                      help="bind address (default: %(default)s; binding elsewhere exposes the server)")

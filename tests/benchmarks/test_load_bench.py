@@ -410,6 +410,33 @@ def test_itn_reaches_the_started_server(tmp_path):
         assert argv[argv.index("--itn-grammars") + 1] == "on" and argv[argv.index("--itn-workers") + 1] == "2"
 
 
+def test_engine_fake_starts_streampunct_serve_with_the_costs_as_engine_options(tmp_path):
+    """--engine fake runs the real ``streampunct serve --engine fake`` (no server module of the
+    benches'); --fake-batch-ms, --fake-token-us and --fake-sleep become its engine options."""
+    from streampunct.commands import serve
+
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    cfg = config_from_args(p.parse_args(["--engine", "fake", "--fake-batch-ms", "0.5", "--fake-token-us", "20",
+                                         "--fake-sleep", "--engine-option", "has_case=true"]))
+    argv = ServerProcess(cfg.started_server(), 10, tmp_path).argv
+    assert argv[1:3] == ["-m", "streampunct.cli"] and argv[argv.index("--engine") + 1] == "fake"
+    options = [argv[k + 1] for k, a in enumerate(argv) if a == "--engine-option"]
+    assert options == ["batch_ms=0.5", "token_us=20.0", "sleep=true", "has_case=true"]
+    assert "--model" not in argv and "--batch-rows" not in argv and "--stream-cache" not in argv
+    # serve parses them into the fake backend's options
+    sp = argparse.ArgumentParser()
+    serve.add_arguments(sp)
+    config = serve.build_config(sp.parse_args(argv[argv.index("serve") + 1:]))
+    assert (config.engine, dict(config.engine_options)) == (
+        "fake", {"batch_ms": 0.5, "token_us": 20.0, "sleep": True, "has_case": True})
+    # the defaults: no cost, no sleep; a model folder lends its tokenizer
+    cfg = config_from_args(p.parse_args(["--engine", "fake", "--model", str(tmp_path)]))
+    argv = ServerProcess(cfg.started_server(), 10, tmp_path).argv
+    assert [argv[k + 1] for k, a in enumerate(argv) if a == "--engine-option"] == ["batch_ms=0.0", "token_us=0.0"]
+    assert argv[argv.index("--model") + 1] == str(tmp_path)
+
+
 # -- the cost proxy of the shipped model ---------------------------------------------
 
 

@@ -54,3 +54,19 @@ def test_fake_is_a_registered_backend_with_checked_options(tmp_path):
         load_engine("fake", tmp_path, sleep="yes")
     with pytest.raises(EngineError, match="costs must be >= 0"):
         load_engine("fake", tmp_path, batch_ms=-1.0)
+
+
+def test_only_the_fake_backend_serves_a_model_of_its_own(tmp_path):
+    from engines.base import EngineError
+    from engines.fake import MODEL_META, TOKENIZER_PACKAGE
+    from engines.registry import BACKENDS, own_model
+
+    assert [name for name, b in BACKENDS.items() if b.own_model] == ["fake"]
+    assert all(own_model(name) is None for name in BACKENDS if name != "fake")
+    assert own_model("fake", tmp_path) == (MODEL_META, tmp_path)  # a given folder lends its tokenizer
+    meta, folder = own_model("fake")
+    assert (meta.name, dict(meta.window)) == ("fake-cost-model", {"size": 126, "left": 40, "right": 20})
+    if folder is not None:  # MiniLM's package, when installed (else the caller's default)
+        assert TOKENIZER_PACKAGE in str(folder) and (folder / "tokenizer.json").is_file()
+    with pytest.raises(EngineError, match="unknown engine backend 'nope'"):
+        own_model("nope")

@@ -1,0 +1,116 @@
+"""``streampunct serve --engine fake``: the real server over the fake backend, with no model folder.
+
+The fake backend serves a model of its own (``engines.registry.own_model``): its name and
+windows, and a tokenizer (a given folder's, else MiniLM's, else the shipped model's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.fake import MODEL_META, fake_labels
+from streampunct.errors import ModelError
+from streampunct.model import DEFAULT_MODEL_DIR, load_model_info
+from streampunct.windowing import WindowConfig
+from tests.streampunct.fakes import ended
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_fake_backend_serves_its_own_model_without_a_folder(minilm_tokenizer_path):
+    info = load_model_info(backend="fake")
+    assert (info.name, info.window, info.stream_window) == ("fake-cost-model", WindowConfig(126, 40, 20),
+                                                            WindowConfig(126, 40, 20))
+    assert (info.label_position, info.max_word_tokens, info.case_margin, info.stream_cache_auto) == (
+        "last", 16, 0.0, False)
+    assert info.meta == MODEL_META
+    assert info.path == minilm_tokenizer_path.parent  # MiniLM's tokenizer comes first
+    assert info.aligner().word_ids("hello") == load_model_info(backend="fake").aligner().word_ids("hello")
+    # every other backend still reads the model folder
+    if (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        assert load_model_info(backend="onnxruntime").path == DEFAULT_MODEL_DIR
+
+
+def test_a_folder_lends_the_fake_model_only_its_tokenizer(tmp_path, minilm_tokenizer_path):
+    (tmp_path / "tokenizer.json").write_bytes(minilm_tokenizer_path.read_bytes())
+    (tmp_path / "streampunct.json").write_text('{"name": "mine", "window": {"size": 64, "left": 8, "right": 8}}')
+    info = load_model_info(tmp_path, backend="fake")
+    assert (info.path, info.name, info.window) == (tmp_path, "fake-cost-model", WindowConfig(126, 40, 20))
+    assert load_model_info(tmp_path).name == "mine"  # without the backend: the folder's model
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelError, match=r"the fake engine needs a tokenizer: no tokenizer.json in .*empty"):
+        load_model_info(empty, backend="fake")
+
+
+def test_without_minilm_the_fake_model_takes_the_shipped_tokenizer(monkeypatch):
+    import engines.fake
+
+    monkeypatch.setattr(engines.fake, "is_installed", lambda module: False)
+    if (DEFAULT_MODEL_DIR / "tokenizer.json").is_file():
+        assert load_model_info(backend="fake").path == DEFAULT_MODEL_DIR
+    else:
+        with pytest.raises(ModelError, match="the fake engine needs a tokenizer"):
+            load_model_info(backend="fake")
+
+
+def test_serve_config_reaches_the_fake_engine(minilm_tokenizer_path):
+    from streampunct.server import ServerConfig, _runtime_from_model
+
+    runtime = _runtime_from_model(ServerConfig(engine="fake", engine_options={"token_us": 3, "sleep": True}))
+    engine = runtime.engine_factory()
+    assert (engine.name, engine.token_us, engine.batch_ms, engine.sleep) == ("fake", 3, 0.0, True)
+    assert (runtime.model_name, runtime.window, runtime.stream_shape) == ("fake-cost-model",
+                                                                         WindowConfig(126, 40, 20), None)
+
+
+async def test_serve_engine_fake_starts_and_answers_a_stream(tmp_path, aligner):
+    """The command itself, in a child process: ready line, a stream's finals with the fake
+    engine's labels, /healthz, and a graceful stop on SIGTERM."""
+    from streampunct.client import StreamClient, Transcript
+
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 (closed in finally)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "serve", "--engine", "fake", "--port", "0",
+        "--engine-option", "batch_ms=1", "--engine-option", "token_us=2",
+        stdout=asyncio.subprocess.PIPE, stderr=log, cwd=REPO,
+    )
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        match = re.search(r"serving (\S+) with (\S+) on (ws://\S+)", line)
+        assert match, line + (tmp_path / "server.log").read_text()
+        assert match.group(1, 2) == ("fake-cost-model", "fake")
+        url = match.group(3)
+        words = "so we went to the market and bought apples pears and a very large melon today".split()
+        transcript = Transcript()
+        async with await StreamClient.connect(url, right_context=2, max_delay_ms=600_000) as client:
+            await client.send_words(words[:6])
+            await client.send_words(words[6:])
+            await client.end()
+            async with asyncio.timeout(30):
+                async for message in client:
+                    transcript.apply(message)
+        expected = [int(fake_labels(np.asarray(aligner.word_ids(w)))[-1]) for w in words]
+        assert transcript.words == words
+        assert transcript.labels == ended(expected)
+        assert transcript.errors == []
+
+        health_url = url.replace("ws://", "http://").replace("/v1/stream", "/healthz")
+        with await asyncio.to_thread(urllib.request.urlopen, health_url, timeout=10) as response:
+            health = json.loads(response.read())
+        assert (health["status"], health["engine"], health["model"]) == ("ok", "fake", "fake-cost-model")
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        log.close()
