@@ -12,6 +12,10 @@ module counts, from the messages one session received (in order):
   plus a final that differs from the last partial that showed the word
   (``changes_at_final``: the user sees it flip too).
 
+:func:`early_marks` counts, of the final marks (``,``, ``.``, ``?``) of shown words, those
+the last partial already showed: what holding back a mark in partials costs
+(``serve --partial-mark-threshold``; :mod:`benchmarks.partial_threshold`).
+
 Which words a partial shows: ``words`` are indices ``start ..``; those already
 final when the partial arrives are dropped (a client drops them too). The
 ``hypothesis`` words follow the committed ones: hypothesis word ``j`` stands
@@ -27,11 +31,11 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from streampunct.client import written_forms
-from streampunct.protocol import Final, Partial
+from streampunct.protocol import Final, Partial, PunctuatedWord
 
 
 @dataclass(frozen=True)
@@ -82,40 +86,87 @@ def partial_stability(messages: Iterable[object]) -> Stability:
     Messages other than ``final`` and ``partial`` are ignored. Finals must be
     contiguous from index 0, as the protocol guarantees.
     """
+    words = shown_count = correct = in_partials = at_final = 0
+    for event in _walk(messages):
+        if event is None:
+            in_partials += 1
+            continue
+        word, form, last = event
+        words += 1
+        if last is not None:
+            shown_count += 1
+            if last == (word.p, form):
+                correct += 1
+            else:
+                at_final += 1
+    return Stability(words, shown_count, correct, in_partials, at_final)
+
+
+@dataclass(frozen=True)
+class EarlyMarks:
+    """Final marks a partial showed in time (what holding back unsure marks costs); add with ``+``.
+
+    ``marks``: final words with a mark (``,``, ``.``, ``?``) that some partial showed before
+    their final; ``shown_early``: of those, the words whose last partial showed that same mark
+    (case not compared).
+    """
+
+    marks: int = 0
+    shown_early: int = 0
+
+    def __add__(self, other: EarlyMarks) -> EarlyMarks:
+        return EarlyMarks(self.marks + other.marks, self.shown_early + other.shown_early)
+
+    @property
+    def share(self) -> float | None:
+        """Percent of the final marks (of shown words) that the last partial already showed."""
+        return 100.0 * self.shown_early / self.marks if self.marks else None
+
+    def to_dict(self) -> dict:
+        share = self.share
+        return {"final_marks_shown_in_partials": self.marks, "shown_early": self.shown_early,
+                "shown_early_percent": None if share is None else round(share, 2)}
+
+
+def early_marks(messages: Iterable[object]) -> EarlyMarks:
+    """Count :class:`EarlyMarks` over one session's messages, in the order received (as
+    :func:`partial_stability`)."""
+    marks = early = 0
+    for event in _walk(messages):
+        if event is None:
+            continue
+        word, _, last = event
+        if last is not None and word.p:
+            marks += 1
+            early += last[0] == word.p
+    return EarlyMarks(marks, early)
+
+
+def _walk(messages: Iterable[object]) -> Iterator[tuple[PunctuatedWord, str, tuple[str, str] | None] | None]:
+    """What a client sees, in order: None for each change in partials; for each final word,
+    ``(word, written form, (mark, form) of the last partial that showed it, or None)``."""
     shown: dict[int, tuple[str, str, str]] = {}  # index -> (w, p, written form) last shown
     n_final = 0
-    words = shown_count = correct = in_partials = at_final = 0
-
-    def show(index: int, view: tuple[str, str, str]) -> None:
-        nonlocal in_partials
-        before = shown.get(index)
-        if before is not None and before[0] == view[0] and before[1:] != view[1:]:
-            in_partials += 1
-        shown[index] = view  # another word at this index (a revised hypothesis) starts afresh
-
     for message in messages:
         if isinstance(message, Final):
             if message.start != n_final:
                 raise ValueError(f"final for words from {message.start}, but {n_final} words are final")
             for k, (word, form) in enumerate(zip(message.words, written_forms(message), strict=True)):
-                index = message.start + k
-                words += 1
-                last = shown.pop(index, None)
-                if last is not None and last[0] == word.w:
-                    shown_count += 1
-                    if last[1:] == (word.p, form):
-                        correct += 1
-                    else:
-                        at_final += 1
+                last = shown.pop(message.start + k, None)
+                yield word, form, last[1:] if last is not None and last[0] == word.w else None
             n_final += len(message.words)
         elif isinstance(message, Partial):
             span = Final(message.start, tuple(message.words) + tuple(message.hypothesis), message.text)
             forms = written_forms(span)
             for k, (word, form) in enumerate(zip(span.words, forms, strict=True)):
                 index = message.start + k
-                if index >= n_final:
-                    show(index, (word.w, word.p, form))
-    return Stability(words, shown_count, correct, in_partials, at_final)
+                if index < n_final:
+                    continue
+                view = (word.w, word.p, form)
+                before = shown.get(index)
+                if before is not None and before[0] == view[0] and before[1:] != view[1:]:
+                    yield None
+                shown[index] = view  # another word at this index (a revised hypothesis) starts afresh
 
 
 def total(parts: Sequence[Stability]) -> Stability:

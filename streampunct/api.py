@@ -55,6 +55,7 @@ from engines.base import EngineError, StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.engine_call import EngineCall, EngineOutput, run_calls
 from streampunct.errors import EngineFailedError, InputError, ModelError
+from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
@@ -242,6 +243,7 @@ class Punctuator:
         clock: Callable[[], float] = time.monotonic,
         itn: bool | None = None,
         lexicon: Iterable[Sequence[str]] = (),
+        partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD,
     ) -> Stream:
         """A new stream with the server's session options (None: the server's defaults,
         ``right_context`` 3 and ``max_delay_ms`` 2000; ``capitalize``: this
@@ -249,7 +251,14 @@ class Punctuator:
         provisional labels of the words not yet final. ``clock``: the time of a call
         that passes no ``now`` (see the module doc, "Time"). ``itn`` (None: on when the
         grammars are loaded) and ``lexicon`` (pairs over the punctuator's): as a session's
-        ``config.itn`` and ``config.lexicon``."""
+        ``config.itn`` and ``config.lexicon``. ``partial_mark_threshold`` (0 <= it < 1), as
+        ``serve --partial-mark-threshold``: :attr:`Stream.partial` shows a word's mark only when
+        the model's probability of it is at least this (0: every mark); finals never change;
+        a threshold outside [0, 1) raises :class:`~streampunct.errors.InputError`."""
+        try:
+            threshold = check_partial_mark_threshold(partial_mark_threshold)
+        except ValueError as e:
+            raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
         base = SessionOptions()
         options = SessionOptions(
             right_context=base.right_context if right_context is None else right_context,
@@ -259,7 +268,7 @@ class Punctuator:
             itn=self._itn(itn),
             lexicon=_lexicon(lexicon),
         )
-        return Stream(self, options, clock)
+        return Stream(self, options, clock, partial_mark_threshold=threshold)
 
     def _itn(self, itn: bool | None) -> bool:
         if itn is None:
@@ -299,7 +308,8 @@ class Stream:
             yet final (and of the hypothesis), else None.
     """
 
-    def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float]) -> None:
+    def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float], *,
+                 partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD) -> None:
         decoder = punctuator._decoder
         stream_engine = punctuator._stream_engine
         # the streaming graph runs every window (whole ones too), as a server's engine does
@@ -311,7 +321,7 @@ class Stream:
         self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
                                          defaults=options, model_name=punctuator.name,
                                          written=punctuator.written, case_margin=decoder.case_margin,
-                                         stream_cache=cache)
+                                         stream_cache=cache, partial_mark_threshold=partial_mark_threshold)
         self.partial: Partial | None = None
 
     @property

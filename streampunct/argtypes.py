@@ -31,6 +31,7 @@ non_negative_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: 0 < v < float("inf"), "> 0")
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
+unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
 
 
 def lexicon_file(path: str) -> tuple[tuple[str, str], ...]:

@@ -71,6 +71,24 @@ def check_case_margin(margin: float) -> float:
     return float(margin)
 
 
+#: The server's and the API's default ``partial_mark_threshold`` (0: a partial shows every mark
+#: the model picks; :func:`check_partial_mark_threshold`, docs/formatting.md "Interim stability").
+PARTIAL_MARK_THRESHOLD = 0.0
+
+
+def check_partial_mark_threshold(threshold: float) -> float:
+    """``threshold`` as a float; ValueError (one line) unless it is a number with 0 <= it < 1.
+
+    A partial shows a provisional word's mark only when the model's probability of that
+    mark (the softmax of the punctuation logits of the window that labeled the word) is at
+    least this; 0 shows every mark, as finals do (:func:`streampunct.stream_state.hold_back_marks`).
+    """
+    if (isinstance(threshold, bool) or not isinstance(threshold, Real)
+            or not (math.isfinite(threshold) and 0 <= threshold < 1)):
+        raise ValueError(f"partial mark threshold must be a number in [0, 1), not {threshold!r}")
+    return float(threshold)
+
+
 def case_classes(case_logits, margin: float = 0.0) -> np.ndarray:
     """The case class of each row of a truecasing head's logits (float[..., 4]).
 

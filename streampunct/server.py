@@ -53,7 +53,11 @@ from streampunct.http_policy import (
 )
 from streampunct.itn import ProcessNormalizer, load_normalizer
 from streampunct.itn import available as itn_available
-from streampunct.labels import check_case_margin
+from streampunct.labels import (
+    PARTIAL_MARK_THRESHOLD,
+    check_case_margin,
+    check_partial_mark_threshold,
+)
 from streampunct.protocol import PROTOCOL_VERSION, Limits, SessionOptions
 from streampunct.server_metrics import ServerMetrics
 from streampunct.session import Session, SessionContext, close_within
@@ -140,6 +144,9 @@ class ServerConfig:
         lexicon: the server's lexicon (normalized pairs,
             :func:`streampunct.written_form.parse_lexicon_tsv`), under each
             session's own ``lexicon``.
+        partial_mark_threshold: partials show a provisional word's mark only when the
+            model's probability of it is at least this (0 <= it < 1; 0: every mark; finals
+            never change; docs/formatting.md, "Interim stability").
     """
 
     model_dir: Path | None = None
@@ -171,8 +178,14 @@ class ServerConfig:
     itn_cache: Path | None = None
     itn_workers: int = 1
     lexicon: tuple[tuple[str, str], ...] = ()
+    partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD
 
     def __post_init__(self) -> None:
+        try:
+            check_partial_mark_threshold(self.partial_mark_threshold)
+        except ValueError:
+            raise ValueError("partial_mark_threshold must be a number in [0, 1), not "
+                             f"{self.partial_mark_threshold!r}") from None
         if self.itn_grammars not in ("auto", "on", "off"):
             raise ValueError(f"itn_grammars must be auto, on or off, not {self.itn_grammars!r}")
         if self.itn_workers < 0:
@@ -339,6 +352,7 @@ class StreamServer:
             stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,
             written=WrittenForms(Lexicon(config.lexicon), normalizer),
             case_margin=runtime.case_margin,
+            partial_mark_threshold=config.partial_mark_threshold,
         )
         # The ITN grammars load with the engine (_load), before the server is ready.
         self._load_itn = normalizer is None and (

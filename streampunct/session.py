@@ -58,6 +58,7 @@ from websockets.frames import CloseCode
 
 from streampunct.alignment import Aligner
 from streampunct.batcher import Batcher, EngineFailedError, OverloadedError
+from streampunct.labels import PARTIAL_MARK_THRESHOLD
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
     ConfigApplied,
@@ -109,6 +110,9 @@ class SessionContext:
         written: the server's lexicon and ITN grammars (``itn`` and ``lexicon`` options).
         case_margin: the model's margin for its truecasing head's capitals
             (:func:`streampunct.labels.case_classes`; 0: the plain argmax).
+        partial_mark_threshold: partials show a provisional word's mark only when the
+            model's probability of it is at least this (``serve --partial-mark-threshold``;
+            0: every mark).
         written_executor: where the texts of ``itn`` sessions are written (the
             ITN grammars; None: on the event loop, as the protocol decides).
     """
@@ -129,6 +133,7 @@ class SessionContext:
     written: WrittenForms = WrittenForms()
     case_margin: float = 0.0
     written_executor: Executor | None = None
+    partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD
 
 
 class SlowReaderError(Exception):
@@ -173,6 +178,7 @@ class Session:
             defer_written=context.written_executor is not None,
             stream_cache=None if context.stream_shape is None
             else StreamCacheConfig(context.stream_shape, context.stream_cache_tokens),
+            partial_mark_threshold=context.partial_mark_threshold,
         )
         # (message, decidable times of a final's words) in protocol order; None: all sent.
         # Unbounded as a queue; producers wait for room first (_wait_for_room).

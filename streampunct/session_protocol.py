@@ -51,7 +51,14 @@ import numpy as np
 from engines.base import HeadLogits
 from streampunct.alignment import Aligner
 from streampunct.engine_call import EngineCall, EngineOutput, StreamCalls
-from streampunct.labels import ID_TO_MARK, LOWER, PERIOD, QUESTION
+from streampunct.labels import (
+    ID_TO_MARK,
+    LOWER,
+    PARTIAL_MARK_THRESHOLD,
+    PERIOD,
+    QUESTION,
+    check_partial_mark_threshold,
+)
 from streampunct.options import SessionOptions
 from streampunct.protocol import (
     DEFAULT_LIMITS,
@@ -152,6 +159,9 @@ class SessionProtocol:
     (:func:`streampunct.labels.case_classes`), for every stream state it builds.
     ``stream_cache``: run the windows with cached left context (each stream state
     gets its own, empty cache; :mod:`streampunct.stream_cache`); None: whole windows.
+    ``partial_mark_threshold``: partials show a provisional word's mark only when the model's
+    probability of it is at least this (:func:`streampunct.stream_state.hold_back_marks`; 0:
+    every mark, the default); finals never change. ValueError unless 0 <= it < 1.
     ``defer_written``: the finals and partials of a session with ``itn`` come as
     :class:`WrittenText` (their text left to the caller) instead of
     :class:`~streampunct.protocol.Final` and :class:`~streampunct.protocol.Partial`.
@@ -171,11 +181,14 @@ class SessionProtocol:
         case_margin: float = 0.0,
         defer_written: bool = False,
         stream_cache: StreamCacheConfig | None = None,
+        partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD,
     ) -> None:
         if max_backlog is not None and max_backlog < 1:
             raise ValueError("max_backlog must be >= 1")
         self._aligner = aligner
         self._case_margin = case_margin
+        #: the probability a partial's mark needs to be shown
+        self.partial_mark_threshold = check_partial_mark_threshold(partial_mark_threshold)
         self._stream_cache = stream_cache
         self.max_backlog = max_backlog
         self._window = window
@@ -211,7 +224,8 @@ class SessionProtocol:
 
     def _new_calls(self) -> StreamCalls:
         """A new stream state for the current options, with a new (empty) cache."""
-        state = StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin)
+        state = StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin,
+                            partial_mark_threshold=self.partial_mark_threshold)
         cache = None if self._stream_cache is None else self._stream_cache.new(self._window)
         return StreamCalls(state, cache)
 

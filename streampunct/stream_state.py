@@ -51,9 +51,16 @@ import numpy as np
 from engines.base import HeadLogits
 from streampunct.alignment import Aligner
 from streampunct.labels import (
+    CAPITALIZED,
     LABELS,
+    LOWER,
+    PARTIAL_MARK_THRESHOLD,
+    PERIOD,
+    QUESTION,
+    O,
     case_classes,
     check_case_margin,
+    check_partial_mark_threshold,
     end_of_stream_label,
 )
 from streampunct.options import SessionOptions as StreamConfig  # one options class (issue 16)
@@ -109,6 +116,31 @@ class Decision:
     case: int | None = None
 
 
+def hold_back_marks(logits: np.ndarray, labels: np.ndarray, cases: np.ndarray | None,
+                    threshold: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """A partial's shown labels and case classes: each word's mark (``labels``, the argmax of
+    its row of punctuation ``logits``, float[n, C]) where the model's probability of it is at
+    least ``threshold``, else ``O``. ``cases`` (the truecasing head's classes, or None) lose
+    the capital of a word right after a held-back period or question mark (CAPITALIZED becomes
+    LOWER: the head learned sentence-initial capitals, and the sentence is not shown to end).
+    Returns ``(labels, cases)`` as new arrays; threshold 0 returns them unchanged. Pure.
+    """
+    labels = np.asarray(labels)
+    if threshold <= 0 or not len(labels):
+        return labels, cases
+    rows = np.asarray(logits, dtype=np.float64)
+    rows = np.exp(rows - rows.max(axis=-1, keepdims=True))
+    probability = rows[np.arange(len(labels)), labels] / rows.sum(axis=-1)
+    held = (labels != O) & (probability < threshold)
+    shown = np.where(held, O, labels)
+    if cases is not None:
+        cases = np.asarray(cases)
+        after = np.zeros(len(labels), dtype=bool)
+        after[1:] = held[:-1] & ((labels[:-1] == PERIOD) | (labels[:-1] == QUESTION))
+        cases = np.where(after & (cases == CAPITALIZED), LOWER, cases)
+    return shown, cases
+
+
 #: Final words kept behind the last final (for left context and late lookups).
 KEEP_WORDS = 1024
 #: Compact when this many words could be dropped.
@@ -122,13 +154,18 @@ class StreamState:
     count all words of the stream; internally lists start at ``_base``.
     ``case_margin``: the truecasing head's margin for capitals, applied to finals and
     partials alike (:func:`streampunct.labels.case_classes`; the model folder's ``case_margin``).
+    ``partial_mark_threshold``: partials show a provisional word's mark only when the model's
+    probability of it is at least this (:func:`hold_back_marks`; 0: every mark); finals are the
+    argmax whatever it is. ValueError unless 0 <= it < 1.
     """
 
     def __init__(self, aligner: Aligner, window: WindowConfig, stream: StreamConfig, *,
-                 case_margin: float = 0.0) -> None:
+                 case_margin: float = 0.0, partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD) -> None:
         self.aligner = aligner
         #: the truecasing head's margin for capitals (:func:`streampunct.labels.case_classes`)
         self.case_margin = check_case_margin(case_margin)
+        #: the probability a partial's mark needs to be shown (:func:`hold_back_marks`)
+        self.partial_mark_threshold = check_partial_mark_threshold(partial_mark_threshold)
         self.window = window
         self.stream = stream
         self.words: list[str] = []
@@ -385,7 +422,8 @@ class StreamState:
         (punctuation float32[T, C] and a truecasing head's float32[T, 4], or None), or
         the punctuation logits alone (float32[T, C]).
         For a partial request the provisional labels go to ``last_partial``
-        and the return value is empty.
+        and the return value is empty; with a ``partial_mark_threshold``, they are the
+        labels a partial shows (:func:`hold_back_marks`), never used for a final.
         """
         if request is not self._in_flight:
             raise ValueError("apply() got a request that is not in flight for this stream")
@@ -402,6 +440,9 @@ class StreamState:
         self._in_flight = None
         labels = np.argmax(punctuation[request.positions], axis=-1)
         cases = None if heads.case is None else case_classes(heads.case[request.positions], self.case_margin)
+        if request.partial and self.partial_mark_threshold > 0:
+            labels, cases = hold_back_marks(punctuation[request.positions], labels, cases,
+                                            self.partial_mark_threshold)
         first = request.first_word - self._base
         n_committed = len(labels) - (len(request.hypothesis) - request.hypothesis_from)
         decisions = [

@@ -65,7 +65,7 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.argtypes import lexicon_file, port, positive_int
+    from streampunct.argtypes import lexicon_file, port, positive_int, unit_interval
     from streampunct.batcher import BATCH_ROWS, BatcherConfig
     from streampunct.protocol import Limits, SessionOptions
     from streampunct.server import DRAIN_MODES, ServerConfig
@@ -157,6 +157,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="write numbers, dates, times and money in 'text' as digits and symbols "
                               "(inverse text normalization; needs the itn extra and implies "
                               "--itn-grammars on)")
+    interim = parser.add_argument_group("partials (the server's setting for every session)")
+    interim.add_argument("--partial-mark-threshold", metavar="P", type=unit_interval,
+                         default=ServerConfig.partial_mark_threshold,
+                         help="partials show a word's mark only when the model gives it a probability of at "
+                              "least P (0 <= P < 1; 0: every mark); finals never change (docs/formatting.md, "
+                              "\"Interim stability\"; default: %(default)s)")
     written = parser.add_argument_group("written forms (docs/protocol.md, 'Written forms')")
     written.add_argument("--itn-grammars", choices=("auto", "on", "off"), default="off",
                          help="load the ITN grammars at startup (seconds, tens of MB), so that "
@@ -236,6 +242,7 @@ def build_config(args: argparse.Namespace):
             stream_cache=args.stream_cache,
             stream_cache_tokens=args.stream_cache_tokens,
             drain=args.drain,
+            partial_mark_threshold=args.partial_mark_threshold,
         )
     except ValueError as e:
         raise InputError(flag_names(str(e), args)) from None

@@ -119,3 +119,20 @@ def test_partials_that_always_equal_the_finals_are_all_correct_with_no_changes(s
     assert s.words == n and s.changes == 0
     assert s.last_partial_correct == s.words_shown
     assert s.words_shown == 0 or s.last_partial_accuracy == 100.0
+
+
+def test_early_marks_count_the_final_marks_the_last_partial_showed():
+    from benchmarks.partial_stability import EarlyMarks, early_marks
+
+    messages = [
+        partial(0, ("a.", "b"), ("c",)),    # a "." (held later), b "", c ""
+        partial(0, ("a", "b,", "c?")),      # the last partial of each: a "", b ",", c "?"
+        final(0, "a.", "b,", "c."),         # a's mark not shown in time; b's shown; c's other mark
+        final(3, "d."),                     # never shown: not counted
+        partial(4, ("e",)),
+        final(4, "e"),                      # no mark: not counted
+    ]
+    assert early_marks(messages) == EarlyMarks(marks=3, shown_early=1)
+    assert early_marks(messages).to_dict() == {"final_marks_shown_in_partials": 3, "shown_early": 1,
+                                               "shown_early_percent": 33.33}
+    assert EarlyMarks().share is None and EarlyMarks(2, 1) + EarlyMarks(2, 2) == EarlyMarks(4, 3)

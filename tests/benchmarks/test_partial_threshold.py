@@ -1,0 +1,37 @@
+"""python -m benchmarks.partial_threshold: a schedule replayed into an API stream gives the
+messages a client would see, in order; test sets are refused unless reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.live_bench import with_hypotheses
+from benchmarks.partial_stability import partial_stability
+from benchmarks.partial_threshold import main, replay
+from streampunct.evaluation import live_schedule
+from streampunct.protocol import Final, Partial
+from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+
+def test_a_replay_gives_every_word_one_final_and_partials_before_it(aligner):
+    from streampunct.api import Punctuator
+
+    words = "so we went there and it was fine then we left okay".split()
+    events = with_hypotheses(live_schedule(words, seed=1))
+    punctuator = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    seen = replay(punctuator.stream(partials=True, capitalize=False), events)
+    finals = [m for m in seen if isinstance(m, Final)]
+    assert [w.w for f in finals for w in f.words] == words
+    assert any(isinstance(m, Partial) for m in seen)
+    stability = partial_stability(seen)
+    assert stability.words == len(words) and stability.words_shown > 0
+    # the fake engine's marks are 0.475 sure: a threshold above holds every one back, finals unchanged
+    held = replay(punctuator.stream(partials=True, capitalize=False, partial_mark_threshold=0.5), events)
+    assert [m for m in held if isinstance(m, Final)] == finals
+    assert all(w.p == "" for m in held if isinstance(m, Partial) for w in (*m.words, *m.hypothesis))
+
+
+def test_a_test_set_is_refused_without_final_report(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", "data/iwslt2011/test2011"])
+    assert exc.value.code == 2 and "looks like a test set" in capsys.readouterr().err
