@@ -16,9 +16,11 @@ Every backend (ONNX Runtime, TensorRT, torch, the fake) implements :class:`Engin
 An engine that runs the streaming graph (cached left context,
 :mod:`engines.stream_spec`) is a :class:`StreamEngine`: it also declares
 ``stream_shape`` and ``cache_tokens`` and has ``infer_stream``. Engines
-inherit the defaults from :class:`EngineBase`; everything is set when the
-engine is built. Nothing here imports a backend, so the protocol costs only
-numpy to import.
+inherit the defaults from :class:`EngineBase` (streaming engines from
+:class:`StreamEngineBase`); everything is set when the engine is built, and the
+runtime reads these attributes as they are (no ``getattr`` probing): an engine,
+or a test double, declares them or inherits them. Nothing here imports a
+backend, so the protocol costs only numpy to import.
 
 Exception tree (``engines`` imports neither ``streampunct`` nor ``training``,
 so it has its own root; the CLI turns these into its own errors)::
@@ -230,6 +232,18 @@ class EngineBase:
 
     def close(self) -> None:
         pass
+
+
+class StreamEngineBase(EngineBase):
+    """:class:`EngineBase` for engines of the streaming graph (a :class:`StreamEngine`):
+    ``cache_tokens`` defaults to None (the streaming window's left context); the engine
+    sets ``stream_shape`` when it is built and implements ``infer_stream``."""
+
+    stream_shape: tuple[int, int, int]
+    cache_tokens: int | None = None
+
+    def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
 
 
 def check_batch(

@@ -28,10 +28,11 @@ from engines.base import (
     HeadLogits,
     InferenceError,
     IOSpec,
+    StreamEngineBase,
     check_batch,
 )
 from engines.deps import require
-from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
+from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact
 from engines.stream_spec import cache_shape, stream_interface_problems
 
@@ -236,7 +237,7 @@ class OrtEngine(EngineBase):
         self._session = None
 
 
-class OrtStreamEngine(OrtEngine):
+class OrtStreamEngine(OrtEngine, StreamEngineBase):
     """The streaming graph (:mod:`engines.stream_spec`) of a model folder, run with ONNX Runtime
     (a :class:`engines.base.StreamEngine`).
 
@@ -319,14 +320,6 @@ def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None 
     return OrtStreamEngine(model_dir / meta.stream_artifact,
                            make_options(OrtOptions, dict(options or {}), "onnxruntime"),
                            cache_tokens=meta.stream_cache_tokens)
-
-
-def stream_cache_tokens(meta: ModelMeta | Mapping[str, Any], where: Path) -> int | None:
-    """A model folder's ``stream_cache_tokens`` (None when it names none), read through
-    :class:`engines.model_meta.ModelMeta` (``where``: the folder, for messages)."""
-    if not isinstance(meta, ModelMeta):
-        meta = ModelMeta.from_dict(meta, metadata_path(where))
-    return meta.stream_cache_tokens
 
 
 def quantizes_activations(sidecar: Sidecar) -> bool:

@@ -25,7 +25,15 @@ Every backend module exposes ``open_engine(model_dir, artifact, options) -> Engi
 (:class:`engines.base.Engine`, or :class:`engines.base.StreamEngine` for a
 streaming graph) and builds its options with
 :func:`engines.backend_options.make_options`; one that serves a model of its own
-(``own_model=True``) also exposes ``own_model(model_dir) -> (ModelMeta, tokenizer folder)``.
+(``own_model=True``) also exposes ``own_model(model_dir) -> (ModelMeta, tokenizer folder)``;
+one that runs a folder's streaming graph (``streams=True``: onnxruntime) also exposes
+``open_stream_engine(model_dir, options) -> StreamEngine``.
+
+The runtime (``streampunct``) reaches the backends only through this module:
+:func:`load_engine` and :func:`load_stream_engine` build engines, :func:`stream_shape`
+decides whether a server or a simulated stream runs with cached left context
+(``--stream-cache auto|on|off``), and :func:`physical_cores` gives the cores that
+onnxruntime's thread counts are shared from.
 """
 
 from __future__ import annotations
@@ -36,9 +44,19 @@ from pathlib import Path
 from typing import Any
 
 from engines.backend_options import make_options  # noqa: F401 (the backends' options, named here too)
-from engines.base import ArtifactError, DependencyMissing, Engine, EngineError
+from engines.base import ArtifactError, DependencyMissing, Engine, EngineError, StreamEngine
 from engines.deps import install_hint, is_installed
 from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
+from engines.sidecar import read_sidecar
+from engines.stream_spec import cache_shape
+
+#: ``--stream-cache``: ``auto`` (when the folder and the backend allow it), ``on`` (required), ``off``.
+STREAM_CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
+
+
+class StreamModeError(ArtifactError):
+    """``--stream-cache on`` cannot be met: the backend runs no streaming graph, or the model
+    folder names none, or the one it names is not a streaming graph (:func:`stream_shape`)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,8 @@ class Backend:
         default_artifacts: artifact names tried in order.
         own_model: it serves a model of its own (its module's ``own_model``), so a server
             over it needs no model folder (``fake``); see :func:`own_model`.
+        streams: it runs a folder's streaming graph (cached left context; its module's
+            ``open_stream_engine``): see :func:`stream_shape`, :func:`load_stream_engine`.
     """
 
     name: str
@@ -62,6 +82,7 @@ class Backend:
     suffixes: tuple[str, ...]
     default_artifacts: tuple[str, ...]
     own_model: bool = False
+    streams: bool = False
 
 
 BACKENDS: dict[str, Backend] = {
@@ -69,7 +90,7 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend(
             "onnxruntime", "engines.ort_engine", ("onnxruntime",),
-            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
+            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"), streams=True,
         ),
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
@@ -174,11 +195,69 @@ def load_engine(
     """
     b = require_backend(backend)
     path = resolve_artifact(backend, model_dir, artifact) if b.suffixes else None
+    return _module(b).open_engine(Path(model_dir), path, options)
+
+
+def stream_shape(
+    backend: str, model_dir: str | Path, mode: str = "auto", *, meta: ModelMeta | None = None
+) -> tuple[int, int, int] | None:
+    """The stream mode of an engine of ``backend`` over ``model_dir``: the (layers, heads,
+    head_dim) of its streaming graph's cached keys/values when streams run with cached left
+    context, None when they run whole windows.
+
+    ``mode`` ``off``: None. ``auto``: the shape when the folder names a streaming graph
+    (``stream_artifact``), does not switch it off (``"stream_cache": false``) and the backend
+    runs streaming graphs (onnxruntime), else None. ``on``: the shape, or
+    :class:`StreamModeError`. ``meta``: the folder's ``streampunct.json`` when the caller has
+    read it already (read from ``model_dir`` otherwise). The shape comes from the graph's
+    sidecar; :class:`StreamModeError` when the graph it names is not a streaming graph.
+    """
+    if mode not in STREAM_CACHE_MODES:
+        raise EngineError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
+    b = get_backend(backend)
+    if mode == "off":
+        return None
+    if mode == "auto" and not b.streams:
+        return None
+    if meta is None:
+        meta = read_model_meta(model_dir)
+    if mode == "auto" and not meta.uses_stream_cache:
+        return None  # no graph, or the folder switches it off ("stream_cache": false)
+    name = meta.stream_artifact
+    if not b.streams or not name:
+        raise StreamModeError(
+            f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
+            f"graph (stream_artifact in {metadata_path(model_dir)}; "
+            "python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
+    path = Path(model_dir) / str(name)
+    shape = cache_shape(read_sidecar(path).inputs)
+    if shape is None:
+        raise StreamModeError(f"{path} is not a streaming graph (no past_kv input in its sidecar)")
+    return shape
+
+
+def load_stream_engine(backend: str, model_dir: str | Path, **options: Any) -> StreamEngine:
+    """The engine of ``model_dir``'s streaming graph (its ``stream_artifact``; the folder's
+    ``stream_cache_tokens`` is the engine's ``cache_tokens``), for a backend that runs one.
+    Raises as :func:`load_engine`; StreamModeError for a backend that runs no streaming graph."""
+    b = require_backend(backend)
+    if not b.streams:
+        raise StreamModeError(f"the {backend} engine backend runs no streaming graph")
+    return _module(b).open_stream_engine(Path(model_dir), options)
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use (SMT siblings counted once): what the onnxruntime
+    backend's threads default to, and what engines side by side share."""
+    return _module(get_backend("onnxruntime")).physical_cores()
+
+
+def _module(b: Backend) -> Any:
+    """The backend's module, imported on first use."""
     try:
-        module = importlib.import_module(b.module)
+        return importlib.import_module(b.module)
     except ImportError as e:
         raise DependencyMissing(
-            f"the {backend} engine backend failed to import ({e}); install with: "
+            f"the {b.name} engine backend failed to import ({e}); install with: "
             f"{install_hint(b.requires[0])}"
         ) from e
-    return module.open_engine(Path(model_dir), path, options)

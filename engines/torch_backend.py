@@ -37,11 +37,11 @@ from engines.base import (
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
-    EngineBase,
     EngineError,
     HeadLogits,
     InferenceError,
     IOSpec,
+    StreamEngineBase,
     TensorSpec,
     check_batch,
 )
@@ -122,7 +122,7 @@ def build_graph_model(state: Mapping[str, np.ndarray], config: Mapping[str, Any]
     return model.eval()
 
 
-class TorchGraphEngine(EngineBase):
+class TorchGraphEngine(StreamEngineBase):
     """A model folder's graph weights in torch behind the Engine protocol, with the streaming
     graph's ``infer_stream`` (cached left context).
 

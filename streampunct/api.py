@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engines.base import EngineError, StreamEngine
+from engines.base import Engine, EngineError, StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.engine_call import EngineCall, EngineOutput, run_calls
 from streampunct.errors import EngineFailedError, InputError, ModelError
@@ -161,7 +161,7 @@ class Punctuator:
     @classmethod
     def from_engine(
         cls,
-        engine: object,
+        engine: Engine,
         aligner: Aligner,
         *,
         window: WindowConfig | None = None,
@@ -173,8 +173,9 @@ class Punctuator:
         written: WrittenForms | None = None,
         case_margin: float = 0.0,
     ) -> Punctuator:
-        """A punctuator over an engine you built (the Engine protocol: ``infer``, and
-        ``has_case``/``infer_heads`` for a truecasing head).
+        """A punctuator over an engine you built (the Engine protocol, :class:`engines.base.Engine`:
+        ``infer``, ``infer_heads`` and the declared ``name``, ``has_case`` and
+        ``rows_independent``; derive from :class:`engines.base.EngineBase` for their defaults).
 
         ``stream_engine``: a streaming graph's engine (``infer_stream``,
         ``stream_shape``) for cached left context in streams, keeping

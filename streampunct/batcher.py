@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engines.base import Engine
 from streampunct import allocator
 from streampunct.engine_call import EngineCall, EngineOutput, run_work
 from streampunct.errors import EngineFailedError, OverloadedError
@@ -71,10 +72,10 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS: tuple[str, ...] = ("padded", "exact", "alone")
 
 
-def runs_rows_alone(batch_rows: str, engine: object) -> bool:
+def runs_rows_alone(batch_rows: str, engine: Engine) -> bool:
     """Whether a worker with this ``engine`` runs each window of a batch in its own call."""
     if batch_rows == "exact":
-        return not getattr(engine, "rows_independent", True)
+        return not engine.rows_independent
     return batch_rows == "alone"
 
 
@@ -143,7 +144,7 @@ class _Worker:
     """One engine and the thread it lives and runs in."""
 
     executor: ThreadPoolExecutor
-    engine: object = None
+    engine: Engine | None = None
     closed: bool = False
 
 
@@ -176,7 +177,7 @@ class Batcher:
 
     def __init__(
         self,
-        engine_factory: Callable[[], object],
+        engine_factory: Callable[[], Engine],
         *,
         pad_id: int,
         config: BatcherConfig = BatcherConfig(),  # noqa: B008 (frozen, immutable)
@@ -293,14 +294,15 @@ class Batcher:
             worker.executor.shutdown(wait=False)
 
     @property
-    def engine(self) -> object:
+    def engine(self) -> Engine | None:
         """The first worker's engine (all workers run the same artifact)."""
         return self._workers[0].engine if self._workers else None
 
     @property
     def engine_name(self) -> str:
+        """The engine's declared name (empty before the first worker has built its engine)."""
         engine = self.engine
-        return str(getattr(engine, "name", type(engine).__name__))
+        return "" if engine is None else engine.name
 
     @property
     def engine_workers(self) -> int:
@@ -506,7 +508,7 @@ class Batcher:
             tokens = sum(len(_ids(item.work)) for item in ran)
             self._on_batch(BatchRecord(len(ran), tokens, seconds, failed))
 
-    def _infer_alone(self, engine: object, batch: Sequence[_Pending]) -> list[EngineOutput | BaseException | None]:
+    def _infer_alone(self, engine: Engine, batch: Sequence[_Pending]) -> list[EngineOutput | BaseException | None]:
         """Worker thread: each window in its own call; None for a window whose session
         went away before its turn (a hint read across threads, checked again on the loop)."""
         return [None if item.future.done() else self._infer_each(engine, [item.work])[0] for item in batch]
@@ -531,18 +533,18 @@ class Batcher:
         return failed
 
     # -- worker thread -------------------------------------------------------
-    def _infer_padded(self, engine: object, seqs: Sequence[np.ndarray]) -> list[EngineOutput]:
+    def _infer_padded(self, engine: Engine, seqs: Sequence[np.ndarray]) -> list[EngineOutput]:
         """Worker thread: whole windows in one padded call."""
         return run_work(engine, seqs, self._pad_id)
 
-    def _infer_batch(self, engine: object, work: Sequence[np.ndarray | StreamCall]) -> list[EngineOutput]:
+    def _infer_batch(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]) -> list[EngineOutput]:
         """Worker thread: a batch's calls together (streaming calls each alone when the
         engine's rows depend on their batch: ``batch_rows``)."""
         if len(work) > 1 and isinstance(work[0], StreamCall) and runs_rows_alone(self.config.batch_rows, engine):
             return [run_work(engine, [w], self._pad_id)[0] for w in work]
         return run_work(engine, work, self._pad_id)
 
-    def _infer_each(self, engine: object, work: Sequence[np.ndarray | StreamCall]
+    def _infer_each(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]
                     ) -> list[EngineOutput | BaseException]:
         """Worker thread: each call alone, its failure as its result."""
         out: list[EngineOutput | BaseException] = []

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
-from engines.base import HeadLogits
+from engines.base import Engine, HeadLogits, StreamEngine
 from streampunct.errors import EngineFailedError
 from streampunct.stream_cache import KVCache, StreamCall, run_stream_calls
 from streampunct.stream_state import Decision, StreamState, WindowRequest
@@ -132,13 +133,13 @@ class StreamCalls:
         self.state.abort(call.request)
 
 
-def run_calls(engine: object, calls: Sequence[EngineCall], pad_id: int) -> list[EngineOutput]:
+def run_calls(engine: Engine, calls: Sequence[EngineCall], pad_id: int) -> list[EngineOutput]:
     """Run ``calls`` on ``engine`` (:func:`run_work` on their :attr:`EngineCall.work`): the
     outputs, in order."""
     return run_work(engine, [c.work for c in calls], pad_id)
 
 
-def run_work(engine: object, work: Sequence[np.ndarray | StreamCall], pad_id: int) -> list[EngineOutput]:
+def run_work(engine: Engine, work: Sequence[np.ndarray | StreamCall], pad_id: int) -> list[EngineOutput]:
     """Run model calls on ``engine``, all whole windows (token ids int64[T]) or all
     streaming calls: the outputs, in order. Whole windows go in one padded engine call
     (:func:`run_windows`); streaming calls as
@@ -147,22 +148,24 @@ def run_work(engine: object, work: Sequence[np.ndarray | StreamCall], pad_id: in
         return []
     streams = [w for w in work if isinstance(w, StreamCall)]
     if len(streams) == len(work):
-        return [EngineOutput(heads, kept) for heads, kept in run_stream_calls(engine, streams, pad_id)]  # type: ignore[arg-type]
+        # streaming calls come only from a stream with a cache, over a StreamEngine
+        stream_engine = cast(StreamEngine, engine)
+        return [EngineOutput(heads, kept) for heads, kept in run_stream_calls(stream_engine, streams, pad_id)]
     if streams:
         raise ValueError("whole windows and streaming calls run apart")
     return [EngineOutput(heads) for heads in run_windows(engine, work, pad_id)]  # type: ignore[arg-type]
 
 
-def run_windows(engine: object, seqs: Sequence[np.ndarray], pad_id: int) -> list[HeadLogits]:
+def run_windows(engine: Engine, seqs: Sequence[np.ndarray], pad_id: int) -> list[HeadLogits]:
     """Whole windows (int64[T] each) padded into one engine call: each window's heads over
     its own rows. A truecasing head's logits come from the same run (``infer_heads``)."""
     input_ids, attention_mask = pad_batch(seqs, pad_id)
-    if getattr(engine, "has_case", False):
-        punctuation, case = engine.infer_heads(input_ids, attention_mask)  # type: ignore[attr-defined]
+    if engine.has_case:
+        punctuation, case = engine.infer_heads(input_ids, attention_mask)
         punctuation = np.asarray(punctuation)
         case = None if case is None else np.asarray(case)
     else:
-        punctuation = np.asarray(engine.infer(input_ids, attention_mask))  # type: ignore[attr-defined]
+        punctuation = np.asarray(engine.infer(input_ids, attention_mask))
         case = None
     if punctuation.ndim != 3 or punctuation.shape[:2] != input_ids.shape:
         raise EngineFailedError(

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from engines.base import HeadLogits, StreamEngine
+from engines.base import Engine, HeadLogits, StreamEngine
 from streampunct.alignment import Aligner
 from streampunct.engine_call import EngineCall, EngineOutput, StreamCalls, run_calls
 from streampunct.labels import CASE_LABELS, LABELS
@@ -330,7 +330,7 @@ def _calls(aligner: Aligner, window: WindowConfig, options: StreamConfig,
     return StreamCalls(StreamState(aligner, window, options), cache)
 
 
-def _on(engine: object, pad_id: int) -> Callable[[EngineCall], EngineOutput]:
+def _on(engine: Engine, pad_id: int) -> Callable[[EngineCall], EngineOutput]:
     """Serve each call at once, alone, on ``engine`` (as the server's batcher runs one)."""
     return lambda call: run_calls(engine, [call], pad_id)[0]
 

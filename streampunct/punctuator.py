@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from engines.base import StreamEngine
+from engines.base import Engine, StreamEngine
+from engines.registry import STREAM_CACHE_MODES, load_engine, load_stream_engine
 from streampunct.alignment import Aligner
 from streampunct.errors import InputError
 from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
@@ -84,16 +85,12 @@ def labels_from_logits(logits: np.ndarray, end_of_stream: bool) -> list[int]:
     return labels
 
 
-#: ``auto``: cached left context where the model has a streaming graph; ``on``: required; ``off``.
-STREAM_CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
-
-
 class Punctuator:
     """Punctuates complete texts with a model folder and an engine."""
 
     def __init__(
         self,
-        engine,
+        engine: Engine,
         aligner: Aligner,
         window: WindowConfig,
         *,
@@ -126,8 +123,6 @@ class Punctuator:
         **engine_options,
     ) -> Punctuator:
         info = load_model_info(model_dir)
-        from engines.registry import load_engine
-
         eng = load_engine(engine, info.path, **engine_options)
         return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info,
                    stream_window=window or info.stream_window)
@@ -150,7 +145,7 @@ class Punctuator:
     @property
     def has_case(self) -> bool:
         """The model has a truecasing head (its engine returns case logits too)."""
-        return bool(getattr(self.engine, "has_case", False))
+        return bool(self.engine.has_case)
 
     def infer_all(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """The punctuation logits, followed by the case head's when the model has one
@@ -207,7 +202,7 @@ class Punctuator:
             raise InputError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
         if mode == "off":
             return None
-        usable = self.has_stream_graph and getattr(self.engine, "name", "") == "onnxruntime"
+        usable = self.has_stream_graph and self.engine.name == "onnxruntime"
         if not usable:
             if mode == "on":
                 raise InputError("--stream-cache on needs a model folder with a streaming graph "
@@ -216,10 +211,8 @@ class Punctuator:
         if mode == "auto" and self.info is not None and not self.info.stream_cache_auto:
             return None  # the folder switches it off: the server's auto serves whole windows too
         if self._stream_engine is None:
-            from engines.ort_engine import open_stream_engine
-
             assert self.info is not None
-            self._stream_engine = open_stream_engine(self.info.path, options)
+            self._stream_engine = load_stream_engine(self.engine.name, self.info.path, **options)
         return self._stream_engine
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ from websockets.datastructures import Headers
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
+from engines.base import Engine
 from streampunct.alignment import Aligner
 from streampunct.batcher import Batcher, BatcherConfig
 from streampunct.errors import InputError, ModelError, StreampunctError
@@ -224,7 +225,7 @@ class ServerConfig:
 class _Runtime:
     """The model-side pieces a server runs with."""
 
-    engine_factory: Callable[[], object]
+    engine_factory: Callable[[], Engine]
     aligner: Aligner
     window: WindowConfig
     model_name: str
@@ -237,6 +238,7 @@ class _Runtime:
 
 
 def _runtime_from_model(config: ServerConfig) -> _Runtime:
+    from engines.registry import load_engine, load_stream_engine, physical_cores
     from streampunct.model import load_model_info
 
     info = load_model_info(config.model_dir, backend=config.engine)
@@ -244,48 +246,30 @@ def _runtime_from_model(config: ServerConfig) -> _Runtime:
     workers = config.batching.engine_workers
     if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
         # N engines side by side share the cores: each gets its part of them.
-        from engines.ort_engine import physical_cores
-
         options["intra_op_threads"] = max(1, physical_cores() // workers)
 
     shape = _stream_shape(config, info)
 
-    def engine_factory() -> object:
+    def engine_factory() -> Engine:
         if shape is not None:
-            from engines.ort_engine import open_stream_engine
-
-            return open_stream_engine(info.path, options)
-        from engines.registry import load_engine
-
+            return load_stream_engine(config.engine, info.path, **options)
         return load_engine(config.engine, info.path, **options)
 
-    tokens = None
-    if shape is not None:
-        from engines.ort_engine import stream_cache_tokens
-
-        tokens = stream_cache_tokens(info.metadata, info.path)
+    tokens = info.meta.stream_cache_tokens if shape is not None else None
     # The server only streams: its windows have the streaming geometry.
     return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens,
                     info.case_margin)
 
 
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
-    """The streaming graph's cache shape when this server runs with cached left context."""
-    name = info.metadata.get("stream_artifact")
-    if config.stream_cache == "off" or (config.stream_cache == "auto" and (
-            not info.stream_cache_auto or config.engine != "onnxruntime")):
-        return None  # auto: no graph, the folder switches it off ("stream_cache": false), or another engine
-    if config.engine != "onnxruntime" or not name:
-        raise ModelError(f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
-                         f"graph (stream_artifact in {info.path / 'streampunct.json'}; "
-                         "python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
-    from engines.sidecar import read_sidecar
-    from engines.stream_graph import cache_shape
+    """The streaming graph's cache shape when this server runs with cached left context
+    (the registry decides: :func:`engines.registry.stream_shape`)."""
+    from engines.registry import StreamModeError, stream_shape
 
-    shape = cache_shape(read_sidecar(info.path / str(name)).inputs)
-    if shape is None:
-        raise ModelError(f"{info.path / str(name)} is not a streaming graph (no past_kv input in its sidecar)")
-    return shape
+    try:
+        return stream_shape(config.engine, info.path, config.stream_cache, meta=info.meta)
+    except StreamModeError as e:
+        raise ModelError(str(e)) from e
 
 
 class StreamServer:
@@ -302,7 +286,7 @@ class StreamServer:
         self,
         config: ServerConfig,
         *,
-        engine_factory: Callable[[], object] | None = None,
+        engine_factory: Callable[[], Engine] | None = None,
         aligner: Aligner | None = None,
         window: WindowConfig | None = None,
         model_name: str | None = None,
@@ -650,7 +634,7 @@ def _set_content_type(headers: Headers, value: str) -> None:
 async def serve(
     config: ServerConfig,
     *,
-    engine_factory: Callable[[], object] | None = None,
+    engine_factory: Callable[[], Engine] | None = None,
     aligner: Aligner | None = None,
     window: WindowConfig | None = None,
     model_name: str | None = None,

@@ -217,7 +217,7 @@ def run_stream_calls(engine: StreamEngine, calls: Sequence[StreamCall], pad_id: 
     punctuation's) and the keys/values to keep (its rows ``call.keep`` as
     ``CACHE_DTYPE``, contiguous; None without ``keep``): cut here, in the engine's
     thread, rather than on the server's event loop."""
-    case = bool(getattr(engine, "has_case", False))
+    case = engine.has_case
     out: list[tuple[HeadLogits, np.ndarray | None] | None] = [None] * len(calls)
     for full in (True, False):
         group = [k for k, c in enumerate(calls) if c.full == full]

@@ -62,8 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.ort_engine import physical_cores
-    from engines.registry import load_engine
+    from engines.registry import load_engine, physical_cores
     from streampunct.data import read_punctuated_text, read_word_labels
     from streampunct.errors import InputError
     from streampunct.evaluation import (

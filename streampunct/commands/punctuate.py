@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streampunct.errors import InputError
+
+if TYPE_CHECKING:
+    from streampunct.punctuator import Punctuator
 
 NAME = "punctuate"
 HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline decoder"
@@ -59,7 +63,7 @@ def read_transcript_words(source: str) -> list[str]:
     return [w for line in read_transcript_lines(source) for w in line]
 
 
-def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool = False,
+def punctuate_lines(segments: list[list[str]], punctuator: Punctuator, *, capitalize: bool = False,
                     formatter=None) -> list[str]:
     """Each line punctuated as its own segment; blank lines stay blank.
 
@@ -79,7 +83,7 @@ def punctuate_lines(segments: list[list[str]], punctuator, *, capitalize: bool =
             out.append("")
             sentence_start = True
             continue
-        if capitalize and getattr(punctuator, "has_case", False):
+        if capitalize and punctuator.has_case:
             labels, cases = punctuator.labels_and_cases(words)
         else:
             labels, cases = punctuator.punctuate(words), None

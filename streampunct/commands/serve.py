@@ -58,7 +58,7 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
         return int(value)
     if engine != "onnxruntime":
         return 1
-    from engines.ort_engine import physical_cores
+    from engines.registry import physical_cores
 
     return min(physical_cores(), AUTO_MAX_ENGINE_WORKERS)
 

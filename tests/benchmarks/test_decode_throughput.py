@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from benchmarks.decode_throughput import measure_decode_throughput
+from engines.base import EngineBase
 from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner, fake_infer
 
 
-class SlowEngine:
+class SlowEngine(EngineBase):
     """Cost proportional to padded tokens, like a real engine."""
 
     def __init__(self, us_per_token: float = 2.0) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import Engine, EngineBase, EngineError, HeadLogits, StreamEngine
+from engines.base import Engine, EngineBase, EngineError, HeadLogits, StreamEngine, StreamEngineBase
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "models" / "default"
@@ -29,6 +29,10 @@ def test_every_engine_class_declares_the_capabilities():
         assert issubclass(cls, EngineBase), cls
         for name in ("name", "has_case", "rows_independent", "infer", "infer_heads", "io_spec", "close"):
             assert hasattr(cls, name), (cls, name)
+    for cls in (OrtStreamEngine, TorchGraphEngine):  # the streaming graph's engines
+        assert issubclass(cls, StreamEngineBase), cls
+        assert "stream_shape" in StreamEngineBase.__annotations__ and cls.cache_tokens is None  # until built
+        assert hasattr(cls, "infer_stream")
 
 
 def test_engine_base_gives_the_defaults():
@@ -57,11 +61,10 @@ def shipped() -> Path:
 
 def test_the_shipped_engines_satisfy_the_protocols(shipped):
     from engines.model_meta import read_model_meta
-    from engines.ort_engine import open_stream_engine
-    from engines.registry import load_engine
+    from engines.registry import load_engine, load_stream_engine
 
     whole = load_engine("onnxruntime", shipped, intra_op_threads=1)
-    stream = open_stream_engine(shipped, {"intra_op_threads": 1})
+    stream = load_stream_engine("onnxruntime", shipped, intra_op_threads=1)
     try:
         assert isinstance(whole, Engine) and not isinstance(whole, StreamEngine)
         assert isinstance(stream, StreamEngine)
@@ -170,3 +173,13 @@ def test_the_cycle_check_sees_a_lazy_circle(tmp_path):
 @pytest.mark.parametrize("packages", [("engines",), ("streampunct", "engines")])
 def test_no_import_circles(packages):
     assert _cycles(_import_graph(packages)) == []
+
+
+def test_the_runtime_reaches_engines_through_the_registry():
+    """streampunct imports from engines only the registry (backends, the stream mode), the
+    protocol's types (engines.base) and the model folder's schema (engines.model_meta)."""
+    graph = _import_graph(("streampunct", "engines"))
+    reached = {m for module, found in graph.items() if module.split(".")[0] == "streampunct"
+               for m in found if m.split(".")[0] == "engines"}
+    assert reached <= {"engines.registry", "engines.base", "engines.model_meta"}, reached
+    assert "engines.registry" in reached

@@ -149,3 +149,70 @@ def test_shipped_model_loads():
         assert engine.infer(ids, np.ones_like(ids)).shape == (1, 4, spec.num_labels)
     finally:
         engine.close()
+
+
+def test_the_registry_decides_the_stream_mode(tmp_path):
+    """``stream_shape``: the runtime's one question about cached left context (serve and the
+    simulations ask it through the registry, never a backend module)."""
+    from engines.model_meta import read_model_meta
+    from engines.sidecar import read_sidecar
+    from engines.stream_spec import cache_shape
+
+    from .conftest import REPO
+
+    shipped = REPO / "models" / "default"
+    graph = "model.stream.int8.onnx"
+    if not (shipped / f"{graph}.json").is_file() or not (shipped / "model.int8.onnx.json").is_file():
+        pytest.skip(f"no shipped streaming graph in {shipped}")
+    shape = cache_shape(read_sidecar(shipped / graph).inputs)
+    assert shape is not None and len(shape) == 3
+
+    def folder(name, **meta):
+        d = tmp_path / name
+        d.mkdir()
+        for sidecar in (f"{graph}.json", "model.int8.onnx.json"):
+            shutil.copy(shipped / sidecar, d / sidecar)
+        (d / "streampunct.json").write_text(json.dumps(meta))
+        return d
+
+    on = folder("on", stream_artifact=graph)
+    off = folder("off", stream_artifact=graph, stream_cache=False)
+    none = folder("none")
+    whole = folder("whole", stream_artifact="model.int8.onnx")
+    assert registry.stream_shape("onnxruntime", on) == registry.stream_shape("onnxruntime", on, "on") == shape
+    assert registry.stream_shape("onnxruntime", on, "off") is None
+    assert registry.stream_shape("onnxruntime", off, "auto") is None  # the folder switches it off
+    assert registry.stream_shape("onnxruntime", off, "on") == shape
+    assert registry.stream_shape("onnxruntime", none, "auto") is None
+    for backend in ("tensorrt", "torch", "fake", "triton"):  # auto: only onnxruntime streams
+        assert registry.stream_shape(backend, on, "auto") is None
+    # the caller's parsed streampunct.json is used as given
+    assert registry.stream_shape("onnxruntime", on, "auto", meta=read_model_meta(off)) is None
+    assert registry.stream_shape("onnxruntime", none, "auto", meta=read_model_meta(on)) == shape
+
+    needs = "--stream-cache on needs the onnxruntime engine and a model folder with a streaming graph"
+    with pytest.raises(registry.StreamModeError, match=needs) as err:
+        registry.stream_shape("onnxruntime", none, "on")
+    assert str(none / "streampunct.json") in str(err.value) and isinstance(err.value, ArtifactError)
+    with pytest.raises(registry.StreamModeError, match=needs):
+        registry.stream_shape("fake", on, "on")
+    with pytest.raises(registry.StreamModeError, match=r"model.int8.onnx is not a streaming graph \(no past_kv"):
+        registry.stream_shape("onnxruntime", whole, "on")
+    with pytest.raises(EngineError, match="stream cache must be one of auto, on, off, not 'yes'"):
+        registry.stream_shape("onnxruntime", on, "yes")
+    with pytest.raises(registry.StreamModeError, match="the fake engine backend runs no streaming graph"):
+        registry.load_stream_engine("fake", on)
+
+
+def test_the_registry_opens_the_streaming_graph_and_counts_cores(monkeypatch, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import engines.ort_engine
+
+    opened = []
+    monkeypatch.setattr(engines.ort_engine, "open_stream_engine",
+                        lambda model_dir, options: opened.append((model_dir, options)) or "graph")
+    assert registry.load_stream_engine("onnxruntime", str(tmp_path), intra_op_threads=2) == "graph"
+    assert opened == [(tmp_path, {"intra_op_threads": 2})]
+    assert registry.physical_cores() == engines.ort_engine.physical_cores() >= 1
+    monkeypatch.setattr(engines.ort_engine, "physical_cores", lambda: 7)
+    assert registry.physical_cores() == 7

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from engines.base import EngineBase
 from streampunct.batcher import (
     Batcher,
     BatcherConfig,
@@ -144,7 +145,7 @@ async def test_engine_failure_fails_only_the_poisoned_request(fake_engine_cls):
 
 
 async def test_wrong_logits_shape_is_an_engine_error():
-    class Broken:
+    class Broken(EngineBase):
         def infer(self, input_ids, attention_mask):
             return np.zeros((1, 2, 4), dtype=np.float32)
 
@@ -270,7 +271,7 @@ async def test_a_failing_warm_up_closes_every_engine_once(fake_engine_cls, caplo
 # -- how a batch's windows run: padded or alone -----------------------------------------
 
 
-class BatchScaledEngine:
+class BatchScaledEngine(EngineBase):
     """Each row's logits depend on the whole batch, as in an int8 graph with dynamic
     activation quantization: the label of a token is shifted by the largest id in the
     batch (padding included) and by the padded length."""

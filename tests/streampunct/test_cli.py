@@ -134,6 +134,7 @@ def test_punctuate_lines_keeps_line_and_paragraph_breaks():
 
     class LastWordEndsSentence:
         calls: list[list[str]] = []
+        has_case = False  # as Punctuator.has_case: no truecasing head
 
         def punctuate(self, words):
             self.calls.append(list(words))

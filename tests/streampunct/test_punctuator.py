@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from engines.base import EngineBase
 from streampunct.labels import PERIOD, QUESTION, O
 from streampunct.punctuator import Punctuator
 from streampunct.windowing import WindowConfig
@@ -13,7 +14,7 @@ def test_offline_punctuator_applies_the_end_of_stream_rule_to_the_last_word_only
     words = [aligner.word(1, k) for k in range(5)]
     question = aligner.word_ids(words[-1])[0]
 
-    class Engine:
+    class Engine(EngineBase):
         def infer(self, input_ids, attention_mask):
             logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)
             logits[..., O] = 2.0
@@ -32,7 +33,7 @@ def test_a_model_with_a_case_head_ends_the_text_too():
     words = [aligner.word(1, k) for k in range(5)]
     question = aligner.word_ids(words[-1])[0]
 
-    class Engine:
+    class Engine(EngineBase):
         has_case = True
 
         def infer(self, input_ids, attention_mask):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from engines.base import EngineBase
 from streampunct.client import StreamClient, Transcript
 from streampunct.labels import ID_TO_MARK
 from streampunct.protocol import (
@@ -150,7 +151,7 @@ async def test_end_sends_the_rest_then_end_and_closes_normally(start_server):
     assert client.close_code == 1000
 
 
-class QuestionAtNameEngine:
+class QuestionAtNameEngine(EngineBase):
     """Every word O, but the label token of ``name`` leans to a question over a period."""
 
     name = "question-at-name"

@@ -16,10 +16,11 @@ SERVER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     import numpy as np
+    from engines.base import EngineBase
     from streampunct.alignment import Aligner
     from streampunct.server import ServerConfig, run_until_signalled
 
-    class Engine:
+    class Engine(EngineBase):
         name = "fake"
         def infer(self, input_ids, attention_mask):
             logits = np.zeros((*input_ids.shape, 4), dtype=np.float32)

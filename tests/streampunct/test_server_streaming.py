@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engines.base import EngineBase
 from streampunct.batcher import BatcherConfig
 from streampunct.client import LatencyTracker, StreamClient, Transcript
 from streampunct.labels import end_of_stream_label
@@ -170,7 +171,7 @@ async def test_two_hundred_concurrent_sessions_stay_correct(start_server, fake_e
           f"largest batch {max(engine.batch_sizes[2:])}")
 
 
-class ContextEngine:
+class ContextEngine(EngineBase):
     """A fake model whose labels depend on two tokens of context each side.
 
     Inside any window that gives a token at least two real neighbours each

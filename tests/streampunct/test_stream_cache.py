@@ -355,7 +355,7 @@ def test_a_model_folder_can_switch_the_cache_off_for_auto(tmp_path, monkeypatch)
     from types import SimpleNamespace
 
     import engines.ort_engine
-    import engines.sidecar
+    import engines.registry
     from engines.base import TensorSpec
     from streampunct.errors import ModelError
     from streampunct.model import load_model_info
@@ -363,7 +363,7 @@ def test_a_model_folder_can_switch_the_cache_off_for_auto(tmp_path, monkeypatch)
     from streampunct.server import ServerConfig, _stream_shape
 
     past = TensorSpec("past_kv", "float16", (2, 2, "batch", 3, "past", 8))
-    monkeypatch.setattr(engines.sidecar, "read_sidecar", lambda path: SimpleNamespace(inputs=(past,)))
+    monkeypatch.setattr(engines.registry, "read_sidecar", lambda path: SimpleNamespace(inputs=(past,)))
     opened = []
     monkeypatch.setattr(engines.ort_engine, "open_stream_engine", lambda path, options: opened.append(path) or "graph")
 

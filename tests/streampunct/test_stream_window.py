@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from engines.base import EngineBase
 from streampunct.errors import ModelError
 from streampunct.model import load_model_info
 from streampunct.windowing import WindowConfig
@@ -47,7 +48,7 @@ def test_server_and_simulations_use_the_stream_window(tmp_path):
     runtime = _runtime_from_model(ServerConfig(model_dir=d))
     assert runtime.window == WindowConfig(126, 20, 15)
 
-    class Engine:
+    class Engine(EngineBase):
         def infer(self, ids, mask):  # pragma: no cover - not called
             raise AssertionError
 

@@ -56,6 +56,8 @@ def test_a_bad_lexicon_file_is_a_one_line_usage_error(tmp_path):
 class WordPunctuator:
     """The offline decoder's face for punctuate_lines: a period after 'dollars' and 'york'."""
 
+    has_case = False  # as Punctuator.has_case: no truecasing head
+
     def punctuate(self, words):
         return [PERIOD if w in ("dollars", "york") else O for w in words]
 
