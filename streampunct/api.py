@@ -184,6 +184,10 @@ class Punctuator:
         ``case_margin``: the truecasing head's margin for capitals
         (:func:`streampunct.labels.case_classes`; a model folder's is its ``case_margin``).
         """
+        missing = [a for a in ("infer", "name", "has_case", "rows_independent") if not hasattr(engine, a)]
+        if missing:
+            raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
+                            "from engines.base.EngineBase for the defaults)")
         window = window or WindowConfig()
         decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
         return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,

@@ -175,6 +175,15 @@ def test_punctuate_is_the_punctuate_commands_decoder(shipped):
     assert shipped.punctuate(" ,. ") == ""
 
 
+def test_an_engine_that_does_not_declare_its_capabilities_is_refused_by_name(aligner):
+    class Bare:
+        def infer(self, input_ids, attention_mask):
+            raise AssertionError("not called")
+
+    with pytest.raises(TypeError, match="does not declare name, has_case, rows_independent"):
+        Punctuator.from_engine(Bare(), aligner, window=TEST_WINDOW)
+
+
 # -- time -----------------------------------------------------------------------------
 
 
