@@ -14,8 +14,12 @@ Heavy imports (torch, onnx) happen inside ``run`` so that ``streampunct
 Errors: a malformed argument is a usage error (argparse, status 2); an error
 raised on purpose while running (:class:`~streampunct.errors.StreampunctError`,
 the engines' own :class:`~engines.base.EngineError`, which is not one since
-``engines`` does not import ``streampunct``, or an ``OSError``) is one line
-``streampunct COMMAND: error: ...`` and status 2 too.
+``engines`` does not import ``streampunct``, or an ``OSError`` about a path
+the user gave: not found, permission denied, a directory, already there) is
+one line ``streampunct COMMAND: error: ...`` and status 2 too. Any other
+exception is a fault of the program or the machine (a broken pipe, a full
+disk, a bug) and keeps its traceback; a closed pipe on the output (``| head``)
+ends the command quietly with status 141.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
@@ -78,13 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: OSErrors that name a path the user gave wrong (a usage error, not a fault).
+PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+
 def run_command(run, args: argparse.Namespace, prog: str) -> int:
-    """Run one subcommand; project and engine errors become a one-line message and status 2."""
+    """Run one subcommand; the project's and the engines' own errors, and wrong paths, become a
+    one-line message and status 2; anything else keeps its traceback."""
     try:
         return int(run(args) or 0)
-    except (StreampunctError, EngineError, OSError) as e:
+    except (StreampunctError, EngineError, *PATH_ERRORS) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as a shell tool does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        except (OSError, ValueError):
+            pass
+        return 128 + 13  # killed by SIGPIPE
     except KeyboardInterrupt:
         return 130
 

@@ -300,6 +300,36 @@ def test_engine_errors_are_one_line(capsys):
     assert capsys.readouterr().err == "streampunct punctuate: error: the tensorrt engine backend needs tensorrt\n"
 
 
+def test_a_wrong_path_is_one_line_and_a_machine_fault_keeps_its_traceback(capsys):
+    def missing(args):
+        raise FileNotFoundError(2, "No such file or directory", "out/x.json")
+
+    assert cli.run_command(missing, None, "streampunct evaluate") == 2
+    assert capsys.readouterr().err == (
+        "streampunct evaluate: error: [Errno 2] No such file or directory: 'out/x.json'\n")
+
+    def disk_full(args):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        cli.run_command(disk_full, None, "streampunct evaluate")
+
+
+def test_a_closed_output_pipe_ends_the_command_quietly():
+    import subprocess
+    import sys
+
+    # `streampunct ... | head -c 1`: the reader goes away; no traceback, status 141 (SIGPIPE)
+    script = ("import sys\nfrom streampunct import cli\n"
+              "def run(args):\n    for _ in range(100000):\n        print('x' * 100)\n"
+              "sys.exit(cli.run_command(run, None, 'streampunct punctuate'))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(1)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+
+
 def test_punctuate_capitalize_help_mentions_the_learned_case(capsys):
     with pytest.raises(SystemExit):
         main(["punctuate", "--help"])
