@@ -46,9 +46,9 @@ from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
     add_server_arguments,
+    bench_config,
     http_get,
     json_ready,
-    require_model_folder,
     server_from_args,
 )
 
@@ -329,11 +329,7 @@ def config_from_args(args: argparse.Namespace) -> FloodConfig:
 def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    require_model_folder(cfg.server.engine, cfg.server.model_dir)
+    cfg = bench_config(config_from_args, args)
     try:
         payload = run_flood_bench(cfg, command=command)
     except (RuntimeError, TimeoutError) as e:

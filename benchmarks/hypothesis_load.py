@@ -34,8 +34,8 @@ from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
     add_server_arguments,
+    bench_config,
     json_ready,
-    require_model_folder,
     server_from_args,
 )
 
@@ -204,12 +204,7 @@ def config_from_args(args: argparse.Namespace) -> HypothesisLoadConfig:
 def run_hypothesis_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    if cfg.url is None:
-        require_model_folder(cfg.server.engine, cfg.server.model_dir, options="--model DIR, --url,")
+    cfg = bench_config(config_from_args, args, url_allowed=True)
     try:
         run_hypothesis_load(cfg, command=command)
     except RuntimeError as e:

@@ -74,10 +74,10 @@ from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
     add_server_arguments,
+    bench_config,
     http_get,
     json_ready,
     machine_cpu_busy,
-    require_model_folder,
     server_from_args,
 )
 from streampunct.latency import decidable_times
@@ -702,12 +702,7 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
 def run_load_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    if cfg.url is None:
-        require_model_folder(cfg.server.engine, cfg.server.model_dir, options="--model DIR, --url,")
+    cfg = bench_config(config_from_args, args, url_allowed=True)
     try:
         run_load_bench(cfg, command=command)
     except RuntimeError as e:

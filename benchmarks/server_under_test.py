@@ -18,9 +18,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from benchmarks.common import REPO
@@ -179,6 +180,23 @@ def server_from_args(args: argparse.Namespace, defaults: ServerUnderTest = Serve
 
 
 # -- the child process ---------------------------------------------------------------------
+
+
+def bench_config(config_from_args: Callable[[argparse.Namespace], Any], args: argparse.Namespace, *,
+                 url_allowed: bool = False) -> Any:
+    """A bench's config from its parsed arguments: a bad value is an InputError, and the server
+    it starts must have a model folder (:func:`require_model_folder`); with ``url_allowed``, a
+    config whose ``url`` names a running server starts none."""
+    from streampunct.errors import InputError
+
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if not (url_allowed and cfg.url is not None):
+        require_model_folder(cfg.server.engine, cfg.server.model_dir,
+                             options="--model DIR, --url," if url_allowed else "--model DIR")
+    return cfg
 
 
 def require_model_folder(engine: str, model_dir: Path | None, *, options: str = "--model DIR") -> None:

@@ -54,9 +54,9 @@ from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
     add_server_arguments,
+    bench_config,
     http_get,
     json_ready,
-    require_model_folder,
     server_from_args,
 )
 from benchmarks.soak_report import plot_soak, rss_trend, summary_text
@@ -323,11 +323,7 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
 def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     from streampunct.errors import InputError
 
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    require_model_folder(cfg.server.engine, cfg.server.model_dir)
+    cfg = bench_config(config_from_args, args)
     try:
         run_soak_bench(cfg, command=command)
     except RuntimeError as e:
