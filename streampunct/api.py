@@ -184,7 +184,7 @@ class Punctuator:
         ``case_margin``: the truecasing head's margin for capitals
         (:func:`streampunct.labels.case_classes`; a model folder's is its ``case_margin``).
         """
-        missing = [a for a in ("infer", "name", "has_case", "rows_independent") if not hasattr(engine, a)]
+        missing = [a for a in ("infer", *Engine.__annotations__) if not hasattr(engine, a)]  # the declared ones
         if missing:
             raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
                             "from engines.base.EngineBase for the defaults)")
