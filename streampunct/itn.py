@@ -365,15 +365,15 @@ def _token_words(spoken: Sequence[str], n: int) -> list[Sequence[str]] | None:
     if n == 1:
         return [spoken]
     cuts = [i for i in range(1, len(spoken))
-            if spoken[i] in NUMBER_WORDS and spoken[i - 1] not in NUMBER_WORDS | _JOINERS]
+            if spoken[i] in NUMBER_WORDS and spoken[i - 1] not in _IN_A_NUMBER]
     if len(cuts) != n - 1:
         return None
     bounds = [0, *cuts, len(spoken)]
     return [spoken[bounds[k]:bounds[k + 1]] for k in range(n)]
 
 
-#: Words inside one number ("two hundred and five", "five point two").
-_JOINERS = frozenset(("and", "point", "a"))
+#: Words inside one number: number words and what joins them ("two hundred and five", "five point two").
+_IN_A_NUMBER = NUMBER_WORDS | frozenset(("and", "point", "a"))
 
 
 def _grouped(match: re.Match) -> str:
