@@ -224,10 +224,14 @@ prepare)
   # the teacher keeps marking ASR text: it trains on TEDx captions toward models/base's soft
   # labels as well (gpu_teacher.toml's data.soft_labels; the 2026-11-26 teacher, trained on
   # reference text only, fell to test2011asr 52.9 where models/base scores 66.3)
-  CAP="${CAPTION_LABELS:-cache/soft/captions_base.npz}"
-  [[ -f $CAP ]] || .venv/bin/python -m training.distill label --teacher models/base --unlabeled tedx \
-      --max-unlabeled-words 300000 --seed 15 --out "$CAP"
-  cp "$CAP" .gpuB/captions_base.npz
+  # (since 2026-11-27: 1.5M caption words in eight shards, each seen once, in place of three
+  # passes over 300k, which taught run 4 those talks and not ASR text; docs/training.md)
+  mkdir -p .gpuB/captions
+  for k in 0 1 2 3 4 5 6 7; do
+    f="${CAPTION_DIR:-cache/soft}/captions_base_1500k_$k.npz"
+    [[ -f $f ]] || { echo "no $f: label the captions first (docs/training.md, 'The background teacher run')" >&2; exit 3; }
+    cp "$f" .gpuB/captions/
+  done
   cp $D/ted_talks/ted.jsonl.gz .gpuA/data/ted_talks/
   cp -r $D/iwslt2011_che/dev2012 .gpuA/data/iwslt2011_che/
   cp $D/cased_spoken/ted_iwslt_dev2010_cased.txt .gpuA/data/cased_spoken/
@@ -277,7 +281,7 @@ b)
   $PY -m pip install -q --no-index --no-deps --target /tmp/site .gpuB/whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   ln -sfn $G/cache cache  # the converted text of stage a (data.cache_dir and distill use ./cache)
-  cp .gpuB/captions_base.npz $G/  # models/base's soft labels on TEDx captions (gpu_teacher.toml)
+  mkdir -p $G/captions && cp .gpuB/captions/*.npz $G/captions/  # models/base's soft labels on TEDx captions (gpu_teacher.toml)
   if [[ -f $G/up/total ]]; then
     assemble_up  # an earlier GPU run's teacher, carried up by stage t
   else
