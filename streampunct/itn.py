@@ -189,9 +189,9 @@ class NemoNormalizer:
         self._lock = threading.Lock()
         self._stretch = _StretchCache(self._stretch_phrases, cache_size)
 
-    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]:
         out: list[Phrase] = []
-        for a, b in _stretches(words):
+        for a, b in _stretches(words, first):
             out += [Phrase(p.start + a, p.end + a, p.text) for p in self._stretch(tuple(words[a:b]))]
         return out
 
@@ -298,9 +298,9 @@ class ProcessNormalizer:
         for future in [self._pool.submit(_worker_ready) for _ in range(self.workers - 1)]:
             future.result()
 
-    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]:
         out: list[Phrase] = []
-        for a, b in _stretches(words):
+        for a, b in _stretches(words, first):
             try:
                 found = self._stretch(tuple(words[a:b]))
             except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError):
@@ -345,10 +345,14 @@ def _worker_phrases(words: tuple[str, ...]) -> tuple[Phrase, ...]:
     return _WORKER._stretch(words)
 
 
-def _stretches(words: Sequence[str]) -> list[tuple[int, int]]:
-    """Stretches of ``words`` around number words (``CONTEXT_WORDS`` on each side), merged."""
+def _stretches(words: Sequence[str], first: int = 0) -> list[tuple[int, int]]:
+    """Stretches of ``words`` around number words (``CONTEXT_WORDS`` on each side), merged;
+    only number words at ``first`` or later start one (those before it are context: a
+    stream's words already written would otherwise be searched again with each final)."""
     out: list[list[int]] = []
     for i, word in enumerate(words):
+        if i < first:
+            continue
         if word in NUMBER_WORDS or ("-" in word and any(p in NUMBER_WORDS for p in word.split("-"))):
             a, b = max(0, i - CONTEXT_WORDS), min(len(words), i + CONTEXT_WORDS + 1)
             if out and a <= out[-1][1]:

@@ -75,9 +75,13 @@ class Normalizer(Protocol):
     :class:`WouldWait` instead, and the others answer at once. Any other
     normalizer is not called there at all (:class:`Formatter` raises
     :class:`WouldWait` for it).
+
+    ``first``: the caller needs only the phrases with a word at ``first`` or
+    later (the words before it are left context); a phrase wholly before it
+    may be left out, which spares searches of words already written.
     """
 
-    def phrases(self, words: Sequence[str]) -> list[Phrase]: ...
+    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]: ...
 
 
 class WouldWait(Exception):
@@ -211,8 +215,9 @@ class Formatter:
         """Does it write anything differently from :func:`streampunct.text.render`?"""
         return bool(self.lexicon) or self.normalizer is not None
 
-    def phrases(self, words: Sequence[str], labels: Sequence[int | None]) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], labels: Sequence[int | None], *, first: int = 0) -> list[Phrase]:
         """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark.
+        ``first``: as :meth:`Normalizer.phrases` (ITN phrases wholly before it may be left out).
 
         No phrase spans a period or question mark. A lexicon phrase spans no
         comma either; an ITN phrase may, when it is one written form
@@ -226,20 +231,21 @@ class Formatter:
             if self.normalizer is not None:  # between the lexicon's phrases
                 gaps = list(zip([a] + [p.end for p in found], [p.start for p in found] + [b], strict=True))
                 for lo, hi in gaps:
-                    found += self._itn(words, labels, lo, hi)
+                    found += self._itn(words, labels, lo, hi, first)
                 found.sort(key=lambda p: p.start)
             out += found
         return out
 
-    def _itn(self, words: Sequence[str], labels: Sequence[int | None], a: int, b: int) -> list[Phrase]:
+    def _itn(self, words: Sequence[str], labels: Sequence[int | None], a: int, b: int,
+             first: int = 0) -> list[Phrase]:
         """ITN phrases of ``words[a:b]``; one that is not whole does not span a comma."""
         assert self.normalizer is not None
-        if b <= a:
+        if b <= a or b <= first:
             return []
         if not waiting_allowed() and not getattr(self.normalizer, "answers_at_once", False):
             raise WouldWait(" ".join(words[a:b]))
         out = []
-        for p in _shifted(self.normalizer.phrases(words[a:b]), a):
+        for p in _shifted(self.normalizer.phrases(words[a:b], first=max(0, first - a)), a):
             if p.whole or all(labels[k] != COMMA for k in range(p.start, p.end - 1)):
                 out.append(p)
             else:
@@ -319,7 +325,8 @@ class FinalTexts:
         k = len(self._written)
         if k:
             found = self.formatter.phrases([w.word for w in self._written] + list(words),
-                                           [w.label for w in self._written] + list(labels))
+                                           [w.label for w in self._written] + list(labels),
+                                           first=k)
             if not any(p.start < k < p.end for p in found):
                 return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
         return self.formatter.phrases(words, labels)

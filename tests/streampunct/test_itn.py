@@ -58,6 +58,15 @@ def test_number_words_gate_the_grammars():
     assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS
 
 
+def test_number_words_before_first_are_context_and_start_no_stretch():
+    words = "it cost twenty dollars and then five more".split()
+    assert itn._stretches(words) == [(0, 8)]
+    assert itn._stretches(words, first=3) == [(3, 8)]  # "twenty" is context: only "five" searches
+    assert itn._stretches(words, first=7) == []
+    # a number word at first or later still sees the words before it
+    assert itn._stretches("at twenty five past".split(), first=2) == [(0, 4)]
+
+
 def test_load_without_the_extra_names_it(monkeypatch):
     import builtins
 

@@ -98,7 +98,7 @@ def test_a_whole_written_form_hides_the_models_commas_inside_it():
 class ListNormalizer:
     """Writes "ten twenty thirty" as three forms side by side (not whole), each word alone as one."""
 
-    def phrases(self, words):
+    def phrases(self, words, *, first=0):
         digits = {"ten": "10", "twenty": "20", "thirty": "30"}
         if len(words) > 1 and all(w in digits for w in words):
             return [Phrase(0, len(words), " ".join(digits[w] for w in words), whole=False)]
@@ -186,7 +186,7 @@ def test_phrase_at_the_end_of_known_words_is_written_at_once():
 class YearNormalizer:
     """Writes "two thousand and twelve" as a year after "in", as a count anywhere else."""
 
-    def phrases(self, words):
+    def phrases(self, words, *, first=0):
         out = []
         for i in range(len(words) - 3):
             if words[i:i + 4] == ["two", "thousand", "and", "twelve"]:
@@ -215,6 +215,31 @@ def test_a_phrase_that_would_reach_back_into_written_words_is_found_without_them
     assert texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=[]) == "it costs 20"
     alone = FinalTexts(itn()).final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[])
     assert texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[]) == alone
+
+
+def test_number_words_already_written_are_not_searched_again():
+    """A stream's finals pass the last written words as left context; the grammars are asked
+    only about stretches of words not yet written (each number word searched once it is written
+    would cost a grammar search per final: 44% of the searches of a TED stream)."""
+
+    class Recording(FakeNormalizer):
+        def phrases(self, words, *, first=0):
+            seeds = [w for w in words[first:] if w in ("twenty", "five")]
+            self.asked.append((tuple(words), first, tuple(seeds)))
+            return super().phrases(words) if seeds else []
+
+    normalizer = Recording()
+    normalizer.asked = []
+    texts = FinalTexts(Formatter(Lexicon(), normalizer))
+    words = "it costs twenty dollars and we paid".split()
+    finals, asked = [], []
+    for k, w in enumerate(words):
+        finals.append(texts.final([w], [NO], [], sentence_start=k == 0, context=words[k + 1:k + 3]))
+        asked.append(normalizer.asked[-1])
+    assert [f for f in finals if f] == ["it", "costs", "$20", "and", "we", "paid"]  # "twenty" held
+    assert [len(seeds) for _, _, seeds in asked] == [1, 1, 1, 1, 0, 0, 0]
+    # the finals after "$20" went out pass it as left context, searched by nobody
+    assert asked[4] == (("costs", "twenty", "dollars", "and", "we", "paid"), 3, ())
 
 
 def test_held_words_open_the_partial_and_the_partial_writes_its_phrases():
