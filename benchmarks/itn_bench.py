@@ -122,10 +122,10 @@ class TimedNormalizer:
         self.inner = inner
         self.seconds: list[float] = []
 
-    def phrases(self, words, *, first=0):
+    def phrases(self, words, *, first=0, until=None):
         t0 = time.perf_counter()
         try:
-            return self.inner.phrases(words, first=first)
+            return self.inner.phrases(words, first=first, until=until)
         finally:
             self.seconds.append(time.perf_counter() - t0)
 

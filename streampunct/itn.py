@@ -75,6 +75,14 @@ CONTEXT_WORDS = 3
 
 _MONTHS = ("january february march april may june july august september october november "
            "december").split()
+#: The words other than number words that a written phrase can begin with ("march fifth",
+#: "the fifth of march", "half past two", "quarter past five", "point five percent", letters
+#: spelled before digits): those the grammars began a phrase with on 2.9M words of TEDx
+#: captions and SwDA, the months, and the prefixes their classes know (a superset is safe;
+#: tests/streampunct/test_itn.py checks that every phrase begins with one).
+OPENERS = frozenset(_MONTHS + list("abcdefghijklmnopqrstuvwxyz") + [
+    "the", "an", "half", "quarter", "point", "minus", "negative", "plus", "oh", "double", "triple"])
+
 _HOUR = re.compile(r"^0(\d)(?=:)")
 _DIGITS = re.compile(r"(?<![\d.])\d{4,}")
 _SMALL_ORDINAL = re.compile(r"^[1-9](st|nd|rd|th)$")
@@ -189,9 +197,9 @@ class NemoNormalizer:
         self._lock = threading.Lock()
         self._stretch = _StretchCache(self._stretch_phrases, cache_size)
 
-    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
         out: list[Phrase] = []
-        for a, b in _stretches(words, first):
+        for a, b in _stretches(words, first, until):
             out += [Phrase(p.start + a, p.end + a, p.text) for p in self._stretch(tuple(words[a:b]))]
         return out
 
@@ -298,9 +306,9 @@ class ProcessNormalizer:
         for future in [self._pool.submit(_worker_ready) for _ in range(self.workers - 1)]:
             future.result()
 
-    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
         out: list[Phrase] = []
-        for a, b in _stretches(words, first):
+        for a, b in _stretches(words, first, until):
             try:
                 found = self._stretch(tuple(words[a:b]))
             except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError):
@@ -345,16 +353,30 @@ def _worker_phrases(words: tuple[str, ...]) -> tuple[Phrase, ...]:
     return _WORKER._stretch(words)
 
 
-def _stretches(words: Sequence[str], first: int = 0) -> list[tuple[int, int]]:
-    """Stretches of ``words`` around number words (``CONTEXT_WORDS`` on each side), merged;
-    only number words at ``first`` or later start one (those before it are context: a
-    stream's words already written would otherwise be searched again with each final)."""
+def _is_number_word(word: str) -> bool:
+    return word in NUMBER_WORDS or ("-" in word and any(p in NUMBER_WORDS for p in word.split("-")))
+
+
+def _stretches(words: Sequence[str], first: int = 0, until: int | None = None) -> list[tuple[int, int]]:
+    """Stretches of ``words`` around number words (``CONTEXT_WORDS`` on each side), merged.
+
+    Only the phrases with a word in ``words[first:until]`` are needed
+    (:meth:`~streampunct.written_form.Normalizer.phrases`): a number word before
+    ``first`` starts no stretch (a stream's words already written would
+    otherwise be searched again with each final), nor does one at ``until`` or
+    later unless a phrase of it could begin before ``until``: a stretch it
+    merges into, or a number word or :data:`OPENERS` word in its stretch before
+    ``until`` (every written phrase begins with one of those).
+    """
     out: list[list[int]] = []
     for i, word in enumerate(words):
         if i < first:
             continue
-        if word in NUMBER_WORDS or ("-" in word and any(p in NUMBER_WORDS for p in word.split("-"))):
+        if _is_number_word(word):
             a, b = max(0, i - CONTEXT_WORDS), min(len(words), i + CONTEXT_WORDS + 1)
+            if (until is not None and i >= until and not (out and a <= out[-1][1])
+                    and not any(_is_number_word(w) or w in OPENERS for w in words[a:until])):
+                continue
             if out and a <= out[-1][1]:
                 out[-1][1] = b
             else:

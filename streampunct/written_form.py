@@ -76,12 +76,14 @@ class Normalizer(Protocol):
     normalizer is not called there at all (:class:`Formatter` raises
     :class:`WouldWait` for it).
 
-    ``first``: the caller needs only the phrases with a word at ``first`` or
-    later (the words before it are left context); a phrase wholly before it
-    may be left out, which spares searches of words already written.
+    ``first``, ``until``: the caller needs only the phrases with a word in
+    ``words[first:until]`` (None: to the end); the words around them are
+    context, and a phrase wholly outside may be left out. That spares the
+    searches of a stream's words already written (left context) and of the
+    words after a final that no phrase of the final's own words reaches.
     """
 
-    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]: ...
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]: ...
 
 
 class WouldWait(Exception):
@@ -215,9 +217,11 @@ class Formatter:
         """Does it write anything differently from :func:`streampunct.text.render`?"""
         return bool(self.lexicon) or self.normalizer is not None
 
-    def phrases(self, words: Sequence[str], labels: Sequence[int | None], *, first: int = 0) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], labels: Sequence[int | None], *, first: int = 0,
+                until: int | None = None) -> list[Phrase]:
         """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark.
-        ``first``: as :meth:`Normalizer.phrases` (ITN phrases wholly before it may be left out).
+        ``first``, ``until``: as :meth:`Normalizer.phrases` (ITN phrases wholly outside
+        ``words[first:until]`` may be left out).
 
         No phrase spans a period or question mark. A lexicon phrase spans no
         comma either; an ITN phrase may, when it is one written form
@@ -231,21 +235,22 @@ class Formatter:
             if self.normalizer is not None:  # between the lexicon's phrases
                 gaps = list(zip([a] + [p.end for p in found], [p.start for p in found] + [b], strict=True))
                 for lo, hi in gaps:
-                    found += self._itn(words, labels, lo, hi, first)
+                    found += self._itn(words, labels, lo, hi, first, until)
                 found.sort(key=lambda p: p.start)
             out += found
         return out
 
     def _itn(self, words: Sequence[str], labels: Sequence[int | None], a: int, b: int,
-             first: int = 0) -> list[Phrase]:
+             first: int = 0, until: int | None = None) -> list[Phrase]:
         """ITN phrases of ``words[a:b]``; one that is not whole does not span a comma."""
         assert self.normalizer is not None
-        if b <= a or b <= first:
+        if b <= a or b <= first or (until is not None and a >= until):
             return []
         if not waiting_allowed() and not getattr(self.normalizer, "answers_at_once", False):
             raise WouldWait(" ".join(words[a:b]))
         out = []
-        for p in _shifted(self.normalizer.phrases(words[a:b], first=max(0, first - a)), a):
+        upto = None if until is None else until - a
+        for p in _shifted(self.normalizer.phrases(words[a:b], first=max(0, first - a), until=upto), a):
             if p.whole or all(labels[k] != COMMA for k in range(p.start, p.end - 1)):
                 out.append(p)
             else:
@@ -319,17 +324,18 @@ class FinalTexts:
         self._held_sentence_start = True
         self._written: list[_Held] = []  # the last words written, left context
 
-    def _phrases(self, words: Sequence[str], labels: Sequence[int | None]) -> list[Phrase]:
+    def _phrases(self, words: Sequence[str], labels: Sequence[int | None], until: int | None = None) -> list[Phrase]:
         """The phrases of ``words`` (which follow the words written so far), found with
-        those as left context; without it where a phrase would begin in it."""
+        those as left context; without it where a phrase would begin in it. ``until``:
+        only phrases that begin before it are needed (the words after it are context)."""
         k = len(self._written)
         if k:
             found = self.formatter.phrases([w.word for w in self._written] + list(words),
                                            [w.label for w in self._written] + list(labels),
-                                           first=k)
+                                           first=k, until=None if until is None else until + k)
             if not any(p.start < k < p.end for p in found):
                 return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
-        return self.formatter.phrases(words, labels)
+        return self.formatter.phrases(words, labels, until=until)
 
     @property
     def held(self) -> int:
@@ -346,7 +352,7 @@ class FinalTexts:
                              zip(words, labels, list(cases) + [None] * (len(words) - len(cases)), strict=True)]
         n = len(span)
         all_words = [h.word for h in span] + list(context)
-        phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context))
+        phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:

@@ -3,11 +3,15 @@ and the house style and number-word gate, which need no grammars."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streampunct import itn
 from streampunct.errors import DependencyError
 from streampunct.written_form import Phrase
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("cls", "written", "spoken", "styled"), [
@@ -56,6 +60,17 @@ def test_number_words_gate_the_grammars():
     assert itn._stretches("nothing to see here".split()) == []
     assert itn._stretches("the twenty-fifth".split()) == [(0, 2)]
     assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS
+
+
+def test_number_words_after_until_search_only_when_a_phrase_could_reach_back():
+    words = "it was fine and then twenty dollars".split()
+    assert itn._stretches(words, until=4) == []  # "and then" cannot begin a phrase
+    assert itn._stretches(words, until=5) == []
+    assert itn._stretches(words, until=6) == [(2, 7)]  # "twenty" itself is needed
+    assert itn._stretches("we met in march twenty twelve".split(), until=4) == [(1, 6)]  # "march" may
+    assert itn._stretches("at half past two".split(), until=2) == [(0, 4)]
+    # a stretch that merges into one already needed is searched whole
+    assert itn._stretches("paid twenty and then five".split(), until=2) == [(0, 5)]
 
 
 def test_number_words_before_first_are_context_and_start_no_stretch():
@@ -120,6 +135,22 @@ def test_nemo_phrases(nemo, spoken, expected):
 def test_nemo_phrases_are_aligned_to_words_and_other_classes_stay_spoken(nemo):
     words = "for example mister smith paid twenty dollars at w w w dot shop dot com".split()
     assert nemo.phrases(words) == [Phrase(5, 7, "$20")]  # not "e.g.", "mr." or the URL
+
+
+@pytest.mark.slow
+def test_every_phrase_begins_with_a_number_word_or_an_opener(nemo):
+    """What lets a stream skip the searches no phrase of a final's words can reach
+    (itn._stretches, ``until``): the acceptance sentences and the shapes the grammars know."""
+    lines = (REPO / "data" / "itn_phrases.tsv").read_text(encoding="utf-8").splitlines()
+    sentences = [line.split("\t")[1] for line in lines if line and not line.startswith("#")]
+    sentences += ["we met at quarter past five", "on the fifth of march then", "half past two today",
+                  "in march twenty twelve", "point five percent", "i forty nine north", "f x two"]
+    starts = set()
+    for sentence in sentences:
+        words = sentence.split()
+        starts |= {words[p.start] for p in nemo.phrases(words)}
+    assert len(starts) > 10
+    assert {w for w in starts if not itn._is_number_word(w) and w not in itn.OPENERS} == set()
 
 
 @pytest.mark.slow

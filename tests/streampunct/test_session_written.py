@@ -327,11 +327,11 @@ class BlockingNormalizer(FakeNormalizer):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def phrases(self, words, *, first=0):
+    def phrases(self, words, *, first=0, until=None):
         if self.word in words:
             self.entered.set()
             assert self.release.wait(30), "never released"
-        return super().phrases(words, first=first)
+        return super().phrases(words, first=first, until=until)
 
 
 async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
@@ -387,7 +387,7 @@ class AtOnceBlockingNormalizer(BlockingNormalizer):
         super().__init__(word)
         self.asked: list[tuple[str, ...]] = []
 
-    def phrases(self, words, *, first=0):
+    def phrases(self, words, *, first=0, until=None):
         from streampunct.written_form import WouldWait, waiting_allowed
         from tests.streampunct.written_fakes import NUMBERS
 
@@ -395,7 +395,7 @@ class AtOnceBlockingNormalizer(BlockingNormalizer):
             self.asked.append(tuple(words))
         elif any(w in NUMBERS or w == "million" for w in words):
             raise WouldWait(" ".join(words))
-        return super().phrases(words, first=first)
+        return super().phrases(words, first=first, until=until)
 
 
 async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(aligner):

@@ -98,7 +98,7 @@ def test_a_whole_written_form_hides_the_models_commas_inside_it():
 class ListNormalizer:
     """Writes "ten twenty thirty" as three forms side by side (not whole), each word alone as one."""
 
-    def phrases(self, words, *, first=0):
+    def phrases(self, words, *, first=0, until=None):
         digits = {"ten": "10", "twenty": "20", "thirty": "30"}
         if len(words) > 1 and all(w in digits for w in words):
             return [Phrase(0, len(words), " ".join(digits[w] for w in words), whole=False)]
@@ -186,7 +186,7 @@ def test_phrase_at_the_end_of_known_words_is_written_at_once():
 class YearNormalizer:
     """Writes "two thousand and twelve" as a year after "in", as a count anywhere else."""
 
-    def phrases(self, words, *, first=0):
+    def phrases(self, words, *, first=0, until=None):
         out = []
         for i in range(len(words) - 3):
             if words[i:i + 4] == ["two", "thousand", "and", "twelve"]:
@@ -223,7 +223,7 @@ def test_number_words_already_written_are_not_searched_again():
     would cost a grammar search per final: 44% of the searches of a TED stream)."""
 
     class Recording(FakeNormalizer):
-        def phrases(self, words, *, first=0):
+        def phrases(self, words, *, first=0, until=None):
             seeds = [w for w in words[first:] if w in ("twenty", "five")]
             self.asked.append((tuple(words), first, tuple(seeds)))
             return super().phrases(words) if seeds else []

@@ -21,7 +21,7 @@ class FakeNormalizer:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def phrases(self, words: Sequence[str], *, first: int = 0) -> list[Phrase]:
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
         self.calls.append(tuple(words))
         out: list[Phrase] = []
         i, n = 0, len(words)
