@@ -9,6 +9,10 @@ far below its rate on dev2010 under-punctuates ASR output. Never reads a test se
 
     python -m benchmarks.mark_rate models/default build/v6 [--words 100000] [--json OUT.json]
 
+Each model is a runtime model folder, decoded as the service decodes it, or a training
+checkpoint (``checkpoints/.../best``), decoded in torch with its own window: the teacher
+before any export.
+
 Held-out captions: the TEDx talks outside the 400k-word draw that the release students trained on
 (``training.data.load_unlabeled(["tedx"], max_words=400000, seed=15)``), a seeded sample of
 ``--words`` words.
@@ -43,12 +47,19 @@ def rates(labels: np.ndarray) -> dict:
     return {"words": int(len(labels)), "marks_per_100_words": round(sum(per.values()), 2), "per_class": per}
 
 
+def model_labels(model: Path, *doc_sets) -> list[np.ndarray]:
+    """Argmax punctuation labels of each set of documents, for a runtime folder or a checkpoint."""
+    from training.distill import teacher_decoder
+
+    decode, _ = teacher_decoder(model, device="cpu")
+    return [np.concatenate([lg[:, :len(LABELS)].argmax(-1) for lg in decode(docs)]) for docs in doc_sets]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.compare_models import folder_labels
     from training.data import data_root, load_validation_docs, resolve_cache
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.mark_rate", description=__doc__.split("\n")[0])
-    ap.add_argument("models", type=Path, nargs="+", help="runtime model folders")
+    ap.add_argument("models", type=Path, nargs="+", help="runtime model folders or training checkpoints")
     ap.add_argument("--words", type=int, default=HELD_OUT_CAPTION_WORDS,
                     help=f"held-out caption words (default {HELD_OUT_CAPTION_WORDS}; caption draws for "
                          "training leave out exactly this default sample)")
@@ -63,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict = {"captions_words": sum(map(len, captions)), "dev2010_gold": rates(gold), "models": {}}
     print(f"dev2010 gold: {result['dev2010_gold']['marks_per_100_words']} marks per 100 words")
     for folder in args.models:
-        cap, _ = folder_labels(folder, captions, None)
-        ref, _ = folder_labels(folder, dev, None)
+        cap, ref = model_labels(folder, captions, dev)
         r = {"tedx_held_out": rates(cap), "dev2010": rates(ref)}
         r["ratio_captions_to_dev2010"] = round(r["tedx_held_out"]["marks_per_100_words"]
                                                / max(r["dev2010"]["marks_per_100_words"], 1e-9), 3)

@@ -66,5 +66,33 @@ def test_a_caption_draw_can_leave_out_the_held_out_talks(tiny_data_root, monkeyp
     assert names[True] == everything - held
 
 
+def test_a_checkpoint_is_decoded_by_its_punctuation_head_alone(monkeypatch, tmp_path):
+    """A training checkpoint (the teacher before export) is read like a runtime folder; the case
+    head's logits that follow the punctuation head's never decide a mark."""
+    import training.distill as distill
+    from training.data import Document
+
+    asked = []
+
+    def decoder(teacher, device="auto", bf16=False):
+        asked.append((teacher, device))
+
+        def decode(docs, bs=64):
+            out = []
+            for d in docs:
+                lg = np.zeros((len(d.words), len(LABELS) + 3), dtype=np.float32)
+                lg[:, 2] = 1.0  # PERIOD everywhere from the punctuation head...
+                lg[:, len(LABELS):] = 5.0  # ...and larger case logits, which must be ignored
+                out.append(lg)
+            return out
+        return decode, {"teacher": str(teacher)}
+
+    monkeypatch.setattr(distill, "teacher_decoder", decoder)
+    docs = [Document("a", ["so", "we", "went"], [0, 0, 0])]
+    caps, dev = mr.model_labels(tmp_path / "best", docs, docs[:1])
+    assert asked == [(tmp_path / "best", "cpu")]
+    assert caps.tolist() == dev.tolist() == [2, 2, 2]
+
+
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
