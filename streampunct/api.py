@@ -64,9 +64,11 @@ from streampunct.protocol import (
     FlushRequest,
     HypothesisMessage,
     Partial,
+    ProtocolError,
     ServerMessage,
     Word,
     WordsMessage,
+    decode_config,
 )
 from streampunct.punctuator import STREAM_CACHE_MODES
 from streampunct.punctuator import Punctuator as _Decoder
@@ -224,7 +226,7 @@ class Punctuator:
         this punctuator's default) as in :meth:`load`; ``itn`` (None: on when the
         grammars are loaded) writes numbers as digits; the lexicon always applies.
         """
-        words = normalize_words(text.split() if isinstance(text, str) else _strings(text))
+        words = normalize_words(_strings(_items(text, "text")))
         if not words:
             return ""
         capitalize = self.capitalize if capitalize is None else capitalize
@@ -251,7 +253,9 @@ class Punctuator:
         partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD,
     ) -> Stream:
         """A new stream with the server's session options (None: the server's defaults,
-        ``right_context`` 3 and ``max_delay_ms`` 2000; ``capitalize``: this
+        ``right_context`` 3 and ``max_delay_ms`` 2000, checked against the server's limits,
+        0 to 1000 and 0 to 600000, by :func:`~streampunct.protocol.decode_config`, an
+        :class:`~streampunct.errors.InputError` outside them; ``capitalize``: this
         punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
         provisional labels of the words not yet final. ``clock``: the time of a call
         that passes no ``now`` (see the module doc, "Time"). ``itn`` (None: on when the
@@ -264,15 +268,17 @@ class Punctuator:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except ValueError as e:
             raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
-        base = SessionOptions()
-        options = SessionOptions(
-            right_context=base.right_context if right_context is None else right_context,
-            max_delay_ms=base.max_delay_ms if max_delay_ms is None else max_delay_ms,
+        given = {"right_context": right_context, "max_delay_ms": max_delay_ms}
+        try:  # the server's validation and limits (a session's config message)
+            latency = decode_config({k: v for k, v in given.items() if v is not None})
+        except ProtocolError as e:
+            raise InputError(e.message) from None
+        options = latency.apply_to(SessionOptions(
             partials=partials,
             capitalize=self.capitalize if capitalize is None else capitalize,
             itn=self._itn(itn),
             lexicon=_lexicon(lexicon),
-        )
+        ))
         return Stream(self, options, clock, partial_mark_threshold=threshold)
 
     def _itn(self, itn: bool | None) -> bool:
@@ -357,14 +363,14 @@ class Stream:
         """Committed ASR words (a list of words, :class:`~streampunct.protocol.Word` with
         times, or a string split on whitespace) that arrived at ``now``; the finals that
         are due. Words that normalize to nothing (punctuation) are dropped."""
-        items = tuple(_word(w) for w in (words.split() if isinstance(words, str) else words))
+        items = tuple(_word(w) for w in _items(words, "words"))
         return self._send(WordsMessage(items), now)
 
     def hypothesis(self, words: str | Iterable[str], *, now: float | None = None) -> list[Final]:
         """The ASR's interim words after the committed ones (replaces the previous
         hypothesis; the next :meth:`push` clears it). They are labeled in
         :attr:`partial` only (with ``partials``), never finalized."""
-        items = tuple(_word(w) for w in (words.split() if isinstance(words, str) else words))
+        items = tuple(_word(w) for w in _items(words, "words"))
         return self._send(HypothesisMessage(items), now)
 
     def poll(self, *, now: float | None = None) -> list[Final]:
@@ -447,10 +453,24 @@ def _lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
         raise InputError(str(e)) from None
 
 
-def _strings(words: Iterable[str]) -> list[str]:
-    out = list(words)
-    for w in out:
+def _items(words: Any, name: str) -> list[Any]:
+    """A string's words (split on whitespace) or an iterable's items; InputError for anything else."""
+    if isinstance(words, str):
+        return words.split()
+    if isinstance(words, bytes | bytearray | memoryview):
+        raise InputError(f"{name} must be a str, not {type(words).__name__}: bytes are not text, decode them "
+                         "first (e.g. data.decode('utf-8'))")
+    try:
+        items = iter(words)
+    except TypeError:
+        kind = "None" if words is None else type(words).__name__
+        raise InputError(f"{name} must be a str or an iterable of words, not {kind}") from None
+    return list(items)
+
+
+def _strings(words: list[Any]) -> list[str]:
+    for w in words:
         if not isinstance(w, str):
             raise InputError(f"a word must be a str, not {type(w).__name__}")
-    return out
+    return words
 

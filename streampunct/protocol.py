@@ -384,7 +384,7 @@ def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None
     value = obj[name]
     # bool is an int subclass in Python; true/false is not a number on the wire.
     if type(value) is not int:
-        raise _bad(f"'{name}' must be an integer")
+        raise _bad(f"'{name}' must be an integer between 0 and {maximum}")
     if not 0 <= value <= maximum:
         raise _bad(f"'{name}' must be between 0 and {maximum}, not {value}")
     return value

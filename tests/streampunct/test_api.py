@@ -270,8 +270,6 @@ def test_bad_input_is_refused_in_one_line(aligner, tmp_path):
         s.push(["ok", 3])
     with pytest.raises(InputError, match="a word must be a str"):
         p.punctuate(["ok", None])
-    with pytest.raises(ValueError, match="right_context must be >= 0"):
-        p.stream(right_context=-1)
     s.end(now=0.0)
     with pytest.raises(InputError, match="the stream has ended"):
         s.push(["more"])
@@ -279,6 +277,50 @@ def test_bad_input_is_refused_in_one_line(aligner, tmp_path):
         Punctuator.load(tmp_path / "nothing")
     with pytest.raises(InputError, match="stream_cache must be one of auto, on, off"):
         Punctuator.load(stream_cache="sometimes")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"right_context": "3"}, "'right_context' must be an integer between 0 and 1000"),
+    ({"right_context": -1}, "'right_context' must be between 0 and 1000, not -1"),
+    ({"right_context": True}, "'right_context' must be an integer between 0 and 1000"),
+    ({"max_delay_ms": 10**9}, "'max_delay_ms' must be between 0 and 600000, not 1000000000"),
+    ({"max_delay_ms": 2.5}, "'max_delay_ms' must be an integer between 0 and 600000"),
+])
+def test_stream_options_are_checked_against_the_servers_limits(aligner, options, message):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    with pytest.raises(InputError) as caught:
+        p.stream(**options)
+    assert str(caught.value) == message
+
+
+def test_stream_options_at_the_servers_limits_are_taken(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=0, max_delay_ms=600_000)
+    assert (s.options.right_context, s.options.max_delay_ms) == (0, 600_000)
+    s = p.stream(right_context=1000, max_delay_ms=0)
+    assert (s.options.right_context, s.options.max_delay_ms) == (1000, 0)
+    assert (p.stream().options.right_context, p.stream().options.max_delay_ms) == (3, 2000)
+
+
+def test_words_that_are_not_text_are_refused_with_what_to_do(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream()
+    with pytest.raises(InputError) as caught:
+        p.punctuate(None)
+    assert str(caught.value) == "text must be a str or an iterable of words, not None"
+    with pytest.raises(InputError) as caught:
+        s.push(None)
+    assert str(caught.value) == "words must be a str or an iterable of words, not None"
+    with pytest.raises(InputError, match="words must be a str or an iterable of words, not int"):
+        s.hypothesis(7)
+    with pytest.raises(InputError) as caught:
+        p.punctuate(b"hello world")
+    assert str(caught.value) == ("text must be a str, not bytes: bytes are not text, decode them first "
+                                 "(e.g. data.decode('utf-8'))")
+    with pytest.raises(InputError, match="words must be a str, not bytearray: bytes are not text"):
+        s.push(bytearray(b"hello"))
+    assert s.n_words == 0
+    assert p.punctuate(iter(["hello", "world"])) == p.punctuate("hello world") != ""
 
 
 def test_an_engine_failure_raises_and_the_stream_goes_on(aligner):
