@@ -152,7 +152,11 @@ class Lexicon:
 
     def __init__(self, pairs: Iterable[tuple[str, str]] = (), *, base: Lexicon | None = None) -> None:
         own = {tuple(spoken.split()): written for spoken, written in pairs}
+        prefixes = frozenset(k[:i] for k in own for i in range(1, len(k)))
         self._layers: tuple[dict[tuple[str, ...], str], ...] = ((*base._layers, own) if base else (own,))
+        # proper prefixes of the entries, per layer (a server's layer is shared, never copied)
+        self._prefixes: tuple[frozenset[tuple[str, ...]], ...] = (
+            (*base._prefixes, prefixes) if base else (prefixes,))
         self.max_words = max((len(k) for layer in self._layers for k in layer), default=0)
 
     def __bool__(self) -> bool:
@@ -166,6 +170,15 @@ class Lexicon:
             written = layer.get(spoken)
             if written is not None:
                 return written
+        return None
+
+    def open_prefix(self, words: Sequence[str]) -> int | None:
+        """The first ``s`` such that ``words[s:]`` begins a longer phrase (a proper prefix of
+        one), or None: where a phrase may still be completed by words not received yet."""
+        for s in range(max(0, len(words) - self.max_words + 1), len(words)):
+            tail = tuple(words[s:])
+            if any(tail in layer for layer in self._prefixes):
+                return s
         return None
 
     def phrases(self, words: Sequence[str]) -> list[Phrase]:
@@ -309,7 +322,8 @@ class FinalTexts:
     first phrase that goes on into its right context (the words received and
     not final yet, as they are at that moment); the words of that phrase are
     *held*: the final that finalizes the phrase's last word writes the whole
-    phrase. Nothing is delayed: every final is sent when the contract says,
+    phrase. So are the words from one of its own on when they and the right
+    context begin a longer lexicon phrase (which later words may complete). Nothing is delayed: every final is sent when the contract says,
     with its ``words`` and ``p``; only where its words appear in ``text``
     moves. A final with no right context (a flush, the end, a delay deadline
     with nothing after it) holds nothing. A partial writes the held words,
@@ -337,6 +351,19 @@ class FinalTexts:
                 return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
         return self.formatter.phrases(words, labels, until=until)
 
+    def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
+        """A lexicon phrase that the words after the final's may still complete: the words
+        from one of the final's own (with no mark from there to its last) through the last
+        word received begin a longer entry ("the united states of" before "america")."""
+        lexicon = self.formatter.lexicon
+        if not lexicon:
+            return None
+        s = lexicon.open_prefix(all_words)
+        n = len(span)
+        if s is None or s >= n or any(h.label in (COMMA, PERIOD, QUESTION) for h in span[s:]):
+            return None
+        return Phrase(s, len(all_words), "")
+
     @property
     def held(self) -> int:
         """Final words whose text no final has carried yet."""
@@ -355,6 +382,8 @@ class FinalTexts:
         phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
+        if crossing is None and context:
+            crossing = self._open_lexicon_phrase(span, all_words)
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
 from streampunct.options import SessionOptions
@@ -152,6 +154,38 @@ def test_lexicon_in_partials_and_finals_alike():
     driver.send(WordsMessage((Word("at"), Word("nasa"))))
     driver.send(EndRequest())
     assert " ".join(f.text for f in driver.finals() if f.text) == "we use StreamPunct at NASA."
+
+
+LONG_LEXICON = (("the united states of america", "the USA"), ("department of motor vehicles", "DMV"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.integers(1, 5), min_size=1, max_size=12), right_context=st.integers(1, 4))
+def test_a_lexicon_phrase_longer_than_the_right_context_is_written_whatever_the_chunking(chunks, right_context):
+    """The words after a final may complete a lexicon phrase that its own words begin ("the
+    united states of" before "america"): those words are held like a number's, so the phrase
+    does not depend on how the client cut the words into messages."""
+    words = "we drove across the united states of america to the department of motor vehicles ok".split()
+    driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, lexicon=LONG_LEXICON))
+    i = 0
+    for size in chunks * 20:
+        if i >= len(words):
+            break
+        driver.send(WordsMessage(tuple(Word(w) for w in words[i:i + size])))
+        i += size
+    driver.send(EndRequest())
+    assert " ".join(f.text for f in driver.finals() if f.text) == (
+        "we drove across the USA to the DMV ok.")
+    assert [w.w for f in driver.finals() for w in f.words] == words
+
+
+def test_a_lexicon_prefix_that_does_not_go_on_is_written_as_spoken():
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000, lexicon=LONG_LEXICON))
+    driver.stream("the united states of mind ok")
+    texts = [f.text for f in driver.finals()]
+    # held while "the united states of ..." may go on; "mind" ends it: written as spoken
+    assert texts[:4] == ["", "", "", "the united states of"]
+    assert " ".join(t for t in texts if t) == "the united states of mind ok."
 
 
 def test_config_answer_names_itn_and_lexicon():
