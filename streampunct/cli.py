@@ -11,7 +11,8 @@ import is left out of ``--help`` with a warning instead of breaking the CLI.
 Heavy imports (torch, onnx) happen inside ``run`` so that ``streampunct
 --help`` stays fast and works on the base install.
 
-Errors: a malformed argument is a usage error (argparse, status 2); an error
+Errors: a malformed argument is a usage error (argparse, status 2; a subcommand's
+parser reports its own unknown arguments, with its usage); an error
 raised on purpose while running (:class:`~streampunct.errors.StreampunctError`,
 the engines' own :class:`~engines.base.EngineError`, which is not one since
 ``engines`` does not import ``streampunct``, or an ``OSError`` about a path
@@ -65,6 +66,18 @@ def available_commands() -> Iterator[ModuleType]:
     yield from plugin_commands()
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: it reports the arguments it does not know itself, with its own
+    usage (``streampunct punctuate: error: unrecognized arguments: ...``), instead of leaving
+    them to the top-level parser, whose usage does not show the subcommand's options."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streampunct",
@@ -75,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging level (default: INFO)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=SubcommandParser)
     for module in available_commands():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)

@@ -103,6 +103,30 @@ def test_parser_builds():
     assert build_parser().prog == "streampunct"
 
 
+@pytest.mark.parametrize("argv, unknown", [
+    (["punctuate", "t.txt", "--bogus"], "--bogus"),
+    (["punctuate", "--bogus=1", "t.txt"], "--bogus=1"),
+    (["punctuate", "a.txt", "b.txt"], "b.txt"),
+    (["evaluate", "--data", "d.jsonl", "--live-bogus"], "--live-bogus"),
+])
+def test_a_subcommands_unknown_arguments_are_reported_by_the_subcommand(capsys, argv, unknown):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: streampunct {argv[0]} [-h]")
+    assert err.rstrip().splitlines()[-1] == f"streampunct {argv[0]}: error: unrecognized arguments: {unknown}"
+
+
+def test_unknown_arguments_before_the_subcommand_are_the_top_levels(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--bogus", "punctuate", "t.txt"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: streampunct [-h] [--version]")
+    assert err.rstrip().splitlines()[-1] == "streampunct: error: unrecognized arguments: --bogus"
+
+
 @pytest.mark.parametrize(
     "encoding, bom",
     [("utf-8", b""), ("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
