@@ -425,6 +425,8 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
             written = written[:-3] + " o'clock"
     elif cls == "date":
         words = [w.capitalize() if w in _MONTHS else w for w in written.split()]
+        if len(words) in (2, 3) and words[0].isdigit() and words[1].lower() in _MONTHS:
+            words[0], words[1] = words[1], words[0]  # "the fifth of march": March 5, not 5 March
         if len(words) == 3 and words[0] in (m.capitalize() for m in _MONTHS) and words[2].isdigit():
             words[1] += ","  # March 5, 2020
         written = " ".join(words)

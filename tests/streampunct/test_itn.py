@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
     ("time", "10:15 a.m.", "ten fifteen a m", "10:15 a.m."),
     ("time", "10:00", "ten o'clock", "10 o'clock"),
     ("date", "march 5 2020", "march fifth twenty twenty", "March 5, 2020"),
+    ("date", "5 march 2020", "the fifth of march twenty twenty", "March 5, 2020"),
+    ("date", "4 july", "the fourth of july", "July 4"),
     ("date", "december 25", "december twenty fifth", "December 25"),
     ("date", "1990s", "nineteen nineties", "1990s"),
     ("money", "$25000", "twenty five thousand dollars", "$25,000"),
@@ -125,6 +127,8 @@ def written(normalizer, text: str) -> str:
     ("he is five foot five inches tall", "he is 5 foot 5 inches tall"),  # two measures, each its unit
     ("it took two hours thirty minutes", "it took 2 hours 30 minutes"),
     ("she retired in two thousand and twelve", "she retired in 2012"),
+    ("the meeting is on the fifth of march twenty twenty", "the meeting is on March 5, 2020"),
+    ("we met on the first of may and again on may first", "we met on May 1 and again on May 1"),
     ("so i said to him that we should go", "so i said to him that we should go"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):
