@@ -362,12 +362,23 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _int(digits: str) -> int:
+    """A JSON integer; one past Python's digit limit (``sys.get_int_max_str_digits``) is refused
+    in plain words (Python's own message is about its internals)."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise _bad("invalid JSON: a number in the frame is too long") from None
+
+
 def _parse_object(text: str | bytes) -> dict[str, Any]:
     if isinstance(text, bytes | bytearray | memoryview):
         raise _bad("binary frames are not accepted; send JSON in text frames")
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, and ints past Python's digit limit
+        obj = json.loads(text, parse_constant=_no_constant, parse_int=_int)
+    except RecursionError:  # the decoder's recursion: arrays or objects nested past Python's stack
+        raise _bad("invalid JSON: the frame nests too deeply") from None
+    except ValueError as e:  # JSONDecodeError, and NaN or Infinity
         raise _bad(f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise _bad("a message must be a JSON object")

@@ -87,6 +87,34 @@ def test_bad_request(frame):
     assert info.value.message
 
 
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        ('{"type": "words", "n": ' + "9" * 5000 + "}", "invalid JSON: a number in the frame is too long"),
+        ('{"type": "config", "right_context": -' + "1" * 5000 + "}",
+         "invalid JSON: a number in the frame is too long"),
+        ('{"type": "words", "words": ' + "[" * 100_000 + "]" * 100_000 + "}",
+         "invalid JSON: the frame nests too deeply"),
+        ('{"type": "config", "x": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001,
+         "invalid JSON: the frame nests too deeply"),
+    ],
+)
+def test_frames_past_pythons_parser_limits_get_a_plain_message(frame, message):
+    """Python's own messages (its digit limit, its recursion depth) name its internals."""
+    with pytest.raises(ProtocolError) as info:
+        decode(frame)
+    assert info.value.code is ErrorCode.BAD_REQUEST
+    assert info.value.message == message
+
+
+def test_numbers_within_the_digit_limit_and_nesting_still_decode():
+    frame = '{"type": "config", "right_context": 7, "extra": [[[' + "1" * 4000 + "]]]}"
+    assert decode(frame) == ConfigRequest(right_context=7)
+    with pytest.raises(ProtocolError) as info:
+        decode('{"type": "config", "right_context": ' + "1" * 4000 + "}")
+    assert info.value.message.startswith("'right_context' must be between 0 and 1000, not 1111")
+
+
 def test_too_large():
     limits = Limits(max_words_per_message=5, max_word_chars=10)
     assert len(decode(json.dumps({"type": "words", "words": ["a"] * 5}), limits).words) == 5
