@@ -4,38 +4,47 @@ Every input becomes a sequence of :class:`AsrEvent`: committed words (sent
 as ``words``) or an interim hypothesis (sent as ``hypothesis``), each with
 the time it is due, in seconds from the start of the stream.
 
-Formats (``--input-format``, ``auto`` looks at the first JSON line):
+Formats (``--input-format``; ``auto`` looks at the start: input whose first
+non-blank character is ``{`` or ``[`` is read as JSON and its first value
+names the format, anything else is text):
 
 * ``text``: plain text, or ``word<TAB>LABEL`` lines (labels ignored); paced
   at ``wps`` words per second in ASR-like chunks.
 * ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``.
-* ``vosk``: Vosk/Kaldi recognizer output, one JSON object per line:
+* ``vosk``: Vosk/Kaldi recognizer output (``Result()``, ``PartialResult()``,
+  ``FinalResult()`` as they print it):
   ``{"result": [{"word", "start", "end", ...}], "text": ...}`` commits words,
   ``{"partial": "..."}`` is an interim hypothesis.
 * ``whisper``: faster-whisper-style segments with word timestamps, as JSON
   lines of segments, a JSON list of segments, or ``{"segments": [...]}``;
   each segment ``{"start", "end", "text", "words": [{"word", "start", "end"}]}``.
 
+The JSON formats read a stream of JSON values (:class:`JsonStream`), each on
+one line or pretty-printed over several; a value is taken as soon as its text
+is complete, so a live pipe is not read to its end first.
+
 Files with timestamps are replayed on their own clock (``speed`` times real
 time; 0: as fast as possible). From stdin (``-``) events are sent as they
 are read, so an ASR process can pipe into the client.
 
-A JSON line that cannot be read (not JSON, or not the format's shape) is a
-:class:`BadLine`, named by file (or ``stdin``), line number and reason.
-``on_bad_line`` says what happens then: ``stop`` raises it (the caller has
-streamed the lines before it, and finalizes them), ``skip`` reports it and
-goes on with the next line.
+A JSON value that cannot be read (not JSON, or not the format's shape) is a
+:class:`BadLine`, named by file (or ``stdin``), the line it starts on and the
+reason. ``on_bad_line`` says what happens then: ``stop`` raises it (the
+caller has streamed the values before it, and finalizes them), ``skip``
+reports it and goes on with the next value.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 import random
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +59,7 @@ BAD_LINE_ACTIONS = ("stop", "skip")
 
 
 class BadLine(InputError):
-    """A line of JSON-lines input that cannot be read; the message starts with ``FILE:LINE:``."""
+    """A value of JSON input that cannot be read; the message starts with ``FILE:LINE:`` (where it starts)."""
 
 
 def _check_action(on_bad_line: str) -> None:
@@ -95,7 +104,7 @@ def asr_chunks(
     return chunks
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class AsrEvent:
     """One thing the recognizer said.
 
@@ -137,12 +146,198 @@ def _due(words: Sequence[Word], previous: float | None) -> float | None:
     return max(known) if known else previous
 
 
+@dataclasses.dataclass(frozen=True)
+class JsonValue:
+    """One value of a JSON stream.
+
+    Attributes:
+        line: the line its text starts on (1-based).
+        obj: the value (None when ``error`` is set).
+        error: why its text is not JSON, or None.
+        first: the first character of its text.
+        last: its last line (a bad value: the last line before reading goes on).
+    """
+
+    line: int
+    obj: Any = None
+    error: str | None = None
+    first: str = ""
+    last: int = 0
+
+    def skipped(self) -> str:
+        """What ``--on-bad-line skip`` passes over when this value is bad."""
+        return "line skipped" if self.last <= self.line else f"lines {self.line}-{self.last} skipped"
+
+
+_DECODER = json.JSONDecoder()
+_BLANK = re.compile(r"[ \t\n\r]*")
+
+
+class JsonStream:
+    """Concatenated JSON values, each on one line or pretty-printed over several, split as text arrives.
+
+    :meth:`feed` returns every value whose text is complete, as soon as it is
+    (a live pipe is not read to its end first); :meth:`close` the rest at the
+    end of the input. A value that is not JSON comes back with its ``error``
+    once it is known where reading goes on: at the first line after it (or the
+    line where a new value cut it off) that is indented no deeper than the bad
+    value started and does not start with a closing ``}``, ``]`` or ``,``.
+    """
+
+    #: Below this many characters a value is decoded again at every line fed;
+    #: above, when its text has doubled (a big document costs linear time).
+    SMALL = 1 << 16
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._pending: list[str] = []  # fed text not yet joined to the buffer
+        self._pending_size = 0
+        self._pos = 0  # where undecoded text starts in the buffer
+        self._line = 1  # the line number at _pos
+        self._line_start = 0  # where that line starts in the buffer (negative: before it)
+        self._tried = 0  # text size at the last decode that found the value incomplete
+        self._skip_indent: int | None = None  # after a bad value: skip lines indented deeper
+        self._bad_value: JsonValue | None = None  # the bad value being skipped
+
+    def feed(self, text: str) -> list[JsonValue]:
+        """The values that ``text`` completes."""
+        self._pending.append(text)
+        self._pending_size += len(text)
+        size = len(self._buffer) - self._pos + self._pending_size
+        if self._skip_indent is None and self.SMALL <= size < 2 * self._tried:
+            return []
+        return self._values(eof=False)
+
+    def close(self) -> list[JsonValue]:
+        """The values left at the end of the input (an unfinished one is bad)."""
+        return self._values(eof=True)
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        """The line number and 0-based column of buffer position ``pos`` (at or after ``_pos``)."""
+        newlines = self._buffer.count("\n", self._pos, pos)
+        if not newlines:
+            return self._line, pos - self._line_start
+        return self._line + newlines, pos - self._buffer.rfind("\n", self._pos, pos) - 1
+
+    def _advance(self, pos: int) -> None:
+        newlines = self._buffer.count("\n", self._pos, pos)
+        if newlines:
+            self._line += newlines
+            self._line_start = self._buffer.rfind("\n", self._pos, pos) + 1
+        self._pos = pos
+
+    def _values(self, *, eof: bool) -> list[JsonValue]:
+        if self._pending:
+            self._buffer = self._buffer[self._pos:] + "".join(self._pending)
+            self._line_start -= self._pos
+            self._pos = 0
+            self._pending, self._pending_size = [], 0
+        buffer, out = self._buffer, []
+        while True:
+            if self._skip_indent is not None:
+                if not self._resync(eof):
+                    return out
+            if self._bad_value is not None:  # reading goes on after it
+                out.append(self._bad_value)
+                self._bad_value = None
+            start = _BLANK.match(buffer, self._pos).end()
+            if start == len(buffer):
+                self._advance(start)
+                return out
+            try:
+                obj, end = _DECODER.raw_decode(buffer, start)
+            except json.JSONDecodeError as e:
+                if not eof and buffer.find("\n", e.pos) < 0:  # cut off by the end of what has come
+                    self._advance(start)
+                    self._tried = len(buffer) - start
+                    return out
+                self._bad(start, e.pos, e.msg)
+                continue
+            except RecursionError:
+                self._bad(start, start, "nested too deeply")
+                continue
+            if not eof and end == len(buffer) and not isinstance(obj, dict | list):
+                self._advance(start)  # a number may go on in the next text
+                return out
+            line, _ = self._where(start)
+            last, _ = self._where(end - 1)
+            out.append(JsonValue(line, obj, first=buffer[start], last=last))
+            self._advance(end)
+            self._tried = 0
+
+    def _bad(self, start: int, pos: int, msg: str) -> None:
+        """Hold the bad value at ``start`` (its error at ``pos``) and skip past it."""
+        buffer, msg = self._buffer, msg.removesuffix(" at")  # "Invalid control character at"
+        line, indent = self._where(start)
+        line_start = buffer.rfind("\n", 0, pos) + 1
+        newline = buffer.find("\n", pos)
+        resume = len(buffer) if newline < 0 else newline + 1
+        if pos == len(buffer):  # at the end of the input
+            error = f"{msg}: the input ends before the value does"
+        else:
+            if line_start > start and not buffer[line_start:pos].strip():  # the value is cut off by a new line
+                resume = line_start  # (which may start the next value)
+                while buffer[pos - 1] in " \t\r\n":
+                    pos -= 1  # the error is where the value's text ends
+            at, column = self._where(pos)
+            error = f"{msg} at column {column + 1}" if at == line else f"{msg} at line {at} column {column + 1}"
+        self._bad_value = JsonValue(line, error=error, first=buffer[start], last=line)
+        self._advance(resume)
+        self._skip_indent = indent
+        self._tried = 0
+
+    def _resync(self, eof: bool) -> bool:
+        """Skip to a line that can start a value (True), or to the end of what has come (False)."""
+        buffer, pos = self._buffer, self._pos
+        assert self._skip_indent is not None
+        while pos < len(buffer):
+            newline = buffer.find("\n", pos)
+            text = buffer[pos:] if newline < 0 else buffer[pos:newline]
+            body = text.lstrip(" \t\r")
+            if body and len(text) - len(body) <= self._skip_indent and body[0] not in "}],":
+                self._advance(pos)
+                self._end_skip(self._line - 1)
+                return True
+            if newline < 0:
+                if eof:
+                    pos = len(buffer)
+                break  # an unfinished line: its start is seen again with the next text
+            pos = newline + 1
+        self._advance(pos)
+        if eof:
+            self._end_skip(self._line - 1 if buffer.endswith("\n") else self._line)
+            return True
+        return False
+
+    def _end_skip(self, last: int) -> None:
+        self._skip_indent = None
+        if self._bad_value is not None:
+            self._bad_value = dataclasses.replace(self._bad_value, last=max(last, self._bad_value.line))
+
+
+def json_values(chunks: Iterable[str]) -> Iterator[JsonValue]:
+    """The values of JSON text given in chunks (lines, or all of it), each as soon as it is complete."""
+    stream = JsonStream()
+    for chunk in chunks:
+        yield from stream.feed(chunk)
+    yield from stream.close()
+
+
 def detect_format(first: str) -> str:
-    """The input format of a transcript from its first non-empty line."""
-    try:
-        obj = json.loads(first)
-    except json.JSONDecodeError:
+    """The input format of a transcript from its start (its first JSON value, on one line or several)."""
+    if first.lstrip()[:1] not in ("{", "["):
         return "text"
+    return _format_of(next(json_values([first])), "input")
+
+
+def _format_of(value: JsonValue, name: str) -> str:
+    """The input format named by the first value of JSON-looking input (``[...`` that is not JSON: text)."""
+    if value.error is not None:
+        if value.first == "[":  # "[Music] so how are you"
+            return "text"
+        raise InputError(f"{name}:{value.line}: starts with '{{' but is not JSON ({value.error}); "
+                         "for plain text pass --input-format text")
+    obj = value.obj
     if isinstance(obj, list):
         return "whisper" if obj and isinstance(obj[0], dict) and "words" in obj[0] else "words"
     if not isinstance(obj, dict):
@@ -153,21 +348,8 @@ def detect_format(first: str) -> str:
         return "whisper"
     if "w" in obj or "word" in obj:
         return "words"
-    raise InputError("cannot tell the input format from its first line; pass --input-format")
-
-
-def parse_line(fmt: str, line: str, where: str, previous: float | None = None) -> list[AsrEvent]:
-    """The events of one JSON line in format ``fmt`` (``words``, ``vosk`` or ``whisper``)."""
-    try:
-        obj = json.loads(line.rstrip("\r\n"))
-    except json.JSONDecodeError as e:
-        raise BadLine(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-    except RecursionError:
-        raise BadLine(f"{where}: not JSON (nested too deeply)") from None
-    try:
-        return _parse_object(fmt, obj, where, previous)
-    except InputError as e:  # the line is JSON of the wrong shape
-        raise BadLine(str(e)) from None
+    raise InputError(f"{name}:{value.line}: cannot tell the input format from its first JSON value; "
+                     "pass --input-format")
 
 
 def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
@@ -216,28 +398,30 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> lis
     raise InputError(f"unknown input format {fmt!r}")
 
 
-def _parse_or_skip(fmt: str, line: str, where: str, previous: float | None, on_bad_line: str,
-                   report: Callable[[str], None] | None) -> list[AsrEvent]:
-    """:func:`parse_line`, where a bad line is raised (``stop``) or reported and skipped (``skip``)."""
+def _value_events(fmt: str, value: JsonValue, name: str, previous: float | None, on_bad_line: str,
+                  report: Callable[[str], None] | None) -> list[AsrEvent]:
+    """The events of one value of JSON input; a bad value is raised (``stop``) or reported and skipped (``skip``)."""
+    where = f"{name}:{value.line}"
     try:
-        return parse_line(fmt, line, where, previous)
+        if value.error is not None:
+            raise BadLine(f"{where}: not JSON ({value.error})")
+        try:
+            return _parse_object(fmt, value.obj, where, previous)
+        except InputError as e:  # JSON of the wrong shape
+            raise BadLine(str(e)) from None
     except BadLine as e:
         if on_bad_line == "stop":
             raise
         if report is not None:
-            report(f"{e}; line skipped")
+            report(f"{e}; {value.skipped()}")
         return []
 
 
-def events_from_lines(lines: Iterable[str], fmt: str, name: str, *, on_bad_line: str = "stop",
-                      report: Callable[[str], None] | None = None) -> Iterator[AsrEvent]:
-    """Events of JSON-lines input (a whole-file JSON list or object is one "line")."""
-    _check_action(on_bad_line)
+def _events(values: Iterable[JsonValue], fmt: str, name: str, on_bad_line: str,
+            report: Callable[[str], None] | None) -> Iterator[AsrEvent]:
     previous: float | None = None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        for event in _parse_or_skip(fmt, line, f"{name}:{number}", previous, on_bad_line, report):
+    for value in values:
+        for event in _value_events(fmt, value, name, previous, on_bad_line, report):
             previous = event.at if event.at is not None else previous
             yield event
 
@@ -248,38 +432,33 @@ def text_events(words: Sequence[str], *, wps: float, max_chunk: int, seed: int) 
         words, wps=wps, max_chunk=max_chunk, seed=seed)]
 
 
-def _whole_json(text: str) -> list[str]:
-    """A file holding one JSON document (possibly over several lines) as one line."""
-    stripped = text.strip()
-    if stripped[:1] in "[{":
-        try:
-            json.loads(stripped)
-        except json.JSONDecodeError:
-            return text.splitlines()
-        return [stripped]
-    return text.splitlines()
-
-
 def read_events(
     source: str, *, input_format: str = "auto", wps: float = 2.5, max_chunk: int = 4, seed: int = 0,
     speed: float = 1.0, on_bad_line: str = "stop", report: Callable[[str], None] | None = None,
 ) -> list[AsrEvent]:
-    """Every event of a file (not stdin), timed for replay; a bad line (:class:`BadLine`) is
+    """Every event of a file (not stdin), timed for replay; a bad JSON value (:class:`BadLine`) is
     raised before anything is streamed (``stop``), or reported and skipped (``skip``)."""
     _check_action(on_bad_line)
     if input_format not in INPUT_FORMATS:
         raise InputError(f"unknown input format {input_format!r}; one of {', '.join(INPUT_FORMATS)}")
     path = Path(source)
     text = read_text(path)
-    lines = _whole_json(text)
-    first = next((line for line in lines if line.strip()), "")
-    fmt = detect_format(first) if input_format == "auto" else input_format
+    fmt = input_format
+    values: Iterator[JsonValue] = iter(())
+    if fmt == "auto" and text.lstrip()[:1] not in ("{", "["):
+        fmt = "text"
+    elif fmt != "text":
+        values = json_values([text])
+        if fmt == "auto":
+            first = next(values)
+            fmt = _format_of(first, str(path))
+            values = itertools.chain([first], values)
     if fmt == "text":
         words = read_transcript(path)
         if not words:
             raise InputError(f"{source}: no words")
         return text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
-    events = list(events_from_lines(lines, fmt, str(path), on_bad_line=on_bad_line, report=report))
+    events = list(_events(values, fmt, str(path), on_bad_line, report))
     if not any(e.words and not e.interim for e in events):
         raise InputError(f"{source}: no committed words")
     return _scaled(events, speed)
@@ -312,32 +491,57 @@ def _stdin_lines() -> asyncio.Queue[str | None]:
 
 async def stdin_events(input_format: str = "auto", max_chunk: int | None = None, *, on_bad_line: str = "stop",
                        report: Callable[[str], None] | None = None) -> AsyncIterator[AsrEvent]:
-    """Events read from stdin as they come (an ASR process piping JSON lines or text).
+    """Events read from stdin as they come (an ASR process piping JSON or text).
 
     A line of plain text is committed as it is read, in chunks of at most
-    ``max_chunk`` words (None: the whole line in one). A JSON line that cannot
-    be read raises :class:`BadLine` (``stop``: the events before it have been
-    yielded), or is reported and skipped (``skip``).
+    ``max_chunk`` words (None: the whole line in one); a JSON value as soon as
+    its text is complete (one line, or pretty-printed over several). A JSON
+    value that cannot be read raises :class:`BadLine` (``stop``: the events
+    before it have been yielded), or is reported and skipped (``skip``).
     """
     if max_chunk is not None and max_chunk < 1:
         raise InputError("--max-chunk must be at least 1")
     _check_action(on_bad_line)
-    fmt = None if input_format == "auto" else input_format
-    previous: float | None = None
-    number = 0
-    lines = _stdin_lines()
-    while (line := await lines.get()) is not None:
-        number += 1
-        if not line.strip():
-            continue
-        if fmt is None:
-            fmt = detect_format(line)
-        if fmt == "text":
+
+    def text_events(lines: list[str]) -> Iterator[AsrEvent]:
+        for line in lines:
             words = tuple(Word(w) for w in line.split())
             step = max_chunk or len(words)
             for i in range(0, len(words), step):
                 yield AsrEvent(None, words[i : i + step])
+
+    fmt = None if input_format == "auto" else input_format
+    stream = JsonStream()
+    held: list[str] = []  # lines read while the format is not known
+    start = ""  # the first non-blank character
+    previous: float | None = None
+    lines = _stdin_lines()
+    while True:
+        line = await lines.get()
+        if fmt == "text":
+            if line is None:
+                break
+            for event in text_events([line]):
+                yield event
             continue
-        for event in _parse_or_skip(fmt, line, f"stdin:{number}", previous, on_bad_line, report):
-            previous = event.at if event.at is not None else previous
-            yield AsrEvent(None, event.words, event.interim)
+        values = stream.close() if line is None else stream.feed(line)
+        if fmt is None:
+            if line is not None:
+                held.append(line)
+                start = start or line.lstrip()[:1]
+            if start and start not in ("{", "["):
+                fmt, values = "text", []
+            elif values:
+                fmt = _format_of(values[0], "stdin")
+            if fmt == "text":
+                for event in text_events(held):
+                    yield event
+            if fmt is not None:
+                held = []
+        if fmt not in (None, "text"):
+            for value in values:
+                for event in _value_events(fmt, value, "stdin", previous, on_bad_line, report):
+                    previous = event.at if event.at is not None else previous
+                    yield AsrEvent(None, event.words, event.interim)
+        if line is None:
+            break

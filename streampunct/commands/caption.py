@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                         help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "
-                             "whisper (segments with words); default: detected from the first line")
+                             "whisper (segments with words); JSON one object a line or pretty-printed over "
+                             "several; default: detected from the start (a first '{' or '[' is read as JSON)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text: live captions on stdout; vtt/srt: subtitles; jsonl: one cue per line "
                              "(default: %(default)s)")
@@ -56,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="log every message sent and received as JSON lines on stdout (instead of captions)")
     parser.add_argument("--on-bad-line", choices=BAD_LINE_ACTIONS, default="stop",
-                        help="a JSON input line that cannot be read: 'stop' there (the words sent before it "
-                             "are finalized, exit status 2) or 'skip' it (reported on stderr) "
+                        help="a JSON input line (or pretty-printed object) that cannot be read: 'stop' there "
+                             "(the words sent before it are finalized, exit status 2) or 'skip' it (reported on "
+                             "stderr) "
                              "(default: %(default)s)")
     parser.add_argument("--reconnect-attempts", type=int, default=Reconnect.attempts, metavar="N",
                         help="when the connection drops or the server closes it with 1001/1011/1012/1013, "

@@ -454,3 +454,21 @@ async def test_a_bad_stdin_line_is_reported_and_what_was_sent_is_finalized(start
                       capitalize=True)
     assert out.read_text().strip() == expected
     assert stdout.replace("\n", " ").strip() == expected
+
+
+@pytest.mark.parametrize("input_format", ["auto", "vosk"])
+async def test_pretty_printed_vosk_on_stdin_is_captioned(start_server, tmp_path, input_format):
+    # KaldiRecognizer.Result() / PartialResult() print each object over several lines.
+    server = await start_server()
+    pretty = "".join(json.dumps(o, indent=2) + "\n" for o in [
+        {"partial": "so this"},
+        {"result": [{"conf": 1.0, "word": w, "start": 0.1 * i, "end": 0.1 * i + 0.05}
+                    for i, w in enumerate("so this is how".split())], "text": "so this is how"},
+        {"partial": "it"},
+        {"result": [{"word": "it"}, {"word": "began"}], "text": "it began"},
+    ])
+    out = tmp_path / "out.txt"
+    rc, stdout, stderr = await run_cli("-", "--url", server.url, "--out", str(out), "--input-format", input_format,
+                                       stdin=pretty.encode())
+    assert rc == 0, stderr
+    assert [w.strip(".,?").lower() for w in out.read_text().split()] == "so this is how it began".split()

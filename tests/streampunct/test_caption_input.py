@@ -128,3 +128,175 @@ async def test_stdin_stops_at_a_bad_line_after_yielding_what_came_before(monkeyp
     got = [[w.w for w in e.words] async for e in stdin_events("vosk", on_bad_line="skip", report=reported.append)]
     assert got == [["one"], ["two"], ["three"]]
     assert reported == ["stdin:3: not JSON (Expecting value at column 1); line skipped"]
+
+
+# What Vosk's KaldiRecognizer.PartialResult() / Result() / FinalResult() print: pretty JSON over several lines.
+VOSK_PRETTY = """{
+  "partial" : "so how"
+}
+{
+  "result" : [{
+      "conf" : 1.000000,
+      "end" : 0.700000,
+      "start" : 0.500000,
+      "word" : "so"
+    }, {
+      "conf" : 0.900000,
+      "end" : 1.000000,
+      "start" : 0.800000,
+      "word" : "how"
+    }],
+  "text" : "so how"
+}
+
+{
+  "partial" : "are"
+}
+{
+  "text" : ""
+}
+"""
+VOSK_OBJECTS = [
+    {"partial": "so how"},
+    {"result": [{"conf": 1.0, "end": 0.7, "start": 0.5, "word": "so"},
+                {"conf": 0.9, "end": 1.0, "start": 0.8, "word": "how"}], "text": "so how"},
+    {"partial": "are"},
+    {"text": ""},
+]
+
+
+def test_pretty_printed_vosk_reads_as_its_one_line_form_and_is_detected(tmp_path):
+    pretty = tmp_path / "vosk.json"
+    pretty.write_text(VOSK_PRETTY, encoding="utf-8")
+    one_line = write_lines(tmp_path / "vosk.jsonl", VOSK_OBJECTS)
+    expected = read_events(str(one_line), input_format="vosk", speed=2.0)
+    assert [(e.interim, [w.w for w in e.words]) for e in expected] == [
+        (True, ["so", "how"]), (False, ["so", "how"]), (True, ["are"])]
+    assert read_events(str(pretty), input_format="vosk", speed=2.0) == expected
+    assert read_events(str(pretty), speed=2.0) == expected  # auto: detected as vosk, not captioned as text
+    assert detect_format(VOSK_PRETTY) == "vosk"
+    assert detect_format(json.dumps({"w": "hi", "start": 0.1}, indent=2)) == "words"
+
+
+def test_words_and_whisper_share_the_pretty_json_reader(tmp_path):
+    words = tmp_path / "words.json"
+    words.write_text("\n".join(json.dumps(o, indent=2) for o in [
+        {"w": "so", "start": 1.0, "end": 1.2}, [{"w": "how", "end": 1.5}, {"w": "are", "end": 2.0}],
+    ]) + "\n", encoding="utf-8")
+    events = read_events(str(words), speed=1.0)
+    assert [([w.w for w in e.words], e.at) for e in events] == [(["so"], 0.0), (["how", "are"], pytest.approx(0.8))]
+    segments = tmp_path / "segments.json"
+    segments.write_text("".join(json.dumps(o, indent=4) for o in [
+        {"start": 0.0, "end": 1.0, "text": " Hi.", "words": [{"word": " Hi.", "start": 0.0, "end": 0.4}]},
+        {"start": 1.0, "end": 2.0, "text": " Bye.", "words": [{"word": " Bye.", "start": 1.2, "end": 1.6}]},
+    ]), encoding="utf-8")  # concatenated with no newline between them
+    assert [[w.w for w in e.words] for e in read_events(str(segments), speed=0)] == [["Hi."], ["Bye."]]
+
+
+def test_text_starting_with_a_brace_that_is_not_json_is_refused_with_a_reason(tmp_path):
+    source = tmp_path / "talk.txt"
+    source.write_text("{laughs} so how are you\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        read_events(str(source))
+    assert str(info.value) == (f"{source}:1: starts with '{{' but is not JSON (Expecting property name enclosed "
+                               "in double quotes at column 2); for plain text pass --input-format text")
+    assert [w.w for e in read_events(str(source), input_format="text") for w in e.words][:2] == ["{laughs}", "so"]
+    with pytest.raises(InputError, match="starts with '{' but is not JSON"):
+        detect_format("{\n  so how\n")
+    bracket = tmp_path / "music.txt"
+    bracket.write_text("[Music] so how\nare you\n", encoding="utf-8")  # a bracket that is not JSON: text
+    assert [w.w for e in read_events(str(bracket)) for w in e.words] == ["[Music]", "so", "how", "are", "you"]
+
+
+def test_a_bad_pretty_object_in_the_middle_is_named_by_the_line_it_starts_on(tmp_path):
+    from streampunct.caption_input import BadLine
+
+    lines = VOSK_PRETTY.splitlines(keepends=True)
+    bad = lines[:3] + ['{\n', '  "result" : [{\n', '      "end" : soon,\n', '      "word" : "x"\n', '    }],\n',
+                       '  "text" : "x"\n', '}\n'] + lines[3:] + ['{\n', '  "result" : "are"\n', '}\n']
+    source = tmp_path / "vosk.json"
+    source.write_text("".join(bad), encoding="utf-8")
+    with pytest.raises(BadLine) as info:
+        read_events(str(source), speed=0)
+    assert str(info.value) == f"{source}:4: not JSON (Expecting value at line 6 column 15)"
+    reported: list[str] = []
+    events = read_events(str(source), speed=0, on_bad_line="skip", report=reported.append)
+    assert [(e.interim, [w.w for w in e.words]) for e in events] == [
+        (True, ["so", "how"]), (False, ["so", "how"]), (True, ["are"])]
+    assert reported == [f"{source}:4: not JSON (Expecting value at line 6 column 15); lines 4-10 skipped",
+                        f"{source}:32: 'result' must be a list of words; lines 32-34 skipped"]
+
+
+def test_a_cut_off_line_is_named_by_its_own_line_and_the_next_value_is_read():
+    from streampunct.caption_input import json_values
+
+    values = list(json_values(['{"partial": "so"}\n', '{"partial": "how\n', '{"partial": "are"\n',
+                               '{"partial": "you"}\n', '{\n', '  "partial": "cut"\n', '\n', '{\n',
+                               '  "partial": "end"\n']))
+    assert [(v.line, v.obj, v.error, v.skipped()) for v in values] == [
+        (1, {"partial": "so"}, None, "line skipped"),
+        (2, None, "Invalid control character at column 17", "line skipped"),
+        (3, None, "Expecting ',' delimiter at column 18", "line skipped"),
+        (4, {"partial": "you"}, None, "line skipped"),
+        (5, None, "Expecting ',' delimiter at line 6 column 19", "lines 5-7 skipped"),
+        (8, None, "Expecting ',' delimiter: the input ends before the value does", "lines 8-9 skipped"),
+    ]
+
+
+def test_json_stream_gives_each_value_as_soon_as_its_text_is_complete():
+    from streampunct.caption_input import JsonStream
+
+    stream = JsonStream()
+    chunks = VOSK_PRETTY.splitlines(keepends=True)
+    got = [(n, value.line, value.obj) for n, chunk in enumerate(chunks, 1) for value in stream.feed(chunk)]
+    assert got == [(3, 1, VOSK_OBJECTS[0]), (17, 4, VOSK_OBJECTS[1]), (21, 19, VOSK_OBJECTS[2]),
+                   (24, 22, VOSK_OBJECTS[3])]
+    assert stream.close() == []
+    stream = JsonStream()  # chunks cut anywhere, as a pipe may deliver them
+    assert stream.feed('{"partial": "so h') == [] and stream.feed('ow"}{"text": tr') == [
+        stream_value(1, {"partial": "so how"})]
+    assert stream.feed('ue}\n[1, 2') == [stream_value(1, {"text": True})]
+    assert stream.feed("]") == [stream_value(2, [1, 2])]
+    assert stream.feed("\n12") == [] and stream.close() == [stream_value(3, 12)]
+
+
+def stream_value(line, obj):
+    from streampunct.caption_input import JsonValue
+
+    return JsonValue(line, obj, first=json.dumps(obj)[0], last=line)
+
+
+async def test_stdin_sends_a_pretty_vosk_result_before_the_next_one_is_written(monkeypatch):
+    import asyncio
+    import os
+    import sys
+
+    from streampunct.caption_input import stdin_events
+
+    read, write = os.pipe()
+    pipe = os.fdopen(read, encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", pipe)
+    events = stdin_events()  # auto: detected from the first object
+    try:
+        os.write(write, VOSK_PRETTY.split("{\n  \"result\"")[0].encode())  # the partial only
+        first = await asyncio.wait_for(anext(events), timeout=10)
+        assert first == AsrEvent(None, (Word("so"), Word("how")), interim=True)
+        os.write(write, VOSK_PRETTY[VOSK_PRETTY.index('{\n  "result"'):].encode())
+    finally:
+        os.close(write)
+    rest = [(e.interim, [w.w for w in e.words]) async for e in events]
+    pipe.close()
+    assert rest == [(False, ["so", "how"]), (True, ["are"])]
+
+
+async def test_stdin_refuses_braced_text_and_reads_bracketed_text(monkeypatch):
+    import io
+    import sys
+
+    from streampunct.caption_input import stdin_events
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n{laughs} so\nhow\n"))
+    with pytest.raises(InputError, match=r"^stdin:2: starts with '\{' but is not JSON \(Expecting property name"):
+        [e async for e in stdin_events()]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("[Music]\nso how\n"))
+    assert [[w.w for w in e.words] async for e in stdin_events()] == [["[Music]"], ["so", "how"]]
