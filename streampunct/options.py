@@ -45,8 +45,10 @@ class SessionOptions:
         if self.max_delay_ms < 0:
             raise ValueError("max_delay_ms must be >= 0")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, itn_available: bool = True) -> dict[str, Any]:
+        """The effective options on the wire; ``itn_available`` False (a server without the ITN
+        grammars) leaves ``itn`` out: the protocol has a server name only what it supports."""
+        out = {
             "right_context": self.right_context,
             "max_delay_ms": self.max_delay_ms,
             "partials": self.partials,
@@ -54,3 +56,6 @@ class SessionOptions:
             "itn": self.itn,
             "lexicon": [list(pair) for pair in self.lexicon],
         }
+        if not itn_available:
+            del out["itn"]
+        return out

@@ -213,6 +213,9 @@ class Ready:
     config: SessionOptions
     protocol: int = PROTOCOL_VERSION
     limits: Limits | None = None
+    # False: the server has no ITN grammars, and ``config`` on the wire names no ``itn`` (not part
+    # of equality: the same options, shown by a server that cannot write them)
+    itn_available: bool = field(default=True, compare=False)
     type: str = field(default="ready", init=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -221,7 +224,7 @@ class Ready:
             "protocol": self.protocol,
             "session": self.session,
             "model": self.model,
-            "config": self.config.to_json(),
+            "config": self.config.to_json(itn_available=self.itn_available),
         }
         if self.limits is not None:
             out["limits"] = {k: v for k, v in asdict(self.limits).items() if v is not None}
@@ -231,10 +234,11 @@ class Ready:
 @dataclass(frozen=True)
 class ConfigApplied:
     config: SessionOptions
+    itn_available: bool = field(default=True, compare=False)  # as Ready's
     type: str = field(default="config", init=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "config": self.config.to_json()}
+        return {"type": self.type, "config": self.config.to_json(itn_available=self.itn_available)}
 
 
 @dataclass(frozen=True)
@@ -303,10 +307,12 @@ class Resumed:
 
     start: int
     config: SessionOptions
+    itn_available: bool = field(default=True, compare=False)  # as Ready's
     type: str = field(default="resumed", init=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "start": self.start, "config": self.config.to_json()}
+        return {"type": self.type, "start": self.start,
+                "config": self.config.to_json(itn_available=self.itn_available)}
 
 
 @dataclass(frozen=True)
@@ -558,6 +564,10 @@ def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> 
     return value
 
 
+def _names_itn(obj: Mapping[str, Any]) -> bool:
+    return "itn" in _field(obj, "config", dict)
+
+
 def _options(obj: Mapping[str, Any]) -> SessionOptions:
     cfg = _field(obj, "config", dict)
     return SessionOptions(
@@ -614,13 +624,13 @@ def decode_server(text: str | bytes) -> ServerMessage:
             known = code in ErrorCode.__members__.values()
             return Error(ErrorCode(code) if known else code, _field(obj, "message", str))
         if kind == "config":
-            return ConfigApplied(_options(obj))
+            return ConfigApplied(_options(obj), _names_itn(obj))
         if kind == "resumed":
-            return Resumed(_field(obj, "start", int), _options(obj))
+            return Resumed(_field(obj, "start", int), _options(obj), _names_itn(obj))
         if kind == "ready":
             return Ready(
                 _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int),
-                _limits(obj),
+                _limits(obj), _names_itn(obj),
             )
     except (KeyError, TypeError, ValueError) as e:
         raise _bad(f"malformed server message {kind!r}: {e}") from None

@@ -216,6 +216,8 @@ class SessionProtocol:
         # Written forms (itn, lexicon): what the server shares, and this session's renderer
         # for the options it was built for (None: plain rendering).
         self._written = written if written is not None else WrittenForms()
+        # the effective options name ``itn`` only where the server can write it
+        self._itn_available = self._written.refusal(True) is None
         self._texts: FinalTexts | None = None
         self._texts_options: SessionOptions | None = None
         self._defer_written = defer_written
@@ -273,7 +275,8 @@ class SessionProtocol:
 
     def ready(self) -> Ready:
         """The first message of the session."""
-        return Ready(self.session_id, self.model_name, self.options, limits=self._limits)
+        return Ready(self.session_id, self.model_name, self.options, limits=self._limits,
+                     itn_available=self._itn_available)
 
     # -- input ---------------------------------------------------------------
     def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage]:
@@ -368,7 +371,7 @@ class SessionProtocol:
         self._calls = self._new_calls()
         if hypothesis:
             self.state.set_hypothesis(hypothesis)
-        return [ConfigApplied(self.options)]
+        return [ConfigApplied(self.options, self._itn_available)]
 
     def _resume(self, request: ResumeRequest, now: float) -> list[ServerMessage]:
         """Continue a stream at ``request.start``: its context words are final left context."""
@@ -390,7 +393,7 @@ class SessionProtocol:
         # The context ends a sentence (or there is none: the stream starts afresh).
         ends = (ID_TO_MARK[PERIOD], ID_TO_MARK[QUESTION])
         self._sentence_start = not request.context or request.context[-1].p in ends
-        return [Resumed(request.start, self.options)]
+        return [Resumed(request.start, self.options, self._itn_available)]
 
     # -- model calls ---------------------------------------------------------
     def next_call(self, now: float) -> EngineCall | None:

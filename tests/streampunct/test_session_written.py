@@ -24,6 +24,7 @@ from streampunct.protocol import (
     ResumeRequest,
     Word,
     WordsMessage,
+    decode_server,
 )
 from streampunct.session_protocol import SessionProtocol
 from streampunct.windowing import WindowConfig
@@ -206,6 +207,22 @@ def test_itn_is_refused_without_grammars_and_the_session_goes_on():
     driver = Driver(SessionOptions(), written=WrittenForms(SERVER_LEXICON))
     (error,) = driver.frame({"type": "resume", "start": 0, "context": [], "config": {"itn": True}})
     assert error.code == ErrorCode.BAD_REQUEST and error.message.startswith("itn is not available")
+
+
+def test_only_a_server_with_grammars_names_itn_in_the_effective_options():
+    """The contract: a server that supports ``itn`` names it in the effective options; one that
+    cannot write it (no grammars) leaves it out of ready, config and resumed, lexicon kept."""
+    for written, named in ((WrittenForms(SERVER_LEXICON), False), (WrittenForms(SERVER_LEXICON, FakeNormalizer()), True)):
+        driver = Driver(SessionOptions(), written=written)
+        ready = driver.protocol.ready()
+        (answer,) = driver.frame({"type": "config", "lexicon": [["esa", "ESA"]]})
+        resumed_driver = Driver(SessionOptions(), written=written)
+        (resumed,) = resumed_driver.frame({"type": "resume", "start": 3, "context": []})
+        for message in (ready, answer, resumed):
+            wire = message.to_json()["config"]
+            assert ("itn" in wire) is named and "lexicon" in wire
+            # and a client reads it back as it came
+            assert decode_server(json.dumps(message.to_json())).to_json() == message.to_json()
 
 
 @pytest.mark.parametrize(("lexicon", "message"), [
