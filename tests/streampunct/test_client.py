@@ -88,6 +88,23 @@ async def test_connect_applies_options_and_reports_refusal(start_server):
             await client.configure(ConfigRequest(right_context=3))
 
 
+async def test_the_documented_client_snippet_runs(start_server, capsys):
+    """docs/server.md, "Client": the snippet as written (a script), against a server."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text(encoding="utf-8")
+    code = re.search(r"## Client\n\n```python\n(.*?)```", doc, re.S).group(1)
+    assert "asyncio.run(main())" in code
+    server = await start_server()
+    namespace: dict = {}
+    exec(code.replace("ws://127.0.0.1:8765/v1/stream", server.url).replace("asyncio.run(main())", ""), namespace)
+    await namespace["main"]()  # (this test already runs in an event loop)
+    printed = capsys.readouterr().out.strip()
+    assert re.sub(r"[.,?]", "", printed.lower()) == "so how are you"
+    assert printed[0] == "S"
+
+
 async def test_iteration_stops_when_the_server_closes(start_server):
     server = await start_server()
     async with await StreamClient.connect(server.url, right_context=0) as client:
