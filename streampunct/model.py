@@ -111,6 +111,9 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
         raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")
     if not path.is_dir():
         hint = " (the shipped model; see README for how to build it)" if model_dir is None else ""
+        shipped = DEFAULT_MODEL_DIR.parent / path.name
+        if model_dir is not None and not path.is_absolute() and (shipped / METADATA_FILE).is_file():
+            hint = f" in {Path.cwd()}; the shipped model of that name is {shipped}"
         raise ModelError(f"model folder {path} does not exist{hint}")
     if not meta_path.is_file():
         raise ModelError(f"{path} is not a streampunct model folder: no streampunct.json")

@@ -279,6 +279,18 @@ def test_bad_input_is_refused_in_one_line(aligner, tmp_path):
         Punctuator.load(stream_cache="sometimes")
 
 
+def test_a_relative_path_to_a_shipped_model_from_elsewhere_names_where_it_is(tmp_path, monkeypatch):
+    """The README's ``Punctuator.load("models/base")`` run outside the checkout."""
+    monkeypatch.chdir(tmp_path)
+    shipped = DEFAULT_MODEL_DIR.parent / DEFAULT_MODEL_DIR.name
+    if not (shipped / "streampunct.json").is_file():
+        pytest.skip("no shipped model in this checkout")
+    with pytest.raises(ModelError) as e:
+        Punctuator.load(Path("models") / DEFAULT_MODEL_DIR.name)
+    assert str(e.value) == (f"model folder models/{DEFAULT_MODEL_DIR.name} does not exist in {tmp_path}; "
+                            f"the shipped model of that name is {shipped}")
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"right_context": "3"}, "'right_context' must be an integer between 0 and 1000"),
     ({"right_context": -1}, "'right_context' must be between 0 and 1000, not -1"),
