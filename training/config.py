@@ -335,6 +335,11 @@ class EvalConfig:
         tune_windows: after training, grid-search (W, L, R) on validation and
             store the best in the checkpoint metadata.
         tune_sizes, tune_lefts, tune_rights: the grid.
+        caption_marks_words: with each validation, the marks the model puts per 100
+            words of this many held-out TEDx caption words (``benchmarks.mark_rate``'s
+            sample: the first talks of it), logged as ``caption_marks_per_100_words``;
+            ASR text has no validation set, and a teacher that stops marking it shows
+            only here. 0: off.
     """
 
     window_size: int = 126
@@ -345,6 +350,7 @@ class EvalConfig:
     tune_sizes: tuple[int, ...] = (126,)
     tune_lefts: tuple[int, ...] = (20, 30, 40, 50)
     tune_rights: tuple[int, ...] = (10, 15, 20, 30)
+    caption_marks_words: int = 0
 
 
 @dataclass(frozen=True)
@@ -378,6 +384,8 @@ class TrainConfig:
         if self.method.kind == "self_training" and crf:
             raise InputError("self-training uses the linear head (its loss smooths labels)")
         e = self.eval
+        if e.caption_marks_words < 0:
+            raise InputError("eval.caption_marks_words must be >= 0")
         if min(e.window_left, e.window_right) < 0 or \
                 e.window_left + e.window_right + 2 * self.data.max_word_tokens > e.window_size:
             raise InputError("eval: need window_left + window_right + 2 * data.max_word_tokens "

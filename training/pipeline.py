@@ -8,7 +8,7 @@ train``, dispatches on ``method.kind`` to the trainers built here or to
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from training.data import (
     Document,
     SequenceDataset,
     data_root,
+    held_out_captions,
     load_training_docs,
     load_validation_docs,
     resolve_cache,
@@ -42,6 +43,8 @@ class Setup:
         aligner: its tokenizer with the configured label position.
         train_docs, valid_docs: labelled documents.
         data_hashes: source -> sha256 of the files read.
+        caption_docs: held-out TEDx captions whose marks each validation counts
+            (``eval.caption_marks_words``; empty: none).
     """
 
     cfg: TrainConfig
@@ -52,6 +55,7 @@ class Setup:
     train_docs: list[Document]
     valid_docs: list[Document]
     data_hashes: dict[str, str]
+    caption_docs: list[Document] = field(default_factory=list)
 
 
 def file_hashes(sources: list[str], root: Path, *, unlabeled: bool = False) -> dict[str, str]:
@@ -88,7 +92,8 @@ def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
     hashes = file_hashes([*d.train, d.valid], root)
     log.info("training words: %d in %d documents; validation words: %d",
              sum(map(len, train_docs)), len(train_docs), sum(map(len, valid_docs)))
-    return Setup(cfg, root, cache, base_path, aligner, train_docs, valid_docs, hashes)
+    captions = held_out_captions(root, cfg.eval.caption_marks_words) if cfg.eval.caption_marks_words else []
+    return Setup(cfg, root, cache, base_path, aligner, train_docs, valid_docs, hashes, captions)
 
 
 def new_model(cfg: TrainConfig, base_path: Path) -> PunctuationModel:
@@ -142,7 +147,8 @@ def supervised_trainer(setup: Setup, out_dir: Path, *, docs: list[Document] | No
     return Trainer(cfg, model=model, objective=objective, aligner=aligner,
                    stream=dataset_stream(dataset, cfg.optim.batch_size, cfg.optim.seed),
                    steps_per_epoch=dataset.batches_per_epoch(cfg.optim.batch_size),
-                   valid_docs=setup.valid_docs, out_dir=out_dir, tokenizer_source=base_path,
+                   valid_docs=setup.valid_docs, caption_docs=setup.caption_docs, out_dir=out_dir,
+                   tokenizer_source=base_path,
                    metadata=base_metadata(setup, metadata))
 
 
@@ -179,4 +185,5 @@ def adversarial_trainer(setup: Setup, out_dir: Path) -> Trainer:
         "discriminator": adv.use_discriminator}})
     return Trainer(cfg, model=model, objective=objective, aligner=setup.aligner, stream=stream,
                    steps_per_epoch=n_pun + n_pun // adv.pos_every, valid_docs=setup.valid_docs,
+                   caption_docs=setup.caption_docs,
                    out_dir=out_dir, tokenizer_source=setup.base_path, metadata=meta)

@@ -24,7 +24,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,11 +37,12 @@ from transformers import get_linear_schedule_with_warmup
 
 from streampunct.alignment import Aligner
 from streampunct.errors import StreampunctError
+from streampunct.labels import LABELS
 from streampunct.windowing import WindowConfig
 from training.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from training.config import TrainConfig, config_to_toml
 from training.data import Batch, Document, SequenceDataset
-from training.evaluation import Validation, validate
+from training.evaluation import Validation, document_logits, validate
 from training.objectives import to_torch
 from training.precision import use_bf16
 
@@ -201,7 +202,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, model: nn.Module, objective: nn.Module,
                  aligner: Aligner, stream: Callable[[int], Iterator[Batch]], steps_per_epoch: int,
                  valid_docs: list[Document], out_dir: Path, tokenizer_source: Path,
-                 metadata: dict[str, Any]) -> None:
+                 metadata: dict[str, Any], caption_docs: Sequence[Document] = ()) -> None:
         self.cfg = cfg
         self.model = model
         self.objective = objective
@@ -209,6 +210,7 @@ class Trainer:
         self.stream = stream
         self.steps_per_epoch = steps_per_epoch
         self.valid_docs = valid_docs
+        self.caption_docs = list(caption_docs)  # held-out ASR captions: marks counted at validation
         self.out_dir = Path(out_dir)
         self.tokenizer_source = tokenizer_source
         self.metadata = metadata
@@ -289,9 +291,18 @@ class Trainer:
                      batch_size=self.cfg.eval.batch_size)
         s = self.state
         improved = v.overall_f1 > s.best_f1
+        extra = {}
+        if self.caption_docs:  # no labels: how densely it marks ASR text (benchmarks.mark_rate)
+            logits = document_logits(self.model, self.aligner, self.caption_docs, self.window,
+                                     batch_size=self.cfg.eval.batch_size)
+            marks = sum(int(np.count_nonzero(lg[:, :len(LABELS)].argmax(-1))) for lg in logits)
+            words = sum(len(lg) for lg in logits)
+            extra["caption_marks_per_100_words"] = round(100 * marks / max(words, 1), 2)
+            log.info("  held-out captions: %.2f marks per 100 words (%d words)",
+                     extra["caption_marks_per_100_words"], words)
         self.log.write("valid", step=s.step, epoch=s.epoch, words_seen=s.words_seen,
                        seconds=round(time.perf_counter() - t0, 1),
-                       improved=improved, **v.to_dict())
+                       improved=improved, **v.to_dict(), **extra)
         log.info("validation at step %d: overall F1 %.2f%s\n%s", s.step, v.overall_f1,
                  " (best so far)" if improved else "", v.report.table())
         if v.viterbi is not None:

@@ -52,6 +52,33 @@ def test_tiny_model_training_loss_falls(tiny_base_model, tiny_data_root, tmp_pat
     assert result.best_f1 > 50  # the marks are predictable from the words
 
 
+def test_validation_counts_the_marks_on_held_out_captions(tiny_base_model, tiny_data_root, tmp_path,
+                                                          monkeypatch):
+    """eval.caption_marks_words: each validation record carries the marks per 100 words the model
+    puts on held-out TEDx captions (no labels there), counted on the sample mark_rate reads."""
+    import training.data
+    from training.data import held_out_captions
+
+    monkeypatch.setattr(training.data, "CAPTION_TRAINING_DRAW", {"max_words": 150, "seed": 15})  # one talk
+
+    out = tmp_path / "run"
+    cfg = tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=6", "optim.eval_every=3",
+                      "eval.caption_marks_words=100")
+    setup = prepare(cfg)
+    assert [d.name for d in setup.caption_docs] == [d.name for d in held_out_captions(tiny_data_root, 100)]
+    assert setup.caption_docs
+    run(cfg)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in rows if r["type"] == "valid"]
+    assert len(valid) >= 2
+    assert all(0.0 <= r["caption_marks_per_100_words"] <= 100.0 for r in valid)
+    # off by default: no such field
+    out2 = tmp_path / "run2"
+    run(tiny_config(tiny_base_model, tiny_data_root, out2, "optim.max_steps=3", "optim.eval_every=3"))
+    rows = [json.loads(line) for line in (out2 / "metrics.jsonl").read_text().splitlines()]
+    assert not any("caption_marks_per_100_words" in r for r in rows)
+
+
 def test_resume_continues_from_saved_state(tiny_base_model, tiny_data_root, tmp_path):
     out = tmp_path / "run"
     run(tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=6", "optim.epochs=2"))
