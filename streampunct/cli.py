@@ -85,15 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"streampunct {__version__}")
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging level (default: INFO)",
+        "--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default: INFO; WARNING for the filters punctuate and caption, whose "
+             "output is the product)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=SubcommandParser)
     for module in available_commands():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _log_level=getattr(module, "LOG_LEVEL", "INFO"))
     return parser
 
 
@@ -129,7 +130,7 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level or args._log_level)
     return run_command(args._run, args, f"streampunct {args.command}")
 
 

@@ -9,6 +9,7 @@ import sys
 
 NAME = "caption"
 HELP = "stream a transcript or ASR output (JSON lines, Vosk, Whisper) to a running server; captions or subtitles"
+LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong (and caption's figures)
 
 #: Environment variable read when --token is not given.
 TOKEN_ENV = "STREAMPUNCT_AUTH_TOKEN"

@@ -475,3 +475,21 @@ def test_every_bench_accuracy_option_is_described():
     accuracy = next(a for a in bench._actions if a.dest == "bench").choices["accuracy"]
     undescribed = [a.option_strings[0] for a in accuracy._actions if a.option_strings and not a.help]
     assert undescribed == []
+
+
+@pytest.mark.parametrize(("argv", "level"), [
+    (["punctuate", "t.txt"], "WARNING"),  # filters: their output is the product
+    (["caption", "t.txt"], "WARNING"),
+    (["serve"], "INFO"),
+    (["--log-level", "INFO", "punctuate", "t.txt"], "INFO"),
+    (["--log-level", "ERROR", "serve"], "ERROR"),
+])
+def test_each_command_logs_at_its_own_default_level_unless_told(monkeypatch, argv, level):
+    import streampunct.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "configure_logging", seen.append)
+    monkeypatch.setattr(cli, "run_command", lambda run, args, prog: 0)
+    assert cli.main(argv) == 0
+    assert seen == [level]
+
