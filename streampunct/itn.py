@@ -253,7 +253,7 @@ class NemoNormalizer:
                      for k in range(c, d)]
             if all(forms):
                 out.append((a, b, " ".join(forms), d - c == 1))
-        return out
+        return _dollars_and_cents(out, words)
 
     @staticmethod
     def _verbalize(inv: Any, token: Any, cls: str, spoken: Sequence[str], before: str | None) -> str | None:
@@ -441,6 +441,25 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
         if cls == "measure":
             written = _measure(written, spoken)
     return written
+
+
+_DOLLARS = re.compile(r"\$(\d[\d,]*)")
+_CENTS = re.compile(r"(\d{1,2}) cents?")
+
+
+def _dollars_and_cents(found: list[tuple[int, int, str, bool]], words: Sequence[str]) -> list[tuple[int, int, str, bool]]:
+    """"one dollar and twenty five cents": the grammars' two amounts ("$1", "25 cents") around
+    "and" are one, "$1.25", as the style guides write it."""
+    out: list[tuple[int, int, str, bool]] = []
+    for a, b, text, whole in found:
+        if out:
+            pa, pb, ptext, _ = out[-1]
+            dollars, cents = _DOLLARS.fullmatch(ptext), _CENTS.fullmatch(text)
+            if dollars and cents and a == pb + 1 and words[pb] == "and":
+                out[-1] = (pa, b, f"${dollars.group(1)}.{int(cents.group(1)):02d}", True)
+                continue
+        out.append((a, b, text, whole))
+    return out
 
 
 def _group_digits(written: str) -> str:

@@ -56,6 +56,17 @@ def test_a_run_of_grammar_tokens_is_cut_into_each_tokens_words():
     assert itn._token_words("five foot five inches".split(), 3) is None
 
 
+def test_dollars_and_cents_around_and_are_one_amount():
+    words = "one dollar and twenty five cents and two dollars".split()
+    found = [(0, 2, "$1", True), (3, 6, "25 cents", True), (7, 9, "$2", True)]
+    assert itn._dollars_and_cents(found, words) == [(0, 6, "$1.25", True), (7, 9, "$2", True)]
+    # not around "and", or not cents after dollars: left as they are
+    assert itn._dollars_and_cents([(0, 2, "$1", True), (2, 5, "25 cents", True)], words) == \
+        [(0, 2, "$1", True), (2, 5, "25 cents", True)]
+    assert itn._dollars_and_cents([(0, 2, "5%", True), (3, 6, "25 cents", True)], words) == \
+        [(0, 2, "5%", True), (3, 6, "25 cents", True)]
+
+
 def test_number_words_gate_the_grammars():
     words = "so we met and then twenty five people came along to see it all".split()
     assert itn._stretches(words) == [(2, 10)]
@@ -129,6 +140,8 @@ def written(normalizer, text: str) -> str:
     ("she retired in two thousand and twelve", "she retired in 2012"),
     ("the meeting is on the fifth of march twenty twenty", "the meeting is on March 5, 2020"),
     ("we met on the first of may and again on may first", "we met on May 1 and again on May 1"),
+    ("the snack costs one dollar and twenty five cents", "the snack costs $1.25"),
+    ("it was five dollars and five cents", "it was $5.05"),
     ("so i said to him that we should go", "so i said to him that we should go"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):
