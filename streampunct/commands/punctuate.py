@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 NAME = "punctuate"
 HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline decoder"
-LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong (and caption's figures)
+LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
