@@ -253,7 +253,12 @@ class NemoNormalizer:
                      for k in range(c, d)]
             if all(forms):
                 out.append((a, b, " ".join(forms), d - c == 1))
-        return _dollars_and_cents(out, words)
+        # The grammars leave zero to twelve as words; the house style (AP, Chicago) writes
+        # numerals from 10 up, so ten, eleven and twelve outside a phrase are written here.
+        covered = {k for a, b, _, _ in out for k in range(a, b)}
+        out += [(k, k + 1, _TEN_TO_TWELVE[w], True) for k, w in enumerate(words)
+                if w in _TEN_TO_TWELVE and k not in covered]
+        return _dollars_and_cents(sorted(out), words)
 
     @staticmethod
     def _verbalize(inv: Any, token: Any, cls: str, spoken: Sequence[str], before: str | None) -> str | None:
@@ -406,14 +411,26 @@ def _grouped(match: re.Match) -> str:
     return f"{int(match.group(0)):,}"
 
 
+_TEN_TO_TWELVE = {"ten": "10", "eleven": "11", "twelve": "12"}
+
 #: Words before a number that make a four-digit cardinal a year ("in 2012", "since 1999").
 YEAR_CUES = frozenset("in since until till from of by year".split())
+
+#: Words before "ten/eleven/twelve" and minutes that make them a clock time: the grammars read
+#: "at three thirty" as 3:30 but "at twelve thirty" as the year 1230. A year cue that is
+#: also here ("until", "by", "from") reads a time: years 1000-1259 are rarer in speech.
+TIME_CUES = frozenset("at around before after until till by from".split())
+_CLOCK_CARDINAL = re.compile(r"(1[0-2])([0-5]\d)")
 
 
 def house_style(cls: str, written: str, spoken: Sequence[str], before: str | None = None) -> str | None:
     """The grammars' output for one token, in the house style; None: leave the words spoken.
     ``before``: the spoken word before the token, if any (a year cue keeps "2012" ungrouped)."""
     written = " ".join(written.split())
+    clock = _CLOCK_CARDINAL.fullmatch(written)
+    if (cls in ("date", "cardinal") and before in TIME_CUES and clock and len(spoken) > 1
+            and spoken[0] in ("ten", "eleven", "twelve") and spoken[1] != "hundred"):
+        return f"{clock.group(1)}:{clock.group(2)}"  # "at twelve thirty": 12:30
     if cls == "cardinal" and before in YEAR_CUES and re.fullmatch(r"1[1-9]\d\d|20\d\d", written):
         return written  # a year: no thousands separator (style guides agree)
     if cls == "ordinal" and _SMALL_ORDINAL.match(written):

@@ -49,6 +49,20 @@ def test_a_four_digit_cardinal_after_a_year_cue_is_a_year():
     assert itn.house_style("cardinal", "3000", ["three", "thousand"], before="in") == "3,000"  # not a year
 
 
+def test_ten_to_twelve_and_minutes_after_a_time_cue_are_a_clock_time():
+    # the grammars read these as years
+    assert itn.house_style("date", "1230", ["twelve", "thirty"], before="at") == "12:30"
+    assert itn.house_style("date", "1115", ["eleven", "fifteen"], before="until") == "11:15"
+    assert itn.house_style("date", "1005", ["ten", "oh", "five"], before="around") == "10:05"
+    assert itn.house_style("date", "1230", ["twelve", "thirty"], before="in") == "1230"
+    # no time cue, a year cue, hundreds, or not ten to twelve: as before
+    assert itn.house_style("cardinal", "1230", ["twelve", "thirty"], before="room") == "1,230"
+    assert itn.house_style("cardinal", "1230", ["twelve", "thirty"], before="in") == "1230"
+    assert itn.house_style("cardinal", "1200", ["twelve", "hundred"], before="at") == "1,200"
+    assert itn.house_style("cardinal", "1260", ["twelve", "sixty"], before="at") == "1,260"
+    assert itn.house_style("cardinal", "1930", ["nineteen", "thirty"], before="at") == "1,930"
+
+
 def test_a_run_of_grammar_tokens_is_cut_into_each_tokens_words():
     assert itn._token_words("five foot five inches".split(), 2) == [["five", "foot"], ["five", "inches"]]
     assert itn._token_words("two hundred and five feet".split(), 1) == [["two", "hundred", "and", "five", "feet"]]
@@ -143,6 +157,9 @@ def written(normalizer, text: str) -> str:
     ("the snack costs one dollar and twenty five cents", "the snack costs $1.25"),
     ("it was five dollars and five cents", "it was $5.05"),
     ("so i said to him that we should go", "so i said to him that we should go"),
+    ("lunch is at twelve thirty and we leave around ten fifteen", "lunch is at 12:30 and we leave around 10:15"),
+    ("the castle was built in twelve thirty", "the castle was built in 1230"),
+    ("they sold eleven cars and ten trucks but five vans", "they sold 11 cars and 10 trucks but five vans"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):
     assert written(nemo, spoken) == expected
