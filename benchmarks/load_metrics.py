@@ -122,6 +122,14 @@ def server_figures(delta: Mapping, wall_s: float) -> dict:
             "p95": round(1e3 * histogram_quantile(margin, 0.95), 1),
             "p99": round(1e3 * histogram_quantile(margin, 0.99), 1),
         }
+    itn_wait = histogram(delta, "streampunct_itn_wait_seconds")
+    if itn_wait and itn_wait["count"] > 0:  # texts of itn sessions that waited for a grammar search
+        out["itn_wait_ms"] = {
+            "texts": int(itn_wait["count"]),
+            "mean": round(1e3 * itn_wait["sum"] / itn_wait["count"], 1),
+            "p50": round(1e3 * histogram_quantile(itn_wait, 0.5), 1),
+            "p95": round(1e3 * histogram_quantile(itn_wait, 0.95), 1),
+        }
     out.update(window_cost(delta, out["words_finalized"]))
     paused = _sample(delta, "streampunct_input_paused_total")
     if paused:

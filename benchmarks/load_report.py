@@ -29,6 +29,9 @@ def format_step(s: Mapping) -> str:
         parts.append(f"engine busy {100 * srv['engine_busy']:.0f}%")
     if "cpu_cores" in srv:
         parts.append(f"server cpu {srv['cpu_cores']:.2f}")
+    if "itn_wait_ms" in srv:
+        w = srv["itn_wait_ms"]
+        parts.append(f"itn waits {w['texts']} p50/p95 {f(w['p50'])}/{f(w['p95'])} ms")
     parts.append(f"client cpu {cl['cpu_cores']:.2f} send-lag p95 {f(cl['send_lag_ms']['p95'])} ms")
     if "other_processes_cores" in s:
         parts.append(f"others {s['other_processes_cores']:.2f} cores")

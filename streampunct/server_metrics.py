@@ -58,6 +58,9 @@ class ServerMetrics:
             its outbox full).
         slow_reader_closes: sessions closed because a send stayed blocked
             longer than the send timeout (the client did not read).
+        itn_wait: seconds the text of an ``itn`` session's final or partial
+            waited for grammar searches not cached yet (only texts that
+            waited; the wait is part of their finalize margin).
 
     ``streampunct_allocator_trims_total`` and ``..._trim_seconds_total`` count
     the process' allocator trims (:mod:`streampunct.allocator`; the batcher's
@@ -131,6 +134,11 @@ class ServerMetrics:
             "streampunct_slow_reader_closes",
             "Sessions closed (1013) because a send stayed blocked past the send timeout.",
             registry=r,
+        )
+        self.itn_wait = Histogram(
+            "streampunct_itn_wait_seconds",
+            "Time a final's or partial's text waited for ITN grammar searches (texts that waited).",
+            buckets=_LATENCY_BUCKETS, registry=r,
         )
         r.register(_AllocatorCollector())
 

@@ -442,17 +442,24 @@ class Session:
         cache; a normalizer without one writes it on the written executor.
         """
         loop = asyncio.get_running_loop()
-        for _ in range(_MAX_FETCHES):
-            written = text.resolve_now()
-            if not isinstance(written, WouldWait):
-                return written
-            if written.fetch is None:
-                break
-            try:
-                await asyncio.wrap_future(written.fetch())
-            except Exception:  # a worker died: the executor's call leaves the words spoken
-                break
-        return await loop.run_in_executor(self._ctx.written_executor, text.resolve)
+        waited_from: float | None = None
+        try:
+            for _ in range(_MAX_FETCHES):
+                written = text.resolve_now()
+                if not isinstance(written, WouldWait):
+                    return written
+                if waited_from is None:
+                    waited_from = loop.time()
+                if written.fetch is None:
+                    break
+                try:
+                    await asyncio.wrap_future(written.fetch())
+                except Exception:  # a worker died: the executor's call leaves the words spoken
+                    break
+            return await loop.run_in_executor(self._ctx.written_executor, text.resolve)
+        finally:
+            if waited_from is not None:
+                self._ctx.metrics.itn_wait.observe(loop.time() - waited_from)
 
     async def _write(self) -> None:
         """Send queued messages; raises :class:`SlowReaderError` when a send stays blocked."""

@@ -187,6 +187,12 @@ def test_server_figures_from_real_metrics():
     assert 5.0 <= figures["server_margin_ms"]["p50"] <= 10.0
     hist = histogram(delta, "streampunct_batch_size")
     assert 4.0 < histogram_quantile(hist, 0.95) <= 8.0
+    assert "itn_wait_ms" not in figures  # no text waited for the grammars
+    metrics.itn_wait.observe(0.002)
+    metrics.itn_wait.observe(0.030)
+    figures = server_figures(metrics_delta(before, parse_metrics(metrics.render().decode())), wall_s=2.0)
+    assert figures["itn_wait_ms"]["texts"] == 2 and figures["itn_wait_ms"]["mean"] == 16.0
+    assert 1.0 <= figures["itn_wait_ms"]["p50"] <= 2.5 and 25.0 <= figures["itn_wait_ms"]["p95"] <= 50.0
 
 
 # -- end to end: fake WebSocket servers ----------------------------------------------

@@ -427,6 +427,15 @@ async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
         await server.shutdown()
 
 
+def _itn_waits(server) -> tuple[int, float]:
+    """The server's ``streampunct_itn_wait_seconds`` histogram: (count, sum)."""
+    from benchmarks.load_metrics import parse_metrics
+
+    samples = parse_metrics(server.metrics.render().decode())
+    return (int(samples[("streampunct_itn_wait_seconds_count", ())]),
+            samples[("streampunct_itn_wait_seconds_sum", ())])
+
+
 class AtOnceBlockingNormalizer(BlockingNormalizer):
     """:class:`BlockingNormalizer` that honours ``without_waiting`` as the grammars' normalizers
     do (``answers_at_once``): words with no number word are answered at once, others would
@@ -486,16 +495,22 @@ async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(ali
             if sum(1 for words in normalizer.asked if "million" in words) >= threads:
                 break
         assert sum(1 for words in normalizer.asked if "million" in words) >= threads
-        asked = len(normalizer.asked)
+        waiting_since = asyncio.get_running_loop().time()  # at the latest: `threads` texts wait
+        asked, waits_before = len(normalizer.asked), _itn_waits(server)
         other, other_texts = await asyncio.wait_for(session("so we went home and slept until noon"), 10)
         assert other.ended_words == 8
         assert _unmarked(" ".join(t for t in other_texts if t)) == "so we went home and slept until noon"
         assert len(normalizer.asked) == asked  # never reached the normalizer
         assert not any(task.done() for task in slow)
+        assert _itn_waits(server) == waits_before  # the number-free texts waited for nothing
+        held = asyncio.get_running_loop().time() - waiting_since
         normalizer.release.set()
         for transcript, texts in await asyncio.gather(*slow):
             assert transcript.ended_words == 10
             assert _unmarked(" ".join(t for t in texts if t)) == "it costs 20 million dollars and we pay it today"
+        # /metrics: every slow session's "million" text waited, `threads` of them all the while
+        waits, seconds = _itn_waits(server)
+        assert waits >= waits_before[0] + threads + 1 and seconds >= waits_before[1] + threads * held
     finally:
         normalizer.release.set()
         await asyncio.gather(*slow, return_exceptions=True)
