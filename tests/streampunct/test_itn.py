@@ -36,6 +36,9 @@ REPO = Path(__file__).resolve().parents[2]
     ("telephone", "555-123-4567", "", "555-123-4567"),
     ("ordinal", "21st", "twenty first", "21st"),
     ("ordinal", "3rd", "third", None),
+    ("telephone", "aa2", "a a two", None),  # letters joined to digits stay spoken
+    ("telephone", "2tv", "two t v", None),
+    ("money", "r2", "two real", None),  # a currency written as letters
 ])
 def test_house_style(cls, written, spoken, styled):
     assert itn.house_style(cls, written, spoken.split() or ["x"]) == styled
@@ -87,6 +90,21 @@ def test_number_words_gate_the_grammars():
     assert itn._stretches("nothing to see here".split()) == []
     assert itn._stretches("the twenty-fifth".split()) == [(0, 2)]
     assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS
+
+
+def test_a_lone_small_number_word_is_searched_only_beside_a_unit_currency_time_or_date_word():
+    if itn._companions() is None:
+        pytest.skip("needs the itn extra (the grammars' unit and currency names)")
+    assert itn._stretches("so then one of them said no".split()) == []
+    assert itn._stretches("we were the first there".split()) == []
+    for text in ["it took five minutes", "a two kilometer walk", "about five percent", "at five o'clock",
+                 "five p m today", "it cost five dollars", "one point five", "on the fifth of march",
+                 "may first", "half past two", "three degrees celsius", "seven square feet"]:
+        assert itn._stretches(text.split()), text
+    # another number word near it: searched as before
+    assert itn._stretches("one or two of them".split()) == [(0, 5)]
+    assert itn._is_companion("kilometers", itn._companions()) and itn._is_companion("inches", itn._companions())
+    assert not itn._is_companion("things", itn._companions())
 
 
 def test_number_words_after_until_search_only_when_a_phrase_could_reach_back():
@@ -160,6 +178,7 @@ def written(normalizer, text: str) -> str:
     ("lunch is at twelve thirty and we leave around ten fifteen", "lunch is at 12:30 and we leave around 10:15"),
     ("the castle was built in twelve thirty", "the castle was built in 1230"),
     ("they sold eleven cars and ten trucks but five vans", "they sold 11 cars and 10 trucks but five vans"),
+    ("there are two real problems with a a two story house", "there are two real problems with a a two story house"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):
     assert written(nemo, spoken) == expected
