@@ -295,8 +295,8 @@ class NemoNormalizer:
             before = words[a - 1] if a > 0 else None
             forms = [self._verbalize(inv, parsed[k], tokens[k][0], spoken[k - c], before if k == c else None)
                      for k in range(c, d)]
-            if all(forms):
-                out.append((a, b, " ".join(forms), d - c == 1))
+            if all(f is not None for f in forms):  # "": read, but left spoken (held together)
+                out.append((a, b, " ".join(forms) if all(forms) else "", d - c == 1))
         # The grammars leave zero to twelve as words; the house style (AP, Chicago) writes
         # numerals from 10 up, so ten, eleven and twelve outside a phrase are written here.
         covered = {k for a, b, _, _ in out for k in range(a, b)}
@@ -477,7 +477,9 @@ _CLOCK_CARDINAL = re.compile(r"(1[0-2])([0-5]\d)")
 
 
 def house_style(cls: str, written: str, spoken: Sequence[str], before: str | None = None) -> str | None:
-    """The grammars' output for one token, in the house style; None: leave the words spoken.
+    """The grammars' output for one token, in the house style; None: leave the words spoken;
+    "": leave them spoken but keep them one phrase (a stream holds them together while later
+    words may still make them a written form: "seven forty five a", a serial, before "m").
     ``before``: the spoken word before the token, if any (a year cue keeps "2012" ungrouped)."""
     written = " ".join(written.split())
     clock = _CLOCK_CARDINAL.fullmatch(written)
@@ -501,11 +503,11 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
             words[1] += ","  # March 5, 2020
         written = " ".join(words)
     elif cls == "telephone" and re.search(r"[a-z]", written, re.IGNORECASE):
-        return None  # letters joined to digits: "a a two" -> "aa2", "two t v" -> "2tv" (disfluencies, names)
+        return ""  # letters joined to digits: "a a two" -> "aa2", "two t v" -> "2tv" (disfluencies, names)
     elif cls == "telephone" and re.fullmatch(r"\d{7}", written):
         written = f"{written[:3]}-{written[3:]}"
     elif cls == "money" and re.match(r"[a-z]", written, re.IGNORECASE):
-        return None  # a currency written as letters: "two real difficulties" -> "r2"
+        return ""  # a currency written as letters: "two real difficulties" -> "r2"
     elif cls in ("cardinal", "money", "measure", "decimal"):
         written = _group_digits(written)
         if cls == "decimal" and written.startswith("."):

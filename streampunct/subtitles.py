@@ -714,7 +714,7 @@ def cue_stats(cues: Sequence[Cue], spans: Iterable[tuple[int, int]] = (), *, min
 def phrase_spans(words: Sequence[str], labels: Sequence[int], formatter) -> list[tuple[int, int]]:
     """The phrases a :class:`~streampunct.written_form.Formatter` (lexicon, ITN) writes over a
     whole stream of spoken ``words`` and their labels, as ``(start, end)`` spans."""
-    return [(p.start, p.end) for p in formatter.phrases(list(words), list(labels))]
+    return [(p.start, p.end) for p in formatter.phrases(list(words), list(labels)) if p.text]
 
 
 def read_cues_jsonl(lines: Iterable[str]) -> list[Cue]:

@@ -54,6 +54,10 @@ class Phrase:
     number, date, time...), so that a comma the punctuation model put between
     them ("march, fifth") is not shown; False for several forms side by side
     ("10 20 30" of "ten, twenty, thirty"), which keep their commas.
+
+    ``text`` "": no written form; the words are written as spoken, and the
+    phrase only keeps them together across finals (a stretch the grammars
+    read as something left spoken, such as "seven forty five a" before "m").
     """
 
     start: int
@@ -290,7 +294,7 @@ class Formatter:
         kinds: list[int] = []
         verbatim: list[bool] = []
         i = 0
-        for p in [*phrases, Phrase(len(words), len(words), "")]:
+        for p in [*(q for q in phrases if q.text), Phrase(len(words), len(words), "")]:
             for k in range(i, p.start):
                 shown.append(words[k])
                 marks.append(labels[k])

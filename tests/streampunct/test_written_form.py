@@ -183,6 +183,33 @@ def test_phrase_at_the_end_of_known_words_is_written_at_once():
     assert texts.held == 0
 
 
+class ClockNormalizer:
+    """Reads "seven forty five a m" as 7:45 a.m.; without the "m", "seven forty five a" is read
+    but left spoken (a phrase with text "", as the grammars' letter serials are)."""
+
+    def phrases(self, words, *, first=0, until=None):
+        spoken = "seven forty five a".split()
+        for i in range(len(words) - 3):
+            if words[i:i + 4] == spoken:
+                return [Phrase(i, i + 5, "7:45 a.m.")] if words[i + 4:i + 5] == ["m"] else [Phrase(i, i + 4, "")]
+        return []
+
+
+def test_a_phrase_left_spoken_holds_its_words_and_is_written_as_spoken():
+    texts = FinalTexts(Formatter(Lexicon(), ClockNormalizer(), capitalize=True))
+    # held while a later word may make it a written form
+    assert texts.final(["at", "seven"], [NO, NO], [None, CAPITALIZED], sentence_start=True,
+                       context=["forty", "five", "a"]) == "At"
+    assert texts.held == 1
+    assert texts.final(["forty", "five", "a", "m"], [NO] * 3 + [PERIOD], [], sentence_start=False,
+                       context=[]) == "7:45 a.m."
+    # never completed: its words as spoken, with their marks, case and sentence capital
+    texts = FinalTexts(Formatter(Lexicon(), ClockNormalizer(), capitalize=True))
+    assert texts.final(["seven", "forty", "five", "a"], [NO, NO, NO, COMMA], [CAPITALIZED, None, None, UPPER],
+                       sentence_start=True, context=["b"]) == "Seven forty five A,"
+    assert texts.partial(["seven", "forty", "five", "a"], [NO] * 4, [], sentence_start=True) == "Seven forty five a"
+
+
 class YearNormalizer:
     """Writes "two thousand and twelve" as a year after "in", as a count anywhere else."""
 
