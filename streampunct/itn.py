@@ -258,6 +258,10 @@ class NemoNormalizer:
                 pieces = [word]
             parts += pieces
             owner += [i] * len(pieces)
+        # The grammars read "one hundred" but not "a hundred": "a" before hundred or thousand is read
+        # as one ("a hundred billion" -> 100 billion); "a million" stays (idioms: "one in a million").
+        parts = ["one" if w == "a" and k + 1 < len(parts) and parts[k + 1] in ("hundred", "thousand") else w
+                 for k, w in enumerate(parts)]
         try:
             with self._lock:
                 found = self._written(parts)

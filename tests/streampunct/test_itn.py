@@ -178,6 +178,8 @@ def written(normalizer, text: str) -> str:
     ("lunch is at twelve thirty and we leave around ten fifteen", "lunch is at 12:30 and we leave around 10:15"),
     ("the castle was built in twelve thirty", "the castle was built in 1230"),
     ("they sold eleven cars and ten trucks but five vans", "they sold 11 cars and 10 trucks but five vans"),
+    ("the galaxy holds a hundred billion stars", "the galaxy holds 100 billion stars"),
+    ("about a thousand people came and one in a million", "about 1,000 people came and one in a million"),
     ("there are two real problems with a a two story house", "there are two real problems with a a two story house"),
 ])
 def test_nemo_phrases(nemo, spoken, expected):
