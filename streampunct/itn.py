@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import difflib
+import functools
 import importlib.util
 import logging
 import multiprocessing
@@ -96,27 +97,22 @@ _COMPANIONS = frozenset(_MONTHS + [
     "era", "c", "d", "e", "crore", "crores", "lakh", "lakhs"])
 
 
+@functools.cache
 def _companions() -> frozenset[str] | None:
     """Words a phrase of a lone small number word contains: :data:`_COMPANIONS` and the last
     word of each unit and currency name in the grammars' own data (``measurements.tsv``,
-    ``currency.tsv``), singular and plural; None when the grammars are not installed."""
-    global _COMPANION_WORDS
-    if _COMPANION_WORDS is None:
-        spec = importlib.util.find_spec("nemo_text_processing")
-        if spec is None or spec.origin is None:
-            return None
-        data = Path(spec.origin).parent / "inverse_text_normalization" / "en" / "data"
-        words = set(_COMPANIONS)
-        for name in ("measurements.tsv", "currency.tsv"):
-            for line in (data / name).read_text(encoding="utf-8").splitlines():
-                spoken = line.split("\t")[-1].split()
-                if spoken:
-                    words.add(spoken[-1].lower())
-        _COMPANION_WORDS = frozenset(words)
-    return _COMPANION_WORDS
-
-
-_COMPANION_WORDS: frozenset[str] | None = None
+    ``currency.tsv``; read once); None when the grammars are not installed."""
+    spec = importlib.util.find_spec("nemo_text_processing")
+    if spec is None or spec.origin is None:
+        return None
+    data = Path(spec.origin).parent / "inverse_text_normalization" / "en" / "data"
+    words = set(_COMPANIONS)
+    for name in ("measurements.tsv", "currency.tsv"):
+        for line in (data / name).read_text(encoding="utf-8").splitlines():
+            spoken = line.split("\t")[-1].split()
+            if spoken:
+                words.add(spoken[-1].lower())
+    return frozenset(words)
 
 
 def _is_companion(word: str, companions: frozenset[str]) -> bool:
@@ -354,6 +350,7 @@ class ProcessNormalizer:
     def start(self) -> None:
         """Start the workers and wait until each has loaded the grammars (the first alone, so
         that a first start compiles them into the cache once); raises what loading raised."""
+        _companions()  # read here, not on the event loop by the first final's stretches
         self._pool.submit(_worker_ready).result()
         # Submitted together, these find one idle worker and start the others.
         for future in [self._pool.submit(_worker_ready) for _ in range(self.workers - 1)]:
@@ -488,7 +485,7 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
     written = " ".join(written.split())
     clock = _CLOCK_CARDINAL.fullmatch(written)
     if (cls in ("date", "cardinal") and before in TIME_CUES and clock and len(spoken) > 1
-            and spoken[0] in ("ten", "eleven", "twelve") and spoken[1] != "hundred"):
+            and spoken[0] in _TEN_TO_TWELVE and spoken[1] != "hundred"):
         return f"{clock.group(1)}:{clock.group(2)}"  # "at twelve thirty": 12:30
     if cls == "cardinal" and before in YEAR_CUES and re.fullmatch(r"1[1-9]\d\d|20\d\d", written):
         return written  # a year: no thousands separator (style guides agree)

@@ -329,8 +329,9 @@ class FinalTexts:
     phrase. So are the words from one of its own on when they and the right
     context begin a longer lexicon phrase (which later words may complete).
     Nothing is delayed: every final is sent when the contract says, with its
-    ``words`` and ``p``; only where its words appear in ``text`` moves. A final with no right context (a flush, the end, a delay deadline
-    with nothing after it) holds nothing. A partial writes the held words,
+    ``words`` and ``p``; only where its words appear in ``text`` moves. A
+    final with no right context (a flush, the end, a delay deadline with
+    nothing after it) holds nothing. A partial writes the held words,
     then its own. Phrases are found with the last ``LEFT_CONTEXT_WORDS``
     words already written as left context, unless a phrase would reach back
     into them (then without it).
