@@ -6,9 +6,9 @@
 #
 #   bash scripts/gpu_release.sh prepare   # here: .gpuA/ and .gpuB/ (the int4 teacher in two
 #                                         # parts, the training data, the int8 student), and
-#                                         # models/ moved aside to /tmp/models_hold (a link to it
-#                                         # left in its place: a link travels as a link) so that the
-#                                         # working tree travels under the limit
+#                                         # models/ moved aside to /tmp/models_hold, no link left in
+#                                         # its place (the tree's size follows tracked paths through
+#                                         # a link), so that the working tree travels under the limit
 #   device run, carry [".gpuA"]: bash scripts/gpu_release.sh a
 #       data into /tmp/g, converted once (cache), step rates of both models measured
 #   only if prepare found an earlier GPU run's teacher (checkpoints/gpu_teacher/best, or
@@ -245,10 +245,10 @@ prepare)
   minilm_config .gpuA/cfg/minilm5 5
   mpnet_config .gpuA/cfg/mpnet models/base/tokenizer.json
   if [[ -d models && ! -L models ]]; then
-    rm -rf /tmp/models_hold && mv models /tmp/models_hold && ln -s /tmp/models_hold models
+    rm -rf /tmp/models_hold && mv models /tmp/models_hold
   fi
   du -sh .gpuA .gpuB "$UP"* 2>/dev/null || true
-  echo "models/ is in /tmp/models_hold (models links to it) until: bash scripts/gpu_release.sh restore (unpack does it too)"
+  echo "models/ is in /tmp/models_hold until: bash scripts/gpu_release.sh restore (unpack does it too)"
   ;;
 a)
   export PYTHONUNBUFFERED=1
