@@ -72,11 +72,16 @@ def test_validation_counts_the_marks_on_held_out_captions(tiny_base_model, tiny_
     valid = [r for r in rows if r["type"] == "valid"]
     assert len(valid) >= 2
     assert all(0.0 <= r["caption_marks_per_100_words"] <= 100.0 for r in valid)
+    for r in valid:  # the classes add up to the overall density (each rounded to 0.01)
+        per_class = r["caption_marks_per_class"]
+        assert list(per_class) == ["COMMA", "PERIOD", "QUESTION"]
+        assert all(v >= 0.0 for v in per_class.values())
+        assert abs(sum(per_class.values()) - r["caption_marks_per_100_words"]) <= 0.03
     # off by default: no such field
     out2 = tmp_path / "run2"
     run(tiny_config(tiny_base_model, tiny_data_root, out2, "optim.max_steps=3", "optim.eval_every=3"))
     rows = [json.loads(line) for line in (out2 / "metrics.jsonl").read_text().splitlines()]
-    assert not any("caption_marks_per_100_words" in r for r in rows)
+    assert not any("caption_marks_per_100_words" in r or "caption_marks_per_class" in r for r in rows)
 
 
 def test_resume_continues_from_saved_state(tiny_base_model, tiny_data_root, tmp_path):
