@@ -126,6 +126,10 @@ def _is_companion(word: str, companions: frozenset[str]) -> bool:
 _HOUR = re.compile(r"^0(\d)(?=:)")
 _DIGITS = re.compile(r"(?<![\d.])\d{4,}")
 _SMALL_ORDINAL = re.compile(r"^[1-9](st|nd|rd|th)$")
+#: Units of time: zero to nine of them are spelled out ("nine hours", AP and Chicago), while
+#: dimensions, weights and speeds take figures ("5 feet", "7.2 pounds").
+_DURATIONS = frozenset("second seconds minute minutes hour hours day days night nights week weeks "
+                       "month months year years decade decades century centuries".split())
 
 
 def default_cache_dir() -> Path:
@@ -293,10 +297,20 @@ class NemoNormalizer:
                 continue  # "five foot five inches": each unit as spoken, or the words stay spoken
             spoken = spoken or [words[a:b]] * (d - c)
             before = words[a - 1] if a > 0 else None
+            if tokens[c][0] == "time" and words[a] == "quarter" and before == "a":
+                continue  # "a quarter past four": the grammars leave "a" out, so it stays spoken
             forms = [self._verbalize(inv, parsed[k], tokens[k][0], spoken[k - c], before if k == c else None)
                      for k in range(c, d)]
             if all(f is not None for f in forms):  # "": read, but left spoken (held together)
                 out.append((a, b, " ".join(forms) if all(forms) else "", d - c == 1))
+            elif d - c > 1 and all(tokens[k][0] == "measure" for k in range(c, d)):
+                # measures cut at their own units ("two hours | thirty minutes"): each its own
+                # phrase, so that the one the style spells out leaves the others written
+                at = a
+                for part, form in zip(spoken, forms, strict=True):
+                    if form:
+                        out.append((at, at + len(part), form, True))
+                    at += len(part)
         # The grammars leave zero to twelve as words; the house style (AP, Chicago) writes
         # numerals from 10 up, so ten, eleven and twelve outside a phrase are written here.
         covered = {k for a, b, _, _ in out for k in range(a, b)}
@@ -475,6 +489,8 @@ YEAR_CUES = frozenset("in since until till from of by year".split())
 #: also here ("until", "by", "from") reads a time: years 1000-1259 are rarer in speech.
 TIME_CUES = frozenset("at around before after until till by from".split())
 _CLOCK_CARDINAL = re.compile(r"(1[0-2])([0-5]\d)")
+#: The years the house style writes as years (a four-digit number outside them is not one).
+_YEAR = re.compile(r"1[1-9]\d\d|20\d\d")
 
 
 def house_style(cls: str, written: str, spoken: Sequence[str], before: str | None = None) -> str | None:
@@ -487,8 +503,17 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
     if (cls in ("date", "cardinal") and before in TIME_CUES and clock and len(spoken) > 1
             and spoken[0] in _TEN_TO_TWELVE and spoken[1] != "hundred"):
         return f"{clock.group(1)}:{clock.group(2)}"  # "at twelve thirty": 12:30
-    if cls == "cardinal" and before in YEAR_CUES and re.fullmatch(r"1[1-9]\d\d|20\d\d", written):
+    if cls == "cardinal" and before in YEAR_CUES and _YEAR.fullmatch(written):
         return written  # a year: no thousands separator (style guides agree)
+    if cls in ("date", "cardinal") and re.fullmatch(r"\d{4}", written) and not _YEAR.fullmatch(written):
+        # the grammars read two number words as a year ("nineteen ninety five"), past 2099 too:
+        # one tens word said twice is "fifty fifty", 50-50; other such "years" ("sixty sixty
+        # one", mostly a repeated word) stay spoken
+        if len(spoken) == 2 and spoken[0] == spoken[1] and spoken[0] in _TENS:
+            number = 20 + 10 * _TENS.index(spoken[0])
+            return f"{number}-{number}"
+        if cls == "date":
+            return None
     if cls == "ordinal" and _SMALL_ORDINAL.match(written):
         return None  # first to ninth are words
     if cls == "time":
@@ -517,6 +542,9 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
             written = f"{int(written[3:])} {spoken[-1]}"
         if cls == "measure":
             written = _measure(written, spoken)
+            number, _, unit = written.partition(" ")
+            if re.fullmatch(r"\d", number) and unit in _DURATIONS:
+                return None  # zero to nine units of time are spelled out
     return written
 
 

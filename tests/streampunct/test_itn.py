@@ -39,6 +39,14 @@ REPO = Path(__file__).resolve().parents[2]
     ("telephone", "aa2", "a a two", ""),  # letters joined to digits stay spoken (one phrase)
     ("telephone", "2tv", "two t v", ""),
     ("money", "r2", "two real", ""),  # a currency written as letters
+    ("measure", "9 h", "nine hours", None),  # zero to nine units of time are spelled out
+    ("measure", "9 ft", "nine feet", "9 feet"),  # dimensions take figures
+    ("measure", "6.5 h", "six point five hours", "6.5 hours"),
+    ("measure", "20 min", "twenty minutes", "20 minutes"),
+    ("date", "5050", "fifty fifty", "50-50"),  # one tens word said twice
+    ("date", "9095", "ninety ninety five", None),  # not a year: a repeated word, stays spoken
+    ("date", "2020", "twenty twenty", "2020"),
+    ("cardinal", "3030", "thirty thirty", "30-30"),
 ])
 def test_house_style(cls, written, spoken, styled):
     assert itn.house_style(cls, written, spoken.split() or ["x"]) == styled
@@ -168,7 +176,11 @@ def written(normalizer, text: str) -> str:
     ("about five point five percent of them", "about 5.5% of them"),
     ("the twenty first century", "the 21st century"),
     ("he is five foot five inches tall", "he is 5 foot 5 inches tall"),  # two measures, each its unit
-    ("it took two hours thirty minutes", "it took 2 hours 30 minutes"),
+    ("it took two hours thirty minutes", "it took two hours 30 minutes"),  # each measure its own phrase
+    ("the meeting lasted nine hours and forty minutes", "the meeting lasted nine hours and 40 minutes"),
+    ("it is a fifty fifty chance", "it is a 50-50 chance"),
+    ("we left at a quarter past four", "we left at a quarter past four"),  # not "a 4:15"
+    ("we left at quarter past four", "we left at 4:15"),
     ("she retired in two thousand and twelve", "she retired in 2012"),
     ("the meeting is on the fifth of march twenty twenty", "the meeting is on March 5, 2020"),
     ("we met on the first of may and again on may first", "we met on May 1 and again on May 1"),
