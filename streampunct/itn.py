@@ -244,7 +244,7 @@ class NemoNormalizer:
     def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
         out: list[Phrase] = []
         for a, b in _stretches(words, first, until):
-            out += [Phrase(p.start + a, p.end + a, p.text) for p in self._stretch(tuple(words[a:b]))]
+            out += [Phrase(p.start + a, p.end + a, p.text, p.whole) for p in self._stretch(tuple(words[a:b]))]
         return out
 
     def _stretch_phrases(self, words: tuple[str, ...]) -> tuple[Phrase, ...]:
@@ -316,6 +316,10 @@ class NemoNormalizer:
         covered = {k for a, b, _, _ in out for k in range(a, b)}
         out += [(k, k + 1, _TEN_TO_TWELVE[w], True) for k, w in enumerate(words)
                 if w in _TEN_TO_TWELVE and k not in covered]
+        # nor do they read "hundredth" alone; after "the" or a possessive it is an ordinal (100th),
+        # after "a" or "one" a fraction ("a hundredth of a second"), left as spoken
+        out += [(k, k + 1, _SCALE_ORDINALS[w], True) for k, w in enumerate(words)
+                if w in _SCALE_ORDINALS and k not in covered and k > 0 and words[k - 1] in _ORDINAL_CUES]
         return _dollars_and_cents(sorted(out), words)
 
     @staticmethod
@@ -480,6 +484,8 @@ def _grouped(match: re.Match) -> str:
 
 
 _TEN_TO_TWELVE = {"ten": "10", "eleven": "11", "twelve": "12"}
+_SCALE_ORDINALS = {"hundredth": "100th", "thousandth": "1,000th"}
+_ORDINAL_CUES = frozenset("the his her their its our my your".split())
 
 #: Words before a number that make a four-digit cardinal a year ("in 2012", "since 1999").
 YEAR_CUES = frozenset("in since until till from of by year".split())
@@ -564,6 +570,16 @@ def _dollars_and_cents(found: list[tuple[int, int, str, bool]], words: Sequence[
                 out[-1] = (pa, b, f"${dollars.group(1)}.{int(cents.group(1)):02d}", True)
                 continue
         out.append((a, b, text, whole))
+    # "one dollar and twenty five" with nothing after it yet: "cents" may come next, so the
+    # words are held together as spoken ("") until a word after them decides
+    for i in range(len(out) - 1, -1, -1):
+        pa, pb, ptext, _ = out[i]
+        if _DOLLARS.fullmatch(ptext):
+            tail = words[pb + 1:]
+            if (pb < len(words) and words[pb] == "and" and 0 < len(tail) <= 2
+                    and all(_is_number_word(w) for w in tail)):
+                out[i:] = [(pa, len(words), "", False)]
+            break
     return out
 
 

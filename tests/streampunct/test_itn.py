@@ -181,11 +181,14 @@ def written(normalizer, text: str) -> str:
     ("it is a fifty fifty chance", "it is a 50-50 chance"),
     ("we left at a quarter past four", "we left at a quarter past four"),  # not "a 4:15"
     ("we left at quarter past four", "we left at 4:15"),
+    ("it was the hundredth time and a hundredth of a second", "it was the 100th time and a hundredth of a second"),
     ("she retired in two thousand and twelve", "she retired in 2012"),
     ("the meeting is on the fifth of march twenty twenty", "the meeting is on March 5, 2020"),
     ("we met on the first of may and again on may first", "we met on May 1 and again on May 1"),
     ("the snack costs one dollar and twenty five cents", "the snack costs $1.25"),
     ("it was five dollars and five cents", "it was $5.05"),
+    ("it was five dollars and five", "it was five dollars and five"),  # "cents" may follow: held as spoken
+    ("five dollars and five people came", "$5 and five people came"),
     ("so i said to him that we should go", "so i said to him that we should go"),
     ("lunch is at twelve thirty and we leave around ten fifteen", "lunch is at 12:30 and we leave around 10:15"),
     ("the castle was built in twelve thirty", "the castle was built in 1230"),
@@ -228,10 +231,15 @@ def test_grammars_in_a_worker_process_write_the_same_phrases(nemo):
     try:
         processes.start()
         for spoken in ("the meeting is at three thirty on march fifth", "it costs twenty five dollars",
-                       "call five five five one two three four now", "so i said to him that we should go"):
+                       "call five five five one two three four now", "so i said to him that we should go",
+                       "it took two hours thirty minutes"):
             words = spoken.split()
             assert processes.phrases(words) == nemo.phrases(words)
-        assert processes._stretch.cache_info().currsize == 3  # the number-free sentence was not sent
+        assert processes._stretch.cache_info().currsize == 4  # the number-free sentence was not sent
+        # several forms side by side are not one whole form, in this process as in the worker
+        assert [p.whole for p in nemo.phrases("it took two hours thirty minutes".split())] == [True]
+        assert [(p.text, p.whole) for p in nemo.phrases("he is five foot five inches tall".split())] == [
+            ("5 foot 5 inches", False)]
     finally:
         processes.close()
 
