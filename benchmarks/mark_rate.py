@@ -29,6 +29,7 @@ import numpy as np
 
 from benchmarks.common import write_result
 from streampunct.labels import LABELS
+from streampunct.labels import mark_rates as rates
 from training.data import CAPTION_TRAINING_DRAW, HELD_OUT_CAPTION_WORDS
 from training.data import held_out_captions as _held_out_captions
 
@@ -39,12 +40,6 @@ def held_out_captions(root: Path, words: int, seed: int = 7):
     """Caption talks outside the students' training draw, a seeded sample of about ``words`` words
     (``training.data.held_out_captions``; caption draws for training leave them out)."""
     return _held_out_captions(root, words, seed, training_draw=TRAINING_DRAW)
-
-
-def rates(labels: np.ndarray) -> dict:
-    n = max(len(labels), 1)
-    per = {name: round(100 * float(np.sum(labels == i)) / n, 2) for i, name in enumerate(LABELS) if i}
-    return {"words": int(len(labels)), "marks_per_100_words": round(sum(per.values()), 2), "per_class": per}
 
 
 def model_labels(model: Path, *doc_sets) -> list[np.ndarray]:

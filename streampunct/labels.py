@@ -125,3 +125,11 @@ def end_of_stream_label(label: int, logits) -> int:
     if label in (PERIOD, QUESTION):
         return label
     return QUESTION if logits[QUESTION] > logits[PERIOD] else PERIOD
+
+
+def mark_rates(labels: np.ndarray) -> dict:
+    """Marks per 100 words of an array of class ids, per class and overall (the sum of the
+    rounded classes): ``{"words", "marks_per_100_words", "per_class"}``."""
+    n = max(len(labels), 1)
+    per = {name: round(100 * float((labels == i).sum()) / n, 2) for i, name in enumerate(LABELS) if i}
+    return {"words": int(len(labels)), "marks_per_100_words": round(sum(per.values()), 2), "per_class": per}

@@ -37,7 +37,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from streampunct.alignment import Aligner
 from streampunct.errors import StreampunctError
-from streampunct.labels import LABELS
+from streampunct.labels import LABELS, mark_rates
 from streampunct.windowing import WindowConfig
 from training.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from training.config import TrainConfig, config_to_toml
@@ -295,19 +295,14 @@ class Trainer:
         if self.caption_docs:  # no labels: how densely it marks ASR text (benchmarks.mark_rate)
             logits = document_logits(self.model, self.aligner, self.caption_docs, self.window,
                                      batch_size=self.cfg.eval.batch_size)
-            counts = np.zeros(len(LABELS), dtype=np.int64)
-            for lg in logits:
-                counts += np.bincount(lg[:, :len(LABELS)].argmax(-1), minlength=len(LABELS))
-            words = max(int(counts.sum()), 1)
-            extra["caption_marks_per_100_words"] = round(100 * int(counts[1:].sum()) / words, 2)
+            rates = mark_rates(np.concatenate([lg[:, :len(LABELS)].argmax(-1) for lg in logits]))
+            extra["caption_marks_per_100_words"] = rates["marks_per_100_words"]
             # per class too: a candidate can keep the overall density with more commas and fewer
             # sentence ends (the release-3 candidate that failed test2011asr did)
-            extra["caption_marks_per_class"] = {
-                label: round(100 * int(n) / words, 2) for label, n in zip(LABELS[1:], counts[1:], strict=True)}
+            extra["caption_marks_per_class"] = rates["per_class"]
             log.info("  held-out captions: %.2f marks per 100 words (%s; %d words)",
-                     extra["caption_marks_per_100_words"],
-                     ", ".join(f"{k} {v:.2f}" for k, v in extra["caption_marks_per_class"].items()),
-                     words)
+                     rates["marks_per_100_words"],
+                     ", ".join(f"{k} {v:.2f}" for k, v in rates["per_class"].items()), rates["words"])
         self.log.write("valid", step=s.step, epoch=s.epoch, words_seen=s.words_seen,
                        seconds=round(time.perf_counter() - t0, 1),
                        improved=improved, **v.to_dict(), **extra)
