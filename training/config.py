@@ -143,6 +143,8 @@ class OptimConfig:
         grad_clip: max gradient norm (0: no clipping).
         max_steps: stop after this many steps (0: no limit; the schedule still
             spans ``epochs`` unless this is smaller).
+        stop_step: end the run after this step without changing the schedule (0: off):
+            the first steps of a longer run, exactly (its warmup and decay as planned).
         patience: early stopping after this many evaluations without improvement.
         seed: seeds Python, numpy and torch; epoch e shuffles with (seed, e).
         log_every: steps between training-loss lines in the metrics log.
@@ -164,6 +166,7 @@ class OptimConfig:
     batch_size: int = 16
     grad_clip: float = 1.0
     max_steps: int = 0
+    stop_step: int = 0
     patience: int = 2
     seed: int = 13
     log_every: int = 50
@@ -187,6 +190,8 @@ class OptimConfig:
             raise InputError("optim.lr, optim.batch_size and optim.epochs must be positive")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise InputError("optim.warmup_ratio must be in [0, 1)")
+        if self.stop_step < 0 or self.max_steps < 0:
+            raise InputError("optim.stop_step and optim.max_steps must be >= 0 (0: off)")
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,8 @@ class Trainer:
         objective.to(self.device)
         total = o.epochs * steps_per_epoch
         self.total_steps = min(total, o.max_steps) if o.max_steps else total
+        #: where the run ends: ``total_steps``, or ``stop_step`` before it (the schedule spans total_steps)
+        self.end_step = min(self.total_steps, o.stop_step) if o.stop_step else self.total_steps
         modules = [model, objective]
         self.optimizer = torch.optim.AdamW(
             param_groups(modules, o.weight_decay, lr=o.lr, head_lr=o.head_lr,
@@ -371,10 +373,10 @@ class Trainer:
         o = cfg.optim
         t_start = time.perf_counter()
         self._last_save = time.monotonic()
-        while s.epoch < o.epochs and not s.stopped and s.step < self.total_steps:
+        while s.epoch < o.epochs and not s.stopped and s.step < self.end_step:
             skip = s.batch_in_epoch
             # the bar ends where this epoch ends: at the epoch's last batch, or at max_steps
-            bar_total = min(self.steps_per_epoch, skip + self.total_steps - s.step)
+            bar_total = min(self.steps_per_epoch, skip + self.end_step - s.step)
             bar = tqdm(total=bar_total, initial=skip, desc=f"epoch {s.epoch + 1}/{o.epochs}",
                        unit="batch", dynamic_ncols=True, mininterval=5.0)
             sums: dict[str, float] = {}
@@ -429,7 +431,7 @@ class Trainer:
                     self.save_state()
                     self.log.write("interrupted", step=s.step, signal=self._stop_signal)
                     raise TrainingInterrupted(s.step, self.state_path)
-                if s.stopped or s.step >= self.total_steps:
+                if s.stopped or s.step >= self.end_step:
                     break
             bar.close()
             if not evaluated_here:

@@ -44,3 +44,41 @@ def test_bad_weight_and_missing_parameters_are_errors(tiny_base_model, tmp_path)
 
     with pytest.raises(ModelError, match="lacks"):
         interpolate(start, tuned, 0.5, tmp_path / "y")
+
+
+def test_a_runtime_start_mixes_its_graph_and_dithers_the_mix(tiny_base_model, tmp_path):
+    """models/base of release 3: (1 - t) * the release-2 graph (de-quantized) + t * the teacher,
+    plus the graph's seeded +-half-step noise (what ``onnx_import --dither`` adds), so the 4-bit
+    export keeps the mix instead of rounding it back to the old codes."""
+    import numpy as np
+
+    from training.onnx_import import import_runtime_model, onnx_state_dict
+
+    from .test_onnx_import import runtime_folder
+
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=True, precision="int4")
+    tuned = checkpoint(tiny_base_model, tmp_path / "tuned", 2, case_head=True)
+    b, _ = load_checkpoint(tuned)
+    graph = onnx_state_dict(tmp_path / "rt" / "model.int4.onnx")
+    name = "encoder.encoder.layer.1.output.dense.weight"
+    plain = interpolate(tmp_path / "rt", tuned, 0.5, tmp_path / "plain")
+    m, meta = load_checkpoint(plain)
+    assert meta["interpolation"]["start_graph"].endswith("model.int4.onnx")
+    torch.testing.assert_close(m.state_dict()[name], 0.5 * torch.from_numpy(graph[name]) + 0.5 * b.state_dict()[name])
+    torch.testing.assert_close(m.case_head.linear.weight,
+                               0.5 * torch.from_numpy(graph["case_head.linear.weight"]) + 0.5 * b.case_head.linear.weight)
+
+    noisy = interpolate(tmp_path / "rt", tuned, 0.5, tmp_path / "noisy", dither=0.5, seed=16)
+    n, meta = load_checkpoint(noisy)
+    assert meta["interpolation"]["dither"] == 0.5 and meta["interpolation"]["seed"] == 16
+    # the noise is exactly the dithered import's (same seed) minus the plain import
+    d, _ = load_checkpoint(import_runtime_model(tmp_path / "rt", tmp_path / "d", base_model=str(tiny_base_model),
+                                                dither=0.5, seed=16))
+    noise = d.state_dict()[name] - torch.from_numpy(graph[name])
+    assert float(noise.abs().max()) > 0
+    assert torch.equal(n.state_dict()[name], m.state_dict()[name] + noise)
+    step = float(np.abs(graph[name]).max()) / 7  # a 4-bit step is at most the tensor's max / 7
+    assert float((n.state_dict()[name] - m.state_dict()[name]).abs().max()) <= 0.5 * step + 1e-6
+
+    with pytest.raises(InputError, match="runtime model folder"):
+        interpolate(tuned, tuned, 0.5, tmp_path / "x", dither=0.5)

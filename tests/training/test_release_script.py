@@ -64,13 +64,47 @@ def test_default_build_and_tune_use_the_int8_graph_and_its_grids(tmp_path):
     ]
 
 
-def test_base_builds_4_bit_weights_with_one_streaming_graph(tmp_path):
-    build = tmp_path / "b"
-    r, calls = run_step(tmp_path, "base", "build", BUILD=str(build))
+def release2(tmp_path: Path) -> Path:
+    """A stand-in for release 2's models/base extracted from git (the script extracts it once)."""
+    folder = tmp_path / "r2" / "models" / "base"
+    folder.mkdir(parents=True)
+    (folder / "streampunct.json").write_text("{}")
+    return tmp_path / "r2"
+
+
+def test_base_builds_4_bit_weights_of_the_mix_with_release_2s_windows(tmp_path):
+    build, r2 = tmp_path / "b", release2(tmp_path)
+    r, calls = run_step(tmp_path, "base", "build", BUILD=str(build), RELEASE2_DIR=str(r2))
     assert r.returncode == 0, r.stderr
-    assert calls == [f"sp build-engine --model checkpoints/gpu_teacher/best --backend onnxruntime "
+    assert calls == [f"sp build-engine --model checkpoints/release3_base --backend onnxruntime "
                      f"--precision int4 --quantize-embeddings --out {build}",
-                     f"py - {build}"]
+                     f"py - {build} {r2}/models/base"]
+
+
+def test_base_trains_the_teacher_to_step_150_repairs_it_and_mixes_it_with_release_2(tmp_path):
+    start, r2 = tmp_path / "teacher", release2(tmp_path)
+    r, calls = run_step(tmp_path, "base", "train", START=str(start), RELEASE2_DIR=str(r2))
+    assert r.returncode == 3 and "no " + str(start) in r.stderr and calls == []  # GPU run 5's teacher first
+    start.mkdir()
+    (start / "model.safetensors").touch()
+    r, calls = run_step(tmp_path, "base", "train", START=str(start), RELEASE2_DIR=str(r2))
+    assert r.returncode == 0, r.stderr
+    assert calls == [
+        f"py -m training.cli --config training/configs/release3_teacher.toml --base-model {start} "
+        "--out checkpoints/release3_teacher_150 --set optim.stop_step=150 --resume",
+        "py -m training.cli --config training/configs/release3_teacher_repair.toml "
+        "--base-model checkpoints/release3_teacher_150/best --resume",
+        f"py -m training.learning_curve checkpoints/release3_teacher_repair --out {tmp_path}/out/learning_curve",
+        f"py -m training.interpolate {r2}/models/base checkpoints/release3_teacher_repair/best --t 0.5 "
+        "--dither 0.5 --seed 16 --out checkpoints/release3_base",
+    ]
+
+
+def test_base_tunes_only_the_case_margin(tmp_path):
+    r, calls = run_step(tmp_path, "base", "tune", BUILD="build/x")
+    assert r.returncode == 0, r.stderr
+    assert calls == ["py -m training.case_margin build/x --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt "
+                     "../shared/data/cased_spoken/swda_val_cased.txt --write"]
 
 
 def test_a_config_override_names_the_checkpoint(tmp_path):

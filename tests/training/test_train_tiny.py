@@ -185,6 +185,29 @@ def test_learning_rate_warms_up_then_decays_to_zero(tiny_base_model, tiny_data_r
     assert lr[10] == pytest.approx(1e-3 * 10 / 15) and lr[20] == pytest.approx(0.0)
 
 
+def test_stop_step_ends_a_run_early_on_the_full_runs_schedule(tiny_base_model, tiny_data_root, tmp_path):
+    """optim.stop_step: the first steps of a longer run, exactly (release 3's teacher is the
+    step-150 validation of a 6,000-step schedule); max_steps would shorten the schedule instead."""
+    extra = ("optim.max_steps=20", "optim.warmup_ratio=0.25", "optim.lr=1e-3", "optim.eval_every=4")
+    full = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "full", *extra))
+    cut = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "cut", *extra, "optim.stop_step=8"))
+
+    def rows(result, kind):
+        lines = (result.best_dir.parent / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(x) for x in lines if json.loads(x)["type"] == kind]
+
+    lr_full = {r["step"]: r["lr"] for r in rows(full, "train")}
+    lr_cut = {r["step"]: r["lr"] for r in rows(cut, "train")}
+    assert max(lr_cut) == 8 and max(lr_full) == 20
+    assert lr_cut == {k: lr_full[k] for k in lr_cut}  # the same schedule: 1e-3 * 12 / 15 at step 8
+    assert lr_cut[8] == pytest.approx(1e-3 * 12 / 15)
+    assert [(r["step"], r["overall"]["f1"]) for r in rows(cut, "valid")] == \
+        [(r["step"], r["overall"]["f1"]) for r in rows(full, "valid") if r["step"] <= 8]
+    assert torch.load(tmp_path / "cut" / "state.pt", weights_only=False)["state"]["step"] == 8
+    with pytest.raises(Exception, match="stop_step"):
+        tiny_config(tiny_base_model, tiny_data_root, tmp_path / "bad", "optim.stop_step=-1")
+
+
 def test_documents_are_fed_as_given():
     w, labels = synthetic_words(10)
     assert len(Document("x", w, labels)) == 10
