@@ -107,6 +107,7 @@ for key in ("base_model", "window", "window_tuning", "stream_window", "stream_wi
             "stream_cache_tokens", "stream_cache_tuning"):
     meta[key] = old[key]
 meta["windows_from"] = "release 2's models/base (same encoder; tuned on validation there)"
+meta["name"] = "release3_base"  # /healthz and the logs name the model by it
 (folder / "streampunct.json").write_text(json.dumps(meta, indent=2))
 tok = folder / "tokenizer.json"  # written compact, as shipped (the exporter indents it)
 tok.write_text(json.dumps(json.loads(tok.read_text()), ensure_ascii=False, separators=(",", ":")))
