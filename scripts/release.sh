@@ -24,7 +24,8 @@
 # training/configs/release3_teacher.toml (optim.stop_step=150: the first 150 steps of that
 # 6,000-step run), repairs that with training/configs/release3_teacher_repair.toml (best:
 # step 100), and mixes the repair half and half with release 2's models/base graph
-# (git: RELEASE2, extracted into build/release2 or RELEASE2_DIR) by training.interpolate --dither 0.5 --seed 16.
+# (git: RELEASE2, extracted into build/release2 or RELEASE2_DIR) by training.interpolate
+# --dither 0.5 --seed 16.
 # `build` exports the mix to 4-bit and keeps release 2's windows; `tune` sets the case margin.
 # Overrides: CONFIG, START, BUILD (default build/MODEL), OUT (default
 # benchmarks/results/release_MODEL). Validation and test data come from ../shared/data

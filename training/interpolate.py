@@ -20,7 +20,7 @@ codes; ``--dither 0.5`` adds uniform noise of +-half a quantization step (the
 import's dither, seeded) on top of the mix, so the export keeps the mix in
 expectation. ``models/base`` of release 3 is made this way (docs/training.md)::
 
-    python -m training.interpolate build/release2_base checkpoints/release3_teacher_repair/best \
+    python -m training.interpolate build/release2/models/base checkpoints/release3_teacher_repair/best \
         --t 0.5 --dither 0.5 --seed 16 --out checkpoints/release3_base
 """
 
@@ -41,14 +41,9 @@ def _runtime_start(start: Path, dither: float, seed: int):
     import numpy as np
     import torch
 
-    from engines.base import ArtifactError
-    from engines.registry import resolve_artifact
-    from training.onnx_import import onnx_state_dict
+    from training.onnx_import import onnx_state_dict, runtime_graph
 
-    try:
-        graph = resolve_artifact("onnxruntime", start)
-    except ArtifactError as e:
-        raise InputError(f"{start} has no graph to start from ({e})") from e
+    graph = runtime_graph(start)
     plain = {k: torch.from_numpy(np.array(v)) for k, v in onnx_state_dict(graph).items()}
     if not dither:
         return plain, None, str(graph)
@@ -93,8 +88,11 @@ def interpolate(start: str | Path, tuned: str | Path, t: float, out: str | Path,
             continue
         if wa.shape != wb.shape:
             raise ModelError(f"{name}: shape {tuple(wa.shape)} in {start}, {tuple(wb.shape)} in {tuned}")
-        merged[name] = wb if not wb.is_floating_point() else (1.0 - t) * wa + t * wb
-        if noise is not None and name in noise and wb.is_floating_point():
+        if not wb.is_floating_point():
+            merged[name] = wb
+            continue
+        merged[name] = (1.0 - t) * wa + t * wb
+        if noise is not None:  # a runtime start's noise covers every parameter it has
             merged[name] = merged[name] + noise[name]
     b.load_state_dict(merged)
     record = {"start": str(start), "tuned": str(tuned), "t": t}

@@ -53,6 +53,17 @@ def onnx_state_dict(onnx_path: str | Path, *, dither: float = 0.0, seed: int = 0
         raise ModelError(str(e)) from e
 
 
+def runtime_graph(model_dir: Path) -> Path:
+    """The graph a runtime folder serves (streampunct.json's artifact, else the registry's
+    defaults), as ``serve`` chooses it; InputError when it has none."""
+    from engines.registry import resolve_artifact
+
+    try:
+        return resolve_artifact("onnxruntime", model_dir)
+    except ArtifactError as e:
+        raise InputError(f"{model_dir} has no model.onnx, model.int8.onnx or model.int4.onnx ({e})") from e
+
+
 def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model: str = "",
                          dither: float = 0.0, seed: int = 0) -> Path:
     """Write the graph ``model_dir`` serves (``model.int8.onnx``, ``model.int4.onnx`` or
@@ -60,17 +71,12 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
     ``onnx_state_dict``."""
     import torch
 
-    from engines.base import ArtifactError
-    from engines.registry import resolve_artifact
     from streampunct.model import load_model_info
     from training.checkpoint import save_checkpoint
     from training.model import build_model, resolve_base_model
 
     model_dir = Path(model_dir)
-    try:  # the graph the folder serves: streampunct.json's artifact, else the registry's defaults
-        graph = resolve_artifact("onnxruntime", model_dir)
-    except ArtifactError as e:
-        raise InputError(f"{model_dir} has no model.onnx, model.int8.onnx or model.int4.onnx ({e})") from e
+    graph = runtime_graph(model_dir)
     info = load_model_info(model_dir)
     head = info.metadata.get("head", "linear")
     if head not in ("linear", None):
