@@ -5,7 +5,8 @@
 # travel per call, so the work is cut in two calls to one warm machine:
 #
 #   bash scripts/gpu_release.sh prepare   # here: .gpuA/ and .gpuB/ (the int4 teacher in two
-#                                         # parts, the training data, the int8 student), and
+#                                         # parts, the training data, the int8 student unless
+#                                         # STUDENT=none, which b then needs too), and
 #                                         # models/ moved aside to /tmp/models_hold, no link left in
 #                                         # its place (the tree's size follows tracked paths through
 #                                         # a link), so that the working tree travels under the limit
@@ -220,7 +221,11 @@ prepare)
     cp "models/base/$bg.json" models/base/{streampunct.json,tokenizer.json} .gpuB/base/
     echo "$bg" > .gpuB/base_graph
   fi
-  cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
+  # the student's int8 graph only when b distils minilm5 (STUDENT=none: without it, models/base's
+  # graph and the captions fit the 64 MiB of b's call)
+  if [[ $STUDENT == minilm5 ]]; then
+    cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
+  fi
   # the teacher keeps marking ASR text: it trains on TEDx captions toward models/base's soft
   # labels as well (gpu_teacher.toml's data.soft_labels; the 2026-11-26 teacher, trained on
   # reference text only, fell to test2011asr 52.9 where models/base scores 66.3)
