@@ -55,7 +55,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
-stage="${1:?usage: gpu_release.sh prepare|a|b|c K|s K|l K|unpack DIR...|t K|unpack-teacher DIR...|restore|pack-up DIR|assemble-up}"
+stage="${1:?usage: gpu_release.sh prepare|a|b|c K|s K|l K|unpack DIR...|t K|unpack-teacher DIR...|restore|pack-up DIR|assemble-up|check-sizes DIR...}"
 STUDENT="${STUDENT:-minilm5}"  # the student b distils: minilm5 or mpnet4 (the header says how each comes back)
 SPLIT=34000000  # bytes of the int4 teacher in the first call
 UP="${UP_DIR:-.gpuT}"  # here: prefix of the folders that carry an earlier GPU teacher up (t K)
@@ -197,6 +197,23 @@ restore_models() {
   fi
 }
 
+# check_sizes DIR...: each DIR travels with one device call beside the working tree (tracked
+# files, models/ left out since prepare moves it aside); say which would pass one call's 64 MiB
+# (LIMIT_BYTES) and exit 3, before anything moves, so that no device time goes to a refused call
+check_sizes() {
+  local tree d n bad=0
+  tree=$( (git ls-files -z -- . ':!models' | xargs -0 stat -c %s 2>/dev/null || true) | awk '{s += $1} END {print s + 0}')
+  for d in "$@"; do
+    [[ -d $d ]] || continue
+    n=$(( tree + $(du -sb "$d" | cut -f1) ))
+    if (( n > ${LIMIT_BYTES:-67108864} )); then
+      echo "$d with the working tree is $n bytes, over one device call's ${LIMIT_BYTES:-67108864}: STUDENT=none leaves the student out of .gpuB; TEACHER_FROM carries a teacher up in parts instead of models/base's graph" >&2
+      bad=1
+    fi
+  done
+  (( bad == 0 )) || exit 3
+}
+
 case "$STUDENT" in
 minilm5|mpnet4|none) ;;
 *) echo "STUDENT must be minilm5, mpnet4 or none, not $STUDENT" >&2; exit 2 ;;
@@ -249,6 +266,7 @@ prepare)
   . scripts/release_lib.sh
   minilm_config .gpuA/cfg/minilm5 5
   mpnet_config .gpuA/cfg/mpnet models/base/tokenizer.json
+  check_sizes .gpuA .gpuB "$UP"*
   if [[ -d models && ! -L models ]]; then
     rm -rf /tmp/models_hold && mv models /tmp/models_hold
   fi
@@ -415,6 +433,11 @@ restore)
 pack-up)
   pack_up "${2:?usage: gpu_release.sh pack-up CHECKPOINT}"  # (prepare does this itself)
   ;;
+check-sizes)
+  shift
+  check_sizes "$@"  # (prepare does this itself; a stage for the tests)
+  echo "each fits one device call"
+  ;;
 assemble-up)
   assemble_up  # (stage b does this itself; a stage for the tests)
   ls -la $G/teacher_init
@@ -445,5 +468,5 @@ unpack)
   rm -rf "$meta"
   ;;
 *)
-  echo "usage: gpu_release.sh prepare|a|b|c K|s K|l K|unpack DIR...|t K|unpack-teacher DIR...|restore|pack-up DIR|assemble-up" >&2; exit 2 ;;
+  echo "usage: gpu_release.sh prepare|a|b|c K|s K|l K|unpack DIR...|t K|unpack-teacher DIR...|restore|pack-up DIR|assemble-up|check-sizes DIR..." >&2; exit 2 ;;
 esac

@@ -281,3 +281,31 @@ def test_stage_l_before_b_says_so(tmp_path):
                        env={"PATH": "/usr/bin:/bin", "GPU_WORK": str(tmp_path / "g"), "OUT": str(out)})
     assert r.returncode == 3
     assert "no soft-label parts" in r.stderr
+
+
+def test_check_sizes_refuses_a_folder_that_would_not_fit_one_device_call(tmp_path):
+    """prepare checks each folder it packed, with the working tree beside it, against one device
+    call's 64 MiB before it moves models/ aside (check-sizes is that check alone)."""
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir()
+    large.mkdir()
+    (small / "f").write_bytes(b"x" * 100)
+    (large / "f").write_bytes(b"x" * 5000)
+
+    def run(limit: int, *dirs: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), "check-sizes", *map(str, dirs)], capture_output=True,
+                              text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "LIMIT_BYTES": str(limit)})
+
+    ok = run(1 << 40, small, large, tmp_path / "absent")
+    assert ok.returncode == 0 and "each fits one device call" in ok.stdout
+    # the tracked tree (a few MB) counts too: a limit under it refuses even the small folder
+    r = run(4000, small, large)
+    assert r.returncode == 3
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"{small} with the working tree is ")
+    assert lines[1].startswith(f"{large} with the working tree is ") and "STUDENT=none" in lines[1]
+    tree = int(lines[0].split(" is ")[1].split()[0]) - 100
+    assert tree > 1_000_000  # the repository's tracked files, models/ left out
+    # between the two folders' totals: the small one passes, the large one is named
+    r = run(tree + 1000, small, large)
+    assert r.returncode == 3 and str(small) not in r.stderr and str(large) in r.stderr
