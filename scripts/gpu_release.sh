@@ -5,8 +5,8 @@
 # travel per call, so the work is cut in two calls to one warm machine:
 #
 #   bash scripts/gpu_release.sh prepare   # here: .gpuA/ and .gpuB/ (the int4 teacher in two
-#                                         # parts, the training data, the int8 student unless
-#                                         # STUDENT=none, which b then needs too), and
+#                                         # parts, the training data, and the int8 student
+#                                         # when STUDENT=minilm5, the one b imports), and
 #                                         # models/ moved aside to /tmp/models_hold, no link left in
 #                                         # its place (the tree's size follows tracked paths through
 #                                         # a link), so that the working tree travels under the limit
@@ -53,6 +53,7 @@
 # r1, r2 and training/configs/gpu_teacher_repair.toml of commit 259b2be): the same codes came back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/release_lib.sh  # minilm_config, mpnet_config, tree_bytes
 G="${GPU_WORK:-/tmp/g}"  # the device's work folder (a test points it elsewhere)
 PY="${PY:-python3}"
 stage="${1:?usage: gpu_release.sh prepare|a|b|c K|s K|l K|unpack DIR...|t K|unpack-teacher DIR...|restore|pack-up DIR|assemble-up|check-sizes DIR...}"
@@ -197,17 +198,17 @@ restore_models() {
   fi
 }
 
-# check_sizes DIR...: each DIR travels with one device call beside the working tree (tracked
-# files, models/ left out since prepare moves it aside); say which would pass one call's 64 MiB
-# (LIMIT_BYTES) and exit 3, before anything moves, so that no device time goes to a refused call
+# check_sizes DIR...: each DIR travels with one device call beside the working tree (tree_bytes);
+# say which would pass one call's 64 MiB (LIMIT_BYTES) and exit 3, before anything moves, so
+# that no device time goes to a refused call
 check_sizes() {
-  local tree d n bad=0
-  tree=$( (git ls-files -z -- . ':!models' | xargs -0 stat -c %s 2>/dev/null || true) | awk '{s += $1} END {print s + 0}')
+  local limit=${LIMIT_BYTES:-67108864} tree d n bad=0
+  tree=$(tree_bytes)
   for d in "$@"; do
     [[ -d $d ]] || continue
     n=$(( tree + $(du -sb "$d" | cut -f1) ))
-    if (( n > ${LIMIT_BYTES:-67108864} )); then
-      echo "$d with the working tree is $n bytes, over one device call's ${LIMIT_BYTES:-67108864}: STUDENT=none leaves the student out of .gpuB; TEACHER_FROM carries a teacher up in parts instead of models/base's graph" >&2
+    if (( n > limit )); then
+      echo "$d with the working tree is $n bytes, over one device call's $limit: STUDENT=none leaves the student out of .gpuB; TEACHER_FROM carries a teacher up in parts instead of models/base's graph" >&2
       bad=1
     fi
   done
@@ -238,8 +239,8 @@ prepare)
     cp "models/base/$bg.json" models/base/{streampunct.json,tokenizer.json} .gpuB/base/
     echo "$bg" > .gpuB/base_graph
   fi
-  # the student's int8 graph only when b distils minilm5 (STUDENT=none: without it, models/base's
-  # graph and the captions fit the 64 MiB of b's call)
+  # the student's int8 graph only when b distils minilm5 (without it, models/base's graph and
+  # the captions fit the 64 MiB of b's call)
   if [[ $STUDENT == minilm5 ]]; then
     cp models/default/{model.int8.onnx,model.int8.onnx.json,streampunct.json,tokenizer.json} .gpuB/student/
   fi
@@ -263,7 +264,6 @@ prepare)
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: -d .gpuB/whl dacite tomli_w
   # encoder configs (the weights come from the imported graphs); release 5 keeps MiniLM's
   # first five layers
-  . scripts/release_lib.sh
   minilm_config .gpuA/cfg/minilm5 5
   mpnet_config .gpuA/cfg/mpnet models/base/tokenizer.json
   check_sizes .gpuA .gpuB "$UP"*

@@ -30,6 +30,7 @@
 # (docs/engines.md, "torch"); the engine's cached calls are timed by benchmarks.torch_engine_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/release_lib.sh  # tree_bytes
 G="${GPU_WORK:-/tmp/tb}"  # the device's work folder
 PY="${PY:-python3}"
 HOLD="${MODELS_HOLD:-/tmp/models_hold_torch}"
@@ -41,11 +42,6 @@ MAX_BATCH="${MAX_BATCH:-64}"
 DEVICE="${DEVICE:-cuda}"
 SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-100 200 400 800 1200 1600}"
 SESSIONS_BASE="${SESSIONS_BASE:-50 100 200 400 800}"
-
-tree_bytes() {  # what travels besides the carried folders: tracked and untracked-not-ignored files
-  { git ls-files -z; git ls-files -z --others --exclude-standard; } \
-    | { grep -zv '^models/' || true; } | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}'
-}
 
 setup_device() {  # the wheel where websockets is missing, PYTHONPATH; the device's python holds torch
   export PYTHONUNBUFFERED=1

@@ -1,10 +1,18 @@
-# Steps shared by scripts/release.sh (the shipped models' recipe) and scripts/gpu_release.sh.
+# Steps shared by scripts/release.sh (the shipped models' recipe), scripts/gpu_release.sh and
+# scripts/gpu_torch_bench.sh.
 # Source it from the repository root: . scripts/release_lib.sh
 # LPY / LSP name this machine's python and streampunct (default: the .venv's); the tests set
 # them to stand-ins that record the commands.
 
 _py() { "${LPY:-.venv/bin/python}" "$@"; }
 _sp() { "${LSP:-.venv/bin/streampunct}" "$@"; }
+
+# tree_bytes: what travels to a device call besides its carried folders, tracked and
+# untracked-not-ignored files (models/ left out: the GPU scripts' prepare moves it aside)
+tree_bytes() {
+  { git ls-files -z; git ls-files -z --others --exclude-standard; } \
+    | { grep -zv '^models/' || true; } | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}'
+}
 
 # stream_artifact DIR: the streaming graph DIR's streampunct.json names (cached left context;
 # build-engine adds one to onnxruntime int8 and int4 folders), or nothing.
