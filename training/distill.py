@@ -158,13 +158,15 @@ def attach_soft_labels(train_docs: Sequence[Document], paths: Sequence[str]) -> 
 # --- labelling ---------------------------------------------------------------------
 
 
-def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = False):
-    """``(decode(docs) -> per-word logits list, description)`` for a checkpoint or runtime folder."""
+def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = False, threads: int = 0):
+    """``(decode(docs) -> per-word logits list, description)`` for a checkpoint or runtime folder.
+    ``threads`` > 0 caps the CPU threads (ONNX Runtime's intra-op threads, torch's threads)."""
     from training.evaluation import RuntimeModel, decode_documents, is_runtime_model
 
     path = Path(teacher)
     if is_runtime_model(path):
-        rm = RuntimeModel.open(path, heads="all")  # punctuation, then case when the graph has it
+        # punctuation, then case when the graph has it
+        rm = RuntimeModel.open(path, heads="all", **({"intra_op_threads": threads} if threads > 0 else {}))
         return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {"teacher": str(path), "kind": "runtime"}
     import torch
 
@@ -172,6 +174,8 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
     from training.checkpoint import checkpoint_aligner, load_checkpoint
     from training.model import make_infer
 
+    if threads > 0:
+        torch.set_num_threads(threads)
     model, meta = load_checkpoint(path)
     dev = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
     model.to(dev).eval()
@@ -195,26 +199,18 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
-                  *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
-                  max_labelled_words: int = 0, seed: int = 13, batch_size: int = 64, device: str = "auto",
-                  bf16: bool = False, shard: tuple[int, int] = (0, 1),
-                  exclude_held_out_captions: bool = False) -> Path:
-    """Soft labels for ``labelled`` sources (capped like ``data.max_train_words`` with the same
-    seed, so a student with the same sources, cap and seed trains on exactly these documents)
-    and ``unlabeled`` sources (capped by ``max_unlabeled_words``).
+def select_documents(labelled: Sequence[str], unlabeled: Sequence[str], *, data_root_dir: str = "",
+                     cache_dir: str = "cache", max_unlabeled_words: int = 0, max_labelled_words: int = 0,
+                     seed: int = 13, exclude_held_out_captions: bool = False) -> list[Document]:
+    """The documents a labelling run covers, in the order shards take them from.
 
-    ``shard=(K, N)`` labels only every N-th document from the K-th: N runs with K = 0..N-1
-    (each its own file, written atomically) label the whole selection between them, so a
-    labelling job longer than one stretch of machine time is done in parts. A student lists
-    all N files in ``data.soft_labels``.
-
+    ``labelled`` sources are capped like ``data.max_train_words`` with the same seed, so a
+    student with the same sources, cap and seed trains on exactly these documents;
+    ``unlabeled`` sources are capped by ``max_unlabeled_words`` and stored without human labels.
     ``exclude_held_out_captions`` leaves out the TEDx talks that ``benchmarks.mark_rate`` holds
     out (``training.data.held_out_captions``), so that a caption draw larger than the students'
     400k words keeps that check clean.
     """
-    from tqdm import tqdm
-
     from training.data import (
         data_root,
         held_out_captions,
@@ -222,10 +218,6 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
         load_unlabeled,
         resolve_cache,
     )
-
-    k, n = shard
-    if not 0 <= k < n:  # before any data is read
-        raise InputError(f"--shard K/N needs 0 <= K < N, got {k}/{n}")
 
     root = data_root(data_root_dir)
     cache = resolve_cache(cache_dir)
@@ -236,19 +228,101 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
         # teacher's argmax and takes no human cross-entropy there
         held = {d.name for d in held_out_captions(root)} if exclude_held_out_captions else set()
         docs.extend(load_unlabeled(unlabeled, root, max_words=max_unlabeled_words, seed=seed, exclude=held))
-    docs = docs[k::n]
-    decode, meta = teacher_decoder(teacher, device=device, bf16=bf16)
+    return docs
+
+
+def _label(decode, meta: dict, docs: Sequence[Document], out: str | Path, *, batch_size: int,
+           labelled: Sequence[str], unlabeled: Sequence[str], shard: tuple[int, int]) -> Path:
+    from tqdm import tqdm
+
+    k, n = shard
     t0 = time.perf_counter()
     probs = []
     # Documents in chunks so the progress bar moves; the decoder batches windows itself.
-    for d in tqdm(docs, desc="soft labels", unit="doc", mininterval=5.0, file=sys.stderr):
+    for d in tqdm(docs, desc=f"soft labels {k}/{n}", unit="doc", mininterval=5.0, file=sys.stderr):
         probs.append(logits_to_probs(decode([d], batch_size)[0]))
-    meta.update(labelled=list(labelled), unlabeled=list(unlabeled), words=sum(map(len, docs)), shard=f"{k}/{n}",
-                seconds=round(time.perf_counter() - t0, 1), classes=list(LABELS) + (
+    meta = dict(meta, labelled=list(labelled), unlabeled=list(unlabeled), words=sum(map(len, docs)),
+                shard=f"{k}/{n}", seconds=round(time.perf_counter() - t0, 1), classes=list(LABELS) + (
                     list(CASE_LABELS) if probs and probs[0].shape[1] > len(LABELS) else []))
     path = write_soft_labels(out, docs, probs, meta)
     log.info("wrote %s: %d documents, %d words", path, len(docs), meta["words"])
     return path
+
+
+def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str], out: str | Path,
+                  *, data_root_dir: str = "", cache_dir: str = "cache", max_unlabeled_words: int = 0,
+                  max_labelled_words: int = 0, seed: int = 13, batch_size: int = 64, device: str = "auto",
+                  bf16: bool = False, shard: tuple[int, int] = (0, 1),
+                  exclude_held_out_captions: bool = False, threads: int = 0) -> Path:
+    """Soft labels for the documents :func:`select_documents` picks, into one file.
+
+    ``shard=(K, N)`` labels only every N-th document from the K-th: N runs with K = 0..N-1
+    (each its own file, written atomically) label the whole selection between them, so a
+    labelling job longer than one stretch of machine time is done in parts. A student lists
+    all N files in ``data.soft_labels``. :func:`label_shard_dir` runs all N in one process.
+    """
+    k, n = shard
+    if not 0 <= k < n:  # before any data is read
+        raise InputError(f"--shard K/N needs 0 <= K < N, got {k}/{n}")
+    docs = select_documents(labelled, unlabeled, data_root_dir=data_root_dir, cache_dir=cache_dir,
+                            max_unlabeled_words=max_unlabeled_words, max_labelled_words=max_labelled_words,
+                            seed=seed, exclude_held_out_captions=exclude_held_out_captions)
+    decode, meta = teacher_decoder(teacher, device=device, bf16=bf16, threads=threads)
+    return _label(decode, meta, docs[k::n], out, batch_size=batch_size, labelled=labelled,
+                  unlabeled=unlabeled, shard=(k, n))
+
+
+def shard_path(out_dir: str | Path, k: int, n: int) -> Path:
+    return Path(out_dir) / f"shard_{k:03d}_of_{n:03d}.npz"
+
+
+def check_shard(path: Path, docs: Sequence[Document], k: int, n: int) -> None:
+    """A finished shard file holds exactly the selection's documents ``docs[k::n]`` (names and
+    word counts), one probability row a word; raises InputError naming the file otherwise."""
+    z = np.load(path)
+    meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+    want = docs[k::n]
+    names = _lines(z["names"])
+    lengths = [int(x) for x in z["lengths"]]
+    if meta.get("shard") != f"{k}/{n}" or names != [d.name for d in want] \
+            or lengths != [len(d) for d in want] or z["probs"].shape[0] != sum(lengths) \
+            or not np.isfinite(z["probs"].astype(np.float32)).all():
+        raise InputError(f"{path} does not hold shard {k}/{n} of this selection (other sources, cap "
+                         "or seed, or a damaged file): move it away or use another --out")
+
+
+def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str],
+                    out_dir: str | Path, shards: int, *, data_root_dir: str = "", cache_dir: str = "cache",
+                    max_unlabeled_words: int = 0, max_labelled_words: int = 0, seed: int = 13,
+                    batch_size: int = 64, device: str = "auto", bf16: bool = False,
+                    exclude_held_out_captions: bool = False, threads: int = 0) -> list[Path]:
+    """All ``shards`` shards of a selection into ``out_dir/shard_KKK_of_NNN.npz``, resumably:
+    the selection is read once; a shard whose file exists is checked against the selection
+    and skipped, so a stopped run started again labels only what is missing. Each file is
+    written atomically when its shard is done (no partial file survives a stop)."""
+    if shards < 1:
+        raise InputError(f"--shards must be >= 1, got {shards}")
+    docs = select_documents(labelled, unlabeled, data_root_dir=data_root_dir, cache_dir=cache_dir,
+                            max_unlabeled_words=max_unlabeled_words, max_labelled_words=max_labelled_words,
+                            seed=seed, exclude_held_out_captions=exclude_held_out_captions)
+    paths = [shard_path(out_dir, k, shards) for k in range(shards)]
+    todo = []
+    for k, p in enumerate(paths):
+        if p.is_file():
+            check_shard(p, docs, k, shards)
+        else:
+            todo.append(k)
+    total = sum(map(len, docs))
+    log.info("%d documents, %d words in %d shards: %d done, %d to label",
+             len(docs), total, shards, shards - len(todo), len(todo))
+    if todo:
+        decode, meta = teacher_decoder(teacher, device=device, bf16=bf16, threads=threads)
+        for k in todo:
+            _label(decode, meta, docs[k::shards], paths[k], batch_size=batch_size, labelled=labelled,
+                   unlabeled=unlabeled, shard=(k, shards))
+            check_shard(paths[k], docs, k, shards)
+    log.info("all %d shards done in %s (%d words)", shards, out_dir, total)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,12 +347,27 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--exclude-held-out-captions", action="store_true",
                      help="leave out the TEDx talks benchmarks.mark_rate holds out (any caption draw "
                           "larger than the students' 400k words)")
+    lab.add_argument("--shards", type=int, default=0, metavar="N",
+                     help="label all N shards into the folder --out (shard_KKK_of_NNN.npz), skipping "
+                          "finished ones: a stopped run resumes with the same command")
+    lab.add_argument("--threads", type=int, default=0,
+                     help="CPU threads for the teacher (default: all physical cores)")
     args = ap.parse_args(argv)
+    if args.shards:
+        if args.shard != "0/1":
+            ap.error("--shard and --shards exclude each other")
+        return run_tool(lambda: label_shard_dir(
+            args.teacher, args.labelled, args.unlabeled, args.out, args.shards, data_root_dir=args.data_root,
+            max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
+            max_labelled_words=args.max_labelled_words, seed=args.seed, device=args.device, bf16=args.bf16,
+            exclude_held_out_captions=args.exclude_held_out_captions, threads=args.threads,
+        ))
     return run_tool(lambda: label_sources(
         args.teacher, args.labelled, args.unlabeled, args.out, data_root_dir=args.data_root,
         max_unlabeled_words=args.max_unlabeled_words, batch_size=args.batch_size,
         max_labelled_words=args.max_labelled_words, seed=args.seed, device=args.device, bf16=args.bf16,
         shard=parse_shard(args.shard), exclude_held_out_captions=args.exclude_held_out_captions,
+        threads=args.threads,
     ))
 
 

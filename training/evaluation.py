@@ -101,14 +101,15 @@ class RuntimeModel:
     close: Callable[[], None]
 
     @classmethod
-    def open(cls, directory: str | Path, *, heads: str = "punct") -> RuntimeModel:
+    def open(cls, directory: str | Path, *, heads: str = "punct", **engine_options) -> RuntimeModel:
         """``heads="all"``: ``logits`` gives the punctuation logits followed by the case
-        head's (as a checkpoint's ``make_infer(heads="all")``) when the graph has one."""
+        head's (as a checkpoint's ``make_infer(heads="all")``) when the graph has one.
+        ``engine_options`` go to the engine (``intra_op_threads=1``, for one)."""
         from streampunct.punctuator import Punctuator
 
         if heads not in ("punct", "all"):
             raise ValueError(f"heads must be 'punct' or 'all', got {heads!r}")
-        p = Punctuator.from_model_dir(directory)
+        p = Punctuator.from_model_dir(directory, **engine_options)
         infer = p.infer_all if heads == "all" else p.engine.infer
         return cls(Path(directory), infer, p.aligner, p.window, p.close)
 
