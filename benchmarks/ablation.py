@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks.common import write_result
 from engines.model_meta import has_model_meta, read_model_meta
-from streampunct.data import read_word_labels
+from streampunct.text.word_labels import read_word_labels
 
 DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
 
@@ -48,7 +48,7 @@ def _is_checkpoint(path: Path) -> bool:
 def _open(path: Path):
     """(model or None, infer, aligner, window, close, engine name) of a checkpoint or runtime folder."""
     if _is_checkpoint(path):
-        from streampunct.windowing import WindowConfig
+        from streampunct.core.windowing import WindowConfig
         from training.checkpoint import checkpoint_aligner, load_checkpoint
         from training.model import make_infer
 

@@ -60,13 +60,13 @@ def _point(kind: str, setting: int | None, report, lat_words, lat_s, secs: float
 
 
 def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) -> dict:
-    from streampunct.data import read_word_labels
-    from streampunct.evaluation import offline_labels, streaming_labels
-    from streampunct.metrics import evaluate
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.evaluation.accuracy import offline_labels, streaming_labels
+    from streampunct.evaluation.scores import evaluate
+    from streampunct.text.word_labels import read_word_labels
 
     data = read_word_labels(cfg.data)
-    punct = Punctuator.from_model_dir(cfg.model_dir, engine=cfg.engine)
+    punct = OfflineDecoder.from_model_dir(cfg.model_dir, engine=cfg.engine)
     points = []
     try:
         t0 = time.perf_counter()

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
     from benchmarks.triton_bench import add_triton_arguments
-    from streampunct.argtypes import non_negative_int, positive_float
+    from streampunct.commands.argtypes import non_negative_int, positive_float
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")

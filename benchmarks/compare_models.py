@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import write_result
-from streampunct.metrics import evaluate
-from streampunct.windowing import WindowConfig
+from streampunct.core.windowing import WindowConfig
+from streampunct.evaluation.scores import evaluate
 
 
 def folder_labels(folder: Path, docs, window: WindowConfig | None) -> tuple[np.ndarray, dict]:

@@ -1,6 +1,6 @@
 """Offline decode throughput against the raw engine ceiling, measured in one run.
 
-The offline decoder (:func:`streampunct.punctuator.decode_offline`) runs
+The offline decoder (:func:`streampunct.core.decoder.decode_offline`) runs
 double-overlap windows of W tokens that advance by S = W - L - R, so it must
 push about W/S times the transcript's tokens through the engine. Its ideal
 speed is therefore ``engine tokens/s at [batch, W+2] / (W/S)``. This module
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from streampunct.punctuator import decode_offline
-from streampunct.windowing import TokenLayout, plan_offline
+from streampunct.core.decoder import decode_offline
+from streampunct.core.windowing import TokenLayout, plan_offline
 
 
 def measure_decode_throughput(

@@ -316,11 +316,11 @@ def plot_engine(report: Mapping[str, Any], png: Path) -> Path | None:
 def _offline_decode(model_dir: Path, data: Path, batch: int, ort_options: Mapping[str, Any]) -> dict:
     """Offline decode words/s vs the engine ceiling (default artifact, same batch), printed."""
     from benchmarks.decode_throughput import measure_decode_throughput
-    from streampunct.data import read_word_labels
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.text.word_labels import read_word_labels
 
     words = read_word_labels(data).words
-    punct = Punctuator.from_model_dir(model_dir, **dict(ort_options))
+    punct = OfflineDecoder.from_model_dir(model_dir, **dict(ort_options))
     try:
         r = measure_decode_throughput(punct.engine, punct.aligner, punct.window, words,
                                       batch_size=batch)

@@ -2,7 +2,7 @@
 
 Starts N ``streampunct serve`` replicas on loopback ports and HAProxy in
 front of them (deploy/haproxy.cfg), runs M real-time sessions through the
-balancer with :class:`~streampunct.client.ResumableStream`, SIGKILLs one
+balancer with :class:`~streampunct.client.stream_client.ResumableStream`, SIGKILLs one
 replica mid-stream, then SIGTERMs another (``serve --drain resume``: it closes
 its streams with 1012), and checks every stream: each word sent final exactly
 once (:func:`~benchmarks.load_finals.check_finals`), the sessions that lost
@@ -65,7 +65,7 @@ from benchmarks.server_under_test import (
     http_get,
     require_model_folder,
 )
-from streampunct.options import SessionOptions
+from streampunct.core.options import SessionOptions
 
 HAPROXY_TEMPLATE = REPO / "deploy" / "haproxy.cfg"
 
@@ -230,7 +230,7 @@ class FailoverConfig:
         term_at_s: SIGTERM replica 2 then (``serve --drain``: resume hands its streams off).
         restart_killed: start the killed replica again on its port right after the kill
             (as a supervisor would); needed with 2 replicas, or nothing serves after the SIGTERM.
-        reconnect_attempts: the clients' :class:`~streampunct.client.Reconnect` attempts.
+        reconnect_attempts: the clients' :class:`~streampunct.client.stream_client.Reconnect` attempts.
     """
 
     replicas: int = 3
@@ -286,8 +286,8 @@ class StreamRecord:
 async def run_resumable_session(url: str, plan: SessionPlan, start: float, deadline: float,
                                 cfg: FailoverConfig, seed: int) -> StreamRecord:
     """Stream ``plan`` through a :class:`ResumableStream` from loop time ``start``."""
-    from streampunct.client import ClientError, Reconnect, ResumableStream
-    from streampunct.protocol import Ended, Error, Final, Resumed
+    from streampunct.client.stream_client import ClientError, Reconnect, ResumableStream
+    from streampunct.core.wire import Ended, Error, Final, Resumed
 
     loop = asyncio.get_running_loop()
     record = StreamRecord(SessionOutcome(plan, np.full(len(plan.words), np.nan)))
@@ -526,7 +526,7 @@ def run_failover_bench(cfg: FailoverConfig, *, command: str | None = None, workd
 
 
 def add_failover_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.argtypes import non_negative_int, positive_float, positive_int
+    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 
     d = FailoverConfig()
     p.add_argument("--replicas", type=positive_int, default=d.replicas, help=f"replicas (default {d.replicas})")

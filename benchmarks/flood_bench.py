@@ -130,8 +130,8 @@ def unique_words(n: int, seed: int = 0, min_len: int = 12, max_len: int = 20) ->
 async def push(url: str, words: list[str], message_words: int) -> dict:
     """One session: send ``words`` as fast as the socket takes them, then ``end``; read
     everything. Returns the finals check, the close and the timings."""
-    from streampunct.client import StreamClient
-    from streampunct.protocol import Ended, Error, Final
+    from streampunct.client.stream_client import StreamClient
+    from streampunct.core.wire import Ended, Error, Final
 
     finals: list[Final] = []
     errors: list[str] = []

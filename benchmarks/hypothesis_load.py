@@ -3,7 +3,7 @@
 Each session speaks a stretch of punctuated text (dev2010 by default) at 2.5 words/s in
 1-4-word chunks; before each commit it sends two interim results (the chunk's first word
 200 ms before, the whole chunk 100 ms before), as a streaming ASR does, through
-:func:`streampunct.caption.caption`. Per step of N sessions (all at once) it reports the
+:func:`streampunct.client.caption.caption`. Per step of N sessions (all at once) it reports the
 p95 "margin after decidable" of each session (the client's view: from the moment a word
 could be final to its final), their median and worst, the words finalized and the errors.
 
@@ -83,9 +83,9 @@ class HypothesisLoadConfig:
 def read_words(path: Path) -> list[str]:
     """The words of punctuated text (converted as training converts it), or of a
     ``word<TAB>LABEL`` file."""
-    from streampunct.data import read_punctuated_text, read_word_labels
     from streampunct.errors import InputError
     from streampunct.labels import LABELS
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     path = Path(path)
     if not path.is_file():
@@ -102,8 +102,8 @@ def events(text: Sequence[str], seed: int, duration: float) -> list:
     """One session's ASR events: from a random offset of ``text``, chunks of 1-4 words at
     2.5 words/s, each preceded by two interim results (its first word 200 ms before the commit,
     the whole chunk 100 ms before), until ``duration`` seconds."""
-    from streampunct.caption_input import AsrEvent
-    from streampunct.protocol import Word
+    from streampunct.client.caption_input import AsrEvent
+    from streampunct.core.wire import Word
 
     rng = random.Random(seed)
     i = rng.randrange(0, max(1, len(text) - 200))
@@ -120,7 +120,7 @@ def events(text: Sequence[str], seed: int, duration: float) -> list:
 
 async def run_step(url: str, n: int, cfg: HypothesisLoadConfig, words: Sequence[str]) -> dict:
     """``n`` caption sessions at once; the p95 margin of each, their median and worst."""
-    from streampunct.caption import caption
+    from streampunct.client.caption import caption
 
     runs = await asyncio.gather(*(
         caption(url, events=events(words, cfg.seed + s, cfg.duration_s), right_context=cfg.server.right_context,

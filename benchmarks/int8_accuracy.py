@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine
+from engines.build.parity import ParityWindows, compare_logits, run_windows
 from engines.ort_engine import OrtEngine, OrtOptions
-from engines.parity import ParityWindows, compare_logits, run_windows
-from streampunct.data import read_word_labels
+from streampunct.evaluation.scores import evaluate
 from streampunct.labels import LABELS
-from streampunct.metrics import evaluate
 from streampunct.model import load_model_info
+from streampunct.text.word_labels import read_word_labels
 
 
 def run_int8_accuracy(
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--cased", action="store_true",
                         help="--data is cased, punctuated text (one paragraph a line), converted with "
-                             "streampunct.convert (e.g. cased_spoken/ted_iwslt_dev2010_cased.txt)")
+                             "streampunct.text.convert (e.g. cased_spoken/ted_iwslt_dev2010_cased.txt)")
     parser.add_argument("--int8-artifact", default="model.int8.onnx",
                         help="artifact compared with model.onnx (also model.qdq.onnx, model.fp16.onnx)")
     parser.add_argument("--skip-lines", type=int, default=0, help="words to skip (e.g. a training slice)")
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cased_text_to_word_labels(source: Path, target: Path) -> Path:
     """Convert cased, punctuated text to a ``word<TAB>LABEL`` file (streampunct's rules)."""
-    from streampunct.convert import text_to_word_labels
+    from streampunct.text.convert import text_to_word_labels
 
     lines = []
     for paragraph in source.read_text(encoding="utf-8").splitlines():

@@ -5,7 +5,7 @@ guide writes it: the file's header says which conventions) is one live
 stream to a server in this process, started with the ITN grammars (in a
 worker process, as ``serve --itn-grammars on`` runs them): ASR-like
 chunks of 1..4 words at 2.5 words/s with jitter
-(:func:`streampunct.evaluation.live_schedule`), then ``end``, at the
+(:func:`streampunct.evaluation.accuracy.live_schedule`), then ``end``, at the
 server's default session options plus ``itn``. A sentence passes when its
 finals' ``text``, joined, equals the expected written sentence, token for
 token, once the marks the punctuation model adds (a trailing ``,`` ``.``
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, percentile, write_result
-from streampunct.options import SessionOptions
+from streampunct.core.options import SessionOptions
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def comparable(text: str) -> list[str]:
 
 
 async def _stream(url: str, events, options: SessionOptions, itn: bool):
-    from streampunct.client import StreamClient, Transcript
+    from streampunct.client.stream_client import StreamClient, Transcript
 
     client = await StreamClient.connect(url, right_context=options.right_context,
                                         max_delay_ms=options.max_delay_ms, itn=itn)
@@ -131,7 +131,7 @@ class TimedNormalizer:
 
 
 async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, serve_kwargs: dict) -> tuple[list, list]:
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     config = ServerConfig(host="127.0.0.1", port=0, model_dir=cfg.model_dir, engine=cfg.engine,
                           itn_cache=cfg.itn_cache, max_sessions=cfg.parallel + 8)
@@ -148,9 +148,9 @@ async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, serve_kwarg
 def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwargs: dict | None = None,
                   write: bool = True) -> dict:
     """Stream every phrase with ``itn`` on and off; ``serve_kwargs`` go to
-    :func:`streampunct.server.serve` (tests inject an engine and a normalizer)."""
-    from streampunct.evaluation import live_schedule
-    from streampunct.text import normalize_words
+    :func:`streampunct.server.app.serve` (tests inject an engine and a normalizer)."""
+    from streampunct.evaluation.accuracy import live_schedule
+    from streampunct.text.normalize import normalize_words
 
     cases = read_phrases(cfg.data)
     options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
@@ -162,7 +162,7 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwar
     serve_kwargs = dict(serve_kwargs or {})
     workers = None
     if "normalizer" not in serve_kwargs:  # as serve --itn-grammars on: the grammars in a worker process
-        from streampunct.itn import ProcessNormalizer
+        from streampunct.text.itn import ProcessNormalizer
 
         workers = serve_kwargs["normalizer"] = ProcessNormalizer(cfg.itn_cache)
         workers.start()
@@ -217,7 +217,7 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwar
 
 
 def add_itn_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.argtypes import non_negative_int, positive_float, positive_int
+    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 
     d = ItnBenchConfig()
     p.add_argument("--data", type=Path, default=d.data,

@@ -3,7 +3,7 @@
 A labelled file is cut into ``sessions`` consecutive segments. Each segment
 is one live stream, sent at the same time as the others to a server started
 as a child process (or ``--url``): ASR-like chunks of 1..4 words at 2.5
-words/s with jitter (:func:`streampunct.evaluation.live_schedule`), then a
+words/s with jitter (:func:`streampunct.evaluation.accuracy.live_schedule`), then a
 ``flush`` and an ``end``, with the server's default session options unless
 told otherwise. The finals are scored against the gold labels (overall
 micro F1, the same scorer as ``evaluate``).
@@ -17,7 +17,7 @@ words whose last partial equals their final, and the visible changes per 100
 words. Hypotheses never change finals, so F1 is the same with or without them.
 
 The same schedules are then played through the simulation
-(:func:`streampunct.evaluation.schedule_labels`, the server's own
+(:func:`streampunct.evaluation.accuracy.schedule_labels`, the server's own
 ``StreamState``, one window per decision) with the same model, and the
 report gives both F1s, their label agreement and the words where they
 differ. Windows follow the schedule, not the load. With padded engine calls
@@ -107,7 +107,7 @@ def with_hypotheses(events) -> list:
     """``events`` with interim hypotheses before each chunk, as a streaming ASR sends them:
     the chunk's first word 200 ms before its commit, the whole chunk 100 ms before (never
     before the previous event). Hypothesis events have kind ``"hypothesis"``."""
-    from streampunct.evaluation import Event
+    from streampunct.evaluation.accuracy import Event
 
     out, last_t = [], 0.0
     for event in events:
@@ -123,8 +123,8 @@ async def stream_schedule(url: str, events, options, *, partials: bool = False,
                           capitalize: bool | None = None):
     """Send ``events`` at their times (from now) on one session; return its Transcript and,
     with ``partials``, the final and partial messages in the order received."""
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.protocol import Final, Partial
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.core.wire import Final, Partial
 
     client = await StreamClient.connect(url, right_context=options.right_context,
                                         max_delay_ms=options.max_delay_ms, partials=partials or None,
@@ -163,8 +163,8 @@ async def _run_sessions(url: str, schedules, options, *, partials: bool = False,
 def read_live_data(cfg: LiveBenchConfig):
     """The words and gold labels to stream: a ``word<TAB>LABEL`` file, or with ``text``
     punctuated text converted as training converts it."""
-    from streampunct.data import read_punctuated_text, read_word_labels
     from streampunct.errors import InputError
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     data = read_punctuated_text(cfg.data) if cfg.text else read_word_labels(cfg.data)
     if not data.words:
@@ -174,8 +174,8 @@ def read_live_data(cfg: LiveBenchConfig):
 
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.partial_stability import partial_stability, total
-    from streampunct.evaluation import live_schedule, schedule_labels, score
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.evaluation.accuracy import live_schedule, schedule_labels, score
 
     data = read_live_data(cfg)
     spans = segments(len(data.words), cfg.sessions)
@@ -220,7 +220,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     else:
         print(f"through the server: {lost} words lost, {mismatched} sessions with other words: not scored")
 
-    punct = Punctuator.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
+    punct = OfflineDecoder.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
     try:
         stream_engine = punct.stream_engine(cfg.server.stream_cache, intra_op_threads=1)
         result["stream_cache"] = stream_engine is not None

@@ -80,7 +80,7 @@ from benchmarks.server_under_test import (
     machine_cpu_busy,
     server_from_args,
 )
-from streampunct.latency import decidable_times
+from streampunct.core.latency import decidable_times
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
@@ -190,8 +190,8 @@ def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
 
 def load_corpus(path: Path) -> list[str]:
     """Normalized non-empty words of a ``word<TAB>LABEL`` file (or plain text)."""
-    from streampunct.caption_input import read_transcript
-    from streampunct.text import normalize_word
+    from streampunct.client.caption_input import read_transcript
+    from streampunct.text.normalize import normalize_word
 
     path = Path(path)
     if not path.exists() and not path.is_absolute() and (REPO / path).exists():
@@ -263,7 +263,7 @@ async def run_session(client, plan: SessionPlan, start: float, deadline: float) 
     """Stream ``plan`` on ``client`` from loop time ``start``; read until the server closes."""
     from websockets import ConnectionClosed
 
-    from streampunct.protocol import Ended, Error, Final
+    from streampunct.core.wire import Ended, Error, Final
 
     loop = asyncio.get_running_loop()
     out = SessionOutcome(plan, np.full(len(plan.words), np.nan))
@@ -378,7 +378,7 @@ async def run_step(
 ) -> dict:
     """N concurrent sessions (asking for ``itn`` or not) for one step; returns its figures and the
     SLO verdict."""
-    from streampunct.client import StreamClient
+    from streampunct.client.stream_client import StreamClient
 
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)

@@ -56,12 +56,12 @@ def check_finals(sent_words: Sequence[str], final_messages: Iterable[object]) ->
     """Check the finals of one stream against the words sent, in arrival order.
 
     ``sent_words`` are the words the client sent (index i = stream word i;
-    compared after :func:`~streampunct.text.normalize_word`, so send words
+    compared after :func:`~streampunct.text.normalize.normalize_word`, so send words
     that normalize to something). ``final_messages`` are ``final`` messages
-    (:class:`~streampunct.protocol.Final` or their JSON dicts) in the order
+    (:class:`~streampunct.core.wire.Final` or their JSON dicts) in the order
     they arrived. Pure: no clock, no I/O.
     """
-    from streampunct.text import normalize_word
+    from streampunct.text.normalize import normalize_word
 
     sent = [normalize_word(w) for w in sent_words]
     seen = [0] * len(sent)

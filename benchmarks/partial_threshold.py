@@ -2,10 +2,10 @@
 
 ``python -m benchmarks.partial_threshold`` streams a labelled file through the
 Python API (:meth:`streampunct.api.Punctuator.stream` with partials on: the
-server's :class:`~streampunct.session_protocol.SessionProtocol`, engine and
+server's :class:`~streampunct.core.session_protocol.SessionProtocol`, engine and
 cached left context, without a server) on ``bench live``'s schedules: the file
 cut into ``--sessions`` consecutive streams, chunks of 1-4 words at 2.5
-words/s with jitter (:func:`streampunct.evaluation.live_schedule`, the same
+words/s with jitter (:func:`streampunct.evaluation.accuracy.live_schedule`, the same
 seeds), each chunk sent first as interim hypotheses
 (:func:`benchmarks.live_bench.with_hypotheses`), then a flush and an end. Time
 is the schedule's (``now``): a word's delay deadline is served at that
@@ -76,7 +76,7 @@ def replay(stream, events) -> list:
 
 def run(punctuator, schedules, threshold: float, *, capitalize: bool) -> tuple[Stability, EarlyMarks, list]:
     """One threshold over every schedule: the stability and early-mark counts, and the finals' marks."""
-    from streampunct.protocol import Final
+    from streampunct.core.wire import Final
 
     stability, marks, final_marks = Stability(), EarlyMarks(), []
     for events in schedules:
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from streampunct.api import Punctuator
-    from streampunct.data import read_punctuated_text, read_word_labels
-    from streampunct.evaluation import live_schedule, score
+    from streampunct.evaluation.accuracy import live_schedule, score
     from streampunct.labels import MARK_TO_LABEL, O
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     if "test" in str(args.data).lower() and not args.final_report:
         p.error(f"{args.data} looks like a test set: tune on validation; --final-report to report a chosen P")

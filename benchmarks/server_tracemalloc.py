@@ -37,8 +37,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from streampunct.allocator import heap_figures
-from streampunct.allocator import trim as malloc_trim
+from streampunct.server.allocator import heap_figures
+from streampunct.server.allocator import trim as malloc_trim
 
 #: Frames kept per allocation (the lines of the server's own code show up a few frames up).
 FRAMES = 8

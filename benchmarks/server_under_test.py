@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 from benchmarks.common import REPO
 from engines.deps import require
-from streampunct.batcher import BATCH_ROWS
-from streampunct.options import SessionOptions
+from streampunct.core.options import SessionOptions
+from streampunct.server.batcher import BATCH_ROWS
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ async def _session_loop(
     url: str, cfg: SoakConfig, corpus: Sequence[str], end_at: float, totals: SoakTotals, rng: random.Random
 ) -> None:
     """One slot: sessions back to back until ``end_at`` (the last one shorter, to end in time)."""
-    from streampunct.client import StreamClient
+    from streampunct.client.stream_client import StreamClient
 
     loop = asyncio.get_running_loop()
     load_cfg = cfg.load_config()

@@ -1,7 +1,7 @@
 """``bench triton``: Triton as the inference tier, against the local engine, in one run.
 
 Three parts, on one model folder and one Triton server (NVIDIA's PyTriton with a Python
-model running the folder's graph, :mod:`engines.triton_pytriton`, started on free loopback
+model running the folder's graph, :mod:`engines.build.triton_pytriton`, started on free loopback
 ports; or ``--triton-url`` of a running one):
 
 1. **Labels** (``--data``, default test2011): the offline decoder's labels and case classes of
@@ -81,16 +81,16 @@ class TritonBenchConfig:
 
 def compare_labels(model_dir: Path, data: Path, triton_url: str, *, local_threads: int | None = None) -> dict:
     """Offline labels and case classes of ``data``'s words through the local engine and Triton."""
-    from streampunct.data import read_word_labels
-    from streampunct.evaluation import score
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.evaluation.accuracy import score
+    from streampunct.text.word_labels import read_word_labels
 
     words = read_word_labels(data)
     sides: dict[str, dict] = {}
     outputs: dict[str, tuple[list[int], list[int] | None]] = {}
     for side, engine, options in (("local", "onnxruntime", {"intra_op_threads": local_threads} if local_threads
                                    else {}), ("triton", "triton", {"url": triton_url})):
-        punct = Punctuator.from_model_dir(model_dir, engine=engine, **options)
+        punct = OfflineDecoder.from_model_dir(model_dir, engine=engine, **options)
         try:
             t0 = time.perf_counter()
             labels, cases = punct.labels_and_cases(words.words, end_of_stream=False)
@@ -197,7 +197,7 @@ def two_front_ends(cfg: TritonBenchConfig, triton_url: str, triton, workdir: Pat
 
 
 def run_triton_bench(cfg: TritonBenchConfig, *, command: str | None = None) -> dict:
-    from engines.triton_pytriton import PyTritonProcess, server_python
+    from engines.build.triton_pytriton import PyTritonProcess, server_python
 
     started = time.monotonic()
     payload: dict = {"model_dir": str(cfg.model_dir), "config": {

@@ -39,9 +39,12 @@ so it has its own root; the CLI turns these into its own errors)::
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -151,7 +154,7 @@ class HeadLogits(NamedTuple):
     """One run's outputs: ``punctuation`` float32[B,T,C] and ``case`` float32[B,T,4]
     (None without a truecasing head). A tuple: ``logits, case = engine.infer_heads(...)``.
     The runtime passes one window's rows the same way (float32[T,C] and [T,4]), from the
-    engine to the stream's core (``streampunct.engine_call``)."""
+    engine to the stream's core (``streampunct.core.engine_call``)."""
 
     punctuation: np.ndarray
     case: np.ndarray | None
@@ -173,7 +176,7 @@ class Engine(Protocol):
             graphs with dynamic activation quantization, whose scales are
             computed over the whole input tensor; the server's batcher then
             runs each window alone when told to (``serve --batch-rows exact``,
-            :mod:`streampunct.batcher`).
+            :mod:`streampunct.server.batcher`).
     """
 
     name: str
@@ -210,7 +213,7 @@ class StreamEngine(Engine, Protocol):
     cache_tokens: int | None
 
     def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The streaming graph's inputs (``streampunct.stream_cache.pad_stream_calls``) ->
+        """The streaming graph's inputs (``streampunct.core.stream_cache.pad_stream_calls``) ->
         (logits float32[B, T, C], with the case logits appended when the model has them;
         present_kv float16[L, 2, B, heads, T, head_dim])."""
         ...
@@ -277,3 +280,51 @@ def check_batch(
         np.ascontiguousarray(ids, dtype=np.int64),
         np.ascontiguousarray(mask, dtype=np.int64),
     )
+
+
+# --- backend options: each backend's settings are a frozen dataclass built by make_options ---
+
+#: What a value of an option's type is called in messages.
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a list"}
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of the annotated type ``hint`` (types the options use; others pass)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    kind = typing.get_origin(hint) or hint
+    if kind is type(None):
+        return value is None
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is tuple:
+        return isinstance(value, tuple | list)
+    return isinstance(value, kind) if kind in _TYPE_NAMES else True
+
+
+def _type_name(hint: Any) -> str:
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = [typing.get_origin(a) or a for a in args if a is not type(None)]
+    return " or ".join(_TYPE_NAMES.get(k, getattr(k, "__name__", str(k))) for k in kinds)
+
+
+def make_options(cls: type, options: Mapping[str, Any], backend: str) -> Any:
+    """Build a backend's frozen options dataclass, naming unknown options and mistyped values."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise EngineError(
+            f"unknown option(s) {', '.join(unknown)} for the {backend} backend; "
+            f"valid: {', '.join(sorted(fields))}"
+        )
+    hints = typing.get_type_hints(cls)
+    for name, value in options.items():
+        if not _fits(value, hints[name]):
+            raise EngineError(f"option {name} of the {backend} backend must be {_type_name(hints[name])}, "
+                              f"got {value!r}")
+    values = dict(options)
+    if "providers" in values and isinstance(values["providers"], list):
+        values["providers"] = tuple(values["providers"])
+    return cls(**values)

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
@@ -34,6 +33,7 @@ from engines.base import (
     HeadLogits,
     IOSpec,
     TensorSpec,
+    make_options,
 )
 from engines.deps import is_installed
 from engines.model_meta import ModelMeta

@@ -22,7 +22,7 @@ readers apply the defaults named here):
     sub-tokens kept per word (default 16).
 ``window``
     ``{size, left, right}`` of the offline double-overlap windows (defaults:
-    ``streampunct.windowing.WindowConfig``).
+    ``streampunct.core.windowing.WindowConfig``).
 ``stream_window``
     overrides of ``window`` for streaming windows (e.g. ``{"left": 25}``).
 ``artifact``

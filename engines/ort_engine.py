@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
@@ -30,6 +29,7 @@ from engines.base import (
     IOSpec,
     StreamEngineBase,
     check_batch,
+    make_options,
 )
 from engines.deps import require
 from engines.model_meta import has_model_meta, read_model_meta
@@ -276,7 +276,7 @@ class OrtStreamEngine(OrtEngine, StreamEngineBase):
         return self._session is not None and CASE_OUTPUT_NAME in self._outputs
 
     def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The graph's inputs (``streampunct.stream_cache.pad_stream_calls``) -> (logits
+        """The graph's inputs (``streampunct.core.stream_cache.pad_stream_calls``) -> (logits
         float32[B, T, C], the case logits appended when the graph has them; present_kv)."""
         if self._session is None:
             raise InferenceError(f"engine for {self.path.name} is closed")

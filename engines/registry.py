@@ -9,7 +9,7 @@ Artifact choice in a model folder (first that applies):
    ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
 
 The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
-onnxruntime would choose it, with its weights rebuilt in torch; engines.torch_engine
+onnxruntime would choose it, with its weights rebuilt in torch; engines.build.torch_engine
 wraps a training module as the parity reference (not a serving backend).
 
 The ``triton`` backend (engines.triton_engine) reads no artifact either: the graph runs on a
@@ -24,7 +24,7 @@ so a server over it needs no model folder.
 Every backend module exposes ``open_engine(model_dir, artifact, options) -> Engine``
 (:class:`engines.base.Engine`, or :class:`engines.base.StreamEngine` for a
 streaming graph) and builds its options with
-:func:`engines.backend_options.make_options`; one that serves a model of its own
+:func:`engines.base.make_options`; one that serves a model of its own
 (``own_model=True``) also exposes ``own_model(model_dir) -> (ModelMeta, tokenizer folder)``;
 one that runs a folder's streaming graph (``streams=True``: onnxruntime) also exposes
 ``open_stream_engine(model_dir, options) -> StreamEngine``.
@@ -43,8 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engines.backend_options import make_options  # noqa: F401 (the backends' options, named here too)
-from engines.base import ArtifactError, DependencyMissing, Engine, EngineError, StreamEngine
+from engines.base import (
+    ArtifactError,
+    DependencyMissing,
+    Engine,
+    EngineError,
+    StreamEngine,
+    make_options,  # noqa: F401 (the backends' options, named here too)
+)
 from engines.deps import install_hint, is_installed
 from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
 from engines.sidecar import read_sidecar

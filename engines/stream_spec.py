@@ -2,8 +2,8 @@
 
 The runtime (:mod:`engines.ort_engine`, :mod:`engines.torch_backend`, the
 server) checks and runs a streaming graph through this module only; its
-export and quantization live in :mod:`engines.stream_graph` and
-:mod:`engines.quantize`, which import this module (never the other way).
+export and quantization live in :mod:`engines.build.stream_graph` and
+:mod:`engines.build.quantize`, which import this module (never the other way).
 
 Interface (all batch-major; ``C`` cached tokens, ``T`` new ones)::
 
@@ -18,7 +18,7 @@ Interface (all batch-major; ``C`` cached tokens, ``T`` new ones)::
 
 With ``C = 0`` it is the shipped computation exactly (the full window, its
 own positions). The caller's rules (which tokens to cache, when to start
-again from a full window) live in :mod:`streampunct.stream_cache`.
+again from a full window) live in :mod:`streampunct.core.stream_cache`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from engines.backend_options import make_options
 from engines.base import (
     INPUT_NAMES,
     OUTPUT_NAME,
@@ -38,6 +37,7 @@ from engines.base import (
     InferenceError,
     IOSpec,
     check_batch,
+    make_options,
 )
 from engines.deps import require
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact

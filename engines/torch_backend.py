@@ -7,7 +7,7 @@ folder's ONNX graph's, de-quantized (:mod:`engines.graph_weights`; an int8 or
 int4 graph's weights keep its quantization grid, but activations are not
 quantized), and the encoder's configuration (BERT / MiniLM or MPNet) is
 derived from the same graph. The computation is the streaming graph's module
-(:func:`engines.stream_graph.stream_module`): whole windows are its calls
+(:func:`stream_module`, also what :mod:`engines.build.stream_graph` exports): whole windows are its calls
 without a cache (positions 0..T-1), which is the shipped graph's computation,
 and :meth:`TorchGraphEngine.infer_stream` runs new tokens against cached
 keys/values with the streaming graph's interface, so a server streams with
@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
@@ -44,6 +43,7 @@ from engines.base import (
     StreamEngineBase,
     TensorSpec,
     check_batch,
+    make_options,
 )
 from engines.deps import require
 
@@ -51,6 +51,117 @@ logger = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "fp16")
+
+
+def _encoder_kind(enc: Any) -> str:
+    """"bert" (``embeddings``, ``encoder.layer[i].attention.self.{query,key,value}``) or
+    "mpnet" (``attention.attn.{q,k,v,o}`` and a shared relative position bias); TypeError otherwise."""
+    if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
+        raise TypeError(f"{type(enc).__name__} is not a BERT- or MPNet-layout encoder")
+    attention = enc.encoder.layer[0].attention
+    if hasattr(getattr(attention, "self", None), "query"):
+        return "bert"
+    if hasattr(getattr(attention, "attn", None), "q") and hasattr(enc.encoder, "relative_attention_bias"):
+        return "mpnet"
+    raise TypeError(f"{type(enc).__name__} layers have neither attention.self.query nor attention.attn.q")
+
+
+def stream_module(model: Any) -> Any:
+    """A torch module ``forward(input_ids, position_ids, attention_mask, past_kv)`` over
+    ``model`` (a ``PunctuationModel`` with a BERT- or MPNet-layout encoder, linear head,
+    optional case head).
+
+    MPNet adds a relative position bias to every layer's attention scores, computed from
+    the positions of query and key. The interface carries no positions for the cached
+    keys: they are the stream cache's contract (:class:`streampunct.core.stream_cache.KVCache`):
+    a row's ``c`` real cached tokens hold the ``c`` positions just before its first new
+    token that is not CLS (row 0, or row 1 when row 0 is CLS at position 0), oldest
+    first, and a row's real cache entries come before its padding. Positions count from
+    0 (CLS); MPNet's embedding table is offset by its padding index + 1, as its own
+    position ids are.
+    """
+    torch = require("torch", feature="the streaming graph")
+    enc = model.encoder
+    kind = _encoder_kind(enc)
+    import inspect
+
+    # streampunct's heads take (hidden, attention_mask); a bare linear layer takes hidden alone
+    head_takes_mask = len(inspect.signature(model.head.forward).parameters) >= 2
+
+    class StreamEncoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            cfg = enc.config
+            self.heads = int(cfg.num_attention_heads)
+            self.head_dim = int(cfg.hidden_size) // self.heads
+            self.scale = float(self.head_dim) ** -0.5
+
+        def _embed(self, input_ids, position_ids):
+            if kind == "mpnet":
+                return enc.embeddings(input_ids=input_ids,
+                                      position_ids=position_ids + (enc.embeddings.padding_idx + 1))
+            return enc.embeddings(input_ids=input_ids, position_ids=position_ids,
+                                  token_type_ids=torch.zeros_like(input_ids))
+
+        def _position_bias(self, position_ids, attention_mask):
+            """MPNet's relative position bias [B, heads, T, C+T]; None for BERT, which has none."""
+            if kind != "mpnet":
+                return None
+            t = position_ids.shape[1]
+            c = attention_mask.shape[1] - t
+            held = attention_mask[:, :c].sum(dim=1, keepdim=True)  # [B, 1] real cached tokens
+            slots = torch.arange(c, dtype=torch.long)[None, :]  # cached slot j of a row
+            # the first new token that is not CLS (position 0): row 0 unless it is CLS, else row 1
+            first = position_ids[:, :1]
+            if t > 1:
+                first = torch.where(first > 0, first, position_ids[:, 1:2])
+            past_pos = first - held + slots  # real slots: the positions just before it
+            keys = torch.cat([past_pos, position_ids], dim=1)
+            relative = keys[:, None, :] - position_ids[:, :, None]  # [B, T, C+T]
+            bucket = enc.encoder.relative_position_bucket(
+                relative, num_buckets=enc.encoder.relative_attention_bias.num_embeddings)
+            return enc.encoder.relative_attention_bias(bucket).permute(0, 3, 1, 2)
+
+        def forward(self, input_ids, position_ids, attention_mask, past_kv):
+            b, t = input_ids.shape
+            x = self._embed(input_ids, position_ids)
+            # [B, 1, 1, C+T] additive mask over keys.
+            bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+            rel = self._position_bias(position_ids, attention_mask)
+            if rel is not None:
+                bias = bias + rel
+            present = []
+            for i, layer in enumerate(enc.encoder.layer):
+                att = layer.attention
+                if kind == "mpnet":
+                    wq, wk, wv, wo, norm = att.attn.q, att.attn.k, att.attn.v, att.attn.o, att.LayerNorm
+                else:
+                    wq, wk, wv = att.self.query, att.self.key, att.self.value
+                    wo, norm = att.output.dense, att.output.LayerNorm
+
+                def split(y):
+                    return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+                q = split(wq(x))
+                k = split(wk(x))
+                v = split(wv(x))
+                present.append(torch.stack([k, v]))
+                keys = torch.cat([past_kv[i, 0].to(x.dtype), k], dim=2)
+                values = torch.cat([past_kv[i, 1].to(x.dtype), v], dim=2)
+                scores = torch.matmul(q, keys.transpose(-1, -2)) * self.scale + bias
+                a = torch.matmul(torch.softmax(scores, dim=-1), values)
+                a = a.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+                x = norm(wo(a) + x)
+                x = layer.output.LayerNorm(layer.output.dense(layer.intermediate(x)) + x)
+            logits = model.head(x, attention_mask[:, -t:]) if head_takes_mask else model.head(x)
+            outs = [logits]
+            if getattr(model, "case_head", None) is not None:
+                outs.append(model.case_head(x))
+            outs.append(torch.stack(present).to(torch.float16))
+            return tuple(outs)
+
+    return StreamEncoder().eval()
 
 
 @dataclass(frozen=True)
@@ -148,7 +259,6 @@ class TorchGraphEngine(StreamEngineBase):
         torch = require("torch", feature="the torch backend")
         from engines.graph_weights import read_graph_weights
         from engines.sidecar import read_sidecar, verify_artifact
-        from engines.stream_graph import stream_module
 
         self.options = options or TorchOptions()
         self.path = Path(path)
@@ -228,7 +338,7 @@ class TorchGraphEngine(StreamEngineBase):
         return HeadLogits(outs[0], outs[1] if len(outs) > 1 else None)
 
     def infer_stream(self, inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The streaming graph's inputs (``streampunct.stream_cache.pad_stream_calls``) ->
+        """The streaming graph's inputs (``streampunct.core.stream_cache.pad_stream_calls``) ->
         (logits float32[B, T, C], the case logits appended when the model has them;
         present_kv float16[L, 2, B, heads, T, head_dim])."""
         try:

@@ -12,7 +12,7 @@ share one pool of CPUs or GPUs::
 
 The model folder (``--model``) still gives the front end its tokenizer, labels and windows;
 the Triton model must have been built from the same checkpoint: when its config carries
-``streampunct_source_sha256`` (``engines.triton_repo`` writes it), a different checkpoint is
+``streampunct_source_sha256`` (``engines.build.triton_repo`` writes it), a different checkpoint is
 refused at load. ``rows_independent`` comes from the config's ``streampunct_rows_independent``,
 else from the folder's graph's sidecar.
 
@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from engines.backend_options import make_options
 from engines.base import (
     CASE_OUTPUT_NAME,
     INPUT_NAMES,
@@ -46,6 +45,7 @@ from engines.base import (
     IOSpec,
     TensorSpec,
     check_batch,
+    make_options,
 )
 from engines.deps import require
 

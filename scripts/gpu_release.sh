@@ -39,7 +39,7 @@
 # models: docs/history.md); c K and l K bring both back.
 #   bash scripts/gpu_release.sh unpack-teacher DIR0 DIR1 DIR2 DIR3   # into checkpoints/gpu_teacher/best
 #   then the teacher's int4 graph here (build-engine), checked against models/base's 4-bit codes:
-#       python -m engines.weight_codes models/base/model.stream.int4.onnx build/T/model.int4.onnx
+#       python -m engines.build.weight_codes models/base/model.stream.int4.onnx build/T/model.int4.onnx
 #
 # History (docs/history.md). Run 1 (2026-11-26, release 6): b's budgets were larger and the
 # teacher did not come back (its int4 graph is 65.5 MiB, over one call's 64 MiB); held 791 s of
@@ -48,7 +48,7 @@
 # graph was models/base again: the teacher starts from models/base's int4 graph, its weights sit
 # on that graph's 4-bit grid, and 3,042 steps moved too few of them by half a step (99.85% of the
 # codes identical). So b now imports both models with --dither 0.5 (training.onnx_import), and c
-# returns the teacher's checkpoint, to be exported here and checked with engines.weight_codes.
+# returns the teacher's checkpoint, to be exported here and checked with engines.build.weight_codes.
 # The same session also repaired that teacher on ASR text from its graph (stages prepare-repair,
 # r1, r2 and training/configs/gpu_teacher_repair.toml of commit 259b2be): the same codes came back.
 set -euo pipefail

@@ -38,7 +38,7 @@ compare_on_validation() {
   _py -m benchmarks.mark_rate "$old" "$new" --json "$out/mark_rate.json"
   for m in "$old" "$new"; do
     n=$(basename "$m")
-    _py -m streampunct.case_eval --model "$m" \
+    _py -m streampunct.evaluation.case --model "$m" \
         --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt --json "$out/case_dev2010_$n.json"
     for valid in "${live[@]}"; do
       _sp evaluate --model "$m" --text --data "../shared/data/cased_spoken/${valid}_cased.txt" \
@@ -91,7 +91,7 @@ score_test_sets() {
   for set in test2011 test2011asr; do
     _sp evaluate --model "$model" --data "data/iwslt2011/$set" --right-context 0 1 2 4 8 --json "$out/$set.json"
   done
-  _py -m streampunct.case_eval --model "$model" --data data/iwslt2011/test2011_cased.txt \
+  _py -m streampunct.evaluation.case --model "$model" --data data/iwslt2011/test2011_cased.txt \
       --json "$out/case_test2011.json"
   _sp bench live --model "$model" --out-dir "$out" --name live_test2011
   _sp bench live --model "$model" --data data/iwslt2011/test2011asr --out-dir "$out" --name live_test2011asr

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The environment that runs a Triton Inference Server here (python -m engines.triton_pytriton):
+# The environment that runs a Triton Inference Server here (python -m engines.build.triton_pytriton):
 # NVIDIA's PyTriton, which bundles tritonserver, plus ONNX Runtime, in cache/triton-server.
 #
 # Its own environment because PyTriton 0.7 needs numpy < 2 (its Python backend stub reads

@@ -15,7 +15,7 @@
 (double-overlap windows over the whole text; the last word ends a sentence).
 :meth:`Punctuator.stream` is the server's latency contract without a server:
 a :class:`Stream` drives the same sans-I/O
-:class:`~streampunct.session_protocol.SessionProtocol` a server session
+:class:`~streampunct.core.session_protocol.SessionProtocol` a server session
 drives, with the same streaming window geometry, the same engine (loaded by
 :func:`engines.registry.load_engine`) and the same cached left context
 (``stream_cache``, as ``serve --stream-cache``), so for the same words in the
@@ -28,7 +28,7 @@ stream's clock (by default :func:`time.monotonic`, the clock the server uses;
 ``Punctuator.stream(clock=...)`` picks another). Words arrive at the
 ``now`` of their :meth:`Stream.push`; a word is decidable at the first of:
 ``right_context`` later words, ``max_delay_ms`` after it arrived, a flush or
-the end (:func:`streampunct.latency.decidable_times`). A word whose delay
+the end (:func:`streampunct.core.latency.decidable_times`). A word whose delay
 runs out while no call is made is finalized by the next call whose ``now`` is
 past its deadline: call :meth:`Stream.poll` at :attr:`Stream.next_deadline`
 to get it on time. Its label is the same whenever the call comes: labels
@@ -52,13 +52,14 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Engine, EngineError, StreamEngine
-from streampunct.alignment import Aligner
-from streampunct.engine_call import EngineCall, EngineOutput, run_calls
-from streampunct.errors import EngineFailedError, InputError, ModelError
-from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
-from streampunct.model import ModelInfo, load_model_info
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.alignment import Aligner
+from streampunct.core.decoder import STREAM_CACHE_MODES, OfflineDecoder
+from streampunct.core.engine_call import EngineCall, EngineOutput, run_calls
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.stream_cache import StreamCacheConfig
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     EndRequest,
     Final,
     FlushRequest,
@@ -70,13 +71,11 @@ from streampunct.protocol import (
     WordsMessage,
     decode_config,
 )
-from streampunct.punctuator import STREAM_CACHE_MODES
-from streampunct.punctuator import Punctuator as _Decoder
-from streampunct.session_protocol import SessionProtocol
-from streampunct.stream_cache import StreamCacheConfig
-from streampunct.text import normalize_words, render
-from streampunct.windowing import WindowConfig
-from streampunct.written_form import Lexicon, WrittenForms, normalize_lexicon
+from streampunct.errors import EngineFailedError, InputError, ModelError
+from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
+from streampunct.model import ModelInfo, load_model_info
+from streampunct.text.normalize import normalize_words, render
+from streampunct.text.written_form import Lexicon, WrittenForms, normalize_lexicon
 
 __all__ = ["Final", "Partial", "Punctuator", "Stream"]
 
@@ -96,7 +95,7 @@ class Punctuator:
         capitalize: the default of :meth:`punctuate` and :meth:`stream`.
     """
 
-    def __init__(self, decoder: _Decoder, *, name: str, capitalize: bool = True,
+    def __init__(self, decoder: OfflineDecoder, *, name: str, capitalize: bool = True,
                  stream_engine: StreamEngine | None = None, stream_cache_tokens: int | None = None,
                  written: WrittenForms | None = None) -> None:
         self._decoder = decoder
@@ -143,7 +142,7 @@ class Punctuator:
         written = written_forms(itn=itn, lexicon=lexicon, itn_cache=itn_cache)
         info = load_model_info(model_dir)
         try:
-            decoder = _Decoder.from_model_dir(info.path, engine=engine, **engine_options)
+            decoder = OfflineDecoder.from_model_dir(info.path, engine=engine, **engine_options)
         except ModelError:
             raise
         except EngineError as e:
@@ -191,7 +190,7 @@ class Punctuator:
             raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
                             "from engines.base.EngineBase for the defaults)")
         window = window or WindowConfig()
-        decoder = _Decoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
+        decoder = OfflineDecoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
         return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,
                    stream_cache_tokens=stream_cache_tokens, written=written)
 
@@ -254,7 +253,7 @@ class Punctuator:
     ) -> Stream:
         """A new stream with the server's session options (None: the server's defaults,
         ``right_context`` 3 and ``max_delay_ms`` 2000, checked against the server's limits,
-        0 to 1000 and 0 to 600000, by :func:`~streampunct.protocol.decode_config`, an
+        0 to 1000 and 0 to 600000, by :func:`~streampunct.core.wire.decode_config`, an
         :class:`~streampunct.errors.InputError` outside them; ``capitalize``: this
         punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
         provisional labels of the words not yet final. ``clock``: the time of a call
@@ -306,10 +305,10 @@ class Punctuator:
 class Stream:
     """One stream of ASR words, punctuated as a server session would (module doc).
 
-    Every method returns the finals it produced, in order: :class:`~streampunct.protocol.Final`
+    Every method returns the finals it produced, in order: :class:`~streampunct.core.wire.Final`
     objects with ``start`` (the stream index of their first word), ``words``
     (``PunctuatedWord``: ``w`` the normalized word, ``p`` its mark, and the
-    ``start``/``end`` times given with a :class:`~streampunct.protocol.Word`) and
+    ``start``/``end`` times given with a :class:`~streampunct.core.wire.Word`) and
     ``text`` (rendered, sentence starts carried across finals). Finals never
     change once returned; together they cover every word pushed, once, in order.
 
@@ -360,7 +359,7 @@ class Stream:
         return self._protocol.next_deadline()
 
     def push(self, words: str | Iterable[str | Word], *, now: float | None = None) -> list[Final]:
-        """Committed ASR words (a list of words, :class:`~streampunct.protocol.Word` with
+        """Committed ASR words (a list of words, :class:`~streampunct.core.wire.Word` with
         times, or a string split on whitespace) that arrived at ``now``; the finals that
         are due. Words that normalize to nothing (punctuation) are dropped."""
         items = tuple(_word(w) for w in _items(words, "words"))
@@ -432,7 +431,7 @@ def _word(item: str | Word) -> Word:
     if isinstance(item, Word):
         return item
     if not isinstance(item, str):
-        raise InputError(f"a word must be a str or a streampunct.protocol.Word, not {type(item).__name__}")
+        raise InputError(f"a word must be a str or a streampunct.core.wire.Word, not {type(item).__name__}")
     return Word(item)
 
 
@@ -440,7 +439,7 @@ def written_forms(*, itn: bool = False, lexicon: Iterable[Sequence[str]] = (),
                   itn_cache: str | Path | None = None) -> WrittenForms:
     """A lexicon and, with ``itn``, the ITN grammars (loaded now; raises
     :class:`~streampunct.errors.DependencyError` without the ``itn`` extra)."""
-    from streampunct.itn import load_normalizer
+    from streampunct.text.itn import load_normalizer
 
     pairs = _lexicon(lexicon)
     return WrittenForms(Lexicon(pairs), load_normalizer(Path(itn_cache) if itn_cache else None) if itn else None)

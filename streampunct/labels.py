@@ -81,7 +81,7 @@ def check_partial_mark_threshold(threshold: float) -> float:
 
     A partial shows a provisional word's mark only when the model's probability of that
     mark (the softmax of the punctuation logits of the window that labeled the word) is at
-    least this; 0 shows every mark, as finals do (:func:`streampunct.stream_state.hold_back_marks`).
+    least this; 0 shows every mark, as finals do (:func:`streampunct.core.stream_state.hold_back_marks`).
     """
     if (isinstance(threshold, bool) or not isinstance(threshold, Real)
             or not (math.isfinite(threshold) and 0 <= threshold < 1)):
@@ -95,7 +95,7 @@ def case_classes(case_logits, margin: float = 0.0) -> np.ndarray:
     The argmax, except that CAPITALIZED becomes LOWER where
     ``logit(capitalized) - logit(lower) < margin``. The head learned
     sentence-initial capitals too, so after a period the model missed it
-    capitalizes the next word, weakly; :func:`streampunct.text.render` opens
+    capitalizes the next word, weakly; :func:`streampunct.text.normalize.render` opens
     sentences by rule, so demoting weak capitals everywhere keeps real
     sentence starts and drops only the mid-sentence capitals the head is not
     sure of. UPPER and MIXED are never changed. ``margin`` 0 is the plain

@@ -24,10 +24,10 @@ from typing import Any
 from engines.base import ArtifactError
 from engines.model_meta import METADATA_FILE, ModelMeta, read_model_meta
 from engines.registry import own_model
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
+from streampunct.core.windowing import WindowConfig
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
-from streampunct.windowing import WindowConfig
 
 #: The shipped default model (override with STREAMPUNCT_MODEL).
 DEFAULT_MODEL_DIR = Path(

@@ -32,6 +32,6 @@ def minilm_tokenizer_path() -> Path:
 
 @pytest.fixture(scope="session")
 def aligner(minilm_tokenizer_path):
-    from streampunct.alignment import Aligner
+    from streampunct.core.alignment import Aligner
 
     return Aligner.from_file(minilm_tokenizer_path)

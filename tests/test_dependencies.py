@@ -74,3 +74,70 @@ def test_the_check_sees_lazy_and_dynamic_imports(tmp_path):
     )
     assert imported_packages(source) == {"training": 3, "benchmarks": 4, "engines": 5}
     assert imported_packages(probe).keys() <= {"streampunct"}
+
+
+# --- floors inside the packages ----------------------------------------------------------------
+
+#: The runtime's floors, lowest first: a module imports its own floor or those below, never one
+#: above; the three rooms of floor 3 (server, client, evaluation) do not import each other.
+FLOORS = (
+    ("streampunct.errors", "streampunct.labels"),
+    ("streampunct.text",),
+    ("streampunct.core", "streampunct.model"),
+    ("streampunct.server", "streampunct.client", "streampunct.evaluation"),
+    ("streampunct.api", "streampunct.commands", "streampunct.cli", "streampunct"),
+)
+
+
+def floor_of(module: str) -> tuple[int, str]:
+    """(floor, room) of a runtime module: the longest prefix that FLOORS names."""
+    best = None
+    for level, rooms in enumerate(FLOORS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (level, room)
+    assert best is not None, f"{module} is on no floor of FLOORS"
+    return best
+
+
+def arrows_up(graph) -> list[str]:
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("streampunct"):
+            continue
+        level, room = floor_of(module)
+        for target, line in sorted(targets.items()):
+            if not target.startswith("streampunct"):
+                continue
+            t_level, t_room = floor_of(target)
+            if t_level > level or (t_level == level == 3 and t_room != room):
+                wrong.append(f"{module}:{line} imports {target} ({t_room} is not below {room})")
+    return wrong
+
+
+def test_runtime_floors_point_down():
+    from tests.test_import_cycles import import_graph
+
+    wrong = arrows_up(import_graph(("streampunct",)))
+    assert not wrong, "arrows back up:\n" + "\n".join(wrong)
+
+
+def test_engine_backends_import_nothing_from_the_build_side():
+    from tests.test_import_cycles import import_graph
+
+    graph = import_graph(("engines",))
+    wrong = [f"{module}:{line} imports {target}"
+             for module, targets in sorted(graph.items()) if not module.startswith("engines.build")
+             for target, line in targets.items() if target.startswith("engines.build")]
+    assert not wrong, "the runtime side of engines imports build tooling:\n" + "\n".join(wrong)
+
+
+def test_the_floor_check_sees_an_arrow_up():
+    graph = {"streampunct.core.wire": {"streampunct.server.app": 3},
+             "streampunct.client.caption": {"streampunct.server.metrics": 7, "streampunct.core.wire": 2},
+             "streampunct.server.app": {"streampunct.core.wire": 1}}
+    assert arrows_up(graph) == [
+        "streampunct.client.caption:7 imports streampunct.server.metrics (streampunct.server is not below "
+        "streampunct.client)",
+        "streampunct.core.wire:3 imports streampunct.server.app (streampunct.server is not below streampunct.core)",
+    ]

@@ -141,17 +141,17 @@ def test_the_graph_sees_lazy_relative_and_type_checking_imports(tmp_path):
     known = {"benchmarks": REPO / "benchmarks" / "__init__.py",
              "benchmarks.common": REPO / "benchmarks" / "common.py",
              "benchmarks.load_bench": REPO / "benchmarks" / "load_bench.py",
-             "streampunct.options": REPO / "streampunct" / "options.py"}
+             "streampunct.core.options": REPO / "streampunct" / "options.py"}
     probe = tmp_path / "probe.py"  # read as the module benchmarks.probe
     probe.write_text("from typing import TYPE_CHECKING\n"
                      "if TYPE_CHECKING:\n"
                      "    from benchmarks.load_bench import LoadBenchConfig\n"
                      "def f():\n"
                      "    from . import common\n"
-                     "    from streampunct.options import SessionOptions\n"
+                     "    from streampunct.core.options import SessionOptions\n"
                      "    importlib.import_module('benchmarks')\n")
     found = imports_of("benchmarks.probe", probe, known)
-    assert found == {"benchmarks.load_bench": 3, "benchmarks.common": 5, "streampunct.options": 6, "benchmarks": 7}
+    assert found == {"benchmarks.load_bench": 3, "benchmarks.common": 5, "streampunct.core.options": 6, "benchmarks": 7}
 
 
 if __name__ == "__main__":

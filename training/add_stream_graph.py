@@ -17,7 +17,7 @@ as the folder's artifact (int8 or int4):
   codes are the artifact's own, up to rounding at the grid's edges; the
   sidecar records ``weights_from``.
 
-See engines.stream_graph.
+See engines.build.stream_graph.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import logging
 import tempfile
 from pathlib import Path
 
+from engines.build.stream_graph import build_stream_artifact
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import read_sidecar, sha256_files
-from engines.stream_graph import build_stream_artifact
 from streampunct.errors import InputError
 
 

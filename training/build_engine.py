@@ -7,7 +7,7 @@ ONNX, derives the artifact for the chosen backend and precision, measures
 parity against torch on validation text (cut into windows by the runtime's
 windowing, so parity is measured on what the offline decoder runs; without
 validation text, on random token ids), and writes the model folder (see
-``engines.builder`` and docs/engines.md).
+``engines.build.builder`` and docs/engines.md).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import logging
 import os
 from pathlib import Path
 
+from engines.build.parity import ParityWindows
 from engines.model_meta import has_model_meta
-from engines.parity import ParityWindows
-from streampunct.data import read_word_labels
 from streampunct.errors import DependencyError, InputError, ModelError
 from streampunct.model import load_model_info
+from streampunct.text.word_labels import read_word_labels
 
 NAME = "build-engine"
 HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8/int4) or TensorRT (fp16/int8), with parity figures"
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group(
         "Triton", "--triton-repo DIR writes a Triton Inference Server model repository for the model folder "
                   "(--model when it is a built folder, else --out after the build): an ONNX Runtime entry with "
-                  "dynamic batching and a TensorRT plan entry (engines/triton_repo.py, docs/engines.md)")
+                  "dynamic batching and a TensorRT plan entry (engines/build/triton_repo.py, docs/engines.md)")
     t.add_argument("--triton-repo", type=Path, default=None, metavar="DIR", help="the repository to write")
     t.add_argument("--triton-name", default="streampunct",
                    help="the ONNX Runtime entry's model name; the plan's is NAME_trt (default: streampunct)")
@@ -138,7 +138,7 @@ def is_built_model_folder(folder: Path) -> bool:
 
 def write_triton_repo_from_args(model_dir: Path, args: argparse.Namespace) -> None:
     """``--triton-repo``: the repository for a built model folder; prints what it wrote."""
-    from engines.triton_repo import TritonRepoConfig, write_triton_repo
+    from engines.build.triton_repo import TritonRepoConfig, write_triton_repo
 
     config = TritonRepoConfig(
         model_name=args.triton_name, kind=args.triton_kind, instances=args.triton_instances,
@@ -150,9 +150,9 @@ def write_triton_repo_from_args(model_dir: Path, args: argparse.Namespace) -> No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
+    from engines.build.tensorrt_build import TrtBuildOptions
     from engines.sidecar import sha256_files
-    from engines.tensorrt_build import TrtBuildOptions
 
     ckpt: Path = args.model
     if args.triton_repo is not None and is_built_model_folder(ckpt):
@@ -237,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
     for line in report.summary_lines():
         print(line)
     if args.backend == "onnxruntime" and precision in ("int8", "int4") and not args.no_stream_graph:
-        from engines.stream_graph import build_stream_artifact
+        from engines.build.stream_graph import build_stream_artifact
 
         try:
             stream = build_stream_artifact(module, args.out, source_sha256=sha256_files(files, ckpt),

@@ -15,15 +15,15 @@ Each ``--data`` file is cased, punctuated validation text (e.g.
 ``swda_val_cased.txt``; test sets are refused). It is decoded once, offline, as
 ``punctuate`` decodes a text (the last word ends a sentence), or with
 ``--decode live`` as one live stream with the server's default session options
-(:func:`streampunct.evaluation.live_schedule`, what ``evaluate --live`` plays;
+(:func:`streampunct.evaluation.accuracy.live_schedule`, what ``evaluate --live`` plays;
 cached left context as ``--stream-cache auto``); every margin of the grid is
 then applied to the same logits. Each margin is scored per file
-by :func:`streampunct.case_eval.mid_sentence_report` (F1 of "not lowercase"
+by :func:`streampunct.evaluation.case.mid_sentence_report` (F1 of "not lowercase"
 over the words shown mid-sentence, where the gold counts names and acronyms
 only: a capital after a missed period is a false positive), with the
 sentence-start capitals left mid-sentence per 1000 words and the overall
-non-lower F1 (:func:`streampunct.case_eval.case_report`, what
-``streampunct.case_eval`` reports as ``learned``).
+non-lower F1 (:func:`streampunct.evaluation.case.case_report`, what
+``streampunct.evaluation.case`` reports as ``learned``).
 
 The rule (:func:`choose_margin`): the highest mean mid-sentence F1 over the
 files (to 0.01); ties go to the smaller margin. ``--write`` stores it in the
@@ -46,8 +46,8 @@ import numpy as np
 
 from engines.base import ArtifactError
 from engines.model_meta import update_model_meta
-from streampunct.case_eval import case_report, mid_sentence_report, rule_cases
 from streampunct.errors import InputError, StreampunctError
+from streampunct.evaluation.case import case_report, mid_sentence_report, rule_cases
 from streampunct.labels import CASE_LABELS, LABELS, case_classes, check_case_margin
 
 #: The margins tried by default (logit differences).
@@ -89,9 +89,9 @@ DECODES: tuple[str, ...] = ("offline", "live")
 def decode_text(punctuator, name: str, text: str, *, decode: str = "offline",
                 progress: bool = False) -> DecodedText:
     """Decode cased, punctuated ``text`` once with ``punctuator``
-    (:class:`streampunct.punctuator.Punctuator` of a model with a truecasing head)."""
-    from streampunct.convert import text_to_word_labels_cased
-    from streampunct.punctuator import labels_from_logits
+    (:class:`streampunct.core.decoder.OfflineDecoder` of a model with a truecasing head)."""
+    from streampunct.core.decoder import labels_from_logits
+    from streampunct.text.convert import text_to_word_labels_cased
 
     if decode not in DECODES:
         raise InputError(f"decode must be one of {', '.join(DECODES)}, not {decode!r}")
@@ -105,8 +105,8 @@ def decode_text(punctuator, name: str, text: str, *, decode: str = "offline",
         out = punctuator.head_logits(words, progress=progress)
         labels = labels_from_logits(out[:, :n], True)
     else:
-        from streampunct.evaluation import live_schedule, schedule_rows
-        from streampunct.options import SessionOptions
+        from streampunct.core.options import SessionOptions
+        from streampunct.evaluation.accuracy import live_schedule, schedule_rows
 
         labels, out = schedule_rows(live_schedule(words), punctuator.aligner, punctuator.stream_window,
                                     punctuator.infer_all, SessionOptions(),
@@ -150,14 +150,14 @@ def choose_margin(grid: Sequence[dict[str, Any]]) -> float:
 def tune(model_dir: str | Path, data: Sequence[str | Path], margins: Sequence[float] = DEFAULT_MARGINS,
          *, decode: str = "offline", write: bool = False, progress: bool = False) -> dict[str, Any]:
     """Decode each file once, sweep ``margins``, choose one; with ``write`` store it in the folder."""
-    from streampunct.punctuator import Punctuator
-    from streampunct.textfile import read_text
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.text.textfile import read_text
     from training.data import FORBIDDEN
 
     for path in data:
         if any(bad in Path(path).name for bad in FORBIDDEN):
             raise InputError(f"{Path(path).name} is a test set: never tune on it")
-    p = Punctuator.from_model_dir(model_dir)
+    p = OfflineDecoder.from_model_dir(model_dir)
     try:
         texts = [decode_text(p, Path(path).stem, read_text(str(path)), decode=decode, progress=progress)
                  for path in data]

@@ -25,7 +25,7 @@ from torch import nn
 
 from engines.base import ArtifactError
 from engines.model_meta import has_model_meta, read_model_meta, write_model_meta
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
 

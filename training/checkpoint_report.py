@@ -5,11 +5,11 @@
 
 Decodes with the torch model on the best device (CUDA when available), the
 checkpoint's own window, and the runtime's decoders
-(``streampunct.punctuator.decode_offline`` and the ``StreamState``
-simulation of ``streampunct.evaluation``), so the figures are what the
+(``streampunct.core.decoder.decode_offline`` and the ``StreamState``
+simulation of ``streampunct.evaluation.accuracy``), so the figures are what the
 service would give with this model. Test sets are refused, as everywhere in
 training. With a case head, case is scored on sources that have case
-(``streampunct.case_eval``: the learned head as ``render`` uses it, and the
+(``streampunct.evaluation.case``: the learned head as ``render`` uses it, and the
 rules alone on the same punctuation).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streampunct.case_eval import case_report, rule_cases
+from streampunct.evaluation.case import case_report, rule_cases
 from streampunct.labels import LABELS, case_classes
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,13 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
            stream_sources: list[str] | None = None, live: bool = False) -> dict:
     """Scores on ``sources``; streaming at ``right_contexts`` on ``stream_sources`` (default: all);
     with ``live``, a live stream with the server's defaults on the same sources
-    (``streampunct.evaluation.live_schedule``: what ``evaluate --live`` scores)."""
+    (``streampunct.evaluation.accuracy.live_schedule``: what ``evaluate --live`` scores)."""
     import torch
 
-    from streampunct.evaluation import live_schedule, schedule_labels, streaming_runs
-    from streampunct.metrics import evaluate
-    from streampunct.options import SessionOptions
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.windowing import WindowConfig
+    from streampunct.evaluation.accuracy import live_schedule, schedule_labels, streaming_runs
+    from streampunct.evaluation.scores import evaluate
     from training.checkpoint import checkpoint_aligner, load_checkpoint
     from training.data import data_root, load_validation_docs, resolve_cache
     from training.evaluation import decode_documents
@@ -78,7 +78,7 @@ def report(checkpoint: str | Path, sources: list[str], right_contexts: list[int]
         streams = stream_sources is None or source in stream_sources
         if right_contexts and streams:
             # torch fp32 rows are independent, so batching the simulation's windows is exact
-            # (up to float rounding); see streampunct.evaluation.streaming_runs.
+            # (up to float rounding); see streampunct.evaluation.accuracy.streaming_runs.
             preds: dict[int, list[int]] = {rc: [] for rc in right_contexts}
             for d in docs:
                 runs = streaming_runs(d.words, aligner, window, infer, right_contexts, batch_size=batch_size,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
 from streampunct.errors import InputError
 from streampunct.labels import O
 from training.augment import IGNORE, NoiseConfig, augment
@@ -111,15 +111,15 @@ class Document:
 
 
 def _sha256(path: Path) -> str:
-    from streampunct.data import file_sha256
+    from streampunct.text.word_labels import file_sha256
 
     return file_sha256(path)
 
 
 def _converter_fingerprint() -> str:
-    import streampunct.convert
+    import streampunct.text.convert
 
-    return hashlib.sha256(Path(streampunct.convert.__file__).read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(Path(streampunct.text.convert.__file__).read_bytes()).hexdigest()[:12]
 
 
 def _check_allowed(path: Path) -> None:
@@ -151,8 +151,8 @@ def _cached_docs(cache: Path, key: str, build) -> list[Document]:
 
 def load_ted_talks(root: Path, cache: Path) -> list[Document]:
     """All TED talks of ``ted.jsonl.gz`` converted to word/label documents (cached)."""
-    from streampunct.convert import text_to_word_labels_cased
-    from streampunct.data import iter_ted_talks
+    from streampunct.text.convert import text_to_word_labels_cased
+    from streampunct.text.word_labels import iter_ted_talks
 
     src = root / TED_FILE
     key = f"ted_{_sha256(src)[:12]}_{_converter_fingerprint()}"
@@ -177,7 +177,7 @@ CHUNKED_LINES = {"swda": 200}
 def load_cased_text(path: Path, cache: Path, name: str, *, lines_per_doc: int = 0) -> list[Document]:
     """A cased, punctuated text file (one segment a line) as converted documents: one, or one
     per ``lines_per_doc`` lines (named ``name:k``)."""
-    from streampunct.convert import text_to_word_labels_cased
+    from streampunct.text.convert import text_to_word_labels_cased
 
     _check_allowed(path)
     key = f"{name}_{_sha256(path)[:12]}_{_converter_fingerprint()}" + (f"_c{lines_per_doc}" if lines_per_doc else "")
@@ -200,7 +200,7 @@ def load_cased_text(path: Path, cache: Path, name: str, *, lines_per_doc: int = 
 
 def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
     """Documents of one named labelled source or ``word<TAB>LABEL`` file path."""
-    from streampunct.data import read_word_labels
+    from streampunct.text.word_labels import read_word_labels
 
     if source == "ted":
         return load_ted_talks(root, cache)
@@ -276,7 +276,7 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
     their O labels are placeholders, never human labels (a soft-label file once stored them as
     human O, and students learned to leave ASR text unpunctuated).
     """
-    from streampunct.convert import text_to_word_labels
+    from streampunct.text.convert import text_to_word_labels
 
     groups: list[tuple[str, str]] = []
     for source in sources:

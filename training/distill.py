@@ -170,7 +170,7 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
         return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {"teacher": str(path), "kind": "runtime"}
     import torch
 
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
     from training.checkpoint import checkpoint_aligner, load_checkpoint
     from training.model import make_infer
 

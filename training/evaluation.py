@@ -1,8 +1,8 @@
 """Validation with the offline double-overlap decoder, as the service will run the model.
 
 The torch model is wrapped as an ``infer`` callable and decoded with
-``streampunct.punctuator.decode_offline``; the scores are word-level
-per-class and overall (micro) P/R/F1 from ``streampunct.metrics``. For a CRF
+``streampunct.core.decoder.decode_offline``; the scores are word-level
+per-class and overall (micro) P/R/F1 from ``streampunct.evaluation.scores``. For a CRF
 head the emissions are scored twice: argmax per word (what an ONNX engine
 serving only the emissions does) and Viterbi over each document's words.
 """
@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from engines.model_meta import has_model_meta
-from streampunct.alignment import Aligner
-from streampunct.metrics import Report, evaluate
-from streampunct.punctuator import decode_offline
-from streampunct.windowing import WindowConfig
+from streampunct.core.alignment import Aligner
+from streampunct.core.decoder import decode_offline
+from streampunct.core.windowing import WindowConfig
+from streampunct.evaluation.scores import Report, evaluate
 from training.crf import viterbi_numpy
 from training.data import Document
 from training.model import make_infer
@@ -105,11 +105,11 @@ class RuntimeModel:
         """``heads="all"``: ``logits`` gives the punctuation logits followed by the case
         head's (as a checkpoint's ``make_infer(heads="all")``) when the graph has one.
         ``engine_options`` go to the engine (``intra_op_threads=1``, for one)."""
-        from streampunct.punctuator import Punctuator
+        from streampunct.core.decoder import OfflineDecoder
 
         if heads not in ("punct", "all"):
             raise ValueError(f"heads must be 'punct' or 'all', got {heads!r}")
-        p = Punctuator.from_model_dir(directory, **engine_options)
+        p = OfflineDecoder.from_model_dir(directory, **engine_options)
         infer = p.infer_all if heads == "all" else p.engine.infer
         return cls(Path(directory), infer, p.aligner, p.window, p.close)
 

@@ -19,7 +19,7 @@ export of the trained model with the same quantization rounds back to the
 graph's code each weight that training moved by less than half a step: the GPU
 teacher of 2026-11-26 trained 3,042 steps from ``models/base``'s int4 graph and
 exported to 99.85% of its codes, losing the training (docs/training.md,
-"Release 7"; ``engines.weight_codes`` measures it). With D = 0.5 the rounding
+"Release 7"; ``engines.build.weight_codes`` measures it). With D = 0.5 the rounding
 of the export is independent of the old grid, so a weight's expected export is
 its trained value (dithered quantization); the price is noise of the size of
 one quantization at the start of training.

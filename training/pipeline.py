@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
 from streampunct.errors import InputError, ModelError
 from training.config import TrainConfig
 from training.data import (
@@ -59,7 +59,7 @@ class Setup:
 
 
 def file_hashes(sources: list[str], root: Path, *, unlabeled: bool = False) -> dict[str, str]:
-    from streampunct.data import file_sha256
+    from streampunct.text.word_labels import file_sha256
 
     out = {}
     for s in sources:

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from streampunct.errors import DependencyError
-from streampunct.text import normalize_word
+from streampunct.text.normalize import normalize_word
 from training.data import IGNORE, TED_FILE, Document
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def align_tags(words: list[str], tokens: list[tuple[str, str]]) -> list[str | No
 
 def tag_text(nlp, text: str, *, word_fn=None) -> tuple[list[str], list[str | None]]:
     """Words (as the converter makes them) and their silver PTB tags for one cased text."""
-    from streampunct.convert import text_to_word_labels
+    from streampunct.text.convert import text_to_word_labels
 
     words, _ = (word_fn or text_to_word_labels)(text)
     doc = nlp(text)
@@ -94,7 +94,7 @@ def tag_text(nlp, text: str, *, word_fn=None) -> tuple[list[str], list[str | Non
 def load_pos_docs(root: Path, cache: Path, *, max_words: int, seed: int
                   ) -> tuple[list[Document], tuple[str, ...]]:
     """POS-tagged TED talks (about ``max_words`` words) and the tag set, cached on disk."""
-    from streampunct.data import iter_ted_talks
+    from streampunct.text.word_labels import iter_ted_talks
 
     nlp = load_spacy()
     tagset = tuple(nlp.get_pipe("tagger").labels)

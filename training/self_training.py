@@ -32,9 +32,9 @@ import numpy as np
 from torch import nn
 
 from engines.model_meta import has_model_meta, read_model_meta
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
+from streampunct.core.windowing import WindowConfig
 from streampunct.labels import LABELS
-from streampunct.windowing import WindowConfig
 from training.checkpoint import checkpoint_aligner, load_checkpoint
 from training.config import TrainConfig
 from training.data import REPO_ROOT, Document, load_unlabeled

@@ -35,10 +35,10 @@ from torch import nn
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
+from streampunct.core.windowing import WindowConfig
 from streampunct.errors import StreampunctError
 from streampunct.labels import LABELS, mark_rates
-from streampunct.windowing import WindowConfig
 from training.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from training.config import TrainConfig, config_to_toml
 from training.data import Batch, Document, SequenceDataset

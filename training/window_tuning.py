@@ -8,7 +8,7 @@ is scored by overall F1; the best is written into the checkpoint's
 ``--stream-lefts`` tunes the streaming geometry instead: the left context of
 the server's windows (``stream_window``), scored on the validation text
 played as one live stream with the server's default session options
-(:func:`streampunct.evaluation.live_schedule`, the labels a server gives
+(:func:`streampunct.evaluation.accuracy.live_schedule`, the labels a server gives
 it). Less left context is fewer tokens per finalized word; the least within
 ``tolerance`` points of the best is chosen. Never run either on a test set.
 
@@ -44,9 +44,9 @@ from torch import nn
 
 from engines.base import ArtifactError
 from engines.model_meta import metadata_path, read_model_meta, write_model_meta
-from streampunct.alignment import Aligner
-from streampunct.metrics import Report
-from streampunct.windowing import WindowConfig
+from streampunct.core.alignment import Aligner
+from streampunct.core.windowing import WindowConfig
+from streampunct.evaluation.scores import Report
 from training.config import EvalConfig
 from training.data import Document
 from training.evaluation import RuntimeModel, validate
@@ -149,11 +149,11 @@ def live_score(punctuator, words: Sequence[str], labels: Sequence[int], window: 
                stream_engine: object | None = None) -> Report:
     """Overall figures of ``words`` played as one live stream (1-4-word chunks at 2.5 words/s,
     the server's default session options) through an open
-    :class:`~streampunct.punctuator.Punctuator`'s engine, with streaming windows ``window``;
+    :class:`~streampunct.core.decoder.OfflineDecoder`'s engine, with streaming windows ``window``;
     with ``stream_engine`` (its streaming graph) the windows run with cached left context of
     ``stream_engine.cache_tokens`` tokens, as the server runs them."""
-    from streampunct.evaluation import live_schedule, schedule_labels, score
-    from streampunct.options import SessionOptions
+    from streampunct.core.options import SessionOptions
+    from streampunct.evaluation.accuracy import live_schedule, schedule_labels, score
 
     pred = schedule_labels(live_schedule(words), punctuator.aligner, window, punctuator.engine.infer,
                            SessionOptions(), stream_engine=stream_engine)
@@ -169,8 +169,8 @@ def tune_stream_left(directory: str | Path, docs: Sequence[Document], lefts: Seq
     (``{"left": L}``; size and right stay the offline window's) and the grid
     (``stream_window_tuning``). Returns the chosen ``stream_window``. ``score`` defaults to
     :func:`live_score` with the folder's engine, opened once for the whole grid."""
+    from streampunct.core.decoder import OfflineDecoder
     from streampunct.model import load_model_info
-    from streampunct.punctuator import Punctuator
 
     directory = Path(directory)
     info = load_model_info(directory)
@@ -182,7 +182,7 @@ def tune_stream_left(directory: str | Path, docs: Sequence[Document], lefts: Seq
     else:
         words = [w for d in docs for w in d.words]
         labels = [lab for d in docs for lab in d.labels]
-        punctuator = Punctuator.from_model_dir(directory)
+        punctuator = OfflineDecoder.from_model_dir(directory)
         try:
             best, rows = search_windows(lambda w: live_score(punctuator, words, labels, w), grid,
                                         tolerance=tolerance)
@@ -355,12 +355,12 @@ def tune_stream_cache(directory: str | Path, docs_by_set: Mapping[str, Sequence[
     if score is not None:
         without, rows = _score_cache_grid(score, sets, grid)
     else:
-        from streampunct.punctuator import Punctuator
+        from streampunct.core.decoder import OfflineDecoder
 
         data = {s: ([w for d in docs for w in d.words], [lab for d in docs for lab in d.labels])
                 for s, docs in docs_by_set.items()}
         # one thread each, as the server's engine workers run on 2 cores (and evaluate --live's graph)
-        punctuator = Punctuator.from_model_dir(directory, intra_op_threads=1)
+        punctuator = OfflineDecoder.from_model_dir(directory, intra_op_threads=1)
         try:
             engine = punctuator.stream_engine("on", intra_op_threads=1)
 

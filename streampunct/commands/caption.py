@@ -17,9 +17,9 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from streampunct.argtypes import lexicon_file, positive_float, positive_int
-    from streampunct.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
-    from streampunct.client import Reconnect
+    from streampunct.client.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
+    from streampunct.client.stream_client import Reconnect
+    from streampunct.commands.argtypes import lexicon_file, positive_float, positive_int
 
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
@@ -71,17 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streampunct.caption import (
+    from streampunct.client.caption import (
         InputStopped,
         StreamClosedEarly,
         caption,
         default_view,
         lost_words_errors,
     )
-    from streampunct.caption_input import read_events, stdin_events
-    from streampunct.client import Reconnect
+    from streampunct.client.caption_input import read_events, stdin_events
+    from streampunct.client.stream_client import Reconnect
+    from streampunct.client.subtitles import CueBuilder, SubtitleWriter
     from streampunct.errors import InputError
-    from streampunct.subtitles import CueBuilder, SubtitleWriter
 
     if args.reconnect_attempts < 0:
         raise InputError("--reconnect-attempts must be >= 0")

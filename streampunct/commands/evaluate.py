@@ -14,8 +14,8 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.argtypes import non_negative_int, positive_int
-    from streampunct.options import SessionOptions
+    from streampunct.commands.argtypes import non_negative_int, positive_int
+    from streampunct.core.options import SessionOptions
 
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(at most 510), L + R + two words of context within them")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
-                        "and labels as training converts it (streampunct.convert)")
+                        "and labels as training converts it (streampunct.text.convert)")
     p.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
                    help="streaming simulations with cached left context, as the server runs them "
                         "(auto: when the model folder has a streaming graph and does not say "
@@ -63,9 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engines.registry import load_engine, physical_cores
-    from streampunct.data import read_punctuated_text, read_word_labels
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
-    from streampunct.evaluation import (
+    from streampunct.evaluation.accuracy import (
         live_schedule,
         offline_labels,
         schedule_labels,
@@ -73,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
         streaming_runs,
     )
     from streampunct.model import load_model_info
-    from streampunct.options import SessionOptions
-    from streampunct.punctuator import Punctuator
-    from streampunct.windowing import MAX_POSITIONS, WindowConfig
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be >= 1")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     # thread or two gives the same logits (each window still runs alone).
     parallel = workers > 1 and bool(args.right_context)
     options = {"intra_op_threads": 1} if parallel and args.engine == "onnxruntime" else {}
-    punct = Punctuator.from_model_dir(args.model, engine=args.engine, window=window, **options)
+    punct = OfflineDecoder.from_model_dir(args.model, engine=args.engine, window=window, **options)
     extra: list = []
     try:
         for _ in range(workers - 1 if args.right_context else 0):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from streampunct.errors import InputError
 
 if TYPE_CHECKING:
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
 NAME = "punctuate"
 HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline decoder"
@@ -19,7 +19,7 @@ LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.argtypes import lexicon_file
+    from streampunct.commands.argtypes import lexicon_file
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
@@ -46,8 +46,8 @@ def read_transcript_lines(source: str) -> list[list[str]]:
     its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
     replaced); binary input and input without words raise InputError.
     """
-    from streampunct.text import normalize_words
-    from streampunct.textfile import read_text
+    from streampunct.text.normalize import normalize_words
+    from streampunct.text.textfile import read_text
 
     lines = read_text(source).splitlines()
     if lines and all("\t" in line for line in lines if line.strip()):
@@ -64,18 +64,18 @@ def read_transcript_words(source: str) -> list[str]:
     return [w for line in read_transcript_lines(source) for w in line]
 
 
-def punctuate_lines(segments: list[list[str]], punctuator: Punctuator, *, capitalize: bool = False,
+def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, capitalize: bool = False,
                     formatter=None) -> list[str]:
     """Each line punctuated as its own segment; blank lines stay blank.
 
     With ``capitalize`` a line opens a sentence after a line that ended one,
     and after a blank line (a paragraph break); a model with a truecasing head
     also writes the names and acronyms it recognises. ``formatter``
-    (:class:`streampunct.written_form.Formatter`) writes lexicon phrases and,
+    (:class:`streampunct.text.written_form.Formatter`) writes lexicon phrases and,
     with ITN, numbers in their written forms.
     """
     from streampunct.labels import PERIOD, QUESTION
-    from streampunct.text import render
+    from streampunct.text.normalize import render
 
     out = []
     sentence_start = True
@@ -97,14 +97,14 @@ def punctuate_lines(segments: list[list[str]], punctuator: Punctuator, *, capita
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.itn import load_normalizer
-    from streampunct.punctuator import Punctuator
-    from streampunct.written_form import Lexicon, WrittenForms
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.text.itn import load_normalizer
+    from streampunct.text.written_form import Lexicon, WrittenForms
 
     segments = read_transcript_lines(args.input)
     written = WrittenForms(Lexicon(args.lexicon), load_normalizer(args.itn_cache) if args.itn else None)
     formatter = written.formatter(itn=args.itn, lexicon=(), capitalize=args.capitalize)
-    punctuator = Punctuator.from_model_dir(args.model, engine=args.engine)
+    punctuator = OfflineDecoder.from_model_dir(args.model, engine=args.engine)
     try:
         text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize, formatter=formatter))
     finally:

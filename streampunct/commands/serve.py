@@ -65,10 +65,11 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.argtypes import lexicon_file, port, positive_int, unit_interval
-    from streampunct.batcher import BATCH_ROWS, BatcherConfig
-    from streampunct.protocol import Limits, SessionOptions
-    from streampunct.server import DRAIN_MODES, ServerConfig
+    from streampunct.commands.argtypes import lexicon_file, port, positive_int, unit_interval
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.wire import Limits
+    from streampunct.server.app import DRAIN_MODES, ServerConfig
+    from streampunct.server.batcher import BATCH_ROWS, BatcherConfig
 
     parser.add_argument("--model", metavar="DIR", default=None,
                         help="model folder (default: the shipped models/default; --engine fake needs "
@@ -199,11 +200,12 @@ def build_config(args: argparse.Namespace):
     """
     from pathlib import Path
 
-    from streampunct.batcher import BatcherConfig
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.wire import Limits
     from streampunct.errors import InputError
-    from streampunct.itn import available as itn_available
-    from streampunct.protocol import Limits, SessionOptions
-    from streampunct.server import ServerConfig
+    from streampunct.server.app import ServerConfig
+    from streampunct.server.batcher import BatcherConfig
+    from streampunct.text.itn import available as itn_available
 
     limits = Limits(max_words_per_message=args.max_words_per_message)
     if not 0 <= args.right_context <= limits.max_right_context:
@@ -270,7 +272,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.server import run_until_signalled
+    from streampunct.server.app import run_until_signalled
 
     def announce(server) -> None:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.decode_throughput import measure_decode_throughput
 from engines.base import EngineBase
-from streampunct.windowing import WindowConfig
+from streampunct.core.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner, fake_infer
 
 

@@ -123,8 +123,8 @@ def test_hold_serves_streams_through_the_balancer_until_interrupted(tmp_path):
     import sys
 
     from benchmarks.common import REPO
-    from streampunct.client import StreamClient
-    from streampunct.protocol import Ended, Final
+    from streampunct.client.stream_client import StreamClient
+    from streampunct.core.wire import Ended, Final
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
@@ -184,7 +184,7 @@ def test_a_handshake_refused_with_503_is_retried_on_another_replica(tmp_path):
     import threading
 
     from benchmarks.failover_bench import Replicas, ReplicaSpec
-    from streampunct.client import open_client
+    from streampunct.client.stream_client import open_client
 
     refused = []
 

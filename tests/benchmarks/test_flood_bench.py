@@ -19,8 +19,8 @@ from benchmarks.flood_bench import (
     unique_words,
 )
 from benchmarks.server_under_test import ServerUnderTest
+from streampunct.core.options import SessionOptions
 from streampunct.errors import InputError
-from streampunct.options import SessionOptions
 
 
 def test_stream_words_repeats_the_transcript_to_length():

@@ -88,7 +88,7 @@ def test_disagreements_name_the_words_and_both_labels():
 
 def test_hypotheses_come_before_each_chunk_and_never_before_the_previous_event():
     from benchmarks.live_bench import with_hypotheses
-    from streampunct.evaluation import Event
+    from streampunct.evaluation.accuracy import Event
 
     events = [Event(0.5, ("a", "b")), Event(0.55, ("c",)), Event(1.0, kind="flush")]
     assert with_hypotheses(events) == [

@@ -58,7 +58,7 @@ def test_check_finals_clean_stream():
 
 
 def test_check_finals_compares_after_normalization_and_takes_protocol_objects():
-    from streampunct.protocol import Final, PunctuatedWord
+    from streampunct.core.wire import Final, PunctuatedWord
 
     sent = ["So,", "THIS", "is"]
     messages = [Final(0, tuple(PunctuatedWord(w, "") for w in ("so", "this", "is")), "so this is")]
@@ -166,8 +166,8 @@ def test_ramp_refinement_and_best():
 
 
 def test_server_figures_from_real_metrics():
-    from streampunct.batcher import BatchRecord
-    from streampunct.server_metrics import ServerMetrics
+    from streampunct.server.batcher import BatchRecord
+    from streampunct.server.metrics import ServerMetrics
 
     metrics = ServerMetrics()
     metrics.observe_batch(BatchRecord(size=1, tokens=50, seconds=0.004))
@@ -208,7 +208,7 @@ def fake_server(fault: str | None, *, right_context: int = 2) -> Iterator[str]:
     """
     from websockets.asyncio.server import serve
 
-    from streampunct.text import normalize_words
+    from streampunct.text.normalize import normalize_words
 
     ready = threading.Event()
     state: dict = {}

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.partial_stability import Stability, partial_stability, total
-from streampunct.protocol import Final, Flushed, Partial, PunctuatedWord
+from streampunct.core.wire import Final, Flushed, Partial, PunctuatedWord
 
 
 def ws(*pairs: str) -> tuple[PunctuatedWord, ...]:

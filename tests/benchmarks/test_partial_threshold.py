@@ -8,8 +8,8 @@ import pytest
 from benchmarks.live_bench import with_hypotheses
 from benchmarks.partial_stability import partial_stability
 from benchmarks.partial_threshold import main, replay
-from streampunct.evaluation import live_schedule
-from streampunct.protocol import Final, Partial
+from streampunct.core.wire import Final, Partial
+from streampunct.evaluation.accuracy import live_schedule
 from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
 

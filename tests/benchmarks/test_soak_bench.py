@@ -168,8 +168,8 @@ def test_machine_record_and_result_files_carry_it(tmp_path):
 
 def test_server_figures_report_tokens_per_finalized_word():
     from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-    from streampunct.batcher import BatchRecord
-    from streampunct.server_metrics import ServerMetrics
+    from streampunct.server.batcher import BatchRecord
+    from streampunct.server.metrics import ServerMetrics
 
     metrics = ServerMetrics()
     metrics.observe_window(partial=False, n_tokens=10)

@@ -19,7 +19,7 @@ from tests.engines.conftest import tiny_two_head_model  # noqa: E402
 def folder(tmp_path_factory):
     from transformers import BertConfig
 
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
 
     torch.set_num_threads(1)
     model = tiny_two_head_model(tmp_path_factory.mktemp("cfg"), BertConfig(

@@ -53,7 +53,7 @@ def test_the_summary_shows_both_engines_and_the_label_comparison():
 @pytest.mark.slow
 def test_labels_of_a_short_file_through_triton_equal_the_local_engines(tmp_path):
     pytest.importorskip("tritonclient.grpc")
-    from engines.triton_pytriton import server_python
+    from engines.build.triton_pytriton import server_python
 
     if not (DEFAULT_MODEL / "streampunct.json").is_file():
         pytest.skip(f"no model at {DEFAULT_MODEL}")

@@ -115,7 +115,7 @@ def tiny_module():
 @pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory, tiny_module):
     """Export of the tiny tagger: a model folder with model.onnx, its sidecar and tokenizer."""
-    from engines.onnx_export import export_onnx
+    from engines.build.onnx_export import export_onnx
 
     folder = tmp_path_factory.mktemp("tiny_model")
     result = export_onnx(tiny_module, folder / "model.onnx")
@@ -131,10 +131,10 @@ def tiny_words(tmp_path_factory) -> Path:
 
 def parity_windows(words_path: Path, tokenizer_path: Path, size: int = 62, left: int = 10, right: int = 10):
     """Validation-style windows built with the runtime's reader, aligner and windowing."""
-    from engines.parity import ParityWindows
-    from streampunct.alignment import Aligner
-    from streampunct.data import read_word_labels
-    from streampunct.windowing import WindowConfig
+    from engines.build.parity import ParityWindows
+    from streampunct.core.alignment import Aligner
+    from streampunct.core.windowing import WindowConfig
+    from streampunct.text.word_labels import read_word_labels
 
     aligner = Aligner.from_file(tokenizer_path)
     words = read_word_labels(words_path).words

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from engines.base import EngineError
-from engines.builder import BuildConfig, build_model_folder
+from engines.build.builder import BuildConfig, build_model_folder
 from engines.sidecar import read_sidecar
 
 from .conftest import LABELS, METADATA, write_tiny_tokenizer, write_word_labels

@@ -9,10 +9,10 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
 from engines.base import CASE_OUTPUT_NAME, OUTPUT_NAME  # noqa: E402
-from engines.onnx_export import export_onnx  # noqa: E402
+from engines.build.onnx_export import export_onnx  # noqa: E402
 from engines.ort_engine import OrtEngine  # noqa: E402
 from streampunct.labels import CAPITALIZED, LOWER, UPPER  # noqa: E402
-from streampunct.text import apply_case, render  # noqa: E402
+from streampunct.text.normalize import apply_case, render  # noqa: E402
 from tests.engines.conftest import tiny_two_head_model  # noqa: E402
 
 

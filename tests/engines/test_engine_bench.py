@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.engine_bench import BenchSettings, format_table, run_engine_bench
 from benchmarks.int8_accuracy import run_int8_accuracy
-from engines.quantize import quantize_int8_dynamic
+from engines.build.quantize import quantize_int8_dynamic
 
 FAST = BenchSettings(warmup=1, min_runs=2, max_runs=3, min_seconds=0.0)
 

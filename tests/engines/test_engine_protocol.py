@@ -19,11 +19,11 @@ DEFAULT = REPO / "models" / "default"
 
 
 def test_every_engine_class_declares_the_capabilities():
+    from engines.build.torch_engine import TorchEngine
     from engines.fake import FakeEngine
     from engines.ort_engine import OrtEngine, OrtStreamEngine
     from engines.tensorrt_engine import TensorRTEngine
     from engines.torch_backend import TorchGraphEngine
-    from engines.torch_engine import TorchEngine
 
     for cls in (OrtEngine, OrtStreamEngine, FakeEngine, TensorRTEngine, TorchEngine, TorchGraphEngine):
         assert issubclass(cls, EngineBase), cls

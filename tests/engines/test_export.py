@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from engines.base import ExportError
-from engines.onnx_export import export_onnx, sample_batch
+from engines.build.onnx_export import export_onnx, sample_batch
+from engines.build.parity import compare_logits
+from engines.build.torch_engine import TorchEngine
 from engines.ort_engine import OrtEngine, OrtOptions
-from engines.parity import compare_logits
-from engines.torch_engine import TorchEngine
 
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")

@@ -39,8 +39,8 @@ def test_shipped_folders_read_and_write_back_unchanged(folder, tmp_path):
 
 def test_the_runtime_view_of_the_shipped_default_is_unchanged():
     """What load_model_info made of models/default before the schema (its values, written out)."""
+    from streampunct.core.windowing import WindowConfig
     from streampunct.model import load_model_info
-    from streampunct.windowing import WindowConfig
 
     info = load_model_info(REPO / "models" / "default")
     raw = json.loads((REPO / "models" / "default" / METADATA_FILE).read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engines.parity import ParityWindows, compare_logits, parity_on_windows
+from engines.build.parity import ParityWindows, compare_logits, parity_on_windows
 
 
 def test_compare_logits_values():

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from engines.base import GraphPrepError
-from engines.onnx_graph import count_ops, load_model
-from engines.ort_engine import OrtEngine, OrtOptions
-from engines.parity import parity_on_windows
-from engines.quantize import (
+from engines.build.onnx_graph import count_ops, load_model
+from engines.build.parity import parity_on_windows
+from engines.build.quantize import (
     REDUCED_RANGE,
     DynamicQuantOptions,
     Int4Options,
@@ -25,6 +24,7 @@ from engines.quantize import (
     quantize_int8_dynamic,
     reduce_weight_range,
 )
+from engines.ort_engine import OrtEngine, OrtOptions
 
 onnx = pytest.importorskip("onnx")
 
@@ -177,7 +177,7 @@ def test_quantizing_a_quantized_graph_is_refused(folder):
 @pytest.fixture(scope="module")
 def graph_prep():
     pytest.importorskip("modelopt.onnx.autocast", reason="needs nvidia-modelopt[onnx]")
-    from engines import graph_prep
+    from engines.build import graph_prep
 
     return graph_prep
 

@@ -1,4 +1,4 @@
-"""The streaming graph (engines.stream_graph): new tokens against cached keys/values."""
+"""The streaming graph (engines.build.stream_graph): new tokens against cached keys/values."""
 
 import json
 
@@ -10,15 +10,15 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
 from engines.base import ArtifactError, ExportError, TensorSpec  # noqa: E402
-from engines.ort_engine import OrtEngine, OrtStreamEngine, open_stream_engine  # noqa: E402
-from engines.stream_graph import (  # noqa: E402
+from engines.build.stream_graph import (  # noqa: E402
     STREAM_ARTIFACT,
     build_stream_artifact,
     export_stream_onnx,
     layout,
     stream_interface_problems,
-    stream_module,
 )
+from engines.ort_engine import OrtEngine, OrtStreamEngine, open_stream_engine  # noqa: E402
+from engines.torch_backend import stream_module  # noqa: E402
 from tests.engines.conftest import tiny_two_head_model  # noqa: E402
 
 
@@ -114,7 +114,7 @@ def test_a_folder_without_a_streaming_graph_says_so(tmp_path):
 
 
 def test_the_ordinary_graph_is_not_a_streaming_graph(model, tmp_path):
-    from engines.onnx_export import export_onnx
+    from engines.build.onnx_export import export_onnx
 
     export_onnx(model, tmp_path / "m.onnx")
     with pytest.raises(ArtifactError, match="not a streaming graph"):
@@ -239,7 +239,7 @@ def test_mpnet_rows_with_different_cache_lengths_batch_as_they_run_alone(mpnet):
 
 
 def test_mpnet_int4_folder_gets_an_int4_streaming_graph_that_can_be_its_only_graph(mpnet, tmp_path):
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
     from engines.registry import load_engine
     from engines.sidecar import read_sidecar
 

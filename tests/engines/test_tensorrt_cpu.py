@@ -19,8 +19,8 @@ import pytest
 
 from engines import cuda_ops
 from engines.base import ArtifactMismatch, BuildError, InferenceError
+from engines.build.tensorrt_build import ShapeProfile, TrtBuildOptions, build_plan, compute_profile
 from engines.sidecar import read_sidecar
-from engines.tensorrt_build import ShapeProfile, TrtBuildOptions, build_plan, compute_profile
 from engines.tensorrt_engine import (
     RuntimeTarget,
     TensorRTEngine,

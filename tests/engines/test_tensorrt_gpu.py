@@ -61,9 +61,9 @@ def workdir(gpu, tmp_path_factory):
 def windows(workdir):
     if not DEV2012.is_file():
         pytest.skip(f"needs validation text {DEV2012}")
-    from engines.parity import ParityWindows
-    from streampunct.data import read_word_labels
+    from engines.build.parity import ParityWindows
     from streampunct.model import load_model_info
+    from streampunct.text.word_labels import read_word_labels
 
     info = load_model_info(MODEL_DIR)
     aligner = info.aligner()
@@ -81,8 +81,8 @@ def ort_fp32(workdir):
 
 
 def _build(workdir, windows, precision):
-    from engines import graph_prep
-    from engines.tensorrt_build import TrtBuildOptions, build_plan
+    from engines.build import graph_prep
+    from engines.build.tensorrt_build import TrtBuildOptions, build_plan
 
     _, calibration = windows
     feed = calibration.calibration_feed(len(calibration))
@@ -99,7 +99,7 @@ def _build(workdir, windows, precision):
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_plan_agrees_with_onnxruntime(workdir, windows, ort_fp32, gpu, precision):
-    from engines.parity import parity_on_windows
+    from engines.build.parity import parity_on_windows
     from engines.tensorrt_engine import TensorRTEngine
 
     sidecar, plan = _build(workdir, windows, precision)

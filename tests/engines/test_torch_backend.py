@@ -20,10 +20,10 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from engines.base import ArtifactError, EngineError, InferenceError  # noqa: E402
+from engines.build.stream_graph import export_stream_onnx, layout  # noqa: E402
 from engines.graph_weights import encoder_config, graph_state_dict, load_graph  # noqa: E402
 from engines.ort_engine import OrtEngine, OrtStreamEngine  # noqa: E402
 from engines.registry import available_backends, load_engine  # noqa: E402
-from engines.stream_graph import export_stream_onnx, layout  # noqa: E402
 from engines.torch_backend import TorchGraphEngine, TorchOptions  # noqa: E402
 from tests.engines.conftest import REPO, tiny_two_head_model  # noqa: E402
 
@@ -69,7 +69,7 @@ def mpnet(tmp_path_factory):
 
 
 def _folder(model, path, precision):
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
 
     build_model_folder(model, path, config=BuildConfig(precision=precision), model_metadata=dict(META))
     return path
@@ -190,8 +190,8 @@ def test_cached_calls_match_the_streaming_graph(kind, request, tmp_path):
 def test_a_streaming_graph_alone_is_enough(mpnet, tmp_path):
     """models/base ships only its 4-bit streaming graph: its heads come from past_kv and
     MPNet's padding index from the offset it adds to position_ids."""
-    from engines.builder import BuildConfig, build_model_folder
-    from engines.stream_graph import build_stream_artifact
+    from engines.build.builder import BuildConfig, build_model_folder
+    from engines.build.stream_graph import build_stream_artifact
 
     folder = tmp_path / "base"
     build_model_folder(mpnet, folder, config=BuildConfig(precision="int4"), model_metadata=dict(META))
@@ -289,8 +289,8 @@ def test_the_default_model_matches_onnxruntime_fp32_on_its_own_weights(tmp_path)
     logits close; and against the int8 graph itself, whose activations are quantized."""
     from transformers import AutoConfig
 
+    from engines.build.onnx_export import export_onnx
     from engines.graph_weights import read_graph_weights
-    from engines.onnx_export import export_onnx
     from training.model import build_model
 
     started = time.perf_counter()
@@ -304,10 +304,10 @@ def test_the_default_model_matches_onnxruntime_fp32_on_its_own_weights(tmp_path)
     # one thread: torch's OpenMP threads crawl on a loaded 2-core machine (3 s here, 10 s with 2)
     engine = load_engine("torch", DEFAULT, device="cpu", threads=1)
     assert engine.path.name == "model.int8.onnx" and engine.cache_tokens == 60
-    from engines.parity import ParityWindows
-    from streampunct.alignment import Aligner
-    from streampunct.data import read_word_labels
-    from streampunct.windowing import WindowConfig
+    from engines.build.parity import ParityWindows
+    from streampunct.core.alignment import Aligner
+    from streampunct.core.windowing import WindowConfig
+    from streampunct.text.word_labels import read_word_labels
 
     words = read_word_labels(REPO / "data" / "iwslt2011" / "test2011").words[:1000]
     aligner = Aligner.from_file(DEFAULT / "tokenizer.json")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engines.base import InferenceError
+from engines.build.torch_engine import TorchEngine
 from engines.registry import get_backend
-from engines.torch_engine import TorchEngine
 
 torch = pytest.importorskip("torch")
 

@@ -2,7 +2,7 @@
 
 The repository's ``config.pbtxt`` files are parsed with Triton's own schema
 (``tritonclient.grpc.model_config_pb2``). The server is NVIDIA's PyTriton (``tritonserver``
-with a Python model running the folder's graph, :mod:`engines.triton_pytriton`), started
+with a Python model running the folder's graph, :mod:`engines.build.triton_pytriton`), started
 once for the module on free loopback ports; those tests skip where ``tritonclient`` or a
 PyTriton environment (``scripts/setup_triton_server.sh``) is missing.
 """
@@ -39,7 +39,7 @@ def _parameters(config) -> dict[str, str]:
 
 
 def test_repository_entries_follow_tritons_schema(tiny_export, tmp_path):
-    from engines.triton_repo import TritonRepoConfig, write_triton_repo
+    from engines.build.triton_repo import TritonRepoConfig, write_triton_repo
 
     folder = tiny_export.path.parent
     repo = write_triton_repo(folder, tmp_path / "repo", TritonRepoConfig(max_batch=16, max_queue_delay_us=500,
@@ -64,8 +64,8 @@ def test_repository_entries_follow_tritons_schema(tiny_export, tmp_path):
 
 
 def test_gpu_instances_and_a_plan_with_its_profile(tiny_export, tmp_path):
+    from engines.build.triton_repo import TritonRepoConfig, write_triton_repo
     from engines.sidecar import read_sidecar, write_sidecar
-    from engines.triton_repo import TritonRepoConfig, write_triton_repo
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -88,7 +88,7 @@ def test_gpu_instances_and_a_plan_with_its_profile(tiny_export, tmp_path):
 
 
 def test_repository_options_are_checked():
-    from engines.triton_repo import TritonRepoConfig
+    from engines.build.triton_repo import TritonRepoConfig
 
     for bad in ({"kind": "tpu"}, {"model_name": "a b"}, {"max_batch": 0}, {"intra_op_threads": 0}):
         with pytest.raises(EngineError):
@@ -100,9 +100,9 @@ def test_the_streaming_graph_gives_a_whole_window_graph_with_the_same_logits(tmp
     transformers = pytest.importorskip("transformers")
     import onnxruntime as ort
 
+    from engines.build.stream_graph import export_stream_onnx
+    from engines.build.triton_repo import whole_window_graph
     from engines.ort_engine import OrtOptions, OrtStreamEngine
-    from engines.stream_graph import export_stream_onnx
-    from engines.triton_repo import whole_window_graph
     from tests.engines.conftest import tiny_two_head_model
 
     torch.set_num_threads(1)
@@ -137,7 +137,7 @@ def test_build_engine_writes_the_repository_for_a_built_model_folder(tiny_export
 
 
 def test_the_backend_is_registered_and_its_options_checked():
-    from engines.backend_options import make_options
+    from engines.base import make_options
     from engines.registry import BACKENDS
     from engines.triton_engine import TritonOptions
 
@@ -160,8 +160,8 @@ def test_a_missing_client_names_the_extra(monkeypatch):
 
 def test_no_server_is_an_artifact_error_after_the_ready_timeout():
     pytest.importorskip("tritonclient.grpc")
+    from engines.build.triton_pytriton import free_port
     from engines.registry import load_engine
-    from engines.triton_pytriton import free_port
 
     with pytest.raises(ArtifactError, match="not ready"):
         load_engine("triton", DEFAULT_MODEL, url=f"127.0.0.1:{free_port()}", ready_timeout_s=0.5)
@@ -173,7 +173,7 @@ def test_no_server_is_an_artifact_error_after_the_ready_timeout():
 @pytest.fixture(scope="module")
 def triton_server(tmp_path_factory):
     pytest.importorskip("tritonclient.grpc")
-    from engines.triton_pytriton import PyTritonProcess, server_python
+    from engines.build.triton_pytriton import PyTritonProcess, server_python
 
     if not (DEFAULT_MODEL / "streampunct.json").is_file():
         pytest.skip(f"no model at {DEFAULT_MODEL}")
@@ -193,19 +193,19 @@ def triton_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def triton_punctuator(triton_server):
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
-    punct = Punctuator.from_model_dir(DEFAULT_MODEL, engine="triton", url=triton_server.url)
+    punct = OfflineDecoder.from_model_dir(DEFAULT_MODEL, engine="triton", url=triton_server.url)
     yield punct
     punct.close()
 
 
 def test_labels_and_cases_through_triton_equal_the_local_engines(triton_punctuator):
-    from streampunct.punctuator import Punctuator
-    from streampunct.text import normalize_words
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.text.normalize import normalize_words
 
     words = normalize_words(TEXT.split())
-    local = Punctuator.from_model_dir(DEFAULT_MODEL, engine="onnxruntime", intra_op_threads=1)
+    local = OfflineDecoder.from_model_dir(DEFAULT_MODEL, engine="onnxruntime", intra_op_threads=1)
     try:
         expected = local.labels_and_cases(words)
         text = local.punctuate_text(TEXT, capitalize=True)
@@ -251,9 +251,9 @@ async def test_a_server_with_the_triton_engine_streams_the_local_engines_finals(
     """serve --engine triton: the WebSocket tier keeps the session and its windows, Triton runs them."""
     import asyncio
 
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.server import ServerConfig, serve
-    from streampunct.text import normalize_words
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.server.app import ServerConfig, serve
+    from streampunct.text.normalize import normalize_words
 
     words = normalize_words(TEXT.split())
 

@@ -1,4 +1,4 @@
-"""engines.weight_codes: the share of identical weight codes of two quantized graphs, and the reason it
+"""engines.build.weight_codes: the share of identical weight codes of two quantized graphs, and the reason it
 exists: an int4 export of weights that sit within half a step of an int4 grid gives that grid's
 codes back."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engines.base import GraphPrepError
-from engines.quantize import Int4Options, quantize_int4_weights, quantize_int8_dynamic
-from engines.weight_codes import code_identity, main
+from engines.build.quantize import Int4Options, quantize_int4_weights, quantize_int8_dynamic
+from engines.build.weight_codes import code_identity, main
 
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 from engines.fake import FakeEngine as _FakeEngine
 from engines.fake import fake_labels
-from streampunct.windowing import WindowConfig
+from streampunct.core.windowing import WindowConfig
 
 #: Words of the random schedules (:func:`random_schedule`).
 SCHEDULE_VOCAB = "the a of and to in is it that you we this was for so but what okay yeah um xylophone".split()
@@ -17,7 +17,7 @@ SCHEDULE_VOCAB = "the a of and to in is it that you we this was for so but what 
 
 def random_schedule(rng) -> list:
     """20-40 messages of 1-5 words a second apart, an occasional flush, then the end."""
-    from streampunct.evaluation import Event
+    from streampunct.evaluation.accuracy import Event
 
     events, t = [], 0.0
     for _ in range(rng.randint(20, 40)):
@@ -31,8 +31,8 @@ def random_schedule(rng) -> list:
 
 async def play_schedule(url: str, events: Sequence, right_context: int, **options):
     """Send ``events`` as fast as the socket takes them (no delay bound reached) and
-    return the session's :class:`~streampunct.client.Transcript`."""
-    from streampunct.client import StreamClient, Transcript
+    return the session's :class:`~streampunct.client.stream_client.Transcript`."""
+    from streampunct.client.stream_client import StreamClient, Transcript
 
     client = await StreamClient.connect(url, right_context=right_context, max_delay_ms=600_000, **options)
     for event in events:
@@ -50,8 +50,8 @@ async def play_schedule(url: str, events: Sequence, right_context: int, **option
 
 def normalized(events: Sequence) -> list:
     """The schedule as the server sees it: words normalized."""
-    from streampunct.evaluation import Event
-    from streampunct.text import normalize_words
+    from streampunct.evaluation.accuracy import Event
+    from streampunct.text.normalize import normalize_words
 
     return [Event(e.time, tuple(normalize_words(e.words)), e.kind) for e in events]
 
@@ -103,7 +103,7 @@ def fake_labels(aligner) -> Callable[[Sequence[str]], list[int]]:
 @pytest.fixture
 async def start_server(aligner):
     """``await start_server(engine=..., **ServerConfig fields)``: a ready server on port 0."""
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     servers = []
 

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_state import StreamState
+from streampunct.core.windowing import WindowConfig
 from streampunct.errors import ModelError
-from streampunct.stream_state import StreamConfig, StreamState
-from streampunct.windowing import WindowConfig
 
 
 def test_words_tokenize_as_in_context(aligner):
@@ -43,7 +44,7 @@ def test_missing_tokenizer(tmp_path):
 
 
 def test_stream_state_with_real_tokenizer(aligner):
-    state = StreamState(aligner, WindowConfig(), StreamConfig(right_context=1))
+    state = StreamState(aligner, WindowConfig(), SessionOptions(right_context=1))
     state.feed(["hello", "world", "again"], 0.0)
     req = state.next_request(0.0)
     assert req.input_ids.tolist()[0] == 101 and req.input_ids.tolist()[-1] == 102

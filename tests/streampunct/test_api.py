@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streampunct.api import Punctuator, Stream
+from streampunct.core.options import SessionOptions
+from streampunct.core.wire import Final, Word
 from streampunct.errors import EngineFailedError, InputError, ModelError
-from streampunct.evaluation import Event, schedule_labels
+from streampunct.evaluation.accuracy import Event, schedule_labels
 from streampunct.labels import ID_TO_MARK
 from streampunct.model import DEFAULT_MODEL_DIR
-from streampunct.protocol import Final, Word
-from streampunct.stream_state import StreamConfig
 from tests.streampunct.conftest import (
     SCHEDULE_VOCAB,
     TEST_WINDOW,
@@ -34,7 +34,7 @@ NO_DELAY = 600_000  # the protocol's largest max_delay_ms: no word is decided by
 
 async def served_finals(url: str, events, **options) -> list[Final]:
     """The finals a server sends for ``events`` (sent as fast as the socket takes them)."""
-    from streampunct.client import StreamClient
+    from streampunct.client.stream_client import StreamClient
 
     client = await StreamClient.connect(url, **options)
     for event in events:
@@ -82,7 +82,7 @@ async def test_streams_give_the_servers_finals_with_whole_windows(start_server, 
 
 
 async def test_streams_give_the_servers_finals_with_cached_left_context(aligner):
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     engine = FakeStreamEngine()
     server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
@@ -100,7 +100,7 @@ async def test_streams_give_the_servers_finals_with_cached_left_context(aligner)
             assert as_tuples(local) == as_tuples(served), f"schedule {k}, right_context {rc}"
             # and the simulation's labels (which a cache changes: see test_stream_cache)
             expected = schedule_labels(normalized(events), aligner, TEST_WINDOW, engine.infer,
-                                       StreamConfig(right_context=rc, max_delay_ms=NO_DELAY), stream_engine=engine)
+                                       SessionOptions(right_context=rc, max_delay_ms=NO_DELAY), stream_engine=engine)
             assert [w.p for f in local for w in f.words] == [ID_TO_MARK[x] for x in expected]
         assert any(c > 0 for _, _, c in engine.calls)  # the cached path was taken
     finally:
@@ -121,8 +121,8 @@ def shipped() -> Punctuator:
 async def test_the_shipped_model_streams_as_the_server_does(shipped):
     """The default server (cached left context, int8 windows alone) and Punctuator.load()
     give the same finals for 400 test2011 words in chunks of 1-4 with two flushes."""
-    from streampunct.data import read_word_labels
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
+    from streampunct.text.word_labels import read_word_labels
 
     assert shipped.stream_cache
     words = read_word_labels(REPO / "data" / "iwslt2011" / "test2011").words[:400]
@@ -165,7 +165,7 @@ def test_the_documented_snippet(shipped):
 
 def test_punctuate_is_the_punctuate_commands_decoder(shipped):
     from streampunct.commands.punctuate import punctuate_lines
-    from streampunct.text import normalize_words
+    from streampunct.text.normalize import normalize_words
 
     text = "so um we went there and it was great wasn't it and then the NASA people came"
     words = normalize_words(text.split())
@@ -237,7 +237,7 @@ def test_every_word_is_final_once_in_order(aligner, chunks, rc, delay, flushes):
         if k in flushes:
             finals += s.flush(now=t)
     finals += s.end(now=t + 0.1)
-    from streampunct.text import normalize_words
+    from streampunct.text.normalize import normalize_words
 
     pushed = normalize_words(w for c in chunks for w in c)
     assert [w.w for f in finals for w in f.words] == pushed

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.stream_state import COMPACT_EVERY, KEEP_WORDS, StreamState
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     ConfigRequest,
     EndRequest,
     Final,
@@ -16,9 +19,6 @@ from streampunct.protocol import (
     Word,
     WordsMessage,
 )
-from streampunct.session_protocol import SessionProtocol
-from streampunct.stream_state import COMPACT_EVERY, KEEP_WORDS, StreamState
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner, fake_infer
 
 WINDOW = WindowConfig(size=24, left=4, right=3)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engines.base import EngineBase
-from streampunct.batcher import (
+from streampunct.server.batcher import (
     Batcher,
     BatcherConfig,
     BatchRecord,

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from streampunct.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
-from streampunct.client import StreamClient, Transcript
+from streampunct.client.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.wire import Final, Partial, PunctuatedWord
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK
-from streampunct.protocol import Final, Partial, PunctuatedWord
-from streampunct.text import normalize_words, render
+from streampunct.text.normalize import normalize_words, render
 from tests.streampunct.fakes import ended_or_final_before
 
 
@@ -236,7 +236,7 @@ async def test_caption_srt_from_plain_text_uses_arrival_times(start_server, tmp_
 
 
 async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path, fake_labels):
-    from streampunct.caption_input import read_events
+    from streampunct.client.caption_input import read_events
 
     server = await start_server()
     source = tmp_path / "vosk.jsonl"
@@ -322,8 +322,8 @@ async def test_caption_keeps_everything_when_the_server_shuts_down(start_server,
 
 
 def test_message_words_split_long_events_and_cut_long_words():
-    from streampunct.caption import MAX_WORD_CHARS, MAX_WORDS_PER_MESSAGE, message_words
-    from streampunct.protocol import Word
+    from streampunct.client.caption import MAX_WORD_CHARS, MAX_WORDS_PER_MESSAGE, message_words
+    from streampunct.core.wire import Word
 
     assert (MAX_WORDS_PER_MESSAGE, MAX_WORD_CHARS) == (1000, 256)  # the server's default limits
     words = [Word(f"w{i}", i, i + 0.5) for i in range(2500)]
@@ -336,7 +336,7 @@ def test_message_words_split_long_events_and_cut_long_words():
 
 
 async def test_stdin_lines_are_sent_in_chunks_of_at_most_max_chunk(monkeypatch):
-    from streampunct.caption_input import stdin_events
+    from streampunct.client.caption_input import stdin_events
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("a b c d e f g\n\nh\n"))
     events = [e async for e in stdin_events("auto", max_chunk=3)]
@@ -344,8 +344,8 @@ async def test_stdin_lines_are_sent_in_chunks_of_at_most_max_chunk(monkeypatch):
 
 
 async def test_caption_sends_huge_lines_and_words_within_the_server_limits(start_server):
-    from streampunct.caption_input import AsrEvent
-    from streampunct.protocol import Word
+    from streampunct.client.caption_input import AsrEvent
+    from streampunct.core.wire import Word
 
     server = await start_server()
     words = ["word"] * 2999 + ["y" * 300]
@@ -359,14 +359,14 @@ async def test_caption_sends_huge_lines_and_words_within_the_server_limits(start
 def _ready_without_limits(monkeypatch):
     """Serve a ``ready`` without ``limits`` (a server that does not send them): the client then
     assumes the default limits, and a stricter server refuses what it sends."""
-    from streampunct.protocol import Ready
-    from streampunct.session_protocol import SessionProtocol
+    from streampunct.core.session_protocol import SessionProtocol
+    from streampunct.core.wire import Ready
 
     monkeypatch.setattr(SessionProtocol, "ready", lambda self: Ready(self.session_id, self.model_name, self.options))
 
 
 async def test_caption_sends_within_the_limits_the_server_announces(start_server):
-    from streampunct.protocol import Limits
+    from streampunct.core.wire import Limits
 
     server = await start_server(limits=Limits(max_words_per_message=2, max_word_chars=5))
     errors = io.StringIO()
@@ -377,8 +377,8 @@ async def test_caption_sends_within_the_limits_the_server_announces(start_server
 
 
 async def test_caption_reports_every_server_error(start_server, monkeypatch):
-    from streampunct.caption import lost_words_errors
-    from streampunct.protocol import Limits
+    from streampunct.client.caption import lost_words_errors
+    from streampunct.core.wire import Limits
 
     _ready_without_limits(monkeypatch)
     server = await start_server(limits=Limits(max_words_per_message=2))
@@ -394,14 +394,14 @@ async def test_caption_reports_every_server_error(start_server, monkeypatch):
 
 
 def _event(text: str):
-    from streampunct.caption_input import AsrEvent
-    from streampunct.protocol import Word
+    from streampunct.client.caption_input import AsrEvent
+    from streampunct.core.wire import Word
 
     return AsrEvent(None, tuple(Word(w) for w in text.split()))
 
 
 async def test_caption_command_fails_when_the_server_refused_words(start_server, monkeypatch):
-    from streampunct.protocol import Limits
+    from streampunct.core.wire import Limits
 
     server = await start_server()
     rc, stdout, stderr = await run_cli("-", "--url", server.url, "--right-context", "1",

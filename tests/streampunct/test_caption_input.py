@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from streampunct.caption_input import AsrEvent, detect_format, read_events
+from streampunct.client.caption_input import AsrEvent, detect_format, read_events
+from streampunct.core.wire import Word
 from streampunct.errors import InputError
-from streampunct.protocol import Word
 
 
 def write_lines(path, objects):
@@ -89,7 +89,7 @@ def test_plain_text_is_paced_and_bad_input_is_refused(tmp_path):
 
 
 def test_a_bad_line_is_named_by_file_line_and_reason_and_skip_goes_on(tmp_path):
-    from streampunct.caption_input import BadLine
+    from streampunct.client.caption_input import BadLine
 
     source = tmp_path / "vosk.jsonl"
     source.write_text("\n".join([
@@ -114,7 +114,7 @@ async def test_stdin_stops_at_a_bad_line_after_yielding_what_came_before(monkeyp
     import io
     import sys
 
-    from streampunct.caption_input import BadLine, stdin_events
+    from streampunct.client.caption_input import BadLine, stdin_events
 
     lines = '{"result": [{"word": "one"}]}\n{"partial": "two"}\nnot json at all\n{"result": [{"word": "three"}]}\n'
     monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
@@ -209,7 +209,7 @@ def test_text_starting_with_a_brace_that_is_not_json_is_refused_with_a_reason(tm
 
 
 def test_a_bad_pretty_object_in_the_middle_is_named_by_the_line_it_starts_on(tmp_path):
-    from streampunct.caption_input import BadLine
+    from streampunct.client.caption_input import BadLine
 
     lines = VOSK_PRETTY.splitlines(keepends=True)
     bad = lines[:3] + ['{\n', '  "result" : [{\n', '      "end" : soon,\n', '      "word" : "x"\n', '    }],\n',
@@ -228,7 +228,7 @@ def test_a_bad_pretty_object_in_the_middle_is_named_by_the_line_it_starts_on(tmp
 
 
 def test_a_cut_off_line_is_named_by_its_own_line_and_the_next_value_is_read():
-    from streampunct.caption_input import json_values
+    from streampunct.client.caption_input import json_values
 
     values = list(json_values(['{"partial": "so"}\n', '{"partial": "how\n', '{"partial": "are"\n',
                                '{"partial": "you"}\n', '{\n', '  "partial": "cut"\n', '\n', '{\n',
@@ -244,7 +244,7 @@ def test_a_cut_off_line_is_named_by_its_own_line_and_the_next_value_is_read():
 
 
 def test_json_stream_gives_each_value_as_soon_as_its_text_is_complete():
-    from streampunct.caption_input import JsonStream
+    from streampunct.client.caption_input import JsonStream
 
     stream = JsonStream()
     chunks = VOSK_PRETTY.splitlines(keepends=True)
@@ -261,7 +261,7 @@ def test_json_stream_gives_each_value_as_soon_as_its_text_is_complete():
 
 
 def stream_value(line, obj):
-    from streampunct.caption_input import JsonValue
+    from streampunct.client.caption_input import JsonValue
 
     return JsonValue(line, obj, first=json.dumps(obj)[0], last=line)
 
@@ -271,7 +271,7 @@ async def test_stdin_sends_a_pretty_vosk_result_before_the_next_one_is_written(m
     import os
     import sys
 
-    from streampunct.caption_input import stdin_events
+    from streampunct.client.caption_input import stdin_events
 
     read, write = os.pipe()
     pipe = os.fdopen(read, encoding="utf-8")
@@ -293,7 +293,7 @@ async def test_stdin_refuses_braced_text_and_reads_bracketed_text(monkeypatch):
     import io
     import sys
 
-    from streampunct.caption_input import stdin_events
+    from streampunct.client.caption_input import stdin_events
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n{laughs} so\nhow\n"))
     with pytest.raises(InputError, match=r"^stdin:2: starts with '\{' but is not JSON \(Expecting property name"):

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from streampunct.text import normalize_words, render
+from streampunct.text.normalize import normalize_words, render
 from tests.streampunct.fakes import ended_or_final_before
 from tests.streampunct.test_server_protocol import http_get
 

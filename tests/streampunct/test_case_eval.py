@@ -2,7 +2,7 @@
 
 import pytest
 
-from streampunct.case_eval import case_report, evaluate_case, rule_cases
+from streampunct.evaluation.case import case_report, evaluate_case, rule_cases
 from streampunct.labels import CAPITALIZED, COMMA, LOWER, MIXED, PERIOD, QUESTION, UPPER, O
 
 
@@ -44,7 +44,7 @@ def test_evaluate_case_scores_rules_and_learned_head():
 
 
 def test_mid_sentence_report_counts_a_missed_periods_capital_as_false():
-    from streampunct.case_eval import mid_sentence_report
+    from streampunct.evaluation.case import mid_sentence_report
 
     # gold: "Is there anything else? Alright, John said NASA. I left."
     words = "is there anything else alright john said nasa i left".split()

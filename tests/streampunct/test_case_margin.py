@@ -20,7 +20,7 @@ from streampunct.labels import (
     case_classes,
     check_case_margin,
 )
-from streampunct.text import render
+from streampunct.text.normalize import render
 
 # -- the rule ----------------------------------------------------------------
 
@@ -126,9 +126,9 @@ def _heads(engine, request):
 
 
 def _stream(aligner, margin, *, partial=False):
-    from streampunct.options import SessionOptions
-    from streampunct.stream_state import StreamState
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.stream_state import StreamState
+    from streampunct.core.windowing import WindowConfig
 
     engine = ChosenEngine(aligner)
     state = StreamState(aligner, WindowConfig(48, 8, 6), SessionOptions(right_context=2, max_delay_ms=600_000),
@@ -163,23 +163,23 @@ def test_stream_state_takes_case_classes_with_its_margin(aligner, partial):
 
 
 def test_stream_state_refuses_a_bad_margin(aligner):
-    from streampunct.options import SessionOptions
-    from streampunct.stream_state import StreamState
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.options import SessionOptions
+    from streampunct.core.stream_state import StreamState
+    from streampunct.core.windowing import WindowConfig
 
     with pytest.raises(ValueError, match="case margin must be a finite number >= 0, not -1"):
         StreamState(aligner, WindowConfig(48, 8, 6), SessionOptions(), case_margin=-1)
 
 
 def test_offline_punctuator_uses_its_margin(aligner):
-    from streampunct.punctuator import Punctuator
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.windowing import WindowConfig
 
     text = " ".join(WORDS)
-    p = Punctuator(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6), case_margin=MARGIN)
+    p = OfflineDecoder(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6), case_margin=MARGIN)
     assert p.punctuate_text(text, capitalize=True) == WITH_MARGIN
     assert p.labels_and_cases(WORDS)[1][4] == LOWER
-    plain = Punctuator(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6))
+    plain = OfflineDecoder(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6))
     assert plain.case_margin == 0.0
     assert plain.punctuate_text(text, capitalize=True) == WITHOUT
 
@@ -195,8 +195,8 @@ def test_the_python_api_streams_with_its_margin(aligner):
 
 
 async def test_a_server_session_drops_weak_capitals_mid_sentence_and_keeps_sentence_starts(aligner):
-    from streampunct.client import StreamClient
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient
+    from streampunct.server.app import ServerConfig, serve
 
     async def session_text(margin: float) -> str:
         server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: ChosenEngine(aligner),
@@ -218,7 +218,7 @@ async def test_a_server_session_drops_weak_capitals_mid_sentence_and_keeps_sente
 
 
 def test_a_server_refuses_a_bad_margin(aligner):
-    from streampunct.server import ServerConfig, StreamServer
+    from streampunct.server.app import ServerConfig, StreamServer
 
     with pytest.raises(ValueError, match="case margin must be"):
         StreamServer(ServerConfig(port=0), engine_factory=lambda: ChosenEngine(aligner), aligner=aligner,
@@ -231,7 +231,7 @@ def test_a_model_folder_margin_reaches_the_runtime(tmp_path):
 
     from engines.model_meta import update_model_meta
     from streampunct.model import load_model_info
-    from streampunct.server import ServerConfig, _runtime_from_model
+    from streampunct.server.app import ServerConfig, _runtime_from_model
     from tests.conftest import REPO
 
     src = REPO / "models" / "default"

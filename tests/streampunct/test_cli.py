@@ -94,7 +94,7 @@ def test_a_latin1_file_keeps_its_accents_and_says_how_it_was_read(tmp_path, capl
 
     f = tmp_path / "in.txt"
     f.write_bytes("na\u00efve caf\u00e9 \u201cquoted\u201d\n".encode("cp1252"))
-    with caplog.at_level("WARNING", logger="streampunct.textfile"):
+    with caplog.at_level("WARNING", logger="streampunct.text.textfile"):
         assert read_transcript_lines(str(f)) == [["na\u00efve", "caf\u00e9", "quoted"]]
     assert f"{f} is not UTF-8 (byte 0xef at offset 2): read as Windows-1252 (Latin-1)" in caplog.text
 
@@ -408,7 +408,7 @@ def test_stream_cache_auto_is_off_for_other_engines(tmp_path):
 
     from streampunct.errors import ModelError
     from streampunct.model import load_model_info
-    from streampunct.server import ServerConfig, _stream_shape
+    from streampunct.server.app import ServerConfig, _stream_shape
 
     (tmp_path / "streampunct.json").write_text(json.dumps({"stream_artifact": "model.stream.int8.onnx"}))
     info = load_model_info(tmp_path)
@@ -436,14 +436,14 @@ def test_evaluate_refuses_negative_options_as_usage_errors(argv, message, capsys
 def test_evaluate_refuses_bad_windows_before_any_work(window, message, tmp_path, capsys, monkeypatch):
     import json
 
-    from streampunct import data
+    from streampunct.text import word_labels
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "streampunct.json").write_text(json.dumps({"max_word_tokens": 16}))
     f = tmp_path / "w.tsv"
     f.write_text("hello\tO\nworld\tPERIOD\n")
-    monkeypatch.setattr(data, "read_word_labels", lambda *a, **k: pytest.fail("read the data first"))
+    monkeypatch.setattr(word_labels, "read_word_labels", lambda *a, **k: pytest.fail("read the data first"))
     assert main(["evaluate", "--data", str(f), "--model", str(model), "--window", *window.split()]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"streampunct evaluate: error: --window {window}: {message}")

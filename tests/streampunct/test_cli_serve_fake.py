@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from engines.fake import MODEL_META, fake_labels
+from streampunct.core.windowing import WindowConfig
 from streampunct.errors import ModelError
 from streampunct.model import DEFAULT_MODEL_DIR, load_model_info
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import ended
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_without_minilm_the_fake_model_takes_the_shipped_tokenizer(monkeypatch):
 
 
 def test_serve_config_reaches_the_fake_engine(minilm_tokenizer_path):
-    from streampunct.server import ServerConfig, _runtime_from_model
+    from streampunct.server.app import ServerConfig, _runtime_from_model
 
     runtime = _runtime_from_model(ServerConfig(engine="fake", engine_options={"token_us": 3, "sleep": True}))
     engine = runtime.engine_factory()
@@ -75,7 +75,7 @@ def test_serve_config_reaches_the_fake_engine(minilm_tokenizer_path):
 async def test_serve_engine_fake_starts_and_answers_a_stream(tmp_path, aligner):
     """The command itself, in a child process: ready line, a stream's finals with the fake
     engine's labels, /healthz, and a graceful stop on SIGTERM."""
-    from streampunct.client import StreamClient, Transcript
+    from streampunct.client.stream_client import StreamClient, Transcript
 
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 (closed in finally)
     proc = await asyncio.create_subprocess_exec(

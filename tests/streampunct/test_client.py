@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from streampunct.client import ClientError, LatencyTracker, StreamClient, Transcript
-from streampunct.labels import COMMA, O
-from streampunct.protocol import (
+from streampunct.client.stream_client import ClientError, LatencyTracker, StreamClient, Transcript
+from streampunct.core.wire import (
     ConfigRequest,
     Ended,
     Final,
@@ -17,6 +16,7 @@ from streampunct.protocol import (
     PunctuatedWord,
     SessionOptions,
 )
+from streampunct.labels import COMMA, O
 
 
 def final(start: int, *pairs: tuple[str, str]) -> Final:
@@ -117,7 +117,7 @@ async def test_iteration_stops_when_the_server_closes(start_server):
 
 
 def test_written_forms_keep_the_case_the_server_wrote():
-    from streampunct.client import written_forms
+    from streampunct.client.stream_client import written_forms
 
     def final(text, *words):
         return Final(0, tuple(PunctuatedWord(w, p) for w, p in words), text)
@@ -135,7 +135,7 @@ def test_written_forms_keep_the_case_the_server_wrote():
 def test_the_caption_view_and_the_transcript_show_the_learned_case():
     import io
 
-    from streampunct.caption import CaptionView
+    from streampunct.client.caption import CaptionView
 
     transcript = Transcript()
     transcript.apply(Final(0, (PunctuatedWord("we", ""), PunctuatedWord("met", ""), PunctuatedWord("john", "")),

@@ -6,8 +6,8 @@ from streampunct.errors import InputError
 
 
 def test_read_punctuated_text_converts_like_training(tmp_path):
-    from streampunct.data import read_punctuated_text
     from streampunct.labels import COMMA, PERIOD, QUESTION, O
+    from streampunct.text.word_labels import read_punctuated_text
 
     f = tmp_path / "t.txt"
     f.write_text("Hello, world. Is it you? I don't know.\n", encoding="utf-8")

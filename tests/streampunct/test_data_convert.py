@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from streampunct.convert import text_to_word_labels
-from streampunct.data import iter_ted_talks, read_word_labels, write_word_labels
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O
-from streampunct.text import render
+from streampunct.text.convert import text_to_word_labels
+from streampunct.text.normalize import render
+from streampunct.text.word_labels import iter_ted_talks, read_word_labels, write_word_labels
 from tests.conftest import DATA_ROOT, IWSLT, SHIPPED_TEST_DATA, need_file
 
 
@@ -121,8 +121,8 @@ def test_ted_collection_converts():
 
 
 def test_case_classes_of_the_written_words():
-    from streampunct.convert import text_to_word_labels, text_to_word_labels_cased
     from streampunct.labels import CAPITALIZED, LOWER, MIXED, UPPER, case_class
+    from streampunct.text.convert import text_to_word_labels, text_to_word_labels_cased
 
     words, labels, cases = text_to_word_labels_cased("Hello, NASA said I don't own an iPhone. What's up?")
     assert words == ["hello", "nasa", "said", "i", "do", "n't", "own", "an", "iphone", "what", "'s", "up"]

@@ -1,4 +1,4 @@
-"""The core's model calls (streampunct.engine_call): the core plans a call and applies its
+"""The core's model calls (streampunct.core.engine_call): the core plans a call and applies its
 output, the stream cache is entered there only (and starts anew with each stream state),
 and engine outputs reach the core typed, the case logits apart from the punctuation's."""
 
@@ -9,10 +9,12 @@ import pytest
 
 from engines.base import HeadLogits
 from engines.fake import FakeEngine, fake_cases
-from streampunct.batcher import Batcher, BatcherConfig
-from streampunct.engine_call import EngineCall, EngineOutput, StreamCalls, run_calls
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.engine_call import EngineCall, EngineOutput, StreamCalls, run_calls
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.stream_cache import StreamCacheConfig, run_stream_calls
+from streampunct.core.stream_state import StreamState, WindowRequest
+from streampunct.core.wire import (
     ConfigRequest,
     EndRequest,
     Final,
@@ -23,9 +25,7 @@ from streampunct.protocol import (
     Word,
     WordsMessage,
 )
-from streampunct.session_protocol import SessionProtocol
-from streampunct.stream_cache import StreamCacheConfig, run_stream_calls
-from streampunct.stream_state import StreamConfig, StreamState, WindowRequest
+from streampunct.server.batcher import Batcher, BatcherConfig
 from tests.streampunct.conftest import SCHEDULE_VOCAB, TEST_WINDOW
 from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
 
@@ -69,7 +69,7 @@ def _pump(protocol: SessionProtocol, engine, now: float) -> list[EngineCall]:
 
 
 def test_a_streaming_graphs_case_logits_come_apart_from_the_punctuations(aligner):
-    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=1, max_delay_ms=NO_DELAY))
+    state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=1, max_delay_ms=NO_DELAY))
     calls = StreamCalls(state, StreamCacheConfig(SHAPE).new(TEST_WINDOW))
     state.feed(["the", "a", "of", "and"], 0.0)
     call = calls.next_call(0.0)
@@ -83,7 +83,7 @@ def test_the_core_takes_the_truecasing_heads_classes_through_the_cache(aligner):
     """Engine -> core, typed: each final word's case is its label token's, cached calls
     included (the fake's case head looks at the token only)."""
     engine = CasedStreamEngine()
-    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=2, max_delay_ms=NO_DELAY))
+    state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=2, max_delay_ms=NO_DELAY))
     calls = StreamCalls(state, StreamCacheConfig(SHAPE).new(TEST_WINDOW))
     words = [VOCAB[(7 * k) % len(VOCAB)] for k in range(40)]
     decisions = []
@@ -153,7 +153,7 @@ def test_a_protocol_with_a_cache_takes_calls_not_bare_windows(aligner):
 
 def test_glued_logits_are_refused(aligner):
     """Case logits glued after the punctuation's are not taken for punctuation classes."""
-    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=0))
+    state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=0))
     state.feed(["the"], 0.0)
     request = state.next_request(0.0)
     with pytest.raises(ValueError, match="HeadLogits"):

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from streampunct.client import StreamClient, Transcript
+from streampunct.client.stream_client import StreamClient, Transcript
 from streampunct.model import DEFAULT_MODEL_DIR
 
 pytestmark = pytest.mark.slow
@@ -25,8 +25,8 @@ def model_dir():
 
 
 async def _finals(workers: int, model_dir, words: list[str]) -> tuple[Transcript, list[int]]:
-    from streampunct.batcher import BatcherConfig
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.batcher import BatcherConfig
 
     server = await serve(ServerConfig(model_dir=model_dir, port=0, batching=BatcherConfig(engine_workers=workers)))
     try:

@@ -1,7 +1,7 @@
 import pytest
 
-from streampunct.evaluation import offline_labels, streaming_labels
-from streampunct.windowing import WindowConfig
+from streampunct.core.windowing import WindowConfig
+from streampunct.evaluation.accuracy import offline_labels, streaming_labels
 from tests.streampunct.fakes import FakeAligner, fake_infer, fake_label
 
 WINDOW = WindowConfig(40, 8, 6)
@@ -34,7 +34,7 @@ def test_streaming_delay_bounds_latency():
 
 
 def test_live_schedule_chunks_words_in_time_and_ends_with_a_flush():
-    from streampunct.evaluation import live_schedule
+    from streampunct.evaluation.accuracy import live_schedule
 
     words = [f"w{k}" for k in range(200)]
     events = live_schedule(words, words_per_second=2.5, max_chunk=4, jitter_ms=150, seed=3)
@@ -56,14 +56,14 @@ def test_live_schedule_chunks_words_in_time_and_ends_with_a_flush():
 
 
 def test_schedule_labels_of_a_live_stream_follow_the_latency_options():
-    from streampunct.evaluation import Event, live_schedule, schedule_labels
-    from streampunct.stream_state import StreamConfig
+    from streampunct.core.options import SessionOptions
+    from streampunct.evaluation.accuracy import Event, live_schedule, schedule_labels
 
     aligner, words = words_of(120)
     events = live_schedule(words, seed=1)
-    labels = schedule_labels(events, aligner, WINDOW, fake_infer, StreamConfig(2, 1500))
+    labels = schedule_labels(events, aligner, WINDOW, fake_infer, SessionOptions(2, 1500))
     assert labels == [fake_label(aligner.word_ids(w)[-1]) for w in words]  # context-free fake
     # A delay of 0 decides each chunk on arrival; every word still gets exactly one label.
-    assert len(schedule_labels(events, aligner, WINDOW, fake_infer, StreamConfig(2, 0))) == len(words)
+    assert len(schedule_labels(events, aligner, WINDOW, fake_infer, SessionOptions(2, 0))) == len(words)
     with pytest.raises(ValueError, match="unknown event kind"):
-        schedule_labels([Event(0.0, kind="pause")], aligner, WINDOW, fake_infer, StreamConfig())
+        schedule_labels([Event(0.0, kind="pause")], aligner, WINDOW, fake_infer, SessionOptions())

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from streampunct.evaluation import streaming_labels, streaming_runs
-from streampunct.windowing import WindowConfig
+from streampunct.core.windowing import WindowConfig
+from streampunct.evaluation.accuracy import streaming_labels, streaming_runs
 from tests.streampunct.fakes import FakeAligner, fake_infer
 
 WINDOW = WindowConfig(40, 8, 6)
@@ -52,8 +52,8 @@ def test_batched_runs_equal_one_call_per_window(batch_size, max_delay_ms):
 def tiny_folder(tmp_path_factory):
     """A runtime model folder of the tiny 2-layer BERT the engine tests train, plus its int8 artifact."""
     pytest.importorskip("onnxruntime")
-    from engines.onnx_export import export_onnx
-    from engines.quantize import quantize_int8_dynamic
+    from engines.build.onnx_export import export_onnx
+    from engines.build.quantize import quantize_int8_dynamic
     from tests.engines.conftest import METADATA, make_tiny_module, write_tiny_tokenizer
 
     folder = tmp_path_factory.mktemp("tiny_runtime_model")
@@ -66,7 +66,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_text(tmp_path_factory):
-    from streampunct.data import read_word_labels
+    from streampunct.text.word_labels import read_word_labels
     from tests.engines.conftest import write_word_labels
 
     return read_word_labels(write_word_labels(tmp_path_factory.mktemp("text") / "words.tsv", n_words=300))
@@ -74,10 +74,10 @@ def tiny_text(tmp_path_factory):
 
 @pytest.mark.parametrize(("artifact", "batch_size"), [("model.onnx", 16), ("model.int8.onnx", 1)])
 def test_tiny_model_batched_simulation_gives_the_same_labels(tiny_folder, tiny_text, artifact, batch_size):
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
     window = WindowConfig(30, 6, 4)
-    p = Punctuator.from_model_dir(tiny_folder, artifact=artifact, intra_op_threads=1)
+    p = OfflineDecoder.from_model_dir(tiny_folder, artifact=artifact, intra_op_threads=1)
     try:
         runs = streaming_runs(tiny_text.words, p.aligner, window, p.engine.infer, [0, 1, 3], batch_size=batch_size)
         for rc, run in runs.items():
@@ -133,10 +133,10 @@ def test_a_failing_worker_fails_the_simulation():
 def test_tiny_int8_model_two_single_threaded_engines_equal_one(tiny_folder, tiny_text):
     """What ``evaluate`` does by default: one single-threaded ONNX Runtime engine per core."""
     from engines.registry import load_engine
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
     window = WindowConfig(30, 6, 4)
-    p = Punctuator.from_model_dir(tiny_folder, artifact="model.int8.onnx", intra_op_threads=2)
+    p = OfflineDecoder.from_model_dir(tiny_folder, artifact="model.int8.onnx", intra_op_threads=2)
     extra = [load_engine("onnxruntime", tiny_folder, artifact="model.int8.onnx", intra_op_threads=1)
              for _ in range(2)]
     try:

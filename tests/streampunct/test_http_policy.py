@@ -1,4 +1,4 @@
-"""The request policy, sans I/O: Host names, origins, methods, malformed headers (streampunct.http_policy)."""
+"""The request policy, sans I/O: Host names, origins, methods, malformed headers (streampunct.server.http_policy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from websockets.datastructures import Headers
 
-from streampunct.http_policy import (
+from streampunct.server.http_policy import (
     HostPolicy,
     RequestPolicy,
     canonical_host,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from streampunct import itn
 from streampunct.errors import DependencyError
-from streampunct.written_form import Phrase
+from streampunct.text import itn
+from streampunct.text.written_form import Phrase
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -250,9 +250,9 @@ async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
     is ready, itn sessions get written numbers, and shutdown stops the worker."""
     if not itn.available():
         pytest.skip("needs the itn extra (nemo-text-processing, pynini)")
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.protocol import Final
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.core.wire import Final
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     server = await serve(ServerConfig(host="127.0.0.1", port=0, itn_grammars="on"), engine_factory=FakeEngine,
@@ -279,7 +279,7 @@ async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
 def test_normalizers_answer_at_once_or_say_they_would_wait():
     """Inside without_waiting the grammars' normalizers answer number-free words (and cached
     stretches) without their grammars, and raise WouldWait for a stretch they would search."""
-    from streampunct.written_form import WouldWait, without_waiting
+    from streampunct.text.written_form import WouldWait, without_waiting
 
     searched: list[tuple[str, ...]] = []
     nemo = itn.NemoNormalizer(object())
@@ -302,7 +302,7 @@ def test_a_search_fetched_elsewhere_is_shared_and_then_answered_at_once():
     import concurrent.futures
     import threading
 
-    from streampunct.written_form import WouldWait, without_waiting
+    from streampunct.text.written_form import WouldWait, without_waiting
 
     release = threading.Event()
     submitted: list[tuple[str, ...]] = []

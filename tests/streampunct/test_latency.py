@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.latency import decidable_times
-from streampunct.stream_state import StreamConfig, StreamState
-from streampunct.windowing import WindowConfig
+from streampunct.core.latency import decidable_times
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_state import StreamState
+from streampunct.core.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner
 
 
@@ -40,7 +41,7 @@ messages = st.lists(
 @given(messages, st.integers(0, 6), st.sampled_from([0, 300, 1000, 10**9]), st.data())
 def test_stream_state_decides_online_what_the_contract_says(schedule, right_context, max_delay_ms, data):
     aligner = FakeAligner()
-    state = StreamState(aligner, WindowConfig(40, 8, 6), StreamConfig(right_context, max_delay_ms))
+    state = StreamState(aligner, WindowConfig(40, 8, 6), SessionOptions(right_context, max_delay_ms))
     arrivals: list[float] = []
     flushes: list[tuple[int, float]] = []
     now = 0.0

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from streampunct.data import read_word_labels
-from streampunct.metrics import evaluate
+from streampunct.evaluation.scores import evaluate
+from streampunct.text.word_labels import read_word_labels
 from tests.conftest import SHIPPED_TEST_DATA
 
 O, C, P, Q = 0, 1, 2, 3  # noqa: E741

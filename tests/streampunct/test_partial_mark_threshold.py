@@ -15,7 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engines.base import EngineBase, HeadLogits
-from streampunct.engine_call import run_calls
+from streampunct.core.engine_call import run_calls
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.stream_state import StreamState, hold_back_marks
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import EndRequest, Final, HypothesisMessage, Partial, Word, WordsMessage
 from streampunct.labels import (
     CAPITALIZED,
     COMMA,
@@ -26,11 +31,6 @@ from streampunct.labels import (
     O,
     check_partial_mark_threshold,
 )
-from streampunct.options import SessionOptions
-from streampunct.protocol import EndRequest, Final, HypothesisMessage, Partial, Word, WordsMessage
-from streampunct.session_protocol import SessionProtocol
-from streampunct.stream_state import StreamState, hold_back_marks
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner
 from tests.streampunct.test_session_protocol import context_infer
 
@@ -243,8 +243,8 @@ def test_the_python_api_takes_the_threshold_and_refuses_a_bad_one(aligner):
 
 async def test_a_server_holds_back_marks_as_the_python_api_does(aligner):
     from streampunct.api import Punctuator
-    from streampunct.client import StreamClient
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient
+    from streampunct.server.app import ServerConfig, serve
 
     local = Punctuator.from_engine(ChosenEngine(aligner), aligner, window=WINDOW)
     for threshold in (0.5, 0.0):
@@ -289,7 +289,7 @@ def test_the_serve_flag_refuses_a_threshold_outside_zero_to_one(value, capsys):
 def test_the_serve_flag_reaches_the_server_config():
     from streampunct.commands import serve
     from streampunct.errors import InputError
-    from streampunct.server import ServerConfig
+    from streampunct.server.app import ServerConfig
 
     args = _serve_parser().parse_args(["--partial-mark-threshold", "0.7"])
     assert serve.build_config(args).partial_mark_threshold == 0.7

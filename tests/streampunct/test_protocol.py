@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from streampunct.protocol import (
+from streampunct.core.wire import (
     ConfigApplied,
     ConfigRequest,
     Ended,
@@ -213,7 +213,7 @@ def test_docs_protocol_starts_with_the_shared_contract():
 
 
 def test_hypothesis_message_decodes_like_words():
-    from streampunct.protocol import HypothesisMessage
+    from streampunct.core.wire import HypothesisMessage
 
     message = decode('{"type": "hypothesis", "words": ["so", {"w": "How", "start": 1, "end": null}]}')
     assert message == HypothesisMessage((Word("so"), Word("How", 1, None)))

@@ -3,9 +3,9 @@
 import numpy as np
 
 from engines.base import EngineBase
+from streampunct.core.decoder import OfflineDecoder
+from streampunct.core.windowing import WindowConfig
 from streampunct.labels import PERIOD, QUESTION, O
-from streampunct.punctuator import Punctuator
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner
 
 
@@ -21,7 +21,7 @@ def test_offline_punctuator_applies_the_end_of_stream_rule_to_the_last_word_only
             logits[..., QUESTION] = np.where(input_ids == question, 1.0, -1.0)
             return logits
 
-    p = Punctuator(Engine(), aligner, WindowConfig(40, 8, 6))
+    p = OfflineDecoder(Engine(), aligner, WindowConfig(40, 8, 6))
     assert p.punctuate(words) == [O, O, O, O, QUESTION]
     assert p.punctuate(words, end_of_stream=False) == [O] * 5
     assert p.punctuate(words[:2]) == [O, PERIOD]  # period 0 beats question -1
@@ -47,7 +47,7 @@ def test_a_model_with_a_case_head_ends_the_text_too():
             case[..., 1] = np.where(input_ids == question, 1.0, -1.0)  # last word Capitalized
             return self.infer(input_ids, attention_mask), case
 
-    p = Punctuator(Engine(), aligner, WindowConfig(40, 8, 6))
+    p = OfflineDecoder(Engine(), aligner, WindowConfig(40, 8, 6))
     labels, cases = p.labels_and_cases(words)
     assert labels == [O, O, O, O, QUESTION]
     assert cases == [0, 0, 0, 0, 1]

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_state import StreamState
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     MAX_START,
     ConfigRequest,
     EndRequest,
@@ -30,8 +32,6 @@ from streampunct.protocol import (
     decode_server,
     encode,
 )
-from streampunct.stream_state import StreamConfig, StreamState
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner
 from tests.streampunct.test_session_protocol import WINDOW, Driver
 
@@ -122,7 +122,7 @@ def test_resume_beyond_the_message_limits_is_too_large():
 
 def test_resume_config_goes_through_the_config_validation(monkeypatch):
     """One function validates the options of ``config`` and of ``resume``'s ``config``."""
-    import streampunct.protocol as protocol
+    import streampunct.core.wire as protocol
 
     seen = []
     real = protocol.decode_config
@@ -202,7 +202,7 @@ def test_the_server_uses_at_most_max_context_words():
     driver.send(ResumeRequest(10, context))
     assert driver.protocol.state.words == [w.w for w in context[-WINDOW.left:]]
     # A server that announces a smaller number keeps fewer.
-    from streampunct.session_protocol import SessionProtocol
+    from streampunct.core.session_protocol import SessionProtocol
 
     small = SessionProtocol(aligner=FakeAligner(), window=WINDOW, limits=Limits(max_context_words=2))
     assert small.ready().limits.max_context_words == 2
@@ -224,7 +224,7 @@ def test_context_words_are_left_context_of_the_first_window():
 
 
 def test_stream_state_resume_needs_a_fresh_state():
-    state = StreamState(FakeAligner(), WINDOW, StreamConfig(right_context=1))
+    state = StreamState(FakeAligner(), WINDOW, SessionOptions(right_context=1))
     with pytest.raises(ValueError, match="2 context words, but only 1"):
         state.resume(1, ["t1x1", "t1x2"], 0.0)
     state.feed(["t1x1"], 0.0)
@@ -320,7 +320,7 @@ def test_resume_carries_every_option_a_config_can():
     go through ``decode_config`` and come back as the same options, new ones (itn, lexicon) too."""
     from dataclasses import fields
 
-    from streampunct.protocol import decode_config
+    from streampunct.core.wire import decode_config
 
     defaults = SessionOptions()
     changed = {"right_context": 7, "max_delay_ms": 1234, "partials": True, "capitalize": True, "itn": True,

@@ -1,4 +1,4 @@
-"""The client resumes by itself (:class:`streampunct.client.ResumableStream`, ``streampunct caption``).
+"""The client resumes by itself (:class:`streampunct.client.stream_client.ResumableStream`, ``streampunct caption``).
 
 Real servers on loopback behind a TCP forwarder (:mod:`tests.streampunct.tcp_proxy`), which
 stands in for a load balancer: it sends new connections to the replica the test
@@ -13,15 +13,15 @@ from collections.abc import Callable
 
 import pytest
 
-from streampunct.client import (
+from streampunct.client.stream_client import (
     Reconnect,
     ResumableStream,
     ResumeFailed,
     ResumeNotice,
     Transcript,
 )
-from streampunct.protocol import Ended, Final, Flushed, Partial, Resumed, ServerMessage
-from streampunct.text import render
+from streampunct.core.wire import Ended, Final, Flushed, Partial, Resumed, ServerMessage
+from streampunct.text.normalize import render
 from tests.streampunct.conftest import SCHEDULE_VOCAB
 from tests.streampunct.tcp_proxy import TcpProxy
 

@@ -8,11 +8,11 @@ import random
 
 import numpy as np
 
-from streampunct.batcher import BatcherConfig
-from streampunct.client import StreamClient, Transcript
-from streampunct.evaluation import schedule_labels
-from streampunct.stream_state import StreamConfig
-from streampunct.text import normalize_words
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.options import SessionOptions
+from streampunct.evaluation.accuracy import schedule_labels
+from streampunct.server.batcher import BatcherConfig
+from streampunct.text.normalize import normalize_words
 from tests.streampunct.conftest import (
     SCHEDULE_VOCAB,
     TEST_WINDOW,
@@ -63,7 +63,7 @@ async def test_a_late_server_gives_the_labels_of_the_schedule(start_server, alig
     for (events, rc), transcript in zip(streams, transcripts, strict=True):
         schedule = normalized(events)
         expected = schedule_labels(schedule, aligner, TEST_WINDOW, window_logits,
-                                   StreamConfig(right_context=rc, max_delay_ms=600_000))
+                                   SessionOptions(right_context=rc, max_delay_ms=600_000))
         assert transcript.words == [w for e in schedule for w in e.words]
         assert transcript.labels == expected, f"right_context {rc}"
 
@@ -72,7 +72,7 @@ async def test_finals_carry_the_learned_case_of_a_truecasing_head(start_server, 
     from engines.fake import FakeEngine as OneFake
     from engines.fake import fake_cases, fake_labels
     from streampunct.labels import LOWER
-    from streampunct.text import render
+    from streampunct.text.normalize import render
 
     server = await start_server(engine=OneFake(has_case=True))
     rng = random.Random(5)

@@ -8,9 +8,9 @@ import socket
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
-from streampunct.batcher import BatcherConfig
-from streampunct.client import StreamClient, Transcript
-from streampunct.protocol import (
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     ConfigRequest,
     EndRequest,
     Final,
@@ -19,7 +19,7 @@ from streampunct.protocol import (
     WordsMessage,
     encode,
 )
-from streampunct.windowing import WindowConfig
+from streampunct.server.batcher import BatcherConfig
 
 TIMEOUT = 30.0
 VOCAB = "so the talk was about water and how we can keep it clean for everyone".split()
@@ -145,7 +145,7 @@ async def open_raw(server, **kw):
 async def read_all(ws) -> tuple[Transcript, int | None, str | None]:
     from websockets import ConnectionClosed
 
-    from streampunct.protocol import decode_server
+    from streampunct.core.wire import decode_server
 
     transcript = Transcript()
     try:
@@ -248,7 +248,7 @@ async def test_partial_windows_are_counted_apart(start_server, aligner):
 
 @pytest.mark.parametrize("field", ["max_backlog_words", "max_outbox_messages", "send_timeout_s"])
 def test_server_config_refuses_non_positive_limits(field):
-    from streampunct.server import ServerConfig
+    from streampunct.server.app import ServerConfig
 
     with pytest.raises(ValueError, match=field):
         ServerConfig(**{field: 0})

@@ -17,8 +17,8 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from streampunct.client import StreamClient
-from streampunct.protocol import Final
+from streampunct.client.stream_client import StreamClient
+from streampunct.core.wire import Final
 from tests.streampunct.conftest import FakeEngine
 from tests.streampunct.test_server_protocol import WORDS
 from tests.streampunct.test_text_labels import INVISIBLE
@@ -74,7 +74,7 @@ def rejected(server, reason: str) -> float:
 
 
 def refusal_lines(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "streampunct.server" and r.getMessage().startswith("refused")]
+    return [r for r in caplog.records if r.name == "streampunct.server.app" and r.getMessage().startswith("refused")]
 
 
 # -- 1. malformed handshakes ----------------------------------------------------------------

@@ -11,9 +11,9 @@ import weakref
 import numpy as np
 import pytest
 
-from streampunct import allocator
-from streampunct.batcher import Batcher, BatcherConfig
-from streampunct.client import StreamClient, Transcript
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.server import allocator
+from streampunct.server.batcher import Batcher, BatcherConfig
 from tests.streampunct.conftest import TEST_WINDOW
 from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
 
@@ -146,7 +146,7 @@ async def test_nothing_of_a_session_outlives_it(aligner):
     """Rounds of sessions open and close through a real server (cached left context on): after
     each round no Session object is alive, the server's per-session structures are empty, the
     metrics have the series they had, and the batcher holds no request."""
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     engine = FakeStreamEngine(delay_s=0.002)
     server = await serve(ServerConfig(host="127.0.0.1", port=0,
@@ -187,7 +187,7 @@ async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collecto
     is closed, so the protocol goes by reference counting, not at the next full collection."""
     from websockets.server import ServerProtocol
 
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     def server_protocols() -> int:
         return sum(1 for o in gc.get_objects() if type(o) is ServerProtocol)

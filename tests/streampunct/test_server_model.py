@@ -1,4 +1,4 @@
-"""With the shipped model: streaming labels agree with the offline Punctuator on test2011."""
+"""With the shipped model: streaming labels agree with the offline OfflineDecoder on test2011."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streampunct.client import StreamClient, Transcript
+from streampunct.client.stream_client import StreamClient, Transcript
 from streampunct.model import DEFAULT_MODEL_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,14 +29,14 @@ def model_dir() -> Path:
 async def test_streaming_agrees_with_offline_on_test2011(model_dir):
     if not TEST2011.is_file():
         pytest.skip(f"needs {TEST2011}")
-    from streampunct.data import read_word_labels
+    from streampunct.core.decoder import OfflineDecoder
     from streampunct.model import load_model_info
-    from streampunct.punctuator import Punctuator
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
+    from streampunct.text.word_labels import read_word_labels
 
     words = read_word_labels(TEST2011).words
     info = load_model_info(model_dir)
-    punctuator = Punctuator.from_model_dir(model_dir)
+    punctuator = OfflineDecoder.from_model_dir(model_dir)
     try:
         offline = await asyncio.to_thread(punctuator.punctuate, words)
     finally:

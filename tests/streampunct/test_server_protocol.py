@@ -10,9 +10,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from engines.base import EngineBase
-from streampunct.client import StreamClient, Transcript
-from streampunct.labels import ID_TO_MARK
-from streampunct.protocol import (
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.wire import (
     ConfigApplied,
     ConfigRequest,
     Ended,
@@ -24,7 +23,8 @@ from streampunct.protocol import (
     ServerMessage,
     SessionOptions,
 )
-from streampunct.text import normalize_words, render
+from streampunct.labels import ID_TO_MARK
+from streampunct.text.normalize import normalize_words, render
 from tests.streampunct.fakes import ended, ended_or_final_before
 
 TIMEOUT = 5.0
@@ -328,7 +328,7 @@ async def test_healthz_and_metrics(start_server):
 async def test_healthz_is_503_until_the_engine_is_warm(aligner, fake_engine_cls):
     import threading
 
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     release = threading.Event()
     engine = fake_engine_cls()
@@ -387,7 +387,7 @@ async def test_session_limit_is_enforced_at_the_handshake(start_server):
 
 
 async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(start_server, monkeypatch):
-    from streampunct.session_protocol import SessionProtocol
+    from streampunct.core.session_protocol import SessionProtocol
 
     def broken(self, request, logits):
         raise RuntimeError("a bug")
@@ -405,7 +405,7 @@ async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(star
 
 
 async def test_a_bug_while_reading_a_frame_still_sends_internal_before_1011(start_server, monkeypatch):
-    from streampunct.session_protocol import SessionProtocol
+    from streampunct.core.session_protocol import SessionProtocol
 
     def broken(self, frame, now):
         raise RuntimeError("a bug")
@@ -502,7 +502,7 @@ async def test_a_client_leaving_mid_stream_leaves_nothing_behind(start_server, f
 
 
 async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_engine_cls, fake_labels):
-    from streampunct.batcher import BatcherConfig
+    from streampunct.server.batcher import BatcherConfig
 
     server = await start_server(
         engine=fake_engine_cls(delay_s=0.05), batching=BatcherConfig(max_batch=1, max_wait_ms=0, max_queue=1)

@@ -12,8 +12,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from streampunct.client import StreamClient, Transcript
-from streampunct.protocol import (
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.wire import (
     ConfigRequest,
     Ended,
     Error,
@@ -23,7 +23,7 @@ from streampunct.protocol import (
     Resumed,
     ResumeRequest,
 )
-from streampunct.text import render
+from streampunct.text.normalize import render
 from tests.streampunct.conftest import SCHEDULE_VOCAB, TEST_WINDOW
 
 MARKS = ("", ",", ".", "?")
@@ -112,7 +112,7 @@ async def test_resume_is_refused_after_other_messages_and_when_malformed(start_s
 async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(aligner, fake_labels):
     """With cached left context the first window after a resume runs whole (its left context
     is the resume's context words), and the windows after it are cached again."""
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
 
     class Recording(FakeStreamEngine):
@@ -155,7 +155,7 @@ async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(align
 def test_serve_takes_the_drain_mode():
     from streampunct.cli import build_parser
     from streampunct.commands.serve import build_config
-    from streampunct.server import ServerConfig
+    from streampunct.server.app import ServerConfig
 
     parser = build_parser()
     assert build_config(parser.parse_args(["serve"])).drain == "finalize"

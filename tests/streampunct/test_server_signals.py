@@ -9,16 +9,16 @@ import textwrap
 
 import pytest
 
-from streampunct.client import StreamClient, Transcript
-from streampunct.protocol import Error
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.wire import Error
 
 SERVER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     import numpy as np
     from engines.base import EngineBase
-    from streampunct.alignment import Aligner
-    from streampunct.server import ServerConfig, run_until_signalled
+    from streampunct.core.alignment import Aligner
+    from streampunct.server.app import ServerConfig, run_until_signalled
 
     class Engine(EngineBase):
         name = "fake"
@@ -82,7 +82,7 @@ async def test_sigterm_with_drain_resume_hands_streams_to_another_process(tmp_pa
     """Two server processes behind a forwarder: SIGTERM on the first (``--drain resume``)
     closes the stream with 1012 at once, and the client resumes it on the second, which
     never saw it: every word is final exactly once, with the labels of an uninterrupted stream."""
-    from streampunct.client import Reconnect, ResumableStream
+    from streampunct.client.stream_client import Reconnect, ResumableStream
     from tests.streampunct.tcp_proxy import TcpProxy
 
     script = tmp_path / "server.py"
@@ -129,7 +129,7 @@ async def test_sigterm_with_drain_resume_hands_streams_to_another_process(tmp_pa
     assert notice.code == 1012 and 8 <= notice.start <= 12
     # This engine labels each token alone (PERIOD where its id is a multiple of 7), so the labels
     # are the uninterrupted stream's wherever each word was decided; the end marks the last word.
-    from streampunct.alignment import Aligner
+    from streampunct.core.alignment import Aligner
 
     aligner = Aligner.from_file(minilm_tokenizer_path)
     expected = []

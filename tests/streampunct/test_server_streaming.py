@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.base import EngineBase
-from streampunct.batcher import BatcherConfig
-from streampunct.client import LatencyTracker, StreamClient, Transcript
+from streampunct.client.stream_client import LatencyTracker, StreamClient, Transcript
+from streampunct.core.wire import Final, Flushed
 from streampunct.labels import end_of_stream_label
-from streampunct.protocol import Final, Flushed
-from streampunct.text import normalize_words
+from streampunct.server.batcher import BatcherConfig
+from streampunct.text.normalize import normalize_words
 from tests.streampunct.fakes import ended_or_final_before
 
 TIMEOUT = 10.0
@@ -192,7 +192,7 @@ class ContextEngine(EngineBase):
 
 
 async def test_streaming_matches_offline_decode_with_a_context_model(start_server, aligner, test_window):
-    from streampunct.punctuator import decode_offline
+    from streampunct.core.decoder import decode_offline
 
     rng = random.Random(11)
     words = normalize_words(rng.choice(VOCAB) for _ in range(800))

@@ -8,9 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.labels import ID_TO_MARK
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     ConfigApplied,
     Ended,
     EndRequest,
@@ -25,9 +26,8 @@ from streampunct.protocol import (
     Word,
     WordsMessage,
 )
-from streampunct.session_protocol import SessionProtocol
-from streampunct.text import render
-from streampunct.windowing import WindowConfig
+from streampunct.labels import ID_TO_MARK
+from streampunct.text.normalize import render
 from tests.streampunct.fakes import FakeAligner
 
 WINDOW = WindowConfig(size=24, left=4, right=3)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
-from streampunct.options import SessionOptions
-from streampunct.protocol import (
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
     DEFAULT_LIMITS,
     ConfigApplied,
     ConfigRequest,
@@ -26,9 +27,8 @@ from streampunct.protocol import (
     WordsMessage,
     decode_server,
 )
-from streampunct.session_protocol import SessionProtocol
-from streampunct.windowing import WindowConfig
-from streampunct.written_form import Lexicon, WrittenForms, normalize_lexicon
+from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
+from streampunct.text.written_form import Lexicon, WrittenForms, normalize_lexicon
 from tests.streampunct.written_fakes import FakeNormalizer, WordAligner, marks_model
 
 WINDOW = WindowConfig(size=24, left=4, right=3)
@@ -262,8 +262,8 @@ def test_no_itn_no_lexicon_renders_as_before():
 
 
 async def test_through_a_server_with_injected_grammars(aligner):
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     config = ServerConfig(host="127.0.0.1", port=0, lexicon=(("new york", "New York"),))
@@ -289,8 +289,8 @@ async def test_through_a_server_with_injected_grammars(aligner):
 
 
 async def test_a_server_without_grammars_refuses_itn(aligner):
-    from streampunct.client import ClientError, StreamClient
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import ClientError, StreamClient
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
@@ -301,7 +301,7 @@ async def test_a_server_without_grammars_refuses_itn(aligner):
             await StreamClient.connect(server.url, itn=True)
     finally:
         await server.shutdown()
-    from streampunct.server import StreamServer
+    from streampunct.server.app import StreamServer
 
     # itn by default needs grammars: refused when the server is built (it knows what was injected)
     with pytest.raises(ValueError, match="itn by default: itn is not available"):
@@ -320,7 +320,7 @@ def test_frames_of_lexicon_config_round_trip():
 
 def _resolved(out: list) -> list:
     """The protocol's output with every WrittenText resolved, in order (as the server's writer does)."""
-    from streampunct.session_protocol import WrittenText
+    from streampunct.core.session_protocol import WrittenText
 
     return [m.resolve() if isinstance(m, WrittenText) else m for m in out]
 
@@ -340,7 +340,7 @@ def test_deferred_texts_are_the_texts_written_at_once(chunk):
 
 
 def test_deferred_texts_must_be_resolved_in_order_and_only_itn_sessions_defer():
-    from streampunct.session_protocol import WrittenText
+    from streampunct.core.session_protocol import WrittenText
 
     options = SessionOptions(right_context=1, max_delay_ms=60_000, itn=True)
     driver = Driver(options)
@@ -391,8 +391,8 @@ async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
     in order with the texts they would have had."""
     import asyncio
 
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     normalizer = BlockingNormalizer("million")
@@ -448,7 +448,7 @@ class AtOnceBlockingNormalizer(BlockingNormalizer):
         self.asked: list[tuple[str, ...]] = []
 
     def phrases(self, words, *, first=0, until=None):
-        from streampunct.written_form import WouldWait, waiting_allowed
+        from streampunct.text.written_form import WouldWait, waiting_allowed
         from tests.streampunct.written_fakes import NUMBERS
 
         if waiting_allowed():
@@ -465,8 +465,8 @@ async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(ali
     the normalizer. Fails when every itn text goes through the executor."""
     import asyncio
 
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.server.app import ServerConfig, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     normalizer = AtOnceBlockingNormalizer("million")

@@ -31,9 +31,9 @@ def test_default_and_base_are_shipped():
 @pytest.fixture(scope="module", params=SHIPPED, ids=[p.name for p in SHIPPED])
 def punctuator(request):
     pytest.importorskip("onnxruntime")
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
-    p = Punctuator.from_model_dir(request.param)
+    p = OfflineDecoder.from_model_dir(request.param)
     yield request.param, p
     p.close()
 
@@ -63,8 +63,8 @@ def test_punctuates_plain_english(punctuator):
 
 async def test_question_at_end_of_stream_through_the_server(punctuator):
     model_dir, _ = punctuator
-    from streampunct.client import StreamClient, Transcript
-    from streampunct.server import ServerConfig, serve
+    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.server.app import ServerConfig, serve
 
     server = await serve(ServerConfig(model_dir=model_dir, port=0))
     try:

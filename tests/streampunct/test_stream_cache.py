@@ -1,4 +1,4 @@
-"""Cached left context (streampunct.stream_cache): which calls a stream makes, what it
+"""Cached left context (streampunct.core.stream_cache): which calls a stream makes, what it
 keeps, and that the server gives the simulation's labels with it."""
 
 from __future__ import annotations
@@ -12,18 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.batcher import BatcherConfig
-from streampunct.client import StreamClient, Transcript
-from streampunct.engine_call import StreamCalls, run_calls
-from streampunct.evaluation import Event, _play, schedule_labels
-from streampunct.stream_cache import (
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.engine_call import StreamCalls, run_calls
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_cache import (
     KVCache,
     StreamShape,
     new_cache,
     pad_stream_calls,
     run_stream_calls,
 )
-from streampunct.stream_state import StreamConfig, StreamState
+from streampunct.core.stream_state import StreamState
+from streampunct.evaluation.accuracy import Event, _play, schedule_labels
+from streampunct.server.batcher import BatcherConfig
 from tests.streampunct.conftest import (
     SCHEDULE_VOCAB,
     TEST_WINDOW,
@@ -96,7 +97,7 @@ def _present_for(call) -> np.ndarray | None:
 
 
 def _stream(aligner, words, rc=2):
-    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=rc, max_delay_ms=10**9))
+    state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=rc, max_delay_ms=10**9))
     cache = new_cache(SHAPE, TEST_WINDOW)
     return state, cache
 
@@ -173,7 +174,7 @@ def test_a_group_that_does_not_follow_the_cache_starts_a_new_base(aligner):
     state, cache = _stream(aligner, [])
     state.feed(["the", "a", "of", "and", "to"], 0.0)
     _serve_one(state, cache, 0.0)
-    other = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=2, max_delay_ms=10**9))
+    other = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=2, max_delay_ms=10**9))
     other.feed(["we", "um", "what", "so"], 0.0)
     call = cache.plan(other.next_request(0.0))  # starts at token 0: not where the cache ends
     assert call.full
@@ -279,7 +280,7 @@ def test_every_word_is_final_once_in_order_with_a_cache(aligner, chunks, rc, see
         events.append(Event(t, tuple(rng.choice(VOCAB) for _ in range(n))))
     events.append(Event(t + 1.0, kind="end"))
     engine = FakeStreamEngine()
-    state = StreamState(aligner, TEST_WINDOW, StreamConfig(right_context=rc, max_delay_ms=1500))
+    state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=rc, max_delay_ms=1500))
     finals = []
     _play(StreamCalls(state, new_cache(SHAPE, TEST_WINDOW)), events, lambda call: run_calls(engine, [call], 0)[0],
           lambda ds: finals.extend(d.index for d in ds))
@@ -290,7 +291,7 @@ def test_the_cache_changes_labels_where_the_context_matters(aligner):
     rng = random.Random(2)
     events = [Event(float(k), tuple(rng.choice(VOCAB) for _ in range(3))) for k in range(30)]
     events.append(Event(31.0, kind="end"))
-    opts = StreamConfig(right_context=2, max_delay_ms=10**9)
+    opts = SessionOptions(right_context=2, max_delay_ms=10**9)
     engine = FakeStreamEngine()
     cached = schedule_labels(events, aligner, TEST_WINDOW, engine.infer, opts, stream_engine=engine)
     whole = schedule_labels(events, aligner, TEST_WINDOW, engine.infer, opts)
@@ -300,7 +301,7 @@ def test_the_cache_changes_labels_where_the_context_matters(aligner):
 
 
 async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server, aligner):
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     engine = FakeStreamEngine(delay_s=0.005)
     server = await serve(ServerConfig(host="127.0.0.1", port=0, batching=BatcherConfig(max_batch=64, max_wait_ms=2)),
@@ -317,7 +318,7 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
         for (events, rc), transcript in zip(streams, transcripts, strict=True):
             schedule = normalized(events)
             expected = schedule_labels(schedule, aligner, TEST_WINDOW, engine.infer,
-                                       StreamConfig(right_context=rc, max_delay_ms=600_000), stream_engine=engine)
+                                       SessionOptions(right_context=rc, max_delay_ms=600_000), stream_engine=engine)
             assert transcript.words == [w for e in schedule for w in e.words]
             assert transcript.labels == expected, f"right_context {rc}"
     finally:
@@ -325,7 +326,7 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
 
 
 async def test_the_server_keeps_as_many_tokens_as_it_is_told(aligner):
-    from streampunct.server import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, serve
 
     with pytest.raises(ValueError, match="stream_cache_tokens"):
         ServerConfig(stream_cache_tokens=0)
@@ -357,10 +358,10 @@ def test_a_model_folder_can_switch_the_cache_off_for_auto(tmp_path, monkeypatch)
     import engines.ort_engine
     import engines.registry
     from engines.base import TensorSpec
+    from streampunct.core.decoder import OfflineDecoder
     from streampunct.errors import ModelError
     from streampunct.model import load_model_info
-    from streampunct.punctuator import Punctuator
-    from streampunct.server import ServerConfig, _stream_shape
+    from streampunct.server.app import ServerConfig, _stream_shape
 
     past = TensorSpec("past_kv", "float16", (2, 2, "batch", 3, "past", 8))
     monkeypatch.setattr(engines.registry, "read_sidecar", lambda path: SimpleNamespace(inputs=(past,)))
@@ -373,7 +374,7 @@ def test_a_model_folder_can_switch_the_cache_off_for_auto(tmp_path, monkeypatch)
         return load_model_info(tmp_path / name)
 
     def punctuator(info):
-        return Punctuator(SimpleNamespace(name="onnxruntime"), None, TEST_WINDOW, info=info)
+        return OfflineDecoder(SimpleNamespace(name="onnxruntime"), None, TEST_WINDOW, info=info)
 
     on, off = folder("on"), folder("off", stream_cache=False)
     assert on.stream_cache_auto and folder("true", stream_cache=True).stream_cache_auto

@@ -3,9 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_state import StreamState
+from streampunct.core.windowing import WindowConfig
 from streampunct.labels import PERIOD, QUESTION, O
-from streampunct.stream_state import StreamConfig, StreamState
-from streampunct.windowing import WindowConfig
 from tests.streampunct.fakes import FakeAligner, fake_infer, fake_label
 
 WINDOW = WindowConfig(40, 8, 6)
@@ -36,7 +37,7 @@ events = st.lists(
 @given(events=events, rc=st.integers(0, 8), delay_ms=st.integers(0, 3000))
 def test_every_word_final_once_in_order_never_early(events, rc, delay_ms):
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=rc, max_delay_ms=delay_ms))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=rc, max_delay_ms=delay_ms))
     now = 0.0
     words, arrival, finals = [], [], []
     flushed_upto = 0
@@ -74,7 +75,7 @@ def test_every_word_final_once_in_order_never_early(events, rc, delay_ms):
 
 def test_right_context_makes_words_decidable():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=2, max_delay_ms=10_000))
     state.feed([aligner.word(1, 0), aligner.word(2, 1)], 0.0)
     assert state.next_request(0.0) is None
     state.feed([aligner.word(1, 2)], 0.1)
@@ -85,7 +86,7 @@ def test_right_context_makes_words_decidable():
 
 def test_delay_makes_words_decidable_at_deadline():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=5, max_delay_ms=300))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=5, max_delay_ms=300))
     state.feed([aligner.word(1, 0)], 1.0)
     state.feed([aligner.word(1, 1)], 1.2)
     assert state.next_deadline() == pytest.approx(1.3)
@@ -97,7 +98,7 @@ def test_delay_makes_words_decidable_at_deadline():
 
 def test_one_request_in_flight_and_coalescing():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=0))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=0, max_delay_ms=0))
     state.feed([aligner.word(1, 0)], 0.0)
     first = state.next_request(0.0)
     assert first is not None and first.n_words == 1
@@ -110,7 +111,7 @@ def test_one_request_in_flight_and_coalescing():
 
 def test_abort_requeues_words():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=0))
     state.feed([aligner.word(1, 0), aligner.word(1, 1)], 0.0)
     req = state.next_request(0.0)
     state.abort(req)
@@ -122,7 +123,7 @@ def test_abort_requeues_words():
 
 def test_partial_covers_undecided_tail_and_is_replaced():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=3, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=3, max_delay_ms=10_000))
     state.feed([aligner.word(2, k) for k in range(5)], 0.0)
     finals = run_requests(state, 0.0, partial=True)
     assert [d.index for d in finals] == [0, 1]
@@ -136,7 +137,7 @@ def test_partial_covers_undecided_tail_and_is_replaced():
 
 def test_left_context_comes_from_earlier_words():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=0))
     words = [aligner.word(1, k) for k in range(30)]
     state.feed(words[:20], 0.0)
     run_requests(state, 0.0)
@@ -149,24 +150,24 @@ def test_left_context_comes_from_earlier_words():
 
 
 def test_feed_rejects_empty_words_and_bad_config():
-    state = StreamState(FakeAligner(), WINDOW, StreamConfig())
+    state = StreamState(FakeAligner(), WINDOW, SessionOptions())
     with pytest.raises(ValueError, match="empty word"):
         state.feed([""], 0.0)
     with pytest.raises(ValueError):
-        StreamConfig(right_context=-1)
+        SessionOptions(right_context=-1)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_long_streams_stay_bounded_and_correct(monkeypatch, seed):
     import random
 
-    import streampunct.stream_state as ss
+    import streampunct.core.stream_state as ss
 
     monkeypatch.setattr(ss, "KEEP_WORDS", 8)
     monkeypatch.setattr(ss, "COMPACT_EVERY", 16)
     rng = random.Random(seed)
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=rng.randint(0, 5), max_delay_ms=700))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=rng.randint(0, 5), max_delay_ms=700))
     words, finals, now, peak, arrived = [], [], 0.0, 0, []
     while len(words) < 3000:
         new = [aligner.word(rng.randint(1, 6), len(words) + k) for k in range(rng.randint(1, 9))]
@@ -232,7 +233,7 @@ def serve_all(state, now, infer):
 )
 def test_end_gives_the_last_word_the_sentence_mark_the_model_prefers(row, label):
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=2, max_delay_ms=10_000))
     infer = infer_with_last_row(np.asarray(row, dtype=np.float32))
     state.feed([aligner.word(1, k) for k in range(4)], 0.0)
     assert [d.label for d in serve_all(state, 0.0, infer)] == [O, O]
@@ -246,7 +247,7 @@ def test_end_gives_the_last_word_the_sentence_mark_the_model_prefers(row, label)
 
 def test_flush_does_not_force_a_mark_and_a_final_word_is_never_revised():
     aligner = FakeAligner()
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=2, max_delay_ms=10_000))
     infer = infer_with_last_row(np.asarray([2.0, 0.0, -1.0, 1.0], dtype=np.float32))
     state.feed([aligner.word(1, k) for k in range(4)], 0.0)
     state.flush(0.0)
@@ -261,7 +262,7 @@ def test_end_marks_the_last_word_only_when_end_decides_it():
     ones = lambda req: np.ones((1, len(req.input_ids)), np.int64)  # noqa: E731
     # right_context 0: every word is decidable on arrival, before `end` comes; the window
     # may still be at the engine when it does, but the label must not depend on that.
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=0, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=0, max_delay_ms=10_000))
     state.feed([aligner.word(1, k) for k in range(4)], 0.0)
     req = state.next_request(0.0)
     assert req.first_word == 0 and req.n_words == 4
@@ -271,7 +272,7 @@ def test_end_marks_the_last_word_only_when_end_decides_it():
     # right_context 2: the last two words wait for `end`, which decides them: the last one
     # gets the sentence mark (here QUESTION: its question logit beats its period logit),
     # even though the first decision is still at the engine when `end` comes.
-    state = StreamState(aligner, WINDOW, StreamConfig(right_context=2, max_delay_ms=10_000))
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=2, max_delay_ms=10_000))
     state.feed([aligner.word(1, k) for k in range(4)], 0.0)
     first = state.next_request(0.0)
     assert first.first_word == 0 and first.n_words == 2

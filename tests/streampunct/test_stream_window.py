@@ -5,9 +5,9 @@ import json
 import pytest
 
 from engines.base import EngineBase
+from streampunct.core.windowing import WindowConfig
 from streampunct.errors import ModelError
 from streampunct.model import load_model_info
-from streampunct.windowing import WindowConfig
 
 WINDOW = {"size": 126, "left": 30, "right": 15}
 
@@ -41,8 +41,8 @@ def test_bad_stream_window_is_a_model_error(tmp_path, bad):
 
 
 def test_server_and_simulations_use_the_stream_window(tmp_path):
-    from streampunct.punctuator import Punctuator
-    from streampunct.server import ServerConfig, _runtime_from_model
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.server.app import ServerConfig, _runtime_from_model
 
     d = folder(tmp_path, stream_window={"left": 20})
     runtime = _runtime_from_model(ServerConfig(model_dir=d))
@@ -53,6 +53,6 @@ def test_server_and_simulations_use_the_stream_window(tmp_path):
             raise AssertionError
 
     info = load_model_info(d)
-    p = Punctuator(Engine(), info.aligner(), info.window, info=info, stream_window=info.stream_window)
+    p = OfflineDecoder(Engine(), info.aligner(), info.window, info=info, stream_window=info.stream_window)
     assert p.window.left == 30 and p.stream_window.left == 20
-    assert Punctuator(Engine(), info.aligner(), info.window).stream_window == info.window
+    assert OfflineDecoder(Engine(), info.aligner(), info.window).stream_window == info.window

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.labels import COMMA, PERIOD, QUESTION, O
-from streampunct.subtitles import (
+from streampunct.client.subtitles import (
     Cue,
     CueBuilder,
     CueLimits,
@@ -25,6 +24,7 @@ from streampunct.subtitles import (
     read_cues_jsonl,
     wrap,
 )
+from streampunct.labels import COMMA, PERIOD, QUESTION, O
 
 webvtt = pytest.importorskip("webvtt", reason="needs webvtt-py (the dev extra)")
 srt = pytest.importorskip("srt", reason="needs srt (the dev extra)")
@@ -378,9 +378,9 @@ async def test_caption_writes_a_held_cue_during_a_pause(start_server, fake_label
     max_duration_s (wall time), before the speaker goes on."""
     import asyncio
 
-    from streampunct.caption import caption
-    from streampunct.caption_input import AsrEvent
-    from streampunct.protocol import Word
+    from streampunct.client.caption import caption
+    from streampunct.client.caption_input import AsrEvent
+    from streampunct.core.wire import Word
 
     first, later = "so and then the".split(), ["home"]
     assert not any(label in (PERIOD, QUESTION) for label in fake_labels(first))  # nothing ends the cue

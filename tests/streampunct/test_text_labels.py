@@ -5,7 +5,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O, label_id, strongest
-from streampunct.text import MAX_WORD_CHARS, drop_invisible, normalize_word, normalize_words, render
+from streampunct.text.normalize import (
+    MAX_WORD_CHARS,
+    drop_invisible,
+    normalize_word,
+    normalize_words,
+    render,
+)
 
 
 def test_label_ids_in_fixed_order():

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.punctuator import decode_offline
-from streampunct.windowing import (
+from streampunct.core.decoder import decode_offline
+from streampunct.core.windowing import (
     TokenLayout,
     WindowConfig,
     offline_windows,

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from streampunct import itn
 from streampunct.api import Punctuator
-from streampunct.caption import _sentences, caption
 from streampunct.cli import build_parser
+from streampunct.client.caption import _sentences, caption
 from streampunct.commands.punctuate import punctuate_lines
 from streampunct.errors import InputError
 from streampunct.labels import PERIOD, O
-from streampunct.written_form import Lexicon, WrittenForms
+from streampunct.text import itn
+from streampunct.text.written_form import Lexicon, WrittenForms
 from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 from tests.streampunct.written_fakes import FakeNormalizer
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from streampunct.labels import CAPITALIZED, COMMA, PERIOD, QUESTION, UPPER
 from streampunct.labels import O as NO
-from streampunct.text import render
-from streampunct.written_form import (
+from streampunct.text.normalize import render
+from streampunct.text.written_form import (
     MAX_HELD_WORDS,
     MAX_LEXICON_PHRASE_WORDS,
     FinalTexts,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from streampunct.labels import O
-from streampunct.written_form import Phrase
+from streampunct.text.written_form import Phrase
 
 NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
 NUMBERS.update({w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())})

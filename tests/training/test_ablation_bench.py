@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from benchmarks.ablation import main, markdown  # noqa: E402
+from streampunct.evaluation.scores import evaluate  # noqa: E402
 from streampunct.labels import LABELS  # noqa: E402
-from streampunct.metrics import evaluate  # noqa: E402
 from training.run import run  # noqa: E402
 
 from .conftest import synthetic_words  # noqa: E402
@@ -38,13 +38,13 @@ def test_scores_a_crf_checkpoint_with_argmax_and_viterbi(tiny_base_model, tiny_d
     assert "viterbi" in m["test"]["test_a"] and m["test"]["test_a"]["n_words"] == 300
 
     # the figure is the argmax of the checkpoint's own offline decode, computed independently here
-    from engines.torch_engine import TorchEngine
+    from engines.build.torch_engine import TorchEngine
+    from streampunct.core.decoder import OfflineDecoder
     from streampunct.model import load_model_info
-    from streampunct.punctuator import Punctuator
     from training.checkpoint import load_checkpoint
 
     info = load_model_info(result.best_dir)
-    p = Punctuator(TorchEngine(load_checkpoint(result.best_dir)[0]), info.aligner(), info.window)
+    p = OfflineDecoder(TorchEngine(load_checkpoint(result.best_dir)[0]), info.aligner(), info.window)
     try:
         pred = p.punctuate(words, end_of_stream=False)  # plain argmax, as the scorers
     finally:
@@ -80,7 +80,7 @@ def test_compare_models_reports_both_scores_and_agreement(tiny_base_model, tiny_
     import shutil
 
     from benchmarks.compare_models import main as compare_main
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
 
     from .test_train_tiny import trained_runtime_folder
 

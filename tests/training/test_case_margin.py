@@ -21,10 +21,10 @@ TEXT = "Is there anything else? Alright then. Alright, John said NASA.\n"
 
 @pytest.fixture
 def punctuator(aligner):
-    from streampunct.punctuator import Punctuator
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.windowing import WindowConfig
 
-    p = Punctuator(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6))
+    p = OfflineDecoder(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6))
     yield p
     p.close()
 
@@ -69,13 +69,13 @@ def test_the_mean_is_over_the_sets():
 
 def _folder(tmp_path, monkeypatch, aligner) -> Path:
     """A model folder's metadata, served by the chosen engine instead of its graph."""
-    from streampunct.punctuator import Punctuator
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.windowing import WindowConfig
 
     folder = tmp_path / "model"
     folder.mkdir()
     shutil.copy(REPO / "models" / "default" / "streampunct.json", folder)
-    monkeypatch.setattr(Punctuator, "from_model_dir", classmethod(
+    monkeypatch.setattr(OfflineDecoder, "from_model_dir", classmethod(
         lambda cls, model_dir: cls(ChosenEngine(aligner), aligner, WindowConfig(48, 8, 6))))
     return folder
 
@@ -108,12 +108,12 @@ def test_test_sets_and_models_without_a_case_head_are_refused(tmp_path, monkeypa
     assert capsys.readouterr().err.strip() == \
         "case_margin: error: test2011_cased.txt is a test set: never tune on it"
 
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.windowing import WindowConfig
     from streampunct.errors import InputError
-    from streampunct.punctuator import Punctuator
-    from streampunct.windowing import WindowConfig
 
     class NoCase(ChosenEngine):
         has_case = False
 
     with pytest.raises(InputError, match="no truecasing head"):
-        decode_text(Punctuator(NoCase(aligner), aligner, WindowConfig(48, 8, 6)), "x", TEXT)
+        decode_text(OfflineDecoder(NoCase(aligner), aligner, WindowConfig(48, 8, 6)), "x", TEXT)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from streampunct.alignment import Aligner
+from streampunct.core.alignment import Aligner
 from training.data import (
     IGNORE,
     Document,

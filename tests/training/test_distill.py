@@ -111,6 +111,45 @@ def test_shards_label_the_same_documents_as_one_run_between_them(tiny_base_model
         np.testing.assert_array_equal(d.soft, by_name[d.name].soft)
 
 
+def test_a_shard_folder_resumes_skips_finished_shards_and_refuses_a_foreign_one(
+        tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
+    from training import distill
+
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=2",
+                              'data.train=["dev2012", "ted"]'))
+    common = dict(data_root_dir=str(tiny_data_root), cache_dir=str(tmp_path / "cache"), device="cpu")
+    whole, _ = read_soft_labels(label_sources(teacher.best_dir, ["ted", "dev2012"], ["tedx"],
+                                              tmp_path / "all.npz", **common))
+    out = tmp_path / "shards"
+    labelled = []
+    real_label = distill._label
+
+    def counting_label(decode, meta, docs, path, **kw):
+        labelled.append(kw["shard"])
+        if len(labelled) == 2:  # a stop in the middle of the second shard
+            raise KeyboardInterrupt
+        return real_label(decode, meta, docs, path, **kw)
+
+    monkeypatch.setattr(distill, "_label", counting_label)
+    with pytest.raises(KeyboardInterrupt):
+        distill.label_shard_dir(teacher.best_dir, ["ted", "dev2012"], ["tedx"], out, 3, **common)
+    assert sorted(p.name for p in out.iterdir()) == ["shard_000_of_003.npz"]  # nothing half-written
+    labelled.clear()
+    monkeypatch.setattr(distill, "_label", real_label)
+    paths = distill.label_shard_dir(teacher.best_dir, ["ted", "dev2012"], ["tedx"], out, 3, **common)
+    parts = [read_soft_labels(p)[0] for p in paths]
+    assert sorted(d.name for p in parts for d in p) == sorted(d.name for d in whole)
+    by_name = {d.name: d for d in whole}
+    for d in (d for p in parts for d in p):
+        np.testing.assert_array_equal(d.soft, by_name[d.name].soft)
+    # run again: every shard is checked and skipped (the teacher is not even opened)
+    monkeypatch.setattr(distill, "teacher_decoder", lambda *a, **k: pytest.fail("relabelled a finished shard"))
+    assert distill.label_shard_dir(teacher.best_dir, ["ted", "dev2012"], ["tedx"], out, 3, **common) == paths
+    # a shard of another selection in the folder is refused with its name
+    with pytest.raises(distill.InputError, match="shard_000_of_003.npz does not hold shard 0/3"):
+        distill.label_shard_dir(teacher.best_dir, ["ted"], ["tedx"], out, 3, **common)
+
+
 @pytest.mark.parametrize("bad", ["3/3", "-1/2", "1", "a/b", "0/0"])
 def test_a_bad_shard_is_refused_with_its_value(bad, tmp_path, capsys):
     from training.distill import main

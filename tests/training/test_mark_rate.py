@@ -53,7 +53,7 @@ def test_a_caption_draw_can_leave_out_the_held_out_talks(tiny_data_root, monkeyp
     kept = {d.name for d in data.load_unlabeled(["tedx"], tiny_data_root, max_words=0, seed=15, exclude=held)}
     assert kept == everything - held == drawn
 
-    monkeypatch.setattr(distill, "teacher_decoder", lambda teacher, device="auto", bf16=False: (
+    monkeypatch.setattr(distill, "teacher_decoder", lambda teacher, device="auto", bf16=False, threads=0: (
         lambda docs, bs=64: [np.zeros((len(d.words), len(LABELS)), dtype=np.float32) for d in docs],
         {"teacher": "fake"}))
     names = {}

@@ -20,7 +20,7 @@ WINDOW = {"size": 30, "left": 6, "right": 4}
 
 def runtime_folder(base: Path, out: Path, *, case_head: bool, quantize_embeddings: bool,
                    precision: str = "int8") -> torch.nn.Module:
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
 
     torch.manual_seed(3)
     model = build_model(base, random_init=True, dropout=0.0, case_head=case_head).eval()
@@ -114,7 +114,7 @@ def test_init_head_continues_the_imported_model(tiny_base_model, tmp_path):
 
 
 def test_merged_initializers_are_refused(tiny_base_model, tmp_path):
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
 
     untrained = build_model(tiny_base_model, random_init=True, dropout=0.0).eval()  # zero biases
     build_model_folder(untrained, tmp_path / "rt", config=BuildConfig(),
@@ -138,7 +138,7 @@ def test_dither_keeps_training_that_a_plain_import_would_lose_at_export(tiny_bas
     """A model trained from an imported int4 graph and exported to int4 again: without dither,
     weights moved by less than half a step come back as the old graph's codes (the GPU teacher of
     2026-11-26); with --dither 0.5 the export keeps the move in expectation."""
-    from engines.builder import BuildConfig, build_model_folder
+    from engines.build.builder import BuildConfig, build_model_folder
 
     runtime_folder(tiny_base_model, tmp_path / "rt", case_head=False, quantize_embeddings=True, precision="int4")
     old = onnx_state_dict(tmp_path / "rt" / "model.int4.onnx")

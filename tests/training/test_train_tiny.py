@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from streampunct.alignment import Aligner  # noqa: E402
+from streampunct.core.alignment import Aligner  # noqa: E402
 from training.checkpoint import checkpoint_aligner, load_checkpoint, save_checkpoint  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.data import Document, data_root, load_unlabeled  # noqa: E402
@@ -119,7 +119,7 @@ def test_pseudo_labeling_and_one_student_step(tiny_base_model, tiny_data_root, t
     cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=20")
     teacher = run(cfg)
     t_model, t_meta = load_checkpoint(teacher.best_dir)
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
 
     unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=10_000, seed=0)
     assert unlabeled and all(d.pseudo for d in unlabeled)  # placeholder labels, never human ones
@@ -242,7 +242,7 @@ def trained_runtime_folder(base, root, tmp_path, steps, precision="fp32"):
 
 def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_path):
     """A runtime model folder (ONNX + streampunct.json, like models/default) can teach."""
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
     from training.evaluation import RuntimeModel, is_runtime_model
     from training.self_training import runtime_pseudo_label
 
@@ -251,7 +251,7 @@ def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_pa
 
     # the ONNX teacher labels like the torch checkpoint it was built from
     t_model, t_meta = load_checkpoint(teacher.best_dir)
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
 
     unlabeled = load_unlabeled(["tedx"], data_root(str(tiny_data_root)), max_words=2_000, seed=0)
     torch_pseudo = pseudo_label(t_model, checkpoint_aligner(teacher.best_dir), unlabeled,
@@ -273,10 +273,10 @@ def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_pa
     record = json.loads((tmp_path / "st" / "self_training.json").read_text())
     assert record["teacher"]["dir"] == str(folder)
     # the teacher's validation F1 is the ONNX model's own figure on the validation set
-    p = Punctuator.from_model_dir(folder)
+    p = OfflineDecoder.from_model_dir(folder)
     try:
-        from streampunct.evaluation import offline_labels
-        from streampunct.metrics import evaluate
+        from streampunct.evaluation.accuracy import offline_labels
+        from streampunct.evaluation.scores import evaluate
         from training.data import load_validation_docs, resolve_cache
 
         docs = load_validation_docs("dev2010", data_root(str(tiny_data_root)),
@@ -291,7 +291,7 @@ def test_runtime_model_folder_as_teacher(tiny_base_model, tiny_data_root, tmp_pa
 
 
 def test_window_tuning_of_a_runtime_model_folder(tiny_base_model, tiny_data_root, tmp_path):
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
     from training.data import load_validation_docs, resolve_cache
     from training.window_tuning import tune_model_folder, window_grid
 
@@ -312,8 +312,8 @@ def test_window_tuning_of_a_runtime_model_folder(tiny_base_model, tiny_data_root
 
 
 def test_window_search_tolerance_prefers_the_cheaper_geometry():
-    from streampunct.metrics import evaluate
-    from streampunct.windowing import WindowConfig
+    from streampunct.core.windowing import WindowConfig
+    from streampunct.evaluation.scores import evaluate
     from training.window_tuning import search_windows
 
     cheap, costly, worse = WindowConfig(126, 30, 15), WindowConfig(94, 40, 10), WindowConfig(126, 20, 10)
@@ -347,7 +347,7 @@ def test_case_head_round_trip_and_training_signal(tiny_base_model, tiny_data_roo
 
 def test_stream_left_tuning_picks_the_least_left_context_within_tolerance(tiny_base_model, tiny_data_root,
                                                                            tmp_path):
-    from streampunct.metrics import evaluate
+    from streampunct.evaluation.scores import evaluate
     from streampunct.model import load_model_info
     from training.data import load_validation_docs, resolve_cache
     from training.window_tuning import live_score, tune_stream_left
@@ -377,10 +377,10 @@ def test_stream_left_tuning_picks_the_least_left_context_within_tolerance(tiny_b
     with pytest.raises(ValueError, match="tolerance"):
         tune_stream_left(folder, docs, [2], tolerance=-1, score=score)
     # The real score: the tiny model's labels for the validation text as one live stream.
-    from streampunct.punctuator import Punctuator
+    from streampunct.core.decoder import OfflineDecoder
 
     words = [w for d in docs for w in d.words]
-    punctuator = Punctuator.from_model_dir(folder)
+    punctuator = OfflineDecoder.from_model_dir(folder)
     try:
         report = live_score(punctuator, words, gold, info.stream_window)
     finally:

@@ -1,0 +1,411 @@
+"""Live captioning against a streaming server: the logic behind ``streampunct caption``.
+
+ASR events (:mod:`streampunct.client.caption_input`: a paced plain-text transcript,
+or JSON lines from a recognizer, with timestamps and interim hypotheses) are
+streamed to the server: committed words as ``words``, interim ones as
+``hypothesis``. Captions are shown as they come: each completed sentence on
+its own line, and on a terminal a status line with the sentence in progress
+and the provisional tail dimmed; or written as subtitles
+(:mod:`streampunct.client.subtitles`). The final punctuated transcript and the
+latency figures the client saw are returned. Whatever happens to the
+connection, everything received is kept (:class:`StreamClosedEarly` carries
+it).
+
+The stream outlives its connection (:class:`~streampunct.client.stream_client.ResumableStream`):
+when the connection drops, or the server closes it with 1001, 1011, 1012 or
+1013, the client reconnects with backoff and resumes, sending again the words
+that have no final yet, so that captions, subtitles and the transcript lose
+nothing and repeat nothing; each interruption is one line on ``errors``.
+
+A bad input line (:class:`~streampunct.client.caption_input.BadLine`, raised by the
+events with ``--on-bad-line stop``) ends the stream there: every word sent
+before it is finalized, and :class:`InputStopped` carries the result.
+
+Nothing is sent that the server must refuse for its size: committed words go
+in messages of at most the server's ``max_words_per_message`` words, and
+longer words are cut to its ``max_word_chars`` characters (the server keeps
+far fewer after normalization anyway). The limits come with ``ready``; a
+server that does not send them is taken to have the defaults
+(:data:`MAX_WORDS_PER_MESSAGE`, :data:`MAX_WORD_CHARS`). An ``error`` the
+server answers with all the same (other than ``overloaded``, after which it
+keeps the words) is kept in the transcript and, with ``errors``, reported as
+it comes: the words of a refused message are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from websockets.exceptions import ConnectionClosed
+
+from streampunct.client.caption_input import AsrEvent, asr_chunks, read_transcript, text_events
+from streampunct.client.stream_client import (
+    ClientError,
+    LatencySummary,
+    LatencyTracker,
+    Reconnect,
+    ResumableStream,
+    ResumeFailed,
+    ResumeNotice,
+    Transcript,
+    message_words,
+    open_client,
+)
+from streampunct.client.subtitles import SubtitleWriter, TimedWord
+from streampunct.core.wire import (
+    DEFAULT_LIMITS,
+    Error,
+    ErrorCode,
+    Final,
+    SessionOptions,
+)
+from streampunct.errors import InputError
+from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+
+__all__ = [  # the readers and the message splitting live in caption_input / client; named here too
+    "CaptionResult", "CaptionView", "InputStopped", "StreamClosedEarly", "asr_chunks", "caption", "connect",
+    "default_view", "lost_words_errors", "message_words", "read_transcript",
+]
+
+_DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
+
+#: Most words the client puts in one message: the server's default ``--max-words-per-message``.
+MAX_WORDS_PER_MESSAGE = DEFAULT_LIMITS.max_words_per_message
+#: Longer words are cut to this many characters (the server refuses longer ones).
+MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
+
+
+def _loses_words(error: Error) -> bool:
+    """Every ``error`` but ``overloaded`` (after which the server keeps the words) refused a message."""
+    return error.code != ErrorCode.OVERLOADED
+
+
+def lost_words_errors(transcript: Transcript) -> list[Error]:
+    """The server's ``error`` messages that refused words (:func:`_loses_words`)."""
+    return [e for e in transcript.errors if _loses_words(e)]
+
+
+class CaptionView:
+    """Renders captions: complete sentences as lines, the sentence in progress live.
+
+    The text is the finals' ``text`` as the server sent it (sentence capitals,
+    learned case, and with ``itn`` or a lexicon the written forms: "$25",
+    "New York"). With ``live`` (a terminal), a status line shows the final
+    text of the current sentence followed by the dimmed provisional tail (the
+    partial's text), rewritten in place; without it, only complete lines are
+    printed. ``capitalize`` is what the session asked the server for.
+    """
+
+    def __init__(self, out: TextIO, *, live: bool, width: int = 100, capitalize: bool = True) -> None:
+        self.out = out
+        self.live = live
+        self.width = max(20, width)
+        self.capitalize = capitalize
+        self._finals = 0  # finals whose text is taken
+        self._line = ""  # final text of the sentence in progress
+
+    def _take(self, transcript: Transcript) -> list[str]:
+        """The sentences the new finals complete; the rest goes on the line in progress."""
+        done = []
+        for start, end, text in transcript.texts[self._finals:]:
+            ends = sum(1 for label in transcript.labels[start:end] if label in (PERIOD, QUESTION))
+            for piece, complete in _sentences(text, ends):
+                self._line = f"{self._line} {piece}" if self._line else piece
+                if complete:
+                    done.append(self._line)
+                    self._line = ""
+        self._finals = len(transcript.texts)
+        return done
+
+    def update(self, transcript: Transcript) -> None:
+        done = self._take(transcript)
+        if done:
+            self.out.write((_CLEAR_LINE if self.live else "") + " ".join(done) + "\n")
+        if self.live:
+            follows = transcript.partial_start == transcript.n_final and transcript.partial_text
+            tail = transcript.partial_text if follows else " ".join(w.w + w.p for w in transcript.tail)
+            current, tail = _fit(self._line, tail, self.width - 1)
+            gap = " " if current and tail else ""
+            self.out.write(f"{_CLEAR_LINE}{current}{gap}{_DIM}{tail}{_RESET}")
+        self.out.flush()
+
+    def close(self, transcript: Transcript) -> None:
+        rest = " ".join([*self._take(transcript), self._line]).strip()
+        self._line = ""
+        self.out.write((_CLEAR_LINE if self.live else "") + (rest + "\n" if rest else ""))
+        self.out.flush()
+
+
+def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:
+    """``text`` cut after its ``ends`` sentence ends: ``(piece, ends a sentence)`` pairs.
+
+    ``ends`` (the final's words with a period or question mark) says how many of
+    its tokens ending in "." or "?" close a sentence; when a written form such as
+    "p.m." makes more end in ".", question marks and plain words go first.
+    """
+    tokens = text.split()
+    marked = [i for i, t in enumerate(tokens) if t.endswith((".", "?"))]
+    ranked = sorted(marked, key=lambda i: (not tokens[i].endswith("?"), "." in tokens[i][:-1], -i))
+    out, prev = [], 0
+    for i in sorted(ranked[:max(0, ends)]):
+        out.append((" ".join(tokens[prev : i + 1]), True))
+        prev = i + 1
+    if prev < len(tokens):
+        out.append((" ".join(tokens[prev:]), False))
+    return out
+
+
+def _fit(current: str, tail: str, width: int) -> tuple[str, str]:
+    """Keep the end of ``current + " " + tail`` within ``width`` characters."""
+    over = len(current) + 1 + len(tail) - width
+    if over <= 0:
+        return current, tail
+    if over < len(current):
+        return "\u2026" + current[over + 1 :], tail
+    return "", "\u2026" + tail[max(0, len(tail) - width + 1) :]
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    """What a captioning run produced.
+
+    Attributes:
+        transcript: final words and labels.
+        latency: latency figures seen by the client.
+        options: the session options the server confirmed.
+    """
+
+    transcript: Transcript
+    latency: LatencySummary
+    options: SessionOptions
+
+
+class StreamClosedEarly(ClientError):
+    """The server closed the stream before its ``end`` (shutdown, error) and it could not be
+    resumed; ``result`` has what came."""
+
+    def __init__(self, message: str, result: CaptionResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class InputStopped(InputError):
+    """Reading the input failed (a bad line, with ``--on-bad-line stop``); every word sent
+    before it was finalized, and ``result`` has them."""
+
+    def __init__(self, message: str, result: CaptionResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+#: One-line connection errors (:func:`streampunct.client.stream_client.open_client`).
+connect = open_client
+
+
+class _SubtitleHold:
+    """Writes the cue in progress when no final has come for as long as a cue may last
+    (``max_duration_s`` of the cue limits, in wall time): a pause in the speech must not hold
+    words back until the speaker goes on. (While finals come, the cue builder itself cuts a
+    cue whose words span that long.)"""
+
+    def __init__(self, subtitles: SubtitleWriter | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.subtitles = subtitles
+        self.loop = loop
+        self._last: float = 0.0  # when the last final came
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        """After each final."""
+        if self.subtitles is None:
+            return
+        self._last = self.loop.time()
+        if self.subtitles.pending and self._timer is None:
+            self._timer = self.loop.call_at(self._last + self.subtitles.builder.limits.max_duration_s, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.subtitles is None or not self.subtitles.pending:
+            return
+        hold = self.subtitles.builder.limits.max_duration_s
+        if self.loop.time() - self._last >= hold - 1e-3:
+            self.subtitles.flush()
+        else:  # a final came meanwhile: wait for as long after it
+            self._timer = self.loop.call_at(self._last + hold, self._expire)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _word_times(word, arrival: float) -> tuple[float, float]:
+    start = word.start if word.start is not None else word.end
+    end = word.end if word.end is not None else word.start
+    if start is None or end is None:
+        return arrival, arrival
+    return float(start), float(end)
+
+
+async def caption(
+    url: str,
+    words: Sequence[str] | None = None,
+    *,
+    events: Sequence[AsrEvent] | AsyncIterable[AsrEvent] | None = None,
+    wps: float = 2.5,
+    max_chunk: int = 4,
+    seed: int = 0,
+    token: str | None = None,
+    right_context: int | None = None,
+    max_delay_ms: int | None = None,
+    partials: bool | None = True,
+    capitalize: bool | None = True,
+    itn: bool | None = None,
+    lexicon: Sequence[tuple[str, str]] | None = None,
+    view: CaptionView | None = None,
+    json_log: TextIO | None = None,
+    subtitles: SubtitleWriter | None = None,
+    errors: TextIO | None = None,
+    reconnect: Reconnect | None = None,
+) -> CaptionResult:
+    """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
+
+    Every ``error`` the server answers with, but ``overloaded``, is written to
+    ``errors`` as it comes (``server error CODE: MESSAGE``); all are kept in
+    the transcript (:func:`lost_words_errors`). A lost connection is resumed
+    as ``reconnect`` says (default :class:`~streampunct.client.stream_client.Reconnect`;
+    ``Reconnect(attempts=0)``: never), with one line on ``errors`` each time.
+    ``itn`` and ``lexicon`` (``(spoken, written)`` pairs) are sent as the session's
+    ``config.itn`` and ``config.lexicon``.
+
+    Raises :class:`StreamClosedEarly` (after closing the view and the
+    subtitles, so nothing received is lost) when the stream ends before the
+    server's ``end`` and cannot be resumed, and :class:`InputStopped` when the
+    events raised :class:`~streampunct.errors.InputError` (a bad line): the
+    words sent before it are finalized first.
+    """
+    if events is None:
+        if words is None:
+            raise ValueError("caption() needs words or events")
+        events = text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
+
+    def notice(n: ResumeNotice) -> None:
+        if errors is not None:
+            errors.write(n.format() + "\n")
+            errors.flush()
+
+    stream = await ResumableStream.connect(
+        url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
+        max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
+    )
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    tracker = LatencyTracker(stream.options)
+    transcript = Transcript()
+
+    def log(direction: str, payload: dict) -> None:
+        if json_log is not None:
+            record = {"t": round(loop.time() - t0, 4), "dir": direction, "msg": payload}
+            json_log.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    log("recv", stream.ready.to_json())
+    log("recv", {"type": "config", "config": stream.options.to_json()})
+
+    async def send(event: AsrEvent) -> None:
+        if event.at is not None:
+            delay = t0 + event.at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        limits = stream.limits
+        if event.interim:
+            # A hypothesis replaces the last one: only its first words fit in one message.
+            words = message_words(event.words, limits)[:1] or [()]
+            await stream.send_hypothesis(words[0])
+            log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
+            return
+        for words in message_words(event.words, limits):
+            sent = await stream.send_words(words)
+            tracker.words_sent([w.w for w in sent], loop.time())
+            log("send", {"type": "words", "words": [w.w for w in sent]})
+
+    input_failure: list[Exception] = []
+
+    async def send_all() -> None:
+        try:
+            if isinstance(events, AsyncIterable):
+                async for event in events:
+                    await send(event)
+            else:
+                for event in events:
+                    await send(event)
+        except (InputError, OSError) as e:  # the input broke off: what was sent is still finalized
+            input_failure.append(e)
+        await stream.end()
+        tracker.flush_sent(loop.time())
+        log("send", {"type": "end"})
+
+    sender = asyncio.create_task(send_all())
+    hold = _SubtitleHold(subtitles, loop)
+    resume_failed: ResumeFailed | None = None
+    try:
+        async for message in stream:
+            log("recv", message.to_json())
+            if isinstance(message, Final):
+                tracker.final_received(message, loop.time())
+            transcript.apply(message)
+            if isinstance(message, Final) and subtitles is not None:
+                # the words as spoken (with their times) and the final's text as the server wrote it
+                timed = [TimedWord(word.w, ID_TO_MARK.index(word.p),
+                                   *_word_times(word, tracker.sent_at[message.start + k] - t0))
+                         for k, word in enumerate(message.words)]
+                subtitles.add_final(timed, message.text)
+                hold.arm()
+            if isinstance(message, Error) and _loses_words(message) and errors is not None:
+                errors.write(f"server error {message.code}: {message.message}\n")
+                errors.flush()
+            if view is not None and message.type in ("final", "partial"):
+                view.update(transcript)
+    except ResumeFailed as e:
+        resume_failed = e
+    finally:
+        if not sender.done():
+            sender.cancel()
+        results = await asyncio.gather(sender, return_exceptions=True)
+        await stream.close()
+        if view is not None:
+            view.close(transcript)
+        hold.cancel()
+        if subtitles is not None:
+            subtitles.close()
+    result = CaptionResult(transcript, tracker.summary(), stream.options)
+    failure = results[0]
+    if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed | ClientError):
+        raise failure  # a bug; what came back is written already
+    if transcript.ended_words is None:
+        unsent = f", {len(stream.pending)} words without a final" if stream.pending else ""
+        kept = f"{transcript.n_final} final words kept{unsent}"
+        if resume_failed is not None:
+            why = f"the connection was lost and the stream could not be resumed: {resume_failed}"
+        else:
+            code = stream.close_code
+            why = ("the server closed the stream early ("
+                   + ("the server is shutting down" if code == 1001 else f"close code {code}") + ")")
+        reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
+        if input_failure:
+            why = f"{input_failure[0]}; then {why}"
+        raise StreamClosedEarly(f"{why}; {kept}" + (f": {reason}" if reason else ""), result)
+    if input_failure:
+        raise InputStopped(f"{input_failure[0]}; stopped reading there: the {transcript.n_final} words sent "
+                           "before it are final", result)
+    return result
+
+
+def default_view(capitalize: bool) -> CaptionView:
+    import shutil
+
+    live = sys.stdout.isatty()
+    return CaptionView(sys.stdout, live=live, width=shutil.get_terminal_size().columns, capitalize=capitalize)

@@ -1,0 +1,547 @@
+"""What ``streampunct caption`` streams: ASR events read from text, JSON lines, Vosk or Whisper output.
+
+Every input becomes a sequence of :class:`AsrEvent`: committed words (sent
+as ``words``) or an interim hypothesis (sent as ``hypothesis``), each with
+the time it is due, in seconds from the start of the stream.
+
+Formats (``--input-format``; ``auto`` looks at the start: input whose first
+non-blank character is ``{`` or ``[`` is read as JSON and its first value
+names the format, anything else is text):
+
+* ``text``: plain text, or ``word<TAB>LABEL`` lines (labels ignored); paced
+  at ``wps`` words per second in ASR-like chunks.
+* ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``.
+* ``vosk``: Vosk/Kaldi recognizer output (``Result()``, ``PartialResult()``,
+  ``FinalResult()`` as they print it):
+  ``{"result": [{"word", "start", "end", ...}], "text": ...}`` commits words,
+  ``{"partial": "..."}`` is an interim hypothesis.
+* ``whisper``: faster-whisper-style segments with word timestamps, as JSON
+  lines of segments, a JSON list of segments, or ``{"segments": [...]}``;
+  each segment ``{"start", "end", "text", "words": [{"word", "start", "end"}]}``.
+
+The JSON formats read a stream of JSON values (:class:`JsonStream`), each on
+one line or pretty-printed over several; a value is taken as soon as its text
+is complete, so a live pipe is not read to its end first.
+
+Files with timestamps are replayed on their own clock (``speed`` times real
+time; 0: as fast as possible). From stdin (``-``) events are sent as they
+are read, so an ASR process can pipe into the client.
+
+A JSON value that cannot be read (not JSON, or not the format's shape) is a
+:class:`BadLine`, named by file (or ``stdin``), the line it starts on and the
+reason. ``on_bad_line`` says what happens then: ``stop`` raises it (the
+caller has streamed the values before it, and finalizes them), ``skip``
+reports it and goes on with the next value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import random
+import re
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from streampunct.core.wire import Word
+from streampunct.errors import InputError
+from streampunct.labels import LABELS
+from streampunct.text.textfile import read_text
+
+INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
+#: What to do with a JSON line that cannot be read (``--on-bad-line``).
+BAD_LINE_ACTIONS = ("stop", "skip")
+
+
+class BadLine(InputError):
+    """A value of JSON input that cannot be read; the message starts with ``FILE:LINE:`` (where it starts)."""
+
+
+def _check_action(on_bad_line: str) -> None:
+    if on_bad_line not in BAD_LINE_ACTIONS:
+        raise InputError(f"unknown --on-bad-line action {on_bad_line!r}; one of {', '.join(BAD_LINE_ACTIONS)}")
+
+
+def read_transcript(path: str | Path) -> list[str]:
+    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"no such transcript file: {path}")
+    lines = read_text(path).splitlines()  # refuses a directory
+    filled = [line for line in lines if line.strip()]
+    if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
+        from streampunct.text.word_labels import read_word_labels
+
+        return read_word_labels(path).words
+    return " ".join(lines).split()
+
+
+def asr_chunks(
+    words: Sequence[str], *, wps: float, max_chunk: int = 4, seed: int = 0
+) -> list[tuple[float, list[str]]]:
+    """Split words into chunks of 1..max_chunk with the time (s) each is committed.
+
+    Word ``i`` is spoken at ``i / wps``; a chunk is sent when its last word
+    has been spoken, as a recognizer commits words in small groups.
+    """
+    if wps <= 0:
+        raise InputError("--wps must be positive")
+    if max_chunk < 1:
+        raise InputError("--max-chunk must be at least 1")
+    rng = random.Random(seed)
+    chunks = []
+    i = 0
+    while i < len(words):
+        n = rng.randint(1, max_chunk)
+        chunk = list(words[i : i + n])
+        i += len(chunk)
+        chunks.append((i / wps, chunk))
+    return chunks
+
+
+@dataclasses.dataclass(frozen=True)
+class AsrEvent:
+    """One thing the recognizer said.
+
+    Attributes:
+        at: when to send it, seconds from the start (None: as soon as read).
+        words: the words (with times when the recognizer gave them).
+        interim: True for an interim hypothesis, False for committed words.
+    """
+
+    at: float | None
+    words: tuple[Word, ...]
+    interim: bool = False
+
+
+def _time(item: dict[str, Any], name: str, where: str) -> float | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where}: '{name}' must be a number")
+    return float(value)
+
+
+def _word(item: Any, where: str) -> Word:
+    if isinstance(item, str):
+        return Word(item)
+    if not isinstance(item, dict):
+        raise InputError(f"{where}: a word must be an object with 'w' or 'word'")
+    text = item.get("w", item.get("word"))
+    if not isinstance(text, str):
+        raise InputError(f"{where}: a word needs a string 'w' or 'word'")
+    return Word(text.strip(), _time(item, "start", where), _time(item, "end", where))
+
+
+def _due(words: Sequence[Word], previous: float | None) -> float | None:
+    """A committed chunk is due when its last word has ended."""
+    ends = [w.end if w.end is not None else w.start for w in words]
+    known = [t for t in ends if t is not None]
+    return max(known) if known else previous
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonValue:
+    """One value of a JSON stream.
+
+    Attributes:
+        line: the line its text starts on (1-based).
+        obj: the value (None when ``error`` is set).
+        error: why its text is not JSON, or None.
+        first: the first character of its text.
+        last: its last line (a bad value: the last line before reading goes on).
+    """
+
+    line: int
+    obj: Any = None
+    error: str | None = None
+    first: str = ""
+    last: int = 0
+
+    def skipped(self) -> str:
+        """What ``--on-bad-line skip`` passes over when this value is bad."""
+        return "line skipped" if self.last <= self.line else f"lines {self.line}-{self.last} skipped"
+
+
+_DECODER = json.JSONDecoder()
+_BLANK = re.compile(r"[ \t\n\r]*")
+
+
+class JsonStream:
+    """Concatenated JSON values, each on one line or pretty-printed over several, split as text arrives.
+
+    :meth:`feed` returns every value whose text is complete, as soon as it is
+    (a live pipe is not read to its end first); :meth:`close` the rest at the
+    end of the input. A value that is not JSON comes back with its ``error``
+    once it is known where reading goes on: at the first line after it (or the
+    line where a new value cut it off) that is indented no deeper than the bad
+    value started and does not start with a closing ``}``, ``]`` or ``,``.
+    """
+
+    #: Below this many characters a value is decoded again at every line fed;
+    #: above, when its text has doubled (a big document costs linear time).
+    SMALL = 1 << 16
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._pending: list[str] = []  # fed text not yet joined to the buffer
+        self._pending_size = 0
+        self._pos = 0  # where undecoded text starts in the buffer
+        self._line = 1  # the line number at _pos
+        self._line_start = 0  # where that line starts in the buffer (negative: before it)
+        self._tried = 0  # text size at the last decode that found the value incomplete
+        self._skip_indent: int | None = None  # after a bad value: skip lines indented deeper
+        self._bad_value: JsonValue | None = None  # the bad value being skipped
+
+    def feed(self, text: str) -> list[JsonValue]:
+        """The values that ``text`` completes."""
+        self._pending.append(text)
+        self._pending_size += len(text)
+        size = len(self._buffer) - self._pos + self._pending_size
+        if self._skip_indent is None and self.SMALL <= size < 2 * self._tried:
+            return []
+        return self._values(eof=False)
+
+    def close(self) -> list[JsonValue]:
+        """The values left at the end of the input (an unfinished one is bad)."""
+        return self._values(eof=True)
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        """The line number and 0-based column of buffer position ``pos`` (at or after ``_pos``)."""
+        newlines = self._buffer.count("\n", self._pos, pos)
+        if not newlines:
+            return self._line, pos - self._line_start
+        return self._line + newlines, pos - self._buffer.rfind("\n", self._pos, pos) - 1
+
+    def _advance(self, pos: int) -> None:
+        newlines = self._buffer.count("\n", self._pos, pos)
+        if newlines:
+            self._line += newlines
+            self._line_start = self._buffer.rfind("\n", self._pos, pos) + 1
+        self._pos = pos
+
+    def _values(self, *, eof: bool) -> list[JsonValue]:
+        if self._pending:
+            self._buffer = self._buffer[self._pos:] + "".join(self._pending)
+            self._line_start -= self._pos
+            self._pos = 0
+            self._pending, self._pending_size = [], 0
+        buffer, out = self._buffer, []
+        while True:
+            if self._skip_indent is not None:
+                if not self._resync(eof):
+                    return out
+            if self._bad_value is not None:  # reading goes on after it
+                out.append(self._bad_value)
+                self._bad_value = None
+            start = _BLANK.match(buffer, self._pos).end()
+            if start == len(buffer):
+                self._advance(start)
+                return out
+            try:
+                obj, end = _DECODER.raw_decode(buffer, start)
+            except json.JSONDecodeError as e:
+                if not eof and buffer.find("\n", e.pos) < 0:  # cut off by the end of what has come
+                    self._advance(start)
+                    self._tried = len(buffer) - start
+                    return out
+                self._bad(start, e.pos, e.msg)
+                continue
+            except RecursionError:
+                self._bad(start, start, "nested too deeply")
+                continue
+            if not eof and end == len(buffer) and not isinstance(obj, dict | list):
+                self._advance(start)  # a number may go on in the next text
+                return out
+            line, _ = self._where(start)
+            last, _ = self._where(end - 1)
+            out.append(JsonValue(line, obj, first=buffer[start], last=last))
+            self._advance(end)
+            self._tried = 0
+
+    def _bad(self, start: int, pos: int, msg: str) -> None:
+        """Hold the bad value at ``start`` (its error at ``pos``) and skip past it."""
+        buffer, msg = self._buffer, msg.removesuffix(" at")  # "Invalid control character at"
+        line, indent = self._where(start)
+        line_start = buffer.rfind("\n", 0, pos) + 1
+        newline = buffer.find("\n", pos)
+        resume = len(buffer) if newline < 0 else newline + 1
+        if pos == len(buffer):  # at the end of the input
+            error = f"{msg}: the input ends before the value does"
+        else:
+            if line_start > start and not buffer[line_start:pos].strip():  # the value is cut off by a new line
+                resume = line_start  # (which may start the next value)
+                while buffer[pos - 1] in " \t\r\n":
+                    pos -= 1  # the error is where the value's text ends
+            at, column = self._where(pos)
+            error = f"{msg} at column {column + 1}" if at == line else f"{msg} at line {at} column {column + 1}"
+        self._bad_value = JsonValue(line, error=error, first=buffer[start], last=line)
+        self._advance(resume)
+        self._skip_indent = indent
+        self._tried = 0
+
+    def _resync(self, eof: bool) -> bool:
+        """Skip to a line that can start a value (True), or to the end of what has come (False)."""
+        buffer, pos = self._buffer, self._pos
+        assert self._skip_indent is not None
+        while pos < len(buffer):
+            newline = buffer.find("\n", pos)
+            text = buffer[pos:] if newline < 0 else buffer[pos:newline]
+            body = text.lstrip(" \t\r")
+            if body and len(text) - len(body) <= self._skip_indent and body[0] not in "}],":
+                self._advance(pos)
+                self._end_skip(self._line - 1)
+                return True
+            if newline < 0:
+                if eof:
+                    pos = len(buffer)
+                break  # an unfinished line: its start is seen again with the next text
+            pos = newline + 1
+        self._advance(pos)
+        if eof:
+            self._end_skip(self._line - 1 if buffer.endswith("\n") else self._line)
+            return True
+        return False
+
+    def _end_skip(self, last: int) -> None:
+        self._skip_indent = None
+        if self._bad_value is not None:
+            self._bad_value = dataclasses.replace(self._bad_value, last=max(last, self._bad_value.line))
+
+
+def json_values(chunks: Iterable[str]) -> Iterator[JsonValue]:
+    """The values of JSON text given in chunks (lines, or all of it), each as soon as it is complete."""
+    stream = JsonStream()
+    for chunk in chunks:
+        yield from stream.feed(chunk)
+    yield from stream.close()
+
+
+def detect_format(first: str) -> str:
+    """The input format of a transcript from its start (its first JSON value, on one line or several)."""
+    if first.lstrip()[:1] not in ("{", "["):
+        return "text"
+    return _format_of(next(json_values([first])), "input")
+
+
+def _format_of(value: JsonValue, name: str) -> str:
+    """The input format named by the first value of JSON-looking input (``[...`` that is not JSON: text)."""
+    if value.error is not None:
+        if value.first == "[":  # "[Music] so how are you"
+            return "text"
+        raise InputError(f"{name}:{value.line}: starts with '{{' but is not JSON ({value.error}); "
+                         "for plain text pass --input-format text")
+    obj = value.obj
+    if isinstance(obj, list):
+        return "whisper" if obj and isinstance(obj[0], dict) and "words" in obj[0] else "words"
+    if not isinstance(obj, dict):
+        return "text"
+    if "result" in obj or "partial" in obj or set(obj) == {"text"}:
+        return "vosk"
+    if "segments" in obj or "words" in obj:
+        return "whisper"
+    if "w" in obj or "word" in obj:
+        return "words"
+    raise InputError(f"{name}:{value.line}: cannot tell the input format from its first JSON value; "
+                     "pass --input-format")
+
+
+def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
+    if fmt == "words":
+        items = obj if isinstance(obj, list) else [obj]
+        words = tuple(_word(item, where) for item in items)
+        return [AsrEvent(_due(words, previous), words)]
+    if fmt == "vosk":
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: a Vosk result must be a JSON object")
+        if "partial" in obj:
+            text = obj["partial"]
+            if not isinstance(text, str):
+                raise InputError(f"{where}: 'partial' must be a string")
+            return [AsrEvent(previous, tuple(Word(w) for w in text.split()), interim=True)]
+        result = obj.get("result")
+        if result is None:  # {"text": ""}: silence, nothing committed
+            text = obj.get("text", "")
+            words = tuple(Word(w) for w in text.split()) if isinstance(text, str) else ()
+            return [AsrEvent(previous, words)] if words else []
+        if not isinstance(result, list):
+            raise InputError(f"{where}: 'result' must be a list of words")
+        words = tuple(_word(item, where) for item in result)
+        return [AsrEvent(_due(words, previous), words)]
+    if fmt == "whisper":
+        segments = obj.get("segments") if isinstance(obj, dict) and "segments" in obj else obj
+        if isinstance(segments, dict):
+            segments = [segments]
+        if not isinstance(segments, list):
+            raise InputError(f"{where}: expected a segment object or a list of segments")
+        events = []
+        for segment in segments:
+            if not isinstance(segment, dict):
+                raise InputError(f"{where}: a segment must be a JSON object")
+            items = segment.get("words")
+            if isinstance(items, list) and items:
+                words = tuple(_word(item, where) for item in items)
+            else:  # a segment without word timestamps: its words share its times
+                text = segment.get("text", "")
+                start, end = _time(segment, "start", where), _time(segment, "end", where)
+                words = tuple(Word(w, start, end) for w in str(text).split())
+            if words:
+                previous = _due(words, previous)
+                events.append(AsrEvent(previous, words))
+        return events
+    raise InputError(f"unknown input format {fmt!r}")
+
+
+def _value_events(fmt: str, value: JsonValue, name: str, previous: float | None, on_bad_line: str,
+                  report: Callable[[str], None] | None) -> list[AsrEvent]:
+    """The events of one value of JSON input; a bad value is raised (``stop``) or reported and skipped (``skip``)."""
+    where = f"{name}:{value.line}"
+    try:
+        if value.error is not None:
+            raise BadLine(f"{where}: not JSON ({value.error})")
+        try:
+            return _parse_object(fmt, value.obj, where, previous)
+        except InputError as e:  # JSON of the wrong shape
+            raise BadLine(str(e)) from None
+    except BadLine as e:
+        if on_bad_line == "stop":
+            raise
+        if report is not None:
+            report(f"{e}; {value.skipped()}")
+        return []
+
+
+def _events(values: Iterable[JsonValue], fmt: str, name: str, on_bad_line: str,
+            report: Callable[[str], None] | None) -> Iterator[AsrEvent]:
+    previous: float | None = None
+    for value in values:
+        for event in _value_events(fmt, value, name, previous, on_bad_line, report):
+            previous = event.at if event.at is not None else previous
+            yield event
+
+
+def text_events(words: Sequence[str], *, wps: float, max_chunk: int, seed: int) -> list[AsrEvent]:
+    """Plain words paced at ``wps`` in ASR-like chunks (see :func:`asr_chunks`)."""
+    return [AsrEvent(at, tuple(Word(w) for w in chunk)) for at, chunk in asr_chunks(
+        words, wps=wps, max_chunk=max_chunk, seed=seed)]
+
+
+def read_events(
+    source: str, *, input_format: str = "auto", wps: float = 2.5, max_chunk: int = 4, seed: int = 0,
+    speed: float = 1.0, on_bad_line: str = "stop", report: Callable[[str], None] | None = None,
+) -> list[AsrEvent]:
+    """Every event of a file (not stdin), timed for replay; a bad JSON value (:class:`BadLine`) is
+    raised before anything is streamed (``stop``), or reported and skipped (``skip``)."""
+    _check_action(on_bad_line)
+    if input_format not in INPUT_FORMATS:
+        raise InputError(f"unknown input format {input_format!r}; one of {', '.join(INPUT_FORMATS)}")
+    path = Path(source)
+    text = read_text(path)
+    fmt = input_format
+    values: Iterator[JsonValue] = iter(())
+    if fmt == "auto" and text.lstrip()[:1] not in ("{", "["):
+        fmt = "text"
+    elif fmt != "text":
+        values = json_values([text])
+        if fmt == "auto":
+            first = next(values)
+            fmt = _format_of(first, str(path))
+            values = itertools.chain([first], values)
+    if fmt == "text":
+        words = read_transcript(path)
+        if not words:
+            raise InputError(f"{source}: no words")
+        return text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)
+    events = list(_events(values, fmt, str(path), on_bad_line, report))
+    if not any(e.words and not e.interim for e in events):
+        raise InputError(f"{source}: no committed words")
+    return _scaled(events, speed)
+
+
+def _scaled(events: list[AsrEvent], speed: float) -> list[AsrEvent]:
+    if speed < 0:
+        raise InputError("--speed must be >= 0")
+    t0 = next((e.at for e in events if e.at is not None), 0.0)
+    out = []
+    for e in events:
+        at = None if e.at is None or speed == 0 else (e.at - t0) / speed
+        out.append(AsrEvent(0.0 if at is None else max(0.0, at), e.words, e.interim))
+    return out
+
+
+def _stdin_lines() -> asyncio.Queue[str | None]:
+    """Lines of stdin, read by a daemon thread (a blocked read must not keep the process alive)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def pump() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(queue.put_nowait, line)
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=pump, name="caption-stdin", daemon=True).start()
+    return queue
+
+
+async def stdin_events(input_format: str = "auto", max_chunk: int | None = None, *, on_bad_line: str = "stop",
+                       report: Callable[[str], None] | None = None) -> AsyncIterator[AsrEvent]:
+    """Events read from stdin as they come (an ASR process piping JSON or text).
+
+    A line of plain text is committed as it is read, in chunks of at most
+    ``max_chunk`` words (None: the whole line in one); a JSON value as soon as
+    its text is complete (one line, or pretty-printed over several). A JSON
+    value that cannot be read raises :class:`BadLine` (``stop``: the events
+    before it have been yielded), or is reported and skipped (``skip``).
+    """
+    if max_chunk is not None and max_chunk < 1:
+        raise InputError("--max-chunk must be at least 1")
+    _check_action(on_bad_line)
+
+    def text_events(lines: list[str]) -> Iterator[AsrEvent]:
+        for line in lines:
+            words = tuple(Word(w) for w in line.split())
+            step = max_chunk or len(words)
+            for i in range(0, len(words), step):
+                yield AsrEvent(None, words[i : i + step])
+
+    fmt = None if input_format == "auto" else input_format
+    stream = JsonStream()
+    held: list[str] = []  # lines read while the format is not known
+    start = ""  # the first non-blank character
+    previous: float | None = None
+    lines = _stdin_lines()
+    while True:
+        line = await lines.get()
+        if fmt == "text":
+            if line is None:
+                break
+            for event in text_events([line]):
+                yield event
+            continue
+        values = stream.close() if line is None else stream.feed(line)
+        if fmt is None:
+            if line is not None:
+                held.append(line)
+                start = start or line.lstrip()[:1]
+            if start and start not in ("{", "["):
+                fmt, values = "text", []
+            elif values:
+                fmt = _format_of(values[0], "stdin")
+            if fmt == "text":
+                for event in text_events(held):
+                    yield event
+            if fmt is not None:
+                held = []
+        if fmt not in (None, "text"):
+            for value in values:
+                for event in _value_events(fmt, value, "stdin", previous, on_bad_line, report):
+                    previous = event.at if event.at is not None else previous
+                    yield AsrEvent(None, event.words, event.interim)
+        if line is None:
+            break

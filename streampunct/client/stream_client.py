@@ -1,0 +1,827 @@
+"""An asyncio client for the streaming protocol, plus transcript and latency bookkeeping.
+
+::
+
+    async with await StreamClient.connect(url, right_context=2) as client:
+        await client.send_words(["hello", "world"])
+        await client.end()
+        async for message in client:
+            ...
+
+:class:`StreamClient` is one connection. :class:`ResumableStream` is a
+stream that outlives its connections: it keeps every word it sent until the
+word's final arrives and, when the connection drops or the server closes it
+with 1001, 1011, 1012 or 1013, reconnects with backoff and continues the
+stream with ``resume`` (protocol "Resuming a stream"), so that no word is
+lost and none is finalized twice.
+
+:class:`Transcript` folds ``final``/``partial`` messages into the stream's
+words and marks, checking that finals are contiguous and never revised.
+:class:`LatencyTracker` measures, per word, the time from sending it to
+receiving its final, and the *margin*: the time from the moment the latency
+contract made the word decidable (as the client saw it) to its final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from websockets import ConnectionClosed
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+
+from streampunct.core.latency import decidable_times
+from streampunct.core.wire import (
+    DEFAULT_LIMITS,
+    ConfigApplied,
+    ConfigRequest,
+    Ended,
+    EndRequest,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    FlushRequest,
+    HypothesisMessage,
+    Limits,
+    Partial,
+    PunctuatedWord,
+    Ready,
+    Resumed,
+    ResumeRequest,
+    ServerMessage,
+    SessionOptions,
+    Word,
+    WordsMessage,
+    decode_config,
+    decode_server,
+    encode,
+)
+from streampunct.errors import StreampunctError
+from streampunct.labels import ID_TO_MARK
+from streampunct.text.normalize import normalize_word, render
+from streampunct.text.written_form import normalize_lexicon
+
+
+class ClientError(StreampunctError):
+    """The server answered unexpectedly (an error, or a message out of protocol)."""
+
+
+class StreamClient:
+    """One streaming session seen from the client.
+
+    Attributes:
+        ready: the server's ``ready`` message (session id, model, default options).
+        options: the effective session options.
+    """
+
+    def __init__(self, connection: ClientConnection, ready: Ready) -> None:
+        self.connection = connection
+        self.ready = ready
+        self.options: SessionOptions = ready.config
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        open_timeout: float = 10.0,
+        max_size: int | None = 1 << 24,
+        right_context: int | None = None,
+        max_delay_ms: int | None = None,
+        partials: bool | None = None,
+        capitalize: bool | None = None,
+        ping_timeout: float | None = None,
+        itn: bool | None = None,
+        lexicon: Sequence[tuple[str, str]] | None = None,
+    ) -> StreamClient:
+        """Open a session; session options given here are sent as ``config`` before returning.
+
+        ``lexicon``: ``(spoken, written)`` pairs (normalized here; a bad pair raises ``ValueError``).
+
+        ``ping_timeout``: close when a keepalive pong is this late (None, the
+        default: never). A client that sends faster than the server finalizes
+        is held back by TCP (the server stops reading at its backlog limit),
+        and its pings wait behind the words it already sent: a ping timeout
+        would drop a healthy connection. See docs/server.md, "Bounded resources".
+        """
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        connection = await ws_connect(
+            url, additional_headers=headers, open_timeout=open_timeout, max_size=max_size,
+            ping_timeout=ping_timeout,
+        )
+        try:
+            first = decode_server(await asyncio.wait_for(connection.recv(), open_timeout))
+            if not isinstance(first, Ready):
+                raise ClientError(f"expected 'ready' first, got {first.type!r}")
+            client = cls(connection, first)
+            request = ConfigRequest(right_context, max_delay_ms, partials, capitalize, itn,
+                                    None if lexicon is None else normalize_lexicon(lexicon))
+            if request.to_json().keys() != {"type"}:
+                await client.configure(request)
+        except BaseException:
+            await connection.close()
+            raise
+        return client
+
+    @property
+    def session(self) -> str:
+        return self.ready.session
+
+    async def configure(self, request: ConfigRequest) -> SessionOptions:
+        """Send ``config`` and wait for the effective options (only before any words)."""
+        await self.send(request)
+        reply = await self.recv()
+        if isinstance(reply, Error):
+            raise ClientError(f"config refused: {reply.code}: {reply.message}")
+        if not isinstance(reply, ConfigApplied):
+            raise ClientError(f"expected 'config', got {reply.type!r}")
+        self.options = reply.config
+        return reply.config
+
+    async def send(
+        self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
+    ) -> None:
+        await self.connection.send(encode(message))
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        """Send a frame as is (tests use this to send malformed input)."""
+        await self.connection.send(frame)
+
+    async def send_words(self, words: Sequence[str | Word]) -> None:
+        await self.send(WordsMessage(tuple(w if isinstance(w, Word) else Word(w) for w in words)))
+
+    async def send_hypothesis(self, words: Sequence[str | Word]) -> None:
+        """Replace the interim hypothesis (an empty list clears it)."""
+        await self.send(HypothesisMessage(tuple(w if isinstance(w, Word) else Word(w) for w in words)))
+
+    async def flush(self) -> None:
+        await self.send(FlushRequest())
+
+    async def end(self) -> None:
+        await self.send(EndRequest())
+
+    async def recv(self, timeout: float | None = None) -> ServerMessage:
+        """The next server message; raises ``ConnectionClosed`` when the session is over."""
+        return decode_server(await asyncio.wait_for(self.connection.recv(), timeout))
+
+    async def __aiter__(self) -> AsyncIterator[ServerMessage]:
+        """Server messages until the connection closes."""
+        while True:
+            try:
+                yield await self.recv()
+            except ConnectionClosed:
+                return
+
+    @property
+    def close_code(self) -> int | None:
+        return self.connection.close_code
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def __aenter__(self) -> StreamClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _mark_to_label(mark: str) -> int:
+    try:
+        return ID_TO_MARK.index(mark)
+    except ValueError:
+        raise ClientError(f"unknown punctuation mark {mark!r} from the server") from None
+
+
+@dataclass
+class Transcript:
+    """The stream as the client knows it: final words and marks, and the provisional tail.
+
+    Attributes:
+        words: final words (as the server normalized them), in stream order.
+        labels: their label ids.
+        partial: the latest provisional tail (words after the finals).
+        hypothesis: the latest partial's punctuated interim hypothesis.
+        final_words: every final word as received (with echoed start/end).
+        written: each final word as the server wrote it in its final's ``text``
+            (sentence capitals, and the case a truecasing head learned:
+            ``NASA``, ``New York``; :func:`written_forms`).
+        texts: each final's ``(start, end, text)``, the text as the server sent it
+            (with ``itn`` or a lexicon it writes phrases, "$25", "New York",
+            which may take words of earlier finals: docs/protocol.md).
+        partial_text: the latest partial's ``text``.
+        flushed_upto, ended_words: from ``flushed`` and ``end``.
+        errors: ``error`` messages received.
+    """
+
+    words: list[str] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    partial: list[PunctuatedWord] = field(default_factory=list)
+    partial_start: int = 0
+    hypothesis: list[PunctuatedWord] = field(default_factory=list)
+    final_words: list[PunctuatedWord] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    texts: list[tuple[int, int, str]] = field(default_factory=list)
+    partial_text: str = ""
+    flushed_upto: int = 0
+    ended_words: int | None = None
+    errors: list[Error] = field(default_factory=list)
+
+    def apply(self, message: ServerMessage) -> None:
+        """Fold one server message in; raises :class:`ClientError` on a protocol violation."""
+        if isinstance(message, Final):
+            if message.start != len(self.words):
+                raise ClientError(
+                    f"final for words from {message.start}, but {len(self.words)} words are final"
+                )
+            self.words.extend(w.w for w in message.words)
+            self.labels.extend(_mark_to_label(w.p) for w in message.words)
+            self.final_words.extend(message.words)
+            self.written.extend(written_forms(message))
+            self.texts.append((message.start, len(self.words), message.text))
+        elif isinstance(message, Partial):
+            self.partial, self.partial_start = list(message.words), message.start
+            self.partial_text = message.text
+            self.hypothesis = list(message.hypothesis)
+        elif isinstance(message, Flushed):
+            self.flushed_upto = message.upto
+        elif isinstance(message, Ended):
+            self.ended_words = message.words
+        elif isinstance(message, Error):
+            self.errors.append(message)
+
+    @property
+    def n_final(self) -> int:
+        return len(self.words)
+
+    @property
+    def tail(self) -> list[PunctuatedWord]:
+        """Provisional words not yet covered by finals."""
+        skip = max(0, self.n_final - self.partial_start)
+        return self.partial[skip:]
+
+    def text(self, *, capitalize: bool = False) -> str:
+        """The final words rendered with their punctuation; with ``capitalize``, written as the
+        server wrote them (learned case) and with sentence capitals."""
+        return render(self.written if capitalize else self.words, self.labels, capitalize=capitalize)
+
+
+def written_forms(message: Final) -> list[str]:
+    """Each word of a ``final`` as its ``text`` writes it (case included).
+
+    ``text`` is the words with their marks, clitics joined to the word before
+    them; a word whose written form cannot be matched letter for letter (a
+    server that renders otherwise) keeps its normalized ``w``.
+    """
+    words = [w.w for w in message.words]
+    out: list[str] = []
+    k = 0
+    for token in message.text.split():
+        core, pos = token.rstrip(",.?"), 0
+        while k < len(words) and pos < len(core):
+            piece = core[pos : pos + len(words[k])]
+            if piece.lower() != words[k]:
+                return words
+            out.append(piece)
+            pos += len(piece)
+            k += 1
+        if pos != len(core):
+            return words
+    return out if k == len(words) else words
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Percentiles in milliseconds over the words that got a final.
+
+    Attributes:
+        words: how many words were measured.
+        latency: from sending a word to receiving its final (p50, p95, p99, max).
+        margin: from the word becoming decidable (client's view) to its final.
+    """
+
+    words: int
+    latency: tuple[float, float, float, float]
+    margin: tuple[float, float, float, float]
+
+    def format(self) -> str:
+        def q(v: tuple[float, float, float, float]) -> str:
+            return f"p50 {v[0]:.0f} ms, p95 {v[1]:.0f} ms, p99 {v[2]:.0f} ms, max {v[3]:.0f} ms"
+
+        return f"{self.words} words; word->final latency: {q(self.latency)}; margin after decidable: {q(self.margin)}"
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float, float, float, float]:
+    if not values:
+        return (math.nan,) * 4  # type: ignore[return-value]
+    ordered = sorted(values)
+
+    def at(p: float) -> float:
+        return 1000.0 * ordered[min(len(ordered) - 1, int(math.ceil(p * len(ordered))) - 1)]
+
+    return at(0.50), at(0.95), at(0.99), 1000.0 * ordered[-1]
+
+
+class LatencyTracker:
+    """Per-word send/final times (seconds from ``loop.time()``), client side.
+
+    Words are counted as the server counts them: raw words that normalize to
+    nothing are skipped.
+    """
+
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
+        self.sent_at: list[float] = []
+        self.final_at: list[float] = []
+        # Flushes in the order sent: words sent before each, and when.
+        self._flush_upto: list[int] = []
+        self._flush_at: list[float] = []
+
+    def words_sent(self, words: Sequence[str], now: float) -> None:
+        self.sent_at.extend(now for w in words if normalize_word(w))
+
+    def flush_sent(self, now: float) -> None:
+        self._flush_upto.append(len(self.sent_at))
+        self._flush_at.append(now)
+
+    def final_received(self, message: Final, now: float) -> None:
+        self.final_at.extend(now for _ in message.words)
+
+    def decidable_at(self, index: int) -> float:
+        """When word ``index`` became decidable under the session's latency contract."""
+        return float(self.decidable()[index])
+
+    def decidable(self) -> list[float]:
+        """When each word sent so far became decidable (:func:`streampunct.core.latency.decidable_times`)."""
+        times = decidable_times(self.sent_at, self.options.right_context, self.options.max_delay_ms,
+                                list(zip(self._flush_upto, self._flush_at, strict=True)))
+        return times.tolist()
+
+    def summary(self) -> LatencySummary:
+        n = min(len(self.final_at), len(self.sent_at))
+        latency = [self.final_at[i] - self.sent_at[i] for i in range(n)]
+        decidable = self.decidable()
+        margin = [self.final_at[i] - decidable[i] for i in range(n)]
+        return LatencySummary(n, _percentiles(latency), _percentiles(margin))
+
+
+# -- connecting, and streams that outlive their connections ---------------------
+
+
+def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> list[tuple[Word, ...]]:
+    """Committed words as the messages that carry them: at most ``limits.max_words_per_message``
+    words each, every word cut to ``limits.max_word_chars`` characters."""
+    n, chars = limits.max_words_per_message, limits.max_word_chars
+    cut = tuple(w if len(w.w) <= chars else Word(w.w[:chars], w.start, w.end) for w in words)
+    return [cut[i : i + n] for i in range(0, len(cut), n)]
+
+
+class ConnectError(ClientError):
+    """A connection attempt failed; ``retryable`` is False where trying again cannot help
+    (a wrong token, path or URL)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+#: What a refused handshake means, by HTTP status.
+REFUSALS = {
+    401: "missing or wrong token (pass --token or set $STREAMPUNCT_AUTH_TOKEN)",
+    404: "no streaming endpoint at this path (the server listens on /v1/stream)",
+    503: "the server is not serving now (loading, stopping, or at its session limit)",
+}
+
+
+def close_code(closed: ConnectionClosed) -> tuple[int, str]:
+    """The close code and reason the peer sent (1006 and "" when the connection dropped
+    without a close frame)."""
+    frame = closed.rcvd
+    return (frame.code, frame.reason) if frame is not None else (1006, "")
+
+
+async def open_client(url: str, **options) -> StreamClient:
+    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ConnectError`."""
+    try:
+        return await StreamClient.connect(url, **options)
+    except InvalidURI:
+        raise ConnectError(f"{url!r} is not a WebSocket URL (expected ws://HOST:PORT/v1/stream)",
+                           retryable=False) from None
+    except InvalidStatus as e:
+        status = e.response.status_code
+        reason = REFUSALS.get(status, "unexpected answer")
+        raise ConnectError(f"the server refused the connection: HTTP {status}: {reason}",
+                           retryable=status not in (401, 403, 404)) from None
+    except ConnectionClosed as e:
+        raise ConnectError(f"the server closed the connection at once (close code {close_code(e)[0]})") from None
+    except (OSError, TimeoutError, InvalidHandshake) as e:
+        raise ConnectError(f"cannot connect to {url}: {e or type(e).__name__}") from None
+
+
+#: Close codes after which a :class:`ResumableStream` resumes: 1001 (the server goes away),
+#: 1011 (internal error), 1012 (restart: ``serve --drain resume``), 1013 (try again later),
+#: and 1006 (the connection dropped without a close frame).
+RESUME_CLOSE_CODES = frozenset({1001, 1006, 1011, 1012, 1013})
+
+#: Final words a :class:`ResumableStream` keeps for a resume's context.
+CONTEXT_KEEP = 256
+#: Context words sent to a server that does not announce ``max_context_words``.
+DEFAULT_CONTEXT_WORDS = 64
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """How a :class:`ResumableStream` reconnects after losing its connection.
+
+    Attributes:
+        attempts: connection attempts before giving up (0: never resume). The
+            count starts again once a final arrives after a resume, so a server
+            that accepts the resume and fails again before finalizing anything
+            cannot hold the client in a loop.
+        initial_delay_s: the wait before the first attempt; each further
+            attempt waits twice as long, up to ``max_delay_s``. Every wait is
+            drawn between its half and its whole, so that the streams of a
+            drained server do not all come back at the same instant.
+        max_delay_s: the longest wait.
+    """
+
+    attempts: int = 10
+    initial_delay_s: float = 0.25
+    max_delay_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 0:
+            raise ValueError("attempts must be >= 0")
+        if self.initial_delay_s < 0 or self.max_delay_s < self.initial_delay_s:
+            raise ValueError("delays must satisfy 0 <= initial_delay_s <= max_delay_s")
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """The wait before attempt ``attempt`` (1-based)."""
+        whole = min(self.max_delay_s, self.initial_delay_s * 2.0 ** min(attempt - 1, 60))
+        return rng.uniform(whole / 2, whole)
+
+
+@dataclass(frozen=True)
+class ResumeNotice:
+    """What happened when a stream lost its connection (:meth:`format`: one line).
+
+    Attributes:
+        code, reason: how the connection closed (1006: it dropped without a close frame).
+        start: the word index the stream resumed at; None: it could not resume.
+        resent: words sent again (every word without a final).
+        attempts: connection attempts made.
+        seconds: from the loss to the resume (or to giving up).
+        url: where it resumed.
+        error: why it could not resume (the last attempt's failure).
+    """
+
+    code: int
+    reason: str
+    start: int | None
+    resent: int
+    attempts: int
+    seconds: float
+    url: str
+    error: str = ""
+
+    def format(self) -> str:
+        if self.code == 1006:
+            what = "the connection dropped"
+        else:
+            what = f"close code {self.code}" + (f": {self.reason}" if self.reason else "")
+        head = f"connection lost ({what})"
+        if self.start is None:
+            return f"{head}; could not resume ({self.attempts} attempts in {self.seconds:.1f} s): {self.error}"
+        return (f"{head}; resumed at word {self.start} on {self.url} after {self.attempts} "
+                f"attempt{'s' if self.attempts != 1 else ''} in {self.seconds:.1f} s, "
+                f"{self.resent} words sent again")
+
+
+class ResumeFailed(ClientError):
+    """The connection was lost and the stream could not be resumed; ``notice`` says why."""
+
+    def __init__(self, notice: ResumeNotice) -> None:
+        super().__init__(notice.format())
+        self.notice = notice
+
+
+class ResumableStream:
+    """One stream over as many connections as it takes (protocol "Resuming a stream").
+
+    ::
+
+        stream = await ResumableStream.connect(url, right_context=2, on_notice=print)
+        async def send():
+            await stream.send_words(["hello", "world"])
+            await stream.end()
+        sender = asyncio.create_task(send())
+        async for message in stream:      # final, partial, flushed, error, resumed, end
+            ...
+
+    Words are sent normalized (:func:`~streampunct.text.normalize.normalize_word`, empty
+    ones dropped), so that the client counts word indices as the server does,
+    and kept until their final arrives. Iterate the messages while sending:
+    the iteration notices a lost connection (a drop, or a close with a code of
+    :data:`RESUME_CLOSE_CODES`), reconnects with backoff (:class:`Reconnect`),
+    sends ``resume`` with the last final words as context and the session's
+    options, then sends again every word without a final, the ``flush``
+    messages not yet answered, the current hypothesis and ``end`` if it was
+    sent; sends made meanwhile wait in the same record. Each interruption
+    gives one :class:`ResumeNotice` (``on_notice``); the iteration yields the
+    new connection's ``resumed`` and goes on, and raises :class:`ResumeFailed`
+    when the stream cannot be resumed. It ends after the server's ``end``, or
+    when a connection closes otherwise (:attr:`close_code`).
+
+    A server that refused a message (``error`` ``bad_request`` or
+    ``too_large``) may have numbered words otherwise than the client: such a
+    stream is not resumed (its notice says so).
+    """
+
+    def __init__(self, client: StreamClient, url: str, connect_options: dict, reconnect: Reconnect,
+                 on_notice: Callable[[ResumeNotice], None] | None = None, seed: int | None = None) -> None:
+        self._client = client
+        self.url = url
+        self._connect_options = connect_options
+        self.reconnect = reconnect
+        self._on_notice = on_notice
+        self._rng = random.Random(seed)
+        #: the session options (those of the first connection, carried by every resume)
+        self.options: SessionOptions = client.options
+        self.n_final = 0
+        self._pending: deque[Word] = deque()  # sent, without a final; the first has index n_final
+        self._context: deque[PunctuatedWord] = deque(maxlen=CONTEXT_KEEP)
+        self._flushes: deque[int] = deque()  # words sent before each unanswered flush
+        self._hypothesis: tuple[Word, ...] = ()
+        self._hypothesis_version = 0
+        self._end_sent = False
+        self._ended = False
+        self._closing = False
+        self._live = True  # sends go out now (False while resuming)
+        self._untracked = ""  # why word indices are no longer known (a refused message)
+        self._attempts = 0  # connection attempts since the stream last moved on
+        self._progress = True  # a final arrived since the last resume
+        self._failure: ResumeNotice | None = None
+        self._close: tuple[int, str] | None = None
+        #: every interruption, in order
+        self.notices: list[ResumeNotice] = []
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, token: str | None = None, reconnect: Reconnect | None = None,
+        on_notice: Callable[[ResumeNotice], None] | None = None, open_timeout: float = 10.0,
+        max_size: int | None = 1 << 24, ping_timeout: float | None = None, seed: int | None = None,
+        right_context: int | None = None, max_delay_ms: int | None = None, partials: bool | None = None,
+        capitalize: bool | None = None, itn: bool | None = None,
+        lexicon: Sequence[tuple[str, str]] | None = None,
+    ) -> ResumableStream:
+        """Open the stream's first connection (failures raise :class:`ConnectError`); options as
+        :meth:`StreamClient.connect`."""
+        connect_options = {"token": token, "open_timeout": open_timeout, "max_size": max_size,
+                           "ping_timeout": ping_timeout}
+        client = await open_client(url, right_context=right_context, max_delay_ms=max_delay_ms,
+                                   partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
+                                   **connect_options)
+        return cls(client, url, connect_options, reconnect or Reconnect(), on_notice, seed)
+
+    # -- what the stream holds -----------------------------------------------
+    @property
+    def ready(self) -> Ready:
+        """The current connection's ``ready``."""
+        return self._client.ready
+
+    @property
+    def limits(self) -> Limits:
+        """The current server's message limits (the defaults when it announces none)."""
+        return self._client.ready.limits or DEFAULT_LIMITS
+
+    @property
+    def n_sent(self) -> int:
+        """Words sent so far (the index the next word takes)."""
+        return self.n_final + len(self._pending)
+
+    @property
+    def pending(self) -> tuple[Word, ...]:
+        """Words sent and without a final, oldest first."""
+        return tuple(self._pending)
+
+    @property
+    def close_code(self) -> int | None:
+        """How the last connection closed (None while it is open)."""
+        if self._close is not None:
+            return self._close[0]
+        return self._client.close_code
+
+    # -- sending ---------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise ResumeFailed(self._failure)
+        if self._closing or self._ended:
+            raise ClientError("the stream is closed")
+
+    async def _send(self, client: StreamClient, message) -> bool:
+        """Send on ``client`` if it is still the live connection; False when it is not (the
+        message is in the record, and the resume sends it again)."""
+        if not self._live or self._client is not client:
+            return False
+        try:
+            await client.send(message)
+        except ConnectionClosed:
+            return False
+        return True
+
+    async def send_words(self, words: Sequence[str | Word]) -> list[Word]:
+        """Send committed words; returns them as sent (normalized, empty ones dropped), in order:
+        they take the indices ``n_sent``, ``n_sent + 1``, ..."""
+        self._check_open()
+        client, limits = self._client, self.limits
+        out = []
+        for item in words:
+            word = item if isinstance(item, Word) else Word(item)
+            w = normalize_word(word.w[: limits.max_word_chars])
+            if w:
+                out.append(Word(w, word.start, word.end))
+        self._pending.extend(out)
+        self._hypothesis = ()  # every words message clears it
+        for chunk in message_words(out, limits) or [()]:
+            if not await self._send(client, WordsMessage(chunk)):
+                break
+        return out
+
+    async def send_hypothesis(self, words: Sequence[str | Word]) -> None:
+        """Replace the interim hypothesis (an empty list clears it)."""
+        self._check_open()
+        chunks = message_words([w if isinstance(w, Word) else Word(w) for w in words], self.limits)
+        self._hypothesis = chunks[0] if chunks else ()
+        self._hypothesis_version += 1
+        await self._send(self._client, HypothesisMessage(self._hypothesis))
+
+    async def flush(self) -> None:
+        self._check_open()
+        self._flushes.append(self.n_sent)
+        await self._send(self._client, FlushRequest())
+
+    async def end(self) -> None:
+        """End the stream: every word sent is finalized, then the server's ``end`` comes."""
+        self._check_open()
+        self._end_sent = True
+        await self._send(self._client, EndRequest())
+
+    async def close(self) -> None:
+        """Close the connection (ending the iteration); the stream is not resumed after this."""
+        self._closing = True
+        await self._client.close()
+
+    async def __aenter__(self) -> ResumableStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- receiving ---------------------------------------------------------------
+    async def __aiter__(self) -> AsyncIterator[ServerMessage]:
+        while not self._ended:
+            try:
+                frame = await self._client.connection.recv()
+            except ConnectionClosed as e:
+                self._close = close_code(e)
+                if self._closing or self._close[0] not in RESUME_CLOSE_CODES or not self.reconnect.attempts:
+                    return
+                yield await self._resume()
+                continue
+            message = decode_server(frame)
+            self._track(message)
+            yield message
+
+    def _track(self, message: ServerMessage) -> None:
+        """Fold a server message into what the stream holds."""
+        if isinstance(message, Final):
+            self._progress = True
+            words = message.words
+            pending = list(itertools.islice(self._pending, len(words)))
+            if not self._untracked and (
+                    message.start != self.n_final or [w.w for w in words] != [w.w for w in pending]):
+                self._untracked = (f"the server's final for words {message.start}.. does not match the "
+                                   f"words sent from {self.n_final} on")
+            self.n_final = message.start + len(words)
+            for _ in range(min(len(words), len(self._pending))):
+                self._pending.popleft()
+            self._context.extend(PunctuatedWord(w.w, w.p) for w in words)
+        elif isinstance(message, Flushed):
+            if self._flushes:
+                self._flushes.popleft()
+        elif isinstance(message, Ended):
+            self._ended = True
+        elif isinstance(message, Error) and message.code in (ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE) \
+                and not self._untracked:  # the errors that refuse a message
+            self._untracked = f"the server refused a message ({message.code}: {message.message})"
+
+    async def _resume(self) -> Resumed:
+        """Reconnect with backoff and resume; raises :class:`ResumeFailed`."""
+        loop = asyncio.get_running_loop()
+        self._live = False
+        code, reason = self._close or (1006, "")
+        began = loop.time()
+        if self._progress or not self._pending:
+            self._attempts = 0  # attempts count from the last time the stream moved on
+        self._progress = False
+        attempts = 0
+        error = f"cannot resume: {self._untracked}" if self._untracked else ""
+        last = "the stream lost its connection again before any word was finalized"
+        while not error and self._attempts < self.reconnect.attempts:
+            self._attempts += 1
+            attempts += 1
+            await asyncio.sleep(self.reconnect.delay(self._attempts, self._rng))
+            if self._closing:
+                error = "the stream was closed"
+                break
+            try:
+                client = await open_client(self.url, **self._connect_options)
+            except ConnectError as e:
+                error = "" if e.retryable else str(e)
+                last = str(e)
+                continue
+            try:
+                resumed = await self._start(client)
+            except (ConnectionClosed, TimeoutError) as e:
+                last = f"the new connection failed: {e or type(e).__name__}"
+                await client.close()
+                continue
+            except ClientError as e:
+                error = str(e)
+                await client.close()
+                break
+            self._client = client
+            self._close = None
+            resent = await self._replay(client)
+            self._notify(ResumeNotice(code, reason, resumed.start, resent, attempts, loop.time() - began, self.url))
+            return resumed
+        else:
+            error = error or last
+        notice = ResumeNotice(code, reason, None, 0, attempts, loop.time() - began, self.url, error)
+        self._failure = notice
+        self._notify(notice)
+        raise ResumeFailed(notice)
+
+    def _notify(self, notice: ResumeNotice) -> None:
+        self.notices.append(notice)
+        if self._on_notice is not None:
+            self._on_notice(notice)
+
+    async def _start(self, client: StreamClient) -> Resumed:
+        """Send ``resume`` on a new connection and take its answer."""
+        limits = client.ready.limits or DEFAULT_LIMITS
+        wanted = DEFAULT_CONTEXT_WORDS if limits.max_context_words is None else limits.max_context_words
+        n = min(wanted, limits.max_words_per_message, len(self._context), self.n_final)
+        context = tuple(itertools.islice(self._context, len(self._context) - n, None)) if n > 0 else ()
+        config = decode_config(self.options.to_json())  # the session's options, validated as a config
+        await client.send(ResumeRequest(self.n_final, context, config))
+        reply = await client.recv(timeout=self._connect_options["open_timeout"])
+        if isinstance(reply, Error):
+            raise ClientError(f"the server refused the resume: {reply.code}: {reply.message}")
+        if not isinstance(reply, Resumed) or reply.start != self.n_final:
+            raise ClientError(f"expected 'resumed' at word {self.n_final}, got {reply.to_json()}")
+        client.options = reply.config
+        return reply
+
+    async def _replay(self, client: StreamClient) -> int:
+        """Send again, in order, what the server has not acted on: the words without a final
+        (each unanswered ``flush`` after the words it followed), the hypothesis, ``end``.
+        Sends made meanwhile join the record and go out here too; then sending is live."""
+        start = self.n_final  # no final arrives while this runs: nothing reads the connection
+        limits = client.ready.limits or DEFAULT_LIMITS
+        words = flushes = 0
+        hypothesis_version = -1
+        end_sent = False
+        try:
+            while True:
+                upto = len(self._pending)
+                if flushes < len(self._flushes):
+                    upto = min(upto, max(0, self._flushes[flushes] - start))
+                if words < upto:
+                    n = min(upto - words, limits.max_words_per_message)
+                    await client.send(WordsMessage(tuple(itertools.islice(self._pending, words, words + n))))
+                    words += n
+                elif flushes < len(self._flushes):
+                    flushes += 1
+                    await client.send(FlushRequest())
+                elif self._hypothesis and hypothesis_version != self._hypothesis_version:
+                    hypothesis_version = self._hypothesis_version
+                    await client.send(HypothesisMessage(self._hypothesis))
+                elif self._end_sent and not end_sent:
+                    end_sent = True
+                    await client.send(EndRequest())
+                else:
+                    break
+        except ConnectionClosed:
+            pass  # the iteration notices and resumes again
+        self._live = True
+        return len(self._pending)

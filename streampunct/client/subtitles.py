@@ -1,0 +1,780 @@
+"""Subtitle cues from final words: WebVTT, SRT and JSON lines, written as cues complete.
+
+Cues follow the conventions broadcasters publish for subtitles (BBC subtitle
+guidelines, Netflix timed text style guide):
+
+* **reading speed**: a cue stays on screen at least as long as reading its
+  characters takes at ``max_cps`` (17 characters a second), and at least
+  ``min_duration_s`` (1 s): its end is moved later than its last word when
+  needed, into the gap before the next cue, which then starts no earlier
+  than that end (so a cue may start after its first word was spoken: the
+  *lag*, which :func:`cue_stats` reports);
+* **short pieces are merged**: a sentence that ends a cue too short to be
+  read in its own speaking time ("Yes.", or "dollars." left over from a long
+  sentence) is held and shown with the next sentence when both fit in one
+  cue; otherwise it is shown alone, for as long as reading it takes;
+* **breaks**: a cue ends at a sentence end when it can; when the words do not
+  fit (``max_lines`` lines of ``max_chars``, ``max_duration_s``), the cue is
+  cut at the best point in it: a sentence end, then a clause end (comma),
+  then before a conjunction, never after an article or a preposition when
+  avoidable, and never inside a name (capitalized words side by side that
+  are not a sentence start: "New York") or a written form (a number, date,
+  money or lexicon phrase the server wrote: "$25", "March 5, 2020");
+* **balanced lines**: a cue of two lines is cut near its middle, at a word
+  boundary, after punctuation when it can, and not with a last line of one
+  word when avoidable.
+
+Streaming: a cue is written as soon as it is complete (its sentence ended,
+or the next words do not fit). Words are held only while they may still
+join a cue: no cue spans more than ``max_duration_s`` of speech, and
+:meth:`SubtitleWriter.flush` (which the caption client calls when no final
+came for that long: a pause) writes what is held.
+
+What a cue shows comes from the finals' ``text`` (:class:`FinalPieces`), so
+written forms ("$25", "New York", "iPhone") appear as the server wrote
+them; times come from the words' timestamps when the client sent them
+(finals echo them), otherwise from when each word was sent.
+:func:`cue_stats` measures the rules on a list of cues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
+from streampunct.text.normalize import CLITICS, render
+
+
+@dataclass(frozen=True)
+class CueLimits:
+    """Attributes:
+    max_chars: characters per line.
+    max_lines: lines per cue.
+    max_duration_s: longest cue (and longest a word is held before its cue is written).
+    min_duration_s: shortest time a cue is shown.
+    max_cps: reading speed a cue's time on screen allows for at most
+        (characters a second, spaces included).
+    """
+
+    max_chars: int = 42
+    max_lines: int = 2
+    max_duration_s: float = 7.0
+    min_duration_s: float = 1.0
+    max_cps: float = 17.0
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 1 or self.max_lines < 1:
+            raise ValueError("max_chars and max_lines must be >= 1")
+        if not 0 < self.min_duration_s <= self.max_duration_s:
+            raise ValueError("0 < min_duration_s <= max_duration_s")
+        if self.max_cps <= 0:
+            raise ValueError("max_cps must be > 0")
+
+
+@dataclass(frozen=True)
+class TimedWord:
+    """A final word: ``w`` (as spoken and normalized, or written, as the caller has it), label id,
+    and times in seconds."""
+
+    w: str
+    label: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What a cue shows of one or more consecutive words, never cut between cues.
+
+    ``text``: as shown ("Hello,", "it's", "$25", "March 5, 2020");
+    ``written``: a written form whose text does not spell its words (ITN, or a
+    lexicon phrase such as "N.A.S.A."): no cue or line break next to it
+    unless a mark separates them.
+    """
+
+    text: str
+    words: tuple[TimedWord, ...]
+    written: bool = False
+
+    @property
+    def start(self) -> float:
+        return min(w.start for w in self.words)
+
+    @property
+    def end(self) -> float:
+        return max(max(w.end, w.start) for w in self.words)
+
+    @property
+    def label(self) -> int:
+        """The mark after it (its last word's label)."""
+        return self.words[-1].label
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One subtitle: ``lines`` shown from ``start`` to ``end`` (seconds)."""
+
+    start: float
+    end: float
+    lines: tuple[str, ...]
+    words: tuple[TimedWord, ...] = field(repr=False)
+    pieces: tuple[Piece, ...] = field(default=(), repr=False)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def chars(self) -> int:
+        """Characters read: the lines joined by a space."""
+        return len(" ".join(self.lines))
+
+
+def wrap(tokens: Iterable[str], width: int) -> list[str]:
+    """Greedy line wrap of tokens; a token longer than ``width`` is cut."""
+    lines: list[str] = []
+    line = ""
+    for token in tokens:
+        while len(token) > width:
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(token[:width])
+            token = token[width:]
+        if not token:
+            continue
+        if not line:
+            line = token
+        elif len(line) + 1 + len(token) <= width:
+            line += " " + token
+        else:
+            lines.append(line)
+            line = token
+    if line:
+        lines.append(line)
+    return lines
+
+
+# -- where a cue or a line may break ---------------------------------------------------------
+
+SENTENCE, CLAUSE, PLAIN, NAME, WRITTEN = "sentence", "clause", "plain", "name", "written"
+
+#: A break before these is natural (a new clause starts).
+_BREAK_BEFORE = frozenset("and but or so because which who whom whose when where while if although though "
+                          "unless until than whether".split())
+#: A break after these separates words that belong together (article, preposition, possessive).
+_NO_BREAK_AFTER = frozenset("a an the of to in on at for with from by into onto about as my your his her its "
+                            "our their this these those i".split())
+_PRONOUN_I = frozenset({"i", "i'm", "i've", "i'll", "i'd"})
+
+
+def _core(text: str) -> str:
+    return text.rstrip(",.?!;:")
+
+
+def _capitalized(piece: Piece) -> bool:
+    core = _core(piece.text)
+    return bool(core) and core[0].isupper() and core.lower() not in _PRONOUN_I
+
+
+def boundary(a: Piece, b: Piece) -> str:
+    """What a break between ``a`` and the piece ``b`` after it would cut: after a ``sentence`` or
+    a ``clause`` end, a ``plain`` point, or (never when avoidable) inside a ``name`` or next to a
+    ``written`` form with no mark between."""
+    if a.label in (PERIOD, QUESTION):
+        return SENTENCE
+    if a.label == COMMA:
+        return CLAUSE
+    if a.written or b.written:
+        return WRITTEN
+    if _capitalized(a) and _capitalized(b):
+        return NAME
+    return PLAIN
+
+
+def _break_bonus(a: Piece, b: Piece, kind: str) -> float:
+    """Small preferences among allowed breaks (conjunctions, articles, prepositions)."""
+    bonus = 0.0
+    if kind == PLAIN and b.words[0].w.lower() in _BREAK_BEFORE:
+        bonus += 0.3
+    if kind == PLAIN and a.words[-1].w.lower() in _NO_BREAK_AFTER:
+        bonus -= 0.5
+    return bonus
+
+
+def layout(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
+    """The lines of a cue: as few as fit, balanced, cut at the best word boundaries."""
+    tokens = [p.text for p in pieces]
+    if any(len(t) > limits.max_chars for t in tokens):
+        return wrap(" ".join(tokens).split(), limits.max_chars)
+    n_lines = len(wrap(tokens, limits.max_chars))
+    if n_lines <= 1:
+        return [" ".join(tokens)] if tokens else []
+    total = len(" ".join(tokens))
+    target = total / n_lines
+    n = len(tokens)
+    ends = [0]
+    for t in tokens:
+        ends.append(ends[-1] + len(t) + 1)  # prefix lengths, one space after each token
+
+    def width(i: int, j: int) -> int:  # tokens[i:j] on one line
+        return ends[j] - ends[i] - 1
+
+    def cut_cost(k: int) -> float:  # a line break between tokens k-1 and k (in characters of imbalance)
+        kind = boundary(pieces[k - 1], pieces[k])
+        cost = {SENTENCE: -12.0, CLAUSE: -8.0, PLAIN: 0.0, NAME: 60.0, WRITTEN: 60.0}[kind]
+        return cost - 15.0 * _break_bonus(pieces[k - 1], pieces[k], kind)
+
+    inf = float("inf")
+    # best[l][j]: cost of tokens[:j] in l lines; the last line may not be a single word when avoidable
+    best = [[inf] * (n + 1) for _ in range(n_lines + 1)]
+    back = [[0] * (n + 1) for _ in range(n_lines + 1)]
+    best[0][0] = 0.0
+    for lines in range(1, n_lines + 1):
+        for j in range(1, n + 1):
+            for i in range(j):
+                if best[lines - 1][i] == inf or width(i, j) > limits.max_chars:
+                    continue
+                cost = best[lines - 1][i] + abs(width(i, j) - target)
+                if i > 0:
+                    cost += cut_cost(i)
+                if lines == n_lines and j == n and j - i == 1 and n > n_lines:
+                    cost += 15.0  # a one-word last line
+                if cost < best[lines][j]:
+                    best[lines][j], back[lines][j] = cost, i
+    if best[n_lines][n] == inf:
+        return wrap(tokens, limits.max_chars)
+    out, j = [], n
+    for lines in range(n_lines, 0, -1):
+        i = back[lines][j]
+        out.append(" ".join(tokens[i:j]))
+        j = i
+    return out[::-1]
+
+
+# -- cues ---------------------------------------------------------------------------------
+
+
+class CueBuilder:
+    """Folds final pieces (or words) into cues; :meth:`add_piece` and :meth:`add` return the
+    cues they completed, in order.
+
+    ``capitalize``: sentence capitals for words added with :meth:`add` (pieces
+    come written).
+    """
+
+    def __init__(self, limits: CueLimits = CueLimits(), *, capitalize: bool = True) -> None:
+        self.limits = limits
+        self.capitalize = capitalize
+        self._pending: list[Piece] = []
+        self._sentence_start = True
+        self._last_end = 0.0  # cues never start before the previous one ended
+
+    @property
+    def pending(self) -> int:
+        """Pieces held for the cue in progress."""
+        return len(self._pending)
+
+    # -- words (rendered here) ---------------------------------------------------------
+    def add(self, word: TimedWord) -> list[Cue]:
+        """A word rendered with its mark and sentence capitals (clitics join the word before)."""
+        token = render([word.w], [word.label], capitalize=self.capitalize, sentence_start=self._sentence_start)
+        self._sentence_start = word.label in (PERIOD, QUESTION)
+        last = self._pending[-1] if self._pending else None
+        if last is not None and word.w in CLITICS and last.label == O:
+            self._pending[-1] = Piece(last.text + token, (*last.words, word), last.written)
+            return self._settle()
+        return self.add_piece(Piece(token, (word,)))
+
+    # -- pieces ------------------------------------------------------------------------
+    def add_piece(self, piece: Piece) -> list[Cue]:
+        """One piece (:class:`FinalPieces`) at the end of the stream so far; a clitic that a final's
+        text began with ("'s" after "there") joins the piece before it."""
+        last = self._pending[-1] if self._pending else None
+        if (last is not None and not piece.written and len(piece.words) == 1 and piece.words[0].w in CLITICS
+                and last.label == O):
+            self._pending[-1] = Piece(last.text + piece.text, last.words + piece.words, last.written)
+        else:
+            self._pending.append(piece)
+        return self._settle()
+
+    def close(self) -> list[Cue]:
+        """The cue in progress, if any (end of stream)."""
+        return self.flush()
+
+    def flush(self) -> list[Cue]:
+        """Write what is held now (a pause: no final for as long as a cue lasts)."""
+        out = []
+        while self._pending:
+            out += self._cut(self._forced_break(self._pending) if not self._fits(self._pending) else None)
+        return out
+
+    def _settle(self) -> list[Cue]:
+        out: list[Cue] = []
+        while len(self._pending) > 1 and not self._fits(self._pending):
+            out += self._cut(self._forced_break(self._pending))
+        if self._pending and not self._fits(self._pending):  # one piece longer than a cue
+            out += self._cut(None)
+        elif self._pending and self._pending[-1].label in (PERIOD, QUESTION) and not self._short(self._pending):
+            out += self._cut(None)
+        return out
+
+    def _fits(self, pieces: Sequence[Piece]) -> bool:
+        limits = self.limits
+        return (len(wrap([p.text for p in pieces], limits.max_chars)) <= limits.max_lines
+                and pieces[-1].end - pieces[0].start <= limits.max_duration_s)
+
+    def _need(self, chars: int) -> float:
+        """How long a cue of ``chars`` characters must be shown."""
+        return max(self.limits.min_duration_s, chars / self.limits.max_cps)
+
+    def _short(self, pieces: Sequence[Piece], *, after: float | None = None) -> bool:
+        """Too short to be read within its own speech (it would need more time than its words
+        took); ``after``: when the cue before it ends (default: the last cue written)."""
+        start = max(pieces[0].start, self._last_end if after is None else after)
+        return start + self._need(len(" ".join(p.text for p in pieces))) > pieces[-1].end
+
+    def _forced_break(self, pieces: Sequence[Piece]) -> int:
+        """Where to cut pieces that do not fit: the best k (cue = pieces[:k], 0 < k < len).
+
+        Scored by what the break cuts (a sentence end, then a clause end; never a name or
+        a written form when avoidable) and by how full the cue is. When the last piece ends a
+        sentence, the rest becomes a cue at once: then the two are balanced instead, and a
+        rest too short to be read in its own time ("horse." of a long sentence) is avoided.
+        """
+        capacity = self.limits.max_chars * self.limits.max_lines
+        ends_sentence = pieces[-1].label in (PERIOD, QUESTION)
+        total = len(" ".join(p.text for p in pieces))
+        best, best_score, fallback = 0, float("-inf"), 1
+        for k in range(1, len(pieces)):
+            if not self._fits(pieces[:k]):
+                break
+            fallback = k
+            a, b = pieces[k - 1], pieces[k]
+            kind = boundary(a, b)
+            if kind in (NAME, WRITTEN):
+                continue
+            chars = len(" ".join(p.text for p in pieces[:k]))
+            fill = chars / capacity
+            score = _break_bonus(a, b, kind)
+            if kind == SENTENCE:
+                score += 2.0
+            elif kind == CLAUSE and fill >= 0.3:
+                score += 1.0
+            if ends_sentence and self._fits(pieces[k:]):
+                score -= abs(2 * chars - total) / capacity  # balanced
+                if self._short(pieces[k:], after=pieces[k - 1].end):
+                    score -= 1.0
+            else:
+                score += fill
+            if score >= best_score:
+                best, best_score = k, score
+        return best or fallback  # no allowed break: as much as fits
+
+    def _cut(self, k: int | None) -> list[Cue]:
+        """Write pending[:k] (all when None) as a cue."""
+        pieces = self._pending if k is None else self._pending[:k]
+        self._pending = [] if k is None else self._pending[k:]
+        limits = self.limits
+        lines = layout(pieces, limits)
+        start = max(pieces[0].start, self._last_end)
+        end = max(pieces[-1].end, start + self._need(len(" ".join(lines))))
+        end = min(end, start + max(limits.max_duration_s, self._need(len(" ".join(lines)))))
+        self._last_end = end
+        words = tuple(w for p in pieces for w in p.words)
+        return [Cue(start, end, tuple(lines), words, tuple(pieces))]
+
+
+# -- pieces from the finals' text ---------------------------------------------------------------
+
+
+def _spells(token: str, words: Sequence[TimedWord], j: int) -> int:
+    """How many words from ``j`` the token spells letter for letter (its marks aside); 0: none."""
+    core = _core(token).lower()
+    pos, k = 0, j
+    while k < len(words) and pos < len(core):
+        w = words[k].w.lower()
+        if not w or core[pos:pos + len(w)] != w:
+            return 0
+        pos += len(w)
+        k += 1
+    return k - j if pos == len(core) and k > j else 0
+
+
+class FinalPieces:
+    """The pieces a stream's finals show: their ``text`` matched to their ``words``.
+
+    A final's ``text`` writes its words (and words an earlier final held for a
+    phrase), each plain word as one token, clitics joined ("it's"), and
+    written forms ("$25", "March 5, 2020", "iPhone") as they came
+    (docs/protocol.md, "Written forms"). Tokens that spell words letter for
+    letter are matched to them (the most words matched, in order); what lies
+    between two matches is a written form: its tokens show its words. Words
+    with no token of their own ("dollars" in "$3 million") belong to the form
+    before them. The last match of a text stays open until the next final
+    (a form may go on), unless :meth:`close` ends the stream.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: list[str] = []
+        self._words: list[TimedWord] = []
+
+    @property
+    def pending(self) -> int:
+        """Words whose pieces are not decided yet."""
+        return len(self._words)
+
+    def add(self, words: Sequence[TimedWord], text: str) -> list[Piece]:
+        """The pieces that one final (its words, its ``text``) decides."""
+        self._words += words
+        self._tokens += text.split()
+        return self._take(final=False)
+
+    def close(self) -> list[Piece]:
+        """Every piece left (the stream ended)."""
+        return self._take(final=True)
+
+    def _take(self, *, final: bool) -> list[Piece]:
+        tokens, words = self._tokens, self._words
+        if not tokens and not final:
+            return []
+        groups = _align(tokens, words)  # (tokens a:b, words c:d, matched)
+        if not final:
+            # Keep the last match open (a written form may go on in the next text), with the
+            # form before it, and the words after the last token (held for a phrase).
+            last = max((g for g, (_, _, _, _, matched) in enumerate(groups) if matched), default=None)
+            if last is None:
+                return []
+            keep = last - 1 if last > 0 and not groups[last - 1][4] else last
+            groups = groups[:keep]
+        out = []
+        t_used = w_used = 0
+        for a, b, c, d, matched in groups:
+            if c == d or a == b:
+                break  # a token with no word, or words with no token yet: wait for more
+            piece = Piece(" ".join(tokens[a:b]), tuple(words[c:d]), written=not matched)
+            if out and matched and d - c == 1 and words[c].w in CLITICS and out[-1].label == O:
+                # a clitic that opened a final's text ("I" | "'m") joins the word before it
+                piece = Piece(out[-1].text + piece.text, out[-1].words + piece.words, out[-1].written)
+                out.pop()
+            out.append(piece)
+            t_used, w_used = b, d
+        self._tokens, self._words = tokens[t_used:], words[w_used:]
+        if final and self._words:  # words no text ever wrote (a server that sent none)
+            rest = self._words
+            out.append(Piece(" ".join(self._tokens) or " ".join(w.w for w in rest), tuple(rest), written=True))
+            self._tokens, self._words = [], []
+        return out
+
+
+def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int, int, int, int, bool]]:
+    """Groups ``(token a, b, word c, d, matched)`` covering both in order: matched tokens
+    (one token spelling words) and written forms between them; a group with words but no
+    token joins the group before it (with that group's written form before it, when it is
+    a match: "$3" "million" + "dollars"), a group with a token but no word the one after."""
+    n, m = len(tokens), len(words)
+    spell = [[_spells(tokens[i], words, j) for j in range(m)] for i in range(n)]
+    # best[i][j]: most words matched in tokens[i:], words[j:]
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            k = spell[i][j]
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], k + best[i + 1][j + k] if k else 0)
+    matches, i, j = [], 0, 0
+    while i < n and j < m:
+        k = spell[i][j]
+        if k and best[i][j] == k + best[i + 1][j + k]:
+            matches.append((i, j, k))
+            i, j = i + 1, j + k
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    groups: list[list] = []
+    ti = wj = 0
+    for i, j, k in [*matches, (n, m, 0)]:
+        if i > ti or j > wj:
+            groups.append([ti, i, wj, j, False])
+        if k:
+            groups.append([i, i + 1, j, j + k, True])
+        ti, wj = i + 1, j + k
+    # words without a token join the group before (and its written form); tokens without words the next
+    out: list[list] = []
+    for g in groups:
+        if g[0] == g[1] and out:  # words, no token
+            prev = out.pop()
+            if prev[4] and out and not out[-1][4] and out[-1][2] < out[-1][3]:
+                before = out.pop()
+                prev = [before[0], prev[1], before[2], prev[3], False]
+            out.append([prev[0], g[1], prev[2], g[3], False])
+        elif out and out[-1][2] == out[-1][3]:  # the group before had a token but no word
+            prev = out.pop()
+            out.append([prev[0], g[1], g[2], g[3], False])
+        else:
+            out.append(g)
+    if len(out) > 1 and out[0][0] == out[0][1]:  # words before any token: they join the group after
+        first, second = out[0], out[1]
+        out[:2] = [[second[0], second[1], first[2], second[3], False]]
+    return [tuple(g) for g in out]  # type: ignore[misc]
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _timestamp(seconds: float, sep: str) -> str:
+    ms = max(0, round(seconds * 1000))
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+class SubtitleWriter:
+    """Writes cues in one format (``vtt``, ``srt``, ``jsonl``) to some text streams, cue by cue.
+
+    Feed it finals (:meth:`add_final`: words and ``text``) or plain words
+    (:meth:`add`); ``cues`` keeps every cue written.
+    """
+
+    FORMATS = ("vtt", "srt", "jsonl")
+
+    def __init__(self, fmt: str, outs: list[TextIO], builder: CueBuilder | None = None) -> None:
+        if fmt not in self.FORMATS:
+            raise ValueError(f"unknown subtitle format {fmt!r}")
+        self.format = fmt
+        self.outs = outs
+        self.builder = builder or CueBuilder()
+        self.pieces = FinalPieces()
+        self.cues: list[Cue] = []
+        if fmt == "vtt":
+            self._write("WEBVTT\n\n")
+
+    @property
+    def count(self) -> int:
+        return len(self.cues)
+
+    @property
+    def pending(self) -> bool:
+        """Words are held for a cue not written yet."""
+        return bool(self.builder.pending or self.pieces.pending)
+
+    def _write(self, text: str) -> None:
+        for out in self.outs:
+            out.write(text)
+            out.flush()
+
+    def add(self, word: TimedWord) -> None:
+        for cue in self.builder.add(word):
+            self._cue(cue)
+
+    def add_final(self, words: Sequence[TimedWord], text: str) -> None:
+        """One final: its words (spoken, with labels and times) and its ``text``."""
+        for piece in self.pieces.add(words, text):
+            for cue in self.builder.add_piece(piece):
+                self._cue(cue)
+
+    def flush(self) -> None:
+        """Write the cue in progress now (the caption client calls it after a pause, when the
+        server has written every word it finalized: its last final held nothing)."""
+        for piece in self.pieces.close():
+            for cue in self.builder.add_piece(piece):
+                self._cue(cue)
+        for cue in self.builder.flush():
+            self._cue(cue)
+
+    def close(self) -> None:
+        for piece in self.pieces.close():
+            for cue in self.builder.add_piece(piece):
+                self._cue(cue)
+        for cue in self.builder.close():
+            self._cue(cue)
+
+    def _cue(self, cue: Cue) -> None:
+        self.cues.append(cue)
+        if self.format == "vtt":
+            self._write(f"{_timestamp(cue.start, '.')} --> {_timestamp(cue.end, '.')}\n{cue.text}\n\n")
+        elif self.format == "srt":
+            self._write(f"{self.count}\n{_timestamp(cue.start, ',')} --> {_timestamp(cue.end, ',')}\n{cue.text}\n\n")
+        else:
+            record = {
+                "start": round(cue.start, 3), "end": round(cue.end, 3), "text": " ".join(cue.lines),
+                "lines": list(cue.lines),
+                "words": [{"w": w.w, "p": ID_TO_MARK[w.label], "start": w.start, "end": w.end} for w in cue.words],
+                "pieces": [{"text": p.text, "words": len(p.words), **({"written": True} if p.written else {})}
+                           for p in cue.pieces],
+            }
+            self._write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# -- measuring cues --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CueStats:
+    """How a list of cues keeps the rules (:func:`cue_stats`).
+
+    Attributes:
+        cues: how many.
+        short: cues shown less than ``min_s`` (0.8 s), the last one not counted
+            (the stream may end there).
+        fast: cues read faster than ``max_cps`` (20 characters a second).
+        max_cps: the fastest cue's characters a second.
+        long_lines: lines longer than ``max_chars``; ``over_lines``: cues with more than ``max_lines``.
+        name_breaks: cue boundaries inside a name (capitalized words side by side, no mark
+            between, not a sentence start).
+        span_breaks: cue boundaries inside the given spans (written forms, lexicon phrases).
+        spans: how many spans were checked (those of more than one word).
+        one_word_last_lines: cues of two or more lines whose last line is one word.
+        lag_p95_s, lag_max_s: how long after its first word was spoken a cue starts.
+        overlaps: cues that start before the previous one ended (or go back in time).
+    """
+
+    cues: int
+    short: int
+    fast: int
+    max_cps: float
+    long_lines: int
+    over_lines: int
+    name_breaks: int
+    span_breaks: int
+    spans: int
+    one_word_last_lines: int
+    lag_p95_s: float
+    lag_max_s: float
+    overlaps: int
+
+    def format(self) -> str:
+        def share(k: int) -> str:
+            return f"{k} ({100.0 * k / self.cues:.1f}%)" if self.cues else "0"
+
+        return (f"{self.cues} cues; under 0.8 s (but the last): {share(self.short)}; over 20 characters/s: "
+                f"{share(self.fast)}, fastest {self.max_cps:.1f}/s; boundaries inside names: {self.name_breaks}, "
+                f"inside written forms or lexicon phrases: {self.span_breaks} of {self.spans}; "
+                f"one-word last lines: {self.one_word_last_lines}; lines over the limit: {self.long_lines}, "
+                f"cues over the line limit: {self.over_lines}; overlapping cues: {self.overlaps}; "
+                f"lag p95 {self.lag_p95_s:.2f} s, max {self.lag_max_s:.2f} s")
+
+
+def cue_stats(cues: Sequence[Cue], spans: Iterable[tuple[int, int]] = (), *, min_s: float = 0.8,
+              max_cps: float = 20.0, limits: CueLimits = CueLimits()) -> CueStats:
+    """Check ``cues`` against the subtitle rules.
+
+    ``spans``: ``(start, end)`` word indices (over the cues' words in order,
+    end excluded) that no cue boundary may cut: written forms, lexicon phrases
+    (:func:`phrase_spans`). Names are read from the cues' text.
+    """
+    short = fast = long_lines = over_lines = name_breaks = one_word = overlaps = 0
+    fastest = 0.0
+    lags = []
+    prev_end = float("-inf")
+    boundaries = set()
+    n_words = 0
+    for i, cue in enumerate(cues):
+        if cue.duration < min_s - 1e-9 and i + 1 < len(cues):
+            short += 1
+        cps = cue.chars / cue.duration if cue.duration > 0 else float("inf")
+        fastest = max(fastest, cps)
+        fast += cps > max_cps + 1e-9
+        long_lines += sum(len(line) > limits.max_chars for line in cue.lines)
+        over_lines += len(cue.lines) > limits.max_lines
+        one_word += len(cue.lines) > 1 and len(cue.lines[-1].split()) == 1
+        overlaps += cue.start < prev_end - 1e-9 or cue.end < cue.start
+        prev_end = cue.end
+        if cue.words:
+            lags.append(max(0.0, cue.start - min(w.start for w in cue.words)))
+        n_words += len(cue.words)
+        if i + 1 < len(cues):
+            boundaries.add(n_words)
+            nxt = cues[i + 1]
+            a = cue.pieces[-1] if cue.pieces else None
+            b = nxt.pieces[0] if nxt.pieces else None
+            if a is not None and b is not None and a.label == O and _capitalized(a) and _capitalized(b):
+                name_breaks += 1
+    checked = [(s, e) for s, e in spans if e - s > 1]
+    span_breaks = sum(1 for s, e in checked if any(s < k < e for k in range(s + 1, e) if k in boundaries))
+    lags.sort()
+    return CueStats(
+        cues=len(cues), short=short, fast=fast, max_cps=round(fastest, 2), long_lines=long_lines,
+        over_lines=over_lines, name_breaks=name_breaks, span_breaks=span_breaks, spans=len(checked),
+        one_word_last_lines=one_word,
+        lag_p95_s=round(lags[min(len(lags) - 1, int(0.95 * len(lags)))], 3) if lags else 0.0,
+        lag_max_s=round(lags[-1], 3) if lags else 0.0, overlaps=overlaps,
+    )
+
+
+def phrase_spans(words: Sequence[str], labels: Sequence[int], formatter) -> list[tuple[int, int]]:
+    """The phrases a :class:`~streampunct.text.written_form.Formatter` (lexicon, ITN) writes over a
+    whole stream of spoken ``words`` and their labels, as ``(start, end)`` spans."""
+    return [(p.start, p.end) for p in formatter.phrases(list(words), list(labels)) if p.text]
+
+
+def read_cues_jsonl(lines: Iterable[str]) -> list[Cue]:
+    """Cues from ``caption --format jsonl`` output (a record without pieces: one a word)."""
+    cues = []
+    for line in lines:
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        words = tuple(TimedWord(w["w"], ID_TO_MARK.index(w["p"]), float(w["start"]), float(w["end"]))
+                      for w in record["words"])
+        shown = record.get("pieces") or [{"text": w.w + ID_TO_MARK[w.label], "words": 1} for w in words]
+        pieces, k = [], 0
+        for item in shown:
+            pieces.append(Piece(item["text"], words[k:k + item["words"]], bool(item.get("written"))))
+            k += item["words"]
+        cues.append(Cue(float(record["start"]), float(record["end"]), tuple(record.get("lines") or [record["text"]]),
+                        words, tuple(pieces)))
+    return cues
+
+
+# -- command line: python -m streampunct.client.subtitles CUES.jsonl -----------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check cues written by ``streampunct caption --format jsonl``: print :func:`cue_stats`."""
+    p = argparse.ArgumentParser(prog="python -m streampunct.client.subtitles",
+                                description="check subtitle cues (caption --format jsonl) against the rules")
+    p.add_argument("cues", help="JSON lines of cues, as caption --format jsonl writes them")
+    p.add_argument("--lexicon", metavar="FILE", default=None,
+                   help="also check that no cue boundary cuts a phrase of this lexicon (spoken<TAB>written)")
+    p.add_argument("--itn", action="store_true",
+                   help="also check that no cue boundary cuts a written number, date, time or money phrase "
+                        "as the ITN grammars read the cues' words (the itn extra)")
+    p.add_argument("--itn-cache", metavar="DIR", default=None, help="where the compiled grammars are cached")
+    args = p.parse_args(argv)
+    from pathlib import Path
+
+    from streampunct.text.written_form import Formatter, Lexicon, parse_lexicon_tsv
+
+    with open(args.cues, encoding="utf-8") as f:
+        cues = read_cues_jsonl(f)
+    words = [w for c in cues for w in c.words]
+    pairs = parse_lexicon_tsv(Path(args.lexicon).read_text(encoding="utf-8"), source=args.lexicon) \
+        if args.lexicon else ()
+    normalizer = None
+    if args.itn:
+        from streampunct.text.itn import load_normalizer
+
+        normalizer = load_normalizer(Path(args.itn_cache) if args.itn_cache else None)
+    spoken, labels = [w.w.lower() for w in words], [w.label for w in words]
+    kinds = {"lexicon phrases": Formatter(Lexicon(pairs)) if pairs else None,
+             "written numbers, dates, times, money": Formatter(Lexicon(), normalizer) if normalizer else None}
+    spans = {kind: phrase_spans(spoken, labels, f) for kind, f in kinds.items() if f is not None}
+    print(cue_stats(cues, [s for found in spans.values() for s in found]).format())
+    for kind, found in spans.items():
+        stats = cue_stats(cues, found)
+        print(f"{kind}: {stats.spans} of more than one word, {stats.span_breaks} cut by a cue boundary")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

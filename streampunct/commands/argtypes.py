@@ -1,0 +1,47 @@
+"""Argument types for the command line: numbers in range, refused by argparse before any work starts.
+
+``type=positive_int`` and kin make argparse print ``argument --flag: ...``
+and exit with status 2 (a usage error), as for any other malformed argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def _number(kind: type, ok: Callable[[float], bool], what: str) -> Callable[[str], int | float]:
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun} {what}, got {text!r}") from None
+        if value != value or not ok(value):  # NaN is never in range
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+
+    parse.__name__ = f"{kind.__name__} {what}"
+    return parse
+
+
+positive_int = _number(int, lambda v: v >= 1, ">= 1")
+non_negative_int = _number(int, lambda v: v >= 0, ">= 0")
+positive_float = _number(float, lambda v: 0 < v < float("inf"), "> 0")
+non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
+port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
+unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
+
+
+def lexicon_file(path: str) -> tuple[tuple[str, str], ...]:
+    """A lexicon file (one ``spoken<TAB>written`` pair a line, ``#`` comments) as normalized
+    pairs (:func:`streampunct.text.written_form.parse_lexicon_tsv`)."""
+    from streampunct.errors import InputError
+    from streampunct.text.textfile import read_text
+    from streampunct.text.written_form import parse_lexicon_tsv
+
+    try:
+        return parse_lexicon_tsv(read_text(path), source=path)
+    except (InputError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -1,0 +1,221 @@
+"""The offline punctuator: double-overlap windows over a whole text, one engine.
+
+``decode_offline`` is the decoder used everywhere a complete text is
+punctuated (the ``punctuate`` command, evaluation, validation during
+training, pseudo-labeling); it takes any ``infer`` callable so that training
+can pass a torch model and the runtime an Engine.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from engines.base import Engine, StreamEngine
+from engines.registry import STREAM_CACHE_MODES, load_engine, load_stream_engine
+from streampunct.core.alignment import Aligner
+from streampunct.core.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
+from streampunct.errors import InputError
+from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
+from streampunct.model import ModelInfo, load_model_info
+from streampunct.text.normalize import normalize_words, render
+
+InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def decode_offline(
+    words: Sequence[str],
+    aligner: Aligner,
+    window: WindowConfig,
+    infer: InferFn,
+    *,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> np.ndarray:
+    """Per-word logits float32[n_words, C] from double-overlap windows.
+
+    ``words`` must be normalized (see :func:`streampunct.text.normalize.normalize_words`).
+    ``progress`` shows a tqdm bar on stderr.
+    """
+    if not words:
+        return np.zeros((0, 4), dtype=np.float32)
+    ids: list[int] = []
+    counts = []
+    for w in words:
+        wid = aligner.word_ids(w)
+        ids.extend(wid)
+        counts.append(len(wid))
+    layout = TokenLayout.from_counts(counts, aligner.label_position)
+    windows = plan_offline(layout, window)
+    ids_arr = np.asarray(ids, dtype=np.int64)
+    out: np.ndarray | None = None
+    bar = tqdm(total=len(windows), desc="offline windows", unit="win", disable=not progress,
+               file=sys.stderr, leave=False)
+    for k in range(0, len(windows), batch_size):
+        chunk = windows[k : k + batch_size]
+        seqs = []
+        for w in chunk:
+            seq = np.empty(w.token_end - w.token_start + 2, dtype=np.int64)
+            seq[0], seq[-1] = aligner.cls_id, aligner.sep_id
+            seq[1:-1] = ids_arr[w.token_start : w.token_end]
+            seqs.append(seq)
+        input_ids, mask = pad_batch(seqs, aligner.pad_id)
+        logits = np.asarray(infer(input_ids, mask), dtype=np.float32)
+        if out is None:
+            out = np.zeros((len(words), logits.shape[-1]), dtype=np.float32)
+        for row, w in enumerate(chunk):
+            pos = np.asarray(layout.label_pos[w.first_word : w.last_word + 1]) - w.token_start + 1
+            out[w.first_word : w.last_word + 1] = logits[row, pos]
+        bar.update(len(chunk))
+    bar.close()
+    assert out is not None
+    return out
+
+
+def labels_from_logits(logits: np.ndarray, end_of_stream: bool) -> list[int]:
+    """Argmax label ids of per-word punctuation logits; with ``end_of_stream`` the last word ends
+    its sentence."""
+    labels = [int(x) for x in np.argmax(logits, axis=-1)]
+    if end_of_stream:
+        labels[-1] = end_of_stream_label(labels[-1], logits[-1])
+    return labels
+
+
+class OfflineDecoder:
+    """Punctuates complete texts with a model folder and an engine."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        aligner: Aligner,
+        window: WindowConfig,
+        *,
+        batch_size: int = 32,
+        info: ModelInfo | None = None,
+        stream_window: WindowConfig | None = None,
+        case_margin: float | None = None,
+    ) -> None:
+        self.engine = engine
+        self.aligner = aligner
+        self.window = window
+        #: The geometry of streaming windows (the server's), for simulations of a stream.
+        self.stream_window = stream_window or window
+        self.batch_size = batch_size
+        self.info = info
+        #: The truecasing head's margin for capitals (:func:`streampunct.labels.case_classes`):
+        #: ``case_margin``, else the model folder's, else 0 (the plain argmax).
+        self.case_margin = check_case_margin(
+            case_margin if case_margin is not None else info.case_margin if info is not None else 0.0)
+        self._stream_engine: StreamEngine | None = None  # loaded by stream_engine()
+
+    @classmethod
+    def from_model_dir(
+        cls,
+        model_dir: str | Path | None = None,
+        *,
+        engine: str = "onnxruntime",
+        window: WindowConfig | None = None,
+        batch_size: int = 32,
+        **engine_options,
+    ) -> OfflineDecoder:
+        info = load_model_info(model_dir)
+        eng = load_engine(engine, info.path, **engine_options)
+        return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info,
+                   stream_window=window or info.stream_window)
+
+    def logits(self, words: Sequence[str]) -> np.ndarray:
+        return decode_offline(words, self.aligner, self.window, self.engine.infer, batch_size=self.batch_size)
+
+    def punctuate(self, words: Sequence[str], *, end_of_stream: bool = True) -> list[int]:
+        """Label ids for normalized words.
+
+        The words are a complete text, so (as after a stream's ``end``) the
+        last word gets a sentence mark: see
+        :func:`streampunct.labels.end_of_stream_label`. ``end_of_stream=False``
+        gives the model's plain argmax (what ``evaluate`` scores).
+        """
+        if not words:
+            return []
+        return labels_from_logits(self.logits(words), end_of_stream)
+
+    @property
+    def has_case(self) -> bool:
+        """The model has a truecasing head (its engine returns case logits too)."""
+        return bool(self.engine.has_case)
+
+    def infer_all(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """The punctuation logits, followed by the case head's when the model has one
+        (float32[B, T, 4] or [B, T, 8]), from one engine run: an ``infer`` callable for the
+        offline decode of both heads (:meth:`head_logits`) and training's scorers. Streams
+        take the heads apart (:mod:`streampunct.core.engine_call`)."""
+        if not self.has_case:
+            return self.engine.infer(input_ids, attention_mask)
+        return np.concatenate(self.engine.infer_heads(input_ids, attention_mask), axis=-1)
+
+    def labels_and_cases(self, words: Sequence[str], *, end_of_stream: bool = True
+                         ) -> tuple[list[int], list[int] | None]:
+        """Label ids and, for a model with a truecasing head, case classes of normalized words
+        (one decode: both heads come from the same windows). The last word gets a sentence
+        mark as in :meth:`punctuate`, unless ``end_of_stream`` is false."""
+        if not words:
+            return [], ([] if self.has_case else None)
+        if not self.has_case:
+            return self.punctuate(words, end_of_stream=end_of_stream), None
+
+        out = self.head_logits(words)
+        n = out.shape[1] - 4
+        return (labels_from_logits(out[:, :n], end_of_stream),
+                [int(x) for x in case_classes(out[:, n:], self.case_margin)])
+
+    def head_logits(self, words: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Per-word logits of both heads (float32[n_words, 8]: punctuation, then case) from
+        one offline decode; a model without a truecasing head gives its 4 punctuation logits."""
+        return decode_offline(words, self.aligner, self.window, self.infer_all, batch_size=self.batch_size,
+                              progress=progress)
+
+    def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
+        """Punctuate raw text (any existing punctuation and casing is dropped first). With
+        ``capitalize``, a model with a truecasing head writes names and acronyms too."""
+        words = normalize_words(text.split())
+        if not words:
+            raise InputError("no words in the input (empty, or only punctuation)")
+        if capitalize and self.has_case:
+            labels, cases = self.labels_and_cases(words)
+            return render(words, labels, capitalize=True, cases=cases)
+        return render(words, self.punctuate(words), capitalize=capitalize)
+
+    @property
+    def has_stream_graph(self) -> bool:
+        """The model folder has a streaming graph (cached left context, ``stream_artifact``)."""
+        return bool(self.info is not None and self.info.meta.stream_artifact)
+
+    def stream_engine(self, mode: str = "auto", **options) -> StreamEngine | None:
+        """The model's streaming engine for simulations of a stream, per ``mode``
+        (``auto``: when the folder has a streaming graph, does not switch it off
+        with ``"stream_cache": false``, and this punctuator runs ONNX Runtime;
+        ``on``: required; ``off``: None). Loaded once; closed with the punctuator."""
+        if mode not in STREAM_CACHE_MODES:
+            raise InputError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
+        if mode == "off":
+            return None
+        usable = self.has_stream_graph and self.engine.name == "onnxruntime"
+        if not usable:
+            if mode == "on":
+                raise InputError("--stream-cache on needs a model folder with a streaming graph "
+                                 "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
+            return None
+        if mode == "auto" and self.info is not None and not self.info.stream_cache_auto:
+            return None  # the folder switches it off: the server's auto serves whole windows too
+        if self._stream_engine is None:
+            assert self.info is not None
+            self._stream_engine = load_stream_engine(self.engine.name, self.info.path, **options)
+        return self._stream_engine
+
+    def close(self) -> None:
+        self.engine.close()
+        if self._stream_engine is not None:
+            self._stream_engine.close()

@@ -1,0 +1,569 @@
+"""The protocol rules of one streaming session, without I/O (sans-I/O).
+
+:class:`SessionProtocol` turns client messages into server messages. It never
+touches a socket, a clock or an engine: the caller passes the time in,
+runs the model calls it asks for (:meth:`SessionProtocol.next_call`: the
+window and, with cached left context, its streaming-graph call) wherever it
+likes and hands the engine's output back (:meth:`SessionProtocol.apply`),
+which keeps the stream cache and labels the words
+(:class:`~streampunct.core.engine_call.StreamCalls`, one per stream state). Every
+method returns the messages to send, in order; :meth:`SessionProtocol.decidable_times`
+says when a final's words became decidable (for latency metrics). The asyncio
+pump in :mod:`streampunct.server.session` only moves frames and engine outputs; the
+Python API (:mod:`streampunct.api`) drives this class in-process; tests drive
+it directly.
+
+Rules kept here (see ``docs/protocol.md``):
+
+* ``config`` only before the first ``words`` message; it restarts the stream
+  state with the new options;
+* words are normalized; their ``start``/``end`` are echoed in the finals;
+* finals are contiguous and rendered with sentence starts carried across
+  messages; ``flushed`` after the finals it covers, ``end`` after all;
+* the interim ``hypothesis`` follows the committed words in partials only:
+  it never takes an index and never changes a final;
+* frames after the client's ``end`` are ignored;
+* ``resume`` only as the first message: the stream goes on at its ``start``
+  with its context words as final left context (at most
+  ``limits.max_context_words``, the window's left context by default) and
+  sentence-start casing carried on from the last one; its ``config`` is
+  validated like ``config``, and ``config`` is refused after it;
+* input backpressure: :meth:`SessionProtocol.wants_input` says whether the
+  caller may take the next frame (the backlog of words received but not yet
+  finalized is below ``max_backlog``, or nothing in it can drain without more
+  input);
+* written forms with ``itn`` (the slow part: the ITN grammars) may be left to
+  the caller: a protocol built with ``defer_written=True`` returns the finals
+  and partials of an ``itn`` session as :class:`WrittenText`, everything
+  decided but their ``text``, which the caller computes (:meth:`WrittenText.resolve`,
+  pure) wherever it likes, one at a time in the order they came.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from engines.base import HeadLogits
+from streampunct.core.alignment import Aligner
+from streampunct.core.engine_call import EngineCall, EngineOutput, StreamCalls
+from streampunct.core.options import SessionOptions
+from streampunct.core.stream_cache import StreamCacheConfig
+from streampunct.core.stream_state import Decision, StreamState, WindowRequest
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
+    DEFAULT_LIMITS,
+    ClientMessage,
+    ConfigApplied,
+    ConfigRequest,
+    Ended,
+    EndRequest,
+    Error,
+    ErrorCode,
+    Final,
+    Flushed,
+    FlushRequest,
+    HypothesisMessage,
+    Limits,
+    Partial,
+    ProtocolError,
+    PunctuatedWord,
+    Ready,
+    Resumed,
+    ResumeRequest,
+    ServerMessage,
+    WordsMessage,
+    decode,
+)
+from streampunct.labels import (
+    ID_TO_MARK,
+    LOWER,
+    PARTIAL_MARK_THRESHOLD,
+    PERIOD,
+    QUESTION,
+    check_partial_mark_threshold,
+)
+from streampunct.text.normalize import normalize_word, normalize_words, render
+from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
+
+
+class _Until(enum.Enum):
+    """What to do once every word up to a target has been finalized."""
+
+    FLUSHED = "flushed"  # answer a ``flush``
+    DONE = "done"  # the stream is over (client ``end``, or server shutdown)
+
+
+class WrittenText:
+    """A final or partial of an ``itn`` session whose ``text`` is still to be written.
+
+    ``message`` is the message to send, decided in full but for its ``text``
+    (``""`` here); :meth:`resolve` writes the text (pure: no I/O, no clock, but
+    it runs the ITN grammars, milliseconds to tens of them) and returns the
+    message with it. The texts of one session share the words a final held
+    back for a phrase (:class:`~streampunct.text.written_form.FinalTexts`), so they
+    must be resolved one at a time, each after the one before it returned, in
+    the order the protocol returned them (anything else raises
+    ``RuntimeError``); where (a worker thread) is the caller's choice. The text
+    is the one the protocol would have written at once.
+    """
+
+    __slots__ = ("message", "_compute", "_seq", "_order")
+
+    def __init__(self, message: Final | Partial, compute: Callable[[], str], seq: int, order: list[int]) -> None:
+        self.message = message
+        self._compute = compute
+        self._seq = seq
+        self._order = order  # [next seq to resolve], shared by a session's texts
+
+    def resolve(self) -> Final | Partial:
+        if self._order[0] != self._seq:
+            raise RuntimeError(f"written text {self._seq} resolved out of order (next: {self._order[0]})")
+        text = self._compute()
+        self._order[0] += 1
+        return replace(self.message, text=text)
+
+    def resolve_now(self) -> Final | Partial | WouldWait:
+        """:meth:`resolve` when it needs no grammar search (no number word near its words, or
+        the normalizer's cache has the answer: microseconds, fit for the event loop); when it
+        does, nothing is resolved and the :class:`WouldWait` says which search (its ``fetch``
+        starts it elsewhere; ask again when that is done)."""
+        try:
+            with without_waiting():
+                return self.resolve()
+        except WouldWait as e:
+            return e
+
+    def __repr__(self) -> str:
+        return f"WrittenText({self.message!r})"
+
+
+class SessionProtocol:
+    """One session's protocol state: options, stream state, flush bookkeeping, rendering.
+
+    Attributes:
+        options: the effective session options.
+        state: the pure windowing core for the committed words (read-only; a
+            ``config`` or ``resume`` replaces it, and its stream cache with it).
+        end_received: the client sent ``end`` (later frames are ignored).
+        finished: every word is final after ``end`` or :meth:`finish`; the
+            caller closes the connection with :attr:`close_code`.
+        max_backlog: words received but not yet finalized beyond which
+            :meth:`wants_input` turns false (None: no limit).
+
+    ``case_margin``: the model's margin for the truecasing head's capitals
+    (:func:`streampunct.labels.case_classes`), for every stream state it builds.
+    ``stream_cache``: run the windows with cached left context (each stream state
+    gets its own, empty cache; :mod:`streampunct.core.stream_cache`); None: whole windows.
+    ``partial_mark_threshold``: partials show a provisional word's mark only when the model's
+    probability of it is at least this (:func:`streampunct.core.stream_state.hold_back_marks`; 0:
+    every mark, the default); finals never change. ValueError unless 0 <= it < 1.
+    ``defer_written``: the finals and partials of a session with ``itn`` come as
+    :class:`WrittenText` (their text left to the caller) instead of
+    :class:`~streampunct.core.wire.Final` and :class:`~streampunct.core.wire.Partial`.
+    """
+
+    def __init__(
+        self,
+        *,
+        aligner: Aligner,
+        window: WindowConfig,
+        defaults: SessionOptions | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        session_id: str = "",
+        model_name: str = "",
+        max_backlog: int | None = None,
+        written: WrittenForms | None = None,
+        case_margin: float = 0.0,
+        defer_written: bool = False,
+        stream_cache: StreamCacheConfig | None = None,
+        partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD,
+    ) -> None:
+        if max_backlog is not None and max_backlog < 1:
+            raise ValueError("max_backlog must be >= 1")
+        self._aligner = aligner
+        self._case_margin = case_margin
+        #: the probability a partial's mark needs to be shown
+        self.partial_mark_threshold = check_partial_mark_threshold(partial_mark_threshold)
+        self._stream_cache = stream_cache
+        self.max_backlog = max_backlog
+        self._window = window
+        if limits.max_context_words is None:
+            # A window never looks further back than ``window.left`` tokens (>= 1 token a word).
+            limits = replace(limits, max_context_words=window.left)
+        self._limits = limits
+        self.session_id = session_id
+        self.model_name = model_name
+        self.options = defaults if defaults is not None else SessionOptions()
+        self._calls = self._new_calls()
+        self.end_received = False
+        self.finished = False
+        self._finishing = False  # end or shutdown: no more partials
+        self._words_seen = False
+        self._accepted = False  # a message was accepted (``resume`` must come first)
+        self.resumed_at: int | None = None  # ``start`` of an accepted ``resume``
+        self._sent = 0  # words finalized (their final is among the returned messages)
+        self._sentence_start = True  # the next final word opens a sentence
+        self._until: deque[tuple[int, _Until]] = deque()
+        self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
+        self._partial_owed = False  # a hypothesis change still waits for its partial
+        # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
+        self._end_at: float | None = None
+        # Written forms (itn, lexicon): what the server shares, and this session's renderer
+        # for the options it was built for (None: plain rendering).
+        self._written = written if written is not None else WrittenForms()
+        # the effective options name ``itn`` only where the server can write it
+        self._itn_available = self._written.refusal(True) is None
+        self._texts: FinalTexts | None = None
+        self._texts_options: SessionOptions | None = None
+        self._defer_written = defer_written
+        self._written_seq = 0  # WrittenText handed out
+        self._written_order = [0]  # the next one to resolve
+
+    def _new_calls(self) -> StreamCalls:
+        """A new stream state for the current options, with a new (empty) cache."""
+        state = StreamState(self._aligner, self._window, self.options, case_margin=self._case_margin,
+                            partial_mark_threshold=self.partial_mark_threshold)
+        cache = None if self._stream_cache is None else self._stream_cache.new(self._window)
+        return StreamCalls(state, cache)
+
+    @property
+    def state(self) -> StreamState:
+        return self._calls.state
+
+    @property
+    def close_code(self) -> int:
+        """1000 after the client's ``end``, 1001 after a server shutdown (:meth:`finish`)."""
+        return 1000 if self.end_received else 1001
+
+    @property
+    def n_words(self) -> int:
+        return self.state.n_words
+
+    @property
+    def n_final(self) -> int:
+        return self._sent
+
+    @property
+    def n_received(self) -> int:
+        """Words received on this connection (the words before a resume's ``start`` not counted)."""
+        return self.n_words - (self.resumed_at or 0)
+
+    @property
+    def backlog(self) -> int:
+        """Words received whose final has not been produced yet."""
+        return self.n_words - self._sent
+
+    def wants_input(self, now: float) -> bool:
+        """May the caller take the next client frame? (input backpressure)
+
+        False while the backlog is at ``max_backlog`` or above *and* some of it
+        can be finalized without more input (words decidable at ``now``, by
+        right context, delay or flush, and not final yet): the caller then
+        waits for :meth:`apply` to finalize them. Words that wait for more input
+        (the last ``right_context`` words) never block reading, so the rule
+        cannot stall a stream; the backlog stays within
+        ``max(max_backlog, right_context) + one message's words``.
+        """
+        if self.max_backlog is None or self.backlog < self.max_backlog:
+            return True
+        return self.state.n_decidable(now) <= self._sent
+
+    def ready(self) -> Ready:
+        """The first message of the session."""
+        return Ready(self.session_id, self.model_name, self.options, limits=self._limits,
+                     itn_available=self._itn_available)
+
+    # -- input ---------------------------------------------------------------
+    def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage]:
+        """Decode one client frame and handle it; a malformed frame gets an ``error``."""
+        if self.end_received:
+            return []
+        try:
+            message = decode(frame, self._limits)
+        except ProtocolError as e:
+            return [Error(e.code, e.message)]
+        return self.receive(message, now)
+
+    def receive(self, message: ClientMessage, now: float) -> list[ServerMessage]:
+        """Handle one decoded client message that arrived at ``now``."""
+        if self.end_received:
+            return []
+        if isinstance(message, ResumeRequest):
+            return self._resume(message, now)
+        self._accepted = True
+        if isinstance(message, WordsMessage):
+            return self._words(message, now)
+        if isinstance(message, HypothesisMessage):
+            self._set_hypothesis(normalize_words(w.w for w in message.words))
+            return self._owed_partial()
+        if isinstance(message, ConfigRequest):
+            return self._configure(message)
+        if isinstance(message, FlushRequest):
+            self.state.flush(now)
+            self._until.append((self.state.n_words, _Until.FLUSHED))
+            return self._settle()
+        if isinstance(message, EndRequest):
+            self.end_received = True
+            out = self._owed_partial()  # an empty partial, when that is what is owed
+            if self._partial_owed:
+                # "a new hypothesis is answered by a partial": that partial comes first, then
+                # the stream ends as of now (its finals are the same as without the wait)
+                self._end_at = now
+                return out
+            return out + self.finish(now, end_of_stream=True)
+        raise TypeError(f"not a client message: {message!r}")
+
+    def finish(self, now: float, *, end_of_stream: bool = False) -> list[ServerMessage]:
+        """Every word that has arrived must be finalized (client ``end`` or server shutdown).
+
+        The client's ``end`` ends the stream, so its last word gets a sentence mark
+        (``StreamState.end``); a shutdown only flushes (the speech may go on in a new session).
+        """
+        if self._end_at is not None:  # the client's end, deferred for a partial
+            now, end_of_stream, self._end_at = self._end_at, True, None
+        self._finishing = True
+        self._partial_owed = False
+        if end_of_stream:
+            self.state.end(now)
+        else:
+            self.state.flush(now)
+        self._until.append((self.state.n_words, _Until.DONE))
+        return self._settle()
+
+    def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
+        self._words_seen = True
+        words = []
+        for item in message.words:
+            word = normalize_word(item.w)
+            if not word:
+                continue
+            if item.start is not None or item.end is not None:
+                self._times[self.state.n_words + len(words)] = (item.start, item.end)
+            words.append(word)
+        if words:
+            self.state.feed(words, now)
+        if self.state.hypothesis:  # every words message clears the hypothesis
+            self._set_hypothesis([])
+        return self._owed_partial()
+
+    def _set_hypothesis(self, words: Sequence[str]) -> None:
+        self.state.set_hypothesis(words)
+        self._partial_owed = self.options.partials
+
+    def _configure(self, request: ConfigRequest) -> list[ServerMessage]:
+        if self.resumed_at is not None:
+            return [Error(ErrorCode.BAD_REQUEST, "config is not allowed after resume; send the options in "
+                                                 "resume's config")]
+        if self._words_seen:
+            return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
+        options = request.apply_to(self.options)
+        refusal = self._written.refusal(options.itn)
+        if refusal:
+            return [Error(ErrorCode.BAD_REQUEST, refusal)]
+        self.options = options
+        self._partial_owed = self._partial_owed and self.options.partials
+        hypothesis = self.state.hypothesis
+        self._calls = self._new_calls()
+        if hypothesis:
+            self.state.set_hypothesis(hypothesis)
+        return [ConfigApplied(self.options, self._itn_available)]
+
+    def _resume(self, request: ResumeRequest, now: float) -> list[ServerMessage]:
+        """Continue a stream at ``request.start``: its context words are final left context."""
+        if self._accepted:
+            return [Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")]
+        refusal = request.config and self._written.refusal(request.config.apply_to(self.options).itn)
+        if refusal:
+            return [Error(ErrorCode.BAD_REQUEST, refusal)]
+        self._accepted = True
+        if request.config is not None:
+            self.options = request.config.apply_to(self.options)
+        keep = self._limits.max_context_words
+        given = request.context[-keep:] if keep else ()
+        context = [w for w in (normalize_word(x.w) for x in given) if w]
+        self._calls = self._new_calls()
+        self.state.resume(request.start, context, now)
+        self._words_seen = True
+        self.resumed_at = self._sent = request.start
+        # The context ends a sentence (or there is none: the stream starts afresh).
+        ends = (ID_TO_MARK[PERIOD], ID_TO_MARK[QUESTION])
+        self._sentence_start = not request.context or request.context[-1].p in ends
+        return [Resumed(request.start, self.options, self._itn_available)]
+
+    # -- model calls ---------------------------------------------------------
+    def next_call(self, now: float) -> EngineCall | None:
+        """The next model call (finals first, then a partial when partials are on), with its
+        cache plan when the protocol has a stream cache; None while one is in flight or
+        when there is nothing to do. Run it anywhere (:func:`streampunct.core.engine_call.run_calls`,
+        :meth:`streampunct.server.batcher.Batcher.run`), then :meth:`apply` or :meth:`abort` it."""
+        if self._end_at is not None:
+            # Only the partial owed before ``end``: the finals wait for ``end``, so that they
+            # are grouped and labeled as without the wait (one decision at ``end``).
+            return self._calls.next_call(self._end_at, partial=True, finals=False)
+        return self._calls.next_call(now, partial=self.options.partials and not self._finishing)
+
+    def next_request(self, now: float) -> WindowRequest | None:
+        """:meth:`next_call`'s window, for a caller that runs whole windows itself and
+        applies their logits (a protocol without a stream cache)."""
+        if self._stream_cache is not None:
+            raise RuntimeError("a protocol with a stream cache plans its calls: use next_call()")
+        call = self.next_call(now)
+        return None if call is None else call.request
+
+    def next_deadline(self) -> float | None:
+        """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
+        if self._end_at is not None:
+            return None  # ``end`` decides every word once the owed partial is out
+        return self.state.next_deadline()
+
+    def abort(self, call: EngineCall | WindowRequest) -> None:
+        """The model call failed; its words will be requested again."""
+        self.state.abort(call.request if isinstance(call, EngineCall) else call)
+
+    def apply(self, call: EngineCall | WindowRequest,
+              output: EngineOutput | HeadLogits | np.ndarray) -> list[ServerMessage | WrittenText]:
+        """Take the engine's output for a call; the messages it produces.
+
+        ``call`` is an :class:`EngineCall` of :meth:`next_call` and ``output`` its
+        :class:`EngineOutput`; or, from a caller that runs whole windows
+        (:meth:`next_request`), the :class:`WindowRequest` and its logits (a
+        :class:`~engines.base.HeadLogits`, or the punctuation logits float32[T, C]).
+
+        A call of a stream state that a ``config`` has since replaced (a partial
+        of a hypothesis sent before the first words: no final can be in flight
+        then) is stale: its labels are dropped, and the new state labels the
+        hypothesis under the new options.
+        """
+        if isinstance(call, WindowRequest):
+            if not isinstance(output, EngineOutput):
+                output = EngineOutput(output if isinstance(output, HeadLogits) else HeadLogits(output, None))
+            call = EngineCall(call)
+        elif not isinstance(output, EngineOutput):
+            raise TypeError("the output of an EngineCall is an EngineOutput")
+        request = call.request
+        if request.partial and request is not self.state.in_flight:
+            return self._owed_partial()  # (a stale final is a bug: StreamCalls.apply raises)
+        decisions = self._calls.apply(call, output)
+        if request.partial:
+            # A partial that comes back after end or shutdown is no longer news.
+            out = [] if self._finishing else self._partial(request)
+        else:
+            out = [self._final(decisions)] if decisions else []
+            out += self._settle()
+        return out + self._owed_partial() + self._deferred_end()
+
+    def decidable_times(self, message: ServerMessage | WrittenText) -> list[float]:
+        """When each word of a final (or a :class:`WrittenText` of one) became decidable, for
+        latency metrics; ``[]`` for any other message. Ask as the message comes out: the
+        state keeps the times of its recent finals only."""
+        if isinstance(message, WrittenText):
+            message = message.message
+        if not isinstance(message, Final):
+            return []
+        return [self.state.decidable_at(message.start + k) for k in range(len(message.words))]
+
+    def _deferred_end(self) -> list[ServerMessage]:
+        """The client's ``end``, once the partial it waited for is out."""
+        if self._end_at is None or self._partial_owed:
+            return []
+        return self.finish(self._end_at, end_of_stream=True)
+
+    # -- output --------------------------------------------------------------
+    def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool,
+                cases: Sequence[int | None] = ()) -> str:
+        """``cases``: a truecasing head's classes (learned case with ``capitalize``; None or
+        missing entries fall back to the rules)."""
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        has = any(c is not None for c in learned)
+        return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start,
+                      cases=[LOWER if c is None else c for c in learned] if has else None)
+
+    def _final_texts(self) -> FinalTexts | None:
+        """The written-form renderer for the current options (None: plain rendering)."""
+        if self._texts_options is not self.options:
+            o = self.options
+            formatter = self._written.formatter(itn=o.itn, lexicon=o.lexicon, capitalize=o.capitalize)
+            self._texts = FinalTexts(formatter) if formatter.active else None
+            self._texts_options = o
+        return self._texts
+
+    def _final(self, decisions: list[Decision]) -> Final | WrittenText:
+        marked = tuple(
+            PunctuatedWord(d.word, ID_TO_MARK[d.label], *self._times.pop(d.index, (None, None)))
+            for d in decisions
+        )
+        words, labels, cases = [d.word for d in decisions], [d.label for d in decisions], [d.case for d in decisions]
+        texts = self._final_texts()
+        sentence_start = self._sentence_start
+        self._sent = decisions[-1].index + 1
+        self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
+        if texts is None:
+            return Final(decisions[0].index, marked, self._render(words, labels, sentence_start, cases))
+        # written forms, whole across finals (streampunct.text.written_form.FinalTexts)
+        context = self.state.right_context(decisions[-1].index)
+        return self._written_text(Final(decisions[0].index, marked, ""), texts, lambda: texts.final(
+            words, labels, cases, sentence_start=sentence_start, context=context))
+
+    def _written_text(self, message: Final | Partial, texts: FinalTexts,
+                      compute: Callable[[], str]) -> Final | Partial | WrittenText:
+        """``message`` with its text, or a :class:`WrittenText` when the caller writes it."""
+        if self._defer_written and texts.formatter.normalizer is not None:
+            self._written_seq += 1
+            return WrittenText(message, compute, self._written_seq - 1, self._written_order)
+        return replace(message, text=compute())
+
+    def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
+        decisions = self.state.last_partial
+        hypothesis = self.state.last_hypothesis
+        if not decisions and not request.hypothesis and not self._partial_owed:
+            return []
+        if request.hypothesis == self.state.hypothesis:
+            self._partial_owed = False
+        labeled = len(request.positions) - (len(request.hypothesis) - request.hypothesis_from)
+        start = decisions[0].index if decisions else max(self._sent, request.first_word + labeled)
+        words = [d.word for d in decisions] + [w for w, _ in hypothesis]
+        labels = [d.label for d in decisions] + [label for _, label in hypothesis]
+        texts = self._final_texts()
+        sentence_start = self._sentence_start and start == self._sent
+        cases = [d.case for d in decisions]
+        partial = Partial(
+            start,
+            tuple(PunctuatedWord(d.word, ID_TO_MARK[d.label]) for d in decisions),
+            "",
+            tuple(PunctuatedWord(w, ID_TO_MARK[label]) for w, label in hypothesis),
+        )
+        if texts is None:
+            return [replace(partial, text=self._render(words, labels, sentence_start, cases))]
+        follows = start == self._sent  # the words a final held back for a phrase come first
+        return [self._written_text(partial, texts, lambda: texts.partial(
+            words, labels, cases, sentence_start=sentence_start, follows_finals=follows))]
+
+    def _owed_partial(self) -> list[ServerMessage]:
+        """An empty partial when a hypothesis was cleared and nothing is left to label.
+
+        Otherwise the partial comes from a model call (:meth:`next_call`).
+        """
+        state = self.state
+        idle = state.in_flight is None and state.n_final == state.n_words and not state.hypothesis
+        if not (self._partial_owed and idle):
+            return []
+        self._partial_owed = False
+        return [Partial(self._sent, (), "", ())]
+
+    def _settle(self) -> list[ServerMessage]:
+        """``flushed`` for each flush (and ``end``) whose words have all been finalized."""
+        out: list[ServerMessage] = []
+        while self._until and self._until[0][0] <= self._sent:
+            target, what = self._until.popleft()
+            if what is _Until.FLUSHED:
+                out.append(Flushed(target))
+            elif not self.finished:
+                self.finished = True
+                if self.end_received:
+                    out.append(Ended(self.state.n_words))
+        return out

@@ -1,0 +1,637 @@
+"""The streaming wire protocol, version 1 (see ``docs/protocol.md``): typed messages.
+
+Every frame is one JSON object with a string ``type``. Client messages are
+decoded here, in one place, into frozen dataclasses; anything malformed raises
+:class:`ProtocolError` carrying the error ``code`` the server sends back
+(``bad_request`` or ``too_large``). Server messages are dataclasses too and
+are turned into JSON by :func:`encode`; the client decodes them with
+:func:`decode_server`. Unknown fields are ignored in both directions, so new
+optional fields never break an older peer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from streampunct.core.options import SessionOptions
+from streampunct.errors import StreampunctError
+from streampunct.text.written_form import normalize_lexicon
+
+#: The ``protocol`` field of ``ready``.
+PROTOCOL_VERSION = 1
+
+
+class ErrorCode(StrEnum):
+    """The ``code`` of an ``error`` message."""
+
+    BAD_REQUEST = "bad_request"
+    TOO_LARGE = "too_large"
+    OVERLOADED = "overloaded"
+    INTERNAL = "internal"
+
+
+class ProtocolError(StreampunctError):
+    """A message that breaks the protocol; ``code`` is what the server answers with."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client message may carry.
+
+    Attributes:
+        max_words_per_message: most words in one ``words`` message.
+        max_word_chars: longest word (characters, before normalization).
+        max_right_context: largest ``right_context`` a client may ask for.
+        max_delay_ms: largest ``max_delay_ms`` a client may ask for.
+        max_context_words: most ``resume`` context words the server uses (it
+            takes the last ones); None: not announced (a session derives it
+            from its window, see :class:`~streampunct.core.session_protocol.SessionProtocol`).
+        max_lexicon_pairs: most ``[spoken, written]`` pairs in ``config.lexicon``.
+        max_lexicon_chars: most characters in ``config.lexicon``, both sides of
+            every pair together.
+    """
+
+    max_words_per_message: int = 1000
+    max_word_chars: int = 256
+    max_right_context: int = 1000
+    max_delay_ms: int = 600_000
+    max_context_words: int | None = None
+    max_lexicon_pairs: int = 1000
+    max_lexicon_chars: int = 50_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# -- client -> server ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Word:
+    """One ASR word; ``start``/``end`` are optional times in seconds (not used for punctuation)."""
+
+    w: str
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class ConfigRequest:
+    """``config``: options to change (None leaves an option as it is)."""
+
+    right_context: int | None = None
+    max_delay_ms: int | None = None
+    partials: bool | None = None
+    capitalize: bool | None = None
+    itn: bool | None = None
+    #: effective pairs (:func:`streampunct.text.written_form.normalize_lexicon`)
+    lexicon: tuple[tuple[str, str], ...] | None = None
+    type: str = field(default="config", init=False)
+
+    _OPTIONS = ("right_context", "max_delay_ms", "partials", "capitalize", "itn", "lexicon")
+
+    def apply_to(self, options: SessionOptions) -> SessionOptions:
+        changes = {name: getattr(self, name) for name in self._OPTIONS if getattr(self, name) is not None}
+        return replace(options, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for name in self._OPTIONS:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.lexicon is not None:
+            out["lexicon"] = [list(pair) for pair in self.lexicon]
+        return out
+
+
+@dataclass(frozen=True)
+class _WordList:
+    words: tuple[Word, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        items: list[Any] = []
+        for word in self.words:
+            if word.start is None and word.end is None:
+                items.append(word.w)
+            else:
+                item: dict[str, Any] = {"w": word.w}
+                if word.start is not None:
+                    item["start"] = word.start
+                if word.end is not None:
+                    item["end"] = word.end
+                items.append(item)
+        return {"type": self.type, "words": items}  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class WordsMessage(_WordList):
+    """``words``: committed ASR words, in order, as sent (not yet normalized)."""
+
+    type: str = field(default="words", init=False)
+
+
+@dataclass(frozen=True)
+class HypothesisMessage(_WordList):
+    """``hypothesis``: the ASR's interim words after the committed ones; replaces the previous one."""
+
+    type: str = field(default="hypothesis", init=False)
+
+
+@dataclass(frozen=True)
+class FlushRequest:
+    """``flush``: finalize every pending word now; answered by ``flushed``."""
+
+    type: str = field(default="flush", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type}
+
+
+@dataclass(frozen=True)
+class EndRequest:
+    """``end``: flush, then the server sends ``end`` and closes with 1000."""
+
+    type: str = field(default="end", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type}
+
+
+#: The largest ``resume`` ``start`` (2**53 - 1: exact in every JSON implementation).
+MAX_START = 2**53 - 1
+
+#: The marks a ``resume`` context word may carry (``PunctuatedWord.p``).
+MARKS = ("", ",", ".", "?")
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """``resume``: continue a stream at word ``start`` on a new connection.
+
+    Attributes:
+        start: the index the next word sent takes (the first word without a final).
+        context: the last final words before ``start`` (``w``, ``p``), oldest first.
+        config: the options of the old connection (None: the server's defaults).
+    """
+
+    start: int
+    context: tuple[PunctuatedWord, ...] = ()
+    config: ConfigRequest | None = None
+    type: str = field(default="resume", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": self.type, "start": self.start, "context": [{"w": x.w, "p": x.p} for x in self.context],
+        }
+        if self.config is not None:
+            out["config"] = {k: v for k, v in self.config.to_json().items() if k != "type"}
+        return out
+
+
+ClientMessage = ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
+
+
+# -- server -> client ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    """``ready``; ``limits`` (an extension: optional on the wire) are the server's message limits."""
+
+    session: str
+    model: str
+    config: SessionOptions
+    protocol: int = PROTOCOL_VERSION
+    limits: Limits | None = None
+    # False: the server has no ITN grammars, and ``config`` on the wire names no ``itn`` (not part
+    # of equality: the same options, shown by a server that cannot write them)
+    itn_available: bool = field(default=True, compare=False)
+    type: str = field(default="ready", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "type": self.type,
+            "protocol": self.protocol,
+            "session": self.session,
+            "model": self.model,
+            "config": self.config.to_json(itn_available=self.itn_available),
+        }
+        if self.limits is not None:
+            out["limits"] = {k: v for k, v in asdict(self.limits).items() if v is not None}
+        return out
+
+
+@dataclass(frozen=True)
+class ConfigApplied:
+    config: SessionOptions
+    itn_available: bool = field(default=True, compare=False)  # as Ready's
+    type: str = field(default="config", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "config": self.config.to_json(itn_available=self.itn_available)}
+
+
+@dataclass(frozen=True)
+class PunctuatedWord:
+    """A word as the server normalized it (``w``) and its mark (``p``: "", ",", "." or "?").
+
+    ``start``/``end`` are the client's times for the word, echoed in finals
+    when the client sent them.
+    """
+
+    w: str
+    p: str
+    start: float | None = None
+    end: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"w": self.w, "p": self.p}
+        if self.start is not None:
+            out["start"] = self.start
+        if self.end is not None:
+            out["end"] = self.end
+        return out
+
+
+@dataclass(frozen=True)
+class _LabeledSpan:
+    """Words ``start .. start+len(words)-1`` with their marks, and ``text`` rendering them."""
+
+    start: int
+    words: tuple[PunctuatedWord, ...]
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,  # type: ignore[attr-defined]
+            "start": self.start,
+            "words": [x.to_json() for x in self.words],
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Final(_LabeledSpan):
+    """Words ``start .. start+len(words)-1`` are final."""
+
+    type: str = field(default="final", init=False)
+
+
+@dataclass(frozen=True)
+class Partial(_LabeledSpan):
+    """Provisional labels for the tail ``start .. N-1`` followed by the interim
+    ``hypothesis`` (no indices); replaces the previous partial."""
+
+    hypothesis: tuple[PunctuatedWord, ...] = ()
+    type: str = field(default="partial", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["hypothesis"] = [{"w": x.w, "p": x.p} for x in self.hypothesis]
+        return out
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Answer to ``resume``: the next word sent takes index ``start``; ``config``: effective options."""
+
+    start: int
+    config: SessionOptions
+    itn_available: bool = field(default=True, compare=False)  # as Ready's
+    type: str = field(default="resumed", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "start": self.start,
+                "config": self.config.to_json(itn_available=self.itn_available)}
+
+
+@dataclass(frozen=True)
+class Flushed:
+    upto: int
+    type: str = field(default="flushed", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "upto": self.upto}
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The server's ``end``: total words of the stream."""
+
+    words: int
+    type: str = field(default="end", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "words": self.words}
+
+
+@dataclass(frozen=True)
+class Error:
+    """``error``; ``code`` is an :class:`ErrorCode` (a plain string for codes newer than this client)."""
+
+    code: ErrorCode | str
+    message: str
+    type: str = field(default="error", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "code": str(self.code), "message": self.message}
+
+
+ServerMessage = Ready | ConfigApplied | Resumed | Final | Partial | Flushed | Ended | Error
+Message = ClientMessage | ServerMessage
+
+
+def encode(message: Message) -> str:
+    """One message as the JSON text of a frame."""
+    return json.dumps(message.to_json(), ensure_ascii=False, separators=(",", ":"))
+
+
+# -- decoding -----------------------------------------------------------------
+
+
+def _bad(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_REQUEST, message)
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (Python's parser takes them)."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _int(digits: str) -> int:
+    """A JSON integer; one past Python's digit limit (``sys.get_int_max_str_digits``) is refused
+    in plain words (Python's own message is about its internals)."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise _bad("invalid JSON: a number in the frame is too long") from None
+
+
+def _parse_object(text: str | bytes) -> dict[str, Any]:
+    if isinstance(text, bytes | bytearray | memoryview):
+        raise _bad("binary frames are not accepted; send JSON in text frames")
+    try:
+        obj = json.loads(text, parse_constant=_no_constant, parse_int=_int)
+    except RecursionError:  # the decoder's recursion: arrays or objects nested past Python's stack
+        raise _bad("invalid JSON: the frame nests too deeply") from None
+    except ValueError as e:  # JSONDecodeError, and NaN or Infinity
+        raise _bad(f"invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise _bad("a message must be a JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise _bad("a message needs a string field 'type'")
+    return obj
+
+
+def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None:
+    """An option that may be absent (None); present, it must be a JSON integer (not null)."""
+    if name not in obj:
+        return None
+    value = obj[name]
+    # bool is an int subclass in Python; true/false is not a number on the wire.
+    if type(value) is not int:
+        raise _bad(f"'{name}' must be an integer between 0 and {maximum}")
+    if not 0 <= value <= maximum:
+        raise _bad(f"'{name}' must be between 0 and {maximum}, not {value}")
+    return value
+
+
+def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
+    """An option that may be absent (None); present, it must be true or false (not null)."""
+    if name not in obj:
+        return None
+    value = obj[name]
+    if not isinstance(value, bool):
+        raise _bad(f"'{name}' must be true or false")
+    return value
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond a double's range
+        return False
+
+
+def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+        raise _bad(f"words[{index}].{name} must be a finite number (within a double's range)")
+    return value  # as sent (an int stays an int), so that finals echo it unchanged
+
+
+def _decode_words(obj: Mapping[str, Any], limits: Limits) -> tuple[Word, ...]:
+    raw = obj.get("words")
+    if not isinstance(raw, list):
+        raise _bad("'words' must be a list of strings or of {\"w\": str} objects")
+    if len(raw) > limits.max_words_per_message:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"{len(raw)} words in one message; the limit is {limits.max_words_per_message}",
+        )
+    words = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            word = Word(item)
+        elif isinstance(item, dict):
+            w = item.get("w")
+            if not isinstance(w, str):
+                raise _bad(f"words[{i}].w must be a string")
+            word = Word(w, _optional_time(item, "start", i), _optional_time(item, "end", i))
+        else:
+            raise _bad(f"words[{i}] must be a string or an object with a string 'w'")
+        if len(word.w) > limits.max_word_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE,
+                f"words[{i}] has {len(word.w)} characters; the limit is {limits.max_word_chars}",
+            )
+        words.append(word)
+    return tuple(words)
+
+
+def decode_config(obj: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> ConfigRequest:
+    """The options of a ``config`` message, or of ``resume``'s ``config`` object: the one
+    place options are validated (raises :class:`ProtocolError`)."""
+    return ConfigRequest(
+        right_context=_optional_int(obj, "right_context", limits.max_right_context),
+        max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
+        partials=_optional_bool(obj, "partials"),
+        capitalize=_optional_bool(obj, "capitalize"),
+        itn=_optional_bool(obj, "itn"),
+        lexicon=_optional_lexicon(obj, limits),
+    )
+
+
+def _optional_lexicon(obj: Mapping[str, Any], limits: Limits) -> tuple[tuple[str, str], ...] | None:
+    """``lexicon``: a list of ``[spoken, written]`` string pairs within the limits (bad_request
+    otherwise: the protocol refuses an oversized value as malformed)."""
+    if "lexicon" not in obj:
+        return None
+    raw = obj["lexicon"]
+    if not isinstance(raw, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in raw
+    ):
+        raise _bad("'lexicon' must be a list of [spoken, written] string pairs")
+    if len(raw) > limits.max_lexicon_pairs:
+        raise _bad(f"'lexicon' has {len(raw)} pairs; the limit is {limits.max_lexicon_pairs}")
+    chars = sum(len(x) for p in raw for x in p)
+    if chars > limits.max_lexicon_chars:
+        raise _bad(f"'lexicon' has {chars} characters; the limit is {limits.max_lexicon_chars}")
+    try:
+        return normalize_lexicon(raw)
+    except ValueError as e:
+        raise _bad(str(e)) from None
+
+
+def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
+    """Decode one client frame; raises :class:`ProtocolError` (the whole message is rejected)."""
+    obj = _parse_object(text)
+    kind = obj["type"]
+    if kind == "words":
+        return WordsMessage(_decode_words(obj, limits))
+    if kind == "hypothesis":
+        return HypothesisMessage(_decode_words(obj, limits))
+    if kind == "config":
+        return decode_config(obj, limits)
+    if kind == "resume":
+        return _decode_resume(obj, limits)
+    if kind == "flush":
+        return FlushRequest()
+    if kind == "end":
+        return EndRequest()
+    raise _bad(f"unknown message type {kind!r}; expected config, words, hypothesis, flush, end or resume")
+
+
+def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
+    start = obj.get("start")
+    if type(start) is not int:
+        raise _bad("resume: 'start' must be an integer")
+    if not 0 <= start <= MAX_START:
+        raise _bad(f"resume: 'start' must be between 0 and {MAX_START}, not {start}")
+    raw = obj.get("context")
+    if not isinstance(raw, list):
+        raise _bad('resume: \'context\' must be a list of {"w": str, "p": str} objects')
+    if len(raw) > limits.max_words_per_message:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"resume: {len(raw)} context words; the limit is {limits.max_words_per_message}",
+        )
+    if len(raw) > start:
+        raise _bad(f"resume: {len(raw)} context words, but only {start} words come before 'start'")
+    context = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("w"), str) or not isinstance(item.get("p"), str):
+            raise _bad(f'resume: context[{i}] must be an object {{"w": str, "p": str}}')
+        if item["p"] not in MARKS:
+            raise _bad(f"resume: context[{i}].p must be one of \"\", \",\", \".\", \"?\", not {item['p']!r}")
+        if len(item["w"]) > limits.max_word_chars:
+            raise ProtocolError(
+                ErrorCode.TOO_LARGE,
+                f"resume: context[{i}] has {len(item['w'])} characters; the limit is {limits.max_word_chars}",
+            )
+        context.append(PunctuatedWord(item["w"], item["p"]))
+    config = None
+    if "config" in obj:
+        if not isinstance(obj["config"], dict):
+            raise _bad("resume: 'config' must be an object with the fields of a config message")
+        try:
+            config = decode_config(obj["config"], limits)
+        except ProtocolError as e:
+            raise ProtocolError(e.code, f"resume: config: {e.message}") from None
+    return ResumeRequest(start, tuple(context), config)
+
+
+# -- decoding server messages (client side) -------------------------------------
+
+
+def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = obj.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _bad(f"server message {obj.get('type')!r}: field {name!r} is missing or mistyped")
+    return value
+
+
+def _names_itn(obj: Mapping[str, Any]) -> bool:
+    return "itn" in _field(obj, "config", dict)
+
+
+def _options(obj: Mapping[str, Any]) -> SessionOptions:
+    cfg = _field(obj, "config", dict)
+    return SessionOptions(
+        right_context=int(cfg["right_context"]),
+        max_delay_ms=int(cfg["max_delay_ms"]),
+        partials=bool(cfg["partials"]),
+        capitalize=bool(cfg["capitalize"]),
+        # (a server of plain version 1 sends neither)
+        itn=bool(cfg.get("itn", False)),
+        lexicon=tuple((str(s), str(w)) for s, w in cfg.get("lexicon") or ()),
+    )
+
+
+def _time(item: Mapping[str, Any], name: str) -> float | None:
+    value = item.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise TypeError(f"{name} must be a number")
+    return value
+
+
+def _limits(obj: Mapping[str, Any]) -> Limits | None:
+    """``ready``'s optional ``limits`` (None when the server does not send them)."""
+    raw = obj.get("limits")
+    if raw is None:
+        return None
+    names = [f.name for f in fields(Limits)]
+    if not isinstance(raw, dict) or not all(type(raw.get(n)) is int and raw[n] > 0 for n in names[:2]):
+        raise TypeError("limits must hold positive integers")
+    return Limits(**{n: raw[n] for n in names if type(raw.get(n)) is int})
+
+
+def _punctuated(items: Sequence[Any]) -> tuple[PunctuatedWord, ...]:
+    return tuple(PunctuatedWord(str(x["w"]), str(x["p"]), _time(x, "start"), _time(x, "end")) for x in items)
+
+
+def decode_server(text: str | bytes) -> ServerMessage:
+    """Decode one server frame (used by :mod:`streampunct.client.stream_client`)."""
+    obj = _parse_object(text)
+    kind = obj["type"]
+    try:
+        if kind == "final":
+            return Final(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
+        if kind == "partial":
+            return Partial(
+                _field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str),
+                _punctuated(obj.get("hypothesis") or ()),
+            )
+        if kind == "flushed":
+            return Flushed(_field(obj, "upto", int))
+        if kind == "end":
+            return Ended(_field(obj, "words", int))
+        if kind == "error":
+            code = _field(obj, "code", str)
+            known = code in ErrorCode.__members__.values()
+            return Error(ErrorCode(code) if known else code, _field(obj, "message", str))
+        if kind == "config":
+            return ConfigApplied(_options(obj), _names_itn(obj))
+        if kind == "resumed":
+            return Resumed(_field(obj, "start", int), _options(obj), _names_itn(obj))
+        if kind == "ready":
+            return Ready(
+                _field(obj, "session", str), _field(obj, "model", str), _options(obj), _field(obj, "protocol", int),
+                _limits(obj), _names_itn(obj),
+            )
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(f"malformed server message {kind!r}: {e}") from None
+    raise _bad(f"unknown server message type {kind!r}")

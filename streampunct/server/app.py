@@ -1,0 +1,694 @@
+"""The streaming punctuation server: WebSocket sessions over one batched engine.
+
+``serve(config)`` starts listening at once and loads the engine in its worker
+thread; ``/healthz`` answers 503 until the engine is loaded and warmed up,
+then 200. Each WebSocket connection on ``/v1/stream`` (or ``/``) becomes a
+:class:`~streampunct.server.session.Session`; all sessions share one
+:class:`~streampunct.server.batcher.Batcher`. Handshakes are checked in
+``process_request``: health and metrics endpoints, the caption page
+(``/captions``), the request policy of :mod:`streampunct.server.http_policy`
+(methods, ``Host``, ``Origin``, malformed headers, bearer-token auth), the
+session limit (503). :meth:`StreamServer.shutdown` stops accepting,
+finalizes and sends every pending word of every session, closes them with
+1001 (or, with ``drain="resume"``, closes them with 1012 at once so that
+their clients resume elsewhere), then closes the engine.
+
+Tests inject an engine (``engine_factory``), an aligner and a window instead
+of a model folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import http
+import importlib.resources
+import json
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from websockets import ConnectionClosed
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.datastructures import Headers
+from websockets.frames import CloseCode
+from websockets.http11 import Request, Response
+
+from engines.base import Engine
+from streampunct.core.alignment import Aligner
+from streampunct.core.options import SessionOptions
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import PROTOCOL_VERSION, Limits
+from streampunct.errors import InputError, ModelError, StreampunctError
+from streampunct.labels import (
+    PARTIAL_MARK_THRESHOLD,
+    check_case_margin,
+    check_partial_mark_threshold,
+)
+from streampunct.server.batcher import Batcher, BatcherConfig
+from streampunct.server.http_policy import (
+    HostPolicy,
+    Refusal,
+    RequestPolicy,
+    canonical_host,
+    canonical_origin,
+)
+from streampunct.server.metrics import ServerMetrics
+from streampunct.server.session import Session, SessionContext, close_within
+from streampunct.server.ws_release import release_when_closed
+from streampunct.text.itn import ProcessNormalizer, load_normalizer
+from streampunct.text.itn import available as itn_available
+from streampunct.text.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, WrittenForms
+
+logger = logging.getLogger(__name__)
+
+#: WebSocket endpoints (the protocol's path, and the root for convenience).
+STREAM_PATHS = frozenset({"/v1/stream", "/"})
+#: Plain HTTP endpoints.
+HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
+#: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
+REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions")
+
+#: ``ServerConfig.drain``: what shutdown does with live streams.
+DRAIN_MODES = ("finalize", "resume")
+
+#: High-water mark of a connection's write buffer (websockets ``write_limit``):
+#: a send waits while more than this is buffered for the socket.
+WRITE_LIMIT_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server is started with; built once at the CLI boundary.
+
+    Attributes:
+        model_dir: model folder (None: the shipped ``models/default``). With ``engine="fake"``,
+            which serves a model of its own (:func:`streampunct.model.load_model_info`), only
+            its tokenizer is used, and none is needed.
+        engine: engine backend (``onnxruntime``, ``tensorrt``, ``torch``, ``triton``, ``fake``).
+        engine_options: extra keyword options for the backend.
+        host, port: where to listen (port 0 picks a free port).
+        batching: cross-stream batching policy (max batch, max wait, queue bound).
+        max_sessions: open sessions; more are refused with HTTP 503.
+        limits: per-message limits (words per message, word length, option ranges).
+        max_message_bytes: WebSocket frame limit; a larger frame closes with 1009.
+        auth_token: when set, handshakes must carry it (bearer header or ``?token=``).
+        allow_hosts: ``Host`` names answered besides the server's own (``*``: any;
+            docs/server.md, "Hosts, origins and methods").
+        allow_origins: browser origins whose handshakes are accepted besides the
+            server's own (``*``: any; ``null``: pages without one).
+        word_cache_words: words whose sub-token ids the server keeps (an LRU
+            cache; about 130 bytes + 8 per sub-token each; docs/server.md, "Memory").
+        session_defaults: session options before a client ``config``.
+        window: window geometry override (None: the model's).
+        shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
+        max_backlog_words: a session whose words received but not yet
+            finalized reach this stops reading its socket until they drain
+            (input backpressure; see docs/server.md, "Bounded resources").
+        max_outbox_messages: messages a session holds for sending before it
+            stops reading and asking for windows.
+        send_timeout_s: a send blocked this long (the client does not read)
+            closes the session with 1013; None waits as long as it takes.
+        max_queued_frames: received frames websockets buffers per connection
+            before it stops reading the socket (its ``max_queue``).
+        ping_interval_s: keepalive pings (None: none). Pongs are never waited
+            for: a late pong is what backpressure in either direction causes.
+        close_timeout_s: longest a close handshake may take before the TCP
+            connection is aborted.
+        stream_cache: ``auto`` (default): streaming windows run with cached
+            left context where the model folder has a streaming graph (and
+            does not say ``"stream_cache": false``) and the engine is ONNX
+            Runtime (docs/server.md, "Cached left context");
+            ``on``: required; ``off``: every window encodes its left context.
+        stream_cache_tokens: cached tokens per session (None: the model
+            folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.
+        drain: what shutdown does with live streams: ``finalize`` (default)
+            finalizes every word received, then closes with 1001; ``resume``
+            closes with 1012 at once, so that clients resume elsewhere with
+            their undecided words (docs/server.md, "Draining").
+        itn_grammars: the ITN grammars (``itn`` sessions; the ``itn`` extra)
+            are loaded at startup: ``on`` (required), ``auto`` (when the extra
+            is installed) or ``off`` (``itn`` is refused).
+        itn_cache: where the compiled grammars are cached (None:
+            :func:`streampunct.text.itn.default_cache_dir`).
+        itn_workers: processes that run the loaded grammars
+            (:class:`streampunct.text.itn.ProcessNormalizer`); 0: the server's own
+            process, where they hold the GIL while they run. Either way the
+            texts of ``itn`` sessions are written on worker threads, never on
+            the event loop (docs/server.md, "Written forms off the event loop").
+        lexicon: the server's lexicon (normalized pairs,
+            :func:`streampunct.text.written_form.parse_lexicon_tsv`), under each
+            session's own ``lexicon``.
+        partial_mark_threshold: partials show a provisional word's mark only when the
+            model's probability of it is at least this (0 <= it < 1; 0: every mark; finals
+            never change; docs/formatting.md, "Interim stability").
+    """
+
+    model_dir: Path | None = None
+    engine: str = "onnxruntime"
+    engine_options: Mapping[str, object] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8765
+    batching: BatcherConfig = BatcherConfig()
+    max_sessions: int = 256
+    limits: Limits = Limits()
+    max_message_bytes: int = 1 << 20
+    auth_token: str | None = None
+    allow_hosts: tuple[str, ...] = ()
+    allow_origins: tuple[str, ...] = ()
+    word_cache_words: int = 20_000
+    session_defaults: SessionOptions = SessionOptions()
+    window: WindowConfig | None = None
+    shutdown_timeout_s: float = 10.0
+    max_backlog_words: int = 4096
+    max_outbox_messages: int = 64
+    send_timeout_s: float | None = 30.0
+    max_queued_frames: int = 4
+    ping_interval_s: float | None = 20.0
+    close_timeout_s: float = 10.0
+    stream_cache: str = "auto"
+    stream_cache_tokens: int | None = None
+    drain: str = "finalize"
+    itn_grammars: str = "off"
+    itn_cache: Path | None = None
+    itn_workers: int = 1
+    lexicon: tuple[tuple[str, str], ...] = ()
+    partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD
+
+    def __post_init__(self) -> None:
+        try:
+            check_partial_mark_threshold(self.partial_mark_threshold)
+        except ValueError:
+            raise ValueError("partial_mark_threshold must be a number in [0, 1), not "
+                             f"{self.partial_mark_threshold!r}") from None
+        if self.itn_grammars not in ("auto", "on", "off"):
+            raise ValueError(f"itn_grammars must be auto, on or off, not {self.itn_grammars!r}")
+        if self.itn_workers < 0:
+            raise ValueError("itn_workers must be >= 0")
+        if self.drain not in DRAIN_MODES:
+            raise ValueError(f"drain must be one of {', '.join(DRAIN_MODES)}, not {self.drain!r}")
+        if self.max_sessions < 1:
+            raise ValueError("max_sessions must be >= 1")
+        if self.max_message_bytes < 1024:
+            raise ValueError("max_message_bytes must be >= 1024")
+        if self.max_backlog_words < 1:
+            raise ValueError("max_backlog_words must be >= 1")
+        if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
+            raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
+        if self.send_timeout_s is not None and self.send_timeout_s <= 0:
+            raise ValueError("send_timeout_s must be > 0 (None: no timeout)")
+        if self.ping_interval_s is not None and self.ping_interval_s <= 0:
+            raise ValueError("ping_interval_s must be > 0 (None: no pings)")
+        if self.close_timeout_s <= 0:
+            raise ValueError("close_timeout_s must be > 0")
+        if self.stream_cache not in ("auto", "on", "off"):
+            raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
+        if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
+            raise ValueError("stream_cache_tokens must be >= 1")
+        if self.word_cache_words < 0:
+            raise ValueError("word_cache_words must be >= 0")
+        for value in self.allow_hosts:
+            if canonical_host(value) is None:
+                raise ValueError(f"allow_host: {value!r} is not a host name or address (no port), nor '*'")
+        for value in self.allow_origins:
+            if canonical_origin(value) is None:
+                raise ValueError(f"allow_origin: {value!r} is not an origin (scheme://host[:port]), '*' or 'null'")
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """The model-side pieces a server runs with."""
+
+    engine_factory: Callable[[], Engine]
+    aligner: Aligner
+    window: WindowConfig
+    model_name: str
+    #: (layers, heads, head_dim) of the streaming graph's cache; None: no cached left context.
+    stream_shape: tuple[int, int, int] | None = None
+    #: tokens a session's cache keeps (None: the streaming window's left context)
+    stream_cache_tokens: int | None = None
+    #: the truecasing head's margin for capitals (the folder's ``case_margin``)
+    case_margin: float = 0.0
+
+
+def _runtime_from_model(config: ServerConfig) -> _Runtime:
+    from engines.registry import load_engine, load_stream_engine, physical_cores
+    from streampunct.model import load_model_info
+
+    info = load_model_info(config.model_dir, backend=config.engine)
+    options = dict(config.engine_options)
+    workers = config.batching.engine_workers
+    if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
+        # N engines side by side share the cores: each gets its part of them.
+        options["intra_op_threads"] = max(1, physical_cores() // workers)
+
+    shape = _stream_shape(config, info)
+
+    def engine_factory() -> Engine:
+        if shape is not None:
+            return load_stream_engine(config.engine, info.path, **options)
+        return load_engine(config.engine, info.path, **options)
+
+    tokens = info.meta.stream_cache_tokens if shape is not None else None
+    # The server only streams: its windows have the streaming geometry.
+    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens,
+                    info.case_margin)
+
+
+def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
+    """The streaming graph's cache shape when this server runs with cached left context
+    (the registry decides: :func:`engines.registry.stream_shape`)."""
+    from engines.registry import StreamModeError, stream_shape
+
+    try:
+        return stream_shape(config.engine, info.path, config.stream_cache, meta=info.meta)
+    except StreamModeError as e:
+        raise ModelError(str(e)) from e
+
+
+class StreamServer:
+    """A running server; create it with :func:`serve`.
+
+    Attributes:
+        config: the :class:`ServerConfig`.
+        metrics: its Prometheus metrics.
+        sessions: the open sessions (for shutdown and the session limit only;
+            each session's state lives in its handler).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        engine_factory: Callable[[], Engine] | None = None,
+        aligner: Aligner | None = None,
+        window: WindowConfig | None = None,
+        model_name: str | None = None,
+        stream_shape: tuple[int, int, int] | None = None,
+        normalizer: Normalizer | None = None,
+        case_margin: float = 0.0,
+    ) -> None:
+        self.config = config
+        if engine_factory is None:
+            runtime = _runtime_from_model(config)
+        else:
+            if aligner is None:
+                raise ValueError("an injected engine needs an aligner")
+            runtime = _Runtime(
+                engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom",
+                stream_shape, case_margin=check_case_margin(case_margin),
+            )
+        self.metrics = ServerMetrics()
+        for reason in REJECT_REASONS:
+            self.metrics.rejected.labels(reason=reason)
+        self.model_name = runtime.model_name
+        self.window = runtime.window
+        self.aligner = runtime.aligner
+        self.aligner.set_word_cache_size(config.word_cache_words)
+        self.batcher = Batcher(
+            runtime.engine_factory,
+            pad_id=runtime.aligner.pad_id,
+            config=config.batching,
+            warmup_ids=self._warmup_ids(runtime.aligner, runtime.window),
+            on_batch=self.metrics.observe_batch,
+        )
+        self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
+        self.metrics.backlog.set_function(lambda: sum(s.backlog for s in self.sessions))
+        self._context = SessionContext(
+            aligner=runtime.aligner,
+            window=runtime.window,
+            batcher=self.batcher,
+            metrics=self.metrics,
+            limits=config.limits,
+            defaults=config.session_defaults,
+            model_name=runtime.model_name,
+            max_backlog_words=config.max_backlog_words,
+            max_outbox_messages=config.max_outbox_messages,
+            send_timeout_s=config.send_timeout_s,
+            close_timeout_s=config.close_timeout_s,
+            stream_shape=runtime.stream_shape,
+            stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,
+            written=WrittenForms(Lexicon(config.lexicon), normalizer),
+            case_margin=runtime.case_margin,
+            partial_mark_threshold=config.partial_mark_threshold,
+        )
+        # The ITN grammars load with the engine (_load), before the server is ready.
+        self._load_itn = normalizer is None and (
+            config.itn_grammars == "on" or (config.itn_grammars == "auto" and itn_available())
+        )
+        if config.session_defaults.itn and normalizer is None and not self._load_itn:
+            raise ValueError(f"itn by default: {ITN_UNAVAILABLE}")
+        # The texts of itn sessions are written on these threads (Session's writer), off the event loop.
+        self._written_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        if normalizer is not None or self._load_itn:
+            self._written_executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="streampunct-written")
+            self._context = replace(self._context, written_executor=self._written_executor)
+        self.sessions: set[Session] = set()
+        self._ws: Server | None = None
+        self._port = config.port
+        self._loader: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
+        self._closing = False
+        self._shutdown_done: asyncio.Event | None = None
+        self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
+        self._sessions_gone: asyncio.Event | None = None  # set while no session is open
+        self._itn_processes: ProcessNormalizer | None = None
+
+    @staticmethod
+    def _warmup_ids(aligner: Aligner, window: WindowConfig) -> np.ndarray:
+        word = aligner.word_ids("hello")
+        content = (list(word) * (window.size // len(word) + 1))[: window.size]
+        return np.asarray([aligner.cls_id, *content, aligner.sep_id], dtype=np.int64)
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        """Listen, and load the engine in the background (see :meth:`wait_ready`)."""
+        self._shutdown_done = asyncio.Event()
+        self._sessions_gone = asyncio.Event()
+        self._sessions_gone.set()
+        try:
+            self._ws = await ws_serve(
+                self._handle,
+                self.config.host,
+                self.config.port,
+                process_request=self._process_request,
+                process_response=self._process_response,
+                max_size=self.config.max_message_bytes,
+                max_queue=self.config.max_queued_frames,
+                write_limit=WRITE_LIMIT_BYTES,
+                ping_interval=self.config.ping_interval_s,
+                ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
+                close_timeout=self.config.close_timeout_s,
+                logger=logging.getLogger("streampunct.server.app.websockets"),
+            )
+        except OSError as e:
+            raise InputError(f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}") from e
+        self._port = self._ws.sockets[0].getsockname()[1]
+        self._policy = RequestPolicy(
+            HostPolicy(self.config.host, frozenset(str(s.getsockname()[0]) for s in self._ws.sockets),
+                       frozenset(h for h in map(canonical_host, self.config.allow_hosts) if h)),
+            frozenset(o for o in map(canonical_origin, self.config.allow_origins) if o),
+            self.config.auth_token,
+        )
+        self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
+
+    async def _load(self) -> None:
+        t0 = time.perf_counter()
+        if self._load_itn:
+            normalizer: Normalizer
+            if self.config.itn_workers > 0:
+                normalizer = ProcessNormalizer(self.config.itn_cache, workers=self.config.itn_workers)
+                self._itn_processes = normalizer
+                await asyncio.to_thread(normalizer.start)
+            else:
+                normalizer = await asyncio.to_thread(load_normalizer, self.config.itn_cache)
+            self._context = replace(self._context, written=replace(self._context.written, normalizer=normalizer))
+            logger.info("ITN grammars loaded in %.2fs (%s)", time.perf_counter() - t0,
+                        f"{self.config.itn_workers} worker processes" if self.config.itn_workers
+                        else "in the server process")
+        try:
+            await self.batcher.start()
+        except StreampunctError:
+            raise
+        except Exception as e:
+            # Engines raise their own errors (engines.base.EngineError and kin).
+            raise ModelError(f"cannot load the {self.config.engine} engine: {e}") from e
+        logger.info(
+            "engine %s with model %s ready in %.2fs; listening on %s",
+            self.batcher.engine_name, self.model_name, time.perf_counter() - t0, self.url,
+        )
+
+    async def wait_ready(self) -> None:
+        """Wait until the engine is loaded and warmed up; raises what loading raised."""
+        assert self._loader is not None, "start() first"
+        await asyncio.shield(self._loader)
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher.ready and not self._closing
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when the config asked for port 0)."""
+        assert self._ws is not None, "start() first"
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        return f"ws://{host}:{self.port}/v1/stream"
+
+    async def shutdown(self) -> None:
+        """Graceful stop: refuse new connections; finalize every pending word and close with 1001,
+        or with ``drain="resume"`` close with 1012 at once (clients resume elsewhere)."""
+        assert self._ws is not None and self._shutdown_done is not None and self._sessions_gone is not None, \
+            "start() first"
+        if self._closing:
+            await self._shutdown_done.wait()
+            return
+        self._closing = True
+        handoff = self.config.drain == "resume"
+        logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
+        for session in list(self.sessions):
+            session.shutdown(handoff=handoff)
+        try:
+            async with asyncio.timeout(self.config.shutdown_timeout_s):
+                # The listener stays open until the sessions are gone, so that handshakes meanwhile
+                # get 503 (_process_request) rather than a refused connection; then it closes.
+                await self._sessions_gone.wait()
+                self._ws.close(close_connections=False)
+                await self._ws.wait_closed()
+        except TimeoutError:
+            self._ws.close(close_connections=False)
+            logger.warning("sessions still open after %.1fs; closing them", self.config.shutdown_timeout_s)
+            await asyncio.gather(*(
+                close_within(c, CloseCode.GOING_AWAY, "server shutting down", self.config.close_timeout_s)
+                for c in list(self._ws.connections)
+            ))
+            await self._ws.wait_closed()
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+        await self.batcher.close()
+        if self._written_executor is not None:
+            self._written_executor.shutdown(wait=False, cancel_futures=True)
+        if self._itn_processes is not None:
+            self._itn_processes.close()
+        logger.info("server closed")
+        self._shutdown_done.set()
+
+    async def __aenter__(self) -> StreamServer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # -- HTTP side of the handshake ------------------------------------------
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        assert self._policy is not None
+        path, _, query = request.path.partition("?")
+        stream = True if path in STREAM_PATHS else False if path in HTTP_PATHS else None
+        refusal = self._policy.check(request.method, path, query, request.headers, stream=stream,
+                                     reached=_local_addresses(connection))
+        if refusal is not None:
+            response = self._refuse(connection, request, refusal)
+        elif stream is None:
+            response = connection.respond(http.HTTPStatus.NOT_FOUND, f"no such endpoint: {path}\n")
+        elif path == "/healthz":
+            response = self._healthz(connection)
+        elif path == "/captions":
+            response = connection.respond(http.HTTPStatus.OK, _captions_page())
+            _set_content_type(response.headers, "text/html; charset=utf-8")
+        elif path == "/metrics":
+            response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
+            _set_content_type(response.headers, self.metrics.content_type)
+        elif self._closing or not self.batcher.ready:
+            # While shutting down the listener stays open until the sessions are gone (shutdown()),
+            # so that new handshakes get this 503 rather than a refused connection.
+            self.metrics.rejected.labels(reason="unavailable").inc()
+            response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
+        elif len(self.sessions) >= self.config.max_sessions:
+            self.metrics.rejected.labels(reason="sessions").inc()
+            response = connection.respond(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"session limit reached ({self.config.max_sessions})\n",
+            )
+        else:
+            return None  # the WebSocket handshake goes on
+        if request.method == "HEAD":
+            response.body = b""  # Content-Length stays that of the GET
+        return response
+
+    def _refuse(self, connection: ServerConnection, request: Request, refusal: Refusal) -> Response:
+        """The response, metric and one log line of a refused request (no traceback: it is the client's doing)."""
+        self.metrics.rejected.labels(reason=refusal.reason).inc()
+        logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method), _ascii(request.path.partition("?")[0]),
+                    _peer(connection), refusal.message, refusal.status)
+        response = connection.respond(refusal.status, refusal.message + "\n")
+        if refusal.allow is not None:
+            response.headers["Allow"] = refusal.allow
+        if refusal.status == http.HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    def _process_response(self, connection: ServerConnection, request: Request, response: Response) -> None:
+        """Counts and logs, in one line, the handshakes websockets itself refused (bad ``Upgrade``,
+        ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through."""
+        error = connection.protocol.handshake_exc
+        if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
+            self.metrics.rejected.labels(reason="malformed").inc()
+            logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
+                        _ascii(request.path.partition("?")[0]), _peer(connection), error, response.status_code)
+
+    def _healthz(self, connection: ServerConnection) -> Response:
+        loader_failed = self._loader is not None and self._loader.done() and (
+            self._loader.cancelled() or self._loader.exception() is not None
+        )
+        status = "ok" if self.ready else "failed" if loader_failed else "stopping" if self._closing else "loading"
+        body = {
+            "status": status,
+            "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
+            "model": self.model_name,
+            "engine_workers": self.batcher.engine_workers,
+            "stream_cache": self._context.stream_shape is not None,
+            # how a batch's windows run once the engine is loaded: "padded" or "alone"
+            "batch_rows": (("alone" if self.batcher.rows_alone else "padded") if self.batcher.ready
+                           else self.config.batching.batch_rows),
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "sessions": len(self.sessions),
+            "protocol": PROTOCOL_VERSION,
+        }
+        code = http.HTTPStatus.OK if status == "ok" else http.HTTPStatus.SERVICE_UNAVAILABLE
+        response = connection.respond(code, json.dumps(body) + "\n")
+        _set_content_type(response.headers, "application/json")
+        return response
+
+    # -- WebSocket side ------------------------------------------------------
+    async def _handle(self, connection: ServerConnection) -> None:
+        if len(self.sessions) >= self.config.max_sessions:
+            # Lost a race with other handshakes that passed process_request together.
+            self.metrics.rejected.labels(reason="sessions").inc()
+            await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")
+            return
+        session = Session(connection, self._context, uuid.uuid4().hex[:12])
+        self.sessions.add(session)
+        self._sessions_gone.clear()
+        self.metrics.sessions.inc()
+        self.metrics.sessions_total.inc()
+        logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
+        if self._closing:
+            session.shutdown(handoff=self.config.drain == "resume")
+        try:
+            await session.run()
+        except ConnectionClosed:
+            pass
+        except Exception:
+            # The per-connection boundary: one broken session must not take the server down.
+            logger.exception("session=%s failed", session.id, extra={"session": session.id})
+            await close_within(connection, CloseCode.INTERNAL_ERROR, "internal error", self.config.close_timeout_s)
+        finally:
+            self.sessions.discard(session)
+            if not self.sessions:
+                self._sessions_gone.set()
+            self.metrics.sessions.dec()
+            logger.info("session=%s closed", session.id, extra={"session": session.id})
+            release_when_closed(connection)  # its protocol freed once closed, not at a full collection
+
+
+@functools.cache
+def _captions_page() -> str:
+    """The self-contained live-caption page (package data ``streampunct/server/static/captions.html``)."""
+    return importlib.resources.files("streampunct.server").joinpath("static/captions.html").read_text(encoding="utf-8")
+
+
+def _local_addresses(connection: ServerConnection) -> tuple[str, ...]:
+    """The address the client reached (for the Host rule: the server's own address)."""
+    sockname = connection.transport.get_extra_info("sockname") if connection.transport else None
+    return (str(sockname[0]),) if isinstance(sockname, tuple) and sockname else ()
+
+
+def _peer(connection: ServerConnection) -> str:
+    peer = connection.transport.get_extra_info("peername") if connection.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+    return "?"
+
+
+def _ascii(value: str, limit: int = 80) -> str:
+    """A client's method or path for a log line: printable ASCII, cut."""
+    shown = value.encode("ascii", "backslashreplace").decode()
+    shown = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in shown)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _set_content_type(headers: Headers, value: str) -> None:
+    del headers["Content-Type"]
+    headers["Content-Type"] = value
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    engine_factory: Callable[[], Engine] | None = None,
+    aligner: Aligner | None = None,
+    window: WindowConfig | None = None,
+    model_name: str | None = None,
+    stream_shape: tuple[int, int, int] | None = None,
+    normalizer: Normalizer | None = None,
+    case_margin: float = 0.0,
+) -> StreamServer:
+    """Start a server (listening at once; the engine loads in the background).
+
+    Use ``await server.wait_ready()`` before expecting handshakes to succeed,
+    and ``await server.shutdown()`` (or ``async with``) to stop it. An injected
+    engine with ``infer_stream`` runs with cached left context when
+    ``stream_shape`` (its cache's layers, heads, head_dim) is given.
+    ``case_margin``: an injected engine's margin for its truecasing head's capitals
+    (:func:`streampunct.labels.case_classes`); a model folder's comes from its ``case_margin``.
+    """
+    server = StreamServer(
+        config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name,
+        stream_shape=stream_shape, normalizer=normalizer, case_margin=case_margin,
+    )
+    await server.start()
+    return server
+
+
+async def run_until_signalled(
+    config: ServerConfig,
+    *,
+    on_ready: Callable[[StreamServer], None] | None = None,
+    **runtime: object,
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down gracefully (the CLI's main loop).
+
+    ``on_ready`` is called once the engine is warm; ``runtime`` takes the
+    injections of :func:`serve` (engine_factory, aligner, window, model_name).
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    server = await serve(config, **runtime)  # type: ignore[arg-type]
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        stopped = asyncio.create_task(stop.wait())
+        loading = asyncio.ensure_future(server.wait_ready())
+        done, _ = await asyncio.wait({stopped, loading}, return_when=asyncio.FIRST_COMPLETED)
+        if loading in done:
+            loading.result()  # raises if the engine failed to load
+            if on_ready is not None:
+                on_ready(server)
+            await stopped
+        else:
+            loading.cancel()
+        logger.info("signal received; shutting down")
+    finally:
+        await server.shutdown()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

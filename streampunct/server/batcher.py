@@ -1,0 +1,556 @@
+"""Cross-stream batching: many sessions, one or more engine workers.
+
+Sessions call :meth:`Batcher.run` with one model call
+(:class:`~streampunct.core.engine_call.EngineCall`: a window's unpadded token ids,
+or its streaming-graph call under cached left context) and await its
+:class:`~streampunct.core.engine_call.EngineOutput` (the punctuation and case
+logits, typed, and the keys/values a streaming call keeps). A collector task on the event loop waits for an idle
+engine worker, then gathers requests from all sessions until the batch holds
+``max_batch`` requests or the oldest one has waited ``max_wait_ms``, and
+hands the whole batch to that worker: a dedicated single-thread executor
+that loads its own engine, warms it up, pads each batch to its longest
+sequence and runs one engine call (:func:`~streampunct.core.engine_call.run_work`). The event loop never blocks on
+inference. While every worker is busy new requests pile up, so the next
+batch is larger: under load the windows of many streams coalesce into fewer
+engine calls (each window stays what its stream's schedule makes it: see
+:mod:`streampunct.core.stream_state`).
+
+``engine_workers`` > 1 runs that many engines side by side, each on its own
+batches. A session has at most one window at the engine at a time, so its
+finals keep their order. On CPU, N single-threaded ONNX Runtime sessions
+encode the small batches of a streaming server faster than one session with
+N intra-op threads (docs/server.md, "Engine workers").
+
+The queue is bounded: when ``max_queue`` requests are waiting, :meth:`infer`
+raises :class:`OverloadedError` at once instead of buffering without limit.
+An engine exception fails only the requests that caused it: a failed batch
+of several requests is retried one request at a time, so one poisonous window
+does not take down the other sessions of its batch.
+
+``batch_rows`` says how a worker runs the windows of a batch. ``padded``:
+one call on the windows padded to the longest. ``alone``: one call
+per window, at its own length. ``exact`` (the default): alone where the engine says a row's
+logits depend on the rest of its batch (:attr:`engines.base.Engine.rows_independent`
+false: int8 graphs with dynamic activation quantization, whose scales span the
+whole padded batch), padded otherwise. With ``exact`` a window's labels never
+depend on which other windows, or how much padding, shared its engine call:
+the server gives the labels of :func:`streampunct.evaluation.accuracy.schedule_labels`
+whatever the load. It costs engine time (about a fifth more with cached left
+context: windows of a few new tokens share no call), but the shipped model
+still carries 400 real-time sessions at the defaults on 2 cores
+(docs/server.md, "Batch rows").
+
+``trim_interval_s``: memory that the engines and the sessions free stays
+with glibc's heaps unless it is given back (:mod:`streampunct.server.allocator`).
+The collector hands an idle worker :func:`streampunct.server.allocator.trim` once
+every ``trim_interval_s`` while batches run, and once more when the engine has
+been idle that long after its last batch, so a server's RSS follows what it
+uses rather than the most it ever used (docs/server.md, "Memory that stays").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engines.base import Engine
+from streampunct.core.engine_call import EngineCall, EngineOutput, run_work
+from streampunct.core.stream_cache import StreamCall
+from streampunct.errors import EngineFailedError, OverloadedError
+from streampunct.server import allocator
+
+logger = logging.getLogger(__name__)
+
+#: How a worker runs a batch's windows: see the module docstring.
+BATCH_ROWS: tuple[str, ...] = ("padded", "exact", "alone")
+
+
+def runs_rows_alone(batch_rows: str, engine: Engine) -> bool:
+    """Whether a worker with this ``engine`` runs each window of a batch in its own call."""
+    if batch_rows == "exact":
+        return not engine.rows_independent
+    return batch_rows == "alone"
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """Batching policy.
+
+    Attributes:
+        max_batch: most requests in one engine call.
+        max_wait_ms: longest a request waits for others to join its batch.
+        max_queue: most requests waiting (not yet in the engine); beyond it
+            :meth:`Batcher.run` raises :class:`OverloadedError`.
+        engine_workers: engines run side by side, each in its own thread on
+            its own batches (the engine factory is called once per worker).
+        batch_rows: ``padded``, ``exact`` or ``alone``: how a worker runs the
+            windows of a batch (module docstring).
+        trim_interval_s: seconds between two trims of the allocator's free
+            memory (:func:`streampunct.server.allocator.trim`, on an idle worker's
+            thread) while batches run; the engine idle this long after a batch
+            gets one more. None: never.
+    """
+
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    max_queue: int = 1024
+    engine_workers: int = 1
+    batch_rows: str = "exact"
+    trim_interval_s: float | None = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.max_wait_ms < 0:
+            raise ValueError("max_wait_ms must be >= 0")
+        if self.max_queue < 1:
+            raise ValueError("max_queue must be >= 1")
+        if self.engine_workers < 1:
+            raise ValueError("engine_workers must be >= 1")
+
+        if self.batch_rows not in BATCH_ROWS:
+            raise ValueError(f"batch_rows must be one of {', '.join(BATCH_ROWS)}, got {self.batch_rows!r}")
+        if self.trim_interval_s is not None and self.trim_interval_s <= 0:
+            raise ValueError("trim_interval_s must be > 0 (None: no trims)")
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What one engine call did, for metrics.
+
+    Attributes:
+        size: requests in the batch.
+        tokens: tokens the engine ran: batch size x longest sequence for a
+            padded call, the sum of the lengths when each window ran alone.
+        seconds: wall time of the engine call(s), padding included.
+        failed: requests of the batch that got an :class:`EngineFailedError`.
+    """
+
+    size: int
+    tokens: int
+    seconds: float
+    failed: int = 0
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One engine and the thread it lives and runs in."""
+
+    executor: ThreadPoolExecutor
+    engine: Engine | None = None
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _Pending:
+    work: np.ndarray | StreamCall  # a window's token ids, or a streaming-graph call
+    future: asyncio.Future
+    enqueued: float
+    done: bool = field(default=False)
+
+
+def _ids(work: np.ndarray | StreamCall) -> np.ndarray:
+    return work.input_ids if isinstance(work, StreamCall) else work
+
+
+class Batcher:
+    """Owns the engines (each in its worker thread) and batches requests from all sessions.
+
+    ``engine_factory`` is called in each worker thread, so engines bound to a
+    thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
+    token id sequence) is run once per worker, alone and (unless its rows run alone) as a full batch,
+    before :attr:`ready` turns true. ``on_batch`` is called on the event loop
+    after every engine call. ``trim`` gives the allocator's free memory back
+    (default :func:`streampunct.server.allocator.trim`; None where the C library
+    cannot): it runs in a worker's thread, see ``BatcherConfig.trim_interval_s``.
+
+    Attributes:
+        trims: trims run so far; last_trim_end: when the last one finished (the loop's clock).
+    """
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], Engine],
+        *,
+        pad_id: int,
+        config: BatcherConfig = BatcherConfig(),  # noqa: B008 (frozen, immutable)
+        warmup_ids: np.ndarray | None = None,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+        trim: Callable[[], object] | None = allocator.trim,
+    ) -> None:
+        self._engine_factory = engine_factory
+        self._pad_id = pad_id
+        self.config = config
+        self._warmup_ids = warmup_ids
+        self._on_batch = on_batch
+        self._workers: list[_Worker] = []
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._queue: deque[_Pending] = deque()
+        self._running: set[_Pending] = set()
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._arrived: asyncio.Event | None = None
+        self._not_full: asyncio.Event | None = None
+        self._collector: asyncio.Task[None] | None = None
+        self._closed = False
+        self.ready = False
+        if trim is allocator.trim and not allocator.can_trim():
+            trim = None  # not glibc
+        self._trim = trim if config.trim_interval_s is not None else None
+        # Allocator trims (the loop's clock): the next one due under load, whether memory may have
+        # been freed since the last one (a batch ran, or the engines loaded), when the last batch ended.
+        self._next_trim = 0.0
+        self._trim_pending = True
+        self._last_batch_end = 0.0
+        self.trims = 0
+        self.last_trim_end = 0.0
+
+    @property
+    def trimmed_since_last_batch(self) -> bool:
+        """Whether a trim finished after the last batch ended: the idle engine gave its memory back."""
+        return self.trims > 0 and self.last_trim_end >= self._last_batch_end
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        """Load and warm up the engines in their worker threads, then start batching."""
+        loop = asyncio.get_running_loop()
+        self._arrived = asyncio.Event()
+        self._not_full = asyncio.Event()
+        self._not_full.set()
+        self._idle = asyncio.Queue()
+        for k in range(self.config.engine_workers):
+            name = "streampunct-engine" if self.config.engine_workers == 1 else f"streampunct-engine-{k}"
+            self._workers.append(_Worker(ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)))
+        # One engine after another (loading, then warming up): both need transient
+        # memory, and N at once would hold N times that at the peak.
+        try:
+            for worker in self._workers:
+                worker.engine = await loop.run_in_executor(worker.executor, self._engine_factory)
+            if self._warmup_ids is not None:
+                t0 = time.perf_counter()
+                seqs = [self._warmup_ids]
+                for worker in self._workers:  # one at a time too
+                    await self._warm(worker, seqs)
+                logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
+                            time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
+        except BaseException:
+            await self._close_engines()
+            raise
+        for worker in self._workers:
+            self._idle.put_nowait(worker)
+        self._last_batch_end = loop.time()
+        self._next_trim = loop.time() + (self.config.trim_interval_s or 0.0)
+        self._collector = asyncio.create_task(self._collect(), name="streampunct-batcher")
+        self.ready = True
+
+    async def _warm(self, worker: _Worker, seqs: list[np.ndarray]) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+        if not runs_rows_alone(self.config.batch_rows, worker.engine):
+            await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine,
+                                       seqs * self.config.max_batch)
+
+    async def close(self) -> None:
+        """Stop batching, fail whatever still waits, close the engines in their threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self.ready = False
+        if self._collector is not None:
+            self._collector.cancel()
+            try:
+                await self._collector
+            except asyncio.CancelledError:
+                pass
+        for item in [*self._running, *self._queue]:
+            if not item.future.done():
+                item.future.set_exception(EngineFailedError("the server is shutting down"))
+        self._queue.clear()
+        self._running.clear()
+        for task in list(self._in_flight):
+            task.cancel()
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self._close_engines()
+
+    async def _close_engines(self) -> None:
+        """Close each engine in its own thread (after the batch it may still run), then the threads."""
+        loop = asyncio.get_running_loop()
+        for worker in self._workers:
+            if worker.closed:
+                continue
+            worker.closed = True
+            if worker.engine is not None and hasattr(worker.engine, "close"):
+                try:
+                    await loop.run_in_executor(worker.executor, worker.engine.close)
+                except Exception:
+                    logger.exception("engine close failed")
+            worker.executor.shutdown(wait=False)
+
+    @property
+    def engine(self) -> Engine | None:
+        """The first worker's engine (all workers run the same artifact)."""
+        return self._workers[0].engine if self._workers else None
+
+    @property
+    def engine_name(self) -> str:
+        """The engine's declared name (empty before the first worker has built its engine)."""
+        engine = self.engine
+        return "" if engine is None else engine.name
+
+    @property
+    def engine_workers(self) -> int:
+        return len(self._workers)
+
+    @property
+    def rows_alone(self) -> bool:
+        """Each window of a batch runs in its own engine call (``batch_rows``, resolved)."""
+        return runs_rows_alone(self.config.batch_rows, self.engine)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for the engine (not counting the batch it is running)."""
+        return len(self._queue)
+
+    # -- requests ------------------------------------------------------------
+    async def run(self, call: EngineCall) -> EngineOutput:
+        """The engine's output for one model call: its logits over the call's rows (typed:
+        punctuation, and a truecasing head's or None) and, for a streaming-graph call, the
+        keys/values its stream keeps (:func:`~streampunct.core.stream_cache.run_stream_calls`).
+
+        Raises :class:`OverloadedError` when the queue is full and
+        :class:`EngineFailedError` when the engine fails on this call. Cancelling
+        the caller removes the call from the queue.
+        """
+        return await self._submit(call.work)
+
+    async def infer(self, input_ids: np.ndarray) -> np.ndarray:
+        """The punctuation logits float32[T, C] of one unpadded window int64[T] (as :meth:`run`)."""
+        return (await self._submit(input_ids)).heads.punctuation
+
+    async def _submit(self, work: np.ndarray | StreamCall) -> EngineOutput:
+        if not self.ready or self._arrived is None or self._not_full is None:
+            raise EngineFailedError("the engine is not running")
+        if len(self._queue) >= self.config.max_queue:
+            self._not_full.clear()
+            raise OverloadedError(
+                f"{len(self._queue)} requests already wait for the engine (max_queue)"
+            )
+        loop = asyncio.get_running_loop()
+        item = _Pending(work, loop.create_future(), loop.time())
+        self._queue.append(item)
+        self._arrived.set()
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            if not item.done:
+                try:
+                    self._queue.remove(item)
+                except ValueError:
+                    pass
+                self._note_capacity()
+            raise
+
+    async def wait_for_capacity(self) -> None:
+        """Return once the queue has room again."""
+        assert self._not_full is not None
+        while len(self._queue) >= self.config.max_queue:
+            self._not_full.clear()
+            await self._not_full.wait()
+
+    def _note_capacity(self) -> None:
+        if self._not_full is not None and len(self._queue) < self.config.max_queue:
+            self._not_full.set()
+
+    # -- collector (event loop) ----------------------------------------------
+    def _idle_trim_at(self) -> float | None:
+        """When an idle engine's trim is due (None: no trim pending)."""
+        if self._trim is None or not self._trim_pending:
+            return None
+        return max(self._next_trim, self._last_batch_end + (self.config.trim_interval_s or 0.0))
+
+    async def _run_trim(self, worker: _Worker) -> None:
+        """Give the allocator's free memory back, on ``worker``'s thread (it holds no batch)."""
+        assert self._trim is not None
+        loop = asyncio.get_running_loop()
+        self._trim_pending = False
+        t0 = time.perf_counter()
+        try:
+            await loop.run_in_executor(worker.executor, self._trim)
+        except Exception:
+            logger.exception("allocator trim failed; no more trims")
+            self._trim = None
+            return
+        self.trims += 1
+        self.last_trim_end = loop.time()
+        self._next_trim = loop.time() + (self.config.trim_interval_s or 0.0)
+        logger.debug("allocator trimmed in %.1f ms", (time.perf_counter() - t0) * 1000.0)
+
+    async def _collect(self) -> None:
+        assert self._arrived is not None and self._idle is not None
+        loop = asyncio.get_running_loop()
+        max_wait = self.config.max_wait_ms / 1000.0
+        while True:
+            worker = await self._idle.get()
+            if self._trim is not None and self._trim_pending and loop.time() >= self._next_trim:
+                await self._run_trim(worker)  # under load: one every trim_interval_s
+            while not self._queue:
+                self._arrived.clear()
+                trim_at = self._idle_trim_at()
+                if trim_at is None:
+                    await self._arrived.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), max(0.0, trim_at - loop.time()))
+                except TimeoutError:
+                    await self._run_trim(worker)  # idle that long after the last batch
+            deadline = self._queue[0].enqueued + max_wait
+            while self._queue and len(self._queue) < self.config.max_batch:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+            batch = []
+            while self._queue and len(batch) < self.config.max_batch:
+                item = self._queue.popleft()
+                item.done = True
+                if not item.future.done():
+                    batch.append(item)
+            self._note_capacity()
+            if not batch:
+                self._idle.put_nowait(worker)
+                continue
+            self._running.update(batch)
+            task = asyncio.create_task(self._serve(worker, batch), name="streampunct-batch")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+
+    async def _serve(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """Run one batch on ``worker``, then give the worker back."""
+        try:
+            await self._run(worker, batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug here must not stall every session waiting on the engine.
+            logger.exception("batch of %d failed outside the engine", len(batch))
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(EngineFailedError("internal batching error"))
+        finally:
+            self._running.difference_update(batch)
+            self._trim_pending = True
+            self._last_batch_end = asyncio.get_running_loop().time()
+            if self._idle is not None:
+                self._idle.put_nowait(worker)
+
+    async def _run(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """One batch: window ids padded into one engine call (or each alone, ``batch_rows``),
+        streaming-graph calls as :func:`~streampunct.core.stream_cache.run_stream_calls` groups
+        them (:func:`~streampunct.core.engine_call.run_work`); one request at a time when a
+        batch of several fails."""
+        stream = isinstance(batch[0].work, StreamCall)
+        if not stream and len(batch) > 1 and runs_rows_alone(self.config.batch_rows, worker.engine):
+            await self._run_alone(worker, batch)
+            return
+        work = [item.work for item in batch]
+        t0 = time.perf_counter()
+        results: list = []
+        try:
+            results, seconds = await self._in_thread(worker, self._infer_batch, worker.engine, work)
+        except Exception as exc:
+            if len(batch) == 1:
+                results = [exc]
+            else:
+                logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
+                results = await asyncio.get_running_loop().run_in_executor(worker.executor, self._infer_each,
+                                                                           worker.engine, work)
+            seconds = time.perf_counter() - t0
+        failed = self._answer(batch, results)
+        if self._on_batch is not None:
+            # tokens the engine ran: each padded call's rows x its longest sequence
+            calls = [[c for c in work if c.full], [c for c in work if not c.full]] if stream else [work]
+            tokens = sum(len(g) * max(len(_ids(c)) for c in g) for g in calls if g)
+            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
+
+    @staticmethod
+    async def _in_thread(worker: _Worker, fn: Callable, *args: object) -> tuple:
+        """``fn(*args)`` in the worker's thread: (its result, the seconds it ran there). Timed
+        in the thread, so the wait for the event loop to take the answers does not count as
+        engine time."""
+
+        def timed() -> tuple:
+            t0 = time.perf_counter()
+            return fn(*args), time.perf_counter() - t0
+
+        return await asyncio.get_running_loop().run_in_executor(worker.executor, timed)
+
+    async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
+        """One engine call per window, all in one hand-off to the worker thread; windows
+        whose session went away meanwhile are not run. The answers come back together:
+        handing each to the event loop as it is done (tried) made the loop's work for the
+        sessions compete with the worker for the GIL and both cores, and the engine ran
+        a third slower under load."""
+        results, seconds = await self._in_thread(worker, self._infer_alone, worker.engine, batch)
+        failed = self._answer(batch, results)
+        ran = [item for item, result in zip(batch, results, strict=True) if result is not None]
+        if self._on_batch is not None and ran:
+            tokens = sum(len(_ids(item.work)) for item in ran)
+            self._on_batch(BatchRecord(len(ran), tokens, seconds, failed))
+
+    def _infer_alone(self, engine: Engine, batch: Sequence[_Pending]) -> list[EngineOutput | BaseException | None]:
+        """Worker thread: each window in its own call; None for a window whose session
+        went away before its turn (a hint read across threads, checked again on the loop)."""
+        return [None if item.future.done() else self._infer_each(engine, [item.work])[0] for item in batch]
+
+    @staticmethod
+    def _answer(batch: Sequence[_Pending], results: Sequence[EngineOutput | BaseException | None]) -> int:
+        """Hand each request its output or its engine failure; returns the failures. A
+        None result (a window not run) and a request whose session went away meanwhile
+        get nothing."""
+        failed = 0
+        for item, result in zip(batch, results, strict=True):
+            if result is None or item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                failed += 1
+                logger.error("engine failed on a request", exc_info=result)
+                error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
+                error.__cause__ = result
+                item.future.set_exception(error)
+            else:
+                item.future.set_result(result)
+        return failed
+
+    # -- worker thread -------------------------------------------------------
+    def _infer_padded(self, engine: Engine, seqs: Sequence[np.ndarray]) -> list[EngineOutput]:
+        """Worker thread: whole windows in one padded call."""
+        return run_work(engine, seqs, self._pad_id)
+
+    def _infer_batch(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]) -> list[EngineOutput]:
+        """Worker thread: a batch's calls together (streaming calls each alone when the
+        engine's rows depend on their batch: ``batch_rows``)."""
+        if len(work) > 1 and isinstance(work[0], StreamCall) and runs_rows_alone(self.config.batch_rows, engine):
+            return [run_work(engine, [w], self._pad_id)[0] for w in work]
+        return run_work(engine, work, self._pad_id)
+
+    def _infer_each(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]
+                    ) -> list[EngineOutput | BaseException]:
+        """Worker thread: each call alone, its failure as its result."""
+        out: list[EngineOutput | BaseException] = []
+        for w in work:
+            try:
+                out.append(run_work(engine, [w], self._pad_id)[0])
+            except Exception as exc:
+                out.append(exc)
+        return out

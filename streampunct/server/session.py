@@ -1,0 +1,495 @@
+"""One streaming session: the asyncio pump between a WebSocket and a :class:`SessionProtocol`.
+
+Every protocol rule lives in the sans-I/O :mod:`streampunct.core.session_protocol`
+(and the windowing core and stream cache under it); this module only moves
+frames, engine calls and time. Three tasks per connection:
+
+* the *reader* hands client frames to the protocol and queues its answers;
+* the *driver* asks the protocol for the next model call (the window, with
+  its cache plan under cached left context), awaits its output from the
+  shared :class:`~streampunct.server.batcher.Batcher`, hands it back to the protocol
+  and queues the finals, partials, ``flushed`` and ``end`` that come out;
+* the *writer* sends queued messages in the order the protocol produced them
+  (so a ``flushed`` can never overtake the finals it covers). With a
+  ``written_executor`` in the context, the finals and partials of an ``itn``
+  session come from the protocol without their text
+  (:class:`~streampunct.core.session_protocol.WrittenText`): the writer writes
+  each, one at a time and in order, before sending it, so that the ITN
+  grammars never run on the event loop and the session's order and texts are
+  what they would be without it. A text that needs no grammar search (no
+  number word near its words, or the answer cached) is written in place
+  (:meth:`~streampunct.core.session_protocol.WrittenText.resolve_now`); only the
+  others go to that executor, so a number-free final never waits behind
+  another session's search.
+
+The driver sleeps on an event that the reader sets when input arrives and a
+``loop.call_at`` timer sets when the next word's ``max_delay_ms`` runs out:
+no polling. When the connection goes, the tasks and the timer are cancelled
+and a request still waiting in the batcher's queue is removed, so a session
+leaves nothing behind.
+
+Bounded resources (see ``docs/server.md``, "Bounded resources"):
+
+* *input backpressure*: the reader takes the next frame only when the
+  protocol wants input (:meth:`SessionProtocol.wants_input`: the backlog of
+  unfinalized words is below ``max_backlog_words``) and the outbox has room;
+  meanwhile websockets' small incoming queue fills, it stops reading the
+  socket, and TCP slows the sender;
+* *bounded outbox*: the driver asks for the next window, and the reader for
+  the next frame, only while fewer than ``max_outbox_messages`` messages
+  wait to be sent;
+* *slow readers*: a send that stays blocked (the client does not read, so
+  the socket's write buffer stays full) for ``send_timeout_s`` closes the
+  connection with 1013; closing itself is bounded by ``close_timeout_s``,
+  after which the TCP connection is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import websockets
+from websockets.asyncio.server import ServerConnection
+from websockets.frames import CloseCode
+
+from streampunct.core.alignment import Aligner
+from streampunct.core.options import SessionOptions
+from streampunct.core.session_protocol import SessionProtocol, WrittenText
+from streampunct.core.stream_cache import StreamCacheConfig
+from streampunct.core.windowing import WindowConfig
+from streampunct.core.wire import (
+    ConfigApplied,
+    Error,
+    ErrorCode,
+    Final,
+    Limits,
+    Partial,
+    Resumed,
+    ServerMessage,
+    encode,
+)
+from streampunct.labels import PARTIAL_MARK_THRESHOLD
+from streampunct.server.batcher import Batcher, EngineFailedError, OverloadedError
+from streampunct.server.metrics import ServerMetrics
+from streampunct.text.written_form import WouldWait, WrittenForms
+
+logger = logging.getLogger(__name__)
+
+#: Grammar searches one text awaits before it is written on the executor instead.
+_MAX_FETCHES = 16
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What all sessions of one server share (read-only).
+
+    Attributes:
+        aligner: the model's tokenizer alignment.
+        window: double-overlap window geometry.
+        batcher: the shared engine batcher.
+        metrics: the server's metrics.
+        limits: per-message limits.
+        defaults: session options before a client ``config``.
+        model_name: reported in ``ready``.
+        max_backlog_words: words received and not yet finalized past which
+            the session stops reading (None: no limit).
+        max_outbox_messages: messages waiting to be sent past which the
+            session stops producing more (reading frames, asking for windows).
+        send_timeout_s: a send blocked this long closes the session with 1013
+            (None: wait as long as it takes, memory staying bounded).
+        close_timeout_s: longest a close handshake may take before the TCP
+            connection is aborted.
+        stream_shape: (layers, heads, head_dim) of the streaming graph when
+            windows run with cached left context (:mod:`streampunct.core.stream_cache`);
+            None: every window encodes its left context.
+        stream_cache_tokens: tokens a session's cache keeps (None: the window's left context).
+        written: the server's lexicon and ITN grammars (``itn`` and ``lexicon`` options).
+        case_margin: the model's margin for its truecasing head's capitals
+            (:func:`streampunct.labels.case_classes`; 0: the plain argmax).
+        partial_mark_threshold: partials show a provisional word's mark only when the
+            model's probability of it is at least this (``serve --partial-mark-threshold``;
+            0: every mark).
+        written_executor: where the texts of ``itn`` sessions are written (the
+            ITN grammars; None: on the event loop, as the protocol decides).
+    """
+
+    aligner: Aligner
+    window: WindowConfig
+    batcher: Batcher
+    metrics: ServerMetrics
+    limits: Limits
+    defaults: SessionOptions
+    model_name: str
+    max_backlog_words: int | None = 4096
+    max_outbox_messages: int = 64
+    send_timeout_s: float | None = 30.0
+    close_timeout_s: float = 10.0
+    stream_shape: tuple[int, int, int] | None = None
+    stream_cache_tokens: int | None = None
+    written: WrittenForms = WrittenForms()
+    case_margin: float = 0.0
+    written_executor: Executor | None = None
+    partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD
+
+
+class SlowReaderError(Exception):
+    """A send stayed blocked past the send timeout: the client does not read."""
+
+
+class _WritingFailed(Exception):
+    """Writing a final's or partial's text on the written executor raised (a bug)."""
+
+
+async def close_within(connection: ServerConnection, code: int, reason: str, timeout: float) -> None:
+    """Close handshake bounded in time: a peer that reads nothing gets its TCP connection aborted.
+
+    (websockets' ``close()`` first waits for the write buffer to drain, with no
+    time limit, so a client that stopped reading could hold it forever.)
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await connection.close(code, reason)
+    except TimeoutError:
+        connection.transport.abort()
+
+
+class _SessionLog(logging.LoggerAdapter):
+    def process(self, msg, kwargs):
+        kwargs.setdefault("extra", {}).update(self.extra)
+        return f"session={self.extra['session']} {msg}", kwargs
+
+
+class Session:
+    """The tasks of one connection around its :class:`SessionProtocol`; :meth:`run` is its whole life."""
+
+    def __init__(self, connection: ServerConnection, context: SessionContext, session_id: str) -> None:
+        self.id = session_id
+        self._ws = connection
+        self._ctx = context
+        self._log = _SessionLog(logger, {"session": session_id})
+        self.protocol = SessionProtocol(
+            aligner=context.aligner, window=context.window, defaults=context.defaults,
+            limits=context.limits, session_id=session_id, model_name=context.model_name,
+            max_backlog=context.max_backlog_words, written=context.written, case_margin=context.case_margin,
+            defer_written=context.written_executor is not None,
+            stream_cache=None if context.stream_shape is None
+            else StreamCacheConfig(context.stream_shape, context.stream_cache_tokens),
+            partial_mark_threshold=context.partial_mark_threshold,
+        )
+        # (message, decidable times of a final's words) in protocol order; None: all sent.
+        # Unbounded as a queue; producers wait for room first (_wait_for_room).
+        self._outbox: asyncio.Queue[tuple[ServerMessage | WrittenText, list[float]] | None] = asyncio.Queue()
+        self._finish_queued = False
+        self._all_sent = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()  # a final was produced or a message sent
+        self._stop = asyncio.Event()
+        self._handoff = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._overload_reported = False
+        #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
+        self.peak_backlog = 0
+        self.peak_outbox = 0
+
+    @property
+    def backlog(self) -> int:
+        """Words received and not yet finalized."""
+        return self.protocol.backlog
+
+    @property
+    def options(self) -> SessionOptions:
+        return self.protocol.options
+
+    def shutdown(self, *, handoff: bool = False) -> None:
+        """Ask the session to stop reading and close: by default after finalizing every
+        pending word, with 1001; with ``handoff`` at once (messages already produced are
+        still sent), with 1012, leaving the undecided words to the client, which
+        resumes the stream elsewhere (``serve --drain resume``)."""
+        self._handoff = handoff
+        self._stop.set()
+
+    # -- lifecycle -----------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until the client ends or leaves, the engine fails, or shutdown."""
+        loop = asyncio.get_running_loop()
+        self._emit([self.protocol.ready()])
+        writer = asyncio.create_task(self._write(), name=f"session-{self.id}-writer")
+        driver = asyncio.create_task(self._drive(), name=f"session-{self.id}-driver")
+        reader = asyncio.create_task(self._read(), name=f"session-{self.id}-reader")
+        stop = asyncio.create_task(self._stop.wait(), name=f"session-{self.id}-stop")
+        all_sent = asyncio.create_task(self._all_sent.wait(), name=f"session-{self.id}-all-sent")
+        tasks = (writer, driver, reader, stop, all_sent)
+        try:
+            done, _ = await asyncio.wait({writer, driver, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if writer in done:
+                await self._writer_stopped(writer)
+                return
+            if driver in done:
+                await self._task_failed(driver, writer)
+                return
+            if reader in done and reader.exception() is not None:
+                await self._task_failed(reader, writer)
+                return
+            if reader not in done and self._handoff:
+                await self._hand_off(reader, driver, writer)
+                return
+            if reader not in done:  # shutdown: stop reading, finalize what came in
+                reader.cancel()
+                self._emit(self.protocol.finish(loop.time()))
+                self._wake.set()
+            elif not reader.result():
+                self._log.info(
+                    "client left with %d of %d words final", self.protocol.n_final, self.protocol.n_words
+                )
+                return
+            done, _ = await asyncio.wait({writer, driver, all_sent}, return_when=asyncio.FIRST_COMPLETED)
+            if writer in done:
+                await self._writer_stopped(writer)
+            elif driver in done:
+                await self._task_failed(driver, writer)
+            elif self.protocol.end_received:
+                self._log.info("ended after %d words", self.protocol.n_words)
+                await self._close(CloseCode.NORMAL_CLOSURE)
+            else:
+                self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
+                await self._close(CloseCode.GOING_AWAY, "server shutting down")
+        except websockets.ConnectionClosed:
+            self._log.info("connection closed while finishing")
+        finally:
+            self._cancel_timer()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _hand_off(self, reader: asyncio.Task, driver: asyncio.Task, writer: asyncio.Task) -> None:
+        """Shutdown with ``--drain resume``: stop reading and deciding, send what was produced,
+        close with 1012 so that the client resumes with its undecided words elsewhere."""
+        reader.cancel()
+        driver.cancel()  # a window in flight is aborted (its words stay undecided)
+        await asyncio.gather(reader, driver, return_exceptions=True)
+        self._log.info("shutdown: handing off with %d of %d words final; closing with 1012",
+                       self.protocol.n_final, self.protocol.n_words)
+        if not await self._outbox_sent(writer):
+            return
+        await self._close(CloseCode.SERVICE_RESTART, "server restarting; resume the stream elsewhere")
+
+    async def _outbox_sent(self, writer: asyncio.Task) -> bool:
+        """Wait until every queued message is sent (True), or the writer stopped first (False;
+        a slow reader, or the connection closed: handled by :meth:`_writer_stopped`)."""
+        sent = asyncio.ensure_future(self._outbox.join())
+        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if sent.done():
+            return True
+        sent.cancel()
+        await self._writer_stopped(writer)
+        return False
+
+    async def _close(self, code: int, reason: str = "") -> None:
+        await close_within(self._ws, code, reason, self._ctx.close_timeout_s)
+
+    async def _writer_stopped(self, writer: asyncio.Task) -> None:
+        """The writer ended early: the connection closed under it, or the client stopped reading."""
+        exc = writer.exception()
+        if isinstance(exc, SlowReaderError):
+            self._ctx.metrics.slow_reader_closes.inc()
+            self._log.warning(
+                "%s; closing with 1013 (%d of %d words final, %d messages unsent)",
+                exc, self.protocol.n_final, self.protocol.n_words, self._outbox.qsize(),
+            )
+            await self._close(CloseCode.TRY_AGAIN_LATER, str(exc))
+        elif isinstance(exc, _WritingFailed):  # as a failed driver: the contract's error, then 1011
+            self._log.error("internal error writing a text", exc_info=exc.__cause__)
+            error = Error(ErrorCode.INTERNAL, "internal server error; closing the stream")
+            self._ctx.metrics.errors.labels(code=str(error.code)).inc()
+            try:
+                async with asyncio.timeout(self._ctx.close_timeout_s):
+                    await self._ws.send(encode(error))
+            except TimeoutError:
+                pass
+            await self._close(CloseCode.INTERNAL_ERROR, "internal error")
+        elif exc is not None:
+            raise exc
+
+    async def _task_failed(self, task: asyncio.Task, writer: asyncio.Task) -> None:
+        """The driver or the reader stopped with an exception: ``error`` ``internal``, then 1011."""
+        exc = task.exception()
+        if isinstance(exc, websockets.ConnectionClosed) or exc is None:
+            return
+        if isinstance(exc, EngineFailedError):
+            self._log.error("engine failure: %s", exc)
+            detail, reason = "the punctuation engine failed; closing the stream", "engine failure"
+        else:  # a bug: the client still gets the contract's error before the 1011 close
+            self._log.error("internal error in the session's %s", task.get_name(), exc_info=exc)
+            detail, reason = "internal server error; closing the stream", "internal error"
+        self._emit([Error(ErrorCode.INTERNAL, detail)])
+        if not await self._outbox_sent(writer):
+            return
+        await self._close(CloseCode.INTERNAL_ERROR, reason)
+
+    # -- reader --------------------------------------------------------------
+    async def _read(self) -> bool:
+        """Handle client frames; True once the client sent ``end``, False when it left."""
+        loop = asyncio.get_running_loop()
+        protocol = self.protocol
+        while True:
+            await self._wait_for_room(lambda: protocol.wants_input(loop.time()), pausing_input=True)
+            try:
+                frame = await self._ws.recv()
+            except websockets.ConnectionClosed:
+                return False
+            before = protocol.n_received
+            self._emit(protocol.receive_frame(frame, loop.time()))
+            if protocol.n_received > before:
+                self._ctx.metrics.words_in.inc(protocol.n_received - before)
+                self.peak_backlog = max(self.peak_backlog, protocol.backlog)
+            self._wake.set()
+            if protocol.end_received:
+                return True
+
+    def _outbox_has_room(self) -> bool:
+        return self._outbox.qsize() < self._ctx.max_outbox_messages
+
+    async def _wait_for_room(
+        self, protocol_ready: Callable[[], bool] | None = None, *, pausing_input: bool = False
+    ) -> None:
+        """Wait until the outbox has room (and ``protocol_ready()``, when given, is true).
+
+        Woken by ``_progress``, which the driver sets after each window's finals
+        and the writer after each message sent.
+        """
+        counted = False
+        while not (self._outbox_has_room() and (protocol_ready is None or protocol_ready())):
+            if pausing_input and not counted:
+                counted = True
+                self._ctx.metrics.input_paused.inc()
+            self._progress.clear()
+            await self._progress.wait()
+
+    # -- driver --------------------------------------------------------------
+    async def _drive(self) -> None:
+        loop = asyncio.get_running_loop()
+        batcher: Batcher = self._ctx.batcher
+        protocol = self.protocol
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._cancel_timer()
+            while True:
+                await self._wait_for_room()
+                call = protocol.next_call(loop.time())
+                if call is None:
+                    break
+                try:
+                    output = await batcher.run(call)
+                except OverloadedError as e:
+                    protocol.abort(call)
+                    self._report_overload(str(e))
+                    await batcher.wait_for_capacity()
+                    continue
+                except BaseException:
+                    protocol.abort(call)
+                    raise
+                self._overload_reported = False
+                self._ctx.metrics.observe_window(call.partial, len(call.input_ids))
+                self._emit(protocol.apply(call, output))
+                self._progress.set()
+            deadline = protocol.next_deadline()
+            if deadline is not None:
+                self._timer = loop.call_at(deadline, self._wake.set)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _report_overload(self, detail: str) -> None:
+        if not self._overload_reported:
+            self._overload_reported = True
+            self._log.warning("overloaded: %s", detail)
+            self._emit([Error(
+                ErrorCode.OVERLOADED,
+                "the engine queue is full; your words are kept and will be finalized when it drains",
+            )])
+
+    # -- writer --------------------------------------------------------------
+    def _emit(self, messages: list[ServerMessage | WrittenText]) -> None:
+        """Queue the protocol's messages (called right after the protocol produced them)."""
+        for item in messages:
+            message = item.message if isinstance(item, WrittenText) else item
+            decidable = self.protocol.decidable_times(message)
+            if isinstance(message, Error):
+                self._ctx.metrics.errors.labels(code=str(message.code)).inc()
+            elif isinstance(message, ConfigApplied):
+                self._log.info("config %s", message.config.to_json())
+            elif isinstance(message, Resumed):
+                self._log.info("resumed at word %d, config %s", message.start, message.config.to_json())
+            self._outbox.put_nowait((item, decidable))
+        if self.protocol.finished and not self._finish_queued:
+            self._finish_queued = True
+            self._outbox.put_nowait(None)
+        self.peak_outbox = max(self.peak_outbox, self._outbox.qsize())
+
+    async def _written(self, text: WrittenText) -> Final | Partial:
+        """``text`` written without running the ITN grammars on the event loop.
+
+        Number-free (or cached) texts are written here at once: they never queue behind
+        another session's grammar search. A text that needs a search awaits it in the
+        normalizer's worker process (no thread waits on it) and is then written from the
+        cache; a normalizer without one writes it on the written executor.
+        """
+        loop = asyncio.get_running_loop()
+        waited_from: float | None = None
+        try:
+            for _ in range(_MAX_FETCHES):
+                written = text.resolve_now()
+                if not isinstance(written, WouldWait):
+                    return written
+                if waited_from is None:
+                    waited_from = loop.time()
+                if written.fetch is None:
+                    break
+                try:
+                    await asyncio.wrap_future(written.fetch())
+                except Exception:  # a worker died: the executor's call leaves the words spoken
+                    break
+            return await loop.run_in_executor(self._ctx.written_executor, text.resolve)
+        finally:
+            if waited_from is not None:
+                self._ctx.metrics.itn_wait.observe(loop.time() - waited_from)
+
+    async def _write(self) -> None:
+        """Send queued messages; raises :class:`SlowReaderError` when a send stays blocked."""
+        loop = asyncio.get_running_loop()
+        metrics = self._ctx.metrics
+        timeout = self._ctx.send_timeout_s
+        while True:
+            item = await self._outbox.get()
+            self._progress.set()
+            try:
+                if item is None:
+                    self._all_sent.set()
+                    continue
+                message, decidable = item
+                if isinstance(message, WrittenText):  # in order; grammar searches off the event loop
+                    try:
+                        message = await self._written(message)
+                    except Exception as e:
+                        raise _WritingFailed(str(e)) from e
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._ws.send(encode(message))
+                except TimeoutError:
+                    raise SlowReaderError(
+                        f"client not reading: a send was blocked for {timeout:g}s"
+                    ) from None
+                if decidable:
+                    sent_at = loop.time()
+                    metrics.words_finalized.inc(len(decidable))
+                    for at in decidable:
+                        metrics.finalize_margin.observe(max(0.0, sent_at - at))
+            finally:
+                self._outbox.task_done()

@@ -1,0 +1,462 @@
+"""Written forms in ``text``: phrases of spoken words written as one form, kept whole across finals.
+
+Pure: no I/O, no clock. Two sources of *phrases* (consecutive words written
+as one form):
+
+* a :class:`Lexicon`: spoken phrases (normalized words) and how to write
+  them ("new york" -> "New York", "i phone" -> "iPhone"); the longest match wins;
+* a :class:`Normalizer`: inverse text normalization (ITN) of numbers,
+  dates, times, money ("twenty five dollars" -> "$25");
+  :mod:`streampunct.text.itn` has NeMo's WFST grammars behind it.
+
+A phrase never contains a punctuation mark inside it: the words of a phrase
+all have the label ``O`` but the last, whose mark follows the written form.
+The lexicon is matched first; ITN writes the stretches between its matches.
+Words and their labels are never changed: only ``text`` is.
+
+:class:`FinalTexts` keeps a written form whole across finals in a stream:
+a final's ``text`` stops before a phrase that goes on into the words the
+server has received but not finalized yet (its right context), and the
+final that finalizes the phrase's last word writes the whole phrase
+(``docs/protocol.md``, "Written forms across finals").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
+from streampunct.text.normalize import normalize_word, render
+
+#: Most words in a lexicon's spoken phrase.
+MAX_LEXICON_PHRASE_WORDS = 8
+#: Most characters in one side of a lexicon pair.
+MAX_LEXICON_ENTRY_CHARS = 256
+#: Most words a stream holds back for a phrase that goes on past a final; a
+#: longer run is written as it is (the one case where a written form can be
+#: cut between finals).
+MAX_HELD_WORDS = 32
+#: Final words already written that the next phrases see as left context (a cue such as
+#: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
+LEFT_CONTEXT_WORDS = 3
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """Words ``start .. end-1`` of a sequence written as ``text``.
+
+    ``whole``: one written form that the normalizer made of all its words (one
+    number, date, time...), so that a comma the punctuation model put between
+    them ("march, fifth") is not shown; False for several forms side by side
+    ("10 20 30" of "ten, twenty, thirty"), which keep their commas.
+
+    ``text`` "": no written form; the words are written as spoken, and the
+    phrase only keeps them together across finals (a stretch the grammars
+    read as something left spoken, such as "seven forty five a" before "m").
+    """
+
+    start: int
+    end: int
+    text: str
+    whole: bool = True
+
+
+class Normalizer(Protocol):
+    """Inverse text normalization of one run of lowercase words with no mark inside.
+
+    ``phrases`` returns the phrases it writes (sorted, not overlapping,
+    indices into ``words``); words outside them stay as spoken. It must be
+    deterministic: the same words give the same phrases.
+
+    A normalizer whose ``answers_at_once`` attribute is true honours
+    :func:`without_waiting`: within it, a call that would have to run its
+    grammars (words with a number word near them and no cached answer) raises
+    :class:`WouldWait` instead, and the others answer at once. Any other
+    normalizer is not called there at all (:class:`Formatter` raises
+    :class:`WouldWait` for it).
+
+    ``first``, ``until``: the caller needs only the phrases with a word in
+    ``words[first:until]`` (None: to the end); the words around them are
+    context, and a phrase wholly outside may be left out. That spares the
+    searches of a stream's words already written (left context) and of the
+    words after a final that no phrase of the final's own words reaches.
+    """
+
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]: ...
+
+
+class WouldWait(Exception):
+    """A normalizer called inside :func:`without_waiting` would have had to run its grammars.
+
+    ``fetch`` (None: the normalizer has none): starts the search it would have
+    waited for elsewhere (a worker process) and returns its future; once that is
+    done, the same call answers at once. A caller on the event loop awaits it
+    (no thread blocks on the grammars) and asks again.
+    """
+
+    def __init__(self, words: str, fetch: Callable[[], Future[Any]] | None = None) -> None:
+        super().__init__(words)
+        self.fetch = fetch
+
+
+_NO_WAITING: ContextVar[bool] = ContextVar("streampunct_itn_no_waiting", default=False)
+
+
+@contextmanager
+def without_waiting() -> Iterator[None]:
+    """Within it, normalizers answer only what they can at once (no number words, or cached)
+    and raise :class:`WouldWait` otherwise: a caller on the event loop writes such texts
+    in place and hands only the others to a thread."""
+    token = _NO_WAITING.set(True)
+    try:
+        yield
+    finally:
+        _NO_WAITING.reset(token)
+
+
+def waiting_allowed() -> bool:
+    """False inside :func:`without_waiting`."""
+    return not _NO_WAITING.get()
+
+
+def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """Lexicon pairs in their effective form: the spoken side as normalized words joined by
+    one space, the written side stripped. Raises ``ValueError`` naming the bad entry."""
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ValueError(f"lexicon[{i}] must be a [spoken, written] pair of strings")
+        spoken, written = pair
+        if len(spoken) > MAX_LEXICON_ENTRY_CHARS or len(written) > MAX_LEXICON_ENTRY_CHARS:
+            raise ValueError(f"lexicon[{i}] is longer than {MAX_LEXICON_ENTRY_CHARS} characters")
+        words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
+        if not words:
+            raise ValueError(f"lexicon[{i}]: the spoken phrase {spoken!r} has no words")
+        if len(words) > MAX_LEXICON_PHRASE_WORDS:
+            raise ValueError(f"lexicon[{i}]: the spoken phrase has {len(words)} words; "
+                             f"the limit is {MAX_LEXICON_PHRASE_WORDS}")
+        shown = " ".join(written.split())
+        if not shown or not shown.isprintable():
+            raise ValueError(f"lexicon[{i}]: the written form must be printable text, not {written!r}")
+        out.append((" ".join(words), shown))
+    return tuple(out)
+
+
+class Lexicon:
+    """Spoken phrases and their written forms; later pairs override earlier ones.
+
+    ``layers`` are looked up last first, so a session's pairs (the last layer)
+    override the server's (the first) without copying them.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = (), *, base: Lexicon | None = None) -> None:
+        own = {tuple(spoken.split()): written for spoken, written in pairs}
+        prefixes = frozenset(k[:i] for k in own for i in range(1, len(k)))
+        self._layers: tuple[dict[tuple[str, ...], str], ...] = ((*base._layers, own) if base else (own,))
+        # proper prefixes of the entries, per layer (a server's layer is shared, never copied)
+        self._prefixes: tuple[frozenset[tuple[str, ...]], ...] = (
+            (*base._prefixes, prefixes) if base else (prefixes,))
+        self.max_words = max((len(k) for layer in self._layers for k in layer), default=0)
+
+    def __bool__(self) -> bool:
+        return self.max_words > 0
+
+    def __len__(self) -> int:
+        return len({k for layer in self._layers for k in layer})
+
+    def get(self, spoken: tuple[str, ...]) -> str | None:
+        for layer in reversed(self._layers):
+            written = layer.get(spoken)
+            if written is not None:
+                return written
+        return None
+
+    def open_prefix(self, words: Sequence[str]) -> int | None:
+        """The first ``s`` such that ``words[s:]`` begins a longer phrase (a proper prefix of
+        one), or None: where a phrase may still be completed by words not received yet."""
+        for s in range(max(0, len(words) - self.max_words + 1), len(words)):
+            tail = tuple(words[s:])
+            if any(tail in layer for layer in self._prefixes):
+                return s
+        return None
+
+    def phrases(self, words: Sequence[str]) -> list[Phrase]:
+        """Leftmost-longest matches in ``words`` (a run with no mark inside)."""
+        out: list[Phrase] = []
+        i, n = 0, len(words)
+        while i < n:
+            for size in range(min(self.max_words, n - i), 0, -1):
+                written = self.get(tuple(words[i : i + size]))
+                if written is not None:
+                    out.append(Phrase(i, i + size, written))
+                    i += size
+                    break
+            else:
+                i += 1
+        return out
+
+
+def _runs(labels: Sequence[int | None], ends: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``[a, b)`` runs of ``labels`` split after every label in ``ends`` (None is no mark)."""
+    out, start = [], 0
+    for i, label in enumerate(labels):
+        if label in ends or i + 1 == len(labels):
+            out.append((start, i + 1))
+            start = i + 1
+    return out
+
+
+def _shifted(phrases: Sequence[Phrase], by: int) -> list[Phrase]:
+    return [Phrase(p.start + by, p.end + by, p.text, p.whole) for p in phrases]
+
+
+@dataclass(frozen=True)
+class Formatter:
+    """How one session writes ``text``: the lexicon, ITN (None: off) and sentence capitals.
+
+    Attributes:
+        lexicon: spoken phrases and their written forms (may be empty).
+        normalizer: inverse text normalization (None: ``itn`` off).
+        capitalize: sentence starts, "I" and learned case in the words outside phrases.
+    """
+
+    lexicon: Lexicon
+    normalizer: Normalizer | None = None
+    capitalize: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Does it write anything differently from :func:`streampunct.text.normalize.render`?"""
+        return bool(self.lexicon) or self.normalizer is not None
+
+    def phrases(self, words: Sequence[str], labels: Sequence[int | None], *, first: int = 0,
+                until: int | None = None) -> list[Phrase]:
+        """The phrases of ``words``; a label None (a word not labeled yet) counts as no mark.
+        ``first``, ``until``: as :meth:`Normalizer.phrases` (ITN phrases wholly outside
+        ``words[first:until]`` may be left out).
+
+        No phrase spans a period or question mark. A lexicon phrase spans no
+        comma either; an ITN phrase may, when it is one written form
+        (:attr:`Phrase.whole`): the model's commas inside numbers ("twenty,
+        twenty", "five, five, five, one...") are its most common error there.
+        """
+        out: list[Phrase] = []
+        for a, b in _runs(labels, (PERIOD, QUESTION)):
+            found = [p for c, d in _runs(labels[a:b], (COMMA,))
+                     for p in _shifted(self.lexicon.phrases(words[a + c:a + d]) if self.lexicon else [], a + c)]
+            if self.normalizer is not None:  # between the lexicon's phrases
+                gaps = list(zip([a] + [p.end for p in found], [p.start for p in found] + [b], strict=True))
+                for lo, hi in gaps:
+                    found += self._itn(words, labels, lo, hi, first, until)
+                found.sort(key=lambda p: p.start)
+            out += found
+        return out
+
+    def _itn(self, words: Sequence[str], labels: Sequence[int | None], a: int, b: int,
+             first: int = 0, until: int | None = None) -> list[Phrase]:
+        """ITN phrases of ``words[a:b]``; one that is not whole does not span a comma."""
+        assert self.normalizer is not None
+        if b <= a or b <= first or (until is not None and a >= until):
+            return []
+        if not waiting_allowed() and not getattr(self.normalizer, "answers_at_once", False):
+            raise WouldWait(" ".join(words[a:b]))
+        out = []
+        upto = None if until is None else until - a
+        for p in _shifted(self.normalizer.phrases(words[a:b], first=max(0, first - a), until=upto), a):
+            if p.whole or all(labels[k] != COMMA for k in range(p.start, p.end - 1)):
+                out.append(p)
+            else:
+                out += [q for c, d in _runs(labels[p.start:p.end], (COMMA,))
+                        for q in _shifted(self.normalizer.phrases(words[p.start + c:p.start + d]), p.start + c)]
+        return out
+
+    def render(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None] = (),
+               *, sentence_start: bool, phrases: Sequence[Phrase] | None = None) -> str:
+        """``words`` with their marks as text, each phrase in its written form.
+
+        ``cases``: a truecasing head's classes (None or missing: the rules).
+        ``phrases`` default to :meth:`phrases` of the words themselves.
+        A phrase is written as its form says (no sentence capital is added);
+        its last word's mark follows it, except a period after a form that
+        already ends with one ("p.m.").
+        """
+        if phrases is None:
+            phrases = self.phrases(words, labels)
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        has_case = any(c is not None for c in learned)
+        shown: list[str] = []
+        marks: list[int] = []
+        kinds: list[int] = []
+        verbatim: list[bool] = []
+        i = 0
+        for p in [*(q for q in phrases if q.text), Phrase(len(words), len(words), "")]:
+            for k in range(i, p.start):
+                shown.append(words[k])
+                marks.append(labels[k])
+                kinds.append(LOWER if learned[k] is None else learned[k])
+                verbatim.append(False)
+            if p.end > p.start:
+                last = labels[p.end - 1]
+                shown.append(p.text[:-1] if last == PERIOD and p.text.endswith(".") else p.text)
+                marks.append(last)
+                kinds.append(LOWER)
+                verbatim.append(True)
+            i = p.end
+        return render(shown, marks, capitalize=self.capitalize, sentence_start=sentence_start,
+                      cases=kinds if has_case else None, verbatim=verbatim)
+
+
+@dataclass(frozen=True)
+class _Held:
+    word: str
+    label: int
+    case: int | None
+
+
+class FinalTexts:
+    """The ``text`` of a stream's finals and partials, written forms kept whole.
+
+    The rule (``docs/protocol.md``, "Written forms across finals"): a final
+    writes its words, and the words an earlier final held back, up to the
+    first phrase that goes on into its right context (the words received and
+    not final yet, as they are at that moment); the words of that phrase are
+    *held*: the final that finalizes the phrase's last word writes the whole
+    phrase. So are the words from one of its own on when they and the right
+    context begin a longer lexicon phrase (which later words may complete).
+    Nothing is delayed: every final is sent when the contract says, with its
+    ``words`` and ``p``; only where its words appear in ``text`` moves. A
+    final with no right context (a flush, the end, a delay deadline with
+    nothing after it) holds nothing. A partial writes the held words,
+    then its own. Phrases are found with the last ``LEFT_CONTEXT_WORDS``
+    words already written as left context, unless a phrase would reach back
+    into them (then without it).
+    """
+
+    def __init__(self, formatter: Formatter) -> None:
+        self.formatter = formatter
+        self._held: list[_Held] = []
+        self._held_sentence_start = True
+        self._written: list[_Held] = []  # the last words written, left context
+
+    def _phrases(self, words: Sequence[str], labels: Sequence[int | None], until: int | None = None) -> list[Phrase]:
+        """The phrases of ``words`` (which follow the words written so far), found with
+        those as left context; without it where a phrase would begin in it. ``until``:
+        only phrases that begin before it are needed (the words after it are context)."""
+        k = len(self._written)
+        if k:
+            found = self.formatter.phrases([w.word for w in self._written] + list(words),
+                                           [w.label for w in self._written] + list(labels),
+                                           first=k, until=None if until is None else until + k)
+            if not any(p.start < k < p.end for p in found):
+                return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
+        return self.formatter.phrases(words, labels, until=until)
+
+    def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
+        """A lexicon phrase that the words after the final's may still complete: the words
+        from one of the final's own (with no mark from there to its last) through the last
+        word received begin a longer entry ("the united states of" before "america")."""
+        lexicon = self.formatter.lexicon
+        if not lexicon:
+            return None
+        s = lexicon.open_prefix(all_words)
+        n = len(span)
+        if s is None or s >= n or any(h.label in (COMMA, PERIOD, QUESTION) for h in span[s:]):
+            return None
+        return Phrase(s, len(all_words), "")
+
+    @property
+    def held(self) -> int:
+        """Final words whose text no final has carried yet."""
+        return len(self._held)
+
+    def final(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
+              *, sentence_start: bool, context: Sequence[str]) -> str:
+        """The ``text`` of a final of ``words``; ``sentence_start``: the first of them opens a
+        sentence; ``context``: the words received after them and not final."""
+        if not self._held:
+            self._held_sentence_start = sentence_start
+        span = self._held + [_Held(w, label, c) for w, label, c in
+                             zip(words, labels, list(cases) + [None] * (len(words) - len(cases)), strict=True)]
+        n = len(span)
+        all_words = [h.word for h in span] + list(context)
+        phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
+        cut = n
+        crossing = next((p for p in phrases if p.start < n < p.end), None)
+        if crossing is None and context:
+            crossing = self._open_lexicon_phrase(span, all_words)
+        if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
+            cut = crossing.start
+        elif crossing is not None:  # too long to hold: written as far as it goes now
+            phrases = self._phrases(all_words[:n], [h.label for h in span])
+        text = self.formatter.render(
+            [h.word for h in span[:cut]], [h.label for h in span[:cut]], [h.case for h in span[:cut]],
+            sentence_start=self._held_sentence_start, phrases=[p for p in phrases if p.end <= cut],
+        )
+        if 0 < cut:
+            self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
+        self._written = (self._written + span[:cut])[-LEFT_CONTEXT_WORDS:]
+        self._held = span[cut:]
+        return text
+
+    def partial(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
+                *, sentence_start: bool, follows_finals: bool = True) -> str:
+        """The ``text`` of a partial: the held words (when the partial's words follow the
+        last final word: ``follows_finals``), then ``words`` (provisional and hypothesis)."""
+        held = self._held if follows_finals else []
+        learned = list(cases) + [None] * (len(words) - len(cases))
+        all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)
+        return self.formatter.render(
+            all_words, all_labels, [h.case for h in held] + learned,
+            sentence_start=self._held_sentence_start if held else sentence_start,
+            phrases=self._phrases(all_words, all_labels) if follows_finals else None,
+        )
+
+
+#: Why ``itn`` is refused when a server has no grammars loaded.
+ITN_UNAVAILABLE = ("itn is not available on this server: it needs the 'itn' extra "
+                   "(pip install 'streampunct[itn]') and a server started with its grammars "
+                   "(serve --itn-grammars on)")
+
+
+@dataclass(frozen=True)
+class WrittenForms:
+    """What every session of a server shares for written forms (read-only).
+
+    Attributes:
+        lexicon: the server's lexicon (``serve --lexicon``), under each session's pairs.
+        normalizer: the ITN grammars, loaded at startup (None: ``itn`` is refused).
+    """
+
+    lexicon: Lexicon = Lexicon()
+    normalizer: Normalizer | None = None
+
+    def refusal(self, itn: bool) -> str | None:
+        """Why options asking for ``itn`` cannot be served (None: they can)."""
+        return ITN_UNAVAILABLE if itn and self.normalizer is None else None
+
+    def formatter(self, *, itn: bool, lexicon: Sequence[tuple[str, str]], capitalize: bool) -> Formatter:
+        """A session's formatter for its options (``lexicon``: its own pairs)."""
+        return Formatter(Lexicon(lexicon, base=self.lexicon) if lexicon else self.lexicon,
+                         self.normalizer if itn else None, capitalize)
+
+
+def parse_lexicon_tsv(text: str, *, source: str = "lexicon") -> tuple[tuple[str, str], ...]:
+    """A lexicon file's pairs: one ``spoken<TAB>written`` pair a line; blank lines and lines
+    starting with ``#`` are skipped. Raises ``ValueError`` naming the line."""
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(f"{source}:{number}: expected 'spoken<TAB>written', got {line!r}")
+        try:
+            pairs += normalize_lexicon([fields])
+        except ValueError as e:
+            raise ValueError(f"{source}:{number}: {str(e).removeprefix('lexicon[0]: ')}") from None
+    return tuple(pairs)
