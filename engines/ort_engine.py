@@ -81,25 +81,20 @@ class OrtOptions:
         graph_optimization: ``disable``, ``basic``, ``extended`` or ``all``.
         allow_spinning: let intra-op threads busy-wait for work (ORT's own
             default). Off here: the service shares its cores with the event
-            loop, and on a loaded 2-core host spinning halved int8 MiniLM
-            throughput (3,738 vs 7,800 tokens/s at 8x128). Turn it on for a
-            dedicated inference host.
+            loop, where spinning halved throughput (docs/engines.md). Turn it
+            on for a dedicated inference host.
         verify_checksum: compare the artifact's sha256 with its sidecar on load.
         cpu_mem_arena: ONNX Runtime's CPU memory arena (ORT's own default):
             buffers are kept and reused across runs, and the arena grows to the
             largest batch shapes seen and never shrinks. Off here: with the
-            server's varying batches the arena held ~80 MB more and grew in
-            steps for the whole of a soak (+31 MB/h against +7 MB/h off), at
-            no measurable cost (200 sessions at the defaults: p95 finalize
-            margin 57 vs 52 ms, engine busy 78 vs 79%; docs/results.md).
+            server's varying batches it grew for the whole of a soak, at no
+            measurable speed cost (docs/engines.md).
         mem_pattern: ONNX Runtime's memory patterns (ORT's own default): the
             allocation plan of every set of input shapes run is kept for the
             next run of the same shapes. Off here: streaming calls come in
             thousands of shapes (rows x new tokens x cached tokens), and the
-            plans piled up in a long-running server: a 30-minute soak of 50
-            sessions grew +5.7 MB/h with them, +1.8 MB/h without, and a
-            simulation of 4,000 live words took the same time (8.7 vs 8.1 s,
-            best of 4; docs/results.md, "Soak").
+            plans piled up in a long-running server, at no measurable speed
+            cost without them (docs/engines.md).
     """
 
     intra_op_threads: int | None = None

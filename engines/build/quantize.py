@@ -45,13 +45,12 @@ class DynamicQuantOptions:
         reduce_range: 7-bit weights (default). ORT's u8s8 kernels on x86 CPUs
             without VNNI (AVX2) add pairs of products in saturating int16, so
             8-bit weights give other labels there than on VNNI CPUs; with 7
-            bits every x86 CPU computes the same integers. The shipped model
-            measured 66.79 (8-bit) vs 66.40 (7-bit) validation F1 on an AVX2
-            CPU, label agreement 99.28% (docs/engines.md).
+            bits every x86 CPU computes the same integers, at a cost within
+            noise (docs/engines.md).
         exclude_nodes: MatMul node names to leave in fp32.
         quantize_embeddings: also store the embedding tables (Gather) as int8:
-            MiniLM shrinks from 59 to 23 MB with the same label agreement
-            (97.1% vs 97.2% on the probe of docs/engines.md); off by default.
+            MiniLM's graph shrinks by more than half with the same label
+            agreement (docs/engines.md); off by default.
     """
 
     per_channel: bool = True
