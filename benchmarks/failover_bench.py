@@ -526,7 +526,13 @@ def run_failover_bench(cfg: FailoverConfig, *, command: str | None = None, workd
 
 
 def add_failover_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
+    from streampunct.commands.argtypes import (
+        choices,
+        non_negative_int,
+        positive_float,
+        positive_int,
+    )
+    from streampunct.server.app import DrainMode
 
     d = FailoverConfig()
     p.add_argument("--replicas", type=positive_int, default=d.replicas, help=f"replicas (default {d.replicas})")
@@ -536,7 +542,7 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine-workers", type=positive_int, default=d.engine_workers,
                    help=f"serve --engine-workers of each replica (default {d.engine_workers})")
-    p.add_argument("--drain", choices=("finalize", "resume"), default=d.drain,
+    p.add_argument("--drain", choices=choices(DrainMode), default=d.drain,
                    help=f"serve --drain of the replicas (default {d.drain})")
     p.add_argument("--duration-s", type=positive_float, default=d.duration_s,
                    help=f"seconds of real-time speech per session (default {d.duration_s:g})")

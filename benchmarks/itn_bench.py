@@ -22,11 +22,15 @@ import argparse
 import asyncio
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.common import RESULTS_DIR, percentile, write_result
 from streampunct.core.options import SessionOptions
+
+if TYPE_CHECKING:
+    from streampunct.server.app import ServerRuntime
 
 
 @dataclass(frozen=True)
@@ -130,12 +134,17 @@ class TimedNormalizer:
             self.seconds.append(time.perf_counter() - t0)
 
 
-async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, serve_kwargs: dict) -> tuple[list, list]:
-    from streampunct.server.app import ServerConfig, serve
+def _server_config(cfg: ItnBenchConfig):
+    from streampunct.server.app import ServerConfig
 
-    config = ServerConfig(host="127.0.0.1", port=0, model_dir=cfg.model_dir, engine=cfg.engine,
-                          itn_cache=cfg.itn_cache, max_sessions=cfg.parallel + 8)
-    server = await serve(config, **serve_kwargs)
+    return ServerConfig(host="127.0.0.1", port=0, model_dir=cfg.model_dir, engine=cfg.engine,
+                        itn_cache=cfg.itn_cache, max_sessions=cfg.parallel + 8)
+
+
+async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, runtime) -> tuple[list, list]:
+    from streampunct.server.app import serve
+
+    server = await serve(_server_config(cfg), runtime)
     try:
         await server.wait_ready()
         on = await _stream_all(server.url, schedules, options, True, cfg.parallel)
@@ -145,11 +154,13 @@ async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, serve_kwarg
     return on, off
 
 
-def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwargs: dict | None = None,
+def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: ServerRuntime | None = None,
                   write: bool = True) -> dict:
-    """Stream every phrase with ``itn`` on and off; ``serve_kwargs`` go to
-    :func:`streampunct.server.app.serve` (tests inject an engine and a normalizer)."""
+    """Stream every phrase with ``itn`` on and off; ``runtime`` goes to
+    :func:`streampunct.server.app.serve` (None: ``cfg``'s model folder; tests inject an
+    engine and a normalizer)."""
     from streampunct.evaluation.accuracy import live_schedule
+    from streampunct.server.app import ServerRuntime
     from streampunct.text.normalize import normalize_words
 
     cases = read_phrases(cfg.data)
@@ -159,17 +170,20 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, serve_kwar
                  for k, c in enumerate(cases)]
     print(f"itn: {len(cases)} sentences, up to {cfg.parallel} streams at a time, right_context "
           f"{options.right_context}, max_delay_ms {options.max_delay_ms}", flush=True)
-    serve_kwargs = dict(serve_kwargs or {})
+    if runtime is None:
+        runtime = ServerRuntime.from_model(_server_config(cfg))
     workers = None
-    if "normalizer" not in serve_kwargs:  # as serve --itn-grammars on: the grammars in a worker process
+    normalizer = runtime.normalizer
+    if normalizer is None:  # as serve --itn-grammars on: the grammars in a worker process
         from streampunct.text.itn import ProcessNormalizer
 
-        workers = serve_kwargs["normalizer"] = ProcessNormalizer(cfg.itn_cache)
+        normalizer = workers = ProcessNormalizer(cfg.itn_cache)
         workers.start()
-    timed = serve_kwargs["normalizer"] = TimedNormalizer(serve_kwargs["normalizer"])
+    timed = TimedNormalizer(normalizer)
+    runtime = replace(runtime, normalizer=timed)
     t0 = time.perf_counter()
     try:
-        on, off = asyncio.run(_serve_and_stream(cfg, schedules, options, serve_kwargs))
+        on, off = asyncio.run(_serve_and_stream(cfg, schedules, options, runtime))
     finally:
         if workers is not None:
             workers.close()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,15 @@ from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_mo
 from engines.sidecar import read_sidecar
 from engines.stream_spec import cache_shape
 
-#: ``--stream-cache``: ``auto`` (when the folder and the backend allow it), ``on`` (required), ``off``.
-STREAM_CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
+
+class StreamCacheMode(StrEnum):
+    """``--stream-cache`` (``serve``, ``evaluate``, ``Punctuator.load``, :func:`stream_shape`):
+    cached left context ``auto`` (when the folder and the backend allow it), ``on``
+    (required) or ``off``. Its values are the flag's and the configs' strings."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
 
 
 class StreamModeError(ArtifactError):
@@ -205,7 +213,8 @@ def load_engine(
 
 
 def stream_shape(
-    backend: str, model_dir: str | Path, mode: str = "auto", *, meta: ModelMeta | None = None
+    backend: str, model_dir: str | Path, mode: StreamCacheMode | str = StreamCacheMode.AUTO, *,
+    meta: ModelMeta | None = None,
 ) -> tuple[int, int, int] | None:
     """The stream mode of an engine of ``backend`` over ``model_dir``: the (layers, heads,
     head_dim) of its streaming graph's cached keys/values when streams run with cached left
@@ -218,16 +227,18 @@ def stream_shape(
     read it already (read from ``model_dir`` otherwise). The shape comes from the graph's
     sidecar; :class:`StreamModeError` when the graph it names is not a streaming graph.
     """
-    if mode not in STREAM_CACHE_MODES:
-        raise EngineError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
+    try:
+        mode = StreamCacheMode(mode)
+    except ValueError:
+        raise EngineError(f"stream cache must be one of {', '.join(StreamCacheMode)}, not {mode!r}") from None
     b = get_backend(backend)
-    if mode == "off":
+    if mode == StreamCacheMode.OFF:
         return None
-    if mode == "auto" and not b.streams:
+    if mode == StreamCacheMode.AUTO and not b.streams:
         return None
     if meta is None:
         meta = read_model_meta(model_dir)
-    if mode == "auto" and not meta.uses_stream_cache:
+    if mode == StreamCacheMode.AUTO and not meta.uses_stream_cache:
         return None  # no graph, or the folder switches it off ("stream_cache": false)
     name = meta.stream_artifact
     if not b.streams or not name:

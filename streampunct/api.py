@@ -52,24 +52,24 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Engine, EngineError, StreamEngine
+from engines.registry import StreamCacheMode
 from streampunct.core.alignment import Aligner
-from streampunct.core.decoder import STREAM_CACHE_MODES, OfflineDecoder
+from streampunct.core.decoder import OfflineDecoder
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_calls
-from streampunct.core.options import SessionOptions
+from streampunct.core.options import OptionError, SessionOptions, check_options
 from streampunct.core.session_protocol import SessionProtocol
 from streampunct.core.stream_cache import StreamCacheConfig
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
+    DEFAULT_LIMITS,
     EndRequest,
     Final,
     FlushRequest,
     HypothesisMessage,
     Partial,
-    ProtocolError,
     ServerMessage,
     Word,
     WordsMessage,
-    decode_config,
 )
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
@@ -111,7 +111,7 @@ class Punctuator:
         model_dir: str | Path | None = None,
         *,
         engine: str = "onnxruntime",
-        stream_cache: str = "auto",
+        stream_cache: StreamCacheMode | str = StreamCacheMode.AUTO,
         stream_cache_tokens: int | None = None,
         capitalize: bool = True,
         itn: bool = False,
@@ -137,8 +137,11 @@ class Punctuator:
             lexicon: ``(spoken, written)`` pairs applied in every text, as ``serve --lexicon``.
             engine_options: the backend's options (e.g. ``intra_op_threads=1``).
         """
-        if stream_cache not in STREAM_CACHE_MODES:
-            raise InputError(f"stream_cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {stream_cache!r}")
+        try:
+            stream_cache = StreamCacheMode(stream_cache)
+        except ValueError:
+            raise InputError(f"stream_cache must be one of {', '.join(StreamCacheMode)}, "
+                             f"not {stream_cache!r}") from None
         written = written_forms(itn=itn, lexicon=lexicon, itn_cache=itn_cache)
         info = load_model_info(model_dir)
         try:
@@ -253,9 +256,10 @@ class Punctuator:
     ) -> Stream:
         """A new stream with the server's session options (None: the server's defaults,
         ``right_context`` 3 and ``max_delay_ms`` 2000, checked against the server's limits,
-        0 to 1000 and 0 to 600000, by :func:`~streampunct.core.wire.decode_config`, an
-        :class:`~streampunct.errors.InputError` outside them; ``capitalize``: this
-        punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
+        0 to 1000 and 0 to 600000, by the options' rules
+        (:func:`~streampunct.core.options.check_options`, the messages a server's
+        ``bad_request`` carries), an :class:`~streampunct.errors.InputError` outside them;
+        ``capitalize``: this punctuator's default). ``partials``: :attr:`Stream.partial` holds the latest
         provisional labels of the words not yet final. ``clock``: the time of a call
         that passes no ``now`` (see the module doc, "Time"). ``itn`` (None: on when the
         grammars are loaded) and ``lexicon`` (pairs over the punctuator's): as a session's
@@ -267,18 +271,15 @@ class Punctuator:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except ValueError as e:
             raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
-        given = {"right_context": right_context, "max_delay_ms": max_delay_ms}
-        try:  # the server's validation and limits (a session's config message)
-            latency = decode_config({k: v for k, v in given.items() if v is not None})
-        except ProtocolError as e:
+        given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": partials,
+                 "capitalize": capitalize, "itn": itn, "lexicon": _as_list(lexicon)}
+        try:  # the options' rules within the server's limits, as for a session's config message
+            checked = check_options({k: v for k, v in given.items() if v is not None}, DEFAULT_LIMITS)
+        except OptionError as e:
             raise InputError(e.message) from None
-        options = latency.apply_to(SessionOptions(
-            partials=partials,
-            capitalize=self.capitalize if capitalize is None else capitalize,
-            itn=self._itn(itn),
-            lexicon=_lexicon(lexicon),
-        ))
-        return Stream(self, options, clock, partial_mark_threshold=threshold)
+        checked["capitalize"] = checked.get("capitalize", self.capitalize)
+        checked["itn"] = self._itn(checked.get("itn"))
+        return Stream(self, SessionOptions(**checked), clock, partial_mark_threshold=threshold)
 
     def _itn(self, itn: bool | None) -> bool:
         if itn is None:
@@ -450,6 +451,16 @@ def _lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
         return normalize_lexicon(list(pairs))
     except ValueError as e:
         raise InputError(str(e)) from None
+
+
+def _as_list(value: Any) -> Any:
+    """An iterable's items as a list (a str, bytes or anything else as it is, for the rule to refuse)."""
+    if isinstance(value, list | tuple | str | bytes | bytearray | memoryview):
+        return value
+    try:
+        return list(value)
+    except TypeError:
+        return value
 
 
 def _items(words: Any, name: str) -> list[Any]:

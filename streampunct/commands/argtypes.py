@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from enum import StrEnum
 
 
 def _number(kind: type, ok: Callable[[float], bool], what: str) -> Callable[[str], int | float]:
@@ -32,6 +33,12 @@ positive_float = _number(float, lambda v: 0 < v < float("inf"), "> 0")
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
+
+
+def choices(modes: type[StrEnum]) -> list[str]:
+    """An enum's values as an option's ``choices`` (plain strings: argparse shows them as the
+    flag takes them, in its help and in its errors)."""
+    return [mode.value for mode in modes]
 
 
 def lexicon_file(path: str) -> tuple[tuple[str, str], ...]:

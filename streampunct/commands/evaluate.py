@@ -13,8 +13,8 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import non_negative_int, positive_int
+    from engines.registry import BACKENDS, StreamCacheMode
+    from streampunct.commands.argtypes import choices, non_negative_int, positive_int
     from streampunct.core.options import SessionOptions
 
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (e.g. the cased TED dev2010 file), converted to words "
                         "and labels as training converts it (streampunct.text.convert)")
-    p.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=StreamCacheMode.AUTO.value,
                    help="streaming simulations with cached left context, as the server runs them "
                         "(auto: when the model folder has a streaming graph and does not say "
                         "\"stream_cache\": false; docs/server.md)")

@@ -64,12 +64,18 @@ def resolve_engine_workers(value: int | str, engine: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import lexicon_file, port, positive_int, unit_interval
+    from engines.registry import BACKENDS, StreamCacheMode
+    from streampunct.commands.argtypes import (
+        choices,
+        lexicon_file,
+        port,
+        positive_int,
+        unit_interval,
+    )
     from streampunct.core.options import SessionOptions
     from streampunct.core.wire import Limits
-    from streampunct.server.app import DRAIN_MODES, ServerConfig
-    from streampunct.server.batcher import BATCH_ROWS, BatcherConfig
+    from streampunct.server.app import DrainMode, ItnGrammars, ServerConfig
+    from streampunct.server.batcher import BatcherConfig, BatchRows
 
     parser.add_argument("--model", metavar="DIR", default=None,
                         help="model folder (default: the shipped models/default; --engine fake needs "
@@ -108,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "core for onnxruntime, at most 8, 1 for other backends); onnxruntime engines get "
                             "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
-    batch.add_argument("--stream-cache", choices=("auto", "on", "off"), default="auto",
+    batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
                             "engine is onnxruntime; off: every window "
@@ -117,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="cached tokens per session with cached left context (default: the model "
                             "folder's stream_cache_tokens, 60 for the shipped model): fewer trade accuracy "
                             "for capacity")
-    batch.add_argument("--batch-rows", choices=BATCH_ROWS, default=BatcherConfig.batch_rows,
+    batch.add_argument("--batch-rows", choices=choices(BatchRows), default=str(BatcherConfig.batch_rows),
                        help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
                             "the longest), 'alone' (one call per window) or 'exact': alone where the engine's "
                             "rows depend on the rest of the batch (int8 graphs with dynamic activation "
@@ -141,7 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
     stop = parser.add_argument_group("shutdown (SIGTERM, SIGINT)")
-    stop.add_argument("--drain", choices=DRAIN_MODES, default=ServerConfig.drain,
+    stop.add_argument("--drain", choices=choices(DrainMode), default=str(ServerConfig.drain),
                       help="live streams at shutdown: 'finalize' every word received, then close with 1001; "
                            "'resume': close with 1012 at once, so that clients resume their undecided words "
                            "on another replica (docs/server.md, \"Draining\"; default: %(default)s)")
@@ -165,7 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "least P (0 <= P < 1; 0: every mark); finals never change (docs/formatting.md, "
                               "\"Interim stability\"; default: %(default)s)")
     written = parser.add_argument_group("written forms (docs/protocol.md, 'Written forms')")
-    written.add_argument("--itn-grammars", choices=("auto", "on", "off"), default="off",
+    written.add_argument("--itn-grammars", choices=choices(ItnGrammars), default=str(ServerConfig.itn_grammars),
                          help="load the ITN grammars at startup (seconds, tens of MB), so that "
                               "sessions may ask for itn: on (needs the itn extra), auto (when it is "
                               "installed), off (default: itn is refused unless --itn)")
@@ -186,10 +192,11 @@ def flag_names(message: str, args: argparse.Namespace) -> str:
     their flags (``--max-batch``): the configs check their own fields, the user knows the flags."""
 
     def flag(match: re.Match) -> str:
-        name = match.group(0)
-        return "--" + name.replace("_", "-") if name in vars(args) else name
+        name = match.group(1) or match.group(2)
+        return "--" + name.replace("_", "-") if name in vars(args) else match.group(0)
 
-    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", flag, message)
+    # a name in quotes ('right_context', as the options' rules write it) loses them
+    return re.sub(r"'([a-z]+(?:_[a-z0-9]+)+)'|\b([a-z]+(?:_[a-z0-9]+)+)\b", flag, message)
 
 
 def build_config(args: argparse.Namespace):
@@ -200,19 +207,19 @@ def build_config(args: argparse.Namespace):
     """
     from pathlib import Path
 
-    from streampunct.core.options import SessionOptions
+    from streampunct.core.options import INT_OPTIONS, OptionError, SessionOptions, check_options
     from streampunct.core.wire import Limits
     from streampunct.errors import InputError
-    from streampunct.server.app import ServerConfig
+    from streampunct.server.app import ItnGrammars, ServerConfig
     from streampunct.server.batcher import BatcherConfig
     from streampunct.text.itn import available as itn_available
 
     limits = Limits(max_words_per_message=args.max_words_per_message)
-    if not 0 <= args.right_context <= limits.max_right_context:
-        raise InputError(f"--right-context must be between 0 and {limits.max_right_context}")
-    if not 0 <= args.max_delay_ms <= limits.max_delay_ms:
-        raise InputError(f"--max-delay-ms must be between 0 and {limits.max_delay_ms}")
-    if (args.itn or args.itn_grammars == "on") and not itn_available():
+    try:  # the options' own rules, within the server's limits (as a client's config)
+        check_options({name: getattr(args, name) for name in INT_OPTIONS}, limits)
+    except OptionError as e:
+        raise InputError(flag_names(e.message, args)) from None
+    if (args.itn or args.itn_grammars == ItnGrammars.ON) and not itn_available():
         raise InputError("--itn needs the itn extra: pip install 'streampunct[itn]'")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
@@ -237,7 +244,7 @@ def build_config(args: argparse.Namespace):
             word_cache_words=args.word_cache_words,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,
                                             itn=args.itn),
-            itn_grammars="on" if args.itn else args.itn_grammars,
+            itn_grammars=ItnGrammars.ON if args.itn else args.itn_grammars,
             itn_cache=Path(args.itn_cache) if args.itn_cache else None,
             itn_workers=args.itn_workers,
             lexicon=args.lexicon,

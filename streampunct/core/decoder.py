@@ -16,13 +16,18 @@ import numpy as np
 from tqdm import tqdm
 
 from engines.base import Engine, StreamEngine
-from engines.registry import STREAM_CACHE_MODES, load_engine, load_stream_engine
+from engines.registry import StreamCacheMode, load_engine, load_stream_engine
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
 from streampunct.errors import InputError
 from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
 from streampunct.model import ModelInfo, load_model_info
-from streampunct.text.normalize import normalize_words, render
+from streampunct.text.normalize import (
+    is_symbol_word,
+    offline_words,
+    render,
+    render_with_symbols,
+)
 
 InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -179,36 +184,49 @@ class OfflineDecoder:
 
     def punctuate_text(self, text: str, *, capitalize: bool = False) -> str:
         """Punctuate raw text (any existing punctuation and casing is dropped first). With
-        ``capitalize``, a model with a truecasing head writes names and acronyms too."""
-        words = normalize_words(text.split())
-        if not words:
+        ``capitalize``, a model with a truecasing head writes names and acronyms too. A word
+        made only of symbols (emoji) is written back as it is, in its place, with no mark, and
+        the model does not see it (:func:`streampunct.text.normalize.offline_words`)."""
+        tokens = offline_words(text.split())
+        words = [t for t in tokens if not is_symbol_word(t)]
+        if not tokens:
             raise InputError("no words in the input (empty, or only punctuation)")
-        if capitalize and self.has_case:
+        cases = None
+        if not words:
+            labels: list[int] = []
+        elif capitalize and self.has_case:
             labels, cases = self.labels_and_cases(words)
-            return render(words, labels, capitalize=True, cases=cases)
-        return render(words, self.punctuate(words), capitalize=capitalize)
+        else:
+            labels = self.punctuate(words)
+
+        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool) -> str:
+            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases)
+
+        return render_with_symbols(tokens, labels, render_words, cases=cases)
 
     @property
     def has_stream_graph(self) -> bool:
         """The model folder has a streaming graph (cached left context, ``stream_artifact``)."""
         return bool(self.info is not None and self.info.meta.stream_artifact)
 
-    def stream_engine(self, mode: str = "auto", **options) -> StreamEngine | None:
+    def stream_engine(self, mode: StreamCacheMode | str = StreamCacheMode.AUTO, **options) -> StreamEngine | None:
         """The model's streaming engine for simulations of a stream, per ``mode``
         (``auto``: when the folder has a streaming graph, does not switch it off
         with ``"stream_cache": false``, and this punctuator runs ONNX Runtime;
         ``on``: required; ``off``: None). Loaded once; closed with the punctuator."""
-        if mode not in STREAM_CACHE_MODES:
-            raise InputError(f"stream cache must be one of {', '.join(STREAM_CACHE_MODES)}, not {mode!r}")
-        if mode == "off":
+        try:
+            mode = StreamCacheMode(mode)
+        except ValueError:
+            raise InputError(f"stream cache must be one of {', '.join(StreamCacheMode)}, not {mode!r}") from None
+        if mode == StreamCacheMode.OFF:
             return None
         usable = self.has_stream_graph and self.engine.name == "onnxruntime"
         if not usable:
-            if mode == "on":
+            if mode == StreamCacheMode.ON:
                 raise InputError("--stream-cache on needs a model folder with a streaming graph "
                                  "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
             return None
-        if mode == "auto" and self.info is not None and not self.info.stream_cache_auto:
+        if mode == StreamCacheMode.AUTO and self.info is not None and not self.info.stream_cache_auto:
             return None  # the folder switches it off: the server's auto serves whole windows too
         if self._stream_engine is None:
             assert self.info is not None

@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from streampunct.core.options import SessionOptions
+from streampunct.core.options import OPTION_NAMES, OptionError, SessionOptions, check_options
 from streampunct.errors import StreampunctError
-from streampunct.text.written_form import normalize_lexicon
 
 #: The ``protocol`` field of ``ready``.
 PROTOCOL_VERSION = 1
@@ -46,7 +45,9 @@ class ProtocolError(StreampunctError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one client message may carry.
+    """What one client message may carry (the bounds of the session options among them:
+    :class:`~streampunct.core.options.OptionLimits`, checked by
+    :func:`~streampunct.core.options.check_option`).
 
     Attributes:
         max_words_per_message: most words in one ``words`` message.
@@ -98,7 +99,7 @@ class ConfigRequest:
     lexicon: tuple[tuple[str, str], ...] | None = None
     type: str = field(default="config", init=False)
 
-    _OPTIONS = ("right_context", "max_delay_ms", "partials", "capitalize", "itn", "lexicon")
+    _OPTIONS = OPTION_NAMES
 
     def apply_to(self, options: SessionOptions) -> SessionOptions:
         changes = {name: getattr(self, name) for name in self._OPTIONS if getattr(self, name) is not None}
@@ -394,29 +395,6 @@ def _parse_object(text: str | bytes) -> dict[str, Any]:
     return obj
 
 
-def _optional_int(obj: Mapping[str, Any], name: str, maximum: int) -> int | None:
-    """An option that may be absent (None); present, it must be a JSON integer (not null)."""
-    if name not in obj:
-        return None
-    value = obj[name]
-    # bool is an int subclass in Python; true/false is not a number on the wire.
-    if type(value) is not int:
-        raise _bad(f"'{name}' must be an integer between 0 and {maximum}")
-    if not 0 <= value <= maximum:
-        raise _bad(f"'{name}' must be between 0 and {maximum}, not {value}")
-    return value
-
-
-def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
-    """An option that may be absent (None); present, it must be true or false (not null)."""
-    if name not in obj:
-        return None
-    value = obj[name]
-    if not isinstance(value, bool):
-        raise _bad(f"'{name}' must be true or false")
-    return value
-
-
 def _finite(value: int | float) -> bool:
     try:
         return math.isfinite(value)
@@ -463,37 +441,13 @@ def _decode_words(obj: Mapping[str, Any], limits: Limits) -> tuple[Word, ...]:
 
 
 def decode_config(obj: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> ConfigRequest:
-    """The options of a ``config`` message, or of ``resume``'s ``config`` object: the one
-    place options are validated (raises :class:`ProtocolError`)."""
-    return ConfigRequest(
-        right_context=_optional_int(obj, "right_context", limits.max_right_context),
-        max_delay_ms=_optional_int(obj, "max_delay_ms", limits.max_delay_ms),
-        partials=_optional_bool(obj, "partials"),
-        capitalize=_optional_bool(obj, "capitalize"),
-        itn=_optional_bool(obj, "itn"),
-        lexicon=_optional_lexicon(obj, limits),
-    )
-
-
-def _optional_lexicon(obj: Mapping[str, Any], limits: Limits) -> tuple[tuple[str, str], ...] | None:
-    """``lexicon``: a list of ``[spoken, written]`` string pairs within the limits (bad_request
-    otherwise: the protocol refuses an oversized value as malformed)."""
-    if "lexicon" not in obj:
-        return None
-    raw = obj["lexicon"]
-    if not isinstance(raw, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in raw
-    ):
-        raise _bad("'lexicon' must be a list of [spoken, written] string pairs")
-    if len(raw) > limits.max_lexicon_pairs:
-        raise _bad(f"'lexicon' has {len(raw)} pairs; the limit is {limits.max_lexicon_pairs}")
-    chars = sum(len(x) for p in raw for x in p)
-    if chars > limits.max_lexicon_chars:
-        raise _bad(f"'lexicon' has {chars} characters; the limit is {limits.max_lexicon_chars}")
+    """The options of a ``config`` message, or of ``resume``'s ``config`` object, checked by
+    the options' own rules (:func:`streampunct.core.options.check_options`, within ``limits``);
+    raises :class:`ProtocolError` (``bad_request``, the rule's message)."""
     try:
-        return normalize_lexicon(raw)
-    except ValueError as e:
-        raise _bad(str(e)) from None
+        return ConfigRequest(**check_options(obj, limits))
+    except OptionError as e:
+        raise _bad(e.message) from None
 
 
 def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:

@@ -13,8 +13,8 @@ finalizes and sends every pending word of every session, closes them with
 1001 (or, with ``drain="resume"``, closes them with 1012 at once so that
 their clients resume elsewhere), then closes the engine.
 
-Tests inject an engine (``engine_factory``), an aligner and a window instead
-of a model folder.
+Tests inject an engine, an aligner and a window instead of a model folder: a
+:class:`ServerRuntime` (``serve(config, runtime)``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
 from engines.base import Engine
+from engines.registry import StreamCacheMode
 from streampunct.core.alignment import Aligner
 from streampunct.core.options import SessionOptions
 from streampunct.core.windowing import WindowConfig
@@ -76,8 +78,22 @@ HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
 #: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
 REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions")
 
-#: ``ServerConfig.drain``: what shutdown does with live streams.
-DRAIN_MODES = ("finalize", "resume")
+
+class DrainMode(StrEnum):
+    """``ServerConfig.drain`` (``serve --drain``): what shutdown does with live streams."""
+
+    FINALIZE = "finalize"
+    RESUME = "resume"
+
+
+class ItnGrammars(StrEnum):
+    """``ServerConfig.itn_grammars`` (``serve --itn-grammars``): whether the ITN grammars load at
+    startup: ``on`` (required), ``auto`` (when the ``itn`` extra is installed), ``off``."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
 
 #: High-water mark of a connection's write buffer (websockets ``write_limit``):
 #: a send waits while more than this is buffered for the socket.
@@ -106,7 +122,8 @@ class ServerConfig:
             server's own (``*``: any; ``null``: pages without one).
         word_cache_words: words whose sub-token ids the server keeps (an LRU
             cache; about 130 bytes + 8 per sub-token each; docs/server.md, "Memory").
-        session_defaults: session options before a client ``config``.
+        session_defaults: session options before a client ``config`` (within ``limits``:
+            :meth:`SessionOptions.check <streampunct.core.options.SessionOptions.check>`).
         window: window geometry override (None: the model's).
         shutdown_timeout_s: longest a graceful shutdown waits for sessions to finish.
         max_backlog_words: a session whose words received but not yet
@@ -122,18 +139,19 @@ class ServerConfig:
             for: a late pong is what backpressure in either direction causes.
         close_timeout_s: longest a close handshake may take before the TCP
             connection is aborted.
-        stream_cache: ``auto`` (default): streaming windows run with cached
+        stream_cache: a :class:`~engines.registry.StreamCacheMode` (a plain string
+            becomes its member). ``auto`` (default): streaming windows run with cached
             left context where the model folder has a streaming graph (and
             does not say ``"stream_cache": false``) and the engine is ONNX
             Runtime (docs/server.md, "Cached left context");
             ``on``: required; ``off``: every window encodes its left context.
         stream_cache_tokens: cached tokens per session (None: the model
             folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.
-        drain: what shutdown does with live streams: ``finalize`` (default)
+        drain: a :class:`DrainMode`, what shutdown does with live streams: ``finalize`` (default)
             finalizes every word received, then closes with 1001; ``resume``
             closes with 1012 at once, so that clients resume elsewhere with
             their undecided words (docs/server.md, "Draining").
-        itn_grammars: the ITN grammars (``itn`` sessions; the ``itn`` extra)
+        itn_grammars: an :class:`ItnGrammars`: the ITN grammars (``itn`` sessions; the ``itn`` extra)
             are loaded at startup: ``on`` (required), ``auto`` (when the extra
             is installed) or ``off`` (``itn`` is refused).
         itn_cache: where the compiled grammars are cached (None:
@@ -173,10 +191,10 @@ class ServerConfig:
     max_queued_frames: int = 4
     ping_interval_s: float | None = 20.0
     close_timeout_s: float = 10.0
-    stream_cache: str = "auto"
+    stream_cache: StreamCacheMode = StreamCacheMode.AUTO
     stream_cache_tokens: int | None = None
-    drain: str = "finalize"
-    itn_grammars: str = "off"
+    drain: DrainMode = DrainMode.FINALIZE
+    itn_grammars: ItnGrammars = ItnGrammars.OFF
     itn_cache: Path | None = None
     itn_workers: int = 1
     lexicon: tuple[tuple[str, str], ...] = ()
@@ -188,12 +206,17 @@ class ServerConfig:
         except ValueError:
             raise ValueError("partial_mark_threshold must be a number in [0, 1), not "
                              f"{self.partial_mark_threshold!r}") from None
-        if self.itn_grammars not in ("auto", "on", "off"):
-            raise ValueError(f"itn_grammars must be auto, on or off, not {self.itn_grammars!r}")
+        modes: tuple[tuple[str, type[StrEnum]], ...] = (
+            ("itn_grammars", ItnGrammars), ("drain", DrainMode), ("stream_cache", StreamCacheMode))
+        for name, kind in modes:
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))  # a plain string becomes its member
+            except ValueError:
+                raise ValueError(f"{name} must be one of {', '.join(kind)}, not {value!r}") from None
+        self.session_defaults.check(self.limits)
         if self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
-        if self.drain not in DRAIN_MODES:
-            raise ValueError(f"drain must be one of {', '.join(DRAIN_MODES)}, not {self.drain!r}")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         if self.max_message_bytes < 1024:
@@ -208,8 +231,6 @@ class ServerConfig:
             raise ValueError("ping_interval_s must be > 0 (None: no pings)")
         if self.close_timeout_s <= 0:
             raise ValueError("close_timeout_s must be > 0")
-        if self.stream_cache not in ("auto", "on", "off"):
-            raise ValueError(f"stream_cache must be auto, on or off, not {self.stream_cache!r}")
         if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
             raise ValueError("stream_cache_tokens must be >= 1")
         if self.word_cache_words < 0:
@@ -223,43 +244,67 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
-class _Runtime:
-    """The model-side pieces a server runs with."""
+class ServerRuntime:
+    """The model-side pieces a server runs with, given to :class:`StreamServer` and :func:`serve`
+    in place of a model folder (an engine you built; tests, benchmarks), or read from
+    ``config.model_dir`` by :meth:`from_model` (what the server does when given none).
+
+    Attributes:
+        engine_factory: makes one engine; called once per engine worker
+            (``BatcherConfig.engine_workers``), on its thread.
+        aligner: the tokenizer alignment of the engine's model.
+        window: the streaming windows' geometry (None: ``ServerConfig.window``, else
+            :class:`~streampunct.core.windowing.WindowConfig`'s defaults).
+        model_name: the name ``ready`` and ``/healthz`` show.
+        stream_shape: (layers, heads, head_dim) of the streaming graph's cache: an engine
+            with ``infer_stream`` then runs with cached left context; None: whole windows.
+        stream_cache_tokens: tokens a session's cache keeps (None: the streaming window's
+            left context; ``ServerConfig.stream_cache_tokens`` overrides it).
+        case_margin: the truecasing head's margin for capitals
+            (:func:`streampunct.labels.case_classes`; a model folder's ``case_margin``);
+            a finite number >= 0 (ValueError otherwise).
+        normalizer: the ITN grammars, loaded (None: ``ServerConfig.itn_grammars`` says
+            whether the server loads them).
+    """
 
     engine_factory: Callable[[], Engine]
     aligner: Aligner
-    window: WindowConfig
-    model_name: str
-    #: (layers, heads, head_dim) of the streaming graph's cache; None: no cached left context.
+    window: WindowConfig | None = None
+    model_name: str = "custom"
     stream_shape: tuple[int, int, int] | None = None
-    #: tokens a session's cache keeps (None: the streaming window's left context)
     stream_cache_tokens: int | None = None
-    #: the truecasing head's margin for capitals (the folder's ``case_margin``)
     case_margin: float = 0.0
+    normalizer: Normalizer | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "case_margin", check_case_margin(self.case_margin))
 
-def _runtime_from_model(config: ServerConfig) -> _Runtime:
-    from engines.registry import load_engine, load_stream_engine, physical_cores
-    from streampunct.model import load_model_info
+    @classmethod
+    def from_model(cls, config: ServerConfig) -> ServerRuntime:
+        """The runtime of ``config``'s model folder and engine (``model_dir``, ``engine``,
+        ``engine_options``, ``stream_cache``, ``window``); the engines load when the server
+        starts its workers. Raises :class:`~streampunct.errors.ModelError`."""
+        from engines.registry import load_engine, load_stream_engine, physical_cores
+        from streampunct.model import load_model_info
 
-    info = load_model_info(config.model_dir, backend=config.engine)
-    options = dict(config.engine_options)
-    workers = config.batching.engine_workers
-    if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
-        # N engines side by side share the cores: each gets its part of them.
-        options["intra_op_threads"] = max(1, physical_cores() // workers)
+        info = load_model_info(config.model_dir, backend=config.engine)
+        options = dict(config.engine_options)
+        workers = config.batching.engine_workers
+        if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
+            # N engines side by side share the cores: each gets its part of them.
+            options["intra_op_threads"] = max(1, physical_cores() // workers)
 
-    shape = _stream_shape(config, info)
+        shape = _stream_shape(config, info)
 
-    def engine_factory() -> Engine:
-        if shape is not None:
-            return load_stream_engine(config.engine, info.path, **options)
-        return load_engine(config.engine, info.path, **options)
+        def engine_factory() -> Engine:
+            if shape is not None:
+                return load_stream_engine(config.engine, info.path, **options)
+            return load_engine(config.engine, info.path, **options)
 
-    tokens = info.meta.stream_cache_tokens if shape is not None else None
-    # The server only streams: its windows have the streaming geometry.
-    return _Runtime(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens,
-                    info.case_margin)
+        tokens = info.meta.stream_cache_tokens if shape is not None else None
+        # The server only streams: its windows have the streaming geometry.
+        return cls(engine_factory, info.aligner(), config.window or info.stream_window, info.name, shape, tokens,
+                   info.case_margin)
 
 
 def _stream_shape(config: ServerConfig, info) -> tuple[int, int, int] | None:
@@ -278,52 +323,39 @@ class StreamServer:
 
     Attributes:
         config: the :class:`ServerConfig`.
+        runtime: the :class:`ServerRuntime` it serves with.
         metrics: its Prometheus metrics.
         sessions: the open sessions (for shutdown and the session limit only;
             each session's state lives in its handler).
     """
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        *,
-        engine_factory: Callable[[], Engine] | None = None,
-        aligner: Aligner | None = None,
-        window: WindowConfig | None = None,
-        model_name: str | None = None,
-        stream_shape: tuple[int, int, int] | None = None,
-        normalizer: Normalizer | None = None,
-        case_margin: float = 0.0,
-    ) -> None:
+    def __init__(self, config: ServerConfig, runtime: ServerRuntime | None = None) -> None:
+        """``runtime``: the engine, aligner and the rest (None: ``config``'s model folder,
+        :meth:`ServerRuntime.from_model`)."""
         self.config = config
-        if engine_factory is None:
-            runtime = _runtime_from_model(config)
-        else:
-            if aligner is None:
-                raise ValueError("an injected engine needs an aligner")
-            runtime = _Runtime(
-                engine_factory, aligner, window or config.window or WindowConfig(), model_name or "custom",
-                stream_shape, case_margin=check_case_margin(case_margin),
-            )
+        if runtime is None:
+            runtime = ServerRuntime.from_model(config)
+        self.runtime = runtime
+        normalizer = runtime.normalizer
         self.metrics = ServerMetrics()
         for reason in REJECT_REASONS:
             self.metrics.rejected.labels(reason=reason)
         self.model_name = runtime.model_name
-        self.window = runtime.window
+        self.window = runtime.window or config.window or WindowConfig()
         self.aligner = runtime.aligner
         self.aligner.set_word_cache_size(config.word_cache_words)
         self.batcher = Batcher(
             runtime.engine_factory,
             pad_id=runtime.aligner.pad_id,
             config=config.batching,
-            warmup_ids=self._warmup_ids(runtime.aligner, runtime.window),
+            warmup_ids=self._warmup_ids(runtime.aligner, self.window),
             on_batch=self.metrics.observe_batch,
         )
         self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
         self.metrics.backlog.set_function(lambda: sum(s.backlog for s in self.sessions))
         self._context = SessionContext(
             aligner=runtime.aligner,
-            window=runtime.window,
+            window=self.window,
             batcher=self.batcher,
             metrics=self.metrics,
             limits=config.limits,
@@ -341,7 +373,7 @@ class StreamServer:
         )
         # The ITN grammars load with the engine (_load), before the server is ready.
         self._load_itn = normalizer is None and (
-            config.itn_grammars == "on" or (config.itn_grammars == "auto" and itn_available())
+            config.itn_grammars == ItnGrammars.ON or (config.itn_grammars == ItnGrammars.AUTO and itn_available())
         )
         if config.session_defaults.itn and normalizer is None and not self._load_itn:
             raise ValueError(f"itn by default: {ITN_UNAVAILABLE}")
@@ -454,7 +486,7 @@ class StreamServer:
             await self._shutdown_done.wait()
             return
         self._closing = True
-        handoff = self.config.drain == "resume"
+        handoff = self.config.drain == DrainMode.RESUME
         logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
         for session in list(self.sessions):
             session.shutdown(handoff=handoff)
@@ -583,7 +615,7 @@ class StreamServer:
         self.metrics.sessions_total.inc()
         logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
         if self._closing:
-            session.shutdown(handoff=self.config.drain == "resume")
+            session.shutdown(handoff=self.config.drain == DrainMode.RESUME)
         try:
             await session.run()
         except ConnectionClosed:
@@ -632,48 +664,32 @@ def _set_content_type(headers: Headers, value: str) -> None:
     headers["Content-Type"] = value
 
 
-async def serve(
-    config: ServerConfig,
-    *,
-    engine_factory: Callable[[], Engine] | None = None,
-    aligner: Aligner | None = None,
-    window: WindowConfig | None = None,
-    model_name: str | None = None,
-    stream_shape: tuple[int, int, int] | None = None,
-    normalizer: Normalizer | None = None,
-    case_margin: float = 0.0,
-) -> StreamServer:
+async def serve(config: ServerConfig, runtime: ServerRuntime | None = None) -> StreamServer:
     """Start a server (listening at once; the engine loads in the background).
 
     Use ``await server.wait_ready()`` before expecting handshakes to succeed,
-    and ``await server.shutdown()`` (or ``async with``) to stop it. An injected
-    engine with ``infer_stream`` runs with cached left context when
-    ``stream_shape`` (its cache's layers, heads, head_dim) is given.
-    ``case_margin``: an injected engine's margin for its truecasing head's capitals
-    (:func:`streampunct.labels.case_classes`); a model folder's comes from its ``case_margin``.
+    and ``await server.shutdown()`` (or ``async with``) to stop it.
+    ``runtime``: an engine and the rest to serve with (:class:`ServerRuntime`; None:
+    ``config``'s model folder).
     """
-    server = StreamServer(
-        config, engine_factory=engine_factory, aligner=aligner, window=window, model_name=model_name,
-        stream_shape=stream_shape, normalizer=normalizer, case_margin=case_margin,
-    )
+    server = StreamServer(config, runtime)
     await server.start()
     return server
 
 
 async def run_until_signalled(
     config: ServerConfig,
+    runtime: ServerRuntime | None = None,
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
-    **runtime: object,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully (the CLI's main loop).
 
-    ``on_ready`` is called once the engine is warm; ``runtime`` takes the
-    injections of :func:`serve` (engine_factory, aligner, window, model_name).
+    ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
     """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    server = await serve(config, **runtime)  # type: ignore[arg-type]
+    server = await serve(config, runtime)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:

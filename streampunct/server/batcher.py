@@ -57,6 +57,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
@@ -68,15 +69,19 @@ from streampunct.server import allocator
 
 logger = logging.getLogger(__name__)
 
-#: How a worker runs a batch's windows: see the module docstring.
-BATCH_ROWS: tuple[str, ...] = ("padded", "exact", "alone")
+class BatchRows(StrEnum):
+    """How a worker runs a batch's windows (``serve --batch-rows``; see the module docstring)."""
+
+    PADDED = "padded"
+    EXACT = "exact"
+    ALONE = "alone"
 
 
-def runs_rows_alone(batch_rows: str, engine: Engine) -> bool:
+def runs_rows_alone(batch_rows: BatchRows | str, engine: Engine) -> bool:
     """Whether a worker with this ``engine`` runs each window of a batch in its own call."""
-    if batch_rows == "exact":
+    if batch_rows == BatchRows.EXACT:
         return not engine.rows_independent
-    return batch_rows == "alone"
+    return batch_rows == BatchRows.ALONE
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class BatcherConfig:
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     engine_workers: int = 1
-    batch_rows: str = "exact"
+    batch_rows: BatchRows = BatchRows.EXACT
     trim_interval_s: float | None = 5.0
 
     def __post_init__(self) -> None:
@@ -115,8 +120,10 @@ class BatcherConfig:
         if self.engine_workers < 1:
             raise ValueError("engine_workers must be >= 1")
 
-        if self.batch_rows not in BATCH_ROWS:
-            raise ValueError(f"batch_rows must be one of {', '.join(BATCH_ROWS)}, got {self.batch_rows!r}")
+        try:
+            object.__setattr__(self, "batch_rows", BatchRows(self.batch_rows))
+        except ValueError:
+            raise ValueError(f"batch_rows must be one of {', '.join(BatchRows)}, got {self.batch_rows!r}") from None
         if self.trim_interval_s is not None and self.trim_interval_s <= 0:
             raise ValueError("trim_interval_s must be > 0 (None: no trims)")
 

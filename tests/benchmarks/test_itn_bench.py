@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.itn_bench import ItnBenchConfig, comparable, read_phrases, run_itn_bench
 from streampunct.errors import InputError
+from streampunct.server.app import ServerRuntime
 from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 from tests.streampunct.written_fakes import FakeNormalizer
 
@@ -43,9 +44,8 @@ def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner):
                     "cardinal\twe saw eighty four birds\twe saw 84 birds\n"
                     "cardinal\twe saw forty birds\twe saw 40 bird\n", encoding="utf-8")
     cfg = ItnBenchConfig(data=data, words_per_second=50.0, jitter_ms=0.0, parallel=2, out_dir=tmp_path)
-    result = run_itn_bench(cfg, serve_kwargs={"engine_factory": FakeEngine, "aligner": aligner,
-                                              "window": TEST_WINDOW, "normalizer": FakeNormalizer()},
-                           write=False)
+    runtime = ServerRuntime(FakeEngine, aligner, TEST_WINDOW, normalizer=FakeNormalizer())
+    result = run_itn_bench(cfg, runtime=runtime, write=False)
     assert (result["sentences"], result["passed"]) == (3, 2)
     assert result["by_category"] == {"money": {"sentences": 1, "passed": 1},
                                      "cardinal": {"sentences": 2, "passed": 1}}

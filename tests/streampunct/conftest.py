@@ -103,16 +103,14 @@ def fake_labels(aligner) -> Callable[[Sequence[str]], list[int]]:
 @pytest.fixture
 async def start_server(aligner):
     """``await start_server(engine=..., **ServerConfig fields)``: a ready server on port 0."""
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     servers = []
 
     async def start(*, engine: object | None = None, window: WindowConfig = TEST_WINDOW, **fields):
         engine = engine if engine is not None else FakeEngine()
         config = ServerConfig(host="127.0.0.1", port=0, **fields)
-        server = await serve(
-            config, engine_factory=lambda: engine, aligner=aligner, window=window, model_name="fake-model"
-        )
+        server = await serve(config, ServerRuntime(lambda: engine, aligner, window, model_name="fake-model"))
         servers.append(server)
         await server.wait_ready()
         return server

@@ -82,11 +82,11 @@ async def test_streams_give_the_servers_finals_with_whole_windows(start_server, 
 
 
 async def test_streams_give_the_servers_finals_with_cached_left_context(aligner):
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     engine = FakeStreamEngine()
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
         punctuator = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW, stream_engine=engine)

@@ -196,11 +196,12 @@ def test_the_python_api_streams_with_its_margin(aligner):
 
 async def test_a_server_session_drops_weak_capitals_mid_sentence_and_keeps_sentence_starts(aligner):
     from streampunct.client.stream_client import StreamClient
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     async def session_text(margin: float) -> str:
-        server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: ChosenEngine(aligner),
-                             aligner=aligner, model_name="chosen", case_margin=margin)
+        server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                             ServerRuntime(lambda: ChosenEngine(aligner), aligner, model_name="chosen",
+                                           case_margin=margin))
         try:
             await server.wait_ready()
             client = await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000,
@@ -218,11 +219,10 @@ async def test_a_server_session_drops_weak_capitals_mid_sentence_and_keeps_sente
 
 
 def test_a_server_refuses_a_bad_margin(aligner):
-    from streampunct.server.app import ServerConfig, StreamServer
+    from streampunct.server.app import ServerConfig, ServerRuntime, StreamServer
 
     with pytest.raises(ValueError, match="case margin must be"):
-        StreamServer(ServerConfig(port=0), engine_factory=lambda: ChosenEngine(aligner), aligner=aligner,
-                     case_margin=-2.0)
+        StreamServer(ServerConfig(port=0), ServerRuntime(lambda: ChosenEngine(aligner), aligner, case_margin=-2.0))
 
 
 def test_a_model_folder_margin_reaches_the_runtime(tmp_path):
@@ -231,7 +231,7 @@ def test_a_model_folder_margin_reaches_the_runtime(tmp_path):
 
     from engines.model_meta import update_model_meta
     from streampunct.model import load_model_info
-    from streampunct.server.app import ServerConfig, _runtime_from_model
+    from streampunct.server.app import ServerConfig, ServerRuntime
     from tests.conftest import REPO
 
     src = REPO / "models" / "default"
@@ -242,6 +242,6 @@ def test_a_model_folder_margin_reaches_the_runtime(tmp_path):
     update_model_meta(folder, case_margin=1.25, stream_artifact=None)
     info = load_model_info(folder)
     assert info.case_margin == 1.25
-    assert _runtime_from_model(ServerConfig(model_dir=folder, stream_cache="off")).case_margin == 1.25
+    assert ServerRuntime.from_model(ServerConfig(model_dir=folder, stream_cache="off")).case_margin == 1.25
     update_model_meta(folder, case_margin=None)
     assert load_model_info(folder).case_margin == 0.0

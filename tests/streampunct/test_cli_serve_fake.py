@@ -63,9 +63,9 @@ def test_without_minilm_the_fake_model_takes_the_shipped_tokenizer(monkeypatch):
 
 
 def test_serve_config_reaches_the_fake_engine(minilm_tokenizer_path):
-    from streampunct.server.app import ServerConfig, _runtime_from_model
+    from streampunct.server.app import ServerConfig, ServerRuntime
 
-    runtime = _runtime_from_model(ServerConfig(engine="fake", engine_options={"token_us": 3, "sleep": True}))
+    runtime = ServerRuntime.from_model(ServerConfig(engine="fake", engine_options={"token_us": 3, "sleep": True}))
     engine = runtime.engine_factory()
     assert (engine.name, engine.token_us, engine.batch_ms, engine.sleep) == ("fake", 3, 0.0, True)
     assert (runtime.model_name, runtime.window, runtime.stream_shape) == ("fake-cost-model",

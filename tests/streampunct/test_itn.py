@@ -252,11 +252,11 @@ async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
         pytest.skip("needs the itn extra (nemo-text-processing, pynini)")
     from streampunct.client.stream_client import StreamClient, Transcript
     from streampunct.core.wire import Final
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
-    server = await serve(ServerConfig(host="127.0.0.1", port=0, itn_grammars="on"), engine_factory=FakeEngine,
-                         aligner=aligner, window=TEST_WINDOW, model_name="fake")
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, itn_grammars="on"),
+                         ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake"))
     try:
         await server.wait_ready()
         workers = server._itn_processes

@@ -244,13 +244,12 @@ def test_the_python_api_takes_the_threshold_and_refuses_a_bad_one(aligner):
 async def test_a_server_holds_back_marks_as_the_python_api_does(aligner):
     from streampunct.api import Punctuator
     from streampunct.client.stream_client import StreamClient
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     local = Punctuator.from_engine(ChosenEngine(aligner), aligner, window=WINDOW)
     for threshold in (0.5, 0.0):
         server = await serve(ServerConfig(host="127.0.0.1", port=0, partial_mark_threshold=threshold),
-                             engine_factory=lambda: ChosenEngine(aligner), aligner=aligner, window=WINDOW,
-                             model_name="chosen")
+                             ServerRuntime(lambda: ChosenEngine(aligner), aligner, WINDOW, "chosen"))
         try:
             await server.wait_ready()
             client = await StreamClient.connect(server.url, right_context=20, max_delay_ms=NO_DELAY,

@@ -146,13 +146,12 @@ async def test_nothing_of_a_session_outlives_it(aligner):
     """Rounds of sessions open and close through a real server (cached left context on): after
     each round no Session object is alive, the server's per-session structures are empty, the
     metrics have the series they had, and the batcher holds no request."""
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     engine = FakeStreamEngine(delay_s=0.002)
     server = await serve(ServerConfig(host="127.0.0.1", port=0,
                                       batching=BatcherConfig(max_wait_ms=1, trim_interval_s=0.05)),
-                         engine_factory=lambda: engine, aligner=aligner, window=TEST_WINDOW,
-                         model_name="fake-stream", stream_shape=SHAPE)
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
         series = _metric_series(server)
@@ -187,14 +186,14 @@ async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collecto
     is closed, so the protocol goes by reference counting, not at the next full collection."""
     from websockets.server import ServerProtocol
 
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     def server_protocols() -> int:
         return sum(1 for o in gc.get_objects() if type(o) is ServerProtocol)
 
     engine = FakeStreamEngine()
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     gc.collect()
     gc.disable()
     try:

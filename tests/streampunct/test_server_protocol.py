@@ -25,7 +25,7 @@ from streampunct.core.wire import (
 )
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_words, render
-from tests.streampunct.fakes import ended, ended_or_final_before
+from tests.streampunct.fakes import GatedEngine, ended, ended_or_final_before, until
 
 TIMEOUT = 5.0
 WORDS = "so this is the story of how we came to build a streaming punctuation server for captions".split()
@@ -328,7 +328,7 @@ async def test_healthz_and_metrics(start_server):
 async def test_healthz_is_503_until_the_engine_is_warm(aligner, fake_engine_cls):
     import threading
 
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     release = threading.Event()
     engine = fake_engine_cls()
@@ -337,7 +337,7 @@ async def test_healthz_is_503_until_the_engine_is_warm(aligner, fake_engine_cls)
         release.wait(TIMEOUT)
         return engine
 
-    server = await serve(ServerConfig(port=0), engine_factory=slow_factory, aligner=aligner)
+    server = await serve(ServerConfig(port=0), ServerRuntime(slow_factory, aligner))
     try:
         status, _, body = await http_get(server.port, "/healthz")
         assert status == 503 and json.loads(body)["status"] == "loading"
@@ -374,10 +374,7 @@ async def test_session_limit_is_enforced_at_the_handshake(start_server):
         await StreamClient.connect(server.url)
     assert info.value.response.status_code == 503
     await first.close()
-    for _ in range(100):
-        if len(server.sessions) < 2:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: len(server.sessions) < 2)  # the server's side of first is gone
     third = await StreamClient.connect(server.url)
     await second.close()
     await third.close()
@@ -479,26 +476,32 @@ async def test_graceful_shutdown_sends_all_pending_finals_then_1001(start_server
         await StreamClient.connect(server.url, open_timeout=1)
 
 
-async def test_a_client_leaving_mid_stream_leaves_nothing_behind(start_server, fake_engine_cls):
-    server = await start_server(engine=fake_engine_cls(delay_s=0.1))
+async def test_a_client_leaving_mid_stream_leaves_nothing_behind(start_server):
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()  # warmed up; from now on the engine holds every call
+    warm_up = engine.entered
     loop = asyncio.get_running_loop()
-    for _ in range(3):
-        client = await StreamClient.connect(server.url, right_context=0, max_delay_ms=200)
-        await client.send_words(WORDS)
-        await client.send_words(WORDS)  # a second request waits in the batcher's queue
-        await asyncio.sleep(0.02)
-        client.connection.transport.abort()
-    for _ in range(200):
-        if not server.sessions and server.batcher.queue_depth == 0:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.3)  # any leftover timer would fire by now
-    assert not server.sessions
-    assert server.batcher.queue_depth == 0
-    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("session-")]
-    timers = [h for h in loop._scheduled if not h.cancelled() and getattr(h._callback, "__name__", "") == "set"]
-    assert not timers
-    assert "streampunct_sessions 0.0" in server.metrics.render().decode()
+    try:
+        for k in range(3):
+            client = await StreamClient.connect(server.url, right_context=0, max_delay_ms=200)
+            await client.send_words(WORDS)
+            if k == 0:
+                await engine.wait_entered(warm_up + 1)  # the first session's window is at the engine
+            else:  # the engine is held: the next sessions' windows wait in the batcher's queue
+                await until(lambda: server.batcher.queue_depth == 1)
+            await client.send_words(WORDS)
+            client.connection.transport.abort()
+            await until(lambda: not server.sessions)
+            assert server.batcher.queue_depth == 0
+        # Checked at once, the engine still holding the first window: a timer a session left
+        # behind is still scheduled (not yet fired and gone).
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("session-")]
+        timers = [h for h in loop._scheduled if not h.cancelled() and getattr(h._callback, "__name__", "") == "set"]
+        assert not timers
+        assert "streampunct_sessions 0.0" in server.metrics.render().decode()
+    finally:
+        engine.open()
 
 
 async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_engine_cls, fake_labels):
@@ -554,17 +557,24 @@ async def test_hypotheses_are_punctuated_in_partials_and_never_finalized(start_s
     assert transcript.ended_words == 5
 
 
-async def test_config_after_a_hypothesis_whose_partial_is_in_flight(start_server, fake_engine_cls, fake_labels):
+async def test_config_after_a_hypothesis_whose_partial_is_in_flight(start_server, fake_labels):
     # A hypothesis before the first words is labeled at once; a config right after
     # it (allowed: a hypothesis is not words) replaces the stream's options while
     # that partial is in the (slow) engine. It used to close the session with 1011.
-    server = await start_server(engine=fake_engine_cls(delay_s=0.1))
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()  # warmed up; the next call waits for the test
+    warm_up = engine.entered
     async with await StreamClient.connect(server.url, partials=True) as client:
         await client.send_raw(json.dumps({"type": "hypothesis", "words": ["hmm"]}))
-        await asyncio.sleep(0.02)  # the hypothesis' partial is now in flight
-        await client.send_raw(json.dumps({"type": "config", "right_context": 1}))
-        transcript = Transcript()
-        messages = await read_until(client, "config", transcript)
+        try:
+            await engine.wait_entered(warm_up + 1)  # the hypothesis' partial is now in flight
+            await client.send_raw(json.dumps({"type": "config", "right_context": 1}))
+            transcript = Transcript()
+            messages = await read_until(client, "config", transcript)  # applied, the partial still in the engine
+            assert not any(isinstance(m, Partial) for m in messages)
+        finally:
+            engine.open()
         messages += await read_until(client, "partial", transcript)
         assert [w.w for w in messages[-1].hypothesis] == ["hmm"]
         await client.send_words(WORDS[:4])

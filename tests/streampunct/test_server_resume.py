@@ -112,7 +112,7 @@ async def test_resume_is_refused_after_other_messages_and_when_malformed(start_s
 async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(aligner, fake_labels):
     """With cached left context the first window after a resume runs whole (its left context
     is the resume's context words), and the windows after it are cached again."""
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
 
     class Recording(FakeStreamEngine):
@@ -125,8 +125,8 @@ async def test_after_a_resume_the_cache_misses_once_then_keeps_the_context(align
             return super().infer_stream(inputs)
 
     engine = Recording()
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=lambda: engine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake-stream", stream_shape=SHAPE)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
         engine.calls.clear()  # the warm-up's

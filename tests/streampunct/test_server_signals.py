@@ -18,7 +18,7 @@ SERVER_SCRIPT = textwrap.dedent(
     import numpy as np
     from engines.base import EngineBase
     from streampunct.core.alignment import Aligner
-    from streampunct.server.app import ServerConfig, run_until_signalled
+    from streampunct.server.app import ServerConfig, ServerRuntime, run_until_signalled
 
     class Engine(EngineBase):
         name = "fake"
@@ -30,7 +30,7 @@ SERVER_SCRIPT = textwrap.dedent(
     aligner = Aligner.from_file(sys.argv[1])
     config = ServerConfig(port=0)
     asyncio.run(run_until_signalled(
-        config, engine_factory=Engine, aligner=aligner, model_name="fake",
+        config, ServerRuntime(Engine, aligner, model_name="fake"),
         on_ready=lambda server: print(server.port, flush=True),
     ))
     print("stopped", flush=True)

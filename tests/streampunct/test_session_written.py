@@ -263,12 +263,11 @@ def test_no_itn_no_lexicon_renders_as_before():
 
 async def test_through_a_server_with_injected_grammars(aligner):
     from streampunct.client.stream_client import StreamClient, Transcript
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     config = ServerConfig(host="127.0.0.1", port=0, lexicon=(("new york", "New York"),))
-    server = await serve(config, engine_factory=FakeEngine, aligner=aligner, window=TEST_WINDOW,
-                         model_name="fake", normalizer=FakeNormalizer())
+    server = await serve(config, ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake", normalizer=FakeNormalizer()))
     try:
         await server.wait_ready()
         client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True,
@@ -290,23 +289,21 @@ async def test_through_a_server_with_injected_grammars(aligner):
 
 async def test_a_server_without_grammars_refuses_itn(aligner):
     from streampunct.client.stream_client import ClientError, StreamClient
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake")
+    server = await serve(ServerConfig(host="127.0.0.1", port=0), ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake"))
     try:
         await server.wait_ready()
         with pytest.raises(ClientError, match="itn is not available on this server"):
             await StreamClient.connect(server.url, itn=True)
     finally:
         await server.shutdown()
-    from streampunct.server.app import StreamServer
+    from streampunct.server.app import ServerRuntime, StreamServer
 
     # itn by default needs grammars: refused when the server is built (it knows what was injected)
     with pytest.raises(ValueError, match="itn by default: itn is not available"):
-        StreamServer(ServerConfig(session_defaults=SessionOptions(itn=True)), engine_factory=FakeEngine,
-                     aligner=aligner)
+        StreamServer(ServerConfig(session_defaults=SessionOptions(itn=True)), ServerRuntime(FakeEngine, aligner))
 
 
 def test_frames_of_lexicon_config_round_trip():
@@ -392,12 +389,12 @@ async def test_a_slow_normalizer_does_not_hold_up_other_sessions(aligner):
     import asyncio
 
     from streampunct.client.stream_client import StreamClient, Transcript
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     normalizer = BlockingNormalizer("million")
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake", normalizer=normalizer)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake", normalizer=normalizer))
 
     async def session(text: str) -> tuple[Transcript, list[str]]:
         client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True)
@@ -466,12 +463,12 @@ async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(ali
     import asyncio
 
     from streampunct.client.stream_client import StreamClient, Transcript
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
 
     normalizer = AtOnceBlockingNormalizer("million")
-    server = await serve(ServerConfig(host="127.0.0.1", port=0), engine_factory=FakeEngine, aligner=aligner,
-                         window=TEST_WINDOW, model_name="fake", normalizer=normalizer)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake", normalizer=normalizer))
 
     async def session(text: str) -> tuple[Transcript, list[str]]:
         client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=60_000, itn=True)

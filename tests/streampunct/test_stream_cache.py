@@ -301,12 +301,11 @@ def test_the_cache_changes_labels_where_the_context_matters(aligner):
 
 
 async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server, aligner):
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     engine = FakeStreamEngine(delay_s=0.005)
     server = await serve(ServerConfig(host="127.0.0.1", port=0, batching=BatcherConfig(max_batch=64, max_wait_ms=2)),
-                         engine_factory=lambda: engine, aligner=aligner, window=TEST_WINDOW,
-                         model_name="fake-stream", stream_shape=SHAPE)
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
         rng = random.Random(7)
@@ -326,14 +325,13 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
 
 
 async def test_the_server_keeps_as_many_tokens_as_it_is_told(aligner):
-    from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
     with pytest.raises(ValueError, match="stream_cache_tokens"):
         ServerConfig(stream_cache_tokens=0)
     engine = FakeStreamEngine()
     server = await serve(ServerConfig(host="127.0.0.1", port=0, stream_cache_tokens=5),
-                         engine_factory=lambda: engine, aligner=aligner, window=TEST_WINDOW,
-                         model_name="fake-stream", stream_shape=SHAPE)
+                         ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
         client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=600_000)

@@ -42,10 +42,10 @@ def test_bad_stream_window_is_a_model_error(tmp_path, bad):
 
 def test_server_and_simulations_use_the_stream_window(tmp_path):
     from streampunct.core.decoder import OfflineDecoder
-    from streampunct.server.app import ServerConfig, _runtime_from_model
+    from streampunct.server.app import ServerConfig, ServerRuntime
 
     d = folder(tmp_path, stream_window={"left": 20})
-    runtime = _runtime_from_model(ServerConfig(model_dir=d))
+    runtime = ServerRuntime.from_model(ServerConfig(model_dir=d))
     assert runtime.window == WindowConfig(126, 20, 15)
 
     class Engine(EngineBase):
