@@ -125,6 +125,8 @@ class LoadBenchConfig:
             grammars) or ``both`` (each step with ``itn`` off, then on; the step's
             figures are the ``on`` run's, with the ``off`` run under ``itn_off``).
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
+        sample_profile: sample the started server's stacks with py-spy for most of each step
+            and add where its CPU went (:mod:`benchmarks.cpu_profile`) to the step's figures.
     """
 
     url: str | None = None
@@ -147,6 +149,7 @@ class LoadBenchConfig:
     itn: str = "off"
     out_dir: Path = RESULTS_DIR
     name: str = "load"
+    sample_profile: bool = False
 
     def __post_init__(self) -> None:
         if self.itn not in ITN_MODES:
@@ -413,6 +416,16 @@ async def run_step(
     stop = asyncio.Event()
     lags: list[float] = []
     monitor = asyncio.create_task(_loop_lag_monitor(lags, stop))
+    sampler = None
+    if cfg.sample_profile and server is not None and server.pid is not None:
+        from benchmarks.cpu_profile import py_spy_command
+
+        stacks = cfg.out_dir / f"{cfg.name}_N{n}{'_itn' if itn else ''}.stacks"
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        # from the stagger's end over most of the speech: the steady state of the step
+        sampler = await asyncio.create_subprocess_exec(
+            *py_spy_command(server.pid, 0.8 * cfg.duration_s, stacks),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     t0 = loop.time() + 0.2
     plan_end = max((p.chunks[-1][0] for p in plans), default=0.0)
     deadline = t0 + cfg.stagger_s + plan_end + cfg.max_delay_ms / 1000.0 + cfg.drain_timeout_s
@@ -422,6 +435,17 @@ async def run_step(
     ))
     stop.set()
     await monitor
+    sampled = None
+    if sampler is not None:
+        from benchmarks.cpu_profile import read_collapsed
+
+        _, err = await sampler.communicate()
+        if sampler.returncode == 0 and stacks.is_file():
+            sampled = read_collapsed(stacks.read_text().splitlines())
+            stacks.unlink()
+        else:
+            errors["py-spy"] += 1
+            print(f"  py-spy failed ({sampler.returncode}): {err.decode(errors='replace').strip()[-300:]}")
 
     wall = time.perf_counter() - wall0
     client_cpu = time.process_time() - client_cpu0
@@ -469,7 +493,11 @@ async def run_step(
             server_part = {"metrics_error": str(e)}
     if cpu0 is not None and cpu1 is not None:
         server_part["cpu_cores"] = round((cpu1 - cpu0) / wall, 3)
+        # the server's CPU (all threads and workers) per word it finalized in the step
+        server_part["cpu_ms_per_word"] = round(1000.0 * (cpu1 - cpu0) / margin.size, 3) if margin.size else None
         server_part["rss_mb"] = round(server.rss_mb() or 0.0, 1)  # type: ignore[union-attr]
+    if sampled is not None:
+        server_part["cpu_profile"] = sampled.to_json(cpu_ms_per_word=server_part.get("cpu_ms_per_word"))
     step["server"] = server_part
     lag = np.asarray(lags)
     step["client"] = {
@@ -554,6 +582,11 @@ async def _itn_step(url: str, n: int, cfg: LoadBenchConfig, corpus: Sequence[str
               f"{', itn' if itn else ''} ...", flush=True)
         done[itn] = await run_step(url, n, cfg, corpus, server, seed=seed, itn=itn)
         print("  " + format_step(done[itn]), flush=True)
+        profile = done[itn].get("server", {}).get("cpu_profile")
+        if profile:
+            print("  where the server's CPU went: " + ", ".join(
+                f"{k} {100 * v:.0f}%" for k, v in sorted(profile["shares"].items(), key=lambda kv: -kv[1])
+                if v >= 0.005), flush=True)
     if len(done) == 1:
         return done[runs[0]]
     on, off = done[True], done[False]
@@ -686,6 +719,9 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                         "(both) (default: %(default)s)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
     p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    p.add_argument("--sample-profile", action="store_true",
+                   help="sample the started server with py-spy during each step and report where its CPU "
+                        "went per finalized word (needs py-spy, in the dev extra)")
     add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server, SERVER_FLAGS)
 
 
@@ -695,7 +731,7 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         duration_s=args.duration, words_per_second=args.wps, max_chunk=args.max_chunk,
         jitter_ms=args.jitter_ms, prefill_words=args.prefill, slo_p95_ms=args.slo_p95_ms,
         target_sessions=args.target, max_total_s=args.max_total_s, refine_steps=args.refine, data=args.data,
-        seed=args.seed, itn=args.itn, out_dir=args.out_dir, name=args.name,
+        seed=args.seed, itn=args.itn, out_dir=args.out_dir, name=args.name, sample_profile=args.sample_profile,
     )
 
 

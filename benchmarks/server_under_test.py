@@ -26,8 +26,11 @@ from urllib.parse import urlsplit
 
 from benchmarks.common import REPO
 from engines.deps import require
+from engines.registry import StreamCacheMode
+from streampunct.commands.argtypes import choices
 from streampunct.core.options import SessionOptions
-from streampunct.server.batcher import BATCH_ROWS
+from streampunct.core.wire import DEFAULT_LIMITS
+from streampunct.server.batcher import BatchRows
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class ServerUnderTest:
             token; idle instead of burning CPU): its engine options ``batch_ms``, ``token_us``,
             ``sleep`` (:func:`fake_engine_options`).
         profile: run the server under cProfile (its top functions go into the bench's report).
+        server_src: run the server's code from this source tree (a ``git worktree`` of an earlier
+            commit, say) with the same interpreter, so that one sitting compares two versions.
         startup_timeout_s: how long the server may take to load its engine.
 
     ``batch_rows``, ``stream_cache`` and ``stream_cache_tokens`` do not reach the fake server,
@@ -75,13 +80,13 @@ class ServerUnderTest:
     fake_token_us: float = 0.0
     fake_sleep: bool = False
     profile: bool = False
+    server_src: Path | None = None
     startup_timeout_s: float = 180.0
 
     def __post_init__(self) -> None:
         if self.itn_workers is not None and self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
-        if self.right_context < 0 or self.max_delay_ms < 0:
-            raise ValueError("right_context and max_delay_ms must be >= 0")
+        self.session_options().check(DEFAULT_LIMITS)  # the options' rules, as serve checks them (ValueError)
 
     def to_json(self, names: Iterable[str] | None = None) -> dict:
         """The fields ``names`` (all: None), JSON-ready (paths as strings, tuples as lists)."""
@@ -121,9 +126,9 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
         "engine_workers": ("--engine-workers", dict(
             type=int, default=d.engine_workers,
             help=f"engines {_STARTED} runs side by side (default: the server's, auto)")),
-        "batch_rows": ("--batch-rows", dict(choices=BATCH_ROWS, default=d.batch_rows,
+        "batch_rows": ("--batch-rows", dict(choices=choices(BatchRows), default=d.batch_rows,
                                             help=f"serve --batch-rows {_STARTED} (default: the server's, exact)")),
-        "stream_cache": ("--stream-cache", dict(choices=("auto", "on", "off"), default=d.stream_cache,
+        "stream_cache": ("--stream-cache", dict(choices=choices(StreamCacheMode), default=d.stream_cache,
                                                 help=f"serve --stream-cache {_STARTED} (default: {cache_default})")),
         "stream_cache_tokens": ("--stream-cache-tokens", dict(
             type=int, default=d.stream_cache_tokens, metavar="N",
@@ -144,6 +149,10 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
                                                   help="--engine fake: cost per token (default: %(default)s)")),
         "fake_sleep": ("--fake-sleep", dict(action="store_true", help="--engine fake: idle instead of burning CPU")),
         "profile": ("--profile", dict(action="store_true", help="run the started server under cProfile")),
+        "server_src": ("--server-src", dict(
+            type=Path, default=d.server_src, metavar="DIR",
+            help="run the started server from this source tree (e.g. a git worktree of an earlier commit), "
+                 "with the same interpreter: before/after in one sitting")),
     }
 
 
@@ -285,12 +294,15 @@ class ServerProcess:
 
     def start(self) -> str:
         """Start it and wait until it is ready; returns its WebSocket URL."""
+        root = Path(self.server.server_src).resolve() if self.server.server_src is not None else REPO
+        if not (root / "streampunct" / "cli.py").is_file():
+            raise RuntimeError(f"--server-src {root}: not a streampunct source tree (no streampunct/cli.py)")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root, env=env
             )
         deadline = time.monotonic() + self.server.startup_timeout_s
         while time.monotonic() < deadline:
@@ -333,8 +345,21 @@ class ServerProcess:
             return None
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU seconds of the server."""
-        return self._measure(lambda p: p.cpu_times().user + p.cpu_times().system)
+        """User + system CPU seconds of the server, all threads, its worker processes included
+        (the live ones: a worker that exited is no longer counted)."""
+        psutil = require("psutil", feature="the load benchmark")
+
+        def total(p) -> float:
+            seconds = 0.0
+            for proc in [p, *p.children(recursive=True)]:
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:  # a child that went away between the listing and the read
+                    continue
+                seconds += t.user + t.system
+            return seconds
+
+        return self._measure(total)
 
     def rss_mb(self) -> float | None:
         return self._measure(lambda p: p.memory_info().rss / 2**20)

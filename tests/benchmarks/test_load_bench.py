@@ -368,6 +368,9 @@ def test_real_server_subprocess_with_fake_engine(tmp_path):
     assert server["words_in"] == step["words_sent"] and server["words_finalized"] == step["words_sent"]
     assert server["engine_calls"] >= 1 and server["batch_size"]["mean"] >= 1
     assert server["cpu_cores"] > 0 and server["rss_mb"] > 0
+    # CPU per finalized word: the server's CPU over the step divided by the words it finalized
+    assert server["cpu_ms_per_word"] == pytest.approx(
+        1000 * server["cpu_cores"] * step["wall_s"] / step["words_timed"], rel=0.05)
     assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
     assert json.loads(payload["server"]["healthz"])["status"] == "ok"
     assert (tmp_path / "load_test.png").is_file()
