@@ -21,6 +21,13 @@ A bad input line (:class:`~streampunct.client.caption_input.BadLine`, raised by 
 events with ``--on-bad-line stop``) ends the stream there: every word sent
 before it is finalized, and :class:`InputStopped` carries the result.
 
+A run can be stopped from outside (:class:`Interrupt`; ``streampunct caption``
+wires SIGINT and SIGTERM to it): the first stop ends the input there and the
+stream with ``end``, so that every word sent is finalized, and waits at most
+``grace_s`` for the server's ``end``; an abort (a second signal, or the grace
+running out) stops at once. Either way the run returns what is final, with
+``interrupted`` set.
+
 Nothing is sent that the server must refuse for its size: committed words go
 in messages of at most the server's ``max_words_per_message`` words, and
 longer words are cut to its ``max_word_chars`` characters (the server keeps
@@ -37,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -68,8 +75,8 @@ from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
 
 __all__ = [  # the readers and the message splitting live in caption_input / client; named here too
-    "CaptionResult", "CaptionView", "InputStopped", "StreamClosedEarly", "asr_chunks", "caption", "connect",
-    "default_view", "lost_words_errors", "message_words", "read_transcript",
+    "END_GRACE_S", "CaptionResult", "CaptionView", "InputStopped", "Interrupt", "Interrupted", "StreamClosedEarly",
+    "asr_chunks", "caption", "connect", "default_view", "lost_words_errors", "message_words", "read_transcript",
 ]
 
 _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
@@ -78,6 +85,11 @@ _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
 MAX_WORDS_PER_MESSAGE = DEFAULT_LIMITS.max_words_per_message
 #: Longer words are cut to this many characters (the server refuses longer ones).
 MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
+#: After a stop (the first Ctrl-C or SIGTERM), the longest wait for the finals of the words sent
+#: (``caption --end-timeout-s``): the server's ``end`` normally comes within a few engine calls.
+END_GRACE_S = 5.0
+#: After an abort, the longest wait for the connection's closing handshake.
+ABORT_CLOSE_S = 1.0
 
 
 def _loses_words(error: Error) -> bool:
@@ -178,11 +190,65 @@ class CaptionResult:
         transcript: final words and labels.
         latency: latency figures seen by the client.
         options: the session options the server confirmed.
+        interrupted: the run was stopped from outside (:class:`Interrupt`).
+        unfinal: words sent that got no final (an aborted run, or a stream closed early).
     """
 
     transcript: Transcript
     latency: LatencySummary
     options: SessionOptions
+    interrupted: bool = False
+    unfinal: int = 0
+
+
+class Interrupt:
+    """Stops a :func:`caption` run from outside (``streampunct caption``: SIGINT and SIGTERM).
+
+    :meth:`stop` (the first signal) stops reading the input (an event not yet
+    due is not sent) and ends the stream with ``end``: the server finalizes
+    every word sent, and the run returns when its ``end`` has come, or
+    ``grace_s`` after the stop with what came by then (an :meth:`abort`).
+    :meth:`abort` (a second signal) returns at once with what is final. Use
+    it from the event loop of the run.
+    """
+
+    def __init__(self, grace_s: float = END_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.stopping = asyncio.Event()
+        self.aborting = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopping.is_set()
+
+    @property
+    def aborted(self) -> bool:
+        return self.aborting.is_set()
+
+    def stop(self) -> None:
+        """End the input and the stream; a second call aborts."""
+        if self.stopping.is_set():
+            self.abort()
+            return
+        self.stopping.set()
+        self._timer = asyncio.get_running_loop().call_later(self.grace_s, self.abort)
+
+    def abort(self) -> None:
+        """Return at once with what is final."""
+        self.stopping.set()
+        self.aborting.set()
+        self.cancel()
+
+    def cancel(self) -> None:
+        """Drop the grace timer (the run is over)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Interrupted(ClientError):
+    """The run was aborted before its connection was up: nothing was sent."""
 
 
 class StreamClosedEarly(ClientError):
@@ -243,6 +309,61 @@ class _SubtitleHold:
             self._timer = None
 
 
+async def _until_aborted(awaitable, interrupt: Interrupt) -> tuple[bool, object]:
+    """Run ``awaitable`` to its end, ``(True, its result)`` (its exception is raised), or until
+    ``interrupt`` aborts: then it is cancelled and ``(False, None)`` comes back."""
+    task = asyncio.ensure_future(awaitable)
+    aborted = asyncio.ensure_future(interrupt.aborting.wait())
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False, None
+    return True, task.result()
+
+
+async def _events_until_stopped(
+    events: Sequence[AsrEvent] | AsyncIterable[AsrEvent], interrupt: Interrupt | None,
+) -> AsyncIterator[AsrEvent]:
+    """``events`` until ``interrupt`` stops the run (a read waiting for input is cancelled)."""
+    if not isinstance(events, AsyncIterable):
+        for event in events:
+            if interrupt is not None and interrupt.stopped:
+                return
+            yield event
+        return
+    if interrupt is None:
+        async for event in events:
+            yield event
+        return
+    iterator = aiter(events)
+    stopped = asyncio.ensure_future(interrupt.stopping.wait())
+    step: asyncio.Future | None = None
+    try:
+        while not interrupt.stopped:
+            step = asyncio.ensure_future(anext(iterator))
+            await asyncio.wait({step, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                return
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        stopped.cancel()
+        if step is not None and not step.done():
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def _word_times(word, arrival: float) -> tuple[float, float]:
     start = word.start if word.start is not None else word.end
     end = word.end if word.end is not None else word.start
@@ -271,6 +392,7 @@ async def caption(
     subtitles: SubtitleWriter | None = None,
     errors: TextIO | None = None,
     reconnect: Reconnect | None = None,
+    interrupt: Interrupt | None = None,
 ) -> CaptionResult:
     """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
 
@@ -287,6 +409,11 @@ async def caption(
     server's ``end`` and cannot be resumed, and :class:`InputStopped` when the
     events raised :class:`~streampunct.errors.InputError` (a bad line): the
     words sent before it are finalized first.
+
+    ``interrupt`` (:class:`Interrupt`) stops the run from outside; a stopped
+    run returns what is final (``interrupted`` set, ``unfinal`` words sent
+    without a final) instead of raising either, and one aborted before its
+    connection was up raises :class:`Interrupted`.
     """
     if events is None:
         if words is None:
@@ -298,10 +425,18 @@ async def caption(
             errors.write(n.format() + "\n")
             errors.flush()
 
-    stream = await ResumableStream.connect(
+    connecting = ResumableStream.connect(
         url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
         max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
     )
+    if interrupt is None:
+        stream = await connecting
+    else:
+        connected, stream = await _until_aborted(connecting, interrupt)
+        if not connected:
+            interrupt.cancel()
+            raise Interrupted("stopped before the connection was up; nothing was sent")
+        assert isinstance(stream, ResumableStream)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     tracker = LatencyTracker(stream.options)
@@ -319,7 +454,14 @@ async def caption(
         if event.at is not None:
             delay = t0 + event.at - loop.time()
             if delay > 0:
-                await asyncio.sleep(delay)
+                if interrupt is None:
+                    await asyncio.sleep(delay)
+                else:  # not sent when the run stops before it is due
+                    try:
+                        await asyncio.wait_for(interrupt.stopping.wait(), delay)
+                        return
+                    except TimeoutError:
+                        pass
         limits = stream.limits
         if event.interim:
             # A hypothesis replaces the last one: only its first words fit in one message.
@@ -336,12 +478,8 @@ async def caption(
 
     async def send_all() -> None:
         try:
-            if isinstance(events, AsyncIterable):
-                async for event in events:
-                    await send(event)
-            else:
-                for event in events:
-                    await send(event)
+            async for event in _events_until_stopped(events, interrupt):
+                await send(event)
         except (InputError, OSError) as e:  # the input broke off: what was sent is still finalized
             input_failure.append(e)
         await stream.end()
@@ -351,7 +489,8 @@ async def caption(
     sender = asyncio.create_task(send_all())
     hold = _SubtitleHold(subtitles, loop)
     resume_failed: ResumeFailed | None = None
-    try:
+
+    async def receive() -> None:
         async for message in stream:
             log("recv", message.to_json())
             if isinstance(message, Final):
@@ -369,22 +508,40 @@ async def caption(
                 errors.flush()
             if view is not None and message.type in ("final", "partial"):
                 view.update(transcript)
+
+    try:
+        if interrupt is None:
+            await receive()
+        else:
+            await _until_aborted(receive(), interrupt)  # aborted: what came is kept
     except ResumeFailed as e:
         resume_failed = e
     finally:
+        if interrupt is not None:
+            interrupt.cancel()
         if not sender.done():
             sender.cancel()
         results = await asyncio.gather(sender, return_exceptions=True)
-        await stream.close()
+        if interrupt is not None and interrupt.aborted:  # at once: no long closing handshake
+            try:
+                await asyncio.wait_for(stream.close(), ABORT_CLOSE_S)
+            except (TimeoutError, ConnectionClosed):
+                pass
+        else:
+            await stream.close()
         if view is not None:
             view.close(transcript)
         hold.cancel()
         if subtitles is not None:
             subtitles.close()
-    result = CaptionResult(transcript, tracker.summary(), stream.options)
+    stopped = interrupt is not None and interrupt.stopped
+    result = CaptionResult(transcript, tracker.summary(), stream.options, interrupted=stopped,
+                           unfinal=len(stream.pending))
     failure = results[0]
     if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed | ClientError):
         raise failure  # a bug; what came back is written already
+    if stopped:
+        return result
     if transcript.ended_words is None:
         unsent = f", {len(stream.pending)} words without a final" if stream.pending else ""
         kept = f"{transcript.n_final} final words kept{unsent}"
@@ -399,6 +556,8 @@ async def caption(
             why = f"{input_failure[0]}; then {why}"
         raise StreamClosedEarly(f"{why}; {kept}" + (f": {reason}" if reason else ""), result)
     if input_failure:
+        if not stream.n_sent:  # nothing sent: the input's own message (binary stdin: as punctuate says it)
+            raise InputStopped(str(input_failure[0]), result)
         raise InputStopped(f"{input_failure[0]}; stopped reading there: the {transcript.n_final} words sent "
                            "before it are final", result)
     return result

@@ -25,7 +25,9 @@ is complete, so a live pipe is not read to its end first.
 
 Files with timestamps are replayed on their own clock (``speed`` times real
 time; 0: as fast as possible). From stdin (``-``) events are sent as they
-are read, so an ASR process can pipe into the client.
+are read, so an ASR process can pipe into the client; stdin is decoded and
+checked as a file is (:mod:`streampunct.text.textfile`), and binary data is
+refused with the same message.
 
 A JSON value that cannot be read (not JSON, or not the format's shape) is a
 :class:`BadLine`, named by file (or ``stdin``), the line it starts on and the
@@ -51,7 +53,7 @@ from typing import Any
 from streampunct.core.wire import Word
 from streampunct.errors import InputError
 from streampunct.labels import LABELS
-from streampunct.text.textfile import read_text
+from streampunct.text.textfile import read_text, text_lines
 
 INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
 #: What to do with a JSON line that cannot be read (``--on-bad-line``).
@@ -475,15 +477,28 @@ def _scaled(events: list[AsrEvent], speed: float) -> list[AsrEvent]:
     return out
 
 
-def _stdin_lines() -> asyncio.Queue[str | None]:
-    """Lines of stdin, read by a daemon thread (a blocked read must not keep the process alive)."""
+def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
+    """Lines of stdin, read by a daemon thread (a blocked read must not keep the process alive),
+    decoded and checked as text files are (:func:`streampunct.text.textfile.text_lines`: binary
+    input is refused with the message ``punctuate`` gives); None at the end, or the error
+    (:class:`InputError`, or the ``OSError`` of a failed read)."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    queue: asyncio.Queue[str | Exception | None] = asyncio.Queue()
+
+    def put(item: str | Exception | None) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the stream is over (an interrupted caption)
+            raise SystemExit from None  # ends this thread quietly
 
     def pump() -> None:
-        for line in sys.stdin:
-            loop.call_soon_threadsafe(queue.put_nowait, line)
-        loop.call_soon_threadsafe(queue.put_nowait, None)
+        try:
+            for line in text_lines(sys.stdin, "stdin"):
+                put(line)
+        except (InputError, OSError, ValueError) as e:  # ValueError: stdin closed
+            put(e if not isinstance(e, ValueError) else OSError(str(e)))
+            return
+        put(None)
 
     threading.Thread(target=pump, name="caption-stdin", daemon=True).start()
     return queue
@@ -498,6 +513,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
     its text is complete (one line, or pretty-printed over several). A JSON
     value that cannot be read raises :class:`BadLine` (``stop``: the events
     before it have been yielded), or is reported and skipped (``skip``).
+    Binary input raises :class:`InputError` (the check of
+    :mod:`streampunct.text.textfile`, as for a file) where it is seen.
     """
     if max_chunk is not None and max_chunk < 1:
         raise InputError("--max-chunk must be at least 1")
@@ -518,6 +535,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
     lines = _stdin_lines()
     while True:
         line = await lines.get()
+        if isinstance(line, Exception):  # binary input, a failed read
+            raise line
         if fmt == "text":
             if line is None:
                 break

@@ -1,10 +1,21 @@
-"""``streampunct caption``: stream a transcript or ASR output to a server; live captions or subtitles."""
+"""``streampunct caption``: stream a transcript or ASR output to a server; live captions or subtitles.
+
+Stopping it: the first SIGINT (Ctrl-C) or SIGTERM stops reading the input and
+ends the stream with ``end``; the command waits at most ``--end-timeout-s``
+(default :data:`~streampunct.client.caption.END_GRACE_S`, 5 s) for the finals
+of every word sent, writes everything final (captions, subtitles, ``--out``)
+and exits with 128 + the signal's number: 130 after SIGINT, 143 after SIGTERM.
+A second signal stops waiting at once; what is final is still written. The
+``--out`` file is written whole or not at all (a temporary file in the same
+folder, moved over it at the end), so a crash leaves what was there before.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import signal
 import sys
 
 NAME = "caption"
@@ -17,9 +28,15 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streampunct.client.caption import END_GRACE_S
     from streampunct.client.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
     from streampunct.client.stream_client import Reconnect
-    from streampunct.commands.argtypes import lexicon_file, positive_float, positive_int
+    from streampunct.commands.argtypes import (
+        lexicon_file,
+        non_negative_float,
+        positive_float,
+        positive_int,
+    )
 
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
@@ -62,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the words sent before it are finalized, exit status 2) or 'skip' it (reported on "
                              "stderr) "
                              "(default: %(default)s)")
+    parser.add_argument("--end-timeout-s", type=non_negative_float, default=END_GRACE_S, metavar="SECONDS",
+                        help="after Ctrl-C or SIGTERM: how long to wait for the finals of the words sent "
+                             "before writing what is final and exiting (130 / 143); a second signal stops "
+                             "waiting at once (default: %(default)s)")
     parser.add_argument("--reconnect-attempts", type=int, default=Reconnect.attempts, metavar="N",
                         help="when the connection drops or the server closes it with 1001/1011/1012/1013, "
                              "reconnect and resume the stream, with up to N attempts and backoff "
@@ -69,19 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streampunct.client.caption import (
-        InputStopped,
-        StreamClosedEarly,
-        caption,
-        default_view,
-        lost_words_errors,
-    )
     from streampunct.client.caption_input import read_events, stdin_events
-    from streampunct.client.stream_client import Reconnect
-    from streampunct.client.subtitles import CueBuilder, SubtitleWriter
     from streampunct.errors import InputError
+    from streampunct.text.textfile import AtomicTextFile
 
     if args.reconnect_attempts < 0:
         raise InputError("--reconnect-attempts must be >= 0")
@@ -97,35 +108,77 @@ def run(args: argparse.Namespace) -> int:
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
             seed=args.seed, speed=args.speed, on_bad_line=args.on_bad_line, report=report,
         )
-    out_file = None
+    out = AtomicTextFile(args.out) if args.out else None
+    try:
+        code = asyncio.run(_caption(args, events, out, report))
+    except BaseException:
+        if out is not None:
+            out.discard()  # what was at --out stays as it was
+        raise
+    return code
+
+
+async def _caption(args: argparse.Namespace, events, out, report) -> int:
+    """The run, with SIGINT and SIGTERM ending it (module docstring); ``out`` (an
+    :class:`~streampunct.text.textfile.AtomicTextFile`) is committed here, or discarded by the caller."""
+    from streampunct.client.caption import (
+        InputStopped,
+        Interrupt,
+        Interrupted,
+        StreamClosedEarly,
+        caption,
+        default_view,
+        lost_words_errors,
+    )
+    from streampunct.client.stream_client import Reconnect
+    from streampunct.client.subtitles import CueBuilder, SubtitleWriter
+
+    loop = asyncio.get_running_loop()
+    interrupt = Interrupt(args.end_timeout_s)
+    signals: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not signals:
+            report(f"{sig.name}: ending the stream; waiting up to {args.end_timeout_s:g} s for the last finals "
+                   "(again: stop at once)")
+        elif len(signals) == 1:
+            report(f"{sig.name}: stopping at once; writing what is final")
+        signals.append(sig)
+        interrupt.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # left in place until the loop closes: writing is not cut
+        loop.add_signal_handler(sig, on_signal, sig)
+
     subtitles = None
     view = None
     if args.format != "text":
-        out_file = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115
-        outs = [sys.stdout, out_file] if out_file else [sys.stdout]
+        outs = [sys.stdout, out.file] if out is not None else [sys.stdout]
         subtitles = SubtitleWriter(args.format, outs, CueBuilder(capitalize=args.capitalize))
     elif not args.json:
         view = default_view(args.capitalize)
+    closed_early: StreamClosedEarly | InputStopped | None = None
     try:
-        result = asyncio.run(
-            caption(
-                args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
-                right_context=args.right_context, max_delay_ms=args.max_delay_ms,
-                partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
-                json_log=sys.stdout if args.json and args.format == "text" else None,
-                subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
-            )
+        result = await caption(
+            args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
+            right_context=args.right_context, max_delay_ms=args.max_delay_ms,
+            partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
+            json_log=sys.stdout if args.json and args.format == "text" else None,
+            subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
+            interrupt=interrupt,
         )
-        closed_early = None
     except (StreamClosedEarly, InputStopped) as e:
         result, closed_early = e.result, e
-    finally:
-        if out_file is not None:
-            out_file.close()
-    if args.out and args.format == "text":
-        written = " ".join(text for _, _, text in result.transcript.texts if text)  # the text as the server sent it
-        Path(args.out).write_text(written + "\n", encoding="utf-8")
-    if closed_early is not None:
+    except Interrupted as e:  # nothing was sent: --out keeps what it held
+        report(f"{signals[0].name}: {e}")
+        if out is not None:
+            out.discard()
+        return 128 + signals[0]
+    if out is not None:
+        if args.format == "text":
+            written = " ".join(text for _, _, text in result.transcript.texts if text)  # as the server sent it
+            out.file.write(written + "\n")
+        out.commit()
+    if closed_early is not None and not result.interrupted:
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
         return 2 if isinstance(closed_early, InputStopped) else 1
     options = result.options
@@ -135,5 +188,10 @@ def run(args: argparse.Namespace) -> int:
     if refused:
         print(f"streampunct caption: error: the server answered {len(refused)} error(s) (above); "
               "words it refused are missing from the transcript", file=sys.stderr)
-        return 1
-    return 0
+    if result.interrupted:
+        sig = signals[0] if signals else signal.SIGINT
+        unfinal = (f"; {result.unfinal} words sent had no final when it stopped (not written)"
+                   if result.unfinal else "")
+        report(f"interrupted by {sig.name}: {result.transcript.n_final} words final, written{unfinal}")
+        return 128 + sig
+    return 1 if refused else 0

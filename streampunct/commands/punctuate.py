@@ -44,24 +44,30 @@ def read_transcript_lines(source: str) -> list[list[str]]:
 
     A ``word<TAB>LABEL`` file is one segment (one line). Text is decoded by
     its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
-    replaced); binary input and input without words raise InputError.
+    replaced); binary input and input without words raise InputError. A word
+    made only of symbols (emoji) is kept as it is
+    (:func:`streampunct.text.normalize.offline_words`): it is written back in
+    its place, with no mark, and the model does not see it.
     """
-    from streampunct.text.normalize import normalize_words
+    from streampunct.text.normalize import offline_words
     from streampunct.text.textfile import read_text
 
     lines = read_text(source).splitlines()
     if lines and all("\t" in line for line in lines if line.strip()):
-        segments = [normalize_words(line.rpartition("\t")[0] for line in lines if line.strip())]
+        segments = [offline_words(line.rpartition("\t")[0] for line in lines if line.strip())]
     else:
-        segments = [normalize_words(line.split()) for line in lines]
+        segments = [offline_words(line.split()) for line in lines]
     if not any(segments):
         raise InputError("no words in the input (it is empty or holds only punctuation)")
     return segments
 
 
 def read_transcript_words(source: str) -> list[str]:
-    """Words of a plain-text or ``word<TAB>LABEL`` transcript, normalized, lines joined."""
-    return [w for line in read_transcript_lines(source) for w in line]
+    """Words of a plain-text or ``word<TAB>LABEL`` transcript, normalized, lines joined (symbol words
+    left out)."""
+    from streampunct.text.normalize import is_symbol_word
+
+    return [w for line in read_transcript_lines(source) for w in line if not is_symbol_word(w)]
 
 
 def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, capitalize: bool = False,
@@ -72,33 +78,49 @@ def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, ca
     and after a blank line (a paragraph break); a model with a truecasing head
     also writes the names and acronyms it recognises. ``formatter``
     (:class:`streampunct.text.written_form.Formatter`) writes lexicon phrases and,
-    with ITN, numbers in their written forms.
+    with ITN, numbers in their written forms. Symbol words (emoji, from
+    :func:`read_transcript_lines`) are not sent to the model: the words around
+    them are punctuated as if they were not there, and they are written in
+    their place, as they are, with no mark
+    (:func:`streampunct.text.normalize.render_with_symbols`).
     """
     from streampunct.labels import PERIOD, QUESTION
-    from streampunct.text.normalize import render
+    from streampunct.text.normalize import is_symbol_word, render, render_with_symbols
+
+    def render_words(words: list[str], labels: list[int], cases: list[int] | None, sentence_start: bool) -> str:
+        if formatter is not None and formatter.active:
+            return formatter.render(words, labels, cases or (), sentence_start=sentence_start)
+        return render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases)
 
     out = []
     sentence_start = True
-    for words in segments:
-        if not words:
+    for tokens in segments:
+        if not tokens:
             out.append("")
             sentence_start = True
             continue
-        if capitalize and punctuator.has_case:
+        words = [t for t in tokens if not is_symbol_word(t)]
+        labels: list[int] = []
+        cases = None
+        if not words:
+            pass
+        elif capitalize and punctuator.has_case:
             labels, cases = punctuator.labels_and_cases(words)
         else:
-            labels, cases = punctuator.punctuate(words), None
-        if formatter is not None and formatter.active:
-            out.append(formatter.render(words, labels, cases or (), sentence_start=sentence_start))
+            labels = punctuator.punctuate(words)
+        if len(words) == len(tokens):
+            out.append(render_words(words, labels, cases, sentence_start))
         else:
-            out.append(render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases))
-        sentence_start = labels[-1] in (PERIOD, QUESTION)
+            out.append(render_with_symbols(tokens, labels, render_words, cases=cases, sentence_start=sentence_start))
+        if labels:
+            sentence_start = labels[-1] in (PERIOD, QUESTION)
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.text.itn import load_normalizer
+    from streampunct.text.textfile import write_text_atomically
     from streampunct.text.written_form import Lexicon, WrittenForms
 
     segments = read_transcript_lines(args.input)
@@ -110,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         punctuator.close()
     if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+        write_text_atomically(args.out, text + "\n")  # whole or not at all
     else:
         sys.stdout.write(text + "\n")
     return 0

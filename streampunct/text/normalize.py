@@ -3,12 +3,18 @@
 The model reads lowercase words without punctuation. ASR gateways send words
 that may carry marks (``hello,``), odd casing or stray symbols; this module
 turns them into the model's form and back into readable text.
+
+Offline (``streampunct punctuate``), a word made only of symbols (emoji,
+``™``, ``€``, ``+``) is kept as it is (:func:`symbol_word`,
+:func:`offline_words`): it is not sent to the model, takes no mark, and is
+written back in its place (:func:`render_with_symbols`). The stream drops it
+as before (its words take indices that client and server must count alike).
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER
 
@@ -25,6 +31,11 @@ _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 _ZWNJ, _ZWJ = "\u200c", "\u200d"
 #: Canonical combining class of a virama (Indic scripts), after which ZWJ/ZWNJ shape a conjunct.
 _VIRAMA = 9
+
+
+_ENCLOSING_KEYCAP = "\u20e3"
+#: Symbols that stand for what could not be read (undecodable bytes, an object): no symbol words.
+_REPLACEMENTS = frozenset("\ufffc\ufffd")
 
 
 def _is_edge_junk(ch: str) -> bool:
@@ -54,7 +65,7 @@ def drop_invisible(word: str) -> str:
     ZWNJ after a virama (Indic conjuncts), and ZWNJ between two Arabic-script
     letters (Persian and Urdu words such as U+0645 U+06CC U+200C U+062E).
     Emoji are stripped as symbols anyway, so the ZWJ of an emoji sequence
-    goes too.
+    goes too (offline, a word made only of symbols is kept: :func:`symbol_word`).
     """
     if word.isascii():
         return word if word.isprintable() else "".join(ch for ch in word if ch.isprintable())
@@ -115,6 +126,127 @@ def normalize_words(words: Iterable[str]) -> list[str]:
         if w:
             out.append(w)
     return out
+
+
+def _symbol_cluster(cluster: str) -> bool:
+    """A base character with its marks that shows a symbol: a symbol (category S: So, Sm, Sc,
+    Sk) or any character in an enclosing mark (the keycap of ``#️⃣`` and ``1️⃣``)."""
+    return unicodedata.category(cluster[0])[0] == "S" or any(
+        unicodedata.category(ch) == "Me" for ch in cluster[1:])
+
+
+def symbol_word(word: str) -> str:
+    """The word as shown when it is made only of symbols, else ``""``.
+
+    A symbol word holds symbols (Unicode categories So, Sm, Sc, Sk: emoji,
+    ``™``, ``°``, ``€``, ``+``, ``→``), each with the marks that follow it
+    (variation selectors, skin tones are Sk, keycaps), and nothing else once
+    the punctuation and spaces at its edges are stripped, as they are from
+    every word (``🍕,`` -> ``🍕``); a letter, a digit or inner punctuation makes it
+    an ordinary word. What a reader cannot see is dropped as from every word
+    (:func:`drop_invisible`: controls, bidi controls, zero-width characters,
+    tag characters), but for the zero-width joiner between two symbols, which
+    makes one emoji of them (``👩‍💻``), and so are U+FFFD and U+FFFC, which
+    stand for bytes that could not be decoded. The rest is kept exactly (no NFKC:
+    ``™`` stays ``™``), cut to ``MAX_WORD_CHARS`` characters at a symbol's end.
+    """
+    if not any(unicodedata.category(ch)[0] == "S" or ch == _ENCLOSING_KEYCAP for ch in word):
+        return ""
+    clusters: list[str] = []
+    joined = False  # a ZWJ came after the last cluster
+    for ch in word:
+        category = unicodedata.category(ch)
+        if ch == _ZWJ:
+            joined = bool(clusters)
+            continue
+        if category in ("Cc", "Cf", "Cs") or ch in _BLANK_LETTERS or ch in _REPLACEMENTS:
+            continue
+        if category[0] == "M" and clusters:
+            clusters[-1] += ch
+            continue
+        if joined and category[0] == "S" and _symbol_cluster(clusters[-1]):
+            clusters[-1] += _ZWJ + ch
+        else:
+            clusters.append(ch)
+        joined = False
+
+    def edge(cluster: str) -> bool:
+        return unicodedata.category(cluster[0])[0] in "PZ" and not _symbol_cluster(cluster)
+
+    start, end = 0, len(clusters)
+    while start < end and edge(clusters[start]):
+        start += 1
+    while end > start and edge(clusters[end - 1]):
+        end -= 1
+    kept = clusters[start:end]
+    if not kept or not all(_symbol_cluster(c) for c in kept):
+        return ""
+    out, size = [], 0
+    for cluster in kept:
+        size += len(cluster)
+        if size > MAX_WORD_CHARS and out:
+            break
+        out.append(cluster)
+    return "".join(out)[:MAX_WORD_CHARS]
+
+
+def is_symbol_word(token: str) -> bool:
+    """``token`` (from :func:`offline_words`) is a symbol word, not one of the model's words."""
+    return bool(token) and symbol_word(token) == token
+
+
+def offline_words(words: Iterable[str]) -> list[str]:
+    """:func:`normalize_words`, but a word made only of symbols is kept as :func:`symbol_word`
+    shows it (the offline rule): the model's words and symbol words, in order."""
+    out = []
+    for word in words:
+        w = symbol_word(word) or normalize_word(word)
+        if w:
+            out.append(w)
+    return out
+
+
+def render_with_symbols(
+    tokens: Sequence[str],
+    labels: Sequence[int],
+    render_words: Callable[[list[str], list[int], list[int] | None, bool], str],
+    *,
+    cases: Sequence[int] | None = None,
+    sentence_start: bool = True,
+) -> str:
+    """Text of :func:`offline_words` tokens: each symbol word in its place, as it is, with no mark.
+
+    ``labels`` (and ``cases``) are those of the model's words alone, punctuated
+    as if the symbol words were not there. ``render_words(words, labels,
+    cases, sentence_start)`` writes each run of model words between symbol
+    words (:func:`render`, or a formatter's); a run opens a sentence when the
+    run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
+    """
+    pieces: list[str] = []
+    run: list[str] = []
+    k = 0
+
+    def flush() -> None:
+        nonlocal k, sentence_start, run
+        if run:
+            n = len(run)
+            run_labels = list(labels[k : k + n])
+            run_cases = list(cases[k : k + n]) if cases else None
+            pieces.append(render_words(run, run_labels, run_cases, sentence_start))
+            sentence_start = run_labels[-1] in (PERIOD, QUESTION)
+            k += n
+            run = []
+
+    for token in tokens:
+        if is_symbol_word(token):
+            flush()
+            pieces.append(token)
+        else:
+            run.append(token)
+    flush()
+    if k != len(labels):
+        raise ValueError(f"{k} words but {len(labels)} labels")
+    return " ".join(pieces)
 
 
 def _capitalize(word: str) -> str:

@@ -8,14 +8,27 @@ BOM-less UTF-16 file), else as UTF-8, else (not valid UTF-8) as Windows-1252,
 the superset of Latin-1 that such files use, with a warning that says so.
 Input that still holds NUL bytes or mostly control characters is refused
 with an :class:`~streampunct.errors.InputError`.
+
+There is one such check (:class:`BinaryCheck`), for a whole file
+(:func:`decode_text`, ``punctuate``, ``caption FILE``) and for text that comes
+in pieces (:class:`TextStream`, :func:`text_lines`: ``caption -`` reading a
+live pipe): the same rules, the same message; a stream is refused as soon as
+what has come breaks them.
+
+Output files are written whole or not at all (:class:`AtomicTextFile`): into
+a temporary file in the same folder, moved over the target at the end.
 """
 
 from __future__ import annotations
 
 import codecs
 import logging
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from streampunct.errors import InputError
 
@@ -75,6 +88,33 @@ _LATIN1_FALLBACK = "streampunct-latin1"
 codecs.register_error(_LATIN1_FALLBACK, _as_latin1)
 
 
+class BinaryCheck:
+    """The one test that input is text, fed the decoded text whole or piece by piece.
+
+    :meth:`add` raises :class:`InputError` when what it has seen so far holds a
+    NUL character, or, from :data:`_MIN_JUDGED` characters on, when more than
+    :data:`_MAX_CONTROL_SHARE` of them are control characters (other than tab,
+    newline, carriage return, form feed, vertical tab) or undecodable bytes
+    (U+FFFD). ``name`` (a path, or ``stdin``) opens the message.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.chars = 0
+        self.odd = 0
+
+    def add(self, text: str) -> str:
+        """``text``, after checking it with everything seen before."""
+        if "\x00" in text:
+            raise InputError(f"{self.name} looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 text file")
+        self.chars += len(text)
+        self.odd += sum(1 for ch in text if (ch < " " and ch not in _TEXT_CONTROLS) or ch == "\ufffd")
+        if self.chars >= _MIN_JUDGED and self.odd > _MAX_CONTROL_SHARE * self.chars:
+            raise InputError(f"{self.name} looks binary ({self.odd} of {self.chars} characters are control "
+                             "or undecodable bytes); give a UTF-8 or UTF-16 text file")
+        return text
+
+
 def decode_text(raw: bytes, name: str = "input") -> str:
     """The text of ``raw``; raises :class:`InputError` for binary data."""
     for bom, encoding in _BOMS:
@@ -83,14 +123,103 @@ def decode_text(raw: bytes, name: str = "input") -> str:
             break
     else:
         text = _decode_without_bom(raw, name)
-    if "\x00" in text:
-        raise InputError(f"{name} looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 text file")
-    if len(text) >= _MIN_JUDGED:
-        odd = sum(1 for ch in text if (ch < " " and ch not in _TEXT_CONTROLS) or ch == "\ufffd")
-        if odd > _MAX_CONTROL_SHARE * len(text):
-            raise InputError(f"{name} looks binary ({odd} of {len(text)} characters are control "
-                             "or undecodable bytes); give a UTF-8 or UTF-16 text file")
-    return text
+    return BinaryCheck(name).add(text)
+
+
+class TextStream:
+    """:func:`decode_text` for bytes that come in pieces (a live pipe), each piece decoded as it comes.
+
+    The encoding is chosen from the first piece (at least 4 bytes, or a whole
+    line, so that a short first line is not held back): a byte-order mark,
+    else UTF-16 when every other byte is NUL, else
+    UTF-8; at the first byte that is not UTF-8 the rest is read as
+    Windows-1252 (with a warning), since what came before is already out.
+    Every piece goes through the same :class:`BinaryCheck` as a whole file.
+    """
+
+    def __init__(self, name: str = "stdin") -> None:
+        self.name = name
+        self.check = BinaryCheck(name)
+        self._head = b""  # bytes before the encoding is known
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._utf8 = False  # UTF-8 so far (falls back to Windows-1252)
+        self._offset = 0  # bytes given to the decoder
+
+    def feed(self, raw: bytes, final: bool = False) -> str:
+        """The text that ``raw`` completes; raises :class:`InputError` for binary data."""
+        if self._decoder is None:
+            self._head += raw
+            if not final and len(self._head) < 4 and b"\n" not in self._head:
+                return ""  # maybe a byte-order mark, or UTF-16: the next bytes tell (no line is held back)
+            raw, self._head = self._start(self._head), b""
+        return self.check.add(self._decode(raw, final))
+
+    def close(self) -> str:
+        """The rest, at the end of the input."""
+        return self.feed(b"", final=True)
+
+    def _start(self, raw: bytes) -> bytes:
+        for bom, encoding in _BOMS:
+            if raw.startswith(bom):
+                self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+                return raw[len(bom):]
+        utf16 = _utf16_without_bom(raw[: len(raw) // 2 * 2])  # whole pairs: a piece may end inside one
+        if utf16 is not None:
+            self._decoder = codecs.getincrementaldecoder(utf16)(errors="replace")
+        else:
+            self._decoder = codecs.getincrementaldecoder("utf-8")()
+            self._utf8 = True
+        return raw
+
+    def _decode(self, raw: bytes, final: bool) -> str:
+        assert self._decoder is not None
+        offset, self._offset = self._offset, self._offset + len(raw)
+        if not self._utf8:
+            return self._decoder.decode(raw, final)
+        pending = len(self._decoder.getstate()[0])
+        try:
+            return self._decoder.decode(raw, final)
+        except UnicodeDecodeError as e:
+            data = e.object  # the bytes held back from the piece before, then this piece
+            if b"\x00" in data:
+                self.check.add("\x00")  # binary: refused
+            self._utf8 = False
+            logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1) "
+                           "from there", self.name, data[e.start], offset - pending + e.start)
+            self._decoder = codecs.getincrementaldecoder("cp1252")(errors=_LATIN1_FALLBACK)
+            return bytes(data[:e.start]).decode("utf-8") + self._decoder.decode(bytes(data[e.start:]), final)
+
+
+def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
+    """Lines of a text stream (with their line ends; the last one may have none) as they come,
+    decoded by :class:`TextStream` from the bytes of its file descriptor when it has one
+    (``sys.stdin``; nothing must have been read from it before), checked by :class:`BinaryCheck`
+    either way; raises :class:`InputError` at the first piece of binary data."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a text-only stream (io.StringIO)
+        check = BinaryCheck(name)
+        for line in stream:
+            yield check.add(line)
+        return
+    decoder = TextStream(name)
+    held: list[str] = []  # the line in progress
+    while True:
+        # os.read, not the buffered reader: what has come, at once; and a read left waiting in a
+        # daemon thread then holds no lock that the interpreter's exit would wait for
+        raw = os.read(fd, 1 << 16)
+        *lines, last = (decoder.feed(raw) if raw else decoder.close()).split("\n")
+        if lines:
+            lines[0] = "".join(held) + lines[0]
+            held = []
+        for line in lines:
+            yield line + "\n"
+        if last:
+            held.append(last)
+        if not raw:
+            if held:
+                yield "".join(held)
+            return
 
 
 def require_file(path: str | Path) -> Path:
@@ -109,3 +238,52 @@ def read_text(source: str | Path) -> str:
         return decode_text(sys.stdin.buffer.read(), "stdin")
     path = require_file(source)
     return decode_text(path.read_bytes(), str(path))
+
+
+class AtomicTextFile:
+    """A text file written whole or not at all: into a temporary file next to ``path``, which
+    :meth:`commit` moves over it (``os.replace``) and :meth:`discard` removes. A crash, or an
+    error that discards it, leaves what was at ``path`` as it was. The file gets the mode the
+    target had, or that a new file gets (0666 less the umask).
+
+    ``file`` is the open temporary file (UTF-8).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise IsADirectoryError(f"{self.path} is a directory")
+        folder = self.path.parent
+        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        self.temp = Path(temp)
+        self.file: TextIO = os.fdopen(fd, "w", encoding="utf-8")
+
+    def commit(self) -> None:
+        """Move what was written over ``path``."""
+        if self.file.closed and not self.temp.exists():
+            return
+        self.file.close()
+        try:
+            mode = self.path.stat().st_mode & 0o7777
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(self.temp, mode)
+        os.replace(self.temp, self.path)
+
+    def discard(self) -> None:
+        """Drop what was written; ``path`` stays as it was."""
+        self.file.close()
+        self.temp.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """``path`` holds ``text`` after this, or (when it fails) what it held before."""
+    out = AtomicTextFile(path)
+    try:
+        out.file.write(text)
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()

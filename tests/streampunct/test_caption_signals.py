@@ -1,0 +1,211 @@
+"""``streampunct caption`` stopped by a signal: the first SIGINT or SIGTERM ends the stream with
+``end``, every word the server finalized is written (captions, subtitles, ``--out``) and the
+status is 130 / 143; a second signal (or ``--end-timeout-s`` running out) stops at once and
+still writes what is final. ``--out`` is written whole or not at all.
+
+Real signals to a real ``caption`` process, against a real server (the fixtures' server, whose
+metrics say what it received and finalized); the tests wait on what the processes announce
+(a line on stderr, the server's counts), never on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from streampunct.labels import ID_TO_MARK
+from streampunct.text.normalize import render
+from tests.streampunct.fakes import GatedEngine, ended, until
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def metric(server, name: str) -> float:
+    return server.metrics.registry.get_sample_value(name) or 0.0
+
+
+def words_in(server) -> float:
+    return metric(server, "streampunct_words_in_total")
+
+
+def words_finalized(server) -> float:
+    return metric(server, "streampunct_words_finalized_total")
+
+
+async def start_caption(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def stderr_line(proc: asyncio.subprocess.Process, contains: str, timeout: float = 30) -> str:
+    """The first line of the process' stderr that holds ``contains`` (the lines before it are dropped)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            assert line, f"stderr ended before a line with {contains!r}"
+            if contains in line:
+                return line
+
+
+async def finish(proc: asyncio.subprocess.Process, timeout: float = 30) -> tuple[int, str, str]:
+    if proc.stdin is not None and not proc.stdin.is_closing():
+        proc.stdin.close()
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode, stdout.decode(), stderr.decode()
+
+
+def no_temporary_files(folder) -> bool:
+    return not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+async def test_sigint_ends_the_stream_and_writes_every_final_word(start_server, tmp_path, fake_labels):
+    """``... | caption - --out t.txt``, Ctrl-C: stdin stays open (the ASR goes on), yet the
+    stream ends at once: the words still pending (right context 3, no delay bound) get their
+    finals from ``end``, and t.txt holds every word, replacing what it held before."""
+    server = await start_server()
+    out = tmp_path / "t.txt"
+    out.write_text("an older transcript\n")
+    proc = await start_caption("-", "--url", server.url, "--out", str(out), "--right-context", "3",
+                               "--max-delay-ms", "600000")
+    try:
+        words = "so this is the story of how it all began".split()
+        proc.stdin.write((" ".join(words) + "\n").encode())
+        await proc.stdin.drain()
+        await until(lambda: words_in(server) == len(words) and words_finalized(server) == len(words) - 3)
+        proc.send_signal(signal.SIGINT)  # the last three words wait for their right context
+        rc, stdout, stderr = await finish(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert rc == 130, stderr
+    assert words_finalized(server) == len(words)
+    expected = render(words, ended(fake_labels(words)), capitalize=True)
+    assert out.read_text() == expected + "\n"
+    assert stdout.replace("\n", " ").strip() == expected
+    assert "Traceback" not in stderr and f"interrupted by SIGINT: {len(words)} words final" in stderr
+    assert no_temporary_files(tmp_path)
+
+
+async def test_sigterm_mid_file_finishes_the_subtitles_with_every_final(start_server, tmp_path, fake_labels):
+    """``caption talk.txt --format srt --out t.srt``, SIGTERM while the file is being paced out:
+    nothing more is read, the words sent are finalized (the last one ends its sentence, so the
+    last cue does not stop mid-sentence) and t.srt, like stdout, has every one of them."""
+    server = await start_server()
+    words = [f"word{i % 13}" for i in range(400)]
+    source = tmp_path / "talk.txt"
+    source.write_text(" ".join(words) + "\n")
+    out = tmp_path / "t.srt"
+    proc = await start_caption(str(source), "--url", server.url, "--format", "srt", "--out", str(out),
+                               "--wps", "40", "--right-context", "3", "--max-delay-ms", "600000", "--no-partials")
+    try:
+        await until(lambda: words_in(server) >= 20)
+        proc.send_signal(signal.SIGTERM)
+        rc, stdout, stderr = await finish(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert rc == 143, stderr
+    sent = int(words_in(server))
+    assert 20 <= sent < len(words)  # stopped mid-file
+    assert words_finalized(server) == sent
+    assert stdout == out.read_text(encoding="utf-8")
+    cues = [block.split("\n", 2) for block in stdout.strip().split("\n\n")]
+    assert [int(index) for index, _, _ in cues] == list(range(1, len(cues) + 1))
+    shown = " ".join(text.replace("\n", " ") for _, _, text in cues).split()
+    assert [w.strip(".,?").lower() for w in shown] == words[:sent]
+    marks = ended(fake_labels(words[:sent]))
+    assert shown[-1].endswith(ID_TO_MARK[marks[-1]]) and ID_TO_MARK[marks[-1]] in (".", "?")
+    assert f"interrupted by SIGTERM: {sent} words final" in stderr and "Traceback" not in stderr
+    assert no_temporary_files(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["second-sigint", "end-timeout"])
+async def test_an_abort_writes_what_is_final_at_once(start_server, tmp_path, fake_labels, how):
+    """The server cannot finalize (its engine is held): after Ctrl-C the client waits for the
+    finals of ``end``, until a second Ctrl-C (at once, long before ``--end-timeout-s`` 60) or
+    ``--end-timeout-s`` (1 s) runs out; either way t.txt holds the words the server did finalize."""
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    out = tmp_path / "t.txt"
+    timeout = "60" if how == "second-sigint" else "1"
+    proc = await start_caption("-", "--url", server.url, "--out", str(out), "--right-context", "1",
+                               "--max-delay-ms", "600000", "--no-partials", "--end-timeout-s", timeout)
+    try:
+        words = "one two three four five six seven eight".split()
+        proc.stdin.write(b"one two three four five\n")
+        await proc.stdin.drain()
+        await until(lambda: words_finalized(server) == 4)  # "five" waits for its right context
+        engine.close_gate()
+        entered = engine.entered
+        proc.stdin.write(b"six seven eight\n")
+        await proc.stdin.drain()
+        await until(lambda: words_in(server) == len(words))
+        await engine.wait_entered(entered + 1)  # deciding "five": held in the engine
+        proc.send_signal(signal.SIGINT)
+        await stderr_line(proc, "SIGINT: ending the stream")
+        started = time.monotonic()
+        if how == "second-sigint":
+            proc.send_signal(signal.SIGINT)
+        rc, stdout, stderr = await finish(proc)
+        waited = time.monotonic() - started
+    finally:
+        engine.open()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert rc == 130, stderr
+    assert waited < 20  # not the 60 s of --end-timeout-s, nor the engine's hold
+    if how == "end-timeout":
+        assert waited >= 1.0 - 0.05
+    assert words_finalized(server) >= 4
+    expected = render(words[:4], fake_labels(words[:4]), capitalize=True)
+    assert out.read_text() == expected + "\n"
+    assert "interrupted by SIGINT: 4 words final, written; 4 words sent had no final" in stderr
+    assert "Traceback" not in stderr
+    assert no_temporary_files(tmp_path)
+
+
+async def test_a_failed_run_leaves_the_out_file_as_it_was(tmp_path):
+    """Nothing to write (the server cannot be reached): --out keeps what it held, no temporary file stays."""
+    source = tmp_path / "talk.txt"
+    source.write_text("hello there\n")
+    for fmt in ("text", "srt"):
+        out = tmp_path / f"t.{fmt}"
+        out.write_text("a good older file\n")
+        proc = await start_caption(str(source), "--url", "ws://127.0.0.1:9/v1/stream", "--format", fmt,
+                                   "--out", str(out))
+        rc, _, stderr = await finish(proc)
+        assert rc == 2 and "cannot connect" in stderr
+        assert out.read_text() == "a good older file\n"
+    assert no_temporary_files(tmp_path)
+
+
+def test_the_out_file_is_replaced_whole(tmp_path):
+    from streampunct.text.textfile import AtomicTextFile, write_text_atomically
+
+    target = tmp_path / "t.txt"
+    target.write_text("old\n")
+    os.chmod(target, 0o640)
+    out = AtomicTextFile(target)
+    out.file.write("new, half")
+    out.file.flush()
+    assert target.read_text() == "old\n"  # not touched while it is written
+    out.discard()
+    assert target.read_text() == "old\n" and no_temporary_files(tmp_path)
+    write_text_atomically(target, "new\n")
+    assert target.read_text() == "new\n" and (target.stat().st_mode & 0o777) == 0o640
+    fresh = tmp_path / "fresh.txt"
+    write_text_atomically(fresh, "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
+    assert no_temporary_files(tmp_path)

@@ -1,0 +1,131 @@
+"""One check that input is text (``streampunct.text.textfile``), for ``punctuate`` and ``caption``,
+files and stdin, whole or arriving in pieces: the same decoding, the same refusal, the same message."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import random
+import sys
+import threading
+
+import pytest
+
+from streampunct.errors import InputError
+from streampunct.text.textfile import TextStream, decode_text, text_lines
+
+#: 3000 random bytes, as ``head -c 3000 /dev/urandom`` gives (with NUL bytes among them).
+GARBAGE = random.Random(0).randbytes(3000)
+#: Text-like bytes with too many control characters and no NUL.
+CONTROLS = b"ab\x01\x02\x03\x04 " * 40
+
+TEXTS = [
+    b"so how are you\nfine, thanks\n",
+    "caf\u00e9 na\u00efve \u2014 \U0001f355\n".encode(),  # multi-byte UTF-8, split anywhere
+    b"\xef\xbb\xbf" + b"with a BOM\n",
+    "utf-16 with a BOM\n".encode("utf-16"),
+    "utf-16 little endian, no BOM\n".encode("utf-16-le"),
+    "plain ascii then caf\u00e9 in Latin-1\n".encode("cp1252"),
+]
+
+
+def streamed(raw: bytes, step: int) -> str:
+    stream = TextStream("stdin")
+    return "".join(stream.feed(raw[i:i + step]) for i in range(0, len(raw), step)) + stream.close()
+
+
+@pytest.mark.parametrize("raw", TEXTS)
+@pytest.mark.parametrize("step", [1, 3, 7, 4096])
+def test_text_in_pieces_decodes_as_the_whole_file(raw, step):
+    assert streamed(raw, step) == decode_text(raw, "stdin")
+
+
+def test_a_short_first_line_is_not_held_back():
+    stream = TextStream("stdin")
+    assert stream.feed(b"ok\n") == "ok\n"  # a live pipe's first line: out at once
+    bom = TextStream("stdin")
+    assert bom.feed(b"\xff\xfe") == ""  # UTF-16 or UTF-32: the next bytes tell
+    assert bom.feed("ok".encode("utf-16-le")) == "ok"
+
+
+def message(error: pytest.ExceptionInfo) -> str:
+    return str(error.value)
+
+
+@pytest.mark.parametrize("raw", [GARBAGE, CONTROLS, "hi\x00".encode("utf-16")], ids=["urandom", "controls", "nul"])
+def test_binary_is_refused_with_the_same_message_whole_or_streamed(raw):
+    assert b"\x00" in GARBAGE
+    with pytest.raises(InputError) as whole:
+        decode_text(raw, "stdin")
+    with pytest.raises(InputError) as stream:
+        streamed(raw, len(raw))
+    assert message(stream) == message(whole)
+    assert message(whole).startswith("stdin looks binary (") and message(whole).endswith(
+        "; give a UTF-8 or UTF-16 text file")
+    with pytest.raises(InputError, match=r"^stdin looks binary \("):  # in small pieces: refused as well
+        streamed(raw, 5)
+
+
+def test_text_lines_come_as_they_are_written_and_binary_stops_them():
+    read, write = os.pipe()
+    pipe = os.fdopen(read, encoding="utf-8")
+    got: queue.Queue[str] = queue.Queue()
+
+    def reader():
+        try:
+            for line in text_lines(pipe, "stdin"):
+                got.put(line)
+        except InputError as e:
+            got.put(f"error: {e}")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        os.write(write, "caf\u00e9 one\ntwo".encode())
+        assert got.get(timeout=10) == "caf\u00e9 one\n"  # while the pipe is still open
+        os.write(write, b" three\n")
+        assert got.get(timeout=10) == "two three\n"
+        os.write(write, b"four\n" + GARBAGE)  # the piece that holds binary data is refused whole
+        assert got.get(timeout=10) == ("error: stdin looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 "
+                                       "text file")
+    finally:
+        os.close(write)
+        thread.join(10)
+        pipe.close()
+    assert got.empty()
+
+
+async def run(command: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", command, *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(stdin), 60)
+    return proc.returncode, stderr.decode()
+
+
+async def test_caption_and_punctuate_refuse_binary_stdin_alike(start_server):
+    """``head -c 3000 /dev/urandom | streampunct caption -`` is refused as ``punctuate -`` refuses it."""
+    server = await start_server()
+    rc, punctuate = await run("punctuate", "-", stdin=GARBAGE)
+    assert rc == 2
+    rc, caption = await run("caption", "-", "--url", server.url, stdin=GARBAGE)
+    assert rc == 2, caption
+    assert punctuate.splitlines() == ["streampunct punctuate: error: stdin looks binary (it holds NUL bytes); "
+                                      "give a UTF-8 or UTF-16 text file"]
+    assert caption.splitlines() == [punctuate.strip().replace("streampunct punctuate:", "streampunct caption:")]
+    assert not server.metrics.registry.get_sample_value("streampunct_words_in_total")  # no garbage was sent
+
+
+async def test_caption_and_punctuate_refuse_a_binary_file_alike(tmp_path):
+    source = tmp_path / "talk.bin"
+    for payload in (GARBAGE, CONTROLS):
+        source.write_bytes(payload)
+        rc, punctuate = await run("punctuate", str(source))
+        assert rc == 2 and f"{source} looks binary" in punctuate
+        # refused before connecting: the server (nothing listens there) is never tried
+        rc, caption = await run("caption", str(source), "--url", "ws://127.0.0.1:9/v1/stream")
+        assert rc == 2
+        assert caption.strip() == punctuate.strip().replace("streampunct punctuate:", "streampunct caption:")
