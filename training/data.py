@@ -68,7 +68,8 @@ def data_root(configured: str = "") -> Path:
     else:
         root = REPO_ROOT.parent / "shared" / "data"
     if not root.is_dir():
-        raise InputError(f"data folder {root} does not exist (set data.root or STREAMPUNCT_DATA)")
+        raise InputError(f"data folder {root} does not exist: set data.root or STREAMPUNCT_DATA to one, or build "
+                         f"one from the public sources with python -m training.build_data (docs/data.md)")
     return root
 
 
