@@ -252,6 +252,31 @@ def cap_words(docs: list[Document], max_words: int, seed: int) -> list[Document]
     return out
 
 
+#: Shortest document the punctuation-density rule judges (shorter ones are kept as they are).
+MIN_JUDGED_WORDS = 50
+
+
+def lacks_human_marks(labels: Sequence[int], min_marks_per_100_words: float) -> bool:
+    """A labelled document of at least MIN_JUDGED_WORDS words with fewer marks per 100 words
+    than ``min_marks_per_100_words``: text nobody punctuated (automatic captions filed as
+    transcripts), whose O labels are not human decisions. Human text has 10-15."""
+    n = len(labels)
+    if min_marks_per_100_words <= 0 or n < MIN_JUDGED_WORDS:
+        return False
+    marks = sum(1 for x in labels if x > 0)
+    return 100.0 * marks / n < min_marks_per_100_words
+
+
+def drop_unpunctuated(docs: Sequence[Document], min_marks_per_100_words: float) -> list[Document]:
+    """``docs`` without the human-labelled documents that :func:`lacks_human_marks`."""
+    kept = [d for d in docs if d.pseudo or not lacks_human_marks(d.labels, min_marks_per_100_words)]
+    if len(kept) < len(docs):
+        log.info("left out %d labelled documents (%d words) with under %.1f marks per 100 words: "
+                 "no human punctuation", len(docs) - len(kept),
+                 sum(map(len, docs)) - sum(map(len, kept)), min_marks_per_100_words)
+    return kept
+
+
 def load_training_docs(sources: Sequence[str], root: Path, cache: Path, *,
                        max_words: int = 0, seed: int = 0) -> list[Document]:
     docs: list[Document] = []

@@ -99,12 +99,17 @@ def unlabeled_only_sources(meta: dict) -> set[str]:
     return set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
 
 
-def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
+def read_soft_labels(path: str | Path, *, min_marks_per_100_words: float = 0.0
+                     ) -> tuple[list[Document], dict]:
     """Documents with ``soft`` set (float32) and their metadata.
 
     Words without a human label get the teacher's argmax as label and the
-    document is marked ``pseudo`` (no human cross-entropy is taken on it).
+    document is marked ``pseudo`` (no human cross-entropy is taken on it). So does a
+    document whose human labels :func:`training.data.lacks_human_marks` (text nobody
+    punctuated, filed under a labelled source) when ``min_marks_per_100_words`` > 0.
     """
+    from training.data import lacks_human_marks
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such soft-label file: {path}")
@@ -121,7 +126,8 @@ def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
         words = text.split(" ") if n else []
         p = probs[k : k + n]
         lab = labels[k : k + n].astype(np.int64)
-        if name.split(":", 1)[0] in unlabeled_only and not lab.any():
+        if (name.split(":", 1)[0] in unlabeled_only and not lab.any()) \
+                or ((lab >= 0).all() and lacks_human_marks(lab.tolist(), min_marks_per_100_words)):
             lab = np.full_like(lab, -1)
         pseudo = bool((lab < 0).any())
         if pseudo:
@@ -133,14 +139,16 @@ def read_soft_labels(path: str | Path) -> tuple[list[Document], dict]:
     return docs, meta
 
 
-def attach_soft_labels(train_docs: Sequence[Document], paths: Sequence[str]) -> list[Document]:
+def attach_soft_labels(train_docs: Sequence[Document], paths: Sequence[str], *,
+                       min_marks_per_100_words: float = 0.0) -> list[Document]:
     """Training documents with teacher probabilities attached where a soft-label file has
-    the same document (name and words); the files' other documents are appended."""
+    the same document (name and words); the files' other documents are appended
+    (teacher-only where :func:`read_soft_labels` finds no human labels)."""
     by_name = {d.name: i for i, d in enumerate(train_docs)}
     out = list(train_docs)
     attached = appended = 0
     for path in paths:
-        soft_docs, meta = read_soft_labels(path)
+        soft_docs, meta = read_soft_labels(path, min_marks_per_100_words=min_marks_per_100_words)
         for sd in soft_docs:
             i = by_name.get(sd.name)
             if i is not None and out[i].words == sd.words:

@@ -21,6 +21,7 @@ from training.data import (
     Document,
     SequenceDataset,
     data_root,
+    drop_unpunctuated,
     held_out_captions,
     load_training_docs,
     load_validation_docs,
@@ -84,10 +85,11 @@ def prepare(cfg: TrainConfig, *, base_model: str | None = None) -> Setup:
     base_path = resolve_base_model(cfg.model.base_model if base_model is None else base_model)
     aligner = make_aligner(cfg, base_path)
     train_docs = load_training_docs(d.train, root, cache, max_words=d.max_train_words, seed=cfg.optim.seed)
+    train_docs = drop_unpunctuated(train_docs, d.min_marks_per_100_words)
     if d.soft_labels:
         from training.distill import attach_soft_labels
 
-        train_docs = attach_soft_labels(train_docs, d.soft_labels)
+        train_docs = attach_soft_labels(train_docs, d.soft_labels, min_marks_per_100_words=d.min_marks_per_100_words)
     valid_docs = load_validation_docs(d.valid, root, cache, max_words=d.max_valid_words)
     hashes = file_hashes([*d.train, d.valid], root)
     log.info("training words: %d in %d documents; validation words: %d",

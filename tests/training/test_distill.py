@@ -179,3 +179,24 @@ def test_a_runtime_folder_teacher_writes_punctuation_and_case(tiny_base_model, t
     for o, t in zip(onnx_docs, torch_docs, strict=True):
         assert o.soft.shape == t.soft.shape == (len(o), 8)
         np.testing.assert_allclose(o.soft, t.soft, atol=2e-2)  # fp32 graph vs torch, float16 storage
+
+
+def test_labelled_text_nobody_punctuated_is_left_out_and_read_as_teacher_only(tmp_path):
+    from training.data import drop_unpunctuated, lacks_human_marks
+
+    words = [f"w{i}" for i in range(60)]
+    captions = Document("ted:captions", words, [0] * 59 + [2])  # 1 mark in 60 words: 1.7 per 100
+    talk = Document("ted:talk", words, ([0] * 9 + [1]) * 6)  # 10 marks per 100 words
+    short = Document("ted:short", words[:10], [0] * 10)  # too short to judge
+    assert lacks_human_marks(captions.labels, 2.0) and not lacks_human_marks(talk.labels, 2.0)
+    assert not lacks_human_marks(captions.labels, 0.0) and not lacks_human_marks(short.labels, 2.0)
+    assert [d.name for d in drop_unpunctuated([captions, talk, short], 2.0)] == ["ted:talk", "ted:short"]
+    probs = [np.tile([0.2, 0.1, 0.6, 0.1], (60, 1)), np.tile([0.7, 0.1, 0.1, 0.1], (60, 1))]
+    path = write_soft_labels(tmp_path / "s.npz", [captions, talk], probs, {"labelled": ["ted"], "unlabeled": []})
+    plain, _ = read_soft_labels(path)
+    assert not plain[0].pseudo  # without the rule the stored O labels count as human
+    ruled, _ = read_soft_labels(path, min_marks_per_100_words=2.0)
+    assert ruled[0].pseudo and ruled[0].labels == [2] * 60  # the teacher's argmax, no human CE
+    assert not ruled[1].pseudo and ruled[1].labels == talk.labels
+    merged = attach_soft_labels([talk], [str(path)], min_marks_per_100_words=2.0)
+    assert [(d.name, d.pseudo) for d in merged] == [("ted:talk", False), ("ted:captions", True)]
