@@ -220,6 +220,9 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     else:
         print(f"through the server: {lost} words lost, {mismatched} sessions with other words: not scored")
 
+    if cfg.capitalize and not lost and not mismatched:
+        result["text_checks"] = stream_against_offline(cfg, data.words, spans, transcripts)
+
     punct = OfflineDecoder.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
     try:
         stream_engine = punct.stream_engine(cfg.server.stream_cache, intra_op_threads=1)
@@ -238,6 +241,28 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     path = write_result(cfg.result_name, result, cfg.out_dir, command=command)
     print(f"wrote {path}")
     return result
+
+
+def stream_against_offline(cfg: LiveBenchConfig, words, spans, transcripts) -> dict:
+    """Capitals after a word with no mark and spacing faults (:mod:`benchmarks.text_checks`) in the
+    finals' ``text`` of each session, against the offline decoder's text of the same words."""
+    from benchmarks.text_checks import check_texts, compare_capitals
+    from streampunct.api import Punctuator
+
+    stream_texts = [text for t in transcripts for _, _, text in t.texts]
+    offline_model = Punctuator.load(cfg.server.model_dir, engine=cfg.server.engine)
+    try:
+        offline_texts = [offline_model.punctuate(words[a:b], capitalize=True) for a, b in spans]
+    finally:
+        offline_model.close()
+    stream, offline = check_texts(stream_texts), check_texts(offline_texts)
+    both = compare_capitals(stream_texts, offline_texts)
+    print(f"text: capitals after a word with no mark per 1000 words: stream "
+          f"{stream.capitals_per_1000:.2f}, offline {offline.capitals_per_1000:.2f}; spacing faults: stream "
+          f"{stream.spacing_faults}, offline {offline.spacing_faults}"
+          + (f"; written by one side only: stream {both['stream_only_per_1000_words']:.2f}, offline "
+             f"{both['offline_only_per_1000_words']:.2f} per 1000 words" if both else ""), flush=True)
+    return {"stream": stream.to_dict(), "offline": offline.to_dict(), "one_side_only": both}
 
 
 def format_stability(stability) -> str:

@@ -1,0 +1,92 @@
+"""What a reader sees in ``text``: capitals after a word with no mark, and spacing faults.
+
+Used by ``bench live --capitalize`` to compare the stream's finals with the offline decoder on
+the same words (docs/results.md, "The stream against offline").
+
+- A *capital after no mark* is a word that starts with an upper-case letter although the word
+  before it ends without ``.``, ``?`` or ``!``: a sentence capital where no sentence ended. The
+  pronoun "I" (and "I'm", "I've", ...) does not count; names do, on both sides alike, so the
+  comparison is stream against offline, not against a gold standard.
+- A *spacing fault* is two spaces in a row, a space at either end of a final's ``text``, or a
+  space before ``,`` ``.`` ``?`` ``!``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_PRONOUN_I = re.compile(r"^I(?:'(?:m|ve|d|ll|s))?\W*$")
+_SENTENCE_END = (".", "?", "!")
+_SPACE_FAULT = re.compile(r"  | [,.?!]")
+
+
+@dataclass(frozen=True)
+class TextChecks:
+    words: int
+    capitals_after_no_mark: int
+    spacing_faults: int
+    examples: tuple[str, ...] = ()
+
+    @property
+    def capitals_per_1000(self) -> float:
+        return 1000.0 * self.capitals_after_no_mark / self.words if self.words else 0.0
+
+    def to_dict(self) -> dict:
+        return {"words": self.words, "capitals_after_no_mark": self.capitals_after_no_mark,
+                "capitals_after_no_mark_per_1000_words": round(self.capitals_per_1000, 3),
+                "spacing_faults": self.spacing_faults, "examples": list(self.examples)}
+
+
+def capitals_after_no_mark(tokens: list[str], limit: int = 10) -> tuple[int, list[str]]:
+    """Count of tokens with a sentence capital after a token without a sentence mark, and up
+    to ``limit`` examples (the two words)."""
+    count, examples = 0, []
+    for prev, tok in zip(tokens, tokens[1:], strict=False):
+        if tok[:1].isupper() and not prev.endswith(_SENTENCE_END) and not _PRONOUN_I.match(tok):
+            count += 1
+            if len(examples) < limit:
+                examples.append(f"{prev} {tok}")
+    return count, examples
+
+
+def spacing_faults(pieces: Iterable[str]) -> int:
+    """Spacing faults in each piece of text (a final's ``text``; or one whole text)."""
+    faults = 0
+    for piece in pieces:
+        if not piece:
+            continue
+        faults += len(_SPACE_FAULT.findall(piece)) + (piece != piece.strip())
+    return faults
+
+
+def check_texts(pieces: Iterable[str]) -> TextChecks:
+    """The checks over texts that follow one another (a stream's finals, or offline segments)."""
+    pieces = list(pieces)
+    tokens = " ".join(p for p in pieces if p).split()
+    count, examples = capitals_after_no_mark(tokens)
+    return TextChecks(len(tokens), count, spacing_faults(pieces), tuple(examples))
+
+
+def capital_positions(tokens: list[str]) -> set[int]:
+    """Indices of the tokens :func:`capitals_after_no_mark` counts."""
+    return {i + 1 for i, (prev, tok) in enumerate(zip(tokens, tokens[1:], strict=False))
+            if tok[:1].isupper() and not prev.endswith(_SENTENCE_END) and not _PRONOUN_I.match(tok)}
+
+
+def compare_capitals(stream_pieces: Iterable[str], offline_pieces: Iterable[str], limit: int = 10) -> dict | None:
+    """Capitals after no mark that only one side writes, word for word (None when the two texts
+    do not have the same number of tokens, e.g. with written forms on)."""
+    a = " ".join(p for p in stream_pieces if p).split()
+    b = " ".join(p for p in offline_pieces if p).split()
+    if len(a) != len(b):
+        return None
+    only_stream = sorted(capital_positions(a) - capital_positions(b))
+    only_offline = sorted(capital_positions(b) - capital_positions(a))
+    n = len(a) or 1
+    return {"stream_only": len(only_stream), "offline_only": len(only_offline),
+            "stream_only_per_1000_words": round(1000 * len(only_stream) / n, 3),
+            "offline_only_per_1000_words": round(1000 * len(only_offline) / n, 3),
+            "stream_only_examples": [f"{a[i - 1]} {a[i]} (offline: {b[i - 1]} {b[i]})" for i in only_stream[:limit]]}
+

@@ -1,0 +1,29 @@
+from benchmarks.text_checks import capitals_after_no_mark, check_texts, spacing_faults
+
+
+def test_a_capital_counts_only_after_a_word_without_a_sentence_mark():
+    tokens = "Is there anything else They wanted? Yes. I think I'm done, Monday then".split()
+    count, examples = capitals_after_no_mark(tokens)
+    assert count == 2 and examples == ["else They", "done, Monday"]  # "I", "I'm" and sentence starts do not count
+
+
+def test_spacing_faults_are_double_spaces_edge_spaces_and_spaces_before_marks():
+    assert spacing_faults(["Hello, world.", "And then"]) == 0
+    assert spacing_faults(["Hello  world", " and", "so ."]) == 3
+
+
+def test_checks_run_over_pieces_that_follow_one_another():
+    c = check_texts(["So is there anything else", "They wanted to know.", ""])
+    assert (c.words, c.capitals_after_no_mark, c.spacing_faults) == (9, 1, 0)
+    assert c.to_dict()["capitals_after_no_mark_per_1000_words"] == round(1000 / 9, 3)
+
+
+def test_capitals_written_by_one_side_only_are_compared_word_for_word():
+    from benchmarks.text_checks import compare_capitals
+
+    stream = ["So is there anything else They wanted.", "We met John there"]
+    offline = ["So is there anything else. They wanted.", "We met John there"]
+    both = compare_capitals(stream, offline)
+    assert both["stream_only"] == 1 and both["offline_only"] == 0  # John is on both sides
+    assert both["stream_only_examples"] == ["else They (offline: else. They)"]
+    assert compare_capitals(["a b"], ["a"]) is None
