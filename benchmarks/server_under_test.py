@@ -44,6 +44,8 @@ class ServerUnderTest:
         engine_options: ``KEY=VALUE`` strings, each a ``serve --engine-option``.
         max_batch, max_wait_ms: ``serve --max-batch``, ``--max-wait-ms``.
         engine_workers: ``serve --engine-workers`` (None: the server's default, ``auto``).
+        workers: ``serve --workers``, server processes (None: the server's default, 1); the
+            server's CPU (:meth:`ServerProcess.cpu_seconds`) counts them all.
         batch_rows: ``serve --batch-rows`` (None: the server's default).
         stream_cache: ``serve --stream-cache`` (None: the server's default).
         stream_cache_tokens: ``serve --stream-cache-tokens`` (None: the model's).
@@ -69,6 +71,7 @@ class ServerUnderTest:
     max_batch: int = 32
     max_wait_ms: float = 5.0
     engine_workers: int | None = None
+    workers: int | None = None
     batch_rows: str | None = None
     stream_cache: str | None = None
     stream_cache_tokens: int | None = None
@@ -126,6 +129,9 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
         "engine_workers": ("--engine-workers", dict(
             type=int, default=d.engine_workers,
             help=f"engines {_STARTED} runs side by side (default: the server's, auto)")),
+        "workers": ("--workers", dict(
+            type=int, default=d.workers, metavar="N",
+            help=f"server processes {_STARTED} runs on its port (serve --workers; default: the server's, 1)")),
         "batch_rows": ("--batch-rows", dict(choices=choices(BatchRows), default=d.batch_rows,
                                             help=f"serve --batch-rows {_STARTED} (default: the server's, exact)")),
         "stream_cache": ("--stream-cache", dict(choices=choices(StreamCacheMode), default=d.stream_cache,
@@ -271,11 +277,15 @@ class ServerProcess:
         common = [
             "--port", "0", "--host", "127.0.0.1",
             "--max-batch", str(s.max_batch), "--max-wait-ms", str(s.max_wait_ms),
-            "--max-sessions", str(max_sessions),
+            # each of N workers takes max_sessions / N, and the kernel spreads connections unevenly:
+            # let every worker take them all, so that the bench measures capacity, not the limit
+            "--max-sessions", str(max_sessions * (s.workers or 1)),
             "--right-context", str(s.right_context), "--max-delay-ms", str(s.max_delay_ms),
         ]
         if s.engine_workers is not None:
             common += ["--engine-workers", str(s.engine_workers)]
+        if s.workers is not None:
+            common += ["--workers", str(s.workers)]
         if s.engine != "fake":  # the fake model has no streaming graph; it takes the server's batch_rows
             for flag, value in (("--batch-rows", s.batch_rows), ("--stream-cache", s.stream_cache),
                                 ("--stream-cache-tokens", s.stream_cache_tokens)):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 
@@ -51,16 +50,17 @@ def _engine_workers(text: str) -> int | str:
 AUTO_MAX_ENGINE_WORKERS = 8
 
 
-def resolve_engine_workers(value: int | str, engine: str) -> int:
-    """``auto``: one engine per physical core for onnxruntime (each single-threaded), at most
-    :data:`AUTO_MAX_ENGINE_WORKERS`; 1 for other backends."""
+def resolve_engine_workers(value: int | str, engine: str, workers: int = 1) -> int:
+    """``auto``: one engine per physical core of a worker process's part of them (cores / ``workers``,
+    at least 1) for onnxruntime (each single-threaded), at most :data:`AUTO_MAX_ENGINE_WORKERS`;
+    1 for other backends."""
     if value != "auto":
         return int(value)
     if engine != "onnxruntime":
         return 1
     from engines.registry import physical_cores
 
-    return min(physical_cores(), AUTO_MAX_ENGINE_WORKERS)
+    return min(max(1, physical_cores() // workers), AUTO_MAX_ENGINE_WORKERS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.core.wire import Limits
     from streampunct.server.app import DrainMode, ItnGrammars, ServerConfig
     from streampunct.server.batcher import BatcherConfig, BatchRows
+    from streampunct.server.event_loop import EventLoop
 
     parser.add_argument("--model", metavar="DIR", default=None,
                         help="model folder (default: the shipped models/default; --engine fake needs "
@@ -86,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-option", metavar="KEY=VALUE", type=_engine_option, action="append",
                         default=[], help="extra backend option (repeatable), e.g. intra_op_threads=2, "
                                          "or the fake engine's batch_ms=0.5, token_us=20, sleep=true")
+    parser.add_argument("--event-loop", choices=choices(EventLoop), default=str(ServerConfig.event_loop),
+                        help="the server's event loop: uvloop, asyncio's own, or auto: uvloop where it is "
+                             "installed, else asyncio (default: %(default)s)")
     net = parser.add_argument_group("network")
     net.add_argument("--host", default=ServerConfig.host,
                      help="bind address (default: %(default)s; binding elsewhere exposes the server)")
@@ -114,6 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "core for onnxruntime, at most 8, 1 for other backends); onnxruntime engines get "
                             "physical cores / N intra-op threads each unless --engine-option "
                             "intra_op_threads= says otherwise (default: %(default)s)")
+    batch.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                       help="server processes on the one address, each with its own event loop, engines and "
+                            "sessions (SO_REUSEPORT; the cores and --max-sessions are split between them; "
+                            "SIGTERM drains them all; docs/server.md, \"Worker processes\"; default: %(default)s)")
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
@@ -231,8 +239,9 @@ def build_config(args: argparse.Namespace):
             host=args.host,
             port=args.port,
             batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue,
-                                   resolve_engine_workers(args.engine_workers, args.engine),
+                                   resolve_engine_workers(args.engine_workers, args.engine, args.workers),
                                    args.batch_rows),
+            workers=args.workers,
             max_sessions=args.max_sessions,
             limits=limits,
             max_message_bytes=args.max_message_bytes,
@@ -252,6 +261,7 @@ def build_config(args: argparse.Namespace):
             stream_cache_tokens=args.stream_cache_tokens,
             drain=args.drain,
             partial_mark_threshold=args.partial_mark_threshold,
+            event_loop=args.event_loop,
         )
     except ValueError as e:
         raise InputError(flag_names(str(e), args)) from None
@@ -279,13 +289,39 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.server.app import run_until_signalled
+    from streampunct.server.app import run_server
 
     def announce(server) -> None:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "
               f"on {server.url} (Ctrl-C to stop)", flush=True)
 
     config = build_config(args)
+    if config.workers > 1:
+        return _supervise(config, args)
     limit_malloc_arenas()  # before the engine's threads allocate
-    asyncio.run(run_until_signalled(config, on_ready=announce))
+    run_server(config, on_ready=announce)
     return 0
+
+
+def _supervise(config, args: argparse.Namespace) -> int:
+    """``--workers N``: N server processes (:mod:`streampunct.server.workers`); the same ready line,
+    printed once every worker is ready."""
+    import functools
+    import logging
+
+    from streampunct.server.workers import supervise
+
+    def announce(ready) -> None:
+        print(f"streampunct: serving {ready.model_name} with {ready.engine_name} on {ready.url} "
+              f"({config.workers} workers; Ctrl-C to stop)", flush=True)
+
+    setup = functools.partial(worker_setup, logging.getLevelName(logging.getLogger().getEffectiveLevel()))
+    return supervise(config, config.workers, setup=setup, on_ready=announce)
+
+
+def worker_setup(log_level: str) -> None:
+    """What a worker process of ``--workers`` does first: the CLI's logging, the malloc arenas."""
+    from streampunct.cli import configure_logging
+
+    configure_logging(log_level)
+    limit_malloc_arenas()

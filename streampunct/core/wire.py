@@ -4,20 +4,22 @@ Every frame is one JSON object with a string ``type``. Client messages are
 decoded here, in one place, into frozen dataclasses; anything malformed raises
 :class:`ProtocolError` carrying the error ``code`` the server sends back
 (``bad_request`` or ``too_large``). Server messages are dataclasses too and
-are turned into JSON by :func:`encode`; the client decodes them with
-:func:`decode_server`. Unknown fields are ignored in both directions, so new
-optional fields never break an older peer.
+are turned into JSON by :func:`encode` (the server sends :func:`encode_frame`'s
+bytes); the client decodes them with :func:`decode_server`. The JSON itself is
+:mod:`streampunct.core.codec`'s (orjson when installed, with the standard
+library's values and errors). Unknown fields are ignored in both directions, so
+new optional fields never break an older peer.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
+from streampunct.core import codec
 from streampunct.core.options import OPTION_NAMES, OptionError, SessionOptions, check_options
 from streampunct.errors import StreampunctError
 
@@ -354,7 +356,14 @@ Message = ClientMessage | ServerMessage
 
 def encode(message: Message) -> str:
     """One message as the JSON text of a frame."""
-    return json.dumps(message.to_json(), ensure_ascii=False, separators=(",", ":"))
+    text = codec.dumps(message.to_json())
+    return text if isinstance(text, str) else text.decode()
+
+
+def encode_frame(message: Message) -> str | bytes:
+    """One message as the payload of a text frame: :func:`encode`'s text, or its UTF-8 bytes
+    (orjson's, not decoded again); send either with ``send(payload, text=True)``."""
+    return codec.dumps(message.to_json())
 
 
 # -- decoding -----------------------------------------------------------------
@@ -382,7 +391,7 @@ def _parse_object(text: str | bytes) -> dict[str, Any]:
     if isinstance(text, bytes | bytearray | memoryview):
         raise _bad("binary frames are not accepted; send JSON in text frames")
     try:
-        obj = json.loads(text, parse_constant=_no_constant, parse_int=_int)
+        obj = codec.loads(text, parse_constant=_no_constant, parse_int=_int)
     except RecursionError:  # the decoder's recursion: arrays or objects nested past Python's stack
         raise _bad("invalid JSON: the frame nests too deeply") from None
     except ValueError as e:  # JSONDecodeError, and NaN or Infinity

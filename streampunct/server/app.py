@@ -26,6 +26,7 @@ import http
 import importlib.resources
 import json
 import logging
+import os
 import signal
 import time
 import uuid
@@ -44,6 +45,7 @@ from websockets.http11 import Request, Response
 
 from engines.base import Engine
 from engines.registry import StreamCacheMode
+from streampunct.core import codec
 from streampunct.core.alignment import Aligner
 from streampunct.core.options import SessionOptions
 from streampunct.core.windowing import WindowConfig
@@ -55,6 +57,7 @@ from streampunct.labels import (
     check_partial_mark_threshold,
 )
 from streampunct.server.batcher import Batcher, BatcherConfig
+from streampunct.server.event_loop import EventLoop, loop_factory, loop_name, resolve
 from streampunct.server.http_policy import (
     HostPolicy,
     Refusal,
@@ -75,6 +78,8 @@ logger = logging.getLogger(__name__)
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
 #: Plain HTTP endpoints.
 HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
+#: The response header that names the worker process that answered (``serve --workers``).
+WORKER_HEADER = "X-Streampunct-Worker"
 #: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
 REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions")
 
@@ -111,6 +116,12 @@ class ServerConfig:
         engine: engine backend (``onnxruntime``, ``tensorrt``, ``torch``, ``triton``, ``fake``).
         engine_options: extra keyword options for the backend.
         host, port: where to listen (port 0 picks a free port).
+        worker, workers: this process's place among the processes of ``serve --workers``
+            (:mod:`streampunct.server.workers` sets them: 0 <= worker < workers). With more
+            than one, the listener is bound with ``SO_REUSEPORT`` to the port the supervisor
+            chose, answers name their worker (``/healthz``, an ``X-Streampunct-Worker`` header)
+            and onnxruntime engines share the cores with the other workers' (docs/server.md,
+            "Worker processes").
         batching: cross-stream batching policy (max batch, max wait, queue bound).
         max_sessions: open sessions; more are refused with HTTP 503.
         limits: per-message limits (words per message, word length, option ranges).
@@ -167,6 +178,10 @@ class ServerConfig:
         partial_mark_threshold: partials show a provisional word's mark only when the
             model's probability of it is at least this (0 <= it < 1; 0: every mark; finals
             never change; docs/formatting.md, "Interim stability").
+        event_loop: an :class:`~streampunct.server.event_loop.EventLoop`, the loop
+            :func:`run_server` makes: ``auto`` (default: uvloop where it is installed, else
+            asyncio's), ``uvloop`` (ValueError where it is not) or ``asyncio``. :func:`serve`
+            runs on its caller's loop.
     """
 
     model_dir: Path | None = None
@@ -174,6 +189,8 @@ class ServerConfig:
     engine_options: Mapping[str, object] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8765
+    worker: int = 0
+    workers: int = 1
     batching: BatcherConfig = BatcherConfig()
     max_sessions: int = 256
     limits: Limits = Limits()
@@ -199,6 +216,7 @@ class ServerConfig:
     itn_workers: int = 1
     lexicon: tuple[tuple[str, str], ...] = ()
     partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD
+    event_loop: EventLoop = EventLoop.AUTO
 
     def __post_init__(self) -> None:
         try:
@@ -207,16 +225,22 @@ class ServerConfig:
             raise ValueError("partial_mark_threshold must be a number in [0, 1), not "
                              f"{self.partial_mark_threshold!r}") from None
         modes: tuple[tuple[str, type[StrEnum]], ...] = (
-            ("itn_grammars", ItnGrammars), ("drain", DrainMode), ("stream_cache", StreamCacheMode))
+            ("itn_grammars", ItnGrammars), ("drain", DrainMode), ("stream_cache", StreamCacheMode),
+            ("event_loop", EventLoop))
         for name, kind in modes:
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, kind(value))  # a plain string becomes its member
             except ValueError:
                 raise ValueError(f"{name} must be one of {', '.join(kind)}, not {value!r}") from None
+        if self.event_loop is EventLoop.UVLOOP:
+            resolve(self.event_loop)  # ValueError where uvloop does not import
         self.session_defaults.check(self.limits)
         if self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
+        if self.workers < 1 or not 0 <= self.worker < self.workers:
+            raise ValueError(f"workers must be >= 1 and 0 <= worker < workers, not worker {self.worker} of "
+                             f"{self.workers}")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         if self.max_message_bytes < 1024:
@@ -289,10 +313,10 @@ class ServerRuntime:
 
         info = load_model_info(config.model_dir, backend=config.engine)
         options = dict(config.engine_options)
-        workers = config.batching.engine_workers
-        if workers > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
+        engines = config.batching.engine_workers * config.workers  # of all worker processes
+        if engines > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
             # N engines side by side share the cores: each gets its part of them.
-            options["intra_op_threads"] = max(1, physical_cores() // workers)
+            options["intra_op_threads"] = max(1, physical_cores() // engines)
 
         shape = _stream_shape(config, info)
 
@@ -337,7 +361,7 @@ class StreamServer:
             runtime = ServerRuntime.from_model(config)
         self.runtime = runtime
         normalizer = runtime.normalizer
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(config.worker, config.workers)
         for reason in REJECT_REASONS:
             self.metrics.rejected.labels(reason=reason)
         self.model_name = runtime.model_name
@@ -419,6 +443,8 @@ class StreamServer:
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,
                 logger=logging.getLogger("streampunct.server.app.websockets"),
+                # serve --workers: every worker listens on the port (the kernel spreads the connections)
+                reuse_port=self.config.workers > 1 or None,
             )
         except OSError as e:
             raise InputError(f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}") from e
@@ -429,6 +455,7 @@ class StreamServer:
             frozenset(o for o in map(canonical_origin, self.config.allow_origins) if o),
             self.config.auth_token,
         )
+        logger.info("event loop: %s; frames' JSON: %s", loop_name(asyncio.get_running_loop()), codec.name())
         self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
 
     async def _load(self) -> None:
@@ -571,7 +598,10 @@ class StreamServer:
 
     def _process_response(self, connection: ServerConnection, request: Request, response: Response) -> None:
         """Counts and logs, in one line, the handshakes websockets itself refused (bad ``Upgrade``,
-        ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through."""
+        ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through. With
+        ``serve --workers``, every answer (the 101 of a stream too) names its worker in a header."""
+        if self.config.workers > 1:
+            response.headers[WORKER_HEADER] = str(self.config.worker)
         error = connection.protocol.handshake_exc
         if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
@@ -595,6 +625,10 @@ class StreamServer:
             "uptime_s": round(time.monotonic() - self._started, 3),
             "sessions": len(self.sessions),
             "protocol": PROTOCOL_VERSION,
+            # which process answered (serve --workers: each worker answers for itself)
+            "worker": self.config.worker,
+            "workers": self.config.workers,
+            "pid": os.getpid(),
         }
         code = http.HTTPStatus.OK if status == "ok" else http.HTTPStatus.SERVICE_UNAVAILABLE
         response = connection.respond(code, json.dumps(body) + "\n")
@@ -682,16 +716,24 @@ async def run_until_signalled(
     runtime: ServerRuntime | None = None,
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM, then shut down gracefully (the CLI's main loop).
 
     ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
+    ``stop``: an event that, set, shuts down as the signals do (they set it; a worker of
+    ``serve --workers`` sets it when its supervisor is gone).
     """
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    server = await serve(config, runtime)
+    stop = stop if stop is not None else asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    try:
+        server = await serve(config, runtime)
+    except BaseException:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        raise
     try:
         stopped = asyncio.create_task(stop.wait())
         loading = asyncio.ensure_future(server.wait_ready())
@@ -708,3 +750,16 @@ async def run_until_signalled(
         await server.shutdown()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def run_server(
+    config: ServerConfig,
+    runtime: ServerRuntime | None = None,
+    *,
+    on_ready: Callable[[StreamServer], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """:func:`run_until_signalled` on a new event loop of ``config.event_loop`` (uvloop or
+    asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made."""
+    with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
+        runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop))

@@ -2,13 +2,28 @@
 
 A registry per server (not prometheus-client's global one) lets several
 servers live in one process, as they do in the tests.
+
+The worker processes of ``serve --workers`` write their values to files in
+``$PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode; the
+supervisor, :mod:`streampunct.server.workers`, sets it for them), and each
+renders the sum over all of them: ``/metrics`` covers the whole server
+whichever worker answers (docs/server.md, "Worker processes").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client import values as prometheus_values
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -23,17 +38,38 @@ WINDOW_KINDS = ("final", "partial")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+_TRIMS_HELP = "Times the allocator's free memory was given back (malloc_trim)."
+_TRIM_SECONDS_HELP = "Wall time of those trims (on an engine worker's thread)."
+#: Seconds between the writes of a worker's live gauges to its file (``serve --workers``).
+REFRESH_S = 1.0
+
+
 class _AllocatorCollector(Collector):
     """The process' allocator trims (:data:`streampunct.server.allocator.STATS`), read at each scrape."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         stats = allocator.STATS
-        yield CounterMetricFamily(
-            "streampunct_allocator_trims", "Times the allocator's free memory was given back (malloc_trim).",
-            value=stats.calls)
-        yield CounterMetricFamily(
-            "streampunct_allocator_trim_seconds", "Wall time of those trims (on an engine worker's thread).",
-            value=stats.seconds)
+        yield CounterMetricFamily("streampunct_allocator_trims", _TRIMS_HELP, value=stats.calls)
+        yield CounterMetricFamily("streampunct_allocator_trim_seconds", _TRIM_SECONDS_HELP, value=stats.seconds)
+
+
+def values_in_files() -> bool:
+    """Whether this process writes its metric values to files (prometheus-client's multiprocess
+    mode: ``$PROMETHEUS_MULTIPROC_DIR`` was set when prometheus-client was imported)."""
+    return prometheus_values.ValueClass is not prometheus_values.MutexValue and bool(
+        os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class _LiveGauge(Gauge):
+    """A gauge whose value a function gives (``set_function``): read at each scrape, or, when the
+    values live in files (:func:`values_in_files`), written to its file by :meth:`ServerMetrics.refresh`."""
+
+    live: Callable[[], float] | None = None
+
+    def set_function(self, f: Callable[[], float]) -> None:
+        self.live = f
+        if not values_in_files():
+            super().set_function(f)
 
 
 class ServerMetrics:
@@ -64,15 +100,23 @@ class ServerMetrics:
 
     ``streampunct_allocator_trims_total`` and ``..._trim_seconds_total`` count
     the process' allocator trims (:mod:`streampunct.server.allocator`; the batcher's
-    ``trim_interval_s``).
+    ``trim_interval_s``). ``streampunct_worker_info{worker}`` is 1 for each live
+    worker process (one with a plain server).
+
+    ``worker``, ``workers``: the process's place among those of ``serve --workers``. With more
+    than one and the values in files (:func:`values_in_files`), :meth:`render` sums the files of
+    every worker (gauges: those of the live ones), and :meth:`refresh` must run now and then
+    (the worker does, every :data:`REFRESH_S`) to write the gauges that functions give.
     """
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, worker: int = 0, workers: int = 1) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.sessions = Gauge("streampunct_sessions", "Open streaming sessions.", registry=r)
+        self.multiprocess = workers > 1 and values_in_files()
+        self.sessions = Gauge("streampunct_sessions", "Open streaming sessions.", registry=r,
+                              multiprocess_mode="livesum")
         self.sessions_total = Counter(
             "streampunct_sessions_opened", "Streaming sessions opened.", registry=r
         )
@@ -104,8 +148,9 @@ class ServerMetrics:
             "streampunct_handshakes_rejected", "Handshakes refused, by reason.", ["reason"],
             registry=r,
         )
-        self.queue_depth = Gauge(
-            "streampunct_queue_depth", "Window requests waiting for the engine.", registry=r
+        self.queue_depth = _LiveGauge(
+            "streampunct_queue_depth", "Window requests waiting for the engine.", registry=r,
+            multiprocess_mode="livesum",
         )
         self.window_tokens = Counter(
             "streampunct_window_tokens",
@@ -122,9 +167,9 @@ class ServerMetrics:
             "streampunct_engine_tokens", "Padded tokens of all engine calls (batch x longest).",
             registry=r,
         )
-        self.backlog = Gauge(
+        self.backlog = _LiveGauge(
             "streampunct_backlog_words", "Words received and not yet finalized, all sessions.",
-            registry=r,
+            registry=r, multiprocess_mode="livesum",
         )
         self.input_paused = Counter(
             "streampunct_input_paused",
@@ -140,7 +185,33 @@ class ServerMetrics:
             "Time a final's or partial's text waited for ITN grammar searches (texts that waited).",
             buckets=_LATENCY_BUCKETS, registry=r,
         )
-        r.register(_AllocatorCollector())
+        self.worker_info = Gauge(
+            "streampunct_worker_info", "1 for each live worker process (serve --workers; one without).",
+            ["worker"], registry=r, multiprocess_mode="livesum",
+        )
+        self.worker_info.labels(worker=str(worker)).set(1)
+        if self.multiprocess:
+            # the allocator's process-wide stats, written to this worker's file by refresh()
+            self._trims = Counter("streampunct_allocator_trims", _TRIMS_HELP, registry=r)
+            self._trim_seconds = Counter("streampunct_allocator_trim_seconds", _TRIM_SECONDS_HELP, registry=r)
+            self._trims_seen = (0, 0.0)
+        else:
+            r.register(_AllocatorCollector())
+
+    def refresh(self) -> None:
+        """Write what functions give (the live gauges, the allocator's trims) to this process's
+        files; nothing to do unless :attr:`multiprocess`."""
+        if not self.multiprocess:
+            return
+        for gauge in (self.queue_depth, self.backlog):
+            if gauge.live is not None:
+                gauge.set(gauge.live())
+        stats = allocator.STATS
+        calls, seconds = self._trims_seen
+        if stats.calls > calls:
+            self._trims.inc(stats.calls - calls)
+            self._trim_seconds.inc(max(0.0, stats.seconds - seconds))
+            self._trims_seen = (stats.calls, stats.seconds)
 
     def observe_batch(self, record: BatchRecord) -> None:
         self.batch_size.observe(record.size)
@@ -154,4 +225,10 @@ class ServerMetrics:
         self.windows.labels(kind=kind).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The Prometheus text: this server's, or with :attr:`multiprocess` that of every worker."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.refresh()
+        every_worker = CollectorRegistry()
+        multiprocess.MultiProcessCollector(every_worker)
+        return generate_latest(every_worker)

@@ -70,7 +70,7 @@ from streampunct.core.wire import (
     Partial,
     Resumed,
     ServerMessage,
-    encode,
+    encode_frame,
 )
 from streampunct.labels import PARTIAL_MARK_THRESHOLD
 from streampunct.server.batcher import Batcher, EngineFailedError, OverloadedError
@@ -307,7 +307,7 @@ class Session:
             self._ctx.metrics.errors.labels(code=str(error.code)).inc()
             try:
                 async with asyncio.timeout(self._ctx.close_timeout_s):
-                    await self._ws.send(encode(error))
+                    await self._ws.send(encode_frame(error), text=True)
             except TimeoutError:
                 pass
             await self._close(CloseCode.INTERNAL_ERROR, "internal error")
@@ -481,7 +481,7 @@ class Session:
                         raise _WritingFailed(str(e)) from e
                 try:
                     async with asyncio.timeout(timeout):
-                        await self._ws.send(encode(message))
+                        await self._ws.send(encode_frame(message), text=True)
                 except TimeoutError:
                     raise SlowReaderError(
                         f"client not reading: a send was blocked for {timeout:g}s"

@@ -1,0 +1,412 @@
+"""``serve --workers N``: N server processes on one listening address, under a supervisor.
+
+The supervisor (:func:`supervise`, the process ``serve`` started) loads no engine and serves
+nothing itself:
+
+- **Port.** It checks that ``host:port`` is free (a plain bind, which fails while anything listens
+  there, an ``SO_REUSEPORT`` group included), picks the real port when ``--port 0``, and holds it
+  with bound, not listening, ``SO_REUSEPORT`` sockets (:func:`reserve_port`) until every worker
+  listens. Each worker then listens on that port with ``SO_REUSEPORT`` (``ServerConfig.workers >
+  1``) and the kernel spreads new connections over the workers (by a hash of their addresses, not
+  by load).
+- **Workers.** N processes of the ``spawn`` start method, each with its own event loop, engine
+  workers and sessions: a :class:`~streampunct.server.app.ServerConfig` of its own
+  (:func:`worker_config`: its index, ``ceil(max_sessions / N)`` sessions, the real port). The
+  ready line is printed once every worker's engine is warm.
+- **Signals.** SIGTERM and SIGINT are forwarded to every worker, each of which drains as a
+  single server does (``--drain``); the supervisor exits once they have all exited: 0 when each
+  exited cleanly. The workers start with both signals blocked and unblock them once they can
+  act on them, so that a signal during startup is never lost nor fatal.
+- **A worker that dies** (any exit the supervisor did not ask for) is not restarted: the
+  supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
+  service (systemd, Kubernetes, a shell loop) sees the failure; a worker that fails to start
+  makes ``serve`` fail with its error. A worker whose supervisor is gone (SIGKILL) drains and
+  exits by itself.
+- **Metrics.** The supervisor points ``$PROMETHEUS_MULTIPROC_DIR`` at a fresh folder of its own
+  (removed at exit), so that ``/metrics`` sums every worker whichever answers
+  (:class:`~streampunct.server.metrics.ServerMetrics`); ``/healthz`` is the answering worker's,
+  and names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from streampunct.server.app import ServerConfig, StreamServer
+
+logger = logging.getLogger(__name__)
+
+#: The signals the supervisor forwards, and that a worker drains on.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Seconds between the supervisor's looks at its deadline (it wakes at once for the workers' news).
+POLL_S = 1.0
+#: Extra seconds the supervisor waits, past a worker's own shutdown bound
+#: (``shutdown_timeout_s + close_timeout_s``), before it kills the workers still running.
+STOP_GRACE_S = 15.0
+
+
+def sessions_per_worker(max_sessions: int, workers: int) -> int:
+    """Each worker's part of ``--max-sessions``: ``ceil(max_sessions / workers)``."""
+    return math.ceil(max_sessions / workers)
+
+
+def worker_config(config: ServerConfig, worker: int, workers: int, port: int) -> ServerConfig:
+    """The config of worker ``worker`` of ``workers``: the real ``port``, its place, and its part of
+    the sessions (:func:`sessions_per_worker`); the rest (auth token, limits, drain) is the server's."""
+    return replace(config, port=port, worker=worker, workers=workers,
+                   max_sessions=sessions_per_worker(config.max_sessions, workers))
+
+
+def reserve_port(host: str, port: int) -> tuple[list[socket.socket], int]:
+    """Bound (not listening) ``SO_REUSEPORT`` sockets on every address of ``host`` (as asyncio's
+    ``create_server`` resolves it), on ``port`` or, when 0, a free port: (the sockets, the port).
+    Each is bound only after a plain bind of the same address succeeded, so that a port another
+    server listens on (workers of another supervisor included) is refused as in use.
+    Raises :class:`~streampunct.errors.InputError`."""
+    from streampunct.errors import InputError
+
+    infos = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                                  flags=socket.AI_PASSIVE):
+            if (family, address) not in [(f, a) for f, _, _, a in infos]:
+                infos.append((family, kind, proto, address))
+    except OSError as e:
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    attempts = 10 if port == 0 else 1  # port 0 over several addresses: one may hold the first's port
+    for attempt in range(attempts):
+        held: list[socket.socket] = []
+        chosen = port
+        try:
+            for family, kind, proto, address in infos:
+                address = (address[0], chosen, *address[2:])
+                with _socket(family, kind, proto, reuse_port=False) as probe:
+                    probe.bind(address)
+                    chosen = probe.getsockname()[1]
+                sock = _socket(family, kind, proto, reuse_port=True)
+                held.append(sock)
+                sock.bind((address[0], chosen, *address[2:]))
+            return held, chosen
+        except OSError as e:
+            for sock in held:
+                sock.close()
+            if attempt == attempts - 1:
+                raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    raise AssertionError("unreachable")
+
+
+def _socket(family: int, kind: int, proto: int, *, reuse_port: bool) -> socket.socket:
+    """A socket with the options asyncio's ``create_server`` gives its own."""
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    return sock
+
+
+# -- the supervisor ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    """What the workers said once ready (the ready line's parts)."""
+
+    model_name: str
+    engine_name: str
+    url: str
+
+
+def supervise(
+    config: ServerConfig,
+    workers: int,
+    *,
+    setup: Callable[[], None] | None = None,
+    on_ready: Callable[[Ready], None] | None = None,
+) -> int:
+    """Run ``workers`` server processes on ``config``'s address until SIGTERM or SIGINT, or until a
+    worker dies; the exit status: 0 when every worker drained and exited cleanly, 1 when one died
+    (the others are drained) or did not exit in time (killed).
+
+    ``setup`` runs first in each worker (logging, the allocator; picklable: a module's function or a
+    ``functools.partial`` of one); ``on_ready`` is called once every worker is ready. Raises
+    :class:`~streampunct.errors.InputError` when the address is taken, and the error of a worker
+    that failed to start (a model folder's ``ModelError``, say).
+    """
+    if workers < 2:
+        raise ValueError("supervise() runs 2 workers or more; serve one with run_server()")
+    sockets, port = reserve_port(config.host, config.port)
+    metrics_dir = tempfile.mkdtemp(prefix="streampunct-metrics-")
+    saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # the workers inherit it (spawn)
+    supervisor = _Supervisor(config, workers, port, setup)
+    previous = {sig: signal.signal(sig, supervisor.forward) for sig in STOP_SIGNALS}
+    try:
+        supervisor.start()
+        return supervisor.run(sockets, on_ready)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sock in sockets:
+            sock.close()
+        supervisor.kill_all()
+        if saved_env is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+class _Supervisor:
+    def __init__(self, config: ServerConfig, workers: int, port: int, setup: Callable[[], None] | None) -> None:
+        self.config = config
+        self.n = workers
+        self.port = port
+        self.setup = setup
+        self.procs: list[BaseProcess] = []
+        self.conns: dict[Connection, int] = {}
+        self.stop_signal: int | None = None  # the first signal forwarded
+        self.deadline: float | None = None  # set once stopping: the workers must be gone by then
+        self.failed = False
+
+    def forward(self, sig: int, frame: object = None) -> None:
+        """The signal handler: pass ``sig`` on to every worker (each drains)."""
+        if self.stop_signal is None:
+            self.stop_signal = sig
+            logger.info("%s received; draining %d workers", signal.Signals(sig).name, self.n)
+        self._stop(sig)
+
+    def _stop(self, sig: int) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + (
+                self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
+        for proc in self.procs:
+            if proc.exitcode is None and proc.pid is not None:
+                try:
+                    os.kill(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        # The workers start with the stop signals blocked (a spawned child inherits the mask) and
+        # unblock them once they can handle them: a signal meanwhile waits instead of killing them.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for i in range(self.n):
+                spec = pickle.dumps((worker_config(self.config, i, self.n, self.port), self.setup))
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=worker_main, args=(spec, writer), name=f"streampunct-worker-{i}")
+                proc.start()
+                writer.close()
+                self.procs.append(proc)
+                self.conns[reader] = i
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal that came meanwhile runs forward() now
+        if self.stop_signal is not None:
+            self._stop(self.stop_signal)
+
+    def run(self, sockets: list[socket.socket], on_ready: Callable[[Ready], None] | None) -> int:
+        ready: dict[int, Ready] = {}
+        error: BaseException | None = None
+        alive = {proc.sentinel: i for i, proc in enumerate(self.procs)}
+        while alive:
+            # a bounded wait: a signal's handler may set the deadline while it waits
+            timeout = POLL_S if self.deadline is None else min(POLL_S, max(0.0, self.deadline - time.monotonic()))
+            events = wait([*self.conns, *alive], timeout)
+            if not events and (self.deadline is None or time.monotonic() < self.deadline):
+                continue
+            if not events:  # past the deadline
+                logger.error("%d workers still running %.0fs after the stop; killing them", len(alive),
+                             self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
+                self.kill_all()
+                self.failed = True
+                continue
+            for event in events:
+                if isinstance(event, Connection):
+                    i = self.conns[event]
+                    try:
+                        message = event.recv()
+                    except (EOFError, OSError):
+                        del self.conns[event]
+                        event.close()
+                        continue
+                    if message[0] == "ready":
+                        ready[i] = Ready(*message[1:])
+                        logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
+                        if len(ready) == self.n and self.deadline is None:
+                            for sock in sockets:  # every worker listens: the port is held by them
+                                sock.close()
+                            if on_ready is not None:
+                                on_ready(ready[0])
+                    elif message[0] == "failed" and error is None:
+                        error = _loaded_error(message[1])
+                        self.failed = True
+                        self._stop(signal.SIGTERM)
+                else:
+                    i = alive.pop(event)
+                    self._exited(i)
+        if error is not None:
+            raise error
+        return 1 if self.failed else 0
+
+    def _exited(self, i: int) -> None:
+        from prometheus_client import multiprocess
+
+        proc = self.procs[i]
+        proc.join()
+        code = proc.exitcode
+        multiprocess.mark_process_dead(proc.pid)  # its live gauges no longer count
+        # asked to stop (self.deadline), a worker may die of the signal itself: after its server
+        # is closed, or when it fails to start, the loop's handlers are gone
+        clean = code == 0 or (self.deadline is not None and code in (-signal.SIGTERM, -signal.SIGINT))
+        if clean and self.deadline is not None:
+            logger.info("worker %d (pid %d) exited", i, proc.pid)
+            return
+        self.failed = True
+        if self.deadline is None:
+            logger.error("worker %d (pid %d) exited unexpectedly (%s); draining the others, then exiting with "
+                         "status 1", i, proc.pid, _exit_status(code))
+            self._stop(signal.SIGTERM)
+        else:
+            logger.error("worker %d (pid %d) exited with %s", i, proc.pid, _exit_status(code))
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join(5)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"status {code}"
+
+
+def _loaded_error(payload: bytes | str) -> BaseException:
+    """A worker's startup error: its own exception when it is one streampunct reports in a line,
+    else a StreampunctError that says what it was (its traceback is in the worker's log)."""
+    from engines.base import EngineError
+    from streampunct.errors import StreampunctError
+
+    if isinstance(payload, bytes):
+        try:
+            error = pickle.loads(payload)
+        except Exception:
+            error = None
+        if isinstance(error, StreampunctError | EngineError | OSError):
+            return error
+        payload = f"{type(error).__name__}: {error}" if error is not None else "an error that did not unpickle"
+    return StreampunctError(f"a worker failed to start: {payload}")
+
+
+# -- a worker ---------------------------------------------------------------------------------
+
+#: The worker's stop event, set by the stop signals before the server's loop handles them.
+_early_stop: asyncio.Event | None = None
+
+
+def _early_signal(sig: int, frame: object) -> None:
+    # Before the server's own handlers are in and after they are gone: no coroutine waits on the
+    # event yet (run_until_signalled installs its handlers before it waits), so set() is safe here.
+    if _early_stop is not None:
+        _early_stop.set()
+
+
+def worker_main(spec: bytes, conn: Connection) -> None:
+    """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
+    over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``."""
+    global _early_stop
+    _early_stop = asyncio.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _early_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor (start())
+    config, setup = pickle.loads(spec)
+    if setup is not None:
+        setup()
+    _prefix_log_lines(f"[worker {config.worker}] ")
+    try:
+        from streampunct.server.app import run_server
+
+        run_server(config, on_ready=lambda server: _ready(server, conn), stop=_early_stop)
+    except BaseException as e:
+        from engines.base import EngineError
+        from streampunct.errors import StreampunctError
+
+        if not isinstance(e, StreampunctError | EngineError | OSError):  # a fault, not a user's error
+            logger.exception("worker %d failed", config.worker)
+        try:
+            payload: bytes | str = pickle.dumps(e)
+        except Exception:
+            payload = f"{type(e).__name__}: {e}"
+        try:
+            conn.send(("failed", payload))
+        except OSError:
+            pass
+        raise SystemExit(1) from None
+    finally:
+        for sig in STOP_SIGNALS:  # a late signal (a second Ctrl-C) must not break the exit
+            signal.signal(sig, _early_signal)
+        conn.close()
+
+
+def _ready(server: StreamServer, conn: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # the supervisor gone (killed): drain and exit
+        def orphaned() -> None:
+            loop.remove_reader(parent.sentinel)
+            logger.warning("the supervisor is gone; shutting down")
+            assert _early_stop is not None
+            _early_stop.set()
+
+        loop.add_reader(parent.sentinel, orphaned)
+    if server.metrics.multiprocess:
+        loop.create_task(_refresh_metrics(server), name="streampunct-metrics-refresh")
+    conn.send(("ready", server.model_name, server.batcher.engine_name, server.url))
+
+
+async def _refresh_metrics(server: StreamServer) -> None:
+    """Write the worker's live gauges to its metric files now and then (the answering worker
+    writes its own at each scrape): ``/metrics`` of another worker reads them."""
+    from streampunct.server.metrics import REFRESH_S
+
+    while True:
+        server.metrics.refresh()
+        await asyncio.sleep(REFRESH_S)
+
+
+def _prefix_log_lines(prefix: str) -> None:
+    """Start every line the root logger's handlers write with ``prefix`` (the workers share stderr)."""
+    for handler in logging.getLogger().handlers:
+        inner = handler.formatter or logging.Formatter()
+        handler.setFormatter(_Prefixed(inner, prefix))
+
+
+class _Prefixed(logging.Formatter):
+    def __init__(self, inner: logging.Formatter, prefix: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.prefix + self.inner.format(record)

@@ -1,0 +1,413 @@
+"""``streampunct serve --workers N``: N server processes on one port under a supervisor.
+
+The tests start the real command (``--engine fake``, port 0) in a child process and tell the
+workers apart by what each answer names: ``/healthz``'s ``worker`` and the
+``X-Streampunct-Worker`` header of every response, the 101 of a stream included. The kernel
+spreads connections over the workers by a hash of their addresses, so a test that needs a
+given worker opens connections until one lands there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from engines.fake import fake_labels
+from streampunct.client.stream_client import StreamClient, Transcript
+from streampunct.core.wire import (
+    ConfigRequest,
+    Ended,
+    Error,
+    Final,
+    PunctuatedWord,
+    Resumed,
+    ResumeRequest,
+)
+from streampunct.server.app import WORKER_HEADER
+from tests.streampunct.fakes import ended
+
+REPO = Path(__file__).resolve().parents[2]
+_ANNOUNCE = re.compile(r"serving (\S+) with (\S+) on (ws://\S+)")  # benchmarks/server_under_test.py's
+#: Connections a test opens, at most, to find a given worker (each lands on one at random).
+TRIES = 60
+WORDS = "so we went to the market and bought apples pears and a very large melon today".split()
+
+
+class Server:
+    """``serve --workers N --engine fake --port 0`` in a child process; its log in a file."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: Path) -> None:
+        self.proc = proc
+        self.log = log
+        self.url = ""
+        self.pids: set[int] = set()  # the workers seen
+
+    @property
+    def http(self) -> str:
+        return self.url.replace("ws://", "http://").removesuffix("/v1/stream")
+
+    async def ready_line(self) -> str:
+        line = (await asyncio.wait_for(self.proc.stdout.readline(), 90)).decode()
+        match = _ANNOUNCE.search(line)
+        assert match, line + self.log.read_text()
+        self.url = match.group(3)
+        return line
+
+    async def get(self, path: str) -> tuple[int, dict[str, str], str]:
+        """(status, headers with lowercase names, body) of a plain GET, on a connection of its own."""
+        host, _, port = self.http.removeprefix("http://").rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            raw = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        return int(status_line.split()[1]), headers, body.decode()
+
+    async def health(self) -> dict:
+        status, headers, body = await self.get("/healthz")
+        health = json.loads(body)
+        assert headers[WORKER_HEADER.lower()] == str(health["worker"])
+        self.pids.add(health["pid"])
+        return health
+
+    async def workers_by_health(self, n: int) -> dict[int, dict]:
+        """``/healthz`` of each of the ``n`` workers (worker -> answer)."""
+        seen: dict[int, dict] = {}
+        for _ in range(TRIES):
+            health = await self.health()
+            seen[health["worker"]] = health
+            if len(seen) == n:
+                return seen
+        raise AssertionError(f"only workers {sorted(seen)} answered in {TRIES} tries")
+
+    async def stream_on(self, worker: int, **options) -> StreamClient:
+        """A session on ``worker`` (sessions that land elsewhere are closed at once)."""
+        for _ in range(TRIES):
+            client = await StreamClient.connect(self.url, **options)
+            if worker_of(client) == worker:
+                return client
+            await client.close()
+        raise AssertionError(f"no session landed on worker {worker} in {TRIES} tries")
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor, if still there, and its workers (its children, no other process)."""
+        if self.proc.returncode is not None:
+            return  # its workers, if any are left, drain and exit by themselves
+        for pid in [*_children(self.proc.pid), self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def worker_of(client: StreamClient) -> int:
+    return int(client.connection.response.headers[WORKER_HEADER])
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, *args: str, workers: int = 2, env: dict[str, str] | None = None):
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streampunct.cli", "serve", "--engine", "fake", "--port", "0",
+            "--workers", str(workers), "--engine-option", "batch_ms=1", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=out, cwd=REPO, env={**os.environ, **(env or {})},
+        )
+    server = Server(proc, log)
+    try:
+        yield server
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                pass
+        server.kill()  # what is still there after a failure
+        await proc.wait()
+        # The workers share the supervisor's stdout: its pipe closes once they are gone too (workers
+        # left by a killed supervisor drain first), and only then may the loop close.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.stdout.read(), 30)
+
+
+def expected_labels(aligner, words: list[str]) -> list[int]:
+    return [int(fake_labels(np.asarray(aligner.word_ids(w)))[-1]) for w in words]
+
+
+async def test_every_worker_serves_and_metrics_cover_them_all(tmp_path, aligner):
+    """Two workers answer on the one port: each its own /healthz, each its own streams (with the
+    labels of one process), and /metrics, whichever worker answers, counts the streams of both."""
+    async with serving(tmp_path) as server:
+        line = await server.ready_line()
+        assert "(2 workers; Ctrl-C to stop)" in line and line.count("serving") == 1
+        health = await server.workers_by_health(2)
+        assert {h["workers"] for h in health.values()} == {2}
+        assert len({h["pid"] for h in health.values()}) == 2 and server.proc.pid not in server.pids
+        assert all(h["status"] == "ok" and h["engine"] == "fake" for h in health.values())
+
+        for worker in (0, 1):
+            transcript = Transcript()
+            async with await server.stream_on(worker, right_context=2, max_delay_ms=600_000) as client:
+                await client.send_words(WORDS[:6])
+                await client.send_words(WORDS[6:])
+                await client.end()
+                async with asyncio.timeout(30):
+                    async for message in client:
+                        transcript.apply(message)
+            assert transcript.words == WORDS and transcript.errors == []
+            assert transcript.labels == ended(expected_labels(aligner, WORDS))
+
+        answered: set[str] = set()
+        for _ in range(TRIES):  # both workers' answers to /metrics say the same
+            status, headers, text = await server.get("/metrics")
+            assert status == 200
+            answered.add(headers[WORKER_HEADER.lower()])
+            assert 'streampunct_worker_info{worker="0"} 1.0' in text
+            assert 'streampunct_worker_info{worker="1"} 1.0' in text
+            assert f"streampunct_words_in_total {2.0 * len(WORDS)}" in text
+            assert f"streampunct_words_finalized_total {2.0 * len(WORDS)}" in text
+            if len(answered) == 2:
+                break
+        assert answered == {"0", "1"}
+        opened = float(re.search(r"^streampunct_sessions_opened_total (\S+)$", text, re.M).group(1))
+        assert opened >= 2  # the two streams, and those that landed elsewhere on the way
+
+        server.proc.terminate()
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 0
+
+
+async def test_sigterm_drains_every_worker(tmp_path, aligner):
+    """SIGTERM to the supervisor: each worker finalizes its open sessions (finals, flushed, 1001),
+    and every process exits 0."""
+    async with serving(tmp_path) as server:
+        await server.ready_line()
+        await server.workers_by_health(2)
+        clients = [await server.stream_on(w, right_context=100, max_delay_ms=600_000) for w in (0, 1)]
+        for client in clients:
+            await client.send_words(WORDS)
+            await client.send_raw('{"type": "barrier"}')  # answered (an error) once the words are fed
+            assert isinstance(await client.recv(timeout=10), Error)
+        server.proc.send_signal(signal.SIGTERM)
+        for client in clients:
+            transcript = Transcript()
+            async with asyncio.timeout(20):
+                async for message in client:
+                    transcript.apply(message)
+            assert transcript.words == WORDS  # every word final, though 100 words of right context never came
+            assert transcript.labels == expected_labels(aligner, WORDS)
+            assert client.close_code == 1001
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 0
+        assert (await server.proc.stdout.read()) == b""  # the one ready line, nothing more
+        log = server.log.read_text()
+        assert "worker 0 (pid" in log and log.count(") exited\n") == 2
+        for pid in server.pids:  # the workers are gone
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+
+
+async def test_a_stream_resumes_on_another_worker_with_the_same_token(tmp_path):
+    """Resume is the client's: a stream cut on one worker goes on on the other, which never saw it;
+    the auth token (given once, through the environment) holds in both."""
+    token = "s3cret"
+    async with serving(tmp_path, env={"STREAMPUNCT_AUTH_TOKEN": token}) as server:
+        await server.ready_line()
+        refused: set[str] = set()
+        for _ in range(TRIES):  # no token: 401 from each worker
+            with pytest.raises(InvalidStatus) as exc:
+                await StreamClient.connect(server.url)
+            assert exc.value.response.status_code == 401
+            refused.add(exc.value.response.headers[WORKER_HEADER])
+            if len(refused) == 2:
+                break
+        assert refused == {"0", "1"}
+
+        first = await StreamClient.connect(server.url, token=token, right_context=2, max_delay_ms=600_000)
+        k = 8  # words 0..k are final once k+2 arrived
+        await first.send_words(WORDS[: k + 3])
+        got = []
+        async with asyncio.timeout(10):
+            while len(got) < k + 1:
+                message = await first.recv()
+                if isinstance(message, Final):
+                    got.extend(message.words)
+        first.connection.transport.abort()
+
+        other = 1 - worker_of(first)
+        second = await server.stream_on(other, token=token)
+        context = tuple(PunctuatedWord(w.w, w.p) for w in got[-first.ready.limits.max_context_words:])
+        await second.send(ResumeRequest(len(got), context, ConfigRequest(2, 600_000)))
+        resumed = await second.recv(timeout=10)
+        assert isinstance(resumed, Resumed) and resumed.start == len(got)
+        await second.send_words(WORDS[len(got):])
+        await second.end()
+        after = [m async for m in second]
+        finals = [m for m in after if isinstance(m, Final)]
+        assert finals[0].start == len(got)
+        assert [w.w for w in got] + [w.w for f in finals for w in f.words] == WORDS  # each word once
+        assert after[-1] == Ended(len(WORDS)) and second.close_code == 1000
+
+
+async def test_max_sessions_is_split_between_the_workers(tmp_path):
+    """--max-sessions 3 with 2 workers: each takes ceil(3 / 2) = 2 sessions, then answers 503."""
+    async with serving(tmp_path, "--max-sessions", "3") as server:
+        await server.ready_line()
+        open_: list[StreamClient] = []
+        full: dict[str, str] = {}
+        try:
+            for _ in range(TRIES):
+                try:
+                    open_.append(await StreamClient.connect(server.url))
+                except InvalidStatus as e:
+                    assert e.response.status_code == 503
+                    full[e.response.headers[WORKER_HEADER]] = e.response.body.decode()
+                    if len(full) == 2:
+                        break
+            assert full == {"0": "session limit reached (2)\n", "1": "session limit reached (2)\n"}
+            assert sorted(worker_of(c) for c in open_) == [0, 0, 1, 1]
+        finally:
+            for client in open_:
+                await client.close()
+
+
+async def test_a_worker_that_dies_drains_the_others_and_exits_1(tmp_path, aligner):
+    async with serving(tmp_path) as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        client = await server.stream_on(1, right_context=100, max_delay_ms=600_000)
+        await client.send_words(WORDS)
+        await client.send_raw('{"type": "barrier"}')
+        assert isinstance(await client.recv(timeout=10), Error)
+        os.kill(health[0]["pid"], signal.SIGKILL)
+        transcript = Transcript()
+        async with asyncio.timeout(20):
+            async for message in client:
+                transcript.apply(message)
+        assert transcript.words == WORDS and client.close_code == 1001  # the survivor drained
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 1
+        assert "worker 0 (pid" in server.log.read_text() and "exited unexpectedly (signal SIGKILL)" in (
+            server.log.read_text())
+
+
+async def test_a_worker_that_cannot_start_fails_the_command_in_one_line(tmp_path):
+    async with serving(tmp_path, "--engine", "onnxruntime", "--model", str(tmp_path / "none")) as server:
+        assert await asyncio.wait_for(server.proc.wait(), 90) == 2
+        last = server.log.read_text().strip().splitlines()[-1]
+        assert last.startswith("streampunct serve: error: ") and "none" in last, last
+
+
+def test_a_taken_port_is_refused_and_port_0_is_held(tmp_path):
+    from streampunct.errors import InputError
+    from streampunct.server.workers import reserve_port
+
+    held, port = reserve_port("127.0.0.1", 0)
+    try:
+        assert port > 0
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))  # held: a plain bind fails
+    finally:
+        for sock in held:
+            sock.close()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        with pytest.raises(InputError, match=f"cannot listen on 127.0.0.1:{listening.getsockname()[1]}: "):
+            reserve_port("127.0.0.1", listening.getsockname()[1])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_workers_value_is_a_one_line_usage_error(value, capsys):
+    from streampunct.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--workers", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("streampunct serve: error: argument --workers: ")
+
+
+def test_workers_split_the_sessions_and_the_cores(monkeypatch):
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.server.workers import sessions_per_worker, worker_config
+
+    monkeypatch.setattr("engines.ort_engine.physical_cores", lambda: 8)
+    parser = build_parser()
+    one = build_config(parser.parse_args(["serve"]))
+    assert (one.workers, one.worker, one.batching.engine_workers) == (1, 0, 8)
+    four = build_config(parser.parse_args(["serve", "--workers", "4", "--max-sessions", "10"]))
+    assert (four.workers, four.batching.engine_workers) == (4, 2)  # auto: a worker's 8 / 4 cores
+    assert [sessions_per_worker(n, 4) for n in (1, 4, 10, 256)] == [1, 1, 3, 64]
+    third = worker_config(four, 2, 4, 4321)
+    assert (third.worker, third.workers, third.port, third.max_sessions) == (2, 4, 4321, 3)
+    assert third.auth_token == four.auth_token and third.drain == four.drain
+
+
+async def test_sigterm_while_the_workers_load_stops_them_all_with_no_ready_line(tmp_path):
+    """A signal during startup is neither lost nor fatal: workers still loading (a warm-up of
+    seconds) stop, and the supervisor exits 0 without announcing anything."""
+    async with serving(tmp_path, "--engine-option", "batch_ms=2000", "--engine-option", "sleep=true") as server:
+        async with asyncio.timeout(60):
+            while server.log.read_text().count("server listening on") < 2:  # both workers loading
+                assert server.proc.returncode is None, server.log.read_text()
+                await asyncio.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 0, server.log.read_text()
+        assert await server.proc.stdout.read() == b""
+        assert server.log.read_text().count(") exited\n") == 2
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no init process reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_workers_whose_supervisor_is_killed_drain_and_exit(tmp_path):
+    async with serving(tmp_path) as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        client = await server.stream_on(0, right_context=100, max_delay_ms=600_000)
+        await client.send_words(WORDS)
+        await client.send_raw('{"type": "barrier"}')
+        assert isinstance(await client.recv(timeout=10), Error)
+        server.proc.kill()
+        transcript = Transcript()
+        async with asyncio.timeout(20):
+            async for message in client:
+                transcript.apply(message)
+        assert transcript.words == WORDS and client.close_code == 1001
+        async with asyncio.timeout(20):
+            while any(_running(h["pid"]) for h in health.values()):
+                await asyncio.sleep(0.05)
+        assert server.log.read_text().count("the supervisor is gone; shutting down") == 2
