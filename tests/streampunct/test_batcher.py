@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from streampunct.server.batcher import (
     EngineFailedError,
     OverloadedError,
 )
+from tests.streampunct.fakes import HANDOFF_TIMEOUT, GatedEngine
 
 PAD = 0
 
@@ -25,8 +25,27 @@ def seq(n: int, fill: int = 5) -> np.ndarray:
     return np.full(n, fill, dtype=np.int64)
 
 
-async def started(engine, **config) -> tuple[Batcher, list[BatchRecord]]:
-    records: list[BatchRecord] = []
+class Records(list):
+    """The batcher's :class:`BatchRecord` s (its ``on_batch``); ``await records.reached(n)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._added = asyncio.Event()
+
+    def append(self, record: BatchRecord) -> None:
+        super().append(record)
+        self._added.set()
+
+    async def reached(self, n: int = 1) -> None:
+        """A batch's record may be written after its answers were awaited: wait for it."""
+        async with asyncio.timeout(HANDOFF_TIMEOUT):
+            while len(self) < n:
+                self._added.clear()
+                await self._added.wait()
+
+
+async def started(engine, **config) -> tuple[Batcher, Records]:
+    records = Records()
     batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(**config), on_batch=records.append)
     await batcher.start()
     return batcher, records
@@ -60,60 +79,74 @@ async def test_max_batch_splits_and_engine_runs_in_its_own_thread(fake_engine_cl
     assert threading.current_thread().name not in engine.threads
 
 
-async def test_a_lone_request_waits_at_most_max_wait(fake_engine_cls):
-    batcher, _ = await started(fake_engine_cls(), max_batch=32, max_wait_ms=30)
+async def test_a_lone_request_waits_max_wait_for_company_then_runs_alone(fake_engine_cls):
+    # Held for others to join its batch until max_wait_ms has passed on the loop's clock (the
+    # batcher's), then run although the batch never filled (a request left waiting for company
+    # would time out here).
+    engine = fake_engine_cls()
+    batcher, records = await started(engine, max_batch=32, max_wait_ms=30)
+    loop = asyncio.get_running_loop()
     try:
-        t0 = time.perf_counter()
-        await batcher.infer(seq(3))
-        waited = time.perf_counter() - t0
+        t0 = loop.time()
+        await asyncio.wait_for(batcher.infer(seq(3)), HANDOFF_TIMEOUT)
+        waited = loop.time() - t0
     finally:
         await batcher.close()
-    assert 0.025 <= waited < 0.3
+    assert waited >= 0.029  # not sent on at once: a lower bound, which no load can break
+    assert engine.batch_sizes == [1] and [r.size for r in records] == [1]
 
 
-async def test_event_loop_keeps_running_during_inference(fake_engine_cls):
-    batcher, _ = await started(fake_engine_cls(delay_s=0.3), max_wait_ms=0)
-    ticks = 0
-
-    async def heartbeat():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    beat = asyncio.create_task(heartbeat())
+async def test_event_loop_keeps_running_during_inference():
+    # The engine call blocks in its thread until the test, on the event loop, lets it through:
+    # an engine run on the loop's thread would hold the loop, and this test would never get there.
+    engine = GatedEngine()
+    batcher, _ = await started(engine, max_wait_ms=0)
     try:
-        await batcher.infer(seq(3))
+        request = asyncio.create_task(batcher.infer(seq(3)))
+        await engine.wait_entered(1)
+        for _ in range(10):  # the loop goes round while the call is in the engine
+            await asyncio.sleep(0)
+        assert not request.done() and engine.batch_sizes == []
+        engine.release()
+        assert (await asyncio.wait_for(request, HANDOFF_TIMEOUT)).shape == (3, 4)
     finally:
-        beat.cancel()
+        engine.open()
         await batcher.close()
-    assert ticks >= 15  # ~30 while the engine slept 0.3 s in its thread
+    assert engine.batch_sizes == [1] and threading.current_thread().name not in engine.threads
 
 
-async def test_full_queue_raises_overloaded_then_recovers(fake_engine_cls):
-    batcher, _ = await started(fake_engine_cls(delay_s=0.2), max_batch=1, max_wait_ms=0, max_queue=2)
+async def test_full_queue_raises_overloaded_then_recovers():
+    engine = GatedEngine()
+    batcher, _ = await started(engine, max_batch=1, max_wait_ms=0, max_queue=2)
     try:
         first = asyncio.create_task(batcher.infer(seq(2)))
-        await asyncio.sleep(0.05)  # first is now in the engine; the queue is empty
+        await engine.wait_entered(1)  # first is now in the engine; the queue is empty
         queued = [asyncio.create_task(batcher.infer(seq(2))) for _ in range(2)]
         await asyncio.sleep(0)
         assert batcher.queue_depth == 2
         with pytest.raises(OverloadedError):
             await batcher.infer(seq(2))
-        await asyncio.wait_for(batcher.wait_for_capacity(), 2)
+        capacity = asyncio.create_task(batcher.wait_for_capacity())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not capacity.done()  # no room while the engine holds the first request
+        engine.release()  # the first ends; the engine takes the next from the queue
+        await asyncio.wait_for(capacity, HANDOFF_TIMEOUT)
         assert batcher.queue_depth < 2
+        engine.open()
         assert (await batcher.infer(seq(2))).shape == (2, 4)
         await asyncio.gather(first, *queued)
     finally:
+        engine.open()
         await batcher.close()
 
 
-async def test_cancelled_request_leaves_the_queue(fake_engine_cls):
-    engine = fake_engine_cls(delay_s=0.2)
+async def test_cancelled_request_leaves_the_queue():
+    engine = GatedEngine()
     batcher, _ = await started(engine, max_batch=1, max_wait_ms=0)
     try:
         busy = asyncio.create_task(batcher.infer(seq(2)))
-        await asyncio.sleep(0.05)
+        await engine.wait_entered(1)  # busy holds the engine
         waiting = asyncio.create_task(batcher.infer(seq(2)))
         await asyncio.sleep(0)
         assert batcher.queue_depth == 1
@@ -121,8 +154,10 @@ async def test_cancelled_request_leaves_the_queue(fake_engine_cls):
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert batcher.queue_depth == 0
+        engine.open()
         await busy
     finally:
+        engine.open()
         await batcher.close()
     assert engine.batch_sizes == [1]  # the cancelled request never reached the engine
 
@@ -175,11 +210,12 @@ async def test_warmup_runs_before_ready(fake_engine_cls):
 # -- several engine workers ----------------------------------------------------------
 
 
-async def test_workers_each_load_an_engine_and_run_batches_side_by_side(fake_engine_cls):
-    engines: list = []
+async def test_workers_each_load_an_engine_and_run_batches_side_by_side():
+    engines: list[GatedEngine] = []
 
     def factory():
-        engines.append(fake_engine_cls(delay_s=0.15))
+        engines.append(GatedEngine())
+        engines[-1].release(2)  # its warm-up: alone, then a full batch
         return engines[-1]
 
     records: list[BatchRecord] = []
@@ -189,15 +225,21 @@ async def test_workers_each_load_an_engine_and_run_batches_side_by_side(fake_eng
     try:
         assert batcher.engine_workers == 2 and len(engines) == 2
         assert [e.batch_sizes for e in engines] == [[1, 4], [1, 4]]  # each warmed up
-        t0 = time.perf_counter()
-        results = await asyncio.gather(*(batcher.infer(seq(2 + k % 3, fill=14)) for k in range(8)))
-        took = time.perf_counter() - t0
+        requests = asyncio.gather(*(batcher.infer(seq(2 + k % 3, fill=14)) for k in range(8)))
+        # 8 requests, batches of at most 4: both engines hold a batch at the same time (with one
+        # engine, or one batch at a time, the second batch never gets in while the first is held).
+        for engine in engines:
+            await engine.wait_entered(3)
+        assert not requests.done()
+        for engine in engines:
+            engine.open()
+        results = await asyncio.wait_for(requests, HANDOFF_TIMEOUT)
     finally:
+        for engine in engines:
+            engine.open()
         await batcher.close()
-    # 8 requests, batches of at most 4: the two batches ran at the same time on two engines.
     assert sorted(len(e.batch_sizes) for e in engines) == [3, 3]
     assert sum(r.size for r in records) == 8
-    assert took < 0.28  # one engine would need 2 x 0.15 s
     assert {t for e in engines for t in e.threads} >= {"streampunct-engine-0_0", "streampunct-engine-1_0"}
     assert all(len(e.threads) == 1 for e in engines)  # each engine stays in its own thread
     for k, logits in enumerate(results):
@@ -243,14 +285,24 @@ def test_engine_workers_must_be_positive():
         BatcherConfig(engine_workers=0)
 
 
-async def test_close_fails_requests_in_flight_on_any_worker(fake_engine_cls):
-    batcher, _ = await started(fake_engine_cls(delay_s=0.3), max_batch=1, max_wait_ms=0, engine_workers=2)
+async def test_close_fails_requests_in_flight_on_any_worker():
+    engine = GatedEngine()  # both workers' engine
+    batcher, _ = await started(engine, max_batch=1, max_wait_ms=0, engine_workers=2)
     tasks = [asyncio.create_task(batcher.infer(seq(3))) for _ in range(3)]
-    await asyncio.sleep(0.1)  # two at the engines, one waiting
-    await batcher.close()
-    for task in tasks:
-        with pytest.raises(EngineFailedError, match="shutting down"):
-            await task
+    await engine.wait_entered(2)
+    await asyncio.sleep(0)
+    assert batcher.queue_depth == 1  # two at the engines, one waiting
+    closing = asyncio.create_task(batcher.close())
+    try:
+        # Failed at once: the engines still hold their calls (close waits for them to end).
+        for task in tasks:
+            with pytest.raises(EngineFailedError, match="shutting down"):
+                await asyncio.wait_for(task, HANDOFF_TIMEOUT)
+        assert not closing.done()
+    finally:
+        engine.open()
+        await asyncio.wait_for(closing, HANDOFF_TIMEOUT)
+    assert engine.closed and engine.batch_sizes == [1, 1]  # the waiting one never ran
 
 
 async def test_a_failing_warm_up_closes_every_engine_once(fake_engine_cls, caplog):
@@ -293,14 +345,6 @@ class BatchScaledEngine(EngineBase):
         pass
 
 
-async def batch_recorded(records: list[BatchRecord]) -> None:
-    """A batch's record may be written after its answers were awaited: wait for it."""
-    for _ in range(100):
-        if records:
-            return
-        await asyncio.sleep(0.01)
-
-
 def labels_alone(engine: BatchScaledEngine, ids: np.ndarray) -> np.ndarray:
     return engine.infer(ids[None, :], np.ones((1, len(ids)), dtype=np.int64))[0].argmax(-1)
 
@@ -312,7 +356,7 @@ async def test_exact_runs_each_window_alone_when_rows_depend_on_the_batch():
     try:
         assert batcher.rows_alone
         results = await asyncio.gather(*(batcher.infer(w) for w in windows))
-        await batch_recorded(records)
+        await records.reached(1)
     finally:
         await batcher.close()
     assert engine.batch_sizes == [1, 1, 1, 1]  # one batch of 4, run a window at a time
@@ -357,7 +401,7 @@ async def test_alone_isolates_a_failing_window_without_a_padded_try(fake_engine_
     try:
         results = await asyncio.gather(batcher.infer(seq(3)), batcher.infer(seq(3, fill=99)),
                                        batcher.infer(seq(2)), return_exceptions=True)
-        await batch_recorded(records)
+        await records.reached(1)
     finally:
         await batcher.close()
     assert isinstance(results[1], EngineFailedError)
@@ -378,24 +422,26 @@ def test_batch_rows_must_be_a_known_mode():
         BatcherConfig(batch_rows="sometimes")
 
 
-async def test_a_window_run_alone_is_skipped_when_its_session_went_away(fake_engine_cls):
-    engine = fake_engine_cls(delay_s=0.08)
+async def test_a_window_run_alone_is_skipped_when_its_session_went_away():
+    engine = GatedEngine()
     batcher, records = await started(engine, max_batch=8, max_wait_ms=30, batch_rows="alone")
-    done_at: dict[int, float] = {}
-    t0 = time.perf_counter()
+    done: list[int] = []
 
     async def ask(k: int) -> None:
         await batcher.infer(seq(3 + k))
-        done_at[k] = time.perf_counter() - t0
+        done.append(k)
 
     try:
         tasks = [asyncio.create_task(ask(k)) for k in range(4)]
-        await asyncio.sleep(0.06)  # the batch of 4 is at the engine, running its first window
+        await engine.wait_entered(1)  # the batch of 4 is at the engine, running its first window
+        assert batcher.queue_depth == 0 and done == []
         tasks[2].cancel()  # that session goes away before its window's turn
+        engine.open()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await batch_recorded(records)
+        await records.reached(1)
     finally:
+        engine.open()
         await batcher.close()
-    assert sorted(done_at) == [0, 1, 3]
+    assert sorted(done) == [0, 1, 3]
     assert engine.batch_sizes == [1, 1, 1]  # the third window never ran
     assert [(r.size, r.tokens) for r in records] == [(3, 3 + 4 + 6)]

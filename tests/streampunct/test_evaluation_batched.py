@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -90,13 +91,17 @@ def test_tiny_model_batched_simulation_gives_the_same_labels(tiny_folder, tiny_t
 
 # -- several engine workers ----------------------------------------------------------
 
-class SlowCountingInfer(CountingInfer):
-    """Yields the GIL on every call, so that worker threads interleave."""
+class MeetingInfer(CountingInfer):
+    """Its first call waits at ``start`` (a barrier of all the workers) until every worker has
+    taken a batch, so all of them take part however their threads are scheduled."""
+
+    def __init__(self, start: threading.Barrier) -> None:
+        super().__init__()
+        self.start = start
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        import time
-
-        time.sleep(0.0005)
+        if self.calls == 0:
+            self.start.wait(timeout=30)
         return super().__call__(input_ids, attention_mask)
 
 
@@ -108,7 +113,8 @@ def test_workers_give_the_labels_of_one_engine_and_share_the_windows(batch_size)
     rcs = [0, 1, 4]
     one = CountingInfer()
     ref = streaming_runs(words, aligner, WINDOW, one, rcs, batch_size=batch_size)
-    workers = [SlowCountingInfer() for _ in range(3)]
+    start = threading.Barrier(3)
+    workers = [MeetingInfer(start) for _ in range(3)]
     runs = streaming_runs(words, aligner, WINDOW, workers, rcs, batch_size=batch_size)
     assert runs == ref
     # Every batch ran once, on one of the workers, and all of them took part.
@@ -121,11 +127,14 @@ def test_a_failing_worker_fails_the_simulation():
     aligner = FakeAligner()
     words = [aligner.word(1, k) for k in range(60)]
 
+    start = threading.Barrier(2)  # the healthy worker waits until the broken one took a batch too
+
     def broken(input_ids, attention_mask):
+        start.wait(timeout=30)
         raise RuntimeError("engine fell over")
 
     with pytest.raises(RuntimeError, match="engine fell over"):
-        streaming_runs(words, aligner, WINDOW, [SlowCountingInfer(), broken], [0, 2])
+        streaming_runs(words, aligner, WINDOW, [MeetingInfer(start), broken], [0, 2])
     with pytest.raises(ValueError, match="non-empty"):
         streaming_runs(words, aligner, WINDOW, [], [0])
 

@@ -23,6 +23,7 @@ from streampunct.client.stream_client import (
 from streampunct.core.wire import Ended, Final, Flushed, Partial, Resumed, ServerMessage
 from streampunct.text.normalize import render
 from tests.streampunct.conftest import SCHEDULE_VOCAB
+from tests.streampunct.fakes import until
 from tests.streampunct.tcp_proxy import TcpProxy
 
 FAST = Reconnect(attempts=5, initial_delay_s=0.01, max_delay_s=0.05)
@@ -261,9 +262,7 @@ async def test_caption_command_resumes_on_another_server(start_server, tmp_path,
     try:
         proc.stdin.write((" ".join(words[:20]) + "\n").encode())
         await proc.stdin.drain()
-        async with asyncio.timeout(20):  # wait until server 1 holds these words
-            while sum(s.protocol.n_words for s in server1.sessions) < 20:
-                await asyncio.sleep(0.02)
+        await until(lambda: sum(s.protocol.n_words for s in server1.sessions) >= 20)  # server 1 holds them
         proxy.target = server2.port
         await server1.shutdown()
         proc.stdin.write((" ".join(words[20:]) + "\n").encode())

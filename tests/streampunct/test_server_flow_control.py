@@ -20,6 +20,7 @@ from streampunct.core.wire import (
     encode,
 )
 from streampunct.server.batcher import BatcherConfig
+from tests.streampunct.fakes import until
 
 TIMEOUT = 30.0
 VOCAB = "so the talk was about water and how we can keep it clean for everyone".split()
@@ -34,12 +35,10 @@ def metric(server, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-async def only_session(server):
-    for _ in range(500):
-        if server.sessions:
-            return next(iter(server.sessions))
-        await asyncio.sleep(0.01)
-    raise AssertionError("no session opened")
+def only_session(server):
+    """The server's one session: open once its client got ``ready``, which the session sends."""
+    (session,) = server.sessions
+    return session
 
 
 # -- input backpressure ------------------------------------------------------------------
@@ -53,7 +52,7 @@ async def test_a_flooding_client_is_held_at_the_backlog_limit_and_loses_nothing(
     )
     words = corpus(total)
     client = await StreamClient.connect(server.url, right_context=2, max_delay_ms=600_000)
-    session = await only_session(server)
+    session = only_session(server)
     transcript = Transcript()
 
     async def push() -> None:  # as fast as the socket takes them
@@ -61,21 +60,14 @@ async def test_a_flooding_client_is_held_at_the_backlog_limit_and_loses_nothing(
             await client.send_words(words[k : k + per_message])
         await client.end()
 
-    gauge: list[float] = []
-
-    async def watch() -> None:  # what /metrics shows while the flood runs
-        while True:
-            gauge.append(metric(server, "streampunct_backlog_words"))
-            await asyncio.sleep(0.005)
-
+    gauge: list[float] = []  # what /metrics shows while the flood runs: read at each message
     sender = asyncio.create_task(push())
-    watcher = asyncio.create_task(watch())
     async with asyncio.timeout(TIMEOUT):
         async for message in client:
+            gauge.append(metric(server, "streampunct_backlog_words"))
             transcript.apply(message)  # raises unless finals are contiguous, in order, never repeated
     await sender
-    watcher.cancel()
-    assert max(gauge) <= limit + per_message
+    assert len(gauge) > total // per_message and max(gauge) <= limit + per_message
     assert client.close_code == 1000
     assert transcript.words == words and transcript.ended_words == total
     assert transcript.labels[:-1] == fake_labels(words)[:-1]
@@ -134,10 +126,13 @@ def shrink_send_buffer(session) -> None:
 
 
 async def open_raw(server, **kw):
-    """A websockets client that reads nothing until told (no keepalive of its own)."""
+    """A websockets client that reads nothing after ``ready`` until told (no keepalive of its own)."""
+    from streampunct.core.wire import Ready, decode_server
+
     ws = await ws_connect(server.url, sock=tiny_receive_buffer_socket(server.port), ping_interval=None,
                           max_queue=1, max_size=None, compression=None, **kw)
-    session = await only_session(server)
+    assert isinstance(decode_server(await asyncio.wait_for(ws.recv(), TIMEOUT)), Ready)
+    session = only_session(server)
     shrink_send_buffer(session)
     return ws, session
 
@@ -168,8 +163,7 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_after_the_send_ti
 
     sender = asyncio.create_task(push())
     async with asyncio.timeout(TIMEOUT):
-        while metric(server, "streampunct_slow_reader_closes_total") < 1:
-            await asyncio.sleep(0.05)
+        await until(lambda: metric(server, "streampunct_slow_reader_closes_total") >= 1)
         # Memory stayed bounded while the client read nothing.
         assert session.peak_outbox <= server.config.max_outbox_messages + 4
         assert session.peak_backlog <= 300 + 200
@@ -179,17 +173,15 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_after_the_send_ti
     assert code == 1013 and "not reading" in reason
     assert 0 < transcript.n_final < 400 * 200  # finals came in order up to where the server gave up
     assert transcript.words == (words * 400)[: transcript.n_final]
-    for _ in range(200):
-        if not server.sessions:
-            break
-        await asyncio.sleep(0.05)
-    assert not server.sessions
+    await until(lambda: not server.sessions)
 
 
 async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(start_server, fake_labels):
-    # Pings every 50 ms: under websockets' own rule (pong within ping_timeout) a client that
-    # reads nothing for 2 s would be dropped with 1011 many times over.
-    server = await start_server(send_timeout_s=None, ping_interval_s=0.05, max_backlog_words=300)
+    # Pings every 20 ms. Under websockets' own rule (pong within ping_timeout) the keepalive
+    # waits for each ping's pong, and drops a client whose pong is late with 1011: it never has
+    # two pings unanswered at once. The server's must (it sets no pong timeout), and the
+    # connection must stay open while the client reads nothing.
+    server = await start_server(send_timeout_s=None, ping_interval_s=0.02, max_backlog_words=300)
     ws, session = await open_raw(server)
     await ws.send(encode(ConfigRequest(right_context=0)))
     words = corpus(20_000)
@@ -200,9 +192,9 @@ async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(star
         await ws.send(encode(EndRequest()))
 
     sender = asyncio.create_task(push())
-    await asyncio.sleep(2.0)  # not reading
+    await until(lambda: len(session._ws.pending_pings) >= 2  # pings the client did not answer
+                and session._outbox.qsize() >= server.config.max_outbox_messages)  # waiting to send
     assert session.protocol.n_final < len(words)  # the server is held up by the reader, not done
-    assert session._outbox.qsize() >= server.config.max_outbox_messages  # waiting to send
     assert session.peak_outbox <= server.config.max_outbox_messages + 4
     async with asyncio.timeout(TIMEOUT):
         transcript, code, _ = await read_all(ws)

@@ -15,6 +15,7 @@ from streampunct.client.stream_client import StreamClient, Transcript
 from streampunct.server import allocator
 from streampunct.server.batcher import Batcher, BatcherConfig
 from tests.streampunct.conftest import TEST_WINDOW
+from tests.streampunct.fakes import until
 from tests.streampunct.test_stream_cache import SHAPE, FakeStreamEngine
 
 TIMEOUT = 20.0
@@ -23,13 +24,6 @@ WORDS = "the a of and to in is it that you we this was for so but what okay yeah
 
 def seq(n: int) -> np.ndarray:
     return np.full(n, 5, dtype=np.int64)
-
-
-async def until(condition, timeout: float = TIMEOUT) -> None:
-    """Wait until ``condition()`` holds (a state the server reaches by itself), at most ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 class TrimRecorder:
@@ -148,7 +142,7 @@ async def test_nothing_of_a_session_outlives_it(aligner):
     metrics have the series they had, and the batcher holds no request."""
     from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
-    engine = FakeStreamEngine(delay_s=0.002)
+    engine = FakeStreamEngine()
     server = await serve(ServerConfig(host="127.0.0.1", port=0,
                                       batching=BatcherConfig(max_wait_ms=1, trim_interval_s=0.05)),
                          ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))

@@ -436,20 +436,30 @@ def _itn_waits(server) -> tuple[int, float]:
 class AtOnceBlockingNormalizer(BlockingNormalizer):
     """:class:`BlockingNormalizer` that honours ``without_waiting`` as the grammars' normalizers
     do (``answers_at_once``): words with no number word are answered at once, others would
-    wait. ``asked`` records every run it was asked about outside ``without_waiting``."""
+    wait. ``asked`` records every run it was asked about outside ``without_waiting``;
+    :meth:`wait_asked` waits (in a thread) until the runs asked so far satisfy a condition."""
 
     answers_at_once = True
 
     def __init__(self, word: str) -> None:
         super().__init__(word)
+        import threading
+
         self.asked: list[tuple[str, ...]] = []
+        self._asked_more = threading.Condition()
+
+    def wait_asked(self, condition, timeout: float = 30.0) -> bool:
+        with self._asked_more:
+            return self._asked_more.wait_for(lambda: condition(self.asked), timeout)
 
     def phrases(self, words, *, first=0, until=None):
         from streampunct.text.written_form import WouldWait, waiting_allowed
         from tests.streampunct.written_fakes import NUMBERS
 
         if waiting_allowed():
-            self.asked.append(tuple(words))
+            with self._asked_more:
+                self.asked.append(tuple(words))
+                self._asked_more.notify_all()
         elif any(w in NUMBERS or w == "million" for w in words):
             raise WouldWait(" ".join(words))
         return super().phrases(words, first=first, until=until)
@@ -487,11 +497,9 @@ async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(ali
         threads = server._written_executor._max_workers
         slow = [asyncio.create_task(session("it costs twenty million dollars and we pay it today"))
                 for _ in range(threads + 1)]
-        for _ in range(50):  # every thread is waiting for the grammars
-            await asyncio.sleep(0.05)
-            if sum(1 for words in normalizer.asked if "million" in words) >= threads:
-                break
-        assert sum(1 for words in normalizer.asked if "million" in words) >= threads
+        # every thread is waiting for the grammars
+        assert await asyncio.to_thread(
+            normalizer.wait_asked, lambda asked: sum(1 for words in asked if "million" in words) >= threads)
         waiting_since = asyncio.get_running_loop().time()  # at the latest: `threads` texts wait
         asked, waits_before = len(normalizer.asked), _itn_waits(server)
         other, other_texts = await asyncio.wait_for(session("so we went home and slept until noon"), 10)

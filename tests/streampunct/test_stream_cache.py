@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from tests.streampunct.conftest import (
     play_schedule,
     random_schedule,
 )
+from tests.streampunct.fakes import until
 
 VOCAB = SCHEDULE_VOCAB
 SHAPE = (1, 1, 2)
@@ -49,15 +51,10 @@ class FakeStreamEngine:
     rows_independent = True
     has_case = False
 
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.delay_s = delay_s
+    def __init__(self) -> None:
         self.calls: list[tuple[int, int, int]] = []  # (batch, new tokens, cached tokens)
 
     def infer_stream(self, inputs):
-        import time
-
-        if self.delay_s:
-            time.sleep(self.delay_s)
         ids, pos, mask, past = (inputs[k] for k in ("input_ids", "position_ids", "attention_mask", "past_kv"))
         b, t = ids.shape
         c = past.shape[4]
@@ -303,15 +300,35 @@ def test_the_cache_changes_labels_where_the_context_matters(aligner):
 async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server, aligner):
     from streampunct.server.app import ServerConfig, ServerRuntime, serve
 
-    engine = FakeStreamEngine(delay_s=0.005)
+    class HoldingStreamEngine(FakeStreamEngine):
+        """Once ``holding``, keeps its next streaming call (``held_rows`` windows; ``held`` says it
+        came) until ``release``."""
+
+        holding, held_rows = False, 0
+        held, release = threading.Event(), threading.Event()
+
+        def infer_stream(self, inputs):
+            if self.holding and not self.held.is_set():
+                self.held_rows = len(inputs["input_ids"])
+                self.held.set()
+                assert self.release.wait(30), "never released"
+            return super().infer_stream(inputs)
+
+    engine = HoldingStreamEngine()
     server = await serve(ServerConfig(host="127.0.0.1", port=0, batching=BatcherConfig(max_batch=64, max_wait_ms=2)),
                          ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     try:
         await server.wait_ready()
+        engine.holding = True  # warmed up: a stream's window stays in the engine ...
         rng = random.Random(7)
         streams = [(random_schedule(rng), k % 5) for k in range(10)]
-        transcripts = await asyncio.wait_for(
-            asyncio.gather(*(play_schedule(server.url, e, rc, partials=True) for e, rc in streams)), 60)
+        playing = asyncio.gather(*(play_schedule(server.url, e, rc, partials=True) for e, rc in streams))
+        assert await asyncio.to_thread(engine.held.wait, 30)
+        # ... until every stream has its first window there or queued (one at a time each): the
+        # engine then runs them in calls of several windows.
+        await until(lambda: engine.held_rows + server.batcher.queue_depth == len(streams))
+        engine.release.set()
+        transcripts = await asyncio.wait_for(playing, 60)
         assert max(b for b, _, _ in engine.calls) > 1  # windows of several streams shared engine calls
         assert any(c > 0 for _, _, c in engine.calls)
         for (events, rc), transcript in zip(streams, transcripts, strict=True):
@@ -321,6 +338,7 @@ async def test_the_server_gives_the_simulations_labels_with_a_cache(start_server
             assert transcript.words == [w for e in schedule for w in e.words]
             assert transcript.labels == expected, f"right_context {rc}"
     finally:
+        engine.release.set()
         await server.shutdown()
 
 
