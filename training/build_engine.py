@@ -8,6 +8,13 @@ parity against torch on validation text (cut into windows by the runtime's
 windowing, so parity is measured on what the offline decoder runs; without
 validation text, on random token ids), and writes the model folder (see
 ``engines.build.builder`` and docs/engines.md).
+
+With ``--backend tensorrt``, ``--model`` may also be a built model folder (the
+shipped ``models/default``, ``models/base``): the model is rebuilt from its own
+graph's weights, de-quantized (``engines.build.from_graph``), and the labels of
+every artifact are also compared with that graph. ``--graph-only`` stops before
+the TensorRT builder (a host without TensorRT), with the graph TensorRT takes as
+the folder's artifact.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engines.build.parity import ParityWindows
 from engines.model_meta import has_model_meta
@@ -24,7 +33,8 @@ from streampunct.model import load_model_info
 from streampunct.text.word_labels import read_word_labels
 
 NAME = "build-engine"
-HELP = "export a trained checkpoint to ONNX Runtime (fp32/int8/int4) or TensorRT (fp16/int8), with parity figures"
+HELP = ("export a trained checkpoint to ONNX Runtime (fp32/int8/int4) or TensorRT (fp16/int8), or a built "
+        "model folder's own graph to TensorRT, with parity figures")
 
 log = logging.getLogger(__name__)
 #: Calibration reads this many words per window wanted (a 128-token window holds about 100).
@@ -41,7 +51,9 @@ def default_parity_data() -> Path | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, type=Path, metavar="CKPT",
-                        help="training checkpoint folder (encoder + head.safetensors + streampunct.json)")
+                        help="training checkpoint folder (encoder + head.safetensors + streampunct.json); "
+                             "with --backend tensorrt also a built model folder (models/default, models/base): "
+                             "the model is rebuilt from its graph's weights, de-quantized")
     parser.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
                         help="target runtime (default: onnxruntime)")
     parser.add_argument("--precision", choices=("fp32", "fp16", "int8", "int4"), default=None,
@@ -66,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TensorRT timing cache file (read and updated)")
     parser.add_argument("--workspace-gb", type=float, default=4.0,
                         help="TensorRT builder workspace in GiB (default 4)")
+    parser.add_argument("--graph-only", action="store_true",
+                        help="tensorrt: stop before the TensorRT builder: write and check the graph it takes "
+                             "(model.fp16.onnx, model.qdq.onnx or, for fp32, model.onnx; the folder's artifact) "
+                             "with parity figures, on a host without TensorRT")
     parser.add_argument("--no-per-channel", action="store_true",
                         help="per-tensor instead of per-channel int8 weight scales (onnxruntime)")
     parser.add_argument("--full-range", action="store_true",
@@ -112,7 +128,8 @@ def check_checkpoint_folder(folder: Path) -> None:
         raise InputError(
             f"{folder} is a built model folder (it has streampunct.json and {graphs[0]}), not a training "
             "checkpoint: build-engine needs a checkpoint folder with the encoder (config.json and its "
-            "weights) and head.safetensors (e.g. checkpoints/NAME/best)"
+            "weights) and head.safetensors (e.g. checkpoints/NAME/best); only --backend tensorrt "
+            "builds from a built folder's own graph"
         )
     raise InputError(f"{folder} is not a training checkpoint: no {' and no '.join(missing)} "
                      "(build-engine needs the encoder's config.json and weights and head.safetensors)")
@@ -149,10 +166,59 @@ def write_triton_repo_from_args(model_dir: Path, args: argparse.Namespace) -> No
         print(line)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What build-engine builds from: a module, its metadata and what names it."""
+
+    module: Any
+    info: Any  # streampunct.model.ModelInfo
+    source_sha256: str
+    tokenizer: Path
+    graph: Any = None  # engines.build.from_graph.GraphSource when rebuilt from a folder's graph
+
+
+def _checkpoint_source(ckpt: Path) -> _Source:
+    from engines.sidecar import sha256_files
+
+    try:
+        from training.checkpoint import load_checkpoint
+    except ImportError as e:
+        raise DependencyError(
+            f"build-engine loads checkpoints with the training package ({e}); "
+            "install with: pip install 'streampunct[train]'"
+        ) from e
+    module, _ = load_checkpoint(ckpt)
+    files = [p for p in ckpt.rglob("*") if p.is_file()]
+    return _Source(module, load_model_info(ckpt), sha256_files(files, ckpt), ckpt / "tokenizer.json")
+
+
+def _graph_source(folder: Path) -> _Source:
+    """A built model folder (``--backend tensorrt``): the model rebuilt from its own graph."""
+    from engines.build.from_graph import graph_module, source_graph
+
+    if not (folder / "tokenizer.json").is_file():
+        raise InputError(f"{folder} has no tokenizer.json (a Hugging Face fast tokenizer)")
+    source = graph_module(source_graph(folder))
+    # the checkpoint the graph was built from names the derived artifacts too (Triton compares it)
+    sha = source.sidecar.source_sha256 or source.sidecar.artifact_sha256
+    return _Source(source.module, load_model_info(folder), sha, folder / "tokenizer.json", source)
+
+
+def _model_metadata(source: _Source) -> dict[str, Any]:
+    info = source.info
+    meta = {**info.metadata, "labels": list(info.labels), "label_position": info.label_position,
+            "window": info.window.to_dict()}
+    if source.graph is not None:
+        # the folder's streaming graph is not copied: the new folder serves whole windows
+        meta.pop("stream_artifact", None)
+        meta["built_from"] = {"folder": str(info.path), **source.graph.weights_from()}
+    return meta
+
+
 def _run(args: argparse.Namespace) -> int:
+    from engines.base import DependencyMissing
     from engines.build.builder import BuildConfig, build_model_folder
     from engines.build.tensorrt_build import TrtBuildOptions
-    from engines.sidecar import sha256_files
 
     ckpt: Path = args.model
     if args.triton_repo is not None and is_built_model_folder(ckpt):
@@ -160,11 +226,16 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not ckpt.is_dir():
         raise InputError(f"--model {ckpt} is not a checkpoint folder")
-    check_checkpoint_folder(ckpt)
+    if args.graph_only and args.backend != "tensorrt":
+        raise InputError("--graph-only stops a TensorRT build before the builder: use it with --backend tensorrt")
+    from_graph = args.backend == "tensorrt" and is_built_model_folder(ckpt)
+    if not from_graph:
+        check_checkpoint_folder(ckpt)
     if args.out is None:
         raise InputError("--out DIR is required to build a model folder from a checkpoint")
-    tokenizer_path = ckpt / "tokenizer.json"
-    if not tokenizer_path.is_file():
+    if from_graph and args.out.resolve() == ckpt.resolve():
+        raise InputError(f"--out {args.out} is the folder the model is read from: write the TensorRT folder elsewhere")
+    if not from_graph and not (ckpt / "tokenizer.json").is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
     parity_path: Path | None = args.parity_data or default_parity_data()
     if parity_path is not None and "test2011" in parity_path.name:
@@ -175,16 +246,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "
                          "pass --parity-data word<TAB>LABEL file")
 
-    try:
-        from training.checkpoint import load_checkpoint
-    except ImportError as e:
-        raise DependencyError(
-            f"build-engine loads checkpoints with the training package ({e}); "
-            "install with: pip install 'streampunct[train]'"
-        ) from e
-    module, _ = load_checkpoint(ckpt)
-    info = load_model_info(ckpt)
-    files = [p for p in ckpt.rglob("*") if p.is_file()]
+    source = _graph_source(ckpt) if from_graph else _checkpoint_source(ckpt)
+    info = source.info
 
     parity = calibration = None
     if parity_path is None:
@@ -218,29 +281,45 @@ def _run(args: argparse.Namespace) -> int:
             workspace_bytes=int(args.workspace_gb * (1 << 30)),
             timing_cache=args.timing_cache,
         ),
+        graph_only=args.graph_only,
     )
-    report = build_model_folder(
-        module,
-        args.out,
-        config=config,
-        model_metadata={
-            **info.metadata, "labels": list(info.labels), "label_position": info.label_position,
-            "window": info.window.to_dict(),
-        },
-        source_sha256=sha256_files(files, ckpt),
-        parity_windows=parity,
-        calibration_windows=calibration,
-        copy_files={"tokenizer.json": tokenizer_path},
-        parity_source=parity_source,
-    )
-    print(f"built {args.backend} {precision} from {ckpt}")
+    if from_graph:
+        print(f"rebuilt the model from {source.graph.path} ({source.graph.sidecar.precision}, weights "
+              f"de-quantized; {source.graph.encoder_config['model_type']} encoder, "
+              f"{'with' if source.graph.has_case else 'no'} case head)")
+    try:
+        report = build_model_folder(
+            source.module,
+            args.out,
+            config=config,
+            model_metadata=_model_metadata(source),
+            source_sha256=source.source_sha256,
+            parity_windows=parity,
+            calibration_windows=calibration,
+            copy_files={"tokenizer.json": source.tokenizer},
+            parity_source=parity_source,
+            source_graph=source.graph.path if source.graph is not None else None,
+            weights_from=source.graph.weights_from() if source.graph is not None else None,
+        )
+    except DependencyMissing as e:
+        missing = (getattr(e.__cause__, "name", None) or "").split(".")[0]
+        if args.backend != "tensorrt" or args.graph_only or missing not in ("tensorrt", "pycuda"):
+            raise
+        graphs = ", ".join(sorted(p.name for p in args.out.glob("*.onnx")))
+        raise DependencyError(f"{e}. The graphs before the builder are in {args.out} ({graphs or 'none'}); "
+                              "--graph-only stops there, with parity figures") from e
+    what = "graph for" if args.graph_only else "from"
+    print(f"built {args.backend} {precision} {what} {ckpt}")
     for line in report.summary_lines():
         print(line)
+    if args.graph_only:
+        print(f"stopped before the TensorRT builder (--graph-only): {report.artifact.name} is the graph it "
+              "takes; run the same command without --graph-only on the GPU host")
     if args.backend == "onnxruntime" and precision in ("int8", "int4") and not args.no_stream_graph:
         from engines.build.stream_graph import build_stream_artifact
 
         try:
-            stream = build_stream_artifact(module, args.out, source_sha256=sha256_files(files, ckpt),
+            stream = build_stream_artifact(source.module, args.out, source_sha256=source.source_sha256,
                                            quantize_embeddings=args.quantize_embeddings)
         except TypeError as e:  # neither a BERT- nor an MPNet-layout encoder
             print(f"no streaming graph: {e}")

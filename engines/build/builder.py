@@ -18,6 +18,13 @@ each with its sidecar, plus the files to copy (tokenizer.json) and
 ``streampunct.json`` with ``"artifact"`` naming the default artifact. Every
 artifact this host can run is compared with the torch module on validation
 windows; the figures go into its sidecar's ``parity`` and into the report.
+
+``BuildConfig.graph_only`` stops a TensorRT build before the builder: the folder
+then holds the graph TensorRT takes (``model.onnx``, ``model.fp16.onnx`` or
+``model.qdq.onnx``, named as its artifact), checked and with parity, on a host
+without TensorRT. A module rebuilt from a model folder's own graph
+(:mod:`engines.build.from_graph`) is built like any module; ``source_graph``
+then names that graph, and every artifact's labels are also compared with it.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ class BuildConfig:
         qdq_high_precision: type of the non-quantized part of the Q/DQ graph.
         trt: TensorRT build options (profile limits, workspace, timing cache).
         parity_batch_size: windows per engine call in the parity run.
+        graph_only: tensorrt: stop before the TensorRT builder (no plan); the prepared
+            graph (or model.onnx for fp32) becomes the folder's artifact.
     """
 
     backend: str = "onnxruntime"
@@ -74,6 +83,7 @@ class BuildConfig:
     qdq_high_precision: str = "fp16"
     trt: TrtBuildOptions = field(default_factory=TrtBuildOptions)
     parity_batch_size: int = 16
+    graph_only: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BUILD_BACKENDS:
@@ -82,6 +92,8 @@ class BuildConfig:
             raise EngineError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.precision == "int4" and self.backend != "onnxruntime":
             raise EngineError("int4 (4-bit weights, MatMulNBits) is an onnxruntime precision")
+        if self.graph_only and self.backend != "tensorrt":
+            raise EngineError("graph_only stops a TensorRT build before the builder: backend must be tensorrt")
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ class BuildReport:
         parity: artifact name -> figures against the torch module.
         parity_vs_onnx: artifact name -> figures against ORT fp32 (derived artifacts).
         parity_source: what the parity figures were measured on.
+        parity_vs_source: artifact name -> figures against ``source_graph`` (the graph a
+            module was rebuilt from), when there is one.
+        source_graph: that graph, or None.
     """
 
     out_dir: Path
@@ -105,6 +120,8 @@ class BuildReport:
     parity: Mapping[str, ParityReport]
     parity_vs_onnx: Mapping[str, ParityReport]
     parity_source: str
+    parity_vs_source: Mapping[str, ParityReport] = field(default_factory=dict)
+    source_graph: Path | None = None
 
     def summary_lines(self) -> list[str]:
         lines = [f"wrote {self.out_dir}/ (default artifact: {self.artifact.name})"]
@@ -121,6 +138,12 @@ class BuildReport:
         for name, report in self.parity_vs_onnx.items():
             lines.append(
                 f"  {name:<20} vs model.onnx (ORT fp32): label agreement "
+                f"{100 * report.label_agreement:.2f}% of {report.n_labels}"
+            )
+        for name, report in self.parity_vs_source.items():
+            assert self.source_graph is not None
+            lines.append(
+                f"  {name:<20} vs {self.source_graph.name} (the source graph, ORT): label agreement "
                 f"{100 * report.label_agreement:.2f}% of {report.n_labels}"
             )
         return lines
@@ -171,6 +194,13 @@ def _open(path: Path):
     return OrtEngine(path)
 
 
+def _open_source(path: Path):
+    """The graph a module was rebuilt from, in ONNX Runtime (a streaming graph runs whole windows)."""
+    from engines.ort_engine import open_engine
+
+    return open_engine(path.parent, path, {})
+
+
 def _random_parity(reference, engine, vocab: int) -> ParityReport:
     reports = []
     for i, (batch, seq) in enumerate(((4, 64), (2, 128))):
@@ -190,6 +220,8 @@ def build_model_folder(
     calibration_windows: ParityWindows | None = None,
     copy_files: Mapping[str, Path] | None = None,
     parity_source: str = "",
+    source_graph: Path | None = None,
+    weights_from: Mapping[str, Any] | None = None,
 ) -> BuildReport:
     """Export ``module``, derive the artifacts ``config`` asks for, check parity, and
     write the runtime model folder ``out_dir``.
@@ -200,6 +232,9 @@ def build_model_folder(
     streampunct.json with ``"artifact"`` set; ``source_sha256`` names the
     checkpoint in every sidecar.
     Without ``parity_windows`` the parity figures use random token ids.
+    ``source_graph``: the graph ``module`` was rebuilt from (:mod:`engines.build.from_graph`);
+    with parity windows every artifact's labels are compared with it too. ``weights_from``
+    goes into the export's recipe (where the weights came from).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +243,9 @@ def build_model_folder(
     export = export_onnx(
         module, out_dir / "model.onnx", source_sha256=source_sha256, opset=config.opset
     )
+    if weights_from:
+        write_sidecar(export.sidecar.replace(
+            recipe={**(export.sidecar.recipe or {}), "weights_from": dict(weights_from)}), export.path)
     written.append(export.path)
     fp32 = export.path
     onnx_name, plan_name = _artifact_plan(config)
@@ -216,7 +254,7 @@ def build_model_folder(
         _prepare(config, fp32, prepared, calibration_windows)
         written.append(prepared)
     final = prepared or fp32
-    if plan_name is not None:
+    if plan_name is not None and not config.graph_only:
         from engines.build.tensorrt_build import build_plan
 
         final = out_dir / plan_name
@@ -227,7 +265,8 @@ def build_model_folder(
     vocab = vocab_size_of(module)
     parity: dict[str, ParityReport] = {}
     vs_onnx: dict[str, ParityReport] = {}
-    fp32_engine = None
+    vs_source: dict[str, ParityReport] = {}
+    fp32_engine = source_engine = None
     for path in written:
         engine = _open(path)
         try:
@@ -241,6 +280,12 @@ def build_model_folder(
                         fp32_engine.infer, engine.infer, parity_windows,
                         batch_size=config.parity_batch_size,
                     )
+                if source_graph is not None:
+                    source_engine = source_engine or _open_source(source_graph)
+                    vs_source[path.name] = parity_on_windows(
+                        source_engine.infer, engine.infer, parity_windows,
+                        batch_size=config.parity_batch_size,
+                    )
             else:
                 report = _random_parity(reference.infer, engine, vocab)
         finally:
@@ -250,9 +295,14 @@ def build_model_folder(
         entry = {"reference": "torch", "data": parity_source or "random token ids", **report.to_dict()}
         if path.name in vs_onnx:
             entry["label_agreement_vs_onnx_fp32"] = vs_onnx[path.name].label_agreement
+        if path.name in vs_source:
+            assert source_graph is not None
+            entry["source_graph"] = source_graph.name
+            entry["label_agreement_vs_source_graph"] = vs_source[path.name].label_agreement
         write_sidecar(sidecar.replace(parity=entry), path)
-    if fp32_engine is not None:
-        fp32_engine.close()
+    for opened in (fp32_engine, source_engine):
+        if opened is not None:
+            opened.close()
     reference.close()
 
     for name, source in (copy_files or {}).items():
@@ -261,5 +311,5 @@ def build_model_folder(
     written.append(write_model_meta(out_dir, {**model_metadata, "artifact": final.name}))
     return BuildReport(
         out_dir, final, tuple(written), export, parity, vs_onnx,
-        parity_source or "random token ids",
+        parity_source or "random token ids", vs_source, source_graph,
     )

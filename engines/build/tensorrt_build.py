@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.base import INPUT_NAMES, OUTPUT_NAME, BuildError
+from engines.base import CASE_OUTPUT_NAME, INPUT_NAMES, OUTPUT_NAME, BuildError
 from engines.deps import require
 from engines.sidecar import Sidecar, new_sidecar, read_sidecar, write_sidecar
 
@@ -110,10 +110,10 @@ def _parse(trt, network, logger_, onnx_path: Path):
 def _check_network(trt, network) -> None:
     inputs = {network.get_input(i).name: network.get_input(i) for i in range(network.num_inputs)}
     outputs = [network.get_output(i).name for i in range(network.num_outputs)]
-    if sorted(inputs) != sorted(INPUT_NAMES) or outputs != [OUTPUT_NAME]:
+    if sorted(inputs) != sorted(INPUT_NAMES) or outputs not in ([OUTPUT_NAME], [OUTPUT_NAME, CASE_OUTPUT_NAME]):
         raise BuildError(
             f"network takes {sorted(inputs)} and returns {outputs}; "
-            f"expected {list(INPUT_NAMES)} -> ['{OUTPUT_NAME}']"
+            f"expected {list(INPUT_NAMES)} -> ['{OUTPUT_NAME}'] or ['{OUTPUT_NAME}', '{CASE_OUTPUT_NAME}']"
         )
     for name, tensor in inputs.items():
         shape = tuple(tensor.shape)

@@ -112,13 +112,14 @@ class FakeNetwork:
 
 class FakeParser:
     errors: list[str] = []
+    outputs: tuple[str, ...] = ("logits",)
 
     def __init__(self, network, logger):
         self.network = network
 
     def parse_from_file(self, path):
         self.network.inputs = [FakeTensor(n, (-1, -1), "int64") for n in ("input_ids", "attention_mask")]
-        self.network.outputs = [FakeTensor("logits", (-1, -1, 4), "float32")]
+        self.network.outputs = [FakeTensor(n, (-1, -1, 4), "float32") for n in self.outputs]
         return not self.errors
 
     @property
@@ -361,6 +362,7 @@ def fake_gpu(monkeypatch):
     MEMORY.clear()
     CALLS.clear()
     FakeParser.errors = []
+    FakeParser.outputs = ("logits",)
     FakeBuilder.plan = b""
     FakeRuntime.deserialized = 0
     return trt
@@ -402,6 +404,15 @@ def test_build_is_strongly_typed_with_profile_and_timing_cache(fake_gpu, onnx_fo
 def test_parser_errors_are_all_reported(fake_gpu, onnx_folder):
     FakeParser.errors = ["node 3: unsupported op Foo", "node 9: bad shape"]
     with pytest.raises(BuildError, match=r"rejected .*\(2 error\(s\)\): node 3: unsupported op Foo \| node 9: bad shape"):
+        build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan")
+
+
+def test_a_case_head_output_is_built_and_other_outputs_refused(fake_gpu, onnx_folder):
+    # a graph derived from a folder with a truecasing head (models/default, models/base)
+    FakeParser.outputs = ("logits", "case_logits")
+    build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan")
+    FakeParser.outputs = ("logits", "present_kv")  # a streaming graph's
+    with pytest.raises(BuildError, match=r"returns \['logits', 'present_kv'\]; expected .* or \['logits', 'case_logits'\]"):
         build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan")
 
 
