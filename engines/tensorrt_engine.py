@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from engines.base import (
+    CASE_OUTPUT_NAME,
     INPUT_NAMES,
     OUTPUT_NAME,
     ArtifactError,
     ArtifactMismatch,
     EngineBase,
+    HeadLogits,
     InferenceError,
     IOSpec,
     check_batch,
@@ -138,6 +140,7 @@ class _WorkerState:
     stream: Any
     inputs: dict[str, _Binding] = field(default_factory=dict)
     output: _Binding | None = None
+    case_output: _Binding | None = None  # the truecasing head's, when the plan has one
 
 
 class TensorRTEngine(EngineBase):
@@ -219,11 +222,11 @@ class TensorRTEngine(EngineBase):
             name = engine.get_tensor_name(i)
             modes[name] = engine.get_tensor_mode(name)
         inputs = sorted(n for n, m in modes.items() if m == trt.TensorIOMode.INPUT)
-        outputs = [n for n, m in modes.items() if m == trt.TensorIOMode.OUTPUT]
-        if inputs != sorted(INPUT_NAMES) or outputs != [OUTPUT_NAME]:
+        outputs = sorted(n for n, m in modes.items() if m == trt.TensorIOMode.OUTPUT)
+        if inputs != sorted(INPUT_NAMES) or outputs not in ([OUTPUT_NAME], sorted([OUTPUT_NAME, CASE_OUTPUT_NAME])):
             raise ArtifactMismatch(
                 f"{self.path} takes {inputs} and returns {outputs}; expected "
-                f"{list(INPUT_NAMES)} -> ['{OUTPUT_NAME}']"
+                f"{list(INPUT_NAMES)} -> ['{OUTPUT_NAME}'] or ['{OUTPUT_NAME}', '{CASE_OUTPUT_NAME}']"
             )
         for name in INPUT_NAMES:
             _, _, max_shape = engine.get_tensor_profile_shape(name, 0)
@@ -244,6 +247,11 @@ class TensorRTEngine(EngineBase):
         if classes is not None and out_shape[2] != classes:
             raise ArtifactMismatch(f"{self.path} returns {out_shape[2]} classes, its sidecar says {classes}")
         state.output = self._bind(trt, cuda_ops, engine, context, OUTPUT_NAME, out_shape)
+        if CASE_OUTPUT_NAME in outputs:
+            case_shape = tuple(context.get_tensor_shape(CASE_OUTPUT_NAME))
+            if len(case_shape) != 3 or case_shape[:2] != out_shape[:2] or case_shape[2] < 1:
+                raise ArtifactMismatch(f"{self.path}: case_logits shape at max input is {case_shape}")
+            state.case_output = self._bind(trt, cuda_ops, engine, context, CASE_OUTPUT_NAME, case_shape)
 
     @staticmethod
     def _bind(trt, cuda_ops, engine, context, name: str, shape: tuple[int, ...]) -> _Binding:
@@ -256,7 +264,7 @@ class TensorRTEngine(EngineBase):
             raise InferenceError(f"set_tensor_address({name}) failed")
         return binding
 
-    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
         state = self._state
         context, stream = state.context, state.stream
         batch, seq = ids.shape
@@ -273,20 +281,28 @@ class TensorRTEngine(EngineBase):
             raise InferenceError(f"logits shape {out_shape} for input {(batch, seq)}")
         if not context.execute_async_v3(stream.handle):
             raise InferenceError(f"execute_async_v3 failed on a batch of shape {(batch, seq)}")
-        output = state.output
-        host_out = output.host.view(int(np.prod(out_shape)))
-        output.device.copy_to_host_async(host_out, stream)
+        copies = [(state.output, out_shape)]
+        if state.case_output is not None:
+            case_shape = tuple(context.get_tensor_shape(CASE_OUTPUT_NAME))
+            if case_shape[:2] != (batch, seq):
+                raise InferenceError(f"case_logits shape {case_shape} for input {(batch, seq)}")
+            copies.append((state.case_output, case_shape))
+        hosts = []
+        for binding, shape in copies:
+            host_out = binding.host.view(int(np.prod(shape)))
+            binding.device.copy_to_host_async(host_out, stream)
+            hosts.append((host_out, shape))
         stream.synchronize()
-        # Copy out of the pinned buffer: the next batch overwrites it.
-        return np.array(host_out.reshape(out_shape), dtype=np.float32, copy=True)
+        # Copy out of the pinned buffers: the next batch overwrites them.
+        return tuple(np.array(h.reshape(shape), dtype=np.float32, copy=True) for h, shape in hosts)
 
     def _release(self, state: _WorkerState) -> None:
         """Free in dependency order: execution context, engine, runtime, buffers, context."""
         state.context = None
         state.engine = None
         state.runtime = None
-        bindings = [*state.inputs.values(), *([state.output] if state.output else [])]
-        state.inputs, state.output = {}, None
+        bindings = [*state.inputs.values(), *(b for b in (state.output, state.case_output) if b is not None)]
+        state.inputs, state.output, state.case_output = {}, None, None
         for binding in bindings:
             binding.device.free()
             binding.host.free()
@@ -295,8 +311,12 @@ class TensorRTEngine(EngineBase):
 
     # ---- any thread ----------------------------------------------------
 
-    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """int64[B,T], int64[B,T] -> float32[B,T,C]; B <= max_batch, T <= max_len."""
+    @property
+    def has_case(self) -> bool:
+        """The plan returns the truecasing head's ``case_logits`` too."""
+        return self._state.case_output is not None
+
+    def _heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, ...]:
         ids, mask = check_batch(
             input_ids, attention_mask, max_batch=self.max_batch, max_len=self.max_len
         )
@@ -309,7 +329,17 @@ class TensorRTEngine(EngineBase):
             if self._closed:
                 raise InferenceError(f"TensorRT engine for {self.path.name} is closed")
             future = self._worker.submit(self._run, ids, mask)
-        return future.result()[:, :seq]
+        return tuple(out[:, :seq] for out in future.result())
+
+    def infer(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """int64[B,T], int64[B,T] -> float32[B,T,C]; B <= max_batch, T <= max_len."""
+        return self._heads(input_ids, attention_mask)[0]
+
+    def infer_heads(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> HeadLogits:
+        """The punctuation logits and, for a plan with a truecasing head, its case logits,
+        from one execution."""
+        outs = self._heads(input_ids, attention_mask)
+        return HeadLogits(outs[0], outs[1] if len(outs) > 1 else None)
 
     def io_spec(self) -> IOSpec:
         return self.sidecar.io_spec(max_batch=self.max_batch, max_len=self.max_len, min_len=self.min_len)

@@ -208,22 +208,24 @@ def _log(call):
 
 
 class FakeEngine:
+    outputs: tuple[str, ...] = ("logits",)
+
     def __init__(self, plan):
         self.profile = json.loads(plan)
-        self.names = ["input_ids", "attention_mask", "logits"]
+        self.names = ["input_ids", "attention_mask", *FakeEngine.outputs]
 
     @property
     def num_io_tensors(self):
-        return 3
+        return len(self.names)
 
     def get_tensor_name(self, i):
         return self.names[i]
 
     def get_tensor_mode(self, name):
-        return "OUTPUT" if name == "logits" else "INPUT"
+        return "INPUT" if name in ("input_ids", "attention_mask") else "OUTPUT"
 
     def get_tensor_dtype(self, name):
-        return "float32" if name == "logits" else "int64"
+        return "float32" if name in ("logits", "case_logits") else "int64"
 
     def get_tensor_profile_shape(self, name, index):
         assert index == 0
@@ -234,7 +236,8 @@ class FakeEngine:
 
 
 class FakeContext:
-    """logits[b, t, c] = mask[b, t] * (ids[b, t] * 10 + c)."""
+    """logits[b, t, c] = mask[b, t] * (ids[b, t] * 10 + c); case_logits (when the engine has
+    them) = -logits."""
 
     def __init__(self):
         self.shapes, self.addresses = {}, {}
@@ -252,7 +255,7 @@ class FakeContext:
         return [n for n in ("input_ids", "attention_mask") if n not in self.shapes]
 
     def get_tensor_shape(self, name):
-        return (*self.shapes["input_ids"], 4) if name == "logits" else self.shapes[name]
+        return (*self.shapes["input_ids"], 4) if name in ("logits", "case_logits") else self.shapes[name]
 
     def execute_async_v3(self, stream_handle):
         _log("execute_async_v3")
@@ -264,6 +267,9 @@ class FakeContext:
         logits = (ids[..., None] * 10 + np.arange(4)) * mask[..., None]
         out = np.frombuffer(MEMORY[self.addresses["logits"]], np.float32)
         out[: n * 4] = logits.astype(np.float32).reshape(-1)
+        if "case_logits" in self.addresses:
+            case = np.frombuffer(MEMORY[self.addresses["case_logits"]], np.float32)
+            case[: n * 4] = -logits.astype(np.float32).reshape(-1)
         return True
 
 
@@ -363,6 +369,7 @@ def fake_gpu(monkeypatch):
     CALLS.clear()
     FakeParser.errors = []
     FakeParser.outputs = ("logits",)
+    FakeEngine.outputs = ("logits",)
     FakeBuilder.plan = b""
     FakeRuntime.deserialized = 0
     return trt
@@ -461,6 +468,40 @@ def test_engine_runs_batches_on_one_worker_thread(plan):
                          "execute_async_v3", "dtoh", "synchronize"]
     assert names.count("synchronize") == 4
     assert FakePrimaryContext.opened[-1].closed
+
+
+def test_a_plan_with_a_case_head_returns_both_heads_from_one_execution(plan):
+    plain = TensorRTEngine(plan)
+    try:
+        assert not plain.has_case
+        ids, mask = np.array([[3, 4, 5, 6, 7, 8, 9, 10]]), np.ones((1, 8), np.int64)
+        heads = plain.infer_heads(ids, mask)
+        assert heads.case is None
+        np.testing.assert_array_equal(heads.punctuation, expected_logits(ids, mask))
+    finally:
+        plain.close()
+    FakeEngine.outputs = ("logits", "case_logits")  # a plan built from models/default or models/base
+    engine = TensorRTEngine(plan)
+    try:
+        assert engine.has_case
+        CALLS.clear()
+        rng = np.random.default_rng(1)
+        ids = rng.integers(1, 80, size=(3, 11))
+        mask = np.ones_like(ids)
+        mask[-1, 5:] = 0
+        heads = engine.infer_heads(ids, mask)
+        np.testing.assert_array_equal(heads.punctuation, expected_logits(ids, mask))
+        np.testing.assert_array_equal(heads.case, -expected_logits(ids, mask))
+        np.testing.assert_array_equal(engine.infer(ids, mask), expected_logits(ids, mask))
+        names = [c for c, _ in CALLS]
+        # one execution gives both heads: two copies out, one synchronize, per call
+        assert names.count("execute_async_v3") == 2 and names.count("dtoh") == 4
+        assert names.count("synchronize") == 2
+    finally:
+        engine.close()
+    FakeEngine.outputs = ("logits", "present_kv")  # a streaming graph's outputs
+    with pytest.raises(ArtifactMismatch, match=r"returns \['logits', 'present_kv'\]"):
+        TensorRTEngine(plan)
 
 
 def test_short_sequences_are_padded_to_the_profile_minimum(plan):
