@@ -19,6 +19,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -116,7 +117,8 @@ def read_collapsed(lines: Iterable[str]) -> Breakdown:
 
 def py_spy_command(pid: int, seconds: float, out: Path, rate: int = 100) -> list[str]:
     """The py-spy command that samples ``pid`` (its threads and child processes) for ``seconds``."""
-    exe = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the interpreter's environment, on PATH or not
+    exe = str(beside) if beside.is_file() else shutil.which("py-spy")
     if exe is None:
         raise RuntimeError("py-spy is not installed: pip install -e '.[dev]' (or pip install py-spy)")
     return [exe, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", str(rate), "-f", "raw",
