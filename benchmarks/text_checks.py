@@ -61,10 +61,24 @@ def spacing_faults(pieces: Iterable[str]) -> int:
     return faults
 
 
+def join_pieces(pieces: Iterable[str]) -> str:
+    """Texts that follow one another, as a reader sees them: a piece that opens with a clitic
+    (``'s``, ``n't``: a final can start with one) joins the word before it."""
+    from streampunct.text.normalize import CLITICS
+
+    out = ""
+    for piece in pieces:
+        if not piece:
+            continue
+        first = piece.split(" ", 1)[0].rstrip(",.?!").lower()
+        out += piece if not out or first in CLITICS else " " + piece
+    return out
+
+
 def check_texts(pieces: Iterable[str]) -> TextChecks:
     """The checks over texts that follow one another (a stream's finals, or offline segments)."""
     pieces = list(pieces)
-    tokens = " ".join(p for p in pieces if p).split()
+    tokens = join_pieces(pieces).split()
     count, examples = capitals_after_no_mark(tokens)
     return TextChecks(len(tokens), count, spacing_faults(pieces), tuple(examples))
 
@@ -78,8 +92,8 @@ def capital_positions(tokens: list[str]) -> set[int]:
 def compare_capitals(stream_pieces: Iterable[str], offline_pieces: Iterable[str], limit: int = 10) -> dict | None:
     """Capitals after no mark that only one side writes, word for word (None when the two texts
     do not have the same number of tokens, e.g. with written forms on)."""
-    a = " ".join(p for p in stream_pieces if p).split()
-    b = " ".join(p for p in offline_pieces if p).split()
+    a = join_pieces(stream_pieces).split()
+    b = join_pieces(offline_pieces).split()
     if len(a) != len(b):
         return None
     only_stream = sorted(capital_positions(a) - capital_positions(b))

@@ -27,3 +27,9 @@ def test_capitals_written_by_one_side_only_are_compared_word_for_word():
     assert both["stream_only"] == 1 and both["offline_only"] == 0  # John is on both sides
     assert both["stream_only_examples"] == ["else They (offline: else. They)"]
     assert compare_capitals(["a b"], ["a"]) is None
+
+
+def test_a_final_that_opens_with_a_clitic_joins_the_word_before():
+    from benchmarks.text_checks import join_pieces
+
+    assert join_pieces(["I do", "n't know. It", "'s", "", "fine."]) == "I don't know. It's fine."
