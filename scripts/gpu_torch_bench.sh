@@ -23,7 +23,8 @@
 # Each device call runs about 5 minutes (LOAD_S seconds of load steps + load and warm-up); with two
 # starts that is ~12 of a session's 15 minutes. Settings (environment): LOAD_S (default 200),
 # SESSIONS_DEFAULT, SESSIONS_BASE (the ramps), DURATION (seconds per step, 20), MAX_BATCH (64),
-# ENGINE_ARGS (more benchmarks.torch_engine_bench options). DEVICE=cpu PY=.venv/bin/python OUT=DIR
+# ENGINE_ARGS (more benchmarks.torch_engine_bench options), WORKERS (serve --workers: server
+# processes sharing the GPU, default 1; issue 56 asks for the 16-core host's ramp with several). DEVICE=cpu PY=.venv/bin/python OUT=DIR
 # runs a stage here on the CPU with small settings, to check the script; KEEP_MODELS=1 prepare
 # packs without moving models/ aside (to look at the sizes).
 # The server runs whole windows: it streams with cached left context only on onnxruntime for now
@@ -60,7 +61,7 @@ measure() {  # measure NAME MODEL_DIR SESSIONS: tokens/s, then bench load, each 
   # shellcheck disable=SC2086
   $PY -m benchmarks.load_bench --model "$2" --engine torch --engine-option "device=$DEVICE" --stream-cache off \
       --sessions $3 --duration "$DURATION" --max-batch "$MAX_BATCH" --max-total-s "$LOAD_S" --refine 1 \
-      --out-dir "$OUT" --name "load_$1" || echo "bench load of $1 ended with rc $?"
+      --workers "${WORKERS:-1}" --out-dir "$OUT" --name "load_$1" || echo "bench load of $1 ended with rc $?"
   if [[ -f $OUT/load_$1.json ]]; then
     $PY -m benchmarks.torch_engine_bench --device "$DEVICE" --annotate "$OUT/load_$1.json"
   fi
