@@ -11,6 +11,7 @@ metrics say what it received and finalized); the tests wait on what the processe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -44,6 +45,18 @@ async def start_caption(*args: str) -> asyncio.subprocess.Process:
     )
 
 
+@contextlib.asynccontextmanager
+async def caption_process(*args: str):
+    """A running ``caption``, killed on the way out if a test left it running."""
+    proc = await start_caption(*args)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def stderr_line(proc: asyncio.subprocess.Process, contains: str, timeout: float = 30) -> str:
     """The first line of the process' stderr that holds ``contains`` (the lines before it are dropped)."""
     async with asyncio.timeout(timeout):
@@ -72,19 +85,14 @@ async def test_sigint_ends_the_stream_and_writes_every_final_word(start_server, 
     server = await start_server()
     out = tmp_path / "t.txt"
     out.write_text("an older transcript\n")
-    proc = await start_caption("-", "--url", server.url, "--out", str(out), "--right-context", "3",
-                               "--max-delay-ms", "600000")
-    try:
+    async with caption_process("-", "--url", server.url, "--out", str(out), "--right-context", "3",
+                               "--max-delay-ms", "600000") as proc:
         words = "so this is the story of how it all began".split()
         proc.stdin.write((" ".join(words) + "\n").encode())
         await proc.stdin.drain()
         await until(lambda: words_in(server) == len(words) and words_finalized(server) == len(words) - 3)
         proc.send_signal(signal.SIGINT)  # the last three words wait for their right context
         rc, stdout, stderr = await finish(proc)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert rc == 130, stderr
     assert words_finalized(server) == len(words)
     expected = render(words, ended(fake_labels(words)), capitalize=True)
@@ -103,16 +111,11 @@ async def test_sigterm_mid_file_finishes_the_subtitles_with_every_final(start_se
     source = tmp_path / "talk.txt"
     source.write_text(" ".join(words) + "\n")
     out = tmp_path / "t.srt"
-    proc = await start_caption(str(source), "--url", server.url, "--format", "srt", "--out", str(out),
-                               "--wps", "40", "--right-context", "3", "--max-delay-ms", "600000", "--no-partials")
-    try:
+    async with caption_process(str(source), "--url", server.url, "--format", "srt", "--out", str(out),
+                               "--wps", "40", "--right-context", "3", "--max-delay-ms", "600000", "--no-partials") as proc:
         await until(lambda: words_in(server) >= 20)
         proc.send_signal(signal.SIGTERM)
         rc, stdout, stderr = await finish(proc)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert rc == 143, stderr
     sent = int(words_in(server))
     assert 20 <= sent < len(words)  # stopped mid-file
@@ -137,31 +140,28 @@ async def test_an_abort_writes_what_is_final_at_once(start_server, tmp_path, fak
     server = await start_server(engine=engine)
     out = tmp_path / "t.txt"
     timeout = "60" if how == "second-sigint" else "1"
-    proc = await start_caption("-", "--url", server.url, "--out", str(out), "--right-context", "1",
-                               "--max-delay-ms", "600000", "--no-partials", "--end-timeout-s", timeout)
-    try:
-        words = "one two three four five six seven eight".split()
-        proc.stdin.write(b"one two three four five\n")
-        await proc.stdin.drain()
-        await until(lambda: words_finalized(server) == 4)  # "five" waits for its right context
-        engine.close_gate()
-        entered = engine.entered
-        proc.stdin.write(b"six seven eight\n")
-        await proc.stdin.drain()
-        await until(lambda: words_in(server) == len(words))
-        await engine.wait_entered(entered + 1)  # deciding "five": held in the engine
-        proc.send_signal(signal.SIGINT)
-        await stderr_line(proc, "SIGINT: ending the stream")
-        started = time.monotonic()
-        if how == "second-sigint":
+    async with caption_process("-", "--url", server.url, "--out", str(out), "--right-context", "1",
+                               "--max-delay-ms", "600000", "--no-partials", "--end-timeout-s", timeout) as proc:
+        try:
+            words = "one two three four five six seven eight".split()
+            proc.stdin.write(b"one two three four five\n")
+            await proc.stdin.drain()
+            await until(lambda: words_finalized(server) == 4)  # "five" waits for its right context
+            engine.close_gate()
+            entered = engine.entered
+            proc.stdin.write(b"six seven eight\n")
+            await proc.stdin.drain()
+            await until(lambda: words_in(server) == len(words))
+            await engine.wait_entered(entered + 1)  # deciding "five": held in the engine
             proc.send_signal(signal.SIGINT)
-        rc, stdout, stderr = await finish(proc)
-        waited = time.monotonic() - started
-    finally:
-        engine.open()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+            await stderr_line(proc, "SIGINT: ending the stream")
+            started = time.monotonic()
+            if how == "second-sigint":
+                proc.send_signal(signal.SIGINT)
+            rc, stdout, stderr = await finish(proc)
+            waited = time.monotonic() - started
+        finally:
+            engine.open()
     assert rc == 130, stderr
     assert waited < 20  # not the 60 s of --end-timeout-s, nor the engine's hold
     if how == "end-timeout":

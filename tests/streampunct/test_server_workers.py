@@ -35,7 +35,7 @@ from streampunct.core.wire import (
     ResumeRequest,
 )
 from streampunct.server.app import WORKER_HEADER
-from tests.streampunct.fakes import ended
+from tests.streampunct.fakes import ended, until
 
 REPO = Path(__file__).resolve().parents[2]
 _ANNOUNCE = re.compile(r"serving (\S+) with (\S+) on (ws://\S+)")  # benchmarks/server_under_test.py's
@@ -297,19 +297,31 @@ async def test_max_sessions_is_split_between_the_workers(tmp_path):
                 await client.close()
 
 
+async def pending_stream(server, worker: int) -> StreamClient:
+    """A stream on ``worker`` holding WORDS undecided (no right context yet), checked to be
+    open: an unknown message type answers with an error and leaves the session running."""
+    client = await server.stream_on(worker, right_context=100, max_delay_ms=600_000)
+    await client.send_words(WORDS)
+    await client.send_raw('{"type": "barrier"}')
+    assert isinstance(await client.recv(timeout=10), Error)
+    return client
+
+
+async def read_to_close(client: StreamClient, timeout: float = 20) -> Transcript:
+    transcript = Transcript()
+    async with asyncio.timeout(timeout):
+        async for message in client:
+            transcript.apply(message)
+    return transcript
+
+
 async def test_a_worker_that_dies_drains_the_others_and_exits_1(tmp_path, aligner):
     async with serving(tmp_path) as server:
         await server.ready_line()
         health = await server.workers_by_health(2)
-        client = await server.stream_on(1, right_context=100, max_delay_ms=600_000)
-        await client.send_words(WORDS)
-        await client.send_raw('{"type": "barrier"}')
-        assert isinstance(await client.recv(timeout=10), Error)
+        client = await pending_stream(server, 1)
         os.kill(health[0]["pid"], signal.SIGKILL)
-        transcript = Transcript()
-        async with asyncio.timeout(20):
-            async for message in client:
-                transcript.apply(message)
+        transcript = await read_to_close(client)
         assert transcript.words == WORDS and client.close_code == 1001  # the survivor drained
         assert await asyncio.wait_for(server.proc.wait(), 30) == 1
         assert "worker 0 (pid" in server.log.read_text() and "exited unexpectedly (signal SIGKILL)" in (
@@ -375,10 +387,11 @@ async def test_sigterm_while_the_workers_load_stops_them_all_with_no_ready_line(
     """A signal during startup is neither lost nor fatal: workers still loading (a warm-up of
     seconds) stop, and the supervisor exits 0 without announcing anything."""
     async with serving(tmp_path, "--engine-option", "batch_ms=2000", "--engine-option", "sleep=true") as server:
-        async with asyncio.timeout(60):
-            while server.log.read_text().count("server listening on") < 2:  # both workers loading
-                assert server.proc.returncode is None, server.log.read_text()
-                await asyncio.sleep(0.05)
+        def both_loading() -> bool:  # both workers loading; the supervisor must not have exited
+            assert server.proc.returncode is None, server.log.read_text()
+            return server.log.read_text().count("server listening on") >= 2
+
+        await until(both_loading, timeout=60)
         server.proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(server.proc.wait(), 30) == 0, server.log.read_text()
         assert await server.proc.stdout.read() == b""
@@ -397,17 +410,9 @@ async def test_workers_whose_supervisor_is_killed_drain_and_exit(tmp_path):
     async with serving(tmp_path) as server:
         await server.ready_line()
         health = await server.workers_by_health(2)
-        client = await server.stream_on(0, right_context=100, max_delay_ms=600_000)
-        await client.send_words(WORDS)
-        await client.send_raw('{"type": "barrier"}')
-        assert isinstance(await client.recv(timeout=10), Error)
+        client = await pending_stream(server, 0)
         server.proc.kill()
-        transcript = Transcript()
-        async with asyncio.timeout(20):
-            async for message in client:
-                transcript.apply(message)
+        transcript = await read_to_close(client)
         assert transcript.words == WORDS and client.close_code == 1001
-        async with asyncio.timeout(20):
-            while any(_running(h["pid"]) for h in health.values()):
-                await asyncio.sleep(0.05)
+        await until(lambda: not any(_running(h["pid"]) for h in health.values()), timeout=20)
         assert server.log.read_text().count("the supervisor is gone; shutting down") == 2
