@@ -174,14 +174,11 @@ async def test_every_worker_serves_and_metrics_cover_them_all(tmp_path, aligner)
         assert all(h["status"] == "ok" and h["engine"] == "fake" for h in health.values())
 
         for worker in (0, 1):
-            transcript = Transcript()
             async with await server.stream_on(worker, right_context=2, max_delay_ms=600_000) as client:
-                await client.send_words(WORDS[:6])
-                await client.send_words(WORDS[6:])
+                for chunk in (WORDS[:6], WORDS[6:]):
+                    await client.send_words(chunk)
                 await client.end()
-                async with asyncio.timeout(30):
-                    async for message in client:
-                        transcript.apply(message)
+                transcript = await read_to_close(client, 30)
             assert transcript.words == WORDS and transcript.errors == []
             assert transcript.labels == ended(expected_labels(aligner, WORDS))
 
