@@ -247,11 +247,10 @@ def prepare_int8_qdq(
 
     By default only the weight MatMuls are quantized, and not those fed by a
     GELU (the feed-forward down-projections, whose inputs have outliers).
-    Measured with ONNX Runtime on CPU (label agreement with fp32): residual
-    Adds in int8 cost the most (MiniLM probe 87% with them, 95% without);
-    on the trained MiniLM checkpoint the GELU-fed MatMuls took agreement from
-    99.1% to 98.6%. Attention's activation-by-activation MatMuls are a small
-    share of the FLOPs at 128 tokens. Each can be switched on;
+    Measured with ONNX Runtime on CPU, residual Adds in int8 cost the most
+    label agreement with fp32, then the GELU-fed MatMuls (docs/engines.md);
+    attention's activation-by-activation MatMuls are a small share of the
+    FLOPs at 128 tokens. Each can be switched on;
     ``exclude_nodes`` are further node-name regular expressions to keep in
     high precision.
     """

@@ -268,7 +268,7 @@ def build_config(args: argparse.Namespace):
 
 
 #: glibc malloc arenas ``serve`` runs with unless ``$MALLOC_ARENA_MAX`` says otherwise: glibc's default
-#: (8 per core) let a 30-minute soak grow 17.9 MB/h where 2 arenas grew 1.3 MB/h (docs/server.md, "Memory").
+#: (8 per core) let a long soak's memory creep (docs/server.md, "Memory").
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # mallopt's parameter number for the arena limit (glibc malloc.h)
 

@@ -132,8 +132,8 @@ def streaming_runs(
     identical for any engine. Larger batches pad the windows; that is exact
     for engines whose batch rows are independent (fp32), but NOT for int8
     ONNX models with dynamic quantization, whose activation scales are
-    computed over the whole batch: there labels change (0.7-1.2% of words
-    for the shipped model, which also runs no faster in batches on CPU).
+    computed over the whole batch: there labels change with the batch
+    (docs/server.md, "Batch rows").
 
     With ``stream_engine`` (a model's streaming graph) every stream runs with
     cached left context, one window at a time, as the server runs it

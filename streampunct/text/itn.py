@@ -85,8 +85,8 @@ OPENERS = frozenset(_MONTHS + list("abcdefghijklmnopqrstuvwxyz") + [
     "the", "an", "half", "quarter", "point", "minus", "negative", "plus", "oh", "double", "triple"])
 
 #: Number words that the grammars write (with house_style) only beside a unit, currency, time or
-#: date word: alone they stay words ("one of them", "the first"); 60% of all searches on 3.5M words
-#: of TEDx captions and SwDA/MapTask/MRDA were such a word with no other number word near.
+#: date word: alone they stay words ("one of them", "the first"), the commonest case in
+#: conversational text (docs/formatting.md).
 SMALL_NUMBER_WORDS = frozenset(_UNITS[:10] + [_ordinal(w) for w in _UNITS[1:10]])
 
 #: Words the grammars read beside a lone small number word besides their unit and currency
