@@ -15,7 +15,7 @@ from streampunct.core.wire import Final, Partial, PunctuatedWord
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_words, render
-from tests.streampunct.fakes import ended_or_final_before
+from tests.streampunct.fakes import ended_or_final_before, until
 
 
 def test_read_plain_text_and_word_label_files(tmp_path):
@@ -258,9 +258,8 @@ async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path,
         for event in read_events(str(source), speed=0):
             yield event
             if event.interim:
-                async with asyncio.timeout(10):
-                    while [w.w for w in event.words] not in received_partials():
-                        await asyncio.sleep(0.01)
+                said = [w.w for w in event.words]
+                await until(lambda said=said: said in received_partials(), timeout=10)
 
     result = await caption(server.url, events=events(), right_context=5, max_delay_ms=60_000, json_log=log)
     assert result.transcript.words == ["so", "how", "are", "you"]
@@ -306,9 +305,8 @@ async def test_caption_keeps_everything_when_the_server_shuts_down(start_server,
     words = "so this is the story of how it all began".split()
     proc.stdin.write((" ".join(words) + "\n").encode())
     await proc.stdin.drain()
-    async with asyncio.timeout(20):  # wait until the server holds every word
-        while sum(s.protocol.n_words for s in server.sessions) < len(words):
-            await asyncio.sleep(0.02)
+    # wait until the server holds every word
+    await until(lambda: sum(s.protocol.n_words for s in server.sessions) >= len(words), timeout=20)
     await server.shutdown()  # finalizes all words, then closes with 1001
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
     stderr = stderr.decode()
