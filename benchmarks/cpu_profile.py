@@ -4,7 +4,7 @@
 server for most of each step and adds this breakdown to the step's figures. On its own::
 
     py-spy record -p PID -d 20 -r 100 -f raw --threads --nonblocking --subprocesses -o stacks.txt
-    python -m benchmarks.cpu_profile stacks.txt [--words N] [--json]
+    python -m benchmarks.cpu_profile stacks.txt [--cpu-ms-per-word MS] [--json]
 
 Each sampled stack counts once, for the first stage that one of its frames names, read from the
 innermost frame out. Frames of the interpreter's plumbing (asyncio's loop, threads, runpy, the
@@ -18,7 +18,6 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -71,12 +70,10 @@ class Breakdown:
         order = [name for name, _ in STAGES] + [EVENT_LOOP, OTHER]
         return {name: self.samples[name] / total for name in order if self.samples[name]}
 
-    def to_json(self, words: int | None = None, cpu_ms_per_word: float | None = None) -> dict:
+    def to_json(self, cpu_ms_per_word: float | None = None) -> dict:
         out: dict = {"samples": self.total, "shares": {k: round(v, 4) for k, v in self.shares().items()}}
         if cpu_ms_per_word is not None:
             out["ms_per_word"] = {k: round(v * cpu_ms_per_word, 3) for k, v in self.shares().items()}
-        if words is not None:
-            out["words"] = words
         return out
 
 
@@ -123,12 +120,6 @@ def py_spy_command(pid: int, seconds: float, out: Path, rate: int = 100) -> list
         raise RuntimeError("py-spy is not installed: pip install -e '.[dev]' (or pip install py-spy)")
     return [exe, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", str(rate), "-f", "raw",
             "--threads", "--nonblocking", "--subprocesses", "-o", str(out)]
-
-
-def record(pid: int, seconds: float, out: Path) -> Breakdown:
-    """Sample ``pid`` for ``seconds`` (blocking) and sum the stacks."""
-    subprocess.run(py_spy_command(pid, seconds, out), check=True, capture_output=True)
-    return read_collapsed(out.read_text().splitlines())
 
 
 def format_breakdown(b: Breakdown, cpu_ms_per_word: float | None = None) -> str:

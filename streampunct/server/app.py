@@ -74,6 +74,9 @@ from streampunct.text.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, 
 
 logger = logging.getLogger(__name__)
 
+#: The signals that drain a server (and that a --workers supervisor forwards to its workers).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 #: WebSocket endpoints (the protocol's path, and the root for convenience).
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
 #: Plain HTTP endpoints.
@@ -726,12 +729,12 @@ async def run_until_signalled(
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
         server = await serve(config, runtime)
     except BaseException:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         raise
     try:
@@ -748,7 +751,7 @@ async def run_until_signalled(
         logger.info("signal received; shutting down")
     finally:
         await server.shutdown()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 

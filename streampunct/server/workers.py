@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
 
+from streampunct.server.app import STOP_SIGNALS
+
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
@@ -53,8 +55,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The signals the supervisor forwards, and that a worker drains on.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Seconds between the supervisor's looks at its deadline (it wakes at once for the workers' news).
 POLL_S = 1.0
 #: Extra seconds the supervisor waits, past a worker's own shutdown bound
