@@ -9,11 +9,19 @@ chunks of 1..4 words at 2.5 words/s with jitter
 server's default session options plus ``itn``. A sentence passes when its
 finals' ``text``, joined, equals the expected written sentence, token for
 token, once the marks the punctuation model adds (a trailing ``,`` ``.``
-``?``) are set aside on both sides. The report gives the share that pass
-(by category) and every failure.
+``?``) are set aside on both sides (and case, with ``--capitalize``). The
+report gives the share that pass (by category) and every failure.
 
 The same schedules are streamed again with ``itn`` off: the finals' words
 and marks must be identical (written forms only change ``text``).
+
+Stream against offline: each sentence is also written by the offline decoder
+(``punctuate --itn``: whole-text windows, same model, grammars and
+``capitalize``), and the stream's text must read the same once the marks are
+set aside and sentence-start capitals are lowered on both sides (marks and the
+sentence starts that follow them may differ between the two decoders; written
+forms and learned case may not). ``--capitalize`` streams with ``capitalize``,
+as a captioning client does.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ class ItnBenchConfig:
     right_context: int = SessionOptions.right_context
     max_delay_ms: int = SessionOptions.max_delay_ms
     parallel: int = 40
+    capitalize: bool = False
     seed: int = 0
     out_dir: Path = RESULTS_DIR
     name: str = "itn_phrases"
@@ -86,11 +95,31 @@ def comparable(text: str) -> list[str]:
     return out
 
 
+def expected_tokens(text: str, capitalize: bool) -> list[str]:
+    """What the expected written sentence is compared on: :func:`comparable` tokens, in lower
+    case with ``capitalize`` (the expected sentences are lower case; the forms' digits and
+    symbols still count)."""
+    return [t.lower() for t in comparable(text)] if capitalize else comparable(text)
+
+
+def written_tokens(text: str) -> list[str]:
+    """:func:`comparable` tokens with each sentence's first letter lowered: what the stream and
+    the offline decoder must agree on (written forms and learned case, not marks)."""
+    out, start = [], True
+    for token in text.split():
+        core = token[:-1] if token[-1] in ",.?" else token
+        if core:
+            out.append(core[:1].lower() + core[1:] if start else core)
+        start = token[-1] in ".?"
+    return out
+
+
 async def _stream(url: str, events, options: SessionOptions, itn: bool):
     from streampunct.client.stream_client import StreamClient, Transcript
 
     client = await StreamClient.connect(url, right_context=options.right_context,
-                                        max_delay_ms=options.max_delay_ms, itn=itn)
+                                        max_delay_ms=options.max_delay_ms, itn=itn,
+                                        capitalize=options.capitalize)
     transcript = Transcript()
 
     async def receive() -> None:
@@ -154,22 +183,37 @@ async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, runtime) ->
     return on, off
 
 
+def _offline_decoder(cfg: ItnBenchConfig, runtime: ServerRuntime | None):
+    """The offline decoder of ``cfg``'s model folder, or (an injected ``runtime``) of its engine."""
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.windowing import WindowConfig
+
+    if runtime is None:
+        return OfflineDecoder.from_model_dir(cfg.model_dir, engine=cfg.engine)
+    return OfflineDecoder(runtime.engine_factory(), runtime.aligner, runtime.window or WindowConfig(),
+                          case_margin=runtime.case_margin)
+
+
 def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: ServerRuntime | None = None,
                   write: bool = True) -> dict:
-    """Stream every phrase with ``itn`` on and off; ``runtime`` goes to
+    """Stream every phrase with ``itn`` on and off, and write it offline; ``runtime`` goes to
     :func:`streampunct.server.app.serve` (None: ``cfg``'s model folder; tests inject an
     engine and a normalizer)."""
     from streampunct.evaluation.accuracy import live_schedule
     from streampunct.server.app import ServerRuntime
     from streampunct.text.normalize import normalize_words
+    from streampunct.text.written_form import Formatter, Lexicon
 
     cases = read_phrases(cfg.data)
-    options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms)
+    options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms,
+                             capitalize=cfg.capitalize)
     schedules = [live_schedule(normalize_words(c.spoken.split()), words_per_second=cfg.words_per_second,
                                max_chunk=cfg.max_chunk, jitter_ms=cfg.jitter_ms, seed=cfg.seed + k)
                  for k, c in enumerate(cases)]
     print(f"itn: {len(cases)} sentences, up to {cfg.parallel} streams at a time, right_context "
-          f"{options.right_context}, max_delay_ms {options.max_delay_ms}", flush=True)
+          f"{options.right_context}, max_delay_ms {options.max_delay_ms}, capitalize {options.capitalize}",
+          flush=True)
+    decoder = _offline_decoder(cfg, runtime)
     if runtime is None:
         runtime = ServerRuntime.from_model(_server_config(cfg))
     workers = None
@@ -184,18 +228,28 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     t0 = time.perf_counter()
     try:
         on, off = asyncio.run(_serve_and_stream(cfg, schedules, options, runtime))
+        wall_s = time.perf_counter() - t0
+        formatter = Formatter(Lexicon(), normalizer, cfg.capitalize)
+        offline = []
+        for case in cases:
+            words = normalize_words(case.spoken.split())
+            labels, found = (decoder.labels_and_cases(words) if cfg.capitalize and decoder.has_case
+                             else (decoder.punctuate(words), None))
+            offline.append(formatter.render(words, labels, found or (), sentence_start=True))
     finally:
+        decoder.close()
         if workers is not None:
             workers.close()
-    wall_s = time.perf_counter() - t0
 
     total, passed = Counter(), Counter()
-    failures, changed, held = [], [], 0
-    for case, with_itn, without in zip(cases, on, off, strict=True):
+    failures, changed, held, unlike = [], [], 0, []
+    for case, with_itn, without, written in zip(cases, on, off, offline, strict=True):
         got = " ".join(text for _, _, text in with_itn.texts if text)
+        if written_tokens(got) != written_tokens(written):
+            unlike.append({"category": case.category, "spoken": case.spoken, "stream": got, "offline": written})
         held += sum(1 for _, _, text in with_itn.texts if not text)
         total[case.category] += 1
-        if comparable(got) == comparable(case.written):
+        if expected_tokens(got, cfg.capitalize) == expected_tokens(case.written, cfg.capitalize):
             passed[case.category] += 1
         else:
             failures.append({"category": case.category, "spoken": case.spoken, "expected": case.written,
@@ -208,6 +262,8 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
         "sentences": n, "passed": ok, "share": round(ok / n, 4), "wall_s": round(wall_s, 1),
         "by_category": {c: {"sentences": total[c], "passed": passed[c]} for c in total},
         "words_and_marks_identical": not changed, "sentences_with_other_words_or_marks": changed,
+        "same_as_offline": n - len(unlike), "same_as_offline_share": round((n - len(unlike)) / n, 4),
+        "unlike_offline": unlike,
         "finals_with_empty_text": held, "failures": failures,
         "itn_calls": len(timed.seconds),
         "itn_call_ms": {q: round(1000 * percentile(timed.seconds, p), 2) for q, p in
@@ -224,6 +280,10 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
         print(f"  {c:9s} {passed[c]:3d}/{total[c]}")
     for f in failures:
         print(f"  FAIL [{f['category']}] {f['spoken']!r}\n       expected {f['expected']!r}\n       got      {f['got']!r}")
+    print(f"written as offline writes it (marks aside): {n - len(unlike)}/{n} sentences "
+          f"({100 * (n - len(unlike)) / n:.1f}%)")
+    for u in unlike:
+        print(f"  UNLIKE [{u['category']}] stream  {u['stream']!r}\n       offline {u['offline']!r}")
     if write:
         path = write_result(cfg.name, result, cfg.out_dir, command=command)
         print(f"wrote {path}")
@@ -246,12 +306,15 @@ def add_itn_arguments(p: argparse.ArgumentParser) -> None:
                    help="session max_delay_ms (default: the server's, %(default)s)")
     p.add_argument("--parallel", type=positive_int, default=d.parallel,
                    help="sentences streamed at a time (default: %(default)s)")
+    p.add_argument("--capitalize", action="store_true",
+                   help="stream (and write offline) with capitalize: sentence starts, I and learned case")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes (default: %(default)s)")
 
 
 def run_itn_from_args(args: argparse.Namespace, command: str | None = None) -> int:
     cfg = ItnBenchConfig(data=args.data, model_dir=args.model, engine=args.engine, itn_cache=args.itn_cache,
                          words_per_second=args.wps, right_context=args.right_context,
-                         max_delay_ms=args.max_delay_ms, parallel=args.parallel, out_dir=args.out_dir)
+                         max_delay_ms=args.max_delay_ms, parallel=args.parallel, capitalize=args.capitalize,
+                         out_dir=args.out_dir)
     result = run_itn_bench(cfg, command=command)
     return 0 if result["words_and_marks_identical"] else 1

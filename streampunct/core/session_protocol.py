@@ -506,8 +506,9 @@ class SessionProtocol:
             return Final(decisions[0].index, marked, self._render(words, labels, sentence_start, cases))
         # written forms, whole across finals (streampunct.text.written_form.FinalTexts)
         context = self.state.right_context(decisions[-1].index)
+        paused = not context and not self.state.decided_by_flush(decisions[-1].index)
         return self._written_text(Final(decisions[0].index, marked, ""), texts, lambda: texts.final(
-            words, labels, cases, sentence_start=sentence_start, context=context))
+            words, labels, cases, sentence_start=sentence_start, context=context, paused=paused))
 
     def _written_text(self, message: Final | Partial, texts: FinalTexts,
                       compute: Callable[[], str]) -> Final | Partial | WrittenText:

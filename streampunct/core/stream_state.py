@@ -179,6 +179,7 @@ class StreamState:
         self._n_final = 0  # local
         self._in_flight: WindowRequest | None = None
         self._partial_key: tuple[int, int, int] | None = None
+        self._flushed: list[tuple[int, int]] = []  # [a, b) stream indices made decidable by flushes
         self._ended = False
         self._mark_last = False  # end() came while the last word was not yet decidable
         self.last_partial: list[Decision] = []
@@ -277,11 +278,19 @@ class StreamState:
         self._token_base += tok
         self._requested -= keep_from
         self._n_final -= keep_from
+        self._flushed = [(a, b) for a, b in self._flushed if b > self._base + self._n_final]
 
     def flush(self, now: float) -> None:
         """Every word that has arrived becomes decidable now."""
         self._advance_by_delay(now)
+        if len(self._decidable_time) < len(self.words):
+            self._flushed.append((self._base + len(self._decidable_time), self._base + len(self.words)))
         self._mark_decidable(len(self.words), now)
+
+    def decided_by_flush(self, index: int) -> bool:
+        """Did word ``index`` (a stream index) become decidable by a flush or the end (not
+        by right context or a delay deadline)? For words not older than the last final."""
+        return any(a <= index < b for a, b in self._flushed)
 
     def end(self, now: float) -> None:
         """The stream ends: a flush, and the last word will get a sentence mark.

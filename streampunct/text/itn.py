@@ -442,6 +442,9 @@ def _stretches(words: Sequence[str], first: int = 0, until: int | None = None) -
             continue
         if _is_number_word(word):
             a, b = max(0, i - CONTEXT_WORDS), min(len(words), i + CONTEXT_WORDS + 1)
+            # the pronoun after a number ends its stretch: "three thirty p m i was" is read as
+            # one unknown token where the model put no period after "m"
+            b = next((k for k in range(i + 1, b) if words[k] == "i"), b)
             if (until is not None and i >= until and not (out and a <= out[-1][1])
                     and not any(_is_number_word(w) or w in OPENERS for w in words[a:until])):
                 continue

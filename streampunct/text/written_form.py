@@ -342,6 +342,9 @@ class FinalTexts:
         self._held: list[_Held] = []
         self._held_sentence_start = True
         self._written: list[_Held] = []  # the last words written, left context
+        # (words, text) of the form the written text ends with, when all its words are in
+        # _written: the next words may go on with it (_continued)
+        self._last_form: tuple[int, str] | None = None
 
     def _phrases(self, words: Sequence[str], labels: Sequence[int | None], until: int | None = None) -> list[Phrase]:
         """The phrases of ``words`` (which follow the words written so far), found with
@@ -349,12 +352,33 @@ class FinalTexts:
         only phrases that begin before it are needed (the words after it are context)."""
         k = len(self._written)
         if k:
-            found = self.formatter.phrases([w.word for w in self._written] + list(words),
-                                           [w.label for w in self._written] + list(labels),
+            ww, wl = [w.word for w in self._written], [w.label for w in self._written]
+            found = self.formatter.phrases(ww + list(words), wl + list(labels),
                                            first=k, until=None if until is None else until + k)
-            if not any(p.start < k < p.end for p in found):
-                return [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
+            crossing = any(p.start < k < p.end for p in found)
+            go_on = self._continued(ww, wl, words, labels, found if crossing else None)
+            if go_on is not None or not crossing:
+                out = [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
+                return out if go_on is None else [go_on, *(p for p in out if p.start >= go_on.end)]
         return self.formatter.phrases(words, labels, until=until)
+
+    def _continued(self, ww: list[str], wl: list[int | None], words: Sequence[str],
+                   labels: Sequence[int | None], found: Sequence[Phrase] | None) -> Phrase | None:
+        """The rest of a form that the written words ``ww`` ended with and ``words`` go on
+        ("3:30" written, then "p m": "p.m.", so that the two texts read "3:30 p.m."), as a
+        phrase of ``words``; None when they end with no form or the words do not go on
+        with it. ``found``: the phrases of ``ww + words`` when already searched from the form
+        on (None: searched here, once)."""
+        k = len(ww)
+        if self._last_form is None or not words:
+            return None
+        size, form = self._last_form
+        if found is None:
+            found = self.formatter.phrases(ww + list(words), wl + list(labels), first=k - size)
+        p = next((p for p in found if p.start == k - size and p.end > k), None)
+        if p is None or not p.text.startswith(form + " "):
+            return None
+        return Phrase(0, p.end - k, p.text[len(form) + 1:], p.whole)
 
     def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
         """A lexicon phrase that the words after the final's may still complete: the words
@@ -375,9 +399,11 @@ class FinalTexts:
         return len(self._held)
 
     def final(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
-              *, sentence_start: bool, context: Sequence[str]) -> str:
+              *, sentence_start: bool, context: Sequence[str], paused: bool = False) -> str:
         """The ``text`` of a final of ``words``; ``sentence_start``: the first of them opens a
-        sentence; ``context``: the words received after them and not final."""
+        sentence; ``context``: the words received after them and not final; ``paused``: its
+        last word was decided by a delay deadline with no word after it yet (not a flush or
+        the end), so that a form the grammars read as unfinished there is held."""
         if not self._held:
             self._held_sentence_start = sentence_start
         span = self._held + [_Held(w, label, c) for w, label, c in
@@ -389,6 +415,8 @@ class FinalTexts:
         crossing = next((p for p in phrases if p.start < n < p.end), None)
         if crossing is None and context:
             crossing = self._open_lexicon_phrase(span, all_words)
+        if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
+            crossing = next((p for p in phrases if p.end == n and not p.text), None)
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now
@@ -399,6 +427,9 @@ class FinalTexts:
         )
         if 0 < cut:
             self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
+            ending = next((p for p in phrases if p.end == cut and p.text), None)
+            self._last_form = (None if ending is None or ending.start < 0 or cut - ending.start > LEFT_CONTEXT_WORDS
+                               else (cut - ending.start, ending.text))
         self._written = (self._written + span[:cut])[-LEFT_CONTEXT_WORDS:]
         self._held = span[cut:]
         return text

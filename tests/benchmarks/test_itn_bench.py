@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.itn_bench import ItnBenchConfig, comparable, read_phrases, run_itn_bench
+from benchmarks.itn_bench import (
+    ItnBenchConfig,
+    comparable,
+    read_phrases,
+    run_itn_bench,
+    written_tokens,
+)
 from streampunct.errors import InputError
 from streampunct.server.app import ServerRuntime
 from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
@@ -52,3 +58,14 @@ def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner):
     (failure,) = result["failures"]
     assert failure["expected"] == "we saw 40 bird" and comparable(failure["got"]) == ["we", "saw", "40", "birds"]
     assert result["words_and_marks_identical"] and result["itn_calls"] > 0
+    # the offline decoder writes each sentence with the same engine and grammars
+    assert result["same_as_offline"] + len(result["unlike_offline"]) == 3
+    assert result["same_as_offline_share"] == round(result["same_as_offline"] / 3, 4)
+
+
+def test_written_tokens_set_marks_and_sentence_starts_aside():
+    assert written_tokens("It costs $25. Then we left at 7 p.m.") == ["it", "costs", "$25", "then", "we",
+                                                                        "left", "at", "7", "p.m"]
+    assert written_tokens("it costs $25, then we left on Monday") == written_tokens("It costs $25. Then we "
+                                                                                      "left on Monday.")
+    assert written_tokens("on monday") != written_tokens("on Monday")

@@ -96,6 +96,21 @@ def test_delay_makes_words_decidable_at_deadline():
     assert state.next_deadline() == pytest.approx(1.5)
 
 
+def test_decided_by_flush_tells_a_flush_or_end_from_a_deadline_or_right_context():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=1, max_delay_ms=300))
+    state.feed([aligner.word(1, 0), aligner.word(1, 1)], 0.0)  # word 0 by right context
+    state.feed([aligner.word(1, 2)], 1.0)  # word 1 by its deadline (0.3), word 2 by the flush
+    assert [d.index for d in run_requests(state, 1.0)] == [0, 1]
+    state.flush(1.1)
+    assert [d.index for d in run_requests(state, 1.1)] == [2]
+    assert [state.decided_by_flush(i) for i in range(3)] == [False, False, True]
+    state.feed([aligner.word(1, 3)], 2.0)
+    state.end(2.0)
+    assert [d.index for d in run_requests(state, 2.0)] == [3]
+    assert state.decided_by_flush(3)
+
+
 def test_one_request_in_flight_and_coalescing():
     aligner = FakeAligner()
     state = StreamState(aligner, WINDOW, SessionOptions(right_context=0, max_delay_ms=0))

@@ -264,9 +264,11 @@ def test_number_words_already_written_are_not_searched_again():
         finals.append(texts.final([w], [NO], [], sentence_start=k == 0, context=words[k + 1:k + 3]))
         asked.append(normalizer.asked[-1])
     assert [f for f in finals if f] == ["it", "costs", "$20", "and", "we", "paid"]  # "twenty" held
-    assert [len(seeds) for _, _, seeds in asked] == [1, 1, 1, 1, 0, 0, 0]
-    # the finals after "$20" went out pass it as left context, searched by nobody
-    assert asked[4] == (("costs", "twenty", "dollars", "and", "we", "paid"), 3, ())
+    # once after "$20" went out, whether "and" goes on with it (as "p m" goes on with "3:30");
+    # then the finals pass it as left context, searched by nobody
+    assert [len(seeds) for _, _, seeds in asked] == [1, 1, 1, 1, 1, 0, 0]
+    assert asked[4] == (("costs", "twenty", "dollars", "and", "we", "paid"), 1, ("twenty",))
+    assert normalizer.asked[-2] == (("twenty", "dollars", "and", "we", "paid"), 3, ())
 
 
 def test_held_words_open_the_partial_and_the_partial_writes_its_phrases():
@@ -364,3 +366,44 @@ def test_written_forms_refuse_itn_without_a_normalizer():
     assert not WrittenForms().formatter(itn=False, lexicon=(), capitalize=True).active
     f = WrittenForms(Lexicon([("nasa", "NASA")])).formatter(itn=False, lexicon=[("esa", "ESA")], capitalize=False)
     assert f.lexicon.get(("nasa",)) == "NASA" and f.lexicon.get(("esa",)) == "ESA"
+
+
+class TimeNormalizer:
+    """The grammars' reading of a spoken time, as NeMo's: "three thirty" -> "3:30", with "p m"
+    -> "3:30 p.m.", and "three thirty p" read but left spoken (unfinished)."""
+
+    FORMS = {("three", "thirty", "p", "m"): "3:30 p.m.", ("three", "thirty"): "3:30",
+             ("three", "thirty", "p"): ""}
+
+    def phrases(self, words, *, first=0, until=None):
+        for i in range(len(words)):
+            for spoken, text in sorted(self.FORMS.items(), key=lambda f: -len(f[0])):
+                if tuple(words[i:i + len(spoken)]) == spoken:
+                    return [Phrase(i, i + len(spoken), text)]
+        return []
+
+
+def time_texts() -> FinalTexts:
+    return FinalTexts(Formatter(Lexicon(), TimeNormalizer(), capitalize=True))
+
+
+def test_a_form_the_next_words_go_on_with_takes_the_rest_of_it():
+    """ "3:30" went out at a pause; "p m" then writes "p.m.", so that the texts read as offline."""
+    texts = time_texts()
+    assert texts.final("we met at three thirty".split(), [NO] * 5, [], sentence_start=True, context=[],
+                       paused=True) == "We met at 3:30"
+    assert texts.final(["p", "m", "i", "left"], [NO, PERIOD, NO, PERIOD], [UPPER, UPPER, None, None],
+                       sentence_start=False, context=[]) == "p.m. I left."
+
+
+def test_an_unfinished_form_is_held_at_a_pause_and_not_at_a_flush():
+    texts = time_texts()
+    assert texts.final("we met at three thirty p".split(), [NO] * 6, [], sentence_start=True, context=[],
+                       paused=True) == "We met at"
+    assert texts.held == 3
+    assert texts.final(["m", "i", "left"], [PERIOD, NO, PERIOD], [], sentence_start=False,
+                       context=[]) == "3:30 p.m. I left."
+    flushed = time_texts()  # a flush or the end (not paused): nothing is held
+    assert flushed.final("we met at three thirty p".split(), [NO] * 6, [], sentence_start=True,
+                         context=[]) == "We met at three thirty p"
+    assert flushed.held == 0
