@@ -299,36 +299,91 @@ def check_shard(path: Path, docs: Sequence[Document], k: int, n: int) -> None:
                          "or seed, or a damaged file): move it away or use another --out")
 
 
+def _claim(lock: Path) -> bool:
+    """Take ``lock`` (a shard's ``.lock`` file, created exclusively, holding this host and
+    process id) for this process; False while another live process on this host holds it. A
+    lock whose process is gone (a stopped run) is taken over."""
+    import os
+    import socket
+
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                host, pid = lock.read_text().split()
+            except (OSError, ValueError):
+                host, pid = "", "0"  # being written, or damaged: read again below
+            if host != socket.gethostname():
+                return False  # another machine's process: it cannot be checked from here
+            try:
+                os.kill(int(pid), 0)
+                return False
+            except ProcessLookupError:
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+            except PermissionError:
+                return False  # alive, another user's
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        return True
+    return False
+
+
 def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str],
                     out_dir: str | Path, shards: int, *, data_root_dir: str = "", cache_dir: str = "cache",
                     max_unlabeled_words: int = 0, max_labelled_words: int = 0, seed: int = 13,
                     batch_size: int = 64, device: str = "auto", bf16: bool = False,
-                    exclude_held_out_captions: bool = False, threads: int = 0) -> list[Path]:
+                    exclude_held_out_captions: bool = False, threads: int = 0,
+                    poll_s: float = 30.0) -> list[Path]:
     """All ``shards`` shards of a selection into ``out_dir/shard_KKK_of_NNN.npz``, resumably:
     the selection is read once; a shard whose file exists is checked against the selection
     and skipped, so a stopped run started again labels only what is missing. Each file is
-    written atomically when its shard is done (no partial file survives a stop)."""
+    written atomically when its shard is done (no partial file survives a stop).
+
+    Several processes may run the same command (one per free core): each claims the next
+    shard nobody holds (``shard_KKK_of_NNN.npz.lock``, released when it is done or stopped;
+    a lock whose process died is taken over), and one that finds only shards others hold
+    waits for them (every ``poll_s`` seconds), so that every process returns when all are done."""
     if shards < 1:
         raise InputError(f"--shards must be >= 1, got {shards}")
     docs = select_documents(labelled, unlabeled, data_root_dir=data_root_dir, cache_dir=cache_dir,
                             max_unlabeled_words=max_unlabeled_words, max_labelled_words=max_labelled_words,
                             seed=seed, exclude_held_out_captions=exclude_held_out_captions)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [shard_path(out_dir, k, shards) for k in range(shards)]
-    todo = []
+    checked = set()
     for k, p in enumerate(paths):
         if p.is_file():
             check_shard(p, docs, k, shards)
-        else:
-            todo.append(k)
+            checked.add(k)
     total = sum(map(len, docs))
     log.info("%d documents, %d words in %d shards: %d done, %d to label",
-             len(docs), total, shards, shards - len(todo), len(todo))
-    if todo:
-        decode, meta = teacher_decoder(teacher, device=device, bf16=bf16, threads=threads)
-        for k in todo:
+             len(docs), total, shards, len(checked), shards - len(checked))
+    decode = meta = None
+    while True:
+        pending = [k for k in range(shards) if not paths[k].is_file()]
+        if not pending:
+            break
+        k = next((k for k in pending if _claim(paths[k].with_name(paths[k].name + ".lock"))), None)
+        if k is None:
+            log.info("%d shards left, all being labelled by other processes; waiting", len(pending))
+            time.sleep(poll_s)
+            continue
+        lock = paths[k].with_name(paths[k].name + ".lock")
+        try:
+            if paths[k].is_file():  # finished by another process meanwhile
+                continue
+            if decode is None:
+                decode, meta = teacher_decoder(teacher, device=device, bf16=bf16, threads=threads)
             _label(decode, meta, docs[k::shards], paths[k], batch_size=batch_size, labelled=labelled,
                    unlabeled=unlabeled, shard=(k, shards))
-            check_shard(paths[k], docs, k, shards)
+        finally:
+            lock.unlink(missing_ok=True)
+    for k, p in enumerate(paths):  # this process's and the others'
+        if k not in checked:
+            check_shard(p, docs, k, shards)
     log.info("all %d shards done in %s (%d words)", shards, out_dir, total)
     return paths
 
@@ -357,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
                           "larger than the students' 400k words)")
     lab.add_argument("--shards", type=int, default=0, metavar="N",
                      help="label all N shards into the folder --out (shard_KKK_of_NNN.npz), skipping "
-                          "finished ones: a stopped run resumes with the same command")
+                          "finished ones: a stopped run resumes with the same command; the same command "
+                          "run again alongside labels other shards (one process per free core)")
     lab.add_argument("--threads", type=int, default=0,
                      help="CPU threads for the teacher (default: all physical cores)")
     args = ap.parse_args(argv)

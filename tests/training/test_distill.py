@@ -150,6 +150,55 @@ def test_a_shard_folder_resumes_skips_finished_shards_and_refuses_a_foreign_one(
         distill.label_shard_dir(teacher.best_dir, ["ted"], ["tedx"], out, 3, **common)
 
 
+def test_processes_share_a_shard_folder_through_locks(tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
+    """A shard another live process holds is left to it (this one waits for its file); a lock
+    whose process is gone is taken over; no lock is left behind."""
+    import os
+    import socket
+    import subprocess
+
+    from training import distill
+
+    teacher = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher", "optim.max_steps=2",
+                              'data.train=["dev2012", "ted"]'))
+    common = dict(data_root_dir=str(tiny_data_root), cache_dir=str(tmp_path / "cache"), device="cpu")
+    alone = tmp_path / "alone"
+    reference = distill.label_shard_dir(teacher.best_dir, ["ted", "dev2012"], ["tedx"], alone, 3, **common)
+    out = tmp_path / "shared"
+    out.mkdir()
+    other = subprocess.Popen(["sleep", "60"])  # a live process "labelling" shard 1
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a stopped run's lock on shard 2
+    host = socket.gethostname()
+    (out / "shard_001_of_003.npz.lock").write_text(f"{host} {other.pid}")
+    (out / "shard_002_of_003.npz.lock").write_text(f"{host} {dead.pid}")
+    labelled, waits = [], []
+    real_label = distill._label
+
+    def recording_label(decode, meta, docs, path, **kw):
+        labelled.append(kw["shard"][0])
+        return real_label(decode, meta, docs, path, **kw)
+
+    def other_finishes(seconds):  # the other process writes its shard and lets go
+        waits.append(seconds)
+        os.replace(reference[1], out / "shard_001_of_003.npz")
+        (out / "shard_001_of_003.npz.lock").unlink()
+
+    monkeypatch.setattr(distill, "_label", recording_label)
+    monkeypatch.setattr(distill.time, "sleep", other_finishes)
+    try:
+        paths = distill.label_shard_dir(teacher.best_dir, ["ted", "dev2012"], ["tedx"], out, 3, poll_s=7.0,
+                                        **common)
+    finally:
+        other.kill()
+        other.wait()
+    assert labelled == [0, 2] and waits == [7.0]
+    assert sorted(p.name for p in out.iterdir()) == [f"shard_00{k}_of_003.npz" for k in range(3)]
+    for mine, ref in zip(paths, reference, strict=True):
+        if ref.is_file():
+            np.testing.assert_array_equal(np.load(mine)["probs"], np.load(ref)["probs"])
+
+
 @pytest.mark.parametrize("bad", ["3/3", "-1/2", "1", "a/b", "0/0"])
 def test_a_bad_shard_is_refused_with_its_value(bad, tmp_path, capsys):
     from training.distill import main
