@@ -24,7 +24,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -87,24 +87,22 @@ def _host() -> dict[str, Any]:
     return {"cpu": cpu, "physical_cores": physical_cores(), "python": platform.python_version()}
 
 
-def _time_shape(
-    engines: Mapping[tuple[str, str], Any], ids: np.ndarray, mask: np.ndarray, settings: BenchSettings
-) -> dict[tuple[str, str], list[float]]:
-    """Latencies of every engine on one batch, timed in interleaved rounds so that
+def _time_shape(calls: Mapping[Any, Callable[[], Any]], settings: BenchSettings) -> dict[Any, list[float]]:
+    """Latencies of every call (an engine on one batch), timed in interleaved rounds so that
     load from other processes hits all engines alike."""
-    for engine in engines.values():
+    for call in calls.values():
         for _ in range(settings.warmup):
-            engine.infer(ids, mask)
-    latencies: dict[tuple[str, str], list[float]] = {key: [] for key in engines}
+            call()
+    latencies: dict[Any, list[float]] = {key: [] for key in calls}
     started = time.perf_counter()
     rounds = 0
     while rounds < settings.max_runs and (
         rounds < settings.min_runs
-        or time.perf_counter() - started < settings.min_seconds * len(engines)
+        or time.perf_counter() - started < settings.min_seconds * len(calls)
     ):
-        for key, engine in engines.items():
+        for key, call in calls.items():
             t0 = time.perf_counter()
-            engine.infer(ids, mask)
+            call()
             latencies[key].append(time.perf_counter() - t0)
         rounds += 1
     return latencies
@@ -189,7 +187,8 @@ def run_engine_bench(
                         fits[key] = engine
                 ids = rng.integers(low, vocab, size=(batch, seq), dtype=np.int64)
                 mask = np.ones_like(ids)
-                for (backend, precision), lat in _time_shape(fits, ids, mask, settings).items():
+                calls = {key: (lambda e=engine, i=ids, m=mask: e.infer(i, m)) for key, engine in fits.items()}
+                for (backend, precision), lat in _time_shape(calls, settings).items():
                     median = statistics.median(lat)
                     results.append({
                         "backend": backend,
@@ -225,6 +224,64 @@ def run_engine_bench(
     return report
 
 
+def run_stream_bench(
+    model_dir: str | Path,
+    batch_sizes: Sequence[int],
+    new_lens: Sequence[int],
+    past: int,
+    *,
+    engine_options: Mapping[str, Any] | None = None,
+    settings: BenchSettings | None = None,
+    print_table: bool = True,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """The folder's streaming graph (``stream_artifact``) on ONNX Runtime, as the server's windows
+    call it with cached left context: each row encodes ``new`` tokens (``new_lens``) against
+    ``past`` cached tokens. Each result has batch, new, past, ms per call, and the call's cost
+    per row against one row alone (what padding rows into one call saves). Raises
+    :class:`~engines.base.EngineError` when the folder has no streaming graph."""
+    model_dir = Path(model_dir)
+    settings = settings or BenchSettings()
+    meta = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
+    artifact = meta.get("stream_artifact")
+    if not artifact:
+        raise EngineError(f"{model_dir} has no streaming graph (stream_artifact in streampunct.json)")
+    engine = load_engine("onnxruntime", model_dir, artifact=artifact, **dict(engine_options or {}))
+    vocab = _vocab_size(model_dir)
+    rng = np.random.default_rng(settings.seed)
+    layers, heads, head_dim = engine.stream_shape
+    results: list[dict[str, Any]] = []
+    try:
+        for new in new_lens:
+            alone = None
+            for batch in batch_sizes:
+                feed = {"input_ids": rng.integers(1000 if vocab > 2000 else 4, vocab, size=(batch, new),
+                                                  dtype=np.int64),
+                        "position_ids": np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1)),
+                        "attention_mask": np.ones((batch, past + new), np.int64),
+                        "past_kv": rng.standard_normal((layers, 2, batch, heads, past, head_dim)).astype(np.float16)}
+                (lat,) = _time_shape({"stream": lambda feed=feed: engine.infer_stream(feed)}, settings).values()
+                ms = 1e3 * statistics.median(lat)
+                alone = ms if batch == 1 else alone
+                results.append({"artifact": artifact, "batch": batch, "new": new, "past": past,
+                                "latency_ms_median": round(ms, 3),
+                                "latency_ms_p90": round(1e3 * float(np.percentile(lat, 90)), 3),
+                                "ms_per_row": round(ms / batch, 3),
+                                "per_row_vs_alone": round(ms / batch / alone, 3) if alone else None,
+                                "runs": len(lat)})
+    finally:
+        engine.close()
+    report = {"benchmark": "engine_stream", "command": command, "model_dir": str(model_dir),
+              "host": _host(), "machine": machine(), "settings": asdict(settings),
+              "engine_options": dict(engine_options or {}), "results": results}
+    if print_table:
+        print(f"{artifact}: ms per call (per row against one row alone), {past} cached tokens")
+        for r in results:
+            ratio = f" ({r['per_row_vs_alone']:.2f}x)" if r["per_row_vs_alone"] is not None else ""
+            print(f"  {r['batch']:3d} x {r['new']:3d} new tokens: {r['latency_ms_median']:8.2f} ms{ratio}")
+    return report
+
+
 def _write_json(report: Mapping[str, Any], out_json: str | Path) -> None:
     out_json = Path(out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +311,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "(labels unused; default: data/iwslt2011/test2011); 'none' skips it")
     parser.add_argument("--decode-batch", type=int, default=32,
                         help="batch size of the offline decode and its engine ceiling (default 32)")
+    parser.add_argument("--stream-past", type=int, default=None, metavar="P",
+                        help="time the folder's streaming graph instead, as the server's windows call "
+                             "it: --seq-lens new tokens a row against P cached tokens (batch 1 "
+                             "first: the per-row cost of padded calls against a row alone)")
     parser.add_argument("--out-json", type=Path, default=_REPO / "benchmarks" / "results" / "engine.json",
                         help="result file (default: benchmarks/results/engine.json)")
 
@@ -266,6 +327,15 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
     if args.spinning:
         ort_options["allow_spinning"] = True
     options = {"onnxruntime": ort_options} if ort_options else None
+    if args.stream_past is not None:
+        if args.stream_past < 0:
+            raise SystemExit("--stream-past must be >= 0")
+        report = run_stream_bench(args.model, sorted(set(args.batch_sizes) | {1}), args.seq_lens, args.stream_past,
+                                  engine_options=ort_options, settings=BenchSettings(min_seconds=args.min_seconds),
+                                  command=command)
+        if args.out_json is not None:
+            _write_json(report, args.out_json)
+        return 0
     decode = str(args.decode_data) != "none"
     report = run_engine_bench(
         args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens,

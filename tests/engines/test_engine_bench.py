@@ -86,3 +86,33 @@ def test_command_line_options(folder, tmp_path, capsys):
     assert saved["engine_options"] == {"onnxruntime": {"intra_op_threads": 1, "allow_spinning": True}}
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "engine.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_streaming_graph_is_timed_per_call_and_per_row(tmp_path, capsys):
+    """``--stream-past``: the shipped streaming graph, rows of new tokens against cached ones."""
+    from pathlib import Path
+
+    from benchmarks.engine_bench import run_stream_bench
+
+    shipped = Path(__file__).resolve().parents[2] / "models" / "default"
+    if not (shipped / "model.stream.int8.onnx").is_file():
+        pytest.skip("no models/default")
+    report = run_stream_bench(shipped, (1, 2), (1, 4), 8, engine_options={"intra_op_threads": 1},
+                              settings=FAST)
+    assert [(r["batch"], r["new"], r["past"]) for r in report["results"]] == [
+        (1, 1, 8), (2, 1, 8), (1, 4, 8), (2, 4, 8)]
+    for r in report["results"]:
+        assert r["artifact"] == "model.stream.int8.onnx" and 2 <= r["runs"] <= 3
+        assert r["ms_per_row"] == pytest.approx(r["latency_ms_median"] / r["batch"], abs=1e-3)
+    alone = {r["new"]: r["latency_ms_median"] for r in report["results"] if r["batch"] == 1}
+    assert all(r["per_row_vs_alone"] == pytest.approx(r["ms_per_row"] / alone[r["new"]], abs=2e-3)
+               for r in report["results"])
+    assert "2 x   4 new tokens" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_streaming_graph_is_refused(folder):
+    from benchmarks.engine_bench import run_stream_bench
+    from engines.base import EngineError
+
+    with pytest.raises(EngineError, match="has no streaming graph"):
+        run_stream_bench(folder, (1,), (1,), 4, settings=FAST)
