@@ -246,17 +246,19 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
 def stream_against_offline(cfg: LiveBenchConfig, words, spans, transcripts) -> dict:
     """Capitals after a word with no mark and spacing faults (:mod:`benchmarks.text_checks`) in the
     finals' ``text`` of each session, against the offline decoder's text of the same words."""
-    from benchmarks.text_checks import check_texts, compare_capitals
+    from benchmarks.text_checks import check_sessions, compare_capitals_by_session
     from streampunct.api import Punctuator
 
-    stream_texts = [text for t in transcripts for _, _, text in t.texts]
+    # each session apart: a session's first word opens a sentence, while the one before ends
+    # with a flush (its last word takes no forced mark)
+    stream_texts = [[text for _, _, text in t.texts] for t in transcripts]
     offline_model = Punctuator.load(cfg.server.model_dir, engine=cfg.server.engine)
     try:
-        offline_texts = [offline_model.punctuate(words[a:b], capitalize=True) for a, b in spans]
+        offline_texts = [[offline_model.punctuate(words[a:b], capitalize=True)] for a, b in spans]
     finally:
         offline_model.close()
-    stream, offline = check_texts(stream_texts), check_texts(offline_texts)
-    both = compare_capitals(stream_texts, offline_texts)
+    stream, offline = check_sessions(stream_texts), check_sessions(offline_texts)
+    both = compare_capitals_by_session(stream_texts, offline_texts)
     print(f"text: capitals after a word with no mark per 1000 words: stream "
           f"{stream.capitals_per_1000:.2f}, offline {offline.capitals_per_1000:.2f}; spacing faults: stream "
           f"{stream.spacing_faults}, offline {offline.spacing_faults}"

@@ -104,3 +104,28 @@ def compare_capitals(stream_pieces: Iterable[str], offline_pieces: Iterable[str]
             "offline_only_per_1000_words": round(1000 * len(only_offline) / n, 3),
             "stream_only_examples": [f"{a[i - 1]} {a[i]} (offline: {b[i - 1]} {b[i]})" for i in only_stream[:limit]]}
 
+
+
+def check_sessions(sessions: Iterable[Iterable[str]]) -> TextChecks:
+    """:func:`check_texts` of each session's texts apart, summed: a session's first word opens a
+    sentence whatever the session before ended with (a stream ends with a flush, whose last
+    word takes no forced mark), so no capital is counted across two sessions."""
+    parts = [check_texts(texts) for texts in sessions]
+    examples = tuple(e for part in parts for e in part.examples)[:10]
+    return TextChecks(sum(p.words for p in parts), sum(p.capitals_after_no_mark for p in parts),
+                      sum(p.spacing_faults for p in parts), examples)
+
+
+def compare_capitals_by_session(stream_sessions: Iterable[Iterable[str]], offline_sessions: Iterable[Iterable[str]],
+                                limit: int = 10) -> dict | None:
+    """:func:`compare_capitals` session by session, summed (None when one session's two texts do
+    not have the same number of tokens)."""
+    parts = [compare_capitals(a, b, limit) for a, b in zip(stream_sessions, offline_sessions, strict=True)]
+    if not parts or any(p is None for p in parts):
+        return None
+    n = sum(len(join_pieces(a).split()) for a in stream_sessions) or 1
+    only_stream, only_offline = sum(p["stream_only"] for p in parts), sum(p["offline_only"] for p in parts)
+    return {"stream_only": only_stream, "offline_only": only_offline,
+            "stream_only_per_1000_words": round(1000 * only_stream / n, 3),
+            "offline_only_per_1000_words": round(1000 * only_offline / n, 3),
+            "stream_only_examples": [e for p in parts for e in p["stream_only_examples"]][:limit]}

@@ -33,3 +33,22 @@ def test_a_final_that_opens_with_a_clitic_joins_the_word_before():
     from benchmarks.text_checks import join_pieces
 
     assert join_pieces(["I do", "n't know. It", "'s", "", "fine."]) == "I don't know. It's fine."
+
+
+def test_sessions_are_checked_apart_so_no_capital_counts_across_two():
+    """A stream ends with a flush (its last word takes no mark) and the next session opens with a
+    capital: joined, that would be a capital after no mark that nobody wrote."""
+    from benchmarks.text_checks import check_sessions, compare_capitals_by_session
+
+    stream = [["So we went", "home"], ["Then it rained."]]
+    offline = [["So we went home."], ["Then it rained."]]
+    assert check_texts([t for s in stream for t in s]).capitals_after_no_mark == 1  # "home Then"
+    checks = check_sessions(stream)
+    assert (checks.words, checks.capitals_after_no_mark, checks.spacing_faults) == (7, 0, 0)
+    both = compare_capitals_by_session(stream, offline)
+    assert (both["stream_only"], both["offline_only"]) == (0, 0)
+    stream[1] = ["Then It rained."]
+    both = compare_capitals_by_session(stream, offline)
+    assert both["stream_only"] == 1 and both["stream_only_examples"] == ["Then It (offline: Then it)"]
+    assert both["stream_only_per_1000_words"] == round(1000 / 7, 3)
+    assert compare_capitals_by_session([["a b"]], [["a"]]) is None
