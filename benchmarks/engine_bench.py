@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks.common import machine, pyplot
 from engines.base import EngineError
+from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
 
 #: (backend, precision) -> artifact file name in the model folder.
@@ -242,10 +243,9 @@ def run_stream_bench(
     :class:`~engines.base.EngineError` when the folder has no streaming graph."""
     model_dir = Path(model_dir)
     settings = settings or BenchSettings()
-    meta = json.loads((model_dir / "streampunct.json").read_text(encoding="utf-8"))
-    artifact = meta.get("stream_artifact")
+    artifact = read_model_meta(model_dir).stream_artifact
     if not artifact:
-        raise EngineError(f"{model_dir} has no streaming graph (stream_artifact in streampunct.json)")
+        raise EngineError(f"{model_dir} has no streaming graph (no stream_artifact in its model metadata)")
     engine = load_engine("onnxruntime", model_dir, artifact=artifact, **dict(engine_options or {}))
     vocab = _vocab_size(model_dir)
     rng = np.random.default_rng(settings.seed)

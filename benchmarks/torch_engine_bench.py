@@ -76,7 +76,8 @@ def run_torch_engine_bench(model_dir: str | Path, *, device: str = "auto", preci
     try:
         for batch in batch_sizes:
             ids = rng.integers(low, vocab, size=(batch, seq_len), dtype=np.int64)
-            lat = _time_shape({"torch": engine}, ids, np.ones_like(ids), settings)["torch"]
+            mask = np.ones_like(ids)
+            lat = _time_shape({"torch": lambda i=ids, m=mask: engine.infer(i, m)}, settings)["torch"]
             whole.append({**_stats(batch, batch * seq_len, lat), "seq_len": seq_len})
         layers, heads, head_dim = engine.stream_shape
         for batch in stream_batch_sizes:
@@ -87,12 +88,7 @@ def run_torch_engine_bench(model_dir: str | Path, *, device: str = "auto", preci
                     "past_kv": (rng.standard_normal((layers, 2, batch, heads, stream_past, head_dim)) * 0.5
                                 ).astype(np.float16)}
 
-            class Stream:  # _time_shape times .infer(ids, mask)
-                @staticmethod
-                def infer(_ids, _mask, feed=feed):
-                    return engine.infer_stream(feed)
-
-            lat = _time_shape({"stream": Stream}, ids, ids, settings)["stream"]
+            lat = _time_shape({"stream": lambda f=feed: engine.infer_stream(f)}, settings)["stream"]
             cached.append({**_stats(batch, batch * stream_new, lat), "new_tokens": stream_new,
                            "cached_tokens": stream_past})
         spec = engine.io_spec()

@@ -53,6 +53,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engines.base import ArtifactError
+from engines.model_meta import has_model_meta, metadata_path, read_model_meta
 from streampunct.errors import StreampunctError
 
 log = logging.getLogger(__name__)
@@ -148,7 +150,7 @@ def cmd(module: str, *argv: object) -> Command:
 
 
 def label_commands(r: Recipe) -> list[Command]:
-    if not (r.teacher / "streampunct.json").is_file() and not (r.teacher / "config.json").is_file():
+    if not has_model_meta(r.teacher) and not (r.teacher / "config.json").is_file():
         raise RecipeError("label", f"no teacher at {r.teacher} (a runtime model folder or a training "
                                    "checkpoint; models/base is in git: git checkout models/base, or pass --teacher)")
     return [cmd("training.distill", "label", "--teacher", r.teacher, "--labelled", *LABELLED,
@@ -254,7 +256,6 @@ def _finite(x: object) -> bool:
 
 
 def check_train(r: Recipe) -> None:
-    from engines.model_meta import metadata_path
 
     metrics = r.checkpoint / "metrics.jsonl"
     if not metrics.is_file():
@@ -306,16 +307,15 @@ TUNED_KEYS = ("window_tuning", "stream_window", "stream_window_tuning", "stream_
 
 
 def check_tune(r: Recipe) -> None:
-    path = r.model / "streampunct.json"
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RecipeError("tune", f"{path} does not read as JSON ({e}): run build and tune again") from None
+        meta = read_model_meta(r.model).to_dict()
+    except ArtifactError as e:
+        raise RecipeError("tune", f"{e}: run build and tune again") from None
     missing = [k for k in TUNED_KEYS if k not in meta]
     if not missing and (meta["window_tuning"] or {}).get("engine") != "onnxruntime":
         missing = ["window_tuning (of the built graph)"]
     if missing:
-        raise RecipeError("tune", f"{path} lacks {', '.join(missing)}: run the stage")
+        raise RecipeError("tune", f"{metadata_path(r.model)} lacks {', '.join(missing)}: run the stage")
 
 
 def check_compare(r: Recipe) -> None:
@@ -446,11 +446,32 @@ def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> Non
         _save_record(r.out / "stages.json", record)
 
 
+def _machine() -> dict:
+    """Where the stages ran: CPU, cores, Python, OS (for the model card's stage times)."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "python": platform.python_version(),
+            "os": platform.platform()}
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, check_only: bool = False,
                in_process: bool = False) -> dict:
     """The stages in order (see the module's docstring); returns the ``stages.json`` record."""
-    from benchmarks.common import git_commit, machine
-
     r.root()  # no data folder: say where to get one before anything runs
     path = r.out / "stages.json"
     record = _load_record(path)
@@ -458,7 +479,7 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
     record["recipe"] = {"out": str(r.out), "data_root": r.data_root or "(default)", "teacher": str(r.teacher),
                         "soft_labels": str(r.soft_labels), "shards": r.shards, "config": str(r.config),
                         "shipped": str(r.shipped), "overrides": list(r.overrides)}
-    record["machine"], record["commit"] = machine(), git_commit()
+    record["machine"], record["commit"] = _machine(), _git_commit()
     first = STAGES.index(only or start) if (only or start) else None
     running = False
     for i, name in enumerate(STAGES):
