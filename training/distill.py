@@ -299,10 +299,16 @@ def check_shard(path: Path, docs: Sequence[Document], k: int, n: int) -> None:
                          "or seed, or a damaged file): move it away or use another --out")
 
 
+#: A lock file that does not read as "host pid" this long after it was made is left from a
+#: process stopped between creating and writing it: it is taken over.
+UNREADABLE_LOCK_S = 60.0
+
+
 def _claim(lock: Path) -> bool:
     """Take ``lock`` (a shard's ``.lock`` file, created exclusively, holding this host and
     process id) for this process; False while another live process on this host holds it. A
-    lock whose process is gone (a stopped run) is taken over."""
+    lock whose process is gone (a stopped run) is taken over, and so is one that still does
+    not read after :data:`UNREADABLE_LOCK_S`."""
     import os
     import socket
 
@@ -313,8 +319,14 @@ def _claim(lock: Path) -> bool:
         except FileExistsError:
             try:
                 host, pid = lock.read_text().split()
-            except (OSError, ValueError):
-                host, pid = "", "0"  # being written, or damaged: read again below
+            except (OSError, ValueError):  # being written, or left half-made
+                try:
+                    if time.time() - lock.stat().st_mtime < UNREADABLE_LOCK_S:
+                        return False
+                except OSError:
+                    continue  # gone meanwhile: try again
+                lock.unlink(missing_ok=True)
+                continue
             if host != socket.gethostname():
                 return False  # another machine's process: it cannot be checked from here
             try:
@@ -353,6 +365,7 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
                             seed=seed, exclude_held_out_captions=exclude_held_out_captions)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [shard_path(out_dir, k, shards) for k in range(shards)]
+    locks = [p.with_name(p.name + ".lock") for p in paths]
     checked = set()
     for k, p in enumerate(paths):
         if p.is_file():
@@ -366,12 +379,11 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
         pending = [k for k in range(shards) if not paths[k].is_file()]
         if not pending:
             break
-        k = next((k for k in pending if _claim(paths[k].with_name(paths[k].name + ".lock"))), None)
+        k = next((k for k in pending if _claim(locks[k])), None)
         if k is None:
             log.info("%d shards left, all being labelled by other processes; waiting", len(pending))
             time.sleep(poll_s)
             continue
-        lock = paths[k].with_name(paths[k].name + ".lock")
         try:
             if paths[k].is_file():  # finished by another process meanwhile
                 continue
@@ -380,7 +392,7 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
             _label(decode, meta, docs[k::shards], paths[k], batch_size=batch_size, labelled=labelled,
                    unlabeled=unlabeled, shard=(k, shards))
         finally:
-            lock.unlink(missing_ok=True)
+            locks[k].unlink(missing_ok=True)
     for k, p in enumerate(paths):  # this process's and the others'
         if k not in checked:
             check_shard(p, docs, k, shards)

@@ -249,3 +249,20 @@ def test_labelled_text_nobody_punctuated_is_left_out_and_read_as_teacher_only(tm
     assert not ruled[1].pseudo and ruled[1].labels == talk.labels
     merged = attach_soft_labels([talk], [str(path)], min_marks_per_100_words=2.0)
     assert [(d.name, d.pseudo) for d in merged] == [("ted:talk", False), ("ted:captions", True)]
+
+
+def test_a_half_made_lock_is_left_while_fresh_and_taken_over_when_old(tmp_path):
+    """A process stopped between creating its lock and writing its pid leaves an empty file:
+    it would hold the shard for ever, so once it is older than UNREADABLE_LOCK_S it is taken."""
+    import os
+    import time
+
+    from training.distill import UNREADABLE_LOCK_S, _claim
+
+    lock = tmp_path / "shard_000_of_002.npz.lock"
+    lock.write_text("")
+    assert not _claim(lock) and lock.read_text() == ""
+    old = time.time() - UNREADABLE_LOCK_S - 1
+    os.utime(lock, (old, old))
+    assert _claim(lock)
+    assert lock.read_text().split()[1] == str(os.getpid())
