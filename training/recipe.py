@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engines.base import ArtifactError
+from engines.host import git_commit, machine
 from engines.model_meta import has_model_meta, metadata_path, read_model_meta
 from streampunct.errors import StreampunctError
 
@@ -446,29 +447,6 @@ def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> Non
         _save_record(r.out / "stages.json", record)
 
 
-def _machine() -> dict:
-    """Where the stages ran: CPU, cores, Python, OS (for the model card's stage times)."""
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "python": platform.python_version(),
-            "os": platform.platform()}
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).resolve().parent)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, check_only: bool = False,
                in_process: bool = False) -> dict:
     """The stages in order (see the module's docstring); returns the ``stages.json`` record."""
@@ -479,7 +457,7 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
     record["recipe"] = {"out": str(r.out), "data_root": r.data_root or "(default)", "teacher": str(r.teacher),
                         "soft_labels": str(r.soft_labels), "shards": r.shards, "config": str(r.config),
                         "shipped": str(r.shipped), "overrides": list(r.overrides)}
-    record["machine"], record["commit"] = _machine(), _git_commit()
+    record["machine"], record["commit"] = machine(), git_commit()
     first = STAGES.index(only or start) if (only or start) else None
     running = False
     for i, name in enumerate(STAGES):
