@@ -85,14 +85,14 @@ def read_phrases(path: Path) -> list[PhraseCase]:
     return cases
 
 
+def _unmarked(token: str) -> str:
+    """``token`` without the trailing mark the punctuation model may add."""
+    return token[:-1] if token[-1] in ",.?" else token
+
+
 def comparable(text: str) -> list[str]:
     """The tokens of ``text`` without the trailing mark the punctuation model may add."""
-    out = []
-    for token in text.split():
-        core = token[:-1] if token[-1] in ",.?" else token
-        if core:
-            out.append(core)
-    return out
+    return [core for core in map(_unmarked, text.split()) if core]
 
 
 def expected_tokens(text: str, capitalize: bool) -> list[str]:
@@ -107,7 +107,7 @@ def written_tokens(text: str) -> list[str]:
     the offline decoder must agree on (written forms and learned case, not marks)."""
     out, start = [], True
     for token in text.split():
-        core = token[:-1] if token[-1] in ",.?" else token
+        core = _unmarked(token)
         if core:
             out.append(core[:1].lower() + core[1:] if start else core)
         start = token[-1] in ".?"
@@ -199,10 +199,11 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     """Stream every phrase with ``itn`` on and off, and write it offline; ``runtime`` goes to
     :func:`streampunct.server.app.serve` (None: ``cfg``'s model folder; tests inject an
     engine and a normalizer)."""
+    from streampunct.api import Punctuator
     from streampunct.evaluation.accuracy import live_schedule
     from streampunct.server.app import ServerRuntime
     from streampunct.text.normalize import normalize_words
-    from streampunct.text.written_form import Formatter, Lexicon
+    from streampunct.text.written_form import WrittenForms
 
     cases = read_phrases(cfg.data)
     options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms,
@@ -213,7 +214,7 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     print(f"itn: {len(cases)} sentences, up to {cfg.parallel} streams at a time, right_context "
           f"{options.right_context}, max_delay_ms {options.max_delay_ms}, capitalize {options.capitalize}",
           flush=True)
-    decoder = _offline_decoder(cfg, runtime)
+    decoder = _offline_decoder(cfg, runtime)  # as punctuate --itn writes each sentence (below)
     if runtime is None:
         runtime = ServerRuntime.from_model(_server_config(cfg))
     workers = None
@@ -229,13 +230,8 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     try:
         on, off = asyncio.run(_serve_and_stream(cfg, schedules, options, runtime))
         wall_s = time.perf_counter() - t0
-        formatter = Formatter(Lexicon(), normalizer, cfg.capitalize)
-        offline = []
-        for case in cases:
-            words = normalize_words(case.spoken.split())
-            labels, found = (decoder.labels_and_cases(words) if cfg.capitalize and decoder.has_case
-                             else (decoder.punctuate(words), None))
-            offline.append(formatter.render(words, labels, found or (), sentence_start=True))
+        writer = Punctuator(decoder, name="offline", written=WrittenForms(normalizer=normalizer))
+        offline = [writer.punctuate(case.spoken, capitalize=cfg.capitalize, itn=True) for case in cases]
     finally:
         decoder.close()
         if workers is not None:
