@@ -76,6 +76,22 @@ def _vocab_size(model_dir: Path) -> int:
     return 100
 
 
+def _token_ids(rng: np.random.Generator, vocab: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Random in-vocabulary token ids, the special and unused ids of real vocabularies skipped."""
+    return rng.integers(1000 if vocab > 2000 else 4, vocab, size=shape, dtype=np.int64)
+
+
+def _stream_feed(rng: np.random.Generator, vocab: int, batch: int, new: int, past: int,
+                 cache_shape: tuple[int, int, int]) -> dict[str, np.ndarray]:
+    """A streaming graph's inputs: ``batch`` rows of ``new`` tokens against ``past`` cached ones
+    (random keys and values of the graph's (layers, heads, head_dim)), no padding."""
+    layers, heads, head_dim = cache_shape
+    return {"input_ids": _token_ids(rng, vocab, (batch, new)),
+            "position_ids": np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1)),
+            "attention_mask": np.ones((batch, past + new), np.int64),
+            "past_kv": (rng.standard_normal((layers, 2, batch, heads, past, head_dim)) * 0.5).astype(np.float16)}
+
+
 def _host() -> dict[str, Any]:
     from engines.ort_engine import physical_cores
 
@@ -156,7 +172,6 @@ def run_engine_bench(
         b for b in BENCH_BACKENDS if b in available_backends()
     ]
     vocab = _vocab_size(model_dir)
-    low = 1000 if vocab > 2000 else 4  # skip special/unused ids of real vocabularies
     rng = np.random.default_rng(settings.seed)
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
@@ -186,7 +201,7 @@ def run_engine_bench(
                                         "reason": f"{batch}x{seq} exceeds the engine's profile"})
                     else:
                         fits[key] = engine
-                ids = rng.integers(low, vocab, size=(batch, seq), dtype=np.int64)
+                ids = _token_ids(rng, vocab, (batch, seq))
                 mask = np.ones_like(ids)
                 calls = {key: (lambda e=engine, i=ids, m=mask: e.infer(i, m)) for key, engine in fits.items()}
                 for (backend, precision), lat in _time_shape(calls, settings).items():
@@ -249,17 +264,12 @@ def run_stream_bench(
     engine = load_engine("onnxruntime", model_dir, artifact=artifact, **dict(engine_options or {}))
     vocab = _vocab_size(model_dir)
     rng = np.random.default_rng(settings.seed)
-    layers, heads, head_dim = engine.stream_shape
     results: list[dict[str, Any]] = []
     try:
         for new in new_lens:
             alone = None
             for batch in batch_sizes:
-                feed = {"input_ids": rng.integers(1000 if vocab > 2000 else 4, vocab, size=(batch, new),
-                                                  dtype=np.int64),
-                        "position_ids": np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1)),
-                        "attention_mask": np.ones((batch, past + new), np.int64),
-                        "past_kv": rng.standard_normal((layers, 2, batch, heads, past, head_dim)).astype(np.float16)}
+                feed = _stream_feed(rng, vocab, batch, new, past, engine.stream_shape)
                 (lat,) = _time_shape({"stream": lambda feed=feed: engine.infer_stream(feed)}, settings).values()
                 ms = 1e3 * statistics.median(lat)
                 alone = ms if batch == 1 else alone

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import machine
-from benchmarks.engine_bench import BenchSettings, _time_shape, _vocab_size
+from benchmarks.engine_bench import (
+    BenchSettings,
+    _stream_feed,
+    _time_shape,
+    _token_ids,
+    _vocab_size,
+)
 
 
 def device_record(engine_or_device: Any) -> dict[str, Any]:
@@ -70,24 +76,16 @@ def run_torch_engine_bench(model_dir: str | Path, *, device: str = "auto", preci
     settings = settings or BenchSettings()
     engine = load_engine("torch", model_dir, device=device, precision=precision)
     vocab = _vocab_size(model_dir)
-    low = 1000 if vocab > 2000 else 4  # skip special/unused ids of real vocabularies
     rng = np.random.default_rng(settings.seed)
     whole, cached = [], []
     try:
         for batch in batch_sizes:
-            ids = rng.integers(low, vocab, size=(batch, seq_len), dtype=np.int64)
+            ids = _token_ids(rng, vocab, (batch, seq_len))
             mask = np.ones_like(ids)
             lat = _time_shape({"torch": lambda i=ids, m=mask: engine.infer(i, m)}, settings)["torch"]
             whole.append({**_stats(batch, batch * seq_len, lat), "seq_len": seq_len})
-        layers, heads, head_dim = engine.stream_shape
         for batch in stream_batch_sizes:
-            ids = rng.integers(low, vocab, size=(batch, stream_new), dtype=np.int64)
-            feed = {"input_ids": ids,
-                    "position_ids": np.tile(np.arange(stream_past, stream_past + stream_new), (batch, 1)),
-                    "attention_mask": np.ones((batch, stream_past + stream_new), np.int64),
-                    "past_kv": (rng.standard_normal((layers, 2, batch, heads, stream_past, head_dim)) * 0.5
-                                ).astype(np.float16)}
-
+            feed = _stream_feed(rng, vocab, batch, stream_new, stream_past, engine.stream_shape)
             lat = _time_shape({"stream": lambda f=feed: engine.infer_stream(f)}, settings)["stream"]
             cached.append({**_stats(batch, batch * stream_new, lat), "new_tokens": stream_new,
                            "cached_tokens": stream_past})
