@@ -367,8 +367,8 @@ class FinalTexts:
         """The rest of a form that the written words ``ww`` ended with and ``words`` go on
         ("3:30" written, then "p m": "p.m.", so that the two texts read "3:30 p.m."), as a
         phrase of ``words``; None when they end with no form or the words do not go on
-        with it. ``found``: the phrases of ``ww + words`` when already searched from the form
-        on (None: searched here, once)."""
+        with it. ``found``: the phrases of ``ww + words`` already searched (None: searched
+        here, from the form's first word on)."""
         k = len(ww)
         if self._last_form is None or not words:
             return None
@@ -428,7 +428,7 @@ class FinalTexts:
         if 0 < cut:
             self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
             ending = next((p for p in phrases if p.end == cut and p.text), None)
-            self._last_form = (None if ending is None or ending.start < 0 or cut - ending.start > LEFT_CONTEXT_WORDS
+            self._last_form = (None if ending is None or cut - ending.start > LEFT_CONTEXT_WORDS
                                else (cut - ending.start, ending.text))
         self._written = (self._written + span[:cut])[-LEFT_CONTEXT_WORDS:]
         self._held = span[cut:]
