@@ -25,6 +25,7 @@ by less than half a step.
 from __future__ import annotations
 
 from collections import Counter, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,16 @@ _POSITIONS = "encoder.embeddings.position_embeddings.weight"
 _RELATIVE = "encoder.encoder.relative_attention_bias.weight"
 
 Dither = tuple[float, np.random.Generator] | None
+
+
+@dataclass(frozen=True)
+class Int8Codes:
+    """An int8 graph's ``MatMulInteger`` weight as stored: ``steps`` = code - zero point
+    (float32, torch layout [out, in], whole numbers of at most 8 bits) and ``scale``
+    (float32 [out], one per output channel); the weight is ``steps * scale[:, None]``."""
+
+    steps: np.ndarray
+    scale: np.ndarray
 
 
 def _attrs(node) -> dict:
@@ -112,10 +123,12 @@ def _torch_name(name: str) -> str:
 
 
 def graph_state_dict(graph: str | Path | Any, *, dither: float = 0.0, seed: int = 0,
-                     where: str | None = None) -> dict[str, np.ndarray]:
+                     where: str | None = None, codes: dict[str, Int8Codes] | None = None) -> dict[str, np.ndarray]:
     """``PunctuationModel`` parameter name -> fp32 array (torch layout) from an exported graph
     (a path, or an ONNX model already loaded: ``where`` then names it in errors);
-    ``dither``: uniform noise of +-dither quantization steps on every de-quantized weight."""
+    ``dither``: uniform noise of +-dither quantization steps on every de-quantized weight.
+    ``codes``, when given, receives the integer codes of every ``MatMulInteger`` weight
+    under the same name (:class:`Int8Codes`)."""
     from onnx import numpy_helper
 
     if not 0.0 <= dither <= 0.5:
@@ -151,13 +164,14 @@ def graph_state_dict(graph: str | Path | Any, *, dither: float = 0.0, seed: int 
                 queue.extend((c, depth + 1) for c in consumers.get(o, []))
         raise ArtifactError(f"{where}: no bias Add after the {op} of {weight}")
 
-    def matmul_weight(weight: str, w: np.ndarray, op: str) -> None:
+    def matmul_weight(weight: str, w: np.ndarray, op: str) -> str:
         target = _torch_name(bias_after(weight, op)[: -len(".bias")] + ".weight")
         if target in out:
             # The exporter merges equal initializers (e.g. the zero biases of an untrained
             # model): then a bias no longer names one layer.
             raise ArtifactError(f"{where}: two MatMul weights lead to the bias of {target}")
         out[target] = np.ascontiguousarray(w.T)
+        return target
 
     out: dict[str, np.ndarray] = {}
     blockwise = set()  # initializers of the 4-bit ops, read from their nodes below
@@ -196,7 +210,11 @@ def graph_state_dict(graph: str | Path | Any, *, dither: float = 0.0, seed: int 
             out[_torch_name(base)] = _dequantize(q, scale, zero, noise)
         else:
             # A MatMul weight [in, out], one scale per output channel.
-            matmul_weight(name, _dequantize(q, scale, zero, noise), "MatMulInteger")
+            target = matmul_weight(name, _dequantize(q, scale, zero, noise), "MatMulInteger")
+            if codes is not None:
+                steps = q.astype(np.float32) - zero.astype(np.float32)
+                codes[target] = Int8Codes(np.ascontiguousarray(steps.T),
+                                          np.broadcast_to(scale.astype(np.float32), (q.shape[1],)).copy())
     return out
 
 
@@ -336,8 +354,10 @@ def encoder_config(model, state: dict[str, np.ndarray], where: str = "the graph"
             "type_vocab_size": int(types.shape[0]) if types is not None else 0}
 
 
-def read_graph_weights(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(state dict, encoder config) of the graph at ``path``: everything needed to rebuild it."""
+def read_graph_weights(path: str | Path, codes: dict[str, Int8Codes] | None = None,
+                       ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(state dict, encoder config) of the graph at ``path``: everything needed to rebuild it
+    (``codes``: see :func:`graph_state_dict`)."""
     model = load_graph(path)
-    state = graph_state_dict(model, where=str(path))
+    state = graph_state_dict(model, where=str(path), codes=codes)
     return state, encoder_config(model, state, str(path))

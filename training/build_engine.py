@@ -82,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tensorrt: stop before the TensorRT builder: write and check the graph it takes "
                              "(model.fp16.onnx, model.qdq.onnx or, for fp32, model.onnx; the folder's artifact) "
                              "with parity figures, on a host without TensorRT")
+    parser.add_argument("--int8-activations", choices=("emulate", "float"), default=None,
+                        help="tensorrt from a built folder with an int8 graph (models/default): 'emulate' "
+                             "(default) quantizes each linear layer's input to uint8 per row as the shipped "
+                             "graph does, in a float32 graph (labels as the CPU server's); 'float' leaves "
+                             "activations in float (fp16 plans)")
     parser.add_argument("--no-per-channel", action="store_true",
                         help="per-tensor instead of per-channel int8 weight scales (onnxruntime)")
     parser.add_argument("--full-range", action="store_true",
@@ -192,16 +197,28 @@ def _checkpoint_source(ckpt: Path) -> _Source:
     return _Source(module, load_model_info(ckpt), sha256_files(files, ckpt), ckpt / "tokenizer.json")
 
 
-def _graph_source(folder: Path) -> _Source:
+def _graph_source(folder: Path, int8_activations: str) -> _Source:
     """A built model folder (``--backend tensorrt``): the model rebuilt from its own graph."""
     from engines.build.from_graph import graph_module, source_graph
 
     if not (folder / "tokenizer.json").is_file():
         raise InputError(f"{folder} has no tokenizer.json (a Hugging Face fast tokenizer)")
-    source = graph_module(source_graph(folder))
+    source = graph_module(source_graph(folder), int8_activations)
     # the checkpoint the graph was built from names the derived artifacts too (Triton compares it)
     sha = source.sidecar.source_sha256 or source.sidecar.artifact_sha256
     return _Source(source.module, load_model_info(folder), sha, folder / "tokenizer.json", source)
+
+
+def _emulates_int8(folder: Path, args: argparse.Namespace) -> bool:
+    """Whether the graph rebuilt from ``folder`` emulates int8 activations: by default when the
+    folder serves an int8 graph (``--int8-activations``)."""
+    from engines.build.from_graph import source_graph
+    from engines.sidecar import read_sidecar
+
+    int8 = read_sidecar(source_graph(folder)).precision == "int8"
+    if args.int8_activations == "emulate" and not int8:
+        raise InputError(f"--int8-activations emulate: {folder} serves no int8 graph (nothing to emulate)")
+    return int8 and args.int8_activations != "float"
 
 
 def _model_metadata(source: _Source) -> dict[str, Any]:
@@ -240,13 +257,20 @@ def _run(args: argparse.Namespace) -> int:
     parity_path: Path | None = args.parity_data or default_parity_data()
     if parity_path is not None and "test2011" in parity_path.name:
         raise InputError("the IWSLT test sets are for final evaluation only: pass a validation file")
-    precision = args.precision or ("int8" if args.backend == "onnxruntime" else "fp16")
+    emulate = _emulates_int8(ckpt, args) if from_graph else False
+    if args.int8_activations is not None and not from_graph:
+        raise InputError("--int8-activations applies to --backend tensorrt from a built model folder")
+    precision = args.precision or ("int8" if args.backend == "onnxruntime" else "fp32" if emulate else "fp16")
+    if emulate and precision != "fp32":
+        raise InputError(f"--precision {precision} with emulated int8 activations: the emulated graph is float32 "
+                         "(its integer products are exact only there); pass --int8-activations float for "
+                         f"a {precision} plan")
     needs_calibration = precision != "fp32" and (args.backend == "tensorrt" or precision == "fp16")
     if parity_path is None and needs_calibration:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "
                          "pass --parity-data word<TAB>LABEL file")
 
-    source = _graph_source(ckpt) if from_graph else _checkpoint_source(ckpt)
+    source = _graph_source(ckpt, "emulate" if emulate else "float") if from_graph else _checkpoint_source(ckpt)
     info = source.info
 
     parity = calibration = None
@@ -280,12 +304,15 @@ def _run(args: argparse.Namespace) -> int:
             max_len=args.max_len,
             workspace_bytes=int(args.workspace_gb * (1 << 30)),
             timing_cache=args.timing_cache,
+            tf32=not emulate,
         ),
         graph_only=args.graph_only,
     )
     if from_graph:
+        emulated = (f", int8 activations emulated per row in {source.graph.emulated_layers} layers"
+                    if source.graph.emulated_layers else "")
         print(f"rebuilt the model from {source.graph.path} ({source.graph.sidecar.precision}, weights "
-              f"de-quantized; {source.graph.encoder_config['model_type']} encoder, "
+              f"de-quantized{emulated}; {source.graph.encoder_config['model_type']} encoder, "
               f"{'with' if source.graph.has_case else 'no'} case head)")
     try:
         report = build_model_folder(

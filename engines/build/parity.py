@@ -131,10 +131,12 @@ def run_windows(infer: InferFn, windows: ParityWindows, *, batch_size: int = 32)
 
 
 def parity_on_windows(
-    reference: InferFn, candidate: InferFn, windows: ParityWindows, *, batch_size: int = 32
+    reference: InferFn, candidate: InferFn, windows: ParityWindows, *, batch_size: int = 32,
+    reference_batch_size: int | None = None,
 ) -> ParityReport:
     """Run both engines on the same windows; diffs on attended tokens, agreement on
-    each word's label token."""
-    ref = run_windows(reference, windows, batch_size=batch_size)
+    each word's label token. ``reference_batch_size`` (default ``batch_size``): 1 for a
+    reference whose logits depend on its batch (one window a call)."""
+    ref = run_windows(reference, windows, batch_size=reference_batch_size or batch_size)
     cand = run_windows(candidate, windows, batch_size=batch_size)
     return compare_logits(ref, cand, windows.attention_mask, windows.positions)

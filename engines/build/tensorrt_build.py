@@ -77,6 +77,9 @@ class TrtBuildOptions:
         timing_cache: file to read tactic timings from and write back (None: no cache).
         device: CUDA device ordinal (recorded in the sidecar).
         optimization_level: builder optimization level 0..5 (None: TensorRT's default, 3).
+        tf32: let float32 matrix products use TF32 (TensorRT's default). Off for a graph
+            that emulates int8 activations: its attention products then stay float32 as
+            in ONNX Runtime (its integer products are exact either way).
     """
 
     max_batch: int = 32
@@ -88,6 +91,7 @@ class TrtBuildOptions:
     timing_cache: Path | None = None
     device: int = 0
     optimization_level: int | None = None
+    tf32: bool = True
 
     def profile(self) -> ShapeProfile:
         return compute_profile(
@@ -155,6 +159,8 @@ def _build(trt, onnx_path: Path, options: TrtBuildOptions, profile: ShapeProfile
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
     if options.optimization_level is not None:
         config.builder_optimization_level = options.optimization_level
+    if not options.tf32:
+        config.clear_flag(trt.BuilderFlag.TF32)
     trt_profile = builder.create_optimization_profile()
     for name in INPUT_NAMES:
         try:
@@ -226,6 +232,7 @@ def build_plan(
             "profiles": [{name: profile.to_dict() for name in INPUT_NAMES}],
             "workspace_bytes": options.workspace_bytes,
             "optimization_level": options.optimization_level,
+            "tf32": options.tf32,
             "timing_cache": str(options.timing_cache) if options.timing_cache else None,
             "strongly_typed": True,
             "build_seconds": round(seconds, 1),

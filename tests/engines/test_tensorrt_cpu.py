@@ -153,6 +153,10 @@ class FakeConfig:
         self.pool = {}
         self.profiles = []
         self.cache = None
+        self.cleared = []
+
+    def clear_flag(self, flag):
+        self.cleared.append(flag)
 
     def set_memory_pool_limit(self, pool, size):
         self.pool[pool] = size
@@ -291,6 +295,7 @@ def make_fake_trt(version="10.9.0"):
     trt.Logger = type("Logger", (), {"WARNING": 2, "__init__": lambda self, level: None})
     trt.NetworkDefinitionCreationFlag = types.SimpleNamespace(STRONGLY_TYPED=5)
     trt.MemoryPoolType = types.SimpleNamespace(WORKSPACE="workspace")
+    trt.BuilderFlag = types.SimpleNamespace(TF32=6)  # FP16/INT8 are gone in TensorRT 11: absent here
     trt.TensorIOMode = types.SimpleNamespace(INPUT="INPUT", OUTPUT="OUTPUT")
     trt.Builder, trt.OnnxParser, trt.Runtime = FakeBuilder, FakeParser, FakeRuntime
     trt.nptype = lambda dtype: {"int64": np.int64, "float32": np.float32}[dtype]
@@ -403,9 +408,18 @@ def test_build_is_strongly_typed_with_profile_and_timing_cache(fake_gpu, onnx_fo
     assert build["profiles"] == [{name: {"min": [1, 8], "opt": [8, 128], "max": [16, 256]}
                                   for name in ("input_ids", "attention_mask")}]
     assert build["strongly_typed"] is True
+    assert builder.config.cleared == [] and build["tf32"] is True  # TensorRT's default
     # Built with the device's primary context pushed, and popped afterwards.
     assert [c for c, _ in CALLS] == ["context push", "context pop"]
     assert FakePrimaryContext.opened[-1].closed
+
+
+def test_a_graph_emulating_int8_is_built_without_tf32(fake_gpu, onnx_folder):
+    """TF32 rounds float32 products' inputs to 10-bit mantissas: off for a graph whose
+    labels follow ONNX Runtime's float32 (engines.build.from_graph)."""
+    build_plan(onnx_folder / "model.onnx", onnx_folder / "model.fp32.plan", TrtBuildOptions(tf32=False))
+    assert FakeBuilder.last.config.cleared == [6]  # BuilderFlag.TF32
+    assert read_sidecar(onnx_folder / "model.fp32.plan").build["tf32"] is False
 
 
 def test_parser_errors_are_all_reported(fake_gpu, onnx_folder):
