@@ -264,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
     if emulate and precision != "fp32":
         raise InputError(f"--precision {precision} with emulated int8 activations: the emulated graph is float32 "
                          "(its integer products are exact only there); pass --int8-activations float for "
-                         f"a {precision} plan")
+                         f"an {precision} plan")
     needs_calibration = precision != "fp32" and (args.backend == "tensorrt" or precision == "fp16")
     if parity_path is None and needs_calibration:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "

@@ -226,7 +226,7 @@ def test_emulated_activations_need_a_float32_graph(tiny_int8_folder, tmp_path, c
                  "--out", str(tmp_path / "o"), "--graph-only", "--precision", "fp16"]) == 2
     err = capsys.readouterr().err
     assert "--precision fp16 with emulated int8 activations: the emulated graph is float32" in err
-    assert "pass --int8-activations float for a fp16 plan" in err
+    assert "pass --int8-activations float for an fp16 plan" in err
     assert not (tmp_path / "o").exists()
 
 
