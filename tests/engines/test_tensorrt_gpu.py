@@ -6,9 +6,12 @@ device is present. Run on a GPU host (see docs/engines.md)::
 
     pytest -m gpu tests/engines/test_tensorrt_gpu.py -v
 
-The shipped model folder must hold the fp32 ``model.onnx`` (the fp16 and Q/DQ
-graphs derive from it); point ``STREAMPUNCT_TEST_MODEL`` at another folder to
-test that one instead of ``models/default``.
+The fp16 and Q/DQ graphs derive from an fp32 ``model.onnx``: the folder's own when it
+has one, else the float model rebuilt from its quantized graph (the shipped folders,
+``engines.build.from_graph``); point ``STREAMPUNCT_TEST_MODEL`` at another folder to test
+that one instead of ``models/default``. ``build-engine --backend tensorrt --model
+models/default`` (its int8 activations emulated, TF32 off) is checked against the shipped
+graph run one window a call.
 """
 
 from __future__ import annotations
@@ -48,12 +51,19 @@ def gpu():
 
 @pytest.fixture(scope="module")
 def workdir(gpu, tmp_path_factory):
-    for name in ("model.onnx", "model.onnx.json", "tokenizer.json"):
-        if not (MODEL_DIR / name).is_file():
-            pytest.skip(f"needs {MODEL_DIR / name} (the shipped model's fp32 ONNX, sidecar and tokenizer)")
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip(f"needs {MODEL_DIR / 'tokenizer.json'} (a model folder)")
     folder = tmp_path_factory.mktemp("trt")
-    for name in ("model.onnx", "model.onnx.json", "tokenizer.json"):
-        shutil.copyfile(MODEL_DIR / name, folder / name)
+    shutil.copyfile(MODEL_DIR / "tokenizer.json", folder / "tokenizer.json")
+    if (MODEL_DIR / "model.onnx").is_file():
+        for name in ("model.onnx", "model.onnx.json"):
+            shutil.copyfile(MODEL_DIR / name, folder / name)
+    else:  # a shipped folder keeps only its quantized graph: the float model rebuilt from it
+        from engines.build.from_graph import graph_module, source_graph
+        from engines.build.onnx_export import export_onnx
+
+        source = graph_module(source_graph(MODEL_DIR), "float")
+        export_onnx(source.module, folder / "model.onnx", source_sha256=source.sidecar.source_sha256)
     return folder
 
 
@@ -161,3 +171,23 @@ def test_plan_for_another_gpu_is_refused(workdir, windows):
     (workdir / "other.plan.json").write_text(json.dumps(data))
     with pytest.raises(ArtifactMismatch, match="GPU: built with 'Some Other GPU'"):
         TensorRTEngine(other)
+
+
+def test_the_shipped_int8_folder_becomes_a_plan_with_its_labels(gpu, tmp_path, capsys):
+    """``build-engine --backend tensorrt --model models/default``: the float32 graph that
+    emulates the shipped graph's int8 activations, built with TF32 off, labels as the
+    shipped graph's run one window a call (builder parity on dev2012)."""
+    from engines.sidecar import read_sidecar
+    from streampunct.cli import main
+
+    shipped = REPO / "models" / "default"
+    if not (shipped / "model.int8.onnx").is_file() or not DEV2012.is_file():
+        pytest.skip("needs models/default and the validation text dev2012")
+    out = tmp_path / "default-trt"
+    assert main(["build-engine", "--backend", "tensorrt", "--model", str(shipped), "--out", str(out),
+                 "--parity-data", str(DEV2012), "--timing-cache", str(tmp_path / "timing.cache")]) == 0
+    print(capsys.readouterr().out)
+    plan = read_sidecar(out / "model.fp32.plan")
+    assert plan.build["tf32"] is False and plan.build["gpu_name"] == gpu.name
+    assert plan.parity["source_graph_windows_a_call"] == 1
+    assert plan.parity["label_agreement_vs_source_graph"] >= MIN_AGREEMENT
