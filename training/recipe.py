@@ -257,7 +257,6 @@ def _finite(x: object) -> bool:
 
 
 def check_train(r: Recipe) -> None:
-
     metrics = r.checkpoint / "metrics.jsonl"
     if not metrics.is_file():
         raise RecipeError("train", f"no {metrics}: run the stage")

@@ -111,6 +111,8 @@ class BuildReport:
         parity_vs_source: artifact name -> figures against ``source_graph`` (the graph a
             module was rebuilt from), when there is one.
         source_graph: that graph, or None.
+        source_windows_a_call: windows a call of ``source_graph`` in its parity runs (1 for
+            a graph whose rows depend on their batch; 0 when it was not run).
     """
 
     out_dir: Path
@@ -122,7 +124,7 @@ class BuildReport:
     parity_source: str
     parity_vs_source: Mapping[str, ParityReport] = field(default_factory=dict)
     source_graph: Path | None = None
-    source_note: str = ""
+    source_windows_a_call: int = 0
 
     def summary_lines(self) -> list[str]:
         lines = [f"wrote {self.out_dir}/ (default artifact: {self.artifact.name})"]
@@ -145,7 +147,8 @@ class BuildReport:
             assert self.source_graph is not None
             lines.append(
                 f"  {name:<20} vs {self.source_graph.name} (the source graph, ORT): label agreement "
-                f"{100 * report.label_agreement:.2f}% of {report.n_labels}{self.source_note}"
+                f"{100 * report.label_agreement:.2f}% of {report.n_labels}"
+                + (" (it ran one window a call)" if self.source_windows_a_call == 1 else "")
             )
         return lines
 
@@ -283,14 +286,14 @@ def build_model_folder(
                         batch_size=config.parity_batch_size,
                     )
                 if source_graph is not None:
-                    source_engine = source_engine or _open_source(source_graph)
-                    source_windows = config.parity_batch_size if source_engine.rows_independent else 1
-                    # a graph that quantizes activations over its batch runs one window a call,
-                    # as the server runs it: its labels then depend on the window alone
+                    if source_engine is None:
+                        source_engine = _open_source(source_graph)
+                        # a graph that quantizes activations over its batch runs one window a call,
+                        # as the server runs it: its labels then depend on the window alone
+                        source_windows = config.parity_batch_size if source_engine.rows_independent else 1
                     vs_source[path.name] = parity_on_windows(
                         source_engine.infer, engine.infer, parity_windows,
-                        batch_size=config.parity_batch_size,
-                        reference_batch_size=None if source_engine.rows_independent else 1,
+                        batch_size=config.parity_batch_size, reference_batch_size=source_windows,
                     )
             else:
                 report = _random_parity(reference.infer, engine, vocab)
@@ -318,6 +321,5 @@ def build_model_folder(
     written.append(write_model_meta(out_dir, {**model_metadata, "artifact": final.name}))
     return BuildReport(
         out_dir, final, tuple(written), export, parity, vs_onnx,
-        parity_source or "random token ids", vs_source, source_graph,
-        " (it ran one window a call)" if source_windows == 1 else "",
+        parity_source or "random token ids", vs_source, source_graph, source_windows,
     )
