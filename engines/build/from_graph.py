@@ -132,7 +132,7 @@ def whole_window_module(model: Any) -> Any:
                 self.rows.rounding = True
 
         def _hidden(self, input_ids, attention_mask):
-            self.rows.mask = attention_mask
+            self.rows.use(attention_mask)
             kwargs = {"token_type_ids": torch.zeros_like(input_ids)} if token_types else {}
             return self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
 
@@ -148,11 +148,14 @@ def whole_window_module(model: Any) -> Any:
 
 
 class RowMask:
-    """Holds the attention mask of the window being run, for the emulated int8 layers, and
-    whether they round to codes."""
+    """The real tokens of the window being run, for the emulated int8 layers (``real``, bool
+    [batch, tokens, 1], set once a run by :meth:`use`), and whether they round to codes."""
 
-    mask: Any = None
+    real: Any = None
     rounding: bool = True
+
+    def use(self, attention_mask: Any) -> None:
+        self.real = attention_mask.bool().unsqueeze(-1)
 
 
 def _unrounded(x: Any) -> Any:
@@ -164,7 +167,7 @@ def row_int8_linear(linear: Any, steps: Any, scale: Any, rows: RowMask) -> Any:
     ``MatMulInteger`` + scale computes, with each row's own activation range.
 
     Per row: lo = min(0, min x), hi = max(0, max x) over the row's real tokens
-    (``rows.mask`` [batch, tokens]; padding masked out), scale = (hi - lo) / 255 (1 when
+    (``rows.real``; padding masked out), scale = (hi - lo) / 255 (1 when
     hi == lo), zero point = round(clamp(-lo / scale, 0, 255)), codes = clamp(round(x /
     scale) + zero point, 0, 255), rounding half to even as ONNX Runtime does. The product
     (codes - zero point) x ``steps`` (the weight's code minus its zero point, [out, in])
@@ -181,7 +184,7 @@ def row_int8_linear(linear: Any, steps: Any, scale: Any, rows: RowMask) -> Any:
             self.rows = rows
 
         def forward(self, x):
-            real = self.rows.mask.to(torch.bool).unsqueeze(-1)                  # [batch, tokens, 1]
+            real = self.rows.real
             dims = tuple(range(1, x.dim()))
             lo = torch.where(real, x, float("inf")).amin(dim=dims, keepdim=True).clamp(max=0.0)
             hi = torch.where(real, x, float("-inf")).amax(dim=dims, keepdim=True).clamp(min=0.0)

@@ -272,7 +272,7 @@ def test_an_emulated_int8_layer_computes_what_onnx_runtime_computes():
     for shift in (0.0, 3.0, -3.0):  # the range straddles zero, or lies above or below it
         x = (rng.normal(size=(1, tokens, c_in)) * 2 + shift).astype(np.float32)
         want = session.run(None, {"x": x})[0]
-        rows.mask = torch.ones(1, tokens, dtype=torch.int64)
+        rows.use(torch.ones(1, tokens, dtype=torch.int64))
         with torch.no_grad():
             got = layer(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -280,10 +280,10 @@ def test_an_emulated_int8_layer_computes_what_onnx_runtime_computes():
     # padded into a batch beside a longer row, with padding far outside the row's range
     short = x[:, :6]
     batch = np.concatenate([x, np.concatenate([short, np.full((1, tokens - 6, c_in), 50.0, np.float32)], 1)])
-    rows.mask = torch.tensor([[1] * tokens, [1] * 6 + [0] * (tokens - 6)])
+    rows.use(torch.tensor([[1] * tokens, [1] * 6 + [0] * (tokens - 6)]))
     with torch.no_grad():
         together = layer(torch.from_numpy(batch)).numpy()
-        rows.mask = torch.ones(1, 6, dtype=torch.int64)
+        rows.use(torch.ones(1, 6, dtype=torch.int64))
         alone = layer(torch.from_numpy(short)).numpy()
     np.testing.assert_array_equal(together[1, :6], alone[0])
 
