@@ -26,7 +26,7 @@ Every backend module exposes ``open_engine(model_dir, artifact, options) -> Engi
 streaming graph) and builds its options with
 :func:`engines.base.make_options`; one that serves a model of its own
 (``own_model=True``) also exposes ``own_model(model_dir) -> (ModelMeta, tokenizer folder)``;
-one that runs a folder's streaming graph (``streams=True``: onnxruntime) also exposes
+one that runs a folder's streaming graph (``streams=True``: onnxruntime, torch) also exposes
 ``open_stream_engine(model_dir, options) -> StreamEngine``.
 
 The runtime (``streampunct``) reaches the backends only through this module:
@@ -113,7 +113,7 @@ BACKENDS: dict[str, Backend] = {
         # the folder's ONNX graph's weights, run in torch (fp16 on CUDA): engines.torch_backend
         Backend(
             "torch", "engines.torch_backend", ("torch", "transformers", "onnx"),
-            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"),
+            (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"), streams=True,
         ),
         # synthetic logits from the token ids at a chosen cost (tests, load benchmarks)
         Backend("fake", "engines.fake", (), (), (), own_model=True),
@@ -212,6 +212,11 @@ def load_engine(
     return _module(b).open_engine(Path(model_dir), path, options)
 
 
+def streaming_backends() -> tuple[str, ...]:
+    """The backends that run a folder's streaming graph (cached left context)."""
+    return tuple(b.name for b in BACKENDS.values() if b.streams)
+
+
 def stream_shape(
     backend: str, model_dir: str | Path, mode: StreamCacheMode | str = StreamCacheMode.AUTO, *,
     meta: ModelMeta | None = None,
@@ -222,7 +227,7 @@ def stream_shape(
 
     ``mode`` ``off``: None. ``auto``: the shape when the folder names a streaming graph
     (``stream_artifact``), does not switch it off (``"stream_cache": false``) and the backend
-    runs streaming graphs (onnxruntime), else None. ``on``: the shape, or
+    runs streaming graphs (:func:`streaming_backends`: onnxruntime, torch), else None. ``on``: the shape, or
     :class:`StreamModeError`. ``meta``: the folder's ``streampunct.json`` when the caller has
     read it already (read from ``model_dir`` otherwise). The shape comes from the graph's
     sidecar; :class:`StreamModeError` when the graph it names is not a streaming graph.
@@ -241,11 +246,12 @@ def stream_shape(
     if mode == StreamCacheMode.AUTO and not meta.uses_stream_cache:
         return None  # no graph, or the folder switches it off ("stream_cache": false)
     name = meta.stream_artifact
-    if not b.streams or not name:
-        raise StreamModeError(
-            f"--stream-cache on needs the onnxruntime engine and a model folder with a streaming "
-            f"graph (stream_artifact in {metadata_path(model_dir)}; "
-            "python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
+    if not b.streams:
+        raise StreamModeError(f"--stream-cache on needs an engine that runs a streaming graph "
+                              f"({', '.join(streaming_backends())}), not {backend}")
+    if not name:
+        raise StreamModeError(f"--stream-cache on needs a model folder with a streaming graph (stream_artifact "
+                              f"in {metadata_path(model_dir)}; python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
     path = Path(model_dir) / str(name)
     shape = cache_shape(read_sidecar(path).inputs)
     if shape is None:

@@ -398,3 +398,18 @@ def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, An
         raise ArtifactError(f"the torch backend needs an ONNX graph in {model_dir} (its weights)")
     tokens = read_model_meta(model_dir).stream_cache_tokens if has_model_meta(model_dir) else None
     return TorchGraphEngine(artifact, make_options(TorchOptions, options, "torch"), cache_tokens=tokens)
+
+
+def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None = None) -> TorchGraphEngine:
+    """Registry entry point of cached left context (``load_stream_engine("torch", ...)``): the
+    weights of the folder's streaming graph (``stream_artifact``) in torch; its
+    ``stream_cache_tokens`` is the engine's ``cache_tokens``. The same engine runs whole
+    windows (a full call), as :class:`engines.ort_engine.OrtStreamEngine` does."""
+    from engines.model_meta import read_model_meta
+
+    model_dir = Path(model_dir)
+    meta = read_model_meta(model_dir)
+    if not meta.stream_artifact:
+        raise ArtifactError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
+    return TorchGraphEngine(model_dir / meta.stream_artifact, make_options(TorchOptions, dict(options or {}), "torch"),
+                            cache_tokens=meta.stream_cache_tokens)

@@ -27,8 +27,9 @@
 # processes sharing the GPU, default 1; issue 56 asks for the 16-core host's ramp with several). DEVICE=cpu PY=.venv/bin/python OUT=DIR
 # runs a stage here on the CPU with small settings, to check the script; KEEP_MODELS=1 prepare
 # packs without moving models/ aside (to look at the sizes).
-# The server runs whole windows: it streams with cached left context only on onnxruntime for now
-# (docs/engines.md, "torch"); the engine's cached calls are timed by benchmarks.torch_engine_bench.
+# The server streams with cached left context on torch as on onnxruntime (--stream-cache auto; both
+# models have a streaming graph); the engine's cached calls are also timed by
+# benchmarks.torch_engine_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/release_lib.sh  # tree_bytes

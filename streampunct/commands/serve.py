@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
-                            "engine is onnxruntime; off: every window "
+                            "engine runs one (onnxruntime, torch); off: every window "
                             "encodes its left context (docs/server.md, \"Cached left context\")")
     batch.add_argument("--stream-cache-tokens", type=int, default=None, metavar="N",
                        help="cached tokens per session with cached left context (default: the model "

@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from engines.base import Engine, StreamEngine
-from engines.registry import StreamCacheMode, load_engine, load_stream_engine
+from engines.registry import StreamCacheMode, load_engine, load_stream_engine, streaming_backends
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
 from streampunct.errors import InputError
@@ -212,7 +212,8 @@ class OfflineDecoder:
     def stream_engine(self, mode: StreamCacheMode | str = StreamCacheMode.AUTO, **options) -> StreamEngine | None:
         """The model's streaming engine for simulations of a stream, per ``mode``
         (``auto``: when the folder has a streaming graph, does not switch it off
-        with ``"stream_cache": false``, and this punctuator runs ONNX Runtime;
+        with ``"stream_cache": false``, and this punctuator's engine runs streaming graphs
+        (onnxruntime, torch);
         ``on``: required; ``off``: None). Loaded once; closed with the punctuator."""
         try:
             mode = StreamCacheMode(mode)
@@ -220,11 +221,13 @@ class OfflineDecoder:
             raise InputError(f"stream cache must be one of {', '.join(StreamCacheMode)}, not {mode!r}") from None
         if mode == StreamCacheMode.OFF:
             return None
-        usable = self.has_stream_graph and self.engine.name == "onnxruntime"
+        backends = streaming_backends()
+        usable = self.has_stream_graph and self.engine.name in backends
         if not usable:
             if mode == StreamCacheMode.ON:
                 raise InputError("--stream-cache on needs a model folder with a streaming graph "
-                                 "(stream_artifact; python -m training.add_stream_graph) and the onnxruntime engine")
+                                 "(stream_artifact; python -m training.add_stream_graph) and an engine that "
+                                 f"runs one ({', '.join(backends)})")
             return None
         if mode == StreamCacheMode.AUTO and self.info is not None and not self.info.stream_cache_auto:
             return None  # the folder switches it off: the server's auto serves whole windows too

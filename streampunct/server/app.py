@@ -156,8 +156,8 @@ class ServerConfig:
         stream_cache: a :class:`~engines.registry.StreamCacheMode` (a plain string
             becomes its member). ``auto`` (default): streaming windows run with cached
             left context where the model folder has a streaming graph (and
-            does not say ``"stream_cache": false``) and the engine is ONNX
-            Runtime (docs/server.md, "Cached left context");
+            does not say ``"stream_cache": false``) and the engine runs one
+            (onnxruntime, torch; docs/server.md, "Cached left context");
             ``on``: required; ``off``: every window encodes its left context.
         stream_cache_tokens: cached tokens per session (None: the model
             folder's ``stream_cache_tokens``): fewer trade accuracy for capacity.

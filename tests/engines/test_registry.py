@@ -184,17 +184,20 @@ def test_the_registry_decides_the_stream_mode(tmp_path):
     assert registry.stream_shape("onnxruntime", off, "auto") is None  # the folder switches it off
     assert registry.stream_shape("onnxruntime", off, "on") == shape
     assert registry.stream_shape("onnxruntime", none, "auto") is None
-    for backend in ("tensorrt", "torch", "fake", "triton"):  # auto: only onnxruntime streams
+    assert registry.streaming_backends() == ("onnxruntime", "torch")
+    assert registry.stream_shape("torch", on) == registry.stream_shape("torch", on, "on") == shape
+    for backend in ("tensorrt", "fake", "triton"):  # auto: they run whole windows
         assert registry.stream_shape(backend, on, "auto") is None
     # the caller's parsed streampunct.json is used as given
     assert registry.stream_shape("onnxruntime", on, "auto", meta=read_model_meta(off)) is None
     assert registry.stream_shape("onnxruntime", none, "auto", meta=read_model_meta(on)) == shape
 
-    needs = "--stream-cache on needs the onnxruntime engine and a model folder with a streaming graph"
-    with pytest.raises(registry.StreamModeError, match=needs) as err:
+    with pytest.raises(registry.StreamModeError, match="--stream-cache on needs a model folder with a streaming "
+                                                       "graph") as err:
         registry.stream_shape("onnxruntime", none, "on")
     assert str(none / "streampunct.json") in str(err.value) and isinstance(err.value, ArtifactError)
-    with pytest.raises(registry.StreamModeError, match=needs):
+    with pytest.raises(registry.StreamModeError, match=r"--stream-cache on needs an engine that runs a streaming "
+                                                       r"graph \(onnxruntime, torch\), not fake"):
         registry.stream_shape("fake", on, "on")
     with pytest.raises(registry.StreamModeError, match=r"model.int8.onnx is not a streaming graph \(no past_kv"):
         registry.stream_shape("onnxruntime", whole, "on")

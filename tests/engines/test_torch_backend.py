@@ -348,3 +348,55 @@ def test_fp16_on_cuda_matches_onnxruntime_fp32(kind, request, tmp_path):
             "past_kv": (np.random.default_rng(0).standard_normal((layers, 2, 3, heads, 7, dim)) * 0.5
                         ).astype(np.float16)}
     _assert_parity(engine.infer_stream(feed)[0], stream.infer_stream(feed)[0], np.ones((3, 5)), atol=2e-2)
+
+
+# -- the server streams on torch ----------------------------------------------------------
+
+
+async def test_the_server_streams_with_cached_left_context_on_torch(bert, tmp_path):
+    """``serve --engine torch`` runs the folder's streaming graph in torch (``--stream-cache
+    auto``): each session gets the labels of the stream simulated with the same engine and
+    cached left context, not those of whole windows alone."""
+    import random
+
+    from engines.build.builder import BuildConfig, build_model_folder
+    from engines.build.stream_graph import build_stream_artifact
+    from engines.registry import load_stream_engine
+    from streampunct.core.options import SessionOptions
+    from streampunct.evaluation.accuracy import Event, schedule_labels
+    from streampunct.server.app import ServerConfig, serve
+    from tests.engines.conftest import WORDS, write_tiny_tokenizer
+    from tests.streampunct.conftest import normalized, play_schedule
+
+    folder = tmp_path / "bert_int8"
+    build_model_folder(bert, folder, config=BuildConfig(precision="int8"), model_metadata=dict(META))
+    build_stream_artifact(bert, folder, source_sha256="test")
+    write_tiny_tokenizer(folder / "tokenizer.json")
+    engine = load_stream_engine("torch", folder, device="cpu")
+    assert engine.name == "torch" and engine.stream_shape == layout(bert)
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, model_dir=folder, engine="torch",
+                                      engine_options={"device": "cpu"}))
+    try:
+        await server.wait_ready()
+        assert server.runtime.stream_shape == layout(bert)
+        rng = random.Random(3)
+        differs = False
+        for rc in (1, 3):
+            events, t = [], 0.0
+            for _ in range(30):
+                t += 1.0
+                events.append(Event(t, tuple(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))))
+            events.append(Event(t + 1.0, kind="end"))
+            transcript = await play_schedule(server.url, events, rc)
+            schedule = normalized(events)
+            options = SessionOptions(right_context=rc, max_delay_ms=600_000)
+            cached = schedule_labels(schedule, server.aligner, server.window, engine.infer, options,
+                                     stream_engine=engine)
+            whole = schedule_labels(schedule, server.aligner, server.window, engine.infer, options)
+            assert transcript.words == [w for e in schedule for w in e.words]
+            assert transcript.labels == cached, f"right context {rc}"
+            differs |= cached != whole
+        assert differs  # the cached path is what the server took
+    finally:
+        await server.shutdown()
+        engine.close()

@@ -414,7 +414,8 @@ def test_stream_cache_auto_is_off_for_other_engines(tmp_path):
     info = load_model_info(tmp_path)
     assert info.stream_cache_auto
     assert _stream_shape(ServerConfig(engine="tensorrt"), info) is None
-    with pytest.raises(ModelError, match="--stream-cache on needs the onnxruntime engine"):
+    with pytest.raises(ModelError, match=r"--stream-cache on needs an engine that runs a streaming graph "
+                                         r"\(onnxruntime, torch\), not tensorrt"):
         _stream_shape(ServerConfig(engine="tensorrt", stream_cache="on"), info)
 
 
