@@ -51,13 +51,12 @@ import numpy as np
 from benchmarks.common import REPO, RESULTS_DIR, write_result
 from benchmarks.load_bench import (
     LoadBenchConfig,
-    SessionOutcome,
-    SessionPlan,
     _quantiles_ms,
     analyse_session,
     load_corpus,
     plan_session,
 )
+from benchmarks.load_clients import SessionOutcome, SessionPlan
 from benchmarks.load_finals import FinalsCheck
 from benchmarks.server_under_test import (
     ServerProcess,

@@ -4,7 +4,7 @@ The benchmark starts a server in a separate process (``streampunct serve`` on
 a model folder, or ``streampunct serve --engine fake``, a synthetic engine that
 needs no model), or targets a running one (``--url``, loopback only). It
 then runs a ramp of steps; a step opens N concurrent sessions from one
-asyncio loop, and each session streams a real transcript (the words of
+asyncio loop (or from ``--client-processes`` loops: :mod:`benchmarks.load_clients`), and each session streams a real transcript (the words of
 ``data/iwslt2011/test2011``, labels stripped, each session from its own
 offset) at a real-time word rate in ASR-like chunks of 1..``max_chunk`` words
 with commit jitter, then sends ``end``. Each session first sends a
@@ -58,13 +58,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from benchmarks.common import REPO, RESULTS_DIR, machine, publish
+from benchmarks.load_clients import ClientOptions, SessionOutcome, SessionPlan, make_clients
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
@@ -127,6 +128,9 @@ class LoadBenchConfig:
         out_dir, name: where ``<name>.json`` and ``<name>.png`` go.
         sample_profile: sample the started server's stacks with py-spy for most of each step
             and add where its CPU went (:mod:`benchmarks.cpu_profile`) to the step's figures.
+        client_processes: processes the sessions of a step are spread over
+            (:mod:`benchmarks.load_clients`): one loop drives about a thousand real-time
+            sessions at a quarter of a core, so a GPU tier's thousands need several.
     """
 
     url: str | None = None
@@ -150,8 +154,11 @@ class LoadBenchConfig:
     out_dir: Path = RESULTS_DIR
     name: str = "load"
     sample_profile: bool = False
+    client_processes: int = 1
 
     def __post_init__(self) -> None:
+        if self.client_processes < 1:
+            raise ValueError(f"client_processes must be >= 1, got {self.client_processes}")
         if self.itn not in ITN_MODES:
             raise ValueError(f"itn must be one of {', '.join(ITN_MODES)}, not {self.itn!r}")
         if not self.sessions or min(self.sessions) < 1:
@@ -205,15 +212,6 @@ def load_corpus(path: Path) -> list[str]:
     return words
 
 
-@dataclass(frozen=True)
-class SessionPlan:
-    """What one session sends: its words and chunks ``(seconds after its start, first, end)``."""
-
-    words: tuple[str, ...]
-    chunks: tuple[tuple[float, int, int], ...]
-    prefill: int
-
-
 def plan_session(
     corpus: Sequence[str], offset: int, cfg: LoadBenchConfig, rng: random.Random
 ) -> SessionPlan:
@@ -239,90 +237,6 @@ def plan_session(
         chunks.append((last_t, i, j))
         i = j
     return SessionPlan(words, tuple(chunks), cfg.prefill_words)
-
-
-# -- one session -------------------------------------------------------------------
-
-
-@dataclass
-class SessionOutcome:
-    """What the client saw of one session (times from ``loop.time()``)."""
-
-    plan: SessionPlan
-    sent_at: np.ndarray
-    end_at: float | None = None
-    finals: list[tuple[float, int, list[str]]] = field(default_factory=list)
-    errors: Counter = field(default_factory=Counter)
-    ended_words: int | None = None
-    close_code: int | None = None
-    send_lag: list[float] = field(default_factory=list)
-
-    @property
-    def n_sent(self) -> int:
-        return int(np.count_nonzero(~np.isnan(self.sent_at)))
-
-
-async def run_session(client, plan: SessionPlan, start: float, deadline: float) -> SessionOutcome:
-    """Stream ``plan`` on ``client`` from loop time ``start``; read until the server closes."""
-    from websockets import ConnectionClosed
-
-    from streampunct.core.wire import Ended, Error, Final
-
-    loop = asyncio.get_running_loop()
-    out = SessionOutcome(plan, np.full(len(plan.words), np.nan))
-
-    async def send() -> None:
-        try:
-            for at, a, b in plan.chunks:
-                target = start + at
-                delay = target - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                now = loop.time()
-                out.send_lag.append(now - target)
-                out.sent_at[a:b] = now
-                await client.send_words(plan.words[a:b])
-            out.end_at = loop.time()
-            await client.end()
-        except ConnectionClosed:
-            out.errors["send_on_closed"] += 1
-
-    sender = asyncio.create_task(send())
-    try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                out.errors["drain_timeout"] += 1
-                break
-            try:
-                message = await client.recv(timeout=remaining)
-            except ConnectionClosed:
-                break
-            except TimeoutError:
-                out.errors["drain_timeout"] += 1
-                break
-            except Exception as e:  # a frame the client cannot decode
-                out.errors[f"bad_message:{type(e).__name__}"] += 1
-                continue
-            now = loop.time()
-            if isinstance(message, Final):
-                out.finals.append((now, message.start, [w.w for w in message.words]))
-            elif isinstance(message, Error):
-                out.errors[str(message.code)] += 1
-            elif isinstance(message, Ended):
-                out.ended_words = message.words
-    finally:
-        if not sender.done():
-            sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        try:
-            await asyncio.wait_for(client.close(), 2.0)
-        except (TimeoutError, Exception):  # noqa: BLE001 (closing is best effort)
-            pass
-        out.close_code = client.close_code
-    if out.close_code not in (None, 1000):
-        out.errors[f"close:{out.close_code}"] += 1
-    return out
 
 
 @dataclass(frozen=True)
@@ -367,74 +281,48 @@ def _quantiles_ms(values: np.ndarray | Sequence[float]) -> dict:
     }
 
 
-async def _loop_lag_monitor(lags: list[float], stop: asyncio.Event, interval: float = 0.01) -> None:
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        t = loop.time()
-        await asyncio.sleep(interval)
-        lags.append(loop.time() - t - interval)
-
-
 async def run_step(
     url: str, n: int, cfg: LoadBenchConfig, corpus: Sequence[str], server: ServerProcess | None, seed: int,
     *, itn: bool = False,
 ) -> dict:
     """N concurrent sessions (asking for ``itn`` or not) for one step; returns its figures and the
     SLO verdict."""
-    from streampunct.client.stream_client import StreamClient
-
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
     stride = max(1, len(corpus) // n)
     plans = [plan_session(corpus, (i * stride + rng.randrange(stride)) % len(corpus), cfg, rng)
              for i in range(n)]
-    errors: Counter = Counter()
-    connect_sem = asyncio.Semaphore(32)
+    options = ClientOptions(cfg.right_context, cfg.max_delay_ms, itn=itn, connect_timeout_s=cfg.connect_timeout_s)
+    clients = make_clients(url, plans, options, cfg.client_processes)
+    try:
+        joined = await clients.connect()
+        errors: Counter = Counter(joined.errors)
+        connect_s = joined.seconds
+        connected = [p for p, ok in zip(plans, joined.mask, strict=True) if ok]
 
-    async def connect(i: int):
-        async with connect_sem:
-            try:
-                return await StreamClient.connect(
-                    url, open_timeout=cfg.connect_timeout_s,
-                    right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms, partials=False,
-                    itn=itn,
-                )
-            except Exception as e:  # noqa: BLE001 (a refused or failed session is a figure)
-                errors[f"connect:{type(e).__name__}"] += 1
-                return None
+        before = await http_get(url, "/metrics")
+        cpu0 = server.cpu_seconds() if server else None
+        machine0 = machine_cpu_busy()
+        parent_cpu0, wall0 = time.process_time(), time.perf_counter()
 
-    t_connect = loop.time()
-    clients = await asyncio.gather(*(connect(i) for i in range(n)))
-    connect_s = loop.time() - t_connect
-    connected = [(c, p) for c, p in zip(clients, plans, strict=True) if c is not None]
+        sampler = None
+        if cfg.sample_profile and server is not None and server.pid is not None:
+            from benchmarks.cpu_profile import py_spy_command
 
-    before = await http_get(url, "/metrics")
-    cpu0 = server.cpu_seconds() if server else None
-    machine0 = machine_cpu_busy()
-    client_cpu0, wall0 = time.process_time(), time.perf_counter()
-
-    stop = asyncio.Event()
-    lags: list[float] = []
-    monitor = asyncio.create_task(_loop_lag_monitor(lags, stop))
-    sampler = None
-    if cfg.sample_profile and server is not None and server.pid is not None:
-        from benchmarks.cpu_profile import py_spy_command
-
-        stacks = cfg.out_dir / f"{cfg.name}_N{n}{'_itn' if itn else ''}.stacks"
-        cfg.out_dir.mkdir(parents=True, exist_ok=True)
-        # from the stagger's end over most of the speech: the steady state of the step
-        sampler = await asyncio.create_subprocess_exec(
-            *py_spy_command(server.pid, 0.8 * cfg.duration_s, stacks),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    t0 = loop.time() + 0.2
-    plan_end = max((p.chunks[-1][0] for p in plans), default=0.0)
-    deadline = t0 + cfg.stagger_s + plan_end + cfg.max_delay_ms / 1000.0 + cfg.drain_timeout_s
-    starts = [t0 + rng.uniform(0.0, cfg.stagger_s) for _ in connected]
-    outcomes = await asyncio.gather(*(
-        run_session(c, p, start, deadline) for (c, p), start in zip(connected, starts, strict=True)
-    ))
-    stop.set()
-    await monitor
+            stacks = cfg.out_dir / f"{cfg.name}_N{n}{'_itn' if itn else ''}.stacks"
+            cfg.out_dir.mkdir(parents=True, exist_ok=True)
+            # from the stagger's end over most of the speech: the steady state of the step
+            sampler = await asyncio.create_subprocess_exec(
+                *py_spy_command(server.pid, 0.8 * cfg.duration_s, stacks),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        t0 = loop.time() + 0.2
+        plan_end = max((p.chunks[-1][0] for p in plans), default=0.0)
+        deadline = t0 + cfg.stagger_s + plan_end + cfg.max_delay_ms / 1000.0 + cfg.drain_timeout_s
+        starts = [t0 + rng.uniform(0.0, cfg.stagger_s) for _ in connected]
+        ran = await clients.run(starts, deadline)
+    finally:
+        clients.close()
+    outcomes, lags = ran.outcomes, ran.lags
     sampled = None
     if sampler is not None:
         from benchmarks.cpu_profile import read_collapsed
@@ -448,7 +336,8 @@ async def run_step(
             print(f"  py-spy failed ({sampler.returncode}): {err.decode(errors='replace').strip()[-300:]}")
 
     wall = time.perf_counter() - wall0
-    client_cpu = time.process_time() - client_cpu0
+    # the client's CPU: its sessions' loops, and this process's own when they ran elsewhere
+    client_cpu = ran.cpu_s + (time.process_time() - parent_cpu0 if clients.processes > 1 else 0.0)
     cpu1 = server.cpu_seconds() if server else None
     machine1 = machine_cpu_busy()
     after = await http_get(url, "/metrics")
@@ -473,6 +362,7 @@ async def run_step(
         "sessions": n,
         "itn": itn,
         "connected": len(connected),
+        "client_processes": clients.processes,
         "connect_s": round(connect_s, 2),
         "offered_wps": round(n * cfg.words_per_second, 1),
         "words_sent": int(sum(o.n_sent for o in outcomes)),
@@ -722,6 +612,9 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-profile", action="store_true",
                    help="sample the started server with py-spy during each step and report where its CPU "
                         "went per finalized word (needs py-spy, in the dev extra)")
+    p.add_argument("--client-processes", type=int, default=d.client_processes, metavar="P",
+                   help="spread each step's sessions over P load-generator processes: one drives about a "
+                        "thousand real-time sessions at a quarter of a core (default: %(default)s)")
     add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server, SERVER_FLAGS)
 
 
@@ -732,6 +625,7 @@ def config_from_args(args: argparse.Namespace) -> LoadBenchConfig:
         jitter_ms=args.jitter_ms, prefill_words=args.prefill, slo_p95_ms=args.slo_p95_ms,
         target_sessions=args.target, max_total_s=args.max_total_s, refine_steps=args.refine, data=args.data,
         seed=args.seed, itn=args.itn, out_dir=args.out_dir, name=args.name, sample_profile=args.sample_profile,
+        client_processes=args.client_processes,
     )
 
 

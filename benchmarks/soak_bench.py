@@ -6,7 +6,7 @@ a 30-second load step. This benchmark starts the same child server as
 ``sessions`` real-time sessions open for ``duration_s`` (default 30 min), each
 streaming ``session_s`` seconds of transcript (the load bench's
 :func:`~benchmarks.load_bench.plan_session` and
-:func:`~benchmarks.load_bench.run_session`), ending, and reconnecting at
+:func:`~benchmarks.load_clients.run_session`), ending, and reconnecting at
 once, and samples the server's RSS (psutil) every ``sample_s`` seconds. It
 reports RSS after a warm-up, its least-squares slope in MB/hour
 (:func:`~benchmarks.soak_report.rss_trend`), every session's exactly-once
@@ -46,8 +46,8 @@ from benchmarks.load_bench import (
     analyse_session,
     load_corpus,
     plan_session,
-    run_session,
 )
+from benchmarks.load_clients import run_session
 from benchmarks.load_finals import FinalsCheck
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.server_under_test import (

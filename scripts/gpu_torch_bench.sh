@@ -22,14 +22,16 @@
 #
 # Each device call runs about 5 minutes (LOAD_S seconds of load steps + load and warm-up); with two
 # starts that is ~12 of a session's 15 minutes. Settings (environment): LOAD_S (default 200),
-# SESSIONS_DEFAULT, SESSIONS_BASE (the ramps), DURATION (seconds per step, 20), MAX_BATCH (64),
-# ENGINE_ARGS (more benchmarks.torch_engine_bench options), WORKERS (serve --workers: server
-# processes sharing the GPU, default 1; issue 56 asks for the 16-core host's ramp with several). DEVICE=cpu PY=.venv/bin/python OUT=DIR
+# SESSIONS_DEFAULT, SESSIONS_BASE (the ramps, up to issue 56's 5,000 real-time sessions),
+# DURATION (seconds per step, 20), MAX_BATCH (64), ENGINE_ARGS (more benchmarks.torch_engine_bench
+# options), WORKERS (serve --workers: server processes sharing the GPU, default 4: one event loop
+# topped out at about 1,300 sessions on the 16-core host), CLIENT_PROCESSES (bench load
+# --client-processes, default 4: one load-generator loop drives about a thousand sessions),
+# STREAM_CACHE (auto: cached left context, as the server runs on torch since 2026-11-29; off:
+# whole windows, as the 2026-11-27 figures were taken). DEVICE=cpu PY=.venv/bin/python OUT=DIR
 # runs a stage here on the CPU with small settings, to check the script; KEEP_MODELS=1 prepare
-# packs without moving models/ aside (to look at the sizes).
-# The server streams with cached left context on torch as on onnxruntime (--stream-cache auto; both
-# models have a streaming graph); the engine's cached calls are also timed by
-# benchmarks.torch_engine_bench.
+# packs without moving models/ aside (to look at the sizes). The engine's cached calls are also
+# timed by benchmarks.torch_engine_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/release_lib.sh  # tree_bytes
@@ -42,8 +44,11 @@ LOAD_S="${LOAD_S:-200}"
 DURATION="${DURATION:-20}"
 MAX_BATCH="${MAX_BATCH:-64}"
 DEVICE="${DEVICE:-cuda}"
-SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-100 200 400 800 1200 1600}"
-SESSIONS_BASE="${SESSIONS_BASE:-50 100 200 400 800}"
+SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-500 1000 2000 3000 4000 5000 6000}"
+SESSIONS_BASE="${SESSIONS_BASE:-200 500 1000 1500 2000 3000}"
+WORKERS="${WORKERS:-4}"
+CLIENT_PROCESSES="${CLIENT_PROCESSES:-4}"
+STREAM_CACHE="${STREAM_CACHE:-auto}"
 
 setup_device() {  # the wheel where websockets is missing, PYTHONPATH; the device's python holds torch
   export PYTHONUNBUFFERED=1
@@ -60,9 +65,10 @@ measure() {  # measure NAME MODEL_DIR SESSIONS: tokens/s, then bench load, each 
   $PY -m benchmarks.torch_engine_bench --model "$2" --device "$DEVICE" --out "$OUT/engine_$1.json" ${ENGINE_ARGS:-} \
       || echo "the engine benchmark of $1 ended with rc $?"
   # shellcheck disable=SC2086
-  $PY -m benchmarks.load_bench --model "$2" --engine torch --engine-option "device=$DEVICE" --stream-cache off \
-      --sessions $3 --duration "$DURATION" --max-batch "$MAX_BATCH" --max-total-s "$LOAD_S" --refine 1 \
-      --workers "${WORKERS:-1}" --out-dir "$OUT" --name "load_$1" || echo "bench load of $1 ended with rc $?"
+  $PY -m benchmarks.load_bench --model "$2" --engine torch --engine-option "device=$DEVICE" \
+      --stream-cache "$STREAM_CACHE" --sessions $3 --duration "$DURATION" --max-batch "$MAX_BATCH" \
+      --max-total-s "$LOAD_S" --refine 1 --workers "$WORKERS" --client-processes "$CLIENT_PROCESSES" \
+      --out-dir "$OUT" --name "load_$1" || echo "bench load of $1 ended with rc $?"
   if [[ -f $OUT/load_$1.json ]]; then
     $PY -m benchmarks.torch_engine_bench --device "$DEVICE" --annotate "$OUT/load_$1.json"
   fi

@@ -22,7 +22,7 @@ from benchmarks.failover_bench import (
     run_failover_bench,
     summarize,
 )
-from benchmarks.load_bench import SessionOutcome, SessionPlan
+from benchmarks.load_clients import SessionOutcome, SessionPlan
 
 HAPROXY = shutil.which("haproxy")
 needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install haproxy)")

@@ -19,8 +19,6 @@ import pytest
 
 from benchmarks.load_bench import (
     LoadBenchConfig,
-    SessionOutcome,
-    SessionPlan,
     add_load_arguments,
     analyse_session,
     config_from_args,
@@ -28,6 +26,7 @@ from benchmarks.load_bench import (
     run_load_bench,
     run_load_from_args,
 )
+from benchmarks.load_clients import SessionOutcome, SessionPlan
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import (
     histogram,
@@ -326,6 +325,52 @@ def test_correct_fake_server_meets_the_slo(tmp_path):
         assert step["words_timed"] == step["words_sent"] - step["sessions"] * 6
         assert step["server"] == {}  # a bare server without /metrics
     assert payload["max_sessions_meeting_slo"] == 4
+
+
+def test_sessions_spread_over_client_processes_are_all_counted(tmp_path):
+    """``--client-processes 2``: each step's sessions run in two spawned loops, connect
+    before the step's common start and come back whole (every word finalized once; the
+    same schedule as from one loop)."""
+    with fake_server(None) as url:
+        one = run_load_bench(quick_config(tmp_path, url=url, sessions=(3,), name="one"), command="test")
+        two = run_load_bench(quick_config(tmp_path, url=url, sessions=(3, 5), client_processes=2, name="two"),
+                             command="test")
+    assert one["steps"][0]["client_processes"] == 1
+    for step in two["steps"]:
+        assert step["client_processes"] == 2 and step["connected"] == step["sessions"]
+        assert not step["errors"], step["errors"]
+        assert step["check"] == {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0,
+                                 "finalized": step["words_sent"]}
+        assert step["words_timed"] == step["words_sent"] - step["sessions"] * 6
+        assert step["client"]["cpu_cores"] > 0  # the children's CPU, reported back
+    # the same seed plans the same words whichever loops send them
+    assert two["steps"][0]["words_sent"] == one["steps"][0]["words_sent"]
+    assert two["config"]["client_processes"] == 2
+    with pytest.raises(ValueError, match="client_processes must be >= 1, got 0"):
+        quick_config(tmp_path, client_processes=0)
+
+
+def test_a_client_process_that_fails_is_reported():
+    """A load-generator process whose sessions break fails the step with its traceback,
+    rather than leaving a step with sessions silently missing."""
+    import asyncio
+    import time
+
+    from benchmarks.load_clients import ClientOptions, ProcessClients
+
+    async def main(url):
+        clients = ProcessClients(url, [object(), object()], ClientOptions(1, 1000), 2, timeout_s=60)
+        try:
+            joined = await clients.connect()
+            assert joined.mask == [True, True] and not joined.errors
+            start = time.monotonic() + 0.1
+            await clients.run([start, start], start + 5)
+        finally:
+            clients.close()
+
+    with fake_server(None) as url, pytest.raises(RuntimeError, match=r"(?s)load client process \d failed:.*"
+                                                                      r"AttributeError"):
+        asyncio.run(main(url))
 
 
 def test_itn_both_runs_each_step_off_then_on_and_reports_the_difference(tmp_path):
