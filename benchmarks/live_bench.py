@@ -225,7 +225,8 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
 
     punct = OfflineDecoder.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
     try:
-        stream_engine = punct.stream_engine(cfg.server.stream_cache, intra_op_threads=1)
+        stream_engine = punct.stream_engine(
+            cfg.server.stream_cache, **({"intra_op_threads": 1} if cfg.server.engine == "onnxruntime" else {}))
         result["stream_cache"] = stream_engine is not None
         simulated = [label for events in schedules
                      for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer,

@@ -275,7 +275,9 @@ class ProcessClients:
         return Connected(mask, errors, max(r[3] for r in replies))
 
     async def run(self, starts: Sequence[float], deadline: float) -> Ran:
-        """``starts``: one per connected session, in session order."""
+        """``starts``: one per connected session, in session order, on ``time.monotonic()``."""
+        if starts and abs(min(starts) - time.monotonic()) > 60.0:
+            raise RuntimeError("start times are not on time.monotonic(): the client processes would not line up")
         connected = [i for i, ok in enumerate(self._mask) if ok]
         start_of = dict(zip(connected, starts, strict=True))
         for k, (share, m) in enumerate(zip(self._shares, self._masks, strict=True)):

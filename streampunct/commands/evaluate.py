@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         "workers": 1 + len(extra),
     }
     try:
-        stream_engine = punct.stream_engine(args.stream_cache, intra_op_threads=1) \
+        # one ONNX Runtime thread for the streaming graph, as each of the workers above
+        stream_options = {"intra_op_threads": 1} if args.engine == "onnxruntime" else {}
+        stream_engine = punct.stream_engine(args.stream_cache, **stream_options) \
             if (args.right_context or args.live) else None
         results["stream_cache"] = stream_engine is not None
         t0 = time.perf_counter()

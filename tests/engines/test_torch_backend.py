@@ -400,3 +400,13 @@ async def test_the_server_streams_with_cached_left_context_on_torch(bert, tmp_pa
     finally:
         await server.shutdown()
         engine.close()
+    # the simulations (evaluate --live, bench live) take the same streaming engine
+    from streampunct.core.decoder import OfflineDecoder
+
+    punct = OfflineDecoder.from_model_dir(folder, engine="torch", device="cpu")
+    try:
+        simulated = punct.stream_engine("auto", device="cpu")
+        assert simulated is not None and simulated.name == "torch" and simulated.stream_shape == layout(bert)
+        assert punct.stream_engine("off") is None
+    finally:
+        punct.close()
