@@ -139,7 +139,7 @@ def _cached_docs(cache: Path, key: str, build) -> list[Document]:
                 docs.append(Document(obj["name"], obj["words"], obj["labels"], case=obj.get("case")))
         return docs
     docs = build()
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs may convert the same text at once
     with gzip.open(tmp, "wt", encoding="utf-8") as f:
         for d in docs:
             rec = {"name": d.name, "words": d.words, "labels": d.labels}
