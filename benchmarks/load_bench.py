@@ -92,6 +92,9 @@ ITN_MODES = ("off", "on", "both")
 #: The server's flags and ``config`` fields of ``bench load``: all but ``itn_grammars`` (``--itn`` says).
 LOAD_SERVER_FIELDS = SERVER_FLAGS + ("startup_timeout_s",)
 
+#: Sessions one load-generator loop drives by default (a quarter of a core on an H200 host).
+SESSIONS_PER_CLIENT = 1000
+
 #: Client-side delays above these mean the load generator itself fell behind.
 CLIENT_SEND_LAG_P95_MS = 25.0
 CLIENT_LOOP_LAG_P99_MS = 50.0
@@ -131,6 +134,8 @@ class LoadBenchConfig:
         client_processes: processes the sessions of a step are spread over
             (:mod:`benchmarks.load_clients`): one loop drives about a thousand real-time
             sessions at a quarter of a core, so a GPU tier's thousands need several.
+            0 (default): one per started thousand sessions of the step
+            (:func:`client_processes_for`).
     """
 
     url: str | None = None
@@ -154,11 +159,12 @@ class LoadBenchConfig:
     out_dir: Path = RESULTS_DIR
     name: str = "load"
     sample_profile: bool = False
-    client_processes: int = 1
+    client_processes: int = 0
 
     def __post_init__(self) -> None:
-        if self.client_processes < 1:
-            raise ValueError(f"client_processes must be >= 1, got {self.client_processes}")
+        if self.client_processes < 0:
+            raise ValueError(f"client_processes must be >= 0 (0: one per thousand sessions), "
+                             f"got {self.client_processes}")
         if self.itn not in ITN_MODES:
             raise ValueError(f"itn must be one of {', '.join(ITN_MODES)}, not {self.itn!r}")
         if not self.sessions or min(self.sessions) < 1:
@@ -190,6 +196,14 @@ class LoadBenchConfig:
         """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
         return json_ready({"url": own.pop("url"), **self.server.to_json(LOAD_SERVER_FIELDS), **own})
+
+
+def client_processes_for(cfg: LoadBenchConfig, n: int) -> int:
+    """The load-generator processes of a step of ``n`` sessions: ``cfg.client_processes``, or
+    (0) one per started :data:`SESSIONS_PER_CLIENT`, at most one per core."""
+    if cfg.client_processes:
+        return cfg.client_processes
+    return max(1, min(os.cpu_count() or 1, -(-n // SESSIONS_PER_CLIENT)))
 
 
 def step_estimate_s(cfg: LoadBenchConfig, n: int) -> float:
@@ -293,7 +307,7 @@ async def run_step(
     plans = [plan_session(corpus, (i * stride + rng.randrange(stride)) % len(corpus), cfg, rng)
              for i in range(n)]
     options = ClientOptions(cfg.right_context, cfg.max_delay_ms, itn=itn, connect_timeout_s=cfg.connect_timeout_s)
-    clients = make_clients(url, plans, options, cfg.client_processes)
+    clients = make_clients(url, plans, options, client_processes_for(cfg, n))
     try:
         joined = await clients.connect()
         errors: Counter = Counter(joined.errors)
@@ -613,8 +627,9 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="sample the started server with py-spy during each step and report where its CPU "
                         "went per finalized word (needs py-spy, in the dev extra)")
     p.add_argument("--client-processes", type=int, default=d.client_processes, metavar="P",
-                   help="spread each step's sessions over P load-generator processes: one drives about a "
-                        "thousand real-time sessions at a quarter of a core (default: %(default)s)")
+                   help="spread each step's sessions over P load-generator processes (default 0: one "
+                        "per started thousand sessions of the step; one drives about a thousand real-time "
+                        "sessions at a quarter of a core)")
     add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server, SERVER_FLAGS)
 
 

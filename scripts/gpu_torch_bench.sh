@@ -26,7 +26,7 @@
 # DURATION (seconds per step, 20), MAX_BATCH (64), ENGINE_ARGS (more benchmarks.torch_engine_bench
 # options), WORKERS (serve --workers: server processes sharing the GPU, default 4: one event loop
 # topped out at about 1,300 sessions on the 16-core host), CLIENT_PROCESSES (bench load
-# --client-processes, default 4: one load-generator loop drives about a thousand sessions),
+# --client-processes, default 0: one load-generator process per thousand sessions of a step),
 # STREAM_CACHE (auto: cached left context, as the server runs on torch since 2026-11-29; off:
 # whole windows, as the 2026-11-27 figures were taken). DEVICE=cpu PY=.venv/bin/python OUT=DIR
 # runs a stage here on the CPU with small settings, to check the script; KEEP_MODELS=1 prepare
@@ -47,7 +47,7 @@ DEVICE="${DEVICE:-cuda}"
 SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-500 1000 2000 3000 4000 5000 6000}"
 SESSIONS_BASE="${SESSIONS_BASE:-200 500 1000 1500 2000 3000}"
 WORKERS="${WORKERS:-4}"
-CLIENT_PROCESSES="${CLIENT_PROCESSES:-4}"
+CLIENT_PROCESSES="${CLIENT_PROCESSES:-0}"
 STREAM_CACHE="${STREAM_CACHE:-auto}"
 
 setup_device() {  # the wheel where websockets is missing, PYTHONPATH; the device's python holds torch

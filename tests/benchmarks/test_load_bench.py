@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import threading
 from collections.abc import Iterator
@@ -346,8 +347,14 @@ def test_sessions_spread_over_client_processes_are_all_counted(tmp_path):
     # the same seed plans the same words whichever loops send them
     assert two["steps"][0]["words_sent"] == one["steps"][0]["words_sent"]
     assert two["config"]["client_processes"] == 2
-    with pytest.raises(ValueError, match="client_processes must be >= 1, got 0"):
-        quick_config(tmp_path, client_processes=0)
+    with pytest.raises(ValueError, match="client_processes must be >= 0"):
+        quick_config(tmp_path, client_processes=-1)
+    # by default one per started thousand sessions of the step, at most one per core
+    from benchmarks.load_bench import client_processes_for
+
+    auto = quick_config(tmp_path)
+    assert [client_processes_for(auto, n) for n in (1, 1000, 1001)] == [1, 1, min(2, os.cpu_count() or 1)]
+    assert client_processes_for(quick_config(tmp_path, client_processes=3), 10) == 3
 
 
 def test_a_client_process_that_fails_is_reported():
