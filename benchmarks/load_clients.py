@@ -10,10 +10,10 @@ process of the host), runs its sessions and sends back what it saw; the step is 
 in the parent as with one loop. Every time a process reports is ``time.monotonic()``:
 the standard asyncio loop's ``loop.time()``.
 
-Protocol over each child's pipe: the child sends ``("connected", mask, errors,
-seconds)``; the parent sends ``("go", starts, deadline)`` with one start per connected
-session of that child; the child sends ``("done", outcomes, lags, cpu_s)``, or
-``("error", traceback)`` at any point.
+Protocol over each child's pipe, ``(kind, payload)`` pairs: the child sends
+``("connected", Connected)``; the parent sends ``("go", (starts, deadline))`` with one
+start per connected session of that child; the child sends ``("done", Ran)``, or
+``("error", traceback)`` at any point. A child runs its share as :class:`LocalClients`.
 """
 
 from __future__ import annotations
@@ -242,56 +242,50 @@ class ProcessClients:
             child.close()
             self._pipes.append(parent)
             self._procs.append(proc)
-        self._masks: list[list[bool]] = []
-        self._mask: list[bool] = []
+        self._connected: list[list[int]] = []  # per process: its connected sessions' indexes
 
-    async def _recv(self, k: int, expect: str) -> tuple:
+    async def _recv(self, k: int, expect: str) -> Any:
         def recv():
             if not self._pipes[k].poll(self.timeout_s):
                 raise RuntimeError(f"load client process {k} sent nothing for {self.timeout_s:.0f}s")
             return self._pipes[k].recv()
 
         try:
-            message = await asyncio.to_thread(recv)
+            kind, payload = await asyncio.to_thread(recv)
         except EOFError:
             raise RuntimeError(f"load client process {k} exited (code {self._procs[k].exitcode})") from None
-        if message[0] == "error":
-            raise RuntimeError(f"load client process {k} failed:\n{message[1]}")
-        if message[0] != expect:
-            raise RuntimeError(f"load client process {k} sent {message[0]!r}, expected {expect!r}")
-        return message
+        if kind == "error":
+            raise RuntimeError(f"load client process {k} failed:\n{payload}")
+        if kind != expect:
+            raise RuntimeError(f"load client process {k} sent {kind!r}, expected {expect!r}")
+        return payload
 
     async def connect(self) -> Connected:
-        replies = await asyncio.gather(*(self._recv(k, "connected") for k in range(self.processes)))
+        joined: list[Connected] = await asyncio.gather(*(self._recv(k, "connected") for k in range(self.processes)))
         mask = [False] * len(self.plans)
         errors: Counter = Counter()
-        self._masks = []
-        for share, (_, child_mask, child_errors, _) in zip(self._shares, replies, strict=True):
-            self._masks.append(child_mask)
-            for i, ok in zip(share, child_mask, strict=True):
-                mask[i] = ok
-            errors.update(child_errors)
-        self._mask = mask
-        return Connected(mask, errors, max(r[3] for r in replies))
+        self._connected = []
+        for share, child in zip(self._shares, joined, strict=True):
+            self._connected.append([i for i, ok in zip(share, child.mask, strict=True) if ok])
+            for i in self._connected[-1]:
+                mask[i] = True
+            errors.update(child.errors)
+        return Connected(mask, errors, max(c.seconds for c in joined))
 
     async def run(self, starts: Sequence[float], deadline: float) -> Ran:
         """``starts``: one per connected session, in session order, on ``time.monotonic()``."""
         if starts and abs(min(starts) - time.monotonic()) > 60.0:
             raise RuntimeError("start times are not on time.monotonic(): the client processes would not line up")
-        connected = [i for i, ok in enumerate(self._mask) if ok]
+        connected = sorted(i for mine in self._connected for i in mine)
         start_of = dict(zip(connected, starts, strict=True))
-        for k, (share, m) in enumerate(zip(self._shares, self._masks, strict=True)):
-            self._pipes[k].send(("go", [start_of[i] for i, ok in zip(share, m, strict=True) if ok], deadline))
-        replies = await asyncio.gather(*(self._recv(k, "done") for k in range(self.processes)))
+        for pipe, mine in zip(self._pipes, self._connected, strict=True):
+            pipe.send(("go", ([start_of[i] for i in mine], deadline)))
+        ran: list[Ran] = await asyncio.gather(*(self._recv(k, "done") for k in range(self.processes)))
         outcome_of: dict[int, Any] = {}
-        lags: list[float] = []
-        cpu = 0.0
-        for share, m, (_, outcomes, child_lags, child_cpu) in zip(self._shares, self._masks, replies, strict=True):
-            for i, out in zip([i for i, ok in zip(share, m, strict=True) if ok], outcomes, strict=True):
-                outcome_of[i] = out
-            lags.extend(child_lags)
-            cpu += child_cpu
-        return Ran([outcome_of[i] for i in connected], lags, cpu)
+        for mine, child in zip(self._connected, ran, strict=True):
+            outcome_of.update(zip(mine, child.outcomes, strict=True))
+        return Ran([outcome_of[i] for i in connected], [lag for child in ran for lag in child.lags],
+                   sum(child.cpu_s for child in ran))
 
     def close(self) -> None:
         for pipe in self._pipes:
@@ -316,20 +310,17 @@ def _child_main(conn, url: str, plans: list, options: ClientOptions) -> None:
 
 
 async def _child(conn, url: str, plans: list, options: ClientOptions) -> None:
+    """One client process: its share of the sessions, run as :class:`LocalClients` runs them."""
     loop = asyncio.get_running_loop()
     if abs(loop.time() - time.monotonic()) > 0.01:
         raise RuntimeError("the client loop's clock is not time.monotonic(): start times would not line up")
-    t = time.monotonic()
-    clients, errors = await connect_all(url, len(plans), options)
-    conn.send(("connected", [c is not None for c in clients], dict(errors), time.monotonic() - t))
-    message = await asyncio.to_thread(conn.recv)
-    if message[0] != "go":
-        raise RuntimeError(f"expected 'go', got {message[0]!r}")
-    _, starts, deadline = message
-    cpu0 = time.process_time()
-    pairs = [(c, p) for c, p in zip(clients, plans, strict=True) if c is not None]
-    outcomes, lags = await run_sessions([c for c, _ in pairs], [p for _, p in pairs], starts, deadline)
-    conn.send(("done", outcomes, lags, time.process_time() - cpu0))
+    clients = LocalClients(url, plans, options)
+    conn.send(("connected", await clients.connect()))
+    kind, payload = await asyncio.to_thread(conn.recv)
+    if kind != "go":
+        raise RuntimeError(f"expected 'go', got {kind!r}")
+    starts, deadline = payload
+    conn.send(("done", await clients.run(starts, deadline)))
 
 
 def make_clients(url: str, plans: Sequence[Any], options: ClientOptions, processes: int):
