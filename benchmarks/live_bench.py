@@ -174,6 +174,7 @@ def read_live_data(cfg: LiveBenchConfig):
 
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.partial_stability import partial_stability, total
+    from engines.registry import engine_threads
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.evaluation.accuracy import live_schedule, schedule_labels, score
 
@@ -225,8 +226,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
 
     punct = OfflineDecoder.from_model_dir(cfg.server.model_dir, engine=cfg.server.engine)
     try:
-        stream_engine = punct.stream_engine(
-            cfg.server.stream_cache, **({"intra_op_threads": 1} if cfg.server.engine == "onnxruntime" else {}))
+        stream_engine = punct.stream_engine(cfg.server.stream_cache, **engine_threads(cfg.server.engine, 1))
         result["stream_cache"] = stream_engine is not None
         simulated = [label for events in schedules
                      for label in schedule_labels(events, punct.aligner, punct.stream_window, punct.engine.infer,

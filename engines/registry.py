@@ -88,6 +88,9 @@ class Backend:
             over it needs no model folder (``fake``); see :func:`own_model`.
         streams: it runs a folder's streaming graph (cached left context; its module's
             ``open_stream_engine``): see :func:`stream_shape`, :func:`load_stream_engine`.
+        threads_option: the option that caps one engine's CPU threads, where each engine
+            has its own (ONNX Runtime's ``intra_op_threads``); None where threads are
+            process-wide (torch) or not the host's: see :func:`engine_threads`.
     """
 
     name: str
@@ -97,6 +100,7 @@ class Backend:
     default_artifacts: tuple[str, ...]
     own_model: bool = False
     streams: bool = False
+    threads_option: str | None = None
 
 
 BACKENDS: dict[str, Backend] = {
@@ -105,6 +109,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "onnxruntime", "engines.ort_engine", ("onnxruntime",),
             (".onnx",), ("model.int8.onnx", "model.int4.onnx", "model.onnx"), streams=True,
+            threads_option="intra_op_threads",
         ),
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
@@ -210,6 +215,16 @@ def load_engine(
     b = require_backend(backend)
     path = resolve_artifact(backend, model_dir, artifact) if b.suffixes else None
     return _module(b).open_engine(Path(model_dir), path, options)
+
+
+def engine_threads(backend: str, threads: int) -> dict[str, int]:
+    """The options that give one engine of ``backend`` ``threads`` CPU threads, so that N
+    engines side by side use N x ``threads`` cores; ``{}`` where the backend has no
+    per-engine setting (its :attr:`Backend.threads_option` is None)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    option = get_backend(backend).threads_option
+    return {option: threads} if option else {}
 
 
 def streaming_backends() -> tuple[str, ...]:

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.registry import load_engine, physical_cores
+    from engines.registry import engine_threads, load_engine, physical_cores
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.core.options import SessionOptions
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
@@ -89,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
     data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
     if not data.words:
         raise InputError(f"{args.data}: no words to score")
-    workers = args.workers or (physical_cores() if args.engine == "onnxruntime" else 1)
-    # Several ONNX Runtime engines: one thread each, so N of them use N cores. One
-    # thread or two gives the same logits (each window still runs alone).
+    # Several engines of a backend with per-engine threads (ONNX Runtime): one thread each, so
+    # N of them use N cores. One thread or two gives the same logits (each window runs alone).
+    workers = args.workers or (physical_cores() if engine_threads(args.engine, 1) else 1)
     parallel = workers > 1 and bool(args.right_context)
-    options = {"intra_op_threads": 1} if parallel and args.engine == "onnxruntime" else {}
+    options = engine_threads(args.engine, 1) if parallel else {}
     punct = OfflineDecoder.from_model_dir(args.model, engine=args.engine, window=window, **options)
     extra: list = []
     try:
@@ -114,9 +114,8 @@ def run(args: argparse.Namespace) -> int:
         "workers": 1 + len(extra),
     }
     try:
-        # one ONNX Runtime thread for the streaming graph, as each of the workers above
-        stream_options = {"intra_op_threads": 1} if args.engine == "onnxruntime" else {}
-        stream_engine = punct.stream_engine(args.stream_cache, **stream_options) \
+        # one thread for the streaming graph (where an engine has its own), as each worker above
+        stream_engine = punct.stream_engine(args.stream_cache, **engine_threads(args.engine, 1)) \
             if (args.right_context or args.live) else None
         results["stream_cache"] = stream_engine is not None
         t0 = time.perf_counter()

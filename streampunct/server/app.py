@@ -311,15 +311,16 @@ class ServerRuntime:
         """The runtime of ``config``'s model folder and engine (``model_dir``, ``engine``,
         ``engine_options``, ``stream_cache``, ``window``); the engines load when the server
         starts its workers. Raises :class:`~streampunct.errors.ModelError`."""
-        from engines.registry import load_engine, load_stream_engine, physical_cores
+        from engines.registry import engine_threads, load_engine, load_stream_engine, physical_cores
         from streampunct.model import load_model_info
 
         info = load_model_info(config.model_dir, backend=config.engine)
         options = dict(config.engine_options)
         engines = config.batching.engine_workers * config.workers  # of all worker processes
-        if engines > 1 and config.engine == "onnxruntime" and "intra_op_threads" not in options:
-            # N engines side by side share the cores: each gets its part of them.
-            options["intra_op_threads"] = max(1, physical_cores() // engines)
+        if engines > 1:
+            # N engines side by side share the cores: each gets its part of them (unless the
+            # options say otherwise).
+            options = engine_threads(config.engine, max(1, physical_cores() // engines)) | options
 
         shape = _stream_shape(config, info)
 

@@ -219,3 +219,27 @@ def test_the_registry_opens_the_streaming_graph_and_counts_cores(monkeypatch, tm
     assert registry.physical_cores() == engines.ort_engine.physical_cores() >= 1
     monkeypatch.setattr(engines.ort_engine, "physical_cores", lambda: 7)
     assert registry.physical_cores() == 7
+
+
+def test_engine_threads_names_each_backends_own_per_engine_option():
+    """One engine's thread cap where the backend has one (ONNX Runtime's, an option its
+    options class takes); none where threads are process-wide (torch) or not the host's."""
+    import dataclasses
+    import importlib.util
+
+    assert registry.engine_threads("onnxruntime", 1) == {"intra_op_threads": 1}
+    assert registry.engine_threads("onnxruntime", 3) == {"intra_op_threads": 3}
+    for backend in ("torch", "tensorrt", "fake", "triton"):
+        assert registry.engine_threads(backend, 1) == {}
+    from engines.ort_engine import OrtOptions
+    assert registry.make_options(OrtOptions, registry.engine_threads("onnxruntime", 2), "onnxruntime").intra_op_threads == 2
+    for b in registry.BACKENDS.values():  # every declared option is a real one of the backend's options
+        if b.threads_option and all(importlib.util.find_spec(r.split(".")[0]) for r in b.requires):
+            module = importlib.import_module(b.module)
+            names = {f.name for cls in vars(module).values() if dataclasses.is_dataclass(cls) and isinstance(cls, type)
+                     for f in dataclasses.fields(cls)}
+            assert b.threads_option in names, b.name
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        registry.engine_threads("onnxruntime", 0)
+    with pytest.raises(EngineError, match="unknown engine backend 'onnx'"):
+        registry.engine_threads("onnx", 1)
