@@ -10,12 +10,14 @@ this state decides the same online, whenever it is asked). Decidable words form 
 in order, each once.
 
 **Labels depend on the arrival schedule only, never on timing.** The words
-that became decidable at one moment (one arrival, one delay deadline, one
+that became decidable at one event (one arrival, one delay deadline, one
 flush) form a *decision*; each decision is decided by its own windows, with
 at least ``window.left`` tokens of left context before its first word (less
 only at the stream start) and, as right context, the words that had arrived
-by that moment and nothing later (``right_context`` words, or fewer after a
-delay deadline or a flush). So a server that falls behind, and runs a
+by then and nothing later (``right_context`` words, or fewer after a delay
+deadline or a flush). Events are told apart by their order, not by the
+clock: a loop clock that moves once a millisecond reads one time for a flush
+and the words sent right after it, which are still not the flush's. So a server that falls behind, and runs a
 decision long after it became due, builds the same window as a simulation
 that runs it at once: the same arrival schedule gives the same labels
 (given an engine whose rows do not depend on the rest of the batch). Several
@@ -172,7 +174,12 @@ class StreamState:
         self._ids: list[int] = []
         self._layout = TokenLayout([], [], [])
         self._arrival: list[float] = []
-        self._decidable_time: list[float] = []  # filled for the decidable prefix
+        # For the decidable prefix, each word's decision: (when, its number, how many stream
+        # words had arrived by then). Decisions are told apart by their order and the count,
+        # not the time, bounds their right context: on a coarse clock (a loop whose time
+        # moves once a millisecond) words fed right after a flush are not the flush's.
+        self._decided: list[tuple[float, int, int]] = []
+        self._n_decisions = 0
         self._base = 0  # global index of self.words[0]
         self._token_base = 0  # tokens dropped with those words
         self._requested = 0  # local: words < this are final or in the in-flight request
@@ -249,9 +256,9 @@ class StreamState:
             raise ValueError("resume() needs a fresh stream state")
         if len(context) > start:
             raise ValueError(f"{len(context)} context words, but only {start} come before word {start}")
+        self._base = start - len(context)
         self._append(context, now)
         self._mark_decidable(len(self.words), now)
-        self._base = start - len(context)
         self._requested = self._n_final = len(context)
 
     def _compact(self) -> None:
@@ -267,7 +274,7 @@ class StreamState:
         if keep_from <= 0:
             return
         tok = lay.starts[keep_from]
-        del self.words[:keep_from], self._arrival[:keep_from], self._decidable_time[:keep_from]
+        del self.words[:keep_from], self._arrival[:keep_from], self._decided[:keep_from]
         del self._ids[:tok]
         self._layout = type(lay)(
             [x - tok for x in lay.starts[keep_from:]],
@@ -283,8 +290,8 @@ class StreamState:
     def flush(self, now: float) -> None:
         """Every word that has arrived becomes decidable now."""
         self._advance_by_delay(now)
-        if len(self._decidable_time) < len(self.words):
-            self._flushed.append((self._base + len(self._decidable_time), self._base + len(self.words)))
+        if len(self._decided) < len(self.words):
+            self._flushed.append((self._base + len(self._decided), self._base + len(self.words)))
         self._mark_decidable(len(self.words), now)
 
     def decided_by_flush(self, index: int) -> bool:
@@ -301,37 +308,41 @@ class StreamState:
         mark does not depend on how fast the server is.
         """
         self._advance_by_delay(now)
-        self._mark_last = len(self._decidable_time) < len(self.words)
+        self._mark_last = len(self._decided) < len(self.words)
         self.flush(now)
         self._ended = True
 
     def _mark_decidable(self, upto: int, when: float) -> None:
-        while len(self._decidable_time) < upto:
-            self._decidable_time.append(when)
+        """Words up to ``upto`` (local) are decidable at ``when``: one decision, knowing every
+        word fed so far."""
+        if len(self._decided) < upto:
+            self._n_decisions += 1
+        decision = (when, self._n_decisions, self._base + len(self.words))
+        while len(self._decided) < upto:
+            self._decided.append(decision)
 
     def _advance_by_delay(self, now: float) -> None:
         delay = self.stream.max_delay_ms / 1000.0
-        n = len(self._decidable_time)
+        n = len(self._decided)
         while n < len(self.words) and self._arrival[n] + delay <= now:
-            self._decidable_time.append(self._arrival[n] + delay)
+            deadline = self._arrival[n] + delay
+            if not self._decided or self._decided[-1][0] != deadline:  # words of one arrival: one decision
+                self._n_decisions += 1
+            # knowing the words fed by the deadline (before this call's words, if any)
+            known = self._base + bisect.bisect_right(self._arrival, deadline)
+            self._decided.append((deadline, self._n_decisions, known))
             n += 1
 
     def n_decidable(self, now: float) -> int:
         """How many words (a prefix of the stream) are decidable at ``now``."""
         self._advance_by_delay(now)
-        return self._base + len(self._decidable_time)
+        return self._base + len(self._decided)
 
     def right_context(self, index: int) -> list[str]:
         """The words after ``index`` that had arrived when it became decidable and are not
         final: what its decision saw on the right (``index`` is a just-finalized word)."""
-        when = self.decidable_at(index)
-        local = max(self._local(index) + 1, self._n_final)
-        out = []
-        for k in range(local, len(self.words)):
-            if self._arrival[k] > when:
-                break
-            out.append(self.words[k])
-        return out
+        known = self._decided[self._local(index)][2] - self._base
+        return self.words[max(self._local(index) + 1, self._n_final):known]
 
     def decidable_at(self, index: int) -> float:
         """When word ``index`` (a stream index) became decidable.
@@ -340,7 +351,7 @@ class StreamState:
         (``KEEP_WORDS`` behind the last final): callers look up words they
         have just finalized.
         """
-        return self._decidable_time[self._local(index)]
+        return self._decided[self._local(index)][0]
 
     def arrival(self, index: int) -> float:
         """When word ``index`` (a stream index) arrived."""
@@ -356,7 +367,7 @@ class StreamState:
 
     def next_deadline(self) -> float | None:
         """When the first not-yet-decidable word becomes decidable by delay."""
-        n = len(self._decidable_time)
+        n = len(self._decided)
         if n >= len(self.words):
             return None
         return self._arrival[n] + self.stream.max_delay_ms / 1000.0
@@ -374,9 +385,9 @@ class StreamState:
         if finals and self._requested < n_dec:
             # The next decision: the words that became decidable when the first pending one
             # did, with the words that had arrived by then as right context.
-            when = self._decidable_time[self._requested]
-            last = bisect.bisect_right(self._decidable_time, when, self._requested, n_dec) - 1
-            n_known = max(bisect.bisect_right(self._arrival, when), last + 1)
+            decision = self._decided[self._requested]
+            last = bisect.bisect_right(self._decided, decision, self._requested, n_dec) - 1
+            n_known = max(decision[2] - self._base, last + 1)
             w = select_window(self._layout, self._requested, last, n_known, self.window)
             request = self._make_request(w.token_start, w.token_end, w.first_word, w.last_word, False)
             self._requested = w.last_word + 1

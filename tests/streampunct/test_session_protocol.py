@@ -148,6 +148,25 @@ def test_flush_answers_after_its_finals_and_end_closes_normally():
     assert driver.frame('{"type": "words", "words": ["late"]}') == []  # ignored after end
 
 
+def test_words_sent_right_after_a_flush_are_not_its_right_context():
+    """A flush finalizes with the right context that exists. A loop clock that moves once a
+    millisecond reads one time for the flush and the words behind it, and a busy server
+    reads them all before it runs the flush's window: those words are still not in it."""
+    options = SessionOptions(right_context=3, max_delay_ms=2000)
+    late, served = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=options), Driver(options)
+    first, second = words((1, 1), (2, 2), (1, 3)), words((2, 4), (1, 5), (3, 6))
+    frames = [WordsMessage(tuple(map(Word, first))), FlushRequest(), WordsMessage(tuple(map(Word, second))),
+              EndRequest()]
+    out = [m for frame in frames for m in late.receive(frame, 7.0)]  # one clock reading, nothing served
+    while (request := late.next_request(7.0)) is not None:
+        out.extend(late.apply(request, context_infer(request.input_ids)))
+    for frame in frames:  # the same frames, each served before the next comes
+        served.send(frame, dt=0.0001)
+    assert [type(m) for m in out] == [Final, Flushed, Final, Ended]
+    assert [w.w for w in out[0].words] == first and out[1] == Flushed(3)
+    assert out == served.out[1:]  # the same labels as a server that kept up
+
+
 def test_shutdown_finishes_without_end_message():
     driver = Driver(SessionOptions(right_context=5, max_delay_ms=60_000))
     driver.send(WordsMessage(tuple(Word(w) for w in words((1, 1), (1, 2)))))

@@ -73,6 +73,59 @@ def test_every_word_final_once_in_order_never_early(events, rc, delay_ms):
     assert state.done and state.next_deadline() is None
 
 
+def _windows(state, now):
+    """Serve every request the state asks for; return each request's tokens."""
+    out = []
+    while (req := state.next_request(now)) is not None:
+        out.append(tuple(req.input_ids))
+        state.apply(req, fake_infer(req.input_ids[None], np.ones((1, len(req.input_ids)), np.int64))[0])
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=events, rc=st.integers(0, 8))
+def test_windows_follow_the_order_of_events_not_the_clocks_resolution(events, rc):
+    """A coarse clock (a loop whose time moves once a millisecond) reads the same time for
+    frames that came one after the other. Without deadlines, the windows are the same as
+    with a clock that tells every event apart, however late they are served ("wait"):
+    words fed after a flush, or after the words that decided a word, are never its right
+    context."""
+    aligner = FakeAligner()
+    runs = []
+    for fine in (True, False):
+        state = StreamState(aligner, WINDOW, SessionOptions(right_context=rc, max_delay_ms=10**9))
+        windows, n = [], 0
+        for k, (kind, arg) in enumerate(events):
+            now = float(k) if fine else 0.0
+            if kind == "words":
+                state.feed([aligner.word(m, n + j) for j, m in enumerate(arg)], now)
+                n += len(arg)
+            elif kind == "flush":
+                state.flush(now)
+            else:  # the server gets to the stream's decisions now
+                windows += _windows(state, now)
+        state.end(float(len(events)) if fine else 0.0)
+        runs.append(windows + _windows(state, float(len(events)) if fine else 0.0))
+    assert runs[0] == runs[1]
+
+
+def test_words_after_a_flush_at_the_same_time_are_not_its_right_context():
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=3, max_delay_ms=2000))
+    words = [aligner.word(1, k) for k in range(6)]
+    state.feed(words[:3], 5.0)
+    state.flush(5.0)
+    state.feed(words[3:], 5.0)  # the same clock reading: sent right after the flush
+    request = state.next_request(5.0)
+    assert request.first_word == 0 and request.n_words == 3
+    assert len(request.input_ids) == 2 + sum(len(aligner.word_ids(w)) for w in words[:3])  # nothing after
+    state.apply(request, fake_infer(request.input_ids[None], np.ones((1, len(request.input_ids)), np.int64))[0])
+    assert state.right_context(2) == []
+    assert state.next_request(5.0) is None  # words 3-5 wait for their own right context
+    state.end(5.0)
+    assert [d.index for d in run_requests(state, 5.0)] == [3, 4, 5]
+
+
 def test_right_context_makes_words_decidable():
     aligner = FakeAligner()
     state = StreamState(aligner, WINDOW, SessionOptions(right_context=2, max_delay_ms=10_000))
