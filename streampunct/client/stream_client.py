@@ -67,7 +67,7 @@ from streampunct.core.wire import (
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_word, render
-from streampunct.text.written_form import normalize_lexicon
+from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
 
 class ClientError(StreampunctError):
@@ -137,13 +137,18 @@ class StreamClient:
         return self.ready.session
 
     async def configure(self, request: ConfigRequest) -> SessionOptions:
-        """Send ``config`` and wait for the effective options (only before any words)."""
+        """Send ``config`` and wait for the effective options (only before any words).
+
+        Raises :class:`ClientError` when the server refuses them, or when ``itn`` was asked
+        for and the server's answer has it off (a server without ITN grammars ignores it)."""
         await self.send(request)
         reply = await self.recv()
         if isinstance(reply, Error):
             raise ClientError(f"config refused: {reply.code}: {reply.message}")
         if not isinstance(reply, ConfigApplied):
             raise ClientError(f"expected 'config', got {reply.type!r}")
+        if request.itn and not reply.config.itn:
+            raise ClientError(f"{ITN_UNAVAILABLE} (its config answer has no itn)")
         self.options = reply.config
         return reply.config
 

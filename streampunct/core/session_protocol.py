@@ -217,7 +217,7 @@ class SessionProtocol:
         # for the options it was built for (None: plain rendering).
         self._written = written if written is not None else WrittenForms()
         # the effective options name ``itn`` only where the server can write it
-        self._itn_available = self._written.refusal(True) is None
+        self._itn_available = self._written.itn_available
         self._texts: FinalTexts | None = None
         self._texts_options: SessionOptions | None = None
         self._defer_written = defer_written
@@ -355,17 +355,19 @@ class SessionProtocol:
         self.state.set_hypothesis(words)
         self._partial_owed = self.options.partials
 
+    def _served(self, options: SessionOptions) -> SessionOptions:
+        """``options`` as this server serves them: ``itn`` off where it has no grammars. The
+        protocol's rule for a server without ``itn``: it ignores the field, and its effective
+        options name no ``itn``, which is how a client tells."""
+        return options if self._itn_available or not options.itn else replace(options, itn=False)
+
     def _configure(self, request: ConfigRequest) -> list[ServerMessage]:
         if self.resumed_at is not None:
             return [Error(ErrorCode.BAD_REQUEST, "config is not allowed after resume; send the options in "
                                                  "resume's config")]
         if self._words_seen:
             return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
-        options = request.apply_to(self.options)
-        refusal = self._written.refusal(options.itn)
-        if refusal:
-            return [Error(ErrorCode.BAD_REQUEST, refusal)]
-        self.options = options
+        self.options = self._served(request.apply_to(self.options))
         self._partial_owed = self._partial_owed and self.options.partials
         hypothesis = self.state.hypothesis
         self._calls = self._new_calls()
@@ -377,12 +379,9 @@ class SessionProtocol:
         """Continue a stream at ``request.start``: its context words are final left context."""
         if self._accepted:
             return [Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")]
-        refusal = request.config and self._written.refusal(request.config.apply_to(self.options).itn)
-        if refusal:
-            return [Error(ErrorCode.BAD_REQUEST, refusal)]
         self._accepted = True
         if request.config is not None:
-            self.options = request.config.apply_to(self.options)
+            self.options = self._served(request.config.apply_to(self.options))
         keep = self._limits.max_context_words
         given = request.context[-keep:] if keep else ()
         context = [w for w in (normalize_word(x.w) for x in given) if w]

@@ -448,7 +448,7 @@ class FinalTexts:
         )
 
 
-#: Why ``itn`` is refused when a server has no grammars loaded.
+#: Why a server with no grammars loaded does not write ``itn`` (its sessions' ``itn`` is off).
 ITN_UNAVAILABLE = ("itn is not available on this server: it needs the 'itn' extra "
                    "(pip install 'streampunct[itn]') and a server started with its grammars "
                    "(serve --itn-grammars on)")
@@ -460,15 +460,17 @@ class WrittenForms:
 
     Attributes:
         lexicon: the server's lexicon (``serve --lexicon``), under each session's pairs.
-        normalizer: the ITN grammars, loaded at startup (None: ``itn`` is refused).
+        normalizer: the ITN grammars, loaded at startup (None: ``itn`` is not served: a session
+            that asks for it gets it off, as a server of plain version 1 ignores it).
     """
 
     lexicon: Lexicon = Lexicon()
     normalizer: Normalizer | None = None
 
-    def refusal(self, itn: bool) -> str | None:
-        """Why options asking for ``itn`` cannot be served (None: they can)."""
-        return ITN_UNAVAILABLE if itn and self.normalizer is None else None
+    @property
+    def itn_available(self) -> bool:
+        """Whether sessions may have ``itn`` (the grammars are loaded)."""
+        return self.normalizer is not None
 
     def formatter(self, *, itn: bool, lexicon: Sequence[tuple[str, str]], capitalize: bool) -> Formatter:
         """A session's formatter for its options (``lexicon``: its own pairs)."""

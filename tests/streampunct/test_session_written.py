@@ -22,6 +22,7 @@ from streampunct.core.wire import (
     HypothesisMessage,
     Limits,
     Partial,
+    Resumed,
     ResumeRequest,
     Word,
     WordsMessage,
@@ -197,16 +198,16 @@ def test_config_answer_names_itn_and_lexicon():
     assert wire["itn"] is True and wire["lexicon"] == [["stream punct", "StreamPunct"]]
 
 
-def test_itn_is_refused_without_grammars_and_the_session_goes_on():
+def test_itn_is_ignored_without_grammars_and_the_rest_of_the_config_applies():
+    """As the protocol has a server without ``itn`` do: ignored, not named, nothing refused."""
     driver = Driver(SessionOptions(), written=WrittenForms(SERVER_LEXICON))
-    (error,) = driver.frame({"type": "config", "itn": True})
-    assert error.code == ErrorCode.BAD_REQUEST and "pip install 'streampunct[itn]'" in error.message
-    assert driver.protocol.options.itn is False
-    (answer,) = driver.frame({"type": "config", "lexicon": [["esa", "ESA"]]})
-    assert isinstance(answer, ConfigApplied) and answer.config.lexicon == (("esa", "ESA"),)
+    (answer,) = driver.frame({"type": "config", "itn": True, "capitalize": True, "lexicon": [["esa", "ESA"]]})
+    assert isinstance(answer, ConfigApplied) and "itn" not in answer.to_json()["config"]
+    assert driver.protocol.options.itn is False and driver.protocol.options.capitalize
+    assert answer.config.lexicon == (("esa", "ESA"),)
     driver = Driver(SessionOptions(), written=WrittenForms(SERVER_LEXICON))
-    (error,) = driver.frame({"type": "resume", "start": 0, "context": [], "config": {"itn": True}})
-    assert error.code == ErrorCode.BAD_REQUEST and error.message.startswith("itn is not available")
+    (resumed,) = driver.frame({"type": "resume", "start": 0, "context": [], "config": {"itn": True, "capitalize": True}})
+    assert isinstance(resumed, Resumed) and driver.protocol.options == SessionOptions(capitalize=True)
 
 
 def test_only_a_server_with_grammars_names_itn_in_the_effective_options():
@@ -287,7 +288,13 @@ async def test_through_a_server_with_injected_grammars(aligner):
         await server.shutdown()
 
 
-async def test_a_server_without_grammars_refuses_itn(aligner):
+async def test_a_server_without_grammars_ignores_itn_and_the_client_says_so(aligner):
+    """The protocol: a server that does not support ``itn`` ignores it (the rest of the config
+    applies) and names no ``itn`` in the effective options; the Python client tells the user."""
+    import json
+
+    from websockets.asyncio.client import connect
+
     from streampunct.client.stream_client import ClientError, StreamClient
     from streampunct.server.app import ServerConfig, ServerRuntime, serve
     from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
@@ -295,6 +302,22 @@ async def test_a_server_without_grammars_refuses_itn(aligner):
     server = await serve(ServerConfig(host="127.0.0.1", port=0), ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake"))
     try:
         await server.wait_ready()
+        async with connect(server.url) as ws:
+            assert "itn" not in json.loads(await ws.recv())["config"]
+            await ws.send(json.dumps({"type": "config", "itn": True, "capitalize": True, "right_context": 0}))
+            answer = json.loads(await ws.recv())
+            assert answer["type"] == "config" and "itn" not in answer["config"]
+            assert answer["config"]["capitalize"] is True and answer["config"]["right_context"] == 0
+            await ws.send(json.dumps({"type": "words", "words": ["twenty", "five", "dollars"]}))
+            await ws.send(json.dumps({"type": "end"}))
+            finals = [m for m in map(json.loads, [f async for f in ws]) if m["type"] == "final"]
+            assert " ".join(m["text"] for m in finals).startswith("Twenty")  # capitalized, no "$25"
+        async with connect(server.url) as ws:  # resume's config alike
+            await ws.recv()
+            await ws.send(json.dumps({"type": "resume", "start": 2, "context": [{"w": "a", "p": ""}],
+                                      "config": {"itn": True, "partials": True}}))
+            answer = json.loads(await ws.recv())
+            assert answer["type"] == "resumed" and "itn" not in answer["config"] and answer["config"]["partials"]
         with pytest.raises(ClientError, match="itn is not available on this server"):
             await StreamClient.connect(server.url, itn=True)
     finally:

@@ -359,10 +359,9 @@ def test_with_the_whole_rest_as_context_finals_write_what_one_pass_writes(words,
     assert " ".join(t for t in out if t) == formatter.render(words, labels, sentence_start=False)
 
 
-def test_written_forms_refuse_itn_without_a_normalizer():
-    assert WrittenForms().refusal(True).startswith("itn is not available on this server")
-    assert WrittenForms().refusal(False) is None
-    assert WrittenForms(normalizer=FakeNormalizer()).refusal(True) is None
+def test_written_forms_have_itn_with_a_normalizer_only():
+    assert not WrittenForms().itn_available
+    assert WrittenForms(normalizer=FakeNormalizer()).itn_available
     assert not WrittenForms().formatter(itn=False, lexicon=(), capitalize=True).active
     f = WrittenForms(Lexicon([("nasa", "NASA")])).formatter(itn=False, lexicon=[("esa", "ESA")], capitalize=False)
     assert f.lexicon.get(("nasa",)) == "NASA" and f.lexicon.get(("esa",)) == "ESA"
