@@ -576,7 +576,7 @@ class StreamServer:
             # so that new handshakes get this 503 rather than a refused connection.
             self.metrics.rejected.labels(reason="unavailable").inc()
             response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
-        elif len(self.sessions) >= self.config.max_sessions:
+        elif self._at_session_limit():
             self.metrics.rejected.labels(reason="sessions").inc()
             response = connection.respond(
                 http.HTTPStatus.SERVICE_UNAVAILABLE,
@@ -640,8 +640,16 @@ class StreamServer:
         return response
 
     # -- WebSocket side ------------------------------------------------------
+    def _at_session_limit(self) -> bool:
+        """Every session slot is held. A session whose connection is closing or closed holds
+        none: its handler is still finishing, but a client that closed one at the limit may
+        open another at once (counted only at the limit, so a handshake costs no scan)."""
+        if len(self.sessions) < self.config.max_sessions:
+            return False
+        return sum(1 for s in self.sessions if s.connection_open) >= self.config.max_sessions
+
     async def _handle(self, connection: ServerConnection) -> None:
-        if len(self.sessions) >= self.config.max_sessions:
+        if self._at_session_limit():
             # Lost a race with other handshakes that passed process_request together.
             self.metrics.rejected.labels(reason="sessions").inc()
             await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")

@@ -201,6 +201,11 @@ class Session:
         return self.protocol.backlog
 
     @property
+    def connection_open(self) -> bool:
+        """The connection is not closing or closed (such a session's slot is free)."""
+        return self._ws.state is websockets.protocol.State.OPEN
+
+    @property
     def options(self) -> SessionOptions:
         return self.protocol.options
 

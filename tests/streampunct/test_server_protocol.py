@@ -380,6 +380,36 @@ async def test_session_limit_is_enforced_at_the_handshake(start_server):
     await third.close()
 
 
+async def test_a_slot_is_free_as_soon_as_its_connection_closes(start_server, monkeypatch):
+    """A client that closes a session at the limit may open another at once, while the old
+    session's handler is still finishing."""
+    import asyncio
+
+    from streampunct.server.session import Session
+
+    finished, run = asyncio.Event(), Session.run
+
+    async def lingering(self):
+        try:
+            await run(self)
+        finally:
+            await finished.wait()  # the handler still winding down after the close
+
+    monkeypatch.setattr(Session, "run", lingering)
+    server = await start_server(max_sessions=1)
+    try:
+        first = await StreamClient.connect(server.url)
+        await first.close()
+        second = await StreamClient.connect(server.url)
+        assert len(server.sessions) == 2  # first's handler has not finished
+        with pytest.raises(InvalidStatus) as info:  # second holds the one slot
+            await StreamClient.connect(server.url)
+        assert info.value.response.status_code == 503
+        await second.close()
+    finally:
+        finished.set()
+
+
 # -- failures, shutdown, cleanup --------------------------------------------------------
 
 
