@@ -24,7 +24,7 @@ the log line. The rules (docs/server.md, "Hosts, origins and methods"):
   port) or an ``--allow-origin`` value (``*``: any). Otherwise: 403.
   Clients without ``Origin`` (ASR gateways, the CLI) are unaffected.
 - Token (when the server has one): ``Authorization: Bearer TOKEN`` or
-  ``?token=TOKEN``; otherwise 401.
+  ``?token=TOKEN`` (percent-escaped or not: a raw ``+`` is taken as ``+`` too); otherwise 401.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 #: Methods of the HTTP endpoints (/healthz, /metrics, /captions, and the 404 of unknown paths).
 HTTP_METHODS = ("GET", "HEAD")
@@ -269,10 +269,19 @@ class RequestPolicy:
         scheme, _, token = (values[0] if values else "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
             return True
-        for token in parse_qs(query).get("token", []):
-            if hmac.compare_digest(token.encode(), expected.encode()):
-                return True
-        return False
+        return any(hmac.compare_digest(token.encode(), expected.encode()) for token in _query_tokens(query))
+
+
+def _query_tokens(query: str) -> list[str]:
+    """The ``token`` values of a query string, each read both ways a client may have meant it:
+    as a form (``+`` is a space, ``parse_qs``) and as a URI (``+`` is itself, ``unquote``), so
+    that a token with a ``+`` in it (base64) works sent raw or escaped."""
+    tokens = []
+    for pair in query.split("&"):
+        name, eq, value = pair.partition("=")
+        if eq and unquote_plus(name) == "token":
+            tokens += dict.fromkeys((unquote_plus(value), unquote(value)))
+    return tokens
 
 
 def _shown(value: str, limit: int = 80) -> str:

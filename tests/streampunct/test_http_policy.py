@@ -101,6 +101,22 @@ def _policy(**kwargs) -> RequestPolicy:
     return RequestPolicy(HostPolicy("127.0.0.1", frozenset({"127.0.0.1"})), **kwargs)
 
 
+@pytest.mark.parametrize("query, ok", [
+    ("token=a%2Bb%2F%3D", True),  # escaped
+    ("token=a+b/=", True),  # raw, as a URI reads it
+    ("x=1&token=a+b/=&y", True),
+    ("token=a%20b/=", False),  # a space is not a plus
+    ("token=a b/=", False),
+    ("token=a+b", False),
+    ("tok=a+b/=", False),
+    ("token", False),
+    ("", False),
+])
+def test_a_query_token_with_a_plus_works_escaped_or_raw(query, ok):
+    policy = _policy(auth_token="a+b/=")
+    assert policy.authorized(Headers([]), query) is ok
+
+
 def test_check_order_and_answers():
     policy = _policy(auth_token="tok")
     own = [("Host", "127.0.0.1:1")]
