@@ -206,6 +206,7 @@ class SessionProtocol:
         self._words_seen = False
         self._accepted = False  # a message was accepted (``resume`` must come first)
         self.resumed_at: int | None = None  # ``start`` of an accepted ``resume``
+        self._resumed_from: tuple[int, list[str], float] | None = None  # its cut: start, context, time
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
         self._until: deque[tuple[int, _Until]] = deque()
@@ -362,15 +363,14 @@ class SessionProtocol:
         return options if self._itn_available or not options.itn else replace(options, itn=False)
 
     def _configure(self, request: ConfigRequest) -> list[ServerMessage]:
-        if self.resumed_at is not None:
-            return [Error(ErrorCode.BAD_REQUEST, "config is not allowed after resume; send the options in "
-                                                 "resume's config")]
         if self._words_seen:
             return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
         self.options = self._served(request.apply_to(self.options))
         self._partial_owed = self._partial_owed and self.options.partials
         hypothesis = self.state.hypothesis
         self._calls = self._new_calls()
+        if self._resumed_from is not None:  # a config between resume and the words: the same cut
+            self.state.resume(*self._resumed_from)
         if hypothesis:
             self.state.set_hypothesis(hypothesis)
         return [ConfigApplied(self.options, self._itn_available)]
@@ -386,8 +386,8 @@ class SessionProtocol:
         given = request.context[-keep:] if keep else ()
         context = [w for w in (normalize_word(x.w) for x in given) if w]
         self._calls = self._new_calls()
-        self.state.resume(request.start, context, now)
-        self._words_seen = True
+        self._resumed_from = (request.start, context, now)
+        self.state.resume(*self._resumed_from)
         self.resumed_at = self._sent = request.start
         # The context ends a sentence (or there is none: the stream starts afresh).
         ends = (ID_TO_MARK[PERIOD], ID_TO_MARK[QUESTION])

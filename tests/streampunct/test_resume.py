@@ -13,6 +13,7 @@ from streampunct.core.stream_state import StreamState
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
     MAX_START,
+    ConfigApplied,
     ConfigRequest,
     EndRequest,
     Error,
@@ -184,15 +185,23 @@ def test_resume_is_refused_unless_it_is_the_first_message(first):
     assert (driver.protocol.options, driver.protocol.n_words, driver.protocol.n_final) == before
 
 
-def test_a_rejected_resume_leaves_the_connection_fresh_and_config_is_refused_after_resume():
-    driver = Driver(SessionOptions(right_context=1))
+def test_a_rejected_resume_leaves_the_connection_fresh_and_a_config_may_follow_resume():
+    """The contract allows ``config`` before the first ``words``; after a ``resume`` it
+    changes the options and keeps the cut (the next word takes ``start``, the context stays)."""
+    driver = Driver(SessionOptions(right_context=1, capitalize=True))
     [error] = driver.frame('{"type": "resume", "start": -1, "context": []}')
     assert error.code is ErrorCode.BAD_REQUEST
-    [resumed] = driver.frame('{"type": "resume", "start": 4, "context": [], "config": {"right_context": 3}}')
-    assert resumed == Resumed(4, SessionOptions(3, 2000, False, False))
+    [resumed] = driver.frame('{"type": "resume", "start": 4, "context": [{"w": "t1x7", "p": ","}], '
+                             '"config": {"right_context": 3}}')
+    assert resumed == Resumed(4, SessionOptions(3, 2000, False, True))
+    [applied] = driver.frame('{"type": "config", "right_context": 0}')
+    assert applied == ConfigApplied(SessionOptions(0, 2000, False, True))
+    [final] = driver.send(WordsMessage((Word("t1x3"),)))
+    assert final.start == 4 and not final.text[0].isupper()  # after "t1x7,": mid-sentence, as resumed
+    assert driver.protocol.n_words == 5
     [refused] = driver.frame('{"type": "config", "right_context": 1}')
-    assert refused.code is ErrorCode.BAD_REQUEST and "after resume" in refused.message
-    assert driver.protocol.options.right_context == 3
+    assert refused.code is ErrorCode.BAD_REQUEST and "before the first words" in refused.message
+    assert driver.protocol.options.right_context == 0
 
 
 def test_the_server_uses_at_most_max_context_words():
