@@ -401,9 +401,10 @@ class SessionProtocol:
         when there is nothing to do. Run it anywhere (:func:`streampunct.core.engine_call.run_calls`,
         :meth:`streampunct.server.batcher.Batcher.run`), then :meth:`apply` or :meth:`abort` it."""
         if self._end_at is not None:
-            # Only the partial owed before ``end``: the finals wait for ``end``, so that they
-            # are grouped and labeled as without the wait (one decision at ``end``).
-            return self._calls.next_call(self._end_at, partial=True, finals=False)
+            # The partial owed before ``end``, after the finals already due then (decided by
+            # right context or delay before ``end``); the words ``end`` decides wait for it, so
+            # that they are grouped and labeled as without the wait (one decision at ``end``).
+            return self._calls.next_call(self._end_at, partial=True)
         return self._calls.next_call(now, partial=self.options.partials and not self._finishing)
 
     def next_request(self, now: float) -> WindowRequest | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -332,6 +333,32 @@ def test_end_right_behind_a_hypothesis_answers_it_first_and_changes_no_final(
         assert partials_out and [w.w for w in partials_out[-1].hypothesis] == words(*specs)
     if not partials:
         assert not partials_out
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_finals_due_before_end_go_out_before_the_partial_end_waits_for(flush):
+    """``end`` right behind a hypothesis waits for that hypothesis's partial, but the words
+    already decidable (right context, a flush) are final first, as without the hypothesis,
+    and the partial starts after them."""
+    def run(with_hypothesis):
+        protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                                   defaults=SessionOptions(right_context=1, partials=True))
+        frames = [WordsMessage(tuple(map(Word, words((1, 1), (2, 2), (1, 3), (2, 4), (1, 5), (1, 6)))))]
+        frames += [HypothesisMessage(tuple(map(Word, words((1, 7), (2, 8)))))] if with_hypothesis else []
+        frames += [FlushRequest()] if flush else []
+        out = [m for frame in [*frames, EndRequest()] for m in protocol.receive(frame, 3.0)]  # one burst
+        while (request := protocol.next_request(3.0)) is not None:
+            out.extend(protocol.apply(request, context_infer(request.input_ids)))
+        return out
+
+    out, plain = run(True), run(False)
+    assert [m for m in out if not isinstance(m, Partial)] == plain
+    [partial] = [k for k, m in enumerate(out) if isinstance(m, Partial)]
+    due = 6 if flush else 5  # without a flush the last word waits for end
+    finals_before = [w for m in out[:partial] if isinstance(m, Final) for w in m.words]
+    assert len(finals_before) == due and out[partial].start == due
+    assert [w.w for w in out[partial].hypothesis] == words((1, 7), (2, 8))
+    assert isinstance(out[-1], Ended) and out[-1] == Ended(6)
 
 
 def test_end_while_a_final_is_in_flight_and_a_cleared_hypothesis_is_owed():
