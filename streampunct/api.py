@@ -74,7 +74,12 @@ from streampunct.core.wire import (
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
 from streampunct.model import ModelInfo, load_model_info
-from streampunct.text.normalize import normalize_words, render
+from streampunct.text.normalize import (
+    is_symbol_word,
+    offline_words,
+    render,
+    render_with_symbols,
+)
 from streampunct.text.written_form import Lexicon, WrittenForms, normalize_lexicon
 
 __all__ = ["Final", "Partial", "Punctuator", "Stream"]
@@ -228,19 +233,25 @@ class Punctuator:
         this punctuator's default) as in :meth:`load`; ``itn`` (None: on when the
         grammars are loaded) writes numbers as digits; the lexicon always applies.
         """
-        words = normalize_words(_strings(_items(text, "text")))
-        if not words:
+        tokens = offline_words(_strings(_items(text, "text")))
+        if not tokens:
             return ""
+        words = [t for t in tokens if not is_symbol_word(t)]  # symbol words (emoji): not the model's
         capitalize = self.capitalize if capitalize is None else capitalize
         formatter = self.written.formatter(itn=self._itn(itn), lexicon=(), capitalize=capitalize)
-        if formatter.active:
-            labels, cases = (self._decoder.labels_and_cases(words) if capitalize and self.has_case
-                             else (self._decoder.punctuate(words), ()))
-            return formatter.render(words, labels, cases or (), sentence_start=True)
-        if capitalize and self.has_case:
+        labels: list[int] = []
+        cases: list[int] | None = None
+        if words and capitalize and self.has_case:
             labels, cases = self._decoder.labels_and_cases(words)
-            return render(words, labels, capitalize=True, cases=cases)
-        return render(words, self._decoder.punctuate(words), capitalize=capitalize)
+        elif words:
+            labels = self._decoder.punctuate(words)
+
+        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool) -> str:
+            if formatter.active:
+                return formatter.render(run, run_labels, run_cases or (), sentence_start=start)
+            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases)
+
+        return render_with_symbols(tokens, labels, render_words, cases=cases)
 
     def stream(
         self,

@@ -173,6 +173,14 @@ def test_punctuate_is_the_punctuate_commands_decoder(shipped):
     assert shipped.punctuate(text, capitalize=False) == punctuate_lines([words], shipped._decoder)[0]
     assert shipped.punctuate(words) == shipped.punctuate(text)
     assert shipped.punctuate(" ,. ") == ""
+    # symbol words (emoji) as the command writes them: kept in place, unmarked, unseen by the model
+    from streampunct.text.normalize import offline_words
+
+    emoji = "pizza 🍕 ok hello 😀 there"
+    assert shipped.punctuate(emoji) == punctuate_lines([offline_words(emoji.split())], shipped._decoder,
+                                                       capitalize=True)[0]
+    assert "🍕" in shipped.punctuate(emoji) and "😀" in shipped.punctuate(emoji.split())
+    assert shipped.punctuate("🍕") == "🍕"
 
 
 def test_an_engine_that_does_not_declare_its_capabilities_is_refused_by_name(aligner):
