@@ -22,6 +22,7 @@ a temporary file in the same folder, moved over the target at the end.
 from __future__ import annotations
 
 import codecs
+import io
 import logging
 import os
 import sys
@@ -246,36 +247,59 @@ class AtomicTextFile:
     error that discards it, leaves what was at ``path`` as it was. The file gets the mode the
     target had, or that a new file gets (0666 less the umask).
 
-    ``file`` is the open temporary file (UTF-8).
+    A symbolic link is followed: the file it points to is replaced, the link stays. A path
+    that is not a regular file (a FIFO, ``/dev/stdout``) cannot be replaced: what was written
+    goes into it at :meth:`commit`, in one piece, and :meth:`discard` writes nothing.
+
+    ``file`` is the open temporary file (UTF-8), or a buffer for a path that is not a file.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if self.path.is_dir():
             raise IsADirectoryError(f"{self.path} is a directory")
-        folder = self.path.parent
-        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        target = Path(os.path.realpath(self.path))
+        self._stream = target.exists() and not target.is_file()  # a FIFO or a device
+        self.temp: Path | None = None
+        if self._stream:
+            self.file: TextIO = io.StringIO()
+            self._target = target
+            return
+        self._target = target
+        try:
+            fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        except OSError as e:  # name the file asked for, not the temporary one
+            raise type(e)(e.errno, e.strerror, str(self.path)) from None
         self.temp = Path(temp)
-        self.file: TextIO = os.fdopen(fd, "w", encoding="utf-8")
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
 
     def commit(self) -> None:
-        """Move what was written over ``path``."""
+        """Move what was written over ``path`` (or, for a FIFO or device, write it there)."""
+        if self._stream:
+            if not self.file.closed:
+                text = self.file.getvalue()
+                self.file.close()
+                with open(self._target, "w", encoding="utf-8") as out:
+                    out.write(text)
+            return
+        assert self.temp is not None
         if self.file.closed and not self.temp.exists():
             return
         self.file.close()
         try:
-            mode = self.path.stat().st_mode & 0o7777
+            mode = self._target.stat().st_mode & 0o7777
         except OSError:
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(self.temp, mode)
-        os.replace(self.temp, self.path)
+        os.replace(self.temp, self._target)
 
     def discard(self) -> None:
         """Drop what was written; ``path`` stays as it was."""
         self.file.close()
-        self.temp.unlink(missing_ok=True)
+        if self.temp is not None:
+            self.temp.unlink(missing_ok=True)
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:

@@ -209,3 +209,39 @@ def test_the_out_file_is_replaced_whole(tmp_path):
     os.umask(umask)
     assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
     assert no_temporary_files(tmp_path)
+
+
+def test_the_out_file_follows_a_link_and_writes_into_a_fifo(tmp_path):
+    """``--out`` through a symbolic link replaces the file it points to (the link stays); a
+    FIFO (or a device) cannot be replaced, so what was written goes into it, in one piece."""
+    import threading
+
+    from streampunct.text.textfile import AtomicTextFile, write_text_atomically
+
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old\n")
+    link.symlink_to(target.name)
+    write_text_atomically(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert no_temporary_files(tmp_path)
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text_atomically(fifo, "into the pipe\n")
+    reader.join(timeout=30)
+    assert got == ["into the pipe\n"] and fifo.is_fifo()
+    out = AtomicTextFile(fifo)  # discarded: nothing is written (no reader is needed)
+    out.file.write("dropped")
+    out.discard()
+    assert no_temporary_files(tmp_path)
+
+
+def test_an_out_file_in_a_missing_folder_is_named_as_asked(tmp_path):
+    from streampunct.text.textfile import AtomicTextFile
+
+    with pytest.raises(FileNotFoundError) as info:
+        AtomicTextFile(tmp_path / "nowhere" / "x.txt")
+    assert info.value.filename == str(tmp_path / "nowhere" / "x.txt") and ".tmp" not in str(info.value)
