@@ -302,26 +302,33 @@ _REPO = Path(__file__).resolve().parents[1]
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``streampunct bench engine`` (and ``python -m benchmarks.engine_bench``)."""
+    """Options of ``streampunct bench engine`` (and ``python -m benchmarks.engine_bench``);
+    a backend or precision that does not exist, or a number out of range, is a usage error."""
+    from engines.base import PRECISIONS
+    from engines.registry import BACKENDS
+    from streampunct.commands.argtypes import non_negative_float, non_negative_int, positive_int
+
     parser.add_argument("--model", type=Path, default=_REPO / "models" / "default",
                         help="model folder (default: the shipped models/default)")
-    parser.add_argument("--backends", nargs="+", default=None, metavar="NAME",
-                        help="default: every installed one of onnxruntime, tensorrt")
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "int8", "int4"], metavar="P")
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32], metavar="B")
-    parser.add_argument("--seq-lens", nargs="+", type=int, default=[64, 128, 256], metavar="T")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--backends", nargs="+", default=None, metavar="NAME", choices=list(BACKENDS),
+                        help=f"any of {', '.join(BACKENDS)} (default: every installed one of onnxruntime, "
+                             "tensorrt)")
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), metavar="P", choices=list(PRECISIONS),
+                        help=f"any of {', '.join(PRECISIONS)} (default: all)")
+    parser.add_argument("--batch-sizes", nargs="+", type=positive_int, default=[1, 8, 32], metavar="B")
+    parser.add_argument("--seq-lens", nargs="+", type=positive_int, default=[64, 128, 256], metavar="T")
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="onnxruntime intra-op threads (default: physical cores)")
     parser.add_argument("--spinning", action="store_true",
                         help="let onnxruntime threads busy-wait (ORT's own default; off in streampunct)")
-    parser.add_argument("--min-seconds", type=float, default=1.0,
-                        help="time each shape for at least this long (default 1.0)")
+    parser.add_argument("--min-seconds", type=non_negative_float, default=1.0,
+                        help="time each shape for at least this long (0: only the minimum runs; default 1.0)")
     parser.add_argument("--decode-data", type=Path, default=_REPO / "data" / "iwslt2011" / "test2011",
                         help="word<TAB>LABEL transcript for the offline decode throughput "
                              "(labels unused; default: data/iwslt2011/test2011); 'none' skips it")
-    parser.add_argument("--decode-batch", type=int, default=32,
+    parser.add_argument("--decode-batch", type=positive_int, default=32,
                         help="batch size of the offline decode and its engine ceiling (default 32)")
-    parser.add_argument("--stream-past", type=int, default=None, metavar="P",
+    parser.add_argument("--stream-past", type=non_negative_int, default=None, metavar="P",
                         help="time the folder's streaming graph instead, as the server's windows call "
                              "it: --seq-lens new tokens a row against P cached tokens (batch 1 "
                              "first: the per-row cost of padded calls against a row alone)")
@@ -332,7 +339,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     """Run the benchmark from parsed :func:`add_engine_arguments` options."""
     ort_options: dict[str, Any] = {}
-    if args.threads:
+    if args.threads is not None:
         ort_options["intra_op_threads"] = args.threads
     if args.spinning:
         ort_options["allow_spinning"] = True

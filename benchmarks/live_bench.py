@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import tempfile
 import time
 from dataclasses import dataclass, fields
@@ -44,6 +45,7 @@ from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
     add_server_arguments,
+    bench_config,
     json_ready,
     server_from_args,
 )
@@ -79,8 +81,10 @@ class LiveBenchConfig:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if self.sessions < 1 or self.words_per_second <= 0:
-            raise ValueError("sessions >= 1 and words_per_second > 0 are required")
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be >= 1, not {self.sessions}")
+        if not 0 < self.words_per_second < math.inf:  # NaN fails too
+            raise ValueError(f"words_per_second (--wps) must be a finite number > 0, not {self.words_per_second}")
 
     @property
     def result_name(self) -> str:
@@ -318,9 +322,13 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> int:
-    cfg = LiveBenchConfig(server=server_from_args(args, LIVE_SERVER), data=args.data, text=args.text,
-                          sessions=args.sessions, words_per_second=args.wps, url=args.url, partials=args.partials,
-                          hypotheses=args.hypotheses, capitalize=args.capitalize, seed=args.seed,
-                          out_dir=args.out_dir, name=args.name)
+    def config_from_args(args: argparse.Namespace) -> LiveBenchConfig:
+        return LiveBenchConfig(server=server_from_args(args, LIVE_SERVER), data=args.data, text=args.text,
+                               sessions=args.sessions, words_per_second=args.wps, url=args.url,
+                               partials=args.partials, hypotheses=args.hypotheses, capitalize=args.capitalize,
+                               seed=args.seed, out_dir=args.out_dir, name=args.name)
+
+    # a bad value is a one-line InputError; the simulation needs the model folder even with --url
+    cfg = bench_config(config_from_args, args)
     result = run_live_bench(cfg, command=command)
     return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1

@@ -7,6 +7,7 @@ and exit with status 2 (a usage error), as for any other malformed argument.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -31,6 +32,7 @@ positive_int = _number(int, lambda v: v >= 1, ">= 1")
 non_negative_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: 0 < v < float("inf"), "> 0")
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
+finite_float = _number(float, math.isfinite, "finite (not nan or inf)")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 
@@ -29,7 +30,10 @@ def _engine_option(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, _option_value(value)
+    parsed = _option_value(value)
+    if isinstance(parsed, float) and not math.isfinite(parsed):  # no backend's cost or count is nan/inf
+        raise argparse.ArgumentTypeError(f"expected a finite number in {text!r}")
+    return key, parsed
 
 
 def _engine_workers(text: str) -> int | str:
@@ -67,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
     from streampunct.commands.argtypes import (
         choices,
+        finite_float,
         lexicon_file,
         port,
         positive_int,
@@ -109,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batch = parser.add_argument_group("batching")
     batch.add_argument("--max-batch", type=int, default=BatcherConfig.max_batch,
                        help="most window requests per engine call (default: %(default)s)")
-    batch.add_argument("--max-wait-ms", type=float, default=BatcherConfig.max_wait_ms,
+    batch.add_argument("--max-wait-ms", type=finite_float, default=BatcherConfig.max_wait_ms,
                        help="longest a request waits for a batch to fill (default: %(default)s)")
     batch.add_argument("--max-queue", type=int, default=BatcherConfig.max_queue,
                        help="requests waiting for the engine before clients get 'overloaded' (default: %(default)s)")
@@ -151,7 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="words whose sub-token ids are cached (least recently used ones go; about 130 "
                              "bytes + 8 per sub-token each, so the default holds at most about 5 MB; 0: none; "
                              "default: %(default)s)")
-    limits.add_argument("--send-timeout-s", type=float, default=ServerConfig.send_timeout_s,
+    limits.add_argument("--send-timeout-s", type=finite_float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
     stop = parser.add_argument_group("shutdown (SIGTERM, SIGINT)")

@@ -26,6 +26,7 @@ import http
 import importlib.resources
 import json
 import logging
+import math
 import os
 import signal
 import time
@@ -252,6 +253,12 @@ class ServerConfig:
             raise ValueError("max_backlog_words must be >= 1")
         if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
             raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
+        for name in ("send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s"):
+            value = getattr(self, name)  # NaN passes the range checks below; inf overflows the timers
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value!r}")
+        if self.shutdown_timeout_s < 0:
+            raise ValueError("shutdown_timeout_s must be >= 0")
         if self.send_timeout_s is not None and self.send_timeout_s <= 0:
             raise ValueError("send_timeout_s must be > 0 (None: no timeout)")
         if self.ping_interval_s is not None and self.ping_interval_s <= 0:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -113,6 +114,10 @@ class BatcherConfig:
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        for name in ("max_wait_ms", "trim_interval_s"):  # NaN passes the range checks below
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value!r}")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
         if self.max_queue < 1:

@@ -128,3 +128,19 @@ def test_live_streams_with_partials_report_their_interim_stability(tmp_path, cap
     assert "interim: last partial = final for" in capsys.readouterr().out
     saved = json.loads((tmp_path / "live_partials.json").read_text())
     assert saved["interim_stability"] == stability
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sessions", "0"], "sessions must be >= 1, not 0"),
+    (["--wps", "-1"], "words_per_second (--wps) must be a finite number > 0, not -1.0"),
+    (["--wps", "nan"], "words_per_second (--wps) must be a finite number > 0, not nan"),
+])
+def test_bad_sessions_or_speech_rate_are_one_line_usage_errors(argv, message, capsys, monkeypatch):
+    """As the other benches (``bench_config``): exit 2 and one line, not a traceback, before any server."""
+    import benchmarks.live_bench as live_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(live_bench, "run_live_bench", lambda *a, **k: pytest.fail("the bench ran"))
+    assert main(["bench", "live", "--engine", "fake", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"streampunct bench: error: {message}\n"

@@ -116,3 +116,28 @@ def test_a_folder_without_a_streaming_graph_is_refused(folder):
 
     with pytest.raises(EngineError, match="has no streaming graph"):
         run_stream_bench(folder, (1,), (1,), 4, settings=FAST)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backends", "nope"], "argument --backends: invalid choice: 'nope'"),
+    (["--backends", "onnxruntime", "nope"], "argument --backends: invalid choice: 'nope'"),
+    (["--precisions", "fp3"], "argument --precisions: invalid choice: 'fp3'"),
+    (["--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    (["--min-seconds", "-1"], "argument --min-seconds: must be >= 0, got -1"),
+    (["--min-seconds", "nan"], "argument --min-seconds: must be >= 0, got nan"),
+    (["--batch-sizes", "1", "0"], "argument --batch-sizes: must be >= 1, got 0"),
+    (["--seq-lens", "0"], "argument --seq-lens: must be >= 1, got 0"),
+    (["--decode-batch", "0"], "argument --decode-batch: must be >= 1, got 0"),
+    (["--stream-past", "-1"], "argument --stream-past: must be >= 0, got -1"),
+])
+def test_bad_options_are_one_line_usage_errors_before_any_work(argv, message, capsys, monkeypatch):
+    import benchmarks.engine_bench as engine_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(engine_bench, "run_engine_from_args", lambda *a, **k: pytest.fail("the bench ran"))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "engine", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"streampunct bench engine: error: {message}")

@@ -417,6 +417,14 @@ async def test_warm_up_skips_the_full_batch_when_rows_run_alone():
     assert engine.batch_sizes == [1]
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", ["max_wait_ms", "trim_interval_s"])
+def test_wait_and_trim_interval_must_be_finite(field, value):
+    """NaN passed ``max_wait_ms < 0``: no batch ever closed, and the server hung at shutdown."""
+    with pytest.raises(ValueError, match=f"{field} must be a finite number, not {value}"):
+        BatcherConfig(**{field: value})
+
+
 def test_batch_rows_must_be_a_known_mode():
     with pytest.raises(ValueError, match="batch_rows must be one of padded, exact, alone, got 'sometimes'"):
         BatcherConfig(batch_rows="sometimes")

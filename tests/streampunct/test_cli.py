@@ -397,6 +397,26 @@ def test_serve_config_errors_name_the_flags(argv, message):
     assert str(exc.value) == message
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--max-wait-ms", "nan"], "argument --max-wait-ms: must be finite (not nan or inf), got nan"),
+    (["--max-wait-ms", "inf"], "argument --max-wait-ms: must be finite (not nan or inf), got inf"),
+    (["--send-timeout-s", "nan"], "argument --send-timeout-s: must be finite (not nan or inf), got nan"),
+    (["--send-timeout-s=-inf"], "argument --send-timeout-s: must be finite (not nan or inf), got -inf"),
+    (["--engine-option", "batch_ms=nan"], "argument --engine-option: expected a finite number in 'batch_ms=nan'"),
+])
+def test_serve_refuses_non_finite_numbers_as_usage_errors(argv, message, capsys, monkeypatch):
+    from streampunct.commands import serve
+
+    monkeypatch.setattr(serve, "run", lambda args: pytest.fail("the server started"))
+    assert _fails_as_usage(["serve", "--engine", "fake", "--port", "0", *argv], capsys).endswith(message)
+
+
+def test_serve_float_options_all_refuse_non_finite_values():
+    """Every float option of ``serve`` is parsed by a type that refuses nan and inf (none is a plain float)."""
+    for action in _serve_parser()._actions:
+        assert action.type is not float, f"{action.option_strings} takes nan and inf"
+
+
 def test_serve_send_timeout_zero_means_none():
     from streampunct.commands import serve
 

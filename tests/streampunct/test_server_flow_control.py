@@ -246,6 +246,23 @@ def test_server_config_refuses_non_positive_limits(field):
         ServerConfig(**{field: 0})
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", ["send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s"])
+def test_server_config_refuses_non_finite_timeouts(field, value):
+    from streampunct.server.app import ServerConfig
+
+    with pytest.raises(ValueError, match=f"{field} must be a finite number, not {value}"):
+        ServerConfig(**{field: value})
+
+
+def test_server_config_refuses_a_negative_shutdown_timeout():
+    from streampunct.server.app import ServerConfig
+
+    assert ServerConfig(shutdown_timeout_s=0).shutdown_timeout_s == 0
+    with pytest.raises(ValueError, match="shutdown_timeout_s must be >= 0"):
+        ServerConfig(shutdown_timeout_s=-1)
+
+
 def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():
     from streampunct.cli import build_parser
     from streampunct.commands.serve import build_config
