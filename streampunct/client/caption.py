@@ -563,8 +563,9 @@ async def caption(
     return result
 
 
-def default_view(capitalize: bool) -> CaptionView:
+def default_view(capitalize: bool, out: TextIO | None = None) -> CaptionView:
+    """Captions on ``out`` (default: stdout), live when it is a terminal."""
     import shutil
 
-    live = sys.stdout.isatty()
-    return CaptionView(sys.stdout, live=live, width=shutil.get_terminal_size().columns, capitalize=capitalize)
+    out = sys.stdout if out is None else out
+    return CaptionView(out, live=out.isatty(), width=shutil.get_terminal_size().columns, capitalize=capitalize)

@@ -9,7 +9,9 @@ non-blank character is ``{`` or ``[`` is read as JSON and its first value
 names the format, anything else is text):
 
 * ``text``: plain text, or ``word<TAB>LABEL`` lines (labels ignored); paced
-  at ``wps`` words per second in ASR-like chunks.
+  at ``wps`` words per second in ASR-like chunks. A file is read as
+  ``word<TAB>LABEL`` when every non-blank line is one; stdin, which is sent as
+  it comes, line by line (:func:`labeled_word`).
 * ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``.
 * ``vosk``: Vosk/Kaldi recognizer output (``Result()``, ``PartialResult()``,
   ``FinalResult()`` as they print it):
@@ -31,7 +33,9 @@ refused with the same message.
 
 A JSON value that cannot be read (not JSON, or not the format's shape) is a
 :class:`BadLine`, named by file (or ``stdin``), the line it starts on and the
-reason. ``on_bad_line`` says what happens then: ``stop`` raises it (the
+reason; so is a word time that is not a finite number within :data:`MAX_TIME_S`
+(``NaN``, ``Infinity``, ``1e308``: Python's json reads them, the server
+refuses them). ``on_bad_line`` says what happens then: ``stop`` raises it (the
 caller has streamed the values before it, and finalizes them), ``skip``
 reports it and goes on with the next value.
 """
@@ -42,6 +46,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import math
 import random
 import re
 import sys
@@ -53,11 +58,16 @@ from typing import Any
 from streampunct.core.wire import Word
 from streampunct.errors import InputError
 from streampunct.labels import LABELS
+from streampunct.text.normalize import normalize_word
 from streampunct.text.textfile import read_text, text_lines
 
 INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
 #: What to do with a JSON line that cannot be read (``--on-bad-line``).
 BAD_LINE_ACTIONS = ("stop", "skip")
+#: The largest word time (seconds, either sign) read from JSON input: 2**53 ms (about 285,000
+#: years), the largest count of milliseconds a double holds exactly, so that every time read has a
+#: subtitle timestamp (:func:`streampunct.client.subtitles._timestamp` counts milliseconds).
+MAX_TIME_S = 2**53 / 1000
 
 
 class BadLine(InputError):
@@ -69,6 +79,21 @@ def _check_action(on_bad_line: str) -> None:
         raise InputError(f"unknown --on-bad-line action {on_bad_line!r}; one of {', '.join(BAD_LINE_ACTIONS)}")
 
 
+def _is_labeled(line: str) -> bool:
+    """Whether a line of text is ``word<TAB>LABEL`` (a tab, then one of :data:`LABELS`)."""
+    _, tab, label = line.rpartition("\t")
+    return bool(tab) and label.strip() in LABELS
+
+
+def labeled_word(line: str) -> str | None:
+    """The word of a ``word<TAB>LABEL`` line as :func:`read_transcript` reads it from a file
+    (normalized; ``""`` for a word of punctuation only, whose label a file folds into the word
+    before), or None when the line is not one."""
+    if not _is_labeled(line):
+        return None
+    return normalize_word(line.rpartition("\t")[0])
+
+
 def read_transcript(path: str | Path) -> list[str]:
     """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
     path = Path(path)
@@ -76,7 +101,7 @@ def read_transcript(path: str | Path) -> list[str]:
         raise InputError(f"no such transcript file: {path}")
     lines = read_text(path).splitlines()  # refuses a directory
     filled = [line for line in lines if line.strip()]
-    if filled and all(line.rpartition("\t")[2].strip() in LABELS for line in filled):
+    if filled and all(_is_labeled(line) for line in filled):
         from streampunct.text.word_labels import read_word_labels
 
         return read_word_labels(path).words
@@ -127,7 +152,16 @@ def _time(item: dict[str, Any], name: str, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{where}: '{name}' must be a number")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer beyond a double's range
+        seconds = math.inf
+    if not math.isfinite(seconds) or abs(seconds) > MAX_TIME_S:
+        shown = json.dumps(value)  # as JSON writes it: NaN, Infinity
+        shown = shown if len(shown) <= 24 else f"{shown[:20]}... ({len(shown)} characters)"
+        raise InputError(f"{where}: '{name}' must be a finite number of seconds, |{name}| <= "
+                         f"{MAX_TIME_S:.5g}; got {shown}")
+    return seconds
 
 
 def _word(item: Any, where: str) -> Word:
@@ -509,7 +543,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
     """Events read from stdin as they come (an ASR process piping JSON or text).
 
     A line of plain text is committed as it is read, in chunks of at most
-    ``max_chunk`` words (None: the whole line in one); a JSON value as soon as
+    ``max_chunk`` words (None: the whole line in one); a ``word<TAB>LABEL`` line
+    commits its word alone (:func:`labeled_word`: the label is not sent); a JSON value as soon as
     its text is complete (one line, or pretty-printed over several). A JSON
     value that cannot be read raises :class:`BadLine` (``stop``: the events
     before it have been yielded), or is reported and skipped (``skip``).
@@ -522,7 +557,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
 
     def text_events(lines: list[str]) -> Iterator[AsrEvent]:
         for line in lines:
-            words = tuple(Word(w) for w in line.split())
+            word = labeled_word(line)
+            words = tuple(Word(w) for w in line.split()) if word is None else (Word(word),) if word else ()
             step = max_chunk or len(words)
             for i in range(0, len(words), step):
                 yield AsrEvent(None, words[i : i + step])

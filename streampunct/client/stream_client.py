@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import math
 import random
+import urllib.parse
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -414,8 +415,26 @@ def close_code(closed: ConnectionClosed) -> tuple[int, str]:
     return (frame.code, frame.reason) if frame is not None else (1006, "")
 
 
+def check_url(url: str) -> None:
+    """Refuse ``url`` unless it is a WebSocket URL: scheme ``ws`` or ``wss``, a host, and a port (when
+    given) that is a number in 0..65535; a non-retryable :class:`ConnectError` otherwise. (websockets
+    lets urllib's bare ValueError out for a bad port or a broken IPv6 host.)"""
+    why = ""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- ValueError: not a number, or out of range
+        if parts.scheme in ("ws", "wss") and parts.hostname:
+            return
+    except ValueError as e:  # "Port out of range 0-65535", "Invalid IPv6 URL", ...
+        why = f": {e}"
+    raise ConnectError(f"{url!r} is not a WebSocket URL{why} (expected ws://HOST:PORT/v1/stream)",
+                       retryable=False)
+
+
 async def open_client(url: str, **options) -> StreamClient:
-    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ConnectError`."""
+    """:meth:`StreamClient.connect` with every failure turned into a one-line :class:`ConnectError`;
+    a malformed URL (:func:`check_url`) is refused before any connection is tried."""
+    check_url(url)
     try:
         return await StreamClient.connect(url, **options)
     except InvalidURI:

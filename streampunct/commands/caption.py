@@ -8,6 +8,14 @@ and exits with 128 + the signal's number: 130 after SIGINT, 143 after SIGTERM.
 A second signal stops waiting at once; what is final is still written. The
 ``--out`` file is written whole or not at all (a temporary file in the same
 folder, moved over it at the end), so a crash leaves what was there before.
+
+A closed stdout (``caption ... | head``) is taken as the first signal is: no
+more is written to stdout, the stream is ended (at once when there is no
+``--out``), ``--out`` gets everything final, and the command exits quietly
+with 141 (128 + SIGPIPE), as the CLI does for a closed pipe.
+
+``--speed`` is a number >= 0 (0: at once), and ``--json`` goes with ``--format
+text`` only (it replaces the captions on stdout); anything else is a usage error.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import asyncio
 import os
 import signal
 import sys
+from typing import TextIO
 
 NAME = "caption"
 HELP = "stream a transcript or ASR output (JSON lines, Vosk, Whisper) to a running server; captions or subtitles"
@@ -54,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain text: words per ASR chunk, drawn from 1..N for a file; from stdin, each "
                              "line is sent in chunks of at most N words (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the chunk sizes (default: %(default)s)")
-    parser.add_argument("--speed", type=float, default=1.0,
+    parser.add_argument("--speed", type=non_negative_float, default=1.0,
                         help="files with timestamps: replay at this many times real time, 0 = at once "
                              "(default: %(default)s)")
     parser.add_argument("--right-context", type=int, default=None, help="session right_context (default: server's)")
@@ -73,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text: write the final punctuated transcript here; vtt/srt/jsonl: the subtitles "
                              "(also on stdout)")
     parser.add_argument("--json", action="store_true",
-                        help="log every message sent and received as JSON lines on stdout (instead of captions)")
+                        help="log every message sent and received as JSON lines on stdout (instead of captions; "
+                             "--format text only)")
     parser.add_argument("--on-bad-line", choices=BAD_LINE_ACTIONS, default="stop",
                         help="a JSON input line (or pretty-printed object) that cannot be read: 'stop' there "
                              "(the words sent before it are finalized, exit status 2) or 'skip' it (reported on "
@@ -91,11 +101,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streampunct.client.caption_input import read_events, stdin_events
+    from streampunct.client.stream_client import check_url
     from streampunct.errors import InputError
     from streampunct.text.textfile import AtomicTextFile
 
     if args.reconnect_attempts < 0:
         raise InputError("--reconnect-attempts must be >= 0")
+    if args.json and args.format != "text":
+        raise InputError(f"--json goes with --format text only (it replaces the captions); "
+                         f"--format {args.format} writes subtitles on stdout")
+    check_url(args.url)  # a malformed --url: one line, before any input is read
 
     def report(line: str) -> None:
         print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
@@ -116,6 +131,47 @@ def run(args: argparse.Namespace) -> int:
             out.discard()  # what was at --out stays as it was
         raise
     return code
+
+
+class _Stdout:
+    """Stdout for the run: the first write or flush that finds it closed (``BrokenPipeError``,
+    ``| head``) calls ``on_close`` once; from then on writes go nowhere (and file descriptor 1 to
+    /dev/null, so that the flush at exit does not fail again)."""
+
+    def __init__(self, stream: TextIO, on_close) -> None:
+        self.stream = stream
+        self.on_close = on_close
+        self.closed_pipe = False
+
+    def _broken(self) -> None:
+        if self.closed_pipe:
+            return
+        self.closed_pipe = True
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+        self.on_close()
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._broken()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._broken()
+
+    def isatty(self) -> bool:
+        return not self.closed_pipe and self.stream.isatty()
 
 
 async def _caption(args: argparse.Namespace, events, out, report) -> int:
@@ -149,35 +205,50 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):  # left in place until the loop closes: writing is not cut
         loop.add_signal_handler(sig, on_signal, sig)
 
+    def on_closed_stdout() -> None:  # as a first signal; nothing to wait for without --out
+        if interrupt.stopped:  # a signal came first: its wait goes on
+            return
+        if out is not None:
+            interrupt.stop()
+        else:
+            interrupt.abort()
+
+    stdout = _Stdout(sys.stdout, on_closed_stdout)
     subtitles = None
     view = None
     if args.format != "text":
-        outs = [sys.stdout, out.file] if out is not None else [sys.stdout]
+        outs = [stdout, out.file] if out is not None else [stdout]
         subtitles = SubtitleWriter(args.format, outs, CueBuilder(capitalize=args.capitalize))
     elif not args.json:
-        view = default_view(args.capitalize)
+        view = default_view(args.capitalize, stdout)
     closed_early: StreamClosedEarly | InputStopped | None = None
     try:
         result = await caption(
             args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
             right_context=args.right_context, max_delay_ms=args.max_delay_ms,
             partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
-            json_log=sys.stdout if args.json and args.format == "text" else None,
+            json_log=stdout if args.json else None,
             subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
             interrupt=interrupt,
         )
     except (StreamClosedEarly, InputStopped) as e:
         result, closed_early = e.result, e
     except Interrupted as e:  # nothing was sent: --out keeps what it held
-        report(f"{signals[0].name}: {e}")
         if out is not None:
             out.discard()
+        if not signals:  # stdout was closed
+            return 128 + signal.SIGPIPE
+        report(f"{signals[0].name}: {e}")
         return 128 + signals[0]
+    stdout.on_close = lambda: None  # the run is over: nothing left to stop
+    stdout.flush()  # a closed stdout seen only now is a closed stdout too
     if out is not None:
         if args.format == "text":
             written = " ".join(text for _, _, text in result.transcript.texts if text)  # as the server sent it
             out.file.write(written + "\n")
         out.commit()
+    if stdout.closed_pipe and not signals:  # `| head`: quietly, as the CLI ends on a closed pipe
+        return 128 + signal.SIGPIPE
     if closed_early is not None and not result.interrupted:
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
         return 2 if isinstance(closed_early, InputStopped) else 1

@@ -272,24 +272,41 @@ async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path,
     assert partials.index(["so", "how"]) < partials.index(["are", "you"])
 
 
-@pytest.mark.parametrize("case", ["401", "404", "503", "not-ws", "refused"])
+@pytest.mark.parametrize("case", ["401", "404", "503", "not-ws", "refused", "port-not-a-number",
+                                  "port-out-of-range", "broken-ipv6", "no-host"])
 async def test_caption_connection_errors_are_one_line(start_server, tmp_path, case):
     source = tmp_path / "talk.txt"
     source.write_text("hello there")
     server = await start_server(auth_token="tok", max_sessions=1)
     url = {"401": server.url, "404": server.url.replace("/v1/stream", "/nope"), "503": server.url,
-           "not-ws": server.url.replace("ws://", "http://"), "refused": "ws://127.0.0.1:9/v1/stream"}[case]
+           "not-ws": server.url.replace("ws://", "http://"), "refused": "ws://127.0.0.1:9/v1/stream",
+           # urllib's bare ValueError through websockets (a traceback and status 1 before)
+           "port-not-a-number": "ws://127.0.0.1:notaport/v1/stream",
+           "port-out-of-range": "ws://127.0.0.1:99999/v1/stream",
+           "broken-ipv6": "ws://[::1", "no-host": "ws:///v1/stream"}[case]
     holder = await StreamClient.connect(server.url, token="tok") if case == "503" else None
     try:
         rc, stdout, stderr = await run_cli(str(source), "--url", url, "--token", "" if case == "401" else "tok")
     finally:
         if holder is not None:
             await holder.close()
-    assert rc != 0
+    assert rc == 2, stderr
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     expected = {"401": "HTTP 401", "404": "HTTP 404", "503": "HTTP 503", "not-ws": "not a WebSocket URL",
-                "refused": "cannot connect"}[case]
+                "refused": "cannot connect", "port-not-a-number": "not a WebSocket URL: Port could not be cast",
+                "port-out-of-range": "not a WebSocket URL: Port out of range",
+                "broken-ipv6": "not a WebSocket URL: Invalid IPv6 URL", "no-host": "not a WebSocket URL"}[case]
     assert expected in stderr
+
+
+@pytest.mark.parametrize("url", ["ws://127.0.0.1:notaport/v1/stream", "ws://127.0.0.1:99999/v1/stream",
+                                 "ws://[::1", "wss://:8765/v1/stream", "ftp://127.0.0.1/v1/stream"])
+async def test_open_client_refuses_a_malformed_url_with_a_connect_error(url):
+    from streampunct.client.stream_client import ConnectError, open_client
+
+    with pytest.raises(ConnectError, match="is not a WebSocket URL") as info:
+        await open_client(url)
+    assert not info.value.retryable
 
 
 async def test_caption_keeps_everything_when_the_server_shuts_down(start_server, tmp_path, fake_labels):
@@ -314,6 +331,58 @@ async def test_caption_keeps_everything_when_the_server_shuts_down(start_server,
     expected = render(words, fake_labels(words), capitalize=True)
     assert out.read_text().strip() == expected
     assert stdout.decode().replace("\n", " ").strip() == expected
+
+
+async def test_a_closed_stdout_keeps_every_final_in_out(start_server, tmp_path):
+    """``caption --out FILE ... | head -1``: the reader goes away; as after Ctrl-C the stream is
+    ended and --out gets every final (before: status 141 and no --out at all)."""
+    import os
+
+    server = await start_server()
+    rng = __import__("random").Random(1)
+    vocabulary = "so this is the story of how it all began and we go on then again what why maybe".split()
+    transcript = tmp_path / "talk.txt"
+    transcript.write_text(" ".join(rng.choice(vocabulary) for _ in range(600)) + "\n")
+    out = tmp_path / "out.txt"
+    read, write = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streampunct.cli", "caption", str(transcript), "--url", server.url,
+            "--wps", "300", "--out", str(out), stdin=asyncio.subprocess.DEVNULL, stdout=write,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    finally:
+        os.close(write)
+    loop = asyncio.get_running_loop()
+    shown = b""
+    try:
+        while b"\n" not in shown:  # the first caption line, then the reader goes away
+            chunk = await asyncio.wait_for(loop.run_in_executor(None, os.read, read, 4096), 30)
+            assert chunk, "caption ended before writing a line"
+            shown += chunk
+    finally:
+        os.close(read)
+    stderr = (await asyncio.wait_for(proc.stderr.read(), 30)).decode()
+    assert await asyncio.wait_for(proc.wait(), 30) == 141, stderr  # 128 + SIGPIPE, as the CLI ends on `| head`
+    assert stderr == "", stderr  # quietly
+    written = out.read_text().split()
+    first = shown.decode().splitlines()[0].split()
+    assert len(written) > len(first) and written[:len(first)] == first
+
+
+@pytest.mark.parametrize("args", [["--speed", "nan"], ["--speed", "inf"], ["--speed", "-1"],
+                                  ["--speed", "-1", "--input-format", "text"],
+                                  ["--speed", "nan", "--input-format", "words"],
+                                  ["--json", "--format", "vtt"], ["--json", "--format", "srt"],
+                                  ["--json", "--format", "jsonl"]])
+async def test_bad_speed_and_json_with_subtitles_are_usage_errors(tmp_path, args):
+    source = tmp_path / "talk.jsonl"
+    source.write_text('{"w": "hello", "start": 0.1, "end": 0.2}\n')
+    rc, stdout, stderr = await run_cli(str(source), "--url", "ws://127.0.0.1:9/v1/stream", *args)
+    assert rc == 2 and stdout == "" and "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("streampunct caption: error: ")
+    assert ("--speed" in last) if args[0] == "--speed" else ("--json goes with --format text only" in last)
 
 
 # -- message sizes and server errors (CLI audit) -----------------------------------

@@ -300,3 +300,63 @@ async def test_stdin_refuses_braced_text_and_reads_bracketed_text(monkeypatch):
         [e async for e in stdin_events()]
     monkeypatch.setattr(sys, "stdin", io.StringIO("[Music]\nso how\n"))
     assert [[w.w for w in e.words] async for e in stdin_events()] == [["[Music]"], ["so", "how"]]
+
+
+async def test_stdin_word_label_lines_send_their_words_as_a_file_does(monkeypatch, tmp_path):
+    """``cat talk.tsv | caption -``: the labels are not words (docs: "labels ignored")."""
+    import io
+    import sys
+
+    from streampunct.client.caption_input import labeled_word, read_transcript, stdin_events
+
+    tsv = "Hello\tCOMMA\nworld\tPERIOD\n,\tCOMMA\n\nhow\tO\nare\tO\nyou\tQUESTION\n"
+    source = tmp_path / "talk.tsv"
+    source.write_text(tsv, encoding="utf-8")
+    for input_format in ("auto", "text"):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(tsv))
+        got = [[w.w for w in e.words] async for e in stdin_events(input_format, max_chunk=4)]
+        assert got == [["hello"], ["world"], ["how"], ["are"], ["you"]]
+        assert [w for words in got for w in words] == read_transcript(source)
+    # a line of plain text is still all words, even with a tab in it
+    monkeypatch.setattr(sys, "stdin", io.StringIO("so\tPERIOD\nhow are\tyou\nit is O\n"))
+    assert [[w.w for w in e.words] async for e in stdin_events()] == [["so"], ["how", "are", "you"],
+                                                                     ["it", "is", "O"]]
+    assert labeled_word("O") is None and labeled_word("well\tBOGUS") is None and labeled_word("-\tCOMMA") == ""
+
+
+@pytest.mark.parametrize("time", ["NaN", "Infinity", "-Infinity", "1e308", "-1e308", "1" + "0" * 400])
+def test_a_word_time_that_is_not_finite_or_too_large_is_a_bad_line(tmp_path, time):
+    """Python's json reads NaN and Infinity, which the server refuses (the word was lost), and
+    1e308 s has no subtitle timestamp (an OverflowError in --format srt)."""
+    from streampunct.client.caption_input import MAX_TIME_S, BadLine
+
+    source = tmp_path / "words.jsonl"
+    source.write_text('{"w": "so", "start": 0.1, "end": 0.2}\n'
+                      f'{{"w": "hello", "start": {time}, "end": 0.4}}\n'
+                      '{"w": "there", "start": 0.5, "end": 0.6}\n', encoding="utf-8")
+    with pytest.raises(BadLine, match=rf"^{source}:2: 'start' must be a finite number of seconds"):
+        read_events(str(source), speed=0)
+    reported: list[str] = []
+    events = read_events(str(source), speed=0, on_bad_line="skip", report=reported.append)
+    assert [w.w for e in events for w in e.words] == ["so", "there"]
+    assert len(reported) == 1 and reported[0].startswith(f"{source}:2: ") and reported[0].endswith("; line skipped")
+    assert MAX_TIME_S == 2**53 / 1000
+    edge = tmp_path / "edge.jsonl"
+    edge.write_text(f'{{"w": "late", "start": {MAX_TIME_S!r}}}\n', encoding="utf-8")  # the bound itself is kept
+    assert read_events(str(edge), speed=0)[0].words == (Word("late", MAX_TIME_S),)
+
+
+async def test_stdin_refuses_a_word_time_that_is_not_finite(monkeypatch):
+    import io
+    import sys
+
+    from streampunct.client.caption_input import stdin_events
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(
+        '{"result": [{"word": "so", "start": 0.1}]}\n{"result": [{"word": "hi", "end": NaN}]}\n'
+        '{"result": [{"word": "there", "start": -Infinity}]}\n'))
+    reported: list[str] = []
+    got = [[w.w for w in e.words] async for e in stdin_events("vosk", on_bad_line="skip", report=reported.append)]
+    assert got == [["so"]]
+    assert [line.split(": ", 1)[0] for line in reported] == ["stdin:2", "stdin:3"]
+    assert "'end' must be a finite number of seconds" in reported[0] and "got NaN" in reported[0]
