@@ -242,6 +242,14 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         return 128 + signals[0]
     stdout.on_close = lambda: None  # the run is over: nothing left to stop
     stdout.flush()  # a closed stdout seen only now is a closed stdout too
+    if (closed_early is None and not result.interrupted and not result.transcript.n_final
+            and not lost_words_errors(result.transcript)):
+        # stdin held no words (a file with none is refused before connecting): as for a file
+        if out is not None:
+            out.discard()
+        print(f"streampunct caption: error: {args.transcript if args.transcript != '-' else 'stdin'}: "
+              "no words", file=sys.stderr)
+        return 2
     if out is not None:
         if args.format == "text":
             written = " ".join(text for _, _, text in result.transcript.texts if text)  # as the server sent it

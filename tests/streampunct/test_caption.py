@@ -143,6 +143,20 @@ async def test_caption_command_end_to_end(start_server, tmp_path):
     assert stdout.decode().strip()  # captions were shown
 
 
+@pytest.mark.parametrize("text", [b"", b"\n\n", b" ,. \n"])
+async def test_stdin_with_no_words_is_refused_as_a_file_is(start_server, tmp_path, text):
+    server = await start_server()
+    out = tmp_path / "out.txt"
+    out.write_text("kept\n")
+    rc, _, stderr = await run_cli("-", "--url", server.url, "--out", str(out), stdin=text)
+    assert rc == 2 and stderr.strip().splitlines()[-1] == "streampunct caption: error: stdin: no words"
+    assert out.read_text() == "kept\n"
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(text)
+    rc, _, stderr = await run_cli(str(empty), "--url", server.url)
+    assert rc == 2 and "no words" in stderr
+
+
 async def test_caption_json_mode_and_auth(start_server, tmp_path):
     server = await start_server(auth_token="tok")
     transcript = tmp_path / "talk.txt"
