@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import math
 import random
+import ssl
 import urllib.parse
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -448,7 +449,9 @@ async def open_client(url: str, **options) -> StreamClient:
     except ConnectionClosed as e:
         raise ConnectError(f"the server closed the connection at once (close code {close_code(e)[0]})") from None
     except (OSError, TimeoutError, InvalidHandshake) as e:
-        raise ConnectError(f"cannot connect to {url}: {e or type(e).__name__}") from None
+        hint = ("; is the server serving TLS? (ws:// for one that is not)"
+                if url.startswith("wss:") and isinstance(e, (ConnectionResetError, ssl.SSLError)) else "")
+        raise ConnectError(f"cannot connect to {url}: {str(e) or type(e).__name__}{hint}") from None
 
 
 #: Close codes after which a :class:`ResumableStream` resumes: 1001 (the server goes away),

@@ -287,7 +287,7 @@ async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path,
 
 
 @pytest.mark.parametrize("case", ["401", "404", "503", "not-ws", "refused", "port-not-a-number",
-                                  "port-out-of-range", "broken-ipv6", "no-host"])
+                                  "port-out-of-range", "broken-ipv6", "no-host", "tls-to-plain"])
 async def test_caption_connection_errors_are_one_line(start_server, tmp_path, case):
     source = tmp_path / "talk.txt"
     source.write_text("hello there")
@@ -297,7 +297,8 @@ async def test_caption_connection_errors_are_one_line(start_server, tmp_path, ca
            # urllib's bare ValueError through websockets (a traceback and status 1 before)
            "port-not-a-number": "ws://127.0.0.1:notaport/v1/stream",
            "port-out-of-range": "ws://127.0.0.1:99999/v1/stream",
-           "broken-ipv6": "ws://[::1", "no-host": "ws:///v1/stream"}[case]
+           "broken-ipv6": "ws://[::1", "no-host": "ws:///v1/stream",
+           "tls-to-plain": server.url.replace("ws://", "wss://")}[case]
     holder = await StreamClient.connect(server.url, token="tok") if case == "503" else None
     try:
         rc, stdout, stderr = await run_cli(str(source), "--url", url, "--token", "" if case == "401" else "tok")
@@ -309,7 +310,8 @@ async def test_caption_connection_errors_are_one_line(start_server, tmp_path, ca
     expected = {"401": "HTTP 401", "404": "HTTP 404", "503": "HTTP 503", "not-ws": "not a WebSocket URL",
                 "refused": "cannot connect", "port-not-a-number": "not a WebSocket URL: Port could not be cast",
                 "port-out-of-range": "not a WebSocket URL: Port out of range",
-                "broken-ipv6": "not a WebSocket URL: Invalid IPv6 URL", "no-host": "not a WebSocket URL"}[case]
+                "broken-ipv6": "not a WebSocket URL: Invalid IPv6 URL", "no-host": "not a WebSocket URL",
+                "tls-to-plain": "is the server serving TLS? (ws:// for one that is not)"}[case]
     assert expected in stderr
 
 
