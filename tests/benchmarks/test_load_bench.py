@@ -246,7 +246,8 @@ def fake_server(fault: str | None, *, right_context: int = 2) -> Iterator[str]:
             if message["type"] == "config":
                 config = {"right_context": message.get("right_context", right_context),
                           "max_delay_ms": message.get("max_delay_ms", 1500),
-                          "partials": False, "capitalize": False}
+                          "partials": False, "capitalize": False,
+                          "itn": bool(message.get("itn", False))}  # a server with ITN grammars
                 await ws.send(json.dumps({"type": "config", "config": config}))
             elif message["type"] == "words":
                 words.extend(normalize_words(message["words"]))
