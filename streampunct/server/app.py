@@ -26,7 +26,6 @@ import http
 import importlib.resources
 import json
 import logging
-import math
 import os
 import signal
 import time
@@ -57,7 +56,7 @@ from streampunct.labels import (
     check_case_margin,
     check_partial_mark_threshold,
 )
-from streampunct.server.batcher import Batcher, BatcherConfig
+from streampunct.server.batcher import Batcher, BatcherConfig, require_finite
 from streampunct.server.event_loop import EventLoop, loop_factory, loop_name, resolve
 from streampunct.server.http_policy import (
     HostPolicy,
@@ -253,10 +252,7 @@ class ServerConfig:
             raise ValueError("max_backlog_words must be >= 1")
         if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
             raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
-        for name in ("send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s"):
-            value = getattr(self, name)  # NaN passes the range checks below; inf overflows the timers
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, not {value!r}")
+        require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s")
         if self.shutdown_timeout_s < 0:
             raise ValueError("shutdown_timeout_s must be >= 0")
         if self.send_timeout_s is not None and self.send_timeout_s <= 0:

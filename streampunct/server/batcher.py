@@ -85,6 +85,17 @@ def runs_rows_alone(batch_rows: BatchRows | str, engine: Engine) -> bool:
     return batch_rows == BatchRows.ALONE
 
 
+def require_finite(config: object, *names: str) -> None:
+    """ValueError unless each named field of ``config`` is None or a finite number.
+
+    NaN passes every range check (``nan < 0`` is False) and infinity overflows
+    asyncio's timers, so a configuration checks this before its ranges."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, not {value!r}")
+
+
 @dataclass(frozen=True)
 class BatcherConfig:
     """Batching policy.
@@ -114,10 +125,7 @@ class BatcherConfig:
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError("max_batch must be >= 1")
-        for name in ("max_wait_ms", "trim_interval_s"):  # NaN passes the range checks below
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, not {value!r}")
+        require_finite(self, "max_wait_ms", "trim_interval_s")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
         if self.max_queue < 1:
