@@ -57,9 +57,9 @@ from typing import Any
 
 from streampunct.core.wire import Word
 from streampunct.errors import InputError
-from streampunct.labels import LABELS
 from streampunct.text.normalize import normalize_word
 from streampunct.text.textfile import read_text, text_lines
+from streampunct.text.word_labels import is_word_label_text, parse_word_labels, split_labeled_line
 
 INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
 #: What to do with a JSON line that cannot be read (``--on-bad-line``).
@@ -79,19 +79,12 @@ def _check_action(on_bad_line: str) -> None:
         raise InputError(f"unknown --on-bad-line action {on_bad_line!r}; one of {', '.join(BAD_LINE_ACTIONS)}")
 
 
-def _is_labeled(line: str) -> bool:
-    """Whether a line of text is ``word<TAB>LABEL`` (a tab, then one of :data:`LABELS`)."""
-    _, tab, label = line.rpartition("\t")
-    return bool(tab) and label.strip() in LABELS
-
-
 def labeled_word(line: str) -> str | None:
     """The word of a ``word<TAB>LABEL`` line as :func:`read_transcript` reads it from a file
     (normalized; ``""`` for a word of punctuation only, whose label a file folds into the word
     before), or None when the line is not one."""
-    if not _is_labeled(line):
-        return None
-    return normalize_word(line.rpartition("\t")[0])
+    pair = split_labeled_line(line)
+    return None if pair is None else normalize_word(pair[0])
 
 
 def read_transcript(path: str | Path) -> list[str]:
@@ -100,11 +93,8 @@ def read_transcript(path: str | Path) -> list[str]:
     if not path.exists():
         raise InputError(f"no such transcript file: {path}")
     lines = read_text(path).splitlines()  # refuses a directory
-    filled = [line for line in lines if line.strip()]
-    if filled and all(_is_labeled(line) for line in filled):
-        from streampunct.text.word_labels import read_word_labels
-
-        return read_word_labels(path).words
+    if is_word_label_text(lines, str(path)):
+        return parse_word_labels(lines, str(path)).words
     return " ".join(lines).split()
 
 

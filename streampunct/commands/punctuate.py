@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def read_transcript_lines(source: str) -> list[list[str]]:
     """Normalized words of each line of a plain-text transcript (blank lines give ``[]``).
 
-    A ``word<TAB>LABEL`` file is one segment (one line). Text is decoded by
+    A ``word<TAB>LABEL`` file (every non-blank line one; see
+    :func:`streampunct.text.word_labels.is_word_label_text`) is one segment (one line). Text is decoded by
     its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
     replaced); binary input and input without words raise InputError. A word
     made only of symbols (emoji) is kept as it is
@@ -51,10 +52,13 @@ def read_transcript_lines(source: str) -> list[list[str]]:
     """
     from streampunct.text.normalize import offline_words
     from streampunct.text.textfile import read_text
+    from streampunct.text.word_labels import is_word_label_text, labeled_pair
 
     lines = read_text(source).splitlines()
-    if lines and all("\t" in line for line in lines if line.strip()):
-        segments = [offline_words(line.rpartition("\t")[0] for line in lines if line.strip())]
+    name = "stdin" if source == "-" else source
+    if is_word_label_text(lines, name):
+        segments = [offline_words(labeled_pair(line, name, n)[0]
+                                  for n, line in enumerate(lines, 1) if line.strip())]
     else:
         segments = [offline_words(line.split()) for line in lines]
     if not any(segments):

@@ -25,6 +25,8 @@ import codecs
 import io
 import logging
 import os
+import re
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -48,6 +50,8 @@ _MAX_CONTROL_SHARE = 0.3
 #: Shorter texts are too short to judge by their share of control characters.
 _MIN_JUDGED = 32
 _TEXT_CONTROLS = frozenset("\t\n\r\f\v")
+#: ``str.translate`` table deleting what :class:`BinaryCheck` counts: other control characters, U+FFFD.
+_ODD_CHARS = {c: None for c in [*range(32), 0xFFFD] if chr(c) not in _TEXT_CONTROLS}
 
 
 def _utf16_without_bom(raw: bytes) -> str | None:
@@ -109,7 +113,7 @@ class BinaryCheck:
         if "\x00" in text:
             raise InputError(f"{self.name} looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 text file")
         self.chars += len(text)
-        self.odd += sum(1 for ch in text if (ch < " " and ch not in _TEXT_CONTROLS) or ch == "\ufffd")
+        self.odd += len(text) - len(text.translate(_ODD_CHARS))
         if self.chars >= _MIN_JUDGED and self.odd > _MAX_CONTROL_SHARE * self.chars:
             raise InputError(f"{self.name} looks binary ({self.odd} of {self.chars} characters are control "
                              "or undecodable bytes); give a UTF-8 or UTF-16 text file")
@@ -224,11 +228,12 @@ def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
 
 
 def require_file(path: str | Path) -> Path:
-    """``path``, or an :class:`InputError` saying it is missing or a directory."""
+    """``path``, or an :class:`InputError` saying it is missing or a directory. A pipe or a
+    device (``<(cmd)``, ``/dev/stdin``) is read like a file."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path} is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"no such file: {path}")
     return path
 
@@ -236,9 +241,36 @@ def require_file(path: str | Path) -> Path:
 def read_text(source: str | Path) -> str:
     """Decoded text of a file, or of stdin when ``source`` is ``"-"``."""
     if str(source) == "-":
+        if sys.stdin is None:  # started with stdin closed (`cmd <&-`)
+            raise InputError("stdin is closed: give a file, or pipe the text in")
         return decode_text(sys.stdin.buffer.read(), "stdin")
     path = require_file(source)
-    return decode_text(path.read_bytes(), str(path))
+    try:
+        return decode_text(path.read_bytes(), str(path))
+    except PermissionError:
+        raise InputError(f"cannot read {path}: permission denied") from None
+
+
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(self|\d+)/fd)/(\d+)")
+
+
+def _inherited_fd(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), else None. Written through, not reopened: reopening would truncate
+    what a shell's ``>>`` appends to, and replacing the file would drop it."""
+    spelled = os.path.abspath(path)
+    std = {"/dev/stdout": 1, "/dev/stderr": 2}.get(spelled)
+    if std is not None:
+        return std
+    m = _FD_PATH.fullmatch(spelled)
+    if m is None or (m.group(1) not in (None, "self") and int(m.group(1)) != os.getpid()):
+        return None
+    fd = int(m.group(2))
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return fd
 
 
 class AtomicTextFile:
@@ -248,8 +280,10 @@ class AtomicTextFile:
     target had, or that a new file gets (0666 less the umask).
 
     A symbolic link is followed: the file it points to is replaced, the link stays. A path
-    that is not a regular file (a FIFO, ``/dev/stdout``) cannot be replaced: what was written
-    goes into it at :meth:`commit`, in one piece, and :meth:`discard` writes nothing.
+    that is not a regular file (a FIFO, a device) cannot be replaced, nor can one of this
+    process's descriptors (``/dev/stdout``, ``/dev/fd/N``: a shell's ``>`` or ``>>`` target):
+    what was written goes into it at :meth:`commit`, in one piece (through the descriptor, at
+    its offset), and :meth:`discard` writes nothing.
 
     ``file`` is the open temporary file (UTF-8), or a buffer for a path that is not a file.
     """
@@ -258,13 +292,18 @@ class AtomicTextFile:
         self.path = Path(path)
         if self.path.is_dir():
             raise IsADirectoryError(f"{self.path} is a directory")
-        target = Path(os.path.realpath(self.path))
-        self._stream = target.exists() and not target.is_file()  # a FIFO or a device
+        self._fd = _inherited_fd(self.path)
+        try:
+            regular = stat.S_ISREG(os.stat(self.path).st_mode)
+        except FileNotFoundError:
+            regular = True  # a new file
+        self._stream = self._fd is not None or not regular  # a descriptor of ours, a FIFO or a device
         self.temp: Path | None = None
         if self._stream:
             self.file: TextIO = io.StringIO()
-            self._target = target
+            self._target = self.path
             return
+        target = Path(os.path.realpath(self.path))
         self._target = target
         try:
             fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -279,8 +318,15 @@ class AtomicTextFile:
             if not self.file.closed:
                 text = self.file.getvalue()
                 self.file.close()
-                with open(self._target, "w", encoding="utf-8") as out:
-                    out.write(text)
+                if self._fd is not None:  # where the descriptor points, at its offset (`>> log` appends)
+                    for std in (sys.stdout, sys.stderr):
+                        if std is not None and not std.closed:
+                            std.flush()
+                    with os.fdopen(os.dup(self._fd), "w", encoding="utf-8") as out:
+                        out.write(text)
+                else:
+                    with open(self._target, "w", encoding="utf-8") as out:
+                        out.write(text)
             return
         assert self.temp is not None
         if self.file.closed and not self.temp.exists():

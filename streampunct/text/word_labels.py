@@ -16,14 +16,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABEL_TO_ID, LABELS, O, strongest
 from streampunct.text.normalize import normalize_word
-from streampunct.text.textfile import require_file
+from streampunct.text.textfile import decode_text, require_file
 
 
 @dataclass
@@ -60,45 +61,99 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8", errors="replace")
 
 
-def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLabels:
-    """Read a ``word<TAB>LABEL`` file (one word a line; blank lines are skipped).
+def _read_text(path: Path) -> str:
+    """A file's text (gunzipped when it ends in ``.gz``), decoded as every transcript is
+    (:func:`streampunct.text.textfile.decode_text`: by its byte-order mark, UTF-16, Latin-1)."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        raise InputError(f"cannot read {path}: {e}") from None
+    return decode_text(raw, str(path))
 
-    Raises :class:`InputError` with the line number for a line without a tab
-    or with an unknown label (unless ``strict_labels`` is False, in which case
-    such a line counts as O). Bytes that are not valid UTF-8 are replaced.
-    """
-    path = require_file(path)
+
+def split_labeled_line(line: str) -> tuple[str, str] | None:
+    """``(word, label)`` of a line that looks like ``word<TAB>LABEL`` (its last tab is followed by
+    one of :data:`~streampunct.labels.LABELS`), else None. :func:`labeled_pair` checks the word."""
+    word, tab, label = line.rpartition("\t")
+    label = label.strip()
+    return (word, label) if tab and label in LABEL_TO_ID else None
+
+
+_INNER_SPACE = re.compile(r"\S\s+\S")
+
+
+def labeled_pair(line: str, source: str, lineno: int, *, strict_labels: bool = True) -> tuple[str, int]:
+    """The word and label id of a ``word<TAB>LABEL`` line, or an :class:`InputError` that starts
+    with ``source:lineno``: no tab, more than one, a word holding a space, or (when
+    ``strict_labels``) an unknown label (else it counts as O)."""
+    word, sep, label_name = line.rpartition("\t")
+    label = LABEL_TO_ID.get(label_name.strip()) if sep else None
+    if label is not None and "\t" not in word and _INNER_SPACE.search(word) is None:
+        return word, label
+    where = f"{source}:{lineno}"
+    if not sep:
+        raise InputError(f"{where}: expected 'word<TAB>LABEL', got {line[:80]!r}")
+    if "\t" in word:
+        raise InputError(f"{where}: expected one tab ('word<TAB>LABEL'), got {line[:80]!r}")
+    if _INNER_SPACE.search(word):
+        raise InputError(f"{where}: a word cannot hold a space ('word<TAB>LABEL', one word a line), "
+                         f"got {line[:80]!r}")
+    if strict_labels:
+        raise InputError(f"{where}: unknown label {label_name.strip()!r} (expected {', '.join(LABELS)})")
+    return word, O
+
+
+def is_word_label_text(lines: Sequence[str], source: str) -> bool:
+    """Whether text lines are a ``word<TAB>LABEL`` file rather than plain text.
+
+    True when every non-blank line looks like one (:func:`split_labeled_line`);
+    False when fewer than half do (plain text, whose tabs are spaces); when at
+    least half do but not all, an :class:`InputError` names the first line that
+    does not (a label file with a broken line is not read as text)."""
+    filled = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    bad = [(n, line) for n, line in filled if split_labeled_line(line) is None]
+    if not filled or len(bad) * 2 > len(filled):
+        return False
+    if bad:
+        n, line = bad[0]
+        labeled_pair(line, source, n)  # the reason it is not a labelled line
+        raise InputError(f"{source}:{n}: expected 'word<TAB>LABEL' as on the other lines, got {line[:80]!r}")
+    return True
+
+
+def parse_word_labels(lines: Sequence[str], source: str, *, strict_labels: bool = True) -> WordLabels:
+    """``word<TAB>LABEL`` lines (blank lines skipped) as words and labels; see :func:`read_word_labels`."""
     words: list[str] = []
     labels: list[int] = []
     folded = 0
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            word, sep, label_name = line.rpartition("\t")
-            if not sep:
-                raise InputError(f"{path}:{lineno}: expected 'word<TAB>LABEL', got {line[:80]!r}")
-            label_name = label_name.strip()
-            if label_name in LABEL_TO_ID:
-                label = LABEL_TO_ID[label_name]
-            elif strict_labels:
-                raise InputError(
-                    f"{path}:{lineno}: unknown label {label_name!r} (expected {', '.join(LABELS)})"
-                )
-            else:
-                label = O
-            norm = normalize_word(word)
-            if not norm:
-                # Empty or punctuation-only word: its label belongs to the word before.
-                folded += 1
-                if words:
-                    mark = COMMA if word.strip() and set(word.strip()) <= set("-\u2013\u2014") else O
-                    labels[-1] = strongest(strongest(labels[-1], mark), label)
-                continue
-            words.append(norm)
-            labels.append(label)
-    return WordLabels(words, labels, folded=folded, source=str(path))
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        word, label = labeled_pair(line, source, lineno, strict_labels=strict_labels)
+        norm = normalize_word(word)
+        if not norm:
+            # Empty or punctuation-only word: its label belongs to the word before.
+            folded += 1
+            if words:
+                mark = COMMA if word.strip() and set(word.strip()) <= set("-\u2013\u2014") else O
+                labels[-1] = strongest(strongest(labels[-1], mark), label)
+            continue
+        words.append(norm)
+        labels.append(label)
+    return WordLabels(words, labels, folded=folded, source=source)
+
+
+def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLabels:
+    """Read a ``word<TAB>LABEL`` file (one word a line; blank lines are skipped; ``.gz`` is
+    gunzipped), decoded as transcripts are (UTF-8, UTF-16 or UTF-32 by byte-order mark,
+    Windows-1252 when not UTF-8).
+
+    Raises :class:`InputError` with the line number for a line without a tab,
+    with two, with a space inside the word, or with an unknown label (unless
+    ``strict_labels`` is False, in which case such a label counts as O).
+    """
+    path = require_file(path)
+    return parse_word_labels(_read_text(path).splitlines(), str(path), strict_labels=strict_labels)
 
 
 def read_punctuated_text(path: str | Path) -> WordLabels:
@@ -106,8 +161,7 @@ def read_punctuated_text(path: str | Path) -> WordLabels:
     from streampunct.text.convert import text_to_word_labels
 
     path = require_file(path)
-    with _open_text(path) as f:
-        words, labels = text_to_word_labels(f.read())
+    words, labels = text_to_word_labels(_read_text(path))
     return WordLabels(words, labels, 0, str(path))
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 
@@ -245,3 +247,21 @@ def test_an_out_file_in_a_missing_folder_is_named_as_asked(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         AtomicTextFile(tmp_path / "nowhere" / "x.txt")
     assert info.value.filename == str(tmp_path / "nowhere" / "x.txt") and ".tmp" not in str(info.value)
+
+
+@pytest.mark.parametrize("redirect", [">", ">>"])
+def test_out_to_dev_stdout_writes_through_the_shells_redirect(tmp_path, redirect):
+    """``--out /dev/stdout`` is this process's descriptor: written through, at its offset, so a
+    ``>>`` target keeps what it held and a pipe gets the text (neither is replaced nor reopened)."""
+    (tmp_path / "in.txt").write_text("hello there\n")
+    log = tmp_path / "log"
+    log.write_text("header\n")
+    script = ("from streampunct.text.textfile import write_text_atomically; "
+              "write_text_atomically('/dev/stdout', 'body\\n')")
+    cmd = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} {redirect} {shlex.quote(str(log))}"
+    subprocess.run(cmd, shell=True, check=True, cwd=tmp_path)
+    assert log.read_text() == ("header\nbody\n" if redirect == ">>" else "body\n")
+    piped = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | cat", shell=True,
+                           check=True, capture_output=True, text=True)
+    assert piped.stdout == "body\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "log"]

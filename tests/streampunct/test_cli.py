@@ -514,3 +514,43 @@ def test_each_command_logs_at_its_own_default_level_unless_told(monkeypatch, arg
     assert cli.main(argv) == 0
     assert seen == [level]
 
+
+
+def test_tabbed_text_is_plain_text_unless_its_lines_are_word_tab_label(tmp_path):
+    """A table with tabs is text (every word kept); a label file is read as one; a label file
+    with a broken line is refused at that line, not read as text with its labels as words."""
+    from streampunct.commands.punctuate import read_transcript_lines
+    from streampunct.errors import InputError
+
+    f = tmp_path / "in.tsv"
+    f.write_text("Name\tSays\nAlice\thello how are you\n\tfine thanks\t\n")
+    assert read_transcript_lines(str(f)) == [["name", "says"], ["alice", "hello", "how", "are", "you"],
+                                             ["fine", "thanks"]]
+    f.write_text("good\tO\nmorning\tCOMMA\n\nyou\tQUESTION\n")
+    assert read_transcript_lines(str(f)) == [["good", "morning", "you"]]
+    for broken, reason in [("how\n", "expected 'word<TAB>LABEL'"), ("how are\tO\n", "cannot hold a space"),
+                           ("how\tX\tO\n", "expected one tab"), ("how\tMAYBE\n", "unknown label 'MAYBE'")]:
+        f.write_text("good\tO\nmorning\tCOMMA\n" + broken + "you\tQUESTION\n")
+        with pytest.raises(InputError, match=f"{f}:3: .*{reason}"):
+            read_transcript_lines(str(f))
+
+
+def test_word_label_files_are_decoded_as_transcripts_are(tmp_path):
+    """UTF-16 and Latin-1 label files read as punctuate reads them (one owner of decoding)."""
+    from streampunct.text.word_labels import read_word_labels
+
+    f = tmp_path / "wl.tsv"
+    text = "na\u00efve\tO\ncaf\u00e9\tPERIOD\n"
+    for raw in (text.encode("utf-16"), text.encode("utf-16-le"), text.encode("cp1252"),
+                b"\xef\xbb\xbf" + text.encode()):
+        f.write_bytes(raw)
+        data = read_word_labels(f)
+        assert data.words == ["na\u00efve", "caf\u00e9"] and data.labels == [0, 2]
+
+
+def test_punctuate_reads_pipes_and_refuses_a_closed_stdin(tmp_path):
+    exe = [sys.executable, "-m", "streampunct.cli", "punctuate"]
+    got = subprocess.run([*exe, "/dev/stdin"], input="hi there", capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip().lower().startswith("hi there"), got.stderr
+    closed = subprocess.run(" ".join(exe) + " - <&-", shell=True, capture_output=True, text=True)
+    assert closed.returncode == 2 and "stdin is closed" in closed.stderr and "Traceback" not in closed.stderr
