@@ -46,8 +46,9 @@ threads (ONNX Runtime sessions are thread-safe).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ from engines.registry import StreamCacheMode
 from streampunct.core.alignment import Aligner
 from streampunct.core.decoder import OfflineDecoder
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_calls
-from streampunct.core.options import OptionError, SessionOptions, check_options
+from streampunct.core.options import OptionError, SessionOptions, check_bool_option, check_options
 from streampunct.core.session_protocol import SessionProtocol
 from streampunct.core.stream_cache import StreamCacheConfig
 from streampunct.core.windowing import WindowConfig
@@ -108,6 +109,7 @@ class Punctuator:
         self.name = name
         self.capitalize = capitalize
         self._stream_engine = stream_engine
+        self._closed = False
         self._cache_tokens = stream_cache_tokens
 
     @classmethod
@@ -228,16 +230,19 @@ class Punctuator:
                   itn: bool | None = None) -> str:
         """Punctuate a whole text (a string, or a list of words) with the offline decoder.
 
-        Punctuation and case in the input are dropped first; the last word ends a
+        A list's item is one word, as a server's ``words`` item is (inner whitespace
+        removed). Punctuation and case in the input are dropped first; the last word ends a
         sentence. Returns ``""`` when the text holds no words. ``capitalize`` (None:
         this punctuator's default) as in :meth:`load`; ``itn`` (None: on when the
         grammars are loaded) writes numbers as digits; the lexicon always applies.
         """
+        self._check_open()
         tokens = offline_words(_strings(_items(text, "text")))
         if not tokens:
             return ""
         words = [t for t in tokens if not is_symbol_word(t)]  # symbol words (emoji): not the model's
-        capitalize = self.capitalize if capitalize is None else capitalize
+        capitalize = self.capitalize if capitalize is None else _bool("capitalize", capitalize)
+        itn = None if itn is None else _bool("itn", itn)
         formatter = self.written.formatter(itn=self._itn(itn), lexicon=(), capitalize=capitalize)
         labels: list[int] = []
         cases: list[int] | None = None
@@ -278,6 +283,7 @@ class Punctuator:
         ``serve --partial-mark-threshold``: :attr:`Stream.partial` shows a word's mark only when
         the model's probability of it is at least this (0: every mark); finals never change;
         a threshold outside [0, 1) raises :class:`~streampunct.errors.InputError`."""
+        self._check_open()
         try:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except ValueError as e:
@@ -300,9 +306,15 @@ class Punctuator:
         return itn
 
     def close(self) -> None:
-        """Release the engines (idempotent)."""
+        """Release the engines (idempotent). :meth:`punctuate` and :meth:`stream` then raise
+        :class:`~streampunct.errors.InputError`."""
+        self._closed = True
         self._decoder.close()
         self._stream_engine = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError("this Punctuator is closed (close() was called); load another")
 
     def __enter__(self) -> Punctuator:
         return self
@@ -400,7 +412,11 @@ class Stream:
 
     # -- internals -----------------------------------------------------------
     def _now(self, now: float | None) -> float:
-        return self._clock() if now is None else float(now)
+        value = self._clock() if now is None else now
+        if not _finite_number(value):
+            source = "the stream's clock returned" if now is None else "now must be"
+            raise InputError(f"{source} a finite number of seconds, not {value!r}")
+        return float(value)
 
     def _check_open(self) -> None:
         if self._protocol.end_received:
@@ -439,8 +455,33 @@ class Stream:
         return finals
 
 
+def _finite_number(value: object) -> bool:
+    """An int or float (not a bool) within a double's range, not NaN or infinite."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a double's range
+        return False
+
+
+def _bool(name: str, value: object) -> bool:
+    try:
+        return check_bool_option(name, value)
+    except OptionError as e:
+        raise InputError(e.message) from None
+
+
 def _word(item: str | Word) -> Word:
+    """A word as the wire takes it: a str, or a :class:`Word` whose str ``w`` and times (None or a
+    finite number, as a server's ``words`` frame requires) are checked."""
     if isinstance(item, Word):
+        if not isinstance(item.w, str):
+            raise InputError(f"Word.w must be a str, not {type(item.w).__name__}")
+        for name in ("start", "end"):
+            value = getattr(item, name)
+            if value is not None and not _finite_number(value):
+                raise InputError(f"Word.{name} must be None or a finite number of seconds, not {value!r}")
         return item
     if not isinstance(item, str):
         raise InputError(f"a word must be a str or a streampunct.core.wire.Word, not {type(item).__name__}")
@@ -478,6 +519,8 @@ def _items(words: Any, name: str) -> list[Any]:
     """A string's words (split on whitespace) or an iterable's items; InputError for anything else."""
     if isinstance(words, str):
         return words.split()
+    if isinstance(words, Mapping):
+        raise InputError(f"{name} must be a str or a sequence of words, not a {type(words).__name__}")
     if isinstance(words, bytes | bytearray | memoryview):
         raise InputError(f"{name} must be a str, not {type(words).__name__}: bytes are not text, decode them "
                          "first (e.g. data.decode('utf-8'))")

@@ -368,3 +368,44 @@ def test_cached_and_whole_windows_are_both_offered_by_load(shipped):
         s = whole.stream(right_context=1, max_delay_ms=NO_DELAY)
         finals = s.push("so what did you do") + s.end()
         assert [w.w for f in finals for w in f.words] == ["so", "what", "did", "you", "do"]
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda s: s.push(["hello"], now=float("nan")), "now must be a finite number of seconds, not nan"),
+    (lambda s: s.poll(now=float("-inf")), "now must be a finite number of seconds, not -inf"),
+    (lambda s: s.push(["hello"], now="1.5"), "now must be a finite number of seconds, not '1.5'"),
+    (lambda s: s.flush(now=True), "now must be a finite number of seconds, not True"),
+    (lambda s: s.push([Word("hi", start=float("nan"))], now=0.0),
+     "Word.start must be None or a finite number of seconds, not nan"),
+    (lambda s: s.push([Word("hi", 0.0, float("inf"))], now=0.0),
+     "Word.end must be None or a finite number of seconds, not inf"),
+    (lambda s: s.push([Word(5)], now=0.0), "Word.w must be a str, not int"),
+])
+def test_times_are_finite_numbers_as_the_server_requires(aligner, call, message):
+    """A NaN ``now`` would set a deadline no later call passes (the delay bound broken); a word's
+    NaN time is a frame the server refuses. Both are refused, and the stream is unchanged."""
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=3, max_delay_ms=1000)
+    with pytest.raises(InputError) as caught:
+        call(s)
+    assert str(caught.value) == message
+    assert s.n_words == 0 and s.next_deadline is None
+    assert [w.w for f in s.push(["hello"], now=0.0) + s.poll(now=1.0) for w in f.words] == ["hello"]
+    bad_clock = p.stream(clock=lambda: float("nan"))
+    with pytest.raises(InputError, match="the stream's clock returned a finite number"):
+        bad_clock.push(["hello"])
+
+
+def test_punctuate_checks_its_options_and_a_closed_punctuator_says_so(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    with pytest.raises(InputError, match="'capitalize' must be true or false"):
+        p.punctuate("hello", capitalize="no")
+    with pytest.raises(InputError, match="'itn' must be true or false"):
+        p.punctuate("hello", itn=1)
+    with pytest.raises(InputError, match="text must be a str or a sequence of words, not a dict"):
+        p.punctuate({"hello": 1})
+    assert p.punctuate("hello there", capitalize=False) == p.punctuate(["hello", "there"], capitalize=False)
+    p.close()
+    for call in (lambda: p.punctuate("hello"), p.stream):
+        with pytest.raises(InputError, match="this Punctuator is closed"):
+            call()
