@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from streampunct.errors import InputError
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
 from streampunct.text.normalize import CLITICS, render
 
@@ -717,22 +718,27 @@ def phrase_spans(words: Sequence[str], labels: Sequence[int], formatter) -> list
     return [(p.start, p.end) for p in formatter.phrases(list(words), list(labels)) if p.text]
 
 
-def read_cues_jsonl(lines: Iterable[str]) -> list[Cue]:
-    """Cues from ``caption --format jsonl`` output (a record without pieces: one a word)."""
+def read_cues_jsonl(lines: Iterable[str], source: str = "cues") -> list[Cue]:
+    """Cues from ``caption --format jsonl`` output (a record without pieces: one a word); an
+    :class:`~streampunct.errors.InputError` naming ``source`` and the line for one that is not."""
     cues = []
-    for line in lines:
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        record = json.loads(line)
-        words = tuple(TimedWord(w["w"], ID_TO_MARK.index(w["p"]), float(w["start"]), float(w["end"]))
-                      for w in record["words"])
-        shown = record.get("pieces") or [{"text": w.w + ID_TO_MARK[w.label], "words": 1} for w in words]
-        pieces, k = [], 0
-        for item in shown:
-            pieces.append(Piece(item["text"], words[k:k + item["words"]], bool(item.get("written"))))
-            k += item["words"]
-        cues.append(Cue(float(record["start"]), float(record["end"]), tuple(record.get("lines") or [record["text"]]),
-                        words, tuple(pieces)))
+        try:
+            record = json.loads(line)
+            words = tuple(TimedWord(w["w"], ID_TO_MARK.index(w["p"]), float(w["start"]), float(w["end"]))
+                          for w in record["words"])
+            shown = record.get("pieces") or [{"text": w.w + ID_TO_MARK[w.label], "words": 1} for w in words]
+            pieces, k = [], 0
+            for item in shown:
+                pieces.append(Piece(item["text"], words[k:k + item["words"]], bool(item.get("written"))))
+                k += item["words"]
+            cues.append(Cue(float(record["start"]), float(record["end"]),
+                            tuple(record.get("lines") or [record["text"]]), words, tuple(pieces)))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+            raise InputError(f"{source}:{lineno}: not a cue of caption --format jsonl ({what})") from None
     return cues
 
 
@@ -753,13 +759,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     from pathlib import Path
 
+    from streampunct.text.textfile import read_text
     from streampunct.text.written_form import Formatter, Lexicon, parse_lexicon_tsv
 
-    with open(args.cues, encoding="utf-8") as f:
-        cues = read_cues_jsonl(f)
+    try:
+        cues = read_cues_jsonl(read_text(args.cues).splitlines(), args.cues)
+        pairs = parse_lexicon_tsv(read_text(args.lexicon), source=args.lexicon) if args.lexicon else ()
+    except (InputError, ValueError) as e:
+        p.error(str(e))
     words = [w for c in cues for w in c.words]
-    pairs = parse_lexicon_tsv(Path(args.lexicon).read_text(encoding="utf-8"), source=args.lexicon) \
-        if args.lexicon else ()
     normalizer = None
     if args.itn:
         from streampunct.text.itn import load_normalizer

@@ -135,8 +135,8 @@ def evaluate_case(punctuator, text: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from streampunct.core.decoder import OfflineDecoder
-    from streampunct.errors import StreampunctError
-    from streampunct.text.textfile import read_text
+    from streampunct.errors import InputError, StreampunctError
+    from streampunct.text.textfile import AtomicTextFile, read_text
 
     ap = argparse.ArgumentParser(prog="python -m streampunct.evaluation.case", description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="cased, punctuated text")
@@ -144,18 +144,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
+        out = AtomicTextFile(args.json) if args.json else None  # a bad --json fails before the run
+    except OSError as e:
+        ap.error(f"cannot write --json {args.json}: {e.strerror}")
+    try:
+        text = read_text(str(args.data))
+        if not text.split():
+            raise InputError(f"{args.data} holds no words")
         p = OfflineDecoder.from_model_dir(args.model)
         try:
             rep = {"model": str(p.info.path if p.info else args.model), "data": str(args.data),
-                   **evaluate_case(p, read_text(str(args.data)))}
+                   **evaluate_case(p, text)}
         finally:
             p.close()
     except StreampunctError as e:
+        if out is not None:
+            out.discard()
         print(f"case_eval: error: {e}", file=sys.stderr)
         return 2
-    text = json.dumps(rep, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+    if out is not None:
+        out.file.write(json.dumps(rep, indent=2) + "\n")
+        out.commit()
     summary = {k: rep[k]["non_lower"]["f1"] for k in ("rules", "rules_on_gold_punctuation", "learned") if k in rep}
     print(f"non-lower F1 on {args.data} ({rep['words']} words): {summary}")
     if "learned_mid_sentence" in rep:

@@ -62,3 +62,16 @@ def test_mid_sentence_report_counts_a_missed_periods_capital_as_false():
     assert mid_sentence_report(words, labels, demoted, gold_labels, gold_cases)["non_lower"]["f1"] == 100.0
     with pytest.raises(ValueError, match="lengths differ"):
         mid_sentence_report(words[:-1], labels, shown, gold_labels, gold_cases)
+
+
+def test_the_command_checks_its_output_and_input_before_the_run(tmp_path, capsys):
+    from streampunct.evaluation.case import main
+
+    data = tmp_path / "cased.txt"
+    data.write_text("Hello there. How are you?\n")
+    with pytest.raises(SystemExit) as done:
+        main(["--data", str(data), "--json", str(tmp_path / "nowhere" / "r.json"), "--model", str(tmp_path)])
+    assert done.value.code == 2 and "cannot write --json" in capsys.readouterr().err
+    data.write_text("  \n")
+    assert main(["--data", str(data), "--model", str(tmp_path)]) == 2
+    assert f"{data} holds no words" in capsys.readouterr().err

@@ -418,3 +418,17 @@ def test_a_clitic_that_opens_a_final_joins_the_word_before():
     writer.close()
     assert [p.text for c in writer.cues for p in c.pieces] == ["I'm", "here", "and", "there's", "they", "don't",
                                                               "know"]
+
+
+def test_the_cue_checker_names_the_file_and_line_of_a_bad_record(tmp_path, capsys):
+    from streampunct.client.subtitles import main
+
+    f = tmp_path / "cues.jsonl"
+    f.write_text('\n{"a": 1}\n')
+    with pytest.raises(SystemExit) as done:
+        main([str(f)])
+    assert done.value.code == 2
+    assert f"error: {f}:2: not a cue of caption --format jsonl (no 'words')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing.jsonl")])
+    assert "no such file" in capsys.readouterr().err
