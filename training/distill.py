@@ -166,6 +166,28 @@ def attach_soft_labels(train_docs: Sequence[Document], paths: Sequence[str], *,
 # --- labelling ---------------------------------------------------------------------
 
 
+def teacher_identity(teacher: str | Path) -> str:
+    """A sha256 of what a teacher computes with: a runtime folder's artifact (its sidecar's
+    ``artifact_sha256``, the file's hash otherwise), or a checkpoint's weight files."""
+    import hashlib
+
+    from streampunct.text.word_labels import file_sha256
+    from training.evaluation import is_runtime_model
+
+    path = Path(teacher)
+    if is_runtime_model(path):
+        from engines.model_meta import read_model_meta
+        from engines.sidecar import read_sidecar
+
+        artifact = path / read_model_meta(path).artifact
+        return read_sidecar(artifact).artifact_sha256 or file_sha256(artifact)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{path} is neither a runtime model folder nor a training checkpoint "
+                         "(no streampunct.json with an ONNX artifact, no *.safetensors)")
+    return hashlib.sha256("".join(f"{f.name}:{file_sha256(f)}\n" for f in files).encode()).hexdigest()
+
+
 def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = False, threads: int = 0):
     """``(decode(docs) -> per-word logits list, description)`` for a checkpoint or runtime folder.
     ``threads`` > 0 caps the CPU threads (ONNX Runtime's intra-op threads, torch's threads)."""
@@ -175,7 +197,8 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
     if is_runtime_model(path):
         # punctuation, then case when the graph has it
         rm = RuntimeModel.open(path, heads="all", **({"intra_op_threads": threads} if threads > 0 else {}))
-        return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {"teacher": str(path), "kind": "runtime"}
+        return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {
+            "teacher": str(path), "kind": "runtime", "teacher_sha256": teacher_identity(path)}
     import torch
 
     from streampunct.core.windowing import WindowConfig
@@ -194,7 +217,7 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
     def decode(docs, bs=64):
         return decode_documents(infer, aligner, docs, window, batch_size=bs)
 
-    return decode, {"teacher": str(path), "kind": "checkpoint",
+    return decode, {"teacher": str(path), "kind": "checkpoint", "teacher_sha256": teacher_identity(path),
                     "case_head": getattr(model, "case_head", None) is not None}
 
 
@@ -284,11 +307,23 @@ def shard_path(out_dir: str | Path, k: int, n: int) -> Path:
     return Path(out_dir) / f"shard_{k:03d}_of_{n:03d}.npz"
 
 
-def check_shard(path: Path, docs: Sequence[Document], k: int, n: int) -> None:
+def check_shard(path: Path, docs: Sequence[Document], k: int, n: int, teacher: str | Path | None = None,
+                teacher_sha256: str | None = None) -> None:
     """A finished shard file holds exactly the selection's documents ``docs[k::n]`` (names and
-    word counts), one probability row a word; raises InputError naming the file otherwise."""
+    word counts), one probability row a word, labelled by ``teacher`` (when given: the same
+    :func:`teacher_identity`, ``teacher_sha256`` when known, or, in a file that does not record
+    it, the same folder); raises InputError naming the file otherwise."""
     z = np.load(path)
     meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+    if teacher is not None:
+        recorded = meta.get("teacher_sha256")
+        if recorded is not None:
+            same = recorded == (teacher_sha256 or teacher_identity(teacher))
+        else:
+            same = Path(str(meta.get("teacher", ""))).resolve() == Path(teacher).resolve()
+        if not same:
+            raise InputError(f"{path} was labelled by another teacher ({meta.get('teacher')}) than {teacher}: "
+                             "move it away or use another --out (a transfer set has one teacher)")
     want = docs[k::n]
     names = _lines(z["names"])
     lengths = [int(x) for x in z["lengths"]]
@@ -366,10 +401,11 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [shard_path(out_dir, k, shards) for k in range(shards)]
     locks = [p.with_name(p.name + ".lock") for p in paths]
+    identity = teacher_identity(teacher)
     checked = set()
     for k, p in enumerate(paths):
         if p.is_file():
-            check_shard(p, docs, k, shards)
+            check_shard(p, docs, k, shards, teacher, identity)
             checked.add(k)
     total = sum(map(len, docs))
     log.info("%d documents, %d words in %d shards: %d done, %d to label",
@@ -395,7 +431,7 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
             locks[k].unlink(missing_ok=True)
     for k, p in enumerate(paths):  # this process's and the others'
         if k not in checked:
-            check_shard(p, docs, k, shards)
+            check_shard(p, docs, k, shards, teacher, identity)
     log.info("all %d shards done in %s (%d words)", shards, out_dir, total)
     return paths
 

@@ -166,14 +166,30 @@ def shard_paths(r: Recipe) -> list[Path]:
     return [shard_path(r.soft_labels, k, r.shards) for k in range(r.shards)]
 
 
-def train_commands(r: Recipe) -> list[Command]:
-    if not r.config.is_file():
-        raise RecipeError("train", f"no config {r.config}")
-    soft = json.dumps([str(p) for p in shard_paths(r)])
-    sets = [f"data.soft_labels={soft}"]
+def train_overrides(r: Recipe) -> list[str]:
+    """The ``--set`` values train passes: the shards, the data folder, then the recipe's ``--set``."""
+    sets = [f"data.soft_labels={json.dumps([str(p) for p in shard_paths(r)])}"]
     if r.data_root:
         sets.append(f"data.root={json.dumps(r.data_root)}")
-    sets += list(r.overrides)
+    return sets + list(r.overrides)
+
+
+def check_config(r: Recipe) -> None:
+    """The student's config with the recipe's overrides reads and validates, before any stage
+    runs (a bad ``--set`` is not found after hours of labelling)."""
+    from training.config import load_config
+
+    if not r.config.is_file():
+        raise RecipeError("train", f"no config {r.config}")
+    try:
+        load_config(r.config, train_overrides(r))
+    except (StreampunctError, ValueError) as e:
+        raise RecipeError("train", f"the config does not read with the --set values: {e}") from None
+
+
+def train_commands(r: Recipe) -> list[Command]:
+    check_config(r)
+    sets = train_overrides(r)
     return [cmd("training.cli", "--config", r.config, "--out", r.checkpoint,
                 *(a for s in sets for a in ("--set", s)), "--resume"),
             cmd("training.learning_curve", r.checkpoint, "--out", r.out / "learning_curve")]
@@ -224,7 +240,7 @@ def compare_commands(r: Recipe) -> list[Command]:
 
 
 def check_label(r: Recipe) -> None:
-    from training.distill import check_shard, select_documents
+    from training.distill import check_shard, select_documents, teacher_identity
 
     paths = shard_paths(r)
     missing = [p.name for p in paths if not p.is_file()]
@@ -237,9 +253,13 @@ def check_label(r: Recipe) -> None:
                                 exclude_held_out_captions=True)
     except StreampunctError as e:
         raise RecipeError("label", f"the transfer set does not read: {e}") from None
+    try:
+        identity = teacher_identity(r.teacher)
+    except (StreampunctError, OSError) as e:
+        raise RecipeError("label", f"the teacher {r.teacher} does not read: {e}") from None
     for k, p in enumerate(paths):
         try:
-            check_shard(p, docs, k, r.shards)
+            check_shard(p, docs, k, r.shards, r.teacher, identity)
         except (StreampunctError, OSError, ValueError, KeyError) as e:
             raise RecipeError("label", f"bad shard: {e}") from None
 
@@ -450,6 +470,7 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
                in_process: bool = False) -> dict:
     """The stages in order (see the module's docstring); returns the ``stages.json`` record."""
     r.root()  # no data folder: say where to get one before anything runs
+    check_config(r)
     path = r.out / "stages.json"
     record = _load_record(path)
     record.setdefault("stages", {})
@@ -508,6 +529,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--check", action="store_true", help="check every stage's output, run nothing")
     ap.add_argument("--in-process", action="store_true", help="run the commands in this process")
     args = ap.parse_args(argv)
+    if args.shards < 1:
+        ap.error(f"--shards must be >= 1, got {args.shards}")
+    if args.label_threads < 0:
+        ap.error(f"--label-threads must be >= 0, got {args.label_threads}")
     r = Recipe(out=args.out, data_root=args.data_root, teacher=args.teacher, soft_labels=args.soft_labels,
                shards=args.shards, config=args.config, shipped=args.shipped, overrides=tuple(args.overrides),
                label_threads=args.label_threads, stream_lefts=tuple(args.stream_lefts),

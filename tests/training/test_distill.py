@@ -1,5 +1,7 @@
 """Distillation end to end on a tiny model: teacher -> soft labels file -> student; plus the loss."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,13 @@ def test_a_shard_folder_resumes_skips_finished_shards_and_refuses_a_foreign_one(
     # a shard of another selection in the folder is refused with its name
     with pytest.raises(distill.InputError, match="shard_000_of_003.npz does not hold shard 0/3"):
         distill.label_shard_dir(teacher.best_dir, ["ted"], ["tedx"], out, 3, **common)
+    # so is one of another teacher (other weights), before anything is labelled
+    other = tmp_path / "other_teacher"
+    shutil.copytree(teacher.best_dir, other)
+    with open(other / "head.safetensors", "ab") as f:
+        f.write(b" ")
+    with pytest.raises(distill.InputError, match="shard_000_of_003.npz was labelled by another teacher"):
+        distill.label_shard_dir(other, ["ted", "dev2012"], ["tedx"], out, 3, **common)
 
 
 def test_processes_share_a_shard_folder_through_locks(tiny_base_model, tiny_data_root, tmp_path, monkeypatch):

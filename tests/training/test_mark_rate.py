@@ -96,3 +96,11 @@ def test_a_checkpoint_is_decoded_by_its_punctuation_head_alone(monkeypatch, tmp_
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+def test_a_data_folder_with_no_held_out_caption_talk_is_named(tiny_data_root, tmp_path, capsys):
+    """The tiny folder's captions all fall in the default training draw: nothing to measure."""
+    with pytest.raises(SystemExit) as done:
+        mr.main([str(tmp_path / "model"), "--data-root", str(tiny_data_root)])
+    assert done.value.code == 2
+    assert f"no TEDx caption talk in {tiny_data_root} is held out" in capsys.readouterr().err

@@ -141,3 +141,21 @@ def test_no_data_folder_or_teacher_is_a_clear_error(tmp_path, capsys):
     assert main([*base, "--data-root", str(tmp_path / "data"), "--teacher", str(tmp_path / "none"),
                  "--soft-labels", str(tmp_path / "soft")]) == 2
     assert f"label: no teacher at {tmp_path / 'none'}" in capsys.readouterr().err
+
+
+def test_a_bad_override_or_shard_count_is_refused_before_any_stage(tmp_path, capsys, monkeypatch):
+    """A --set the config refuses would otherwise surface at train, after hours of labelling."""
+    from training import distill
+
+    monkeypatch.setattr(distill, "label_shard_dir", lambda *a, **k: pytest.fail("labelled before the check"))
+    (tmp_path / "data").mkdir()
+    base = ["--out", str(tmp_path / "o"), "--in-process", "--data-root", str(tmp_path / "data"),
+            "--soft-labels", str(tmp_path / "soft")]
+    assert main([*base, "--set", "optim.bogus=1"]) == 2
+    assert "train: the config does not read with the --set values: unknown config key(s) bogus" in \
+        capsys.readouterr().err
+    for shards in ("0", "-1"):
+        with pytest.raises(SystemExit):
+            main([*base, "--shards", shards])
+        assert f"--shards must be >= 1, got {shards}" in capsys.readouterr().err
+    assert not (tmp_path / "soft").exists()
