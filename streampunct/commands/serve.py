@@ -236,6 +236,10 @@ def build_config(args: argparse.Namespace):
         raise InputError("--itn needs the itn extra: pip install 'streampunct[itn]'")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
+    token = args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():  # `--auth-token "$UNSET"` must not leave the server open
+        where = "--auth-token" if args.auth_token is not None else f"${TOKEN_ENV}"
+        raise InputError(f"{where} is empty: give the token, or leave it out to serve without one")
     try:
         return ServerConfig(
             model_dir=Path(args.model) if args.model else None,
@@ -252,7 +256,7 @@ def build_config(args: argparse.Namespace):
             max_message_bytes=args.max_message_bytes,
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
-            auth_token=args.auth_token or os.environ.get(TOKEN_ENV) or None,
+            auth_token=token,
             allow_hosts=tuple(args.allow_host),
             allow_origins=tuple(args.allow_origin),
             word_cache_words=args.word_cache_words,

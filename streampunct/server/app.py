@@ -67,6 +67,7 @@ from streampunct.server.http_policy import (
 )
 from streampunct.server.metrics import ServerMetrics
 from streampunct.server.session import Session, SessionContext, close_within
+from streampunct.server.ws_connection import GuardedConnection, max_write_buffer
 from streampunct.server.ws_release import release_when_closed
 from streampunct.text.itn import ProcessNormalizer, load_normalizer
 from streampunct.text.itn import available as itn_available
@@ -239,6 +240,10 @@ class ServerConfig:
         if self.event_loop is EventLoop.UVLOOP:
             resolve(self.event_loop)  # ValueError where uvloop does not import
         self.session_defaults.check(self.limits)
+        if not self.host.strip():  # asyncio binds every interface for ""
+            raise ValueError(f"host must name an address (0.0.0.0 or :: for every interface), not {self.host!r}")
+        if self.auth_token is not None and not self.auth_token.strip():
+            raise ValueError("auth_token must not be empty (None: no token)")
         if self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
         if self.workers < 1 or not 0 <= self.worker < self.workers:
@@ -446,6 +451,10 @@ class StreamServer:
                 max_size=self.config.max_message_bytes,
                 max_queue=self.config.max_queued_frames,
                 write_limit=WRITE_LIMIT_BYTES,
+                create_connection=functools.partial(  # type: ignore[arg-type]
+                    GuardedConnection,
+                    max_write_buffer=max_write_buffer(WRITE_LIMIT_BYTES, self.config.max_message_bytes),
+                    on_abort=lambda _: self.metrics.slow_reader_closes.inc()),
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,

@@ -177,7 +177,8 @@ class ServerMetrics:
         )
         self.slow_reader_closes = Counter(
             "streampunct_slow_reader_closes",
-            "Sessions closed (1013) because a send stayed blocked past the send timeout.",
+            "Connections closed because their client stopped reading: 1013 when a send stayed blocked "
+            "past the send timeout, aborted when answers to its own frames (pongs) piled up unsent.",
             registry=r,
         )
         self.itn_wait = Histogram(

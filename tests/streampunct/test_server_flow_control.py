@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import socket
+import struct
+import threading
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -174,6 +178,51 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_after_the_send_ti
     assert 0 < transcript.n_final < 400 * 200  # finals came in order up to where the server gave up
     assert transcript.words == (words * 400)[: transcript.n_final]
     await until(lambda: not server.sessions)
+
+
+def ping_flood(port: int, stop: threading.Event) -> str:
+    """A client that sends pings and reads nothing (a 4 KB receive buffer); how it ended."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    ping = struct.pack("!BB", 0x89, 0x80 | 125) + b"\0\0\0\0" + b"x" * 125  # masked (zero mask)
+    sock.settimeout(0.2)
+    try:
+        while not stop.is_set():
+            try:
+                sock.sendall(ping * 200)
+            except TimeoutError:
+                pass
+        return "stopped"
+    except OSError as e:  # reset or broken pipe: the server aborted the connection
+        return type(e).__name__
+    finally:
+        sock.close()
+
+
+async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_server):
+    """websockets answers each ping itself, without flow control: unread pongs would pile up in
+    the server's memory without end. Past the bound the connection is aborted and counted."""
+    server = await start_server(max_message_bytes=1024)
+    stop = threading.Event()
+    flood = asyncio.create_task(asyncio.to_thread(ping_flood, server.port, stop))
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            await until(lambda: metric(server, "streampunct_slow_reader_closes_total") >= 1)
+            ended = await flood
+    finally:
+        stop.set()
+        await asyncio.gather(flood, return_exceptions=True)
+    assert ended in ("ConnectionResetError", "BrokenPipeError")
+    await until(lambda: not server.sessions)
+    # a client that reads its pongs is not touched
+    async with ws_connect(server.url) as ws:
+        for _ in range(200):
+            await (await ws.ping(b"x" * 125))
+    assert metric(server, "streampunct_slow_reader_closes_total") == 1
 
 
 async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(start_server, fake_labels):

@@ -421,3 +421,26 @@ def test_serve_caps_glibc_malloc_arenas_unless_the_environment_does(env_value, a
     lines = done.stderr.splitlines()
     assert done.returncode == 0 and lines[0] == applied, done.stderr
     assert sum(line.startswith("Arena ") for line in lines) == arenas  # 5 without any cap: one per thread
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["--auth-token", ""], None, "--auth-token is empty: give the token"),
+    (["--auth-token", "  "], None, "--auth-token is empty"),
+    ([], "", "$STREAMPUNCT_AUTH_TOKEN is empty"),
+    (["--host", ""], None, "host must name an address (0.0.0.0 or :: for every interface), not ''"),
+])
+def test_an_empty_token_or_host_is_refused_not_read_as_none_or_everywhere(argv, env, message, monkeypatch):
+    """`serve --auth-token "$UNSET"` left the server open; `--host "$UNSET"` bound every interface."""
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import TOKEN_ENV, build_config
+    from streampunct.errors import InputError
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(TOKEN_ENV, env)
+    with pytest.raises(InputError) as caught:
+        build_config(build_parser().parse_args(["serve", *argv]))
+    assert message in str(caught.value)
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    assert build_config(build_parser().parse_args(["serve"])).auth_token == "s3cret"
+    assert build_config(build_parser().parse_args(["serve", "--auth-token", "t"])).auth_token == "t"
