@@ -454,7 +454,9 @@ class StreamServer:
                 create_connection=functools.partial(  # type: ignore[arg-type]
                     GuardedConnection,
                     max_write_buffer=max_write_buffer(WRITE_LIMIT_BYTES, self.config.max_message_bytes),
-                    on_abort=lambda _: self.metrics.slow_reader_closes.inc()),
+                    on_abort=lambda _: self.metrics.slow_reader_closes.inc(),
+                    on_unparsed=self._unparsed,
+                    headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None),
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,
@@ -616,13 +618,20 @@ class StreamServer:
         """Counts and logs, in one line, the handshakes websockets itself refused (bad ``Upgrade``,
         ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through. With
         ``serve --workers``, every answer (the 101 of a stream too) names its worker in a header."""
-        if self.config.workers > 1:
+        if self.config.workers > 1 and WORKER_HEADER not in response.headers:
             response.headers[WORKER_HEADER] = str(self.config.worker)
         error = connection.protocol.handshake_exc
         if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
                         _ascii(request.path.partition("?")[0]), _peer(connection), error, response.status_code)
+
+    def _unparsed(self, connection: ServerConnection, error: Exception) -> None:
+        """Counts and logs a request websockets refused while parsing it (414, 431, or closed
+        without an answer: a body, bytes that are not ASCII), which ``_process_request`` never saw."""
+        self.metrics.rejected.labels(reason="malformed").inc()
+        cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
+        logger.info("refused a request from %s: %s%s", _peer(connection), _ascii(str(error)), _ascii(cause))
 
     def _healthz(self, connection: ServerConnection) -> Response:
         loader_failed = self._loader is not None and self._loader.done() and (

@@ -16,26 +16,56 @@ message), so only a client that does not read what it asks for is cut.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.http11 import Response
 
 logger = logging.getLogger(__name__)
 
 
 class GuardedConnection(ServerConnection):
     """A :class:`ServerConnection` aborted when its unsent output passes ``max_write_buffer``
-    bytes after a read; ``on_abort(buffered)`` is called once when it is."""
+    bytes after a read; ``on_abort(buffered)`` is called once when it is.
+
+    Requests that websockets refuses while parsing them, before ``process_request``
+    sees them (a request line over 8 KB: 414; a header line over 8 KB or more than
+    128 headers: 431; a body, chunked encoding, bytes that are not ASCII, a second
+    request behind the first: closed without an answer) are reported to
+    ``on_unparsed(connection, error)`` once the handshake is over, and their
+    responses carry ``headers`` (``X-Streampunct-Worker``), as every other answer
+    does. A connection closed before it sent a whole request (a TCP health
+    check) is not reported."""
 
     def __init__(self, *args: Any, max_write_buffer: int, on_abort: Callable[[int], None] | None = None,
-                 **kwargs: Any) -> None:
+                 on_unparsed: Callable[[GuardedConnection, Exception], None] | None = None,
+                 headers: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if max_write_buffer < 1:
             raise ValueError(f"max_write_buffer must be >= 1, got {max_write_buffer}")
         self.max_write_buffer = max_write_buffer
         self._on_abort = on_abort
+        self._on_unparsed = on_unparsed
         self.aborted_for_unread_output = False
+        if headers:
+            reject = self.protocol.reject
+
+            def reject_with_headers(status: Any, text: str) -> Response:
+                response = reject(status, text)
+                for name, value in headers.items():
+                    if name not in response.headers:
+                        response.headers[name] = value
+                return response
+
+            self.protocol.reject = reject_with_headers  # type: ignore[method-assign]
+
+    async def handshake(self, *args: Any, **kwargs: Any) -> None:
+        await super().handshake(*args, **kwargs)
+        error = self.protocol.handshake_exc
+        if self.request is None and error is not None and self._on_unparsed is not None \
+                and not isinstance(error.__cause__, EOFError):
+            self._on_unparsed(self, error)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)

@@ -20,6 +20,7 @@ from websockets.exceptions import InvalidStatus
 from streampunct.client.stream_client import StreamClient
 from streampunct.core.wire import Final
 from tests.streampunct.conftest import FakeEngine
+from tests.streampunct.fakes import until
 from tests.streampunct.test_server_protocol import WORDS
 from tests.streampunct.test_text_labels import INVISIBLE
 
@@ -444,3 +445,47 @@ def test_an_empty_token_or_host_is_refused_not_read_as_none_or_everywhere(argv, 
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
     assert build_config(build_parser().parse_args(["serve"])).auth_token == "s3cret"
     assert build_config(build_parser().parse_args(["serve", "--auth-token", "t"])).auth_token == "t"
+
+
+async def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data``; the reply's head and body (by Content-Length), or b"" when the server closed
+    without one. The client closes the connection after."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as e:
+                return e.partial
+            length = int(Reply(head).headers.get("content-length", "0"))
+            return head + await reader.readexactly(length)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(("data", "status"), [
+    (b"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414),
+    (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello", None),
+    (b"GET /h\xffz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),
+])
+async def test_requests_websockets_refuses_unparsed_are_counted_logged_and_name_the_worker(
+        start_server, caplog, data, status):
+    """Refused before process_request sees them; still one count, one log line, the worker header."""
+    caplog.set_level(logging.INFO)
+    server = await start_server(workers=2, worker=1)
+    reply = await raw_exchange(server.port, data)
+    if status is None:
+        assert reply == b""  # closed without an answer (websockets' rule)
+    else:
+        assert Reply(reply).status == status and Reply(reply).headers["x-streampunct-worker"] == "1"
+    await until(lambda: rejected(server, "malformed") == 1.0)
+    (line,) = [r.getMessage() for r in refusal_lines(caplog)]
+    assert line.startswith("refused a request from 127.0.0.1:") and "\n" not in line
+    # a connection closed before it sent a request (a TCP health check) is neither counted nor logged
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.close()
+    assert (await request(server.port)).status == 200
+    assert rejected(server, "malformed") == 1.0 and len(refusal_lines(caplog)) == 1
