@@ -28,8 +28,9 @@
 # --dither 0.5 --seed 16.
 # `build` exports the mix to 4-bit and keeps release 2's windows; `tune` sets the case margin.
 # Overrides: CONFIG, START, BUILD (default build/MODEL), OUT (default
-# benchmarks/results/release_MODEL). Validation and test data come from ../shared/data
-# ($STREAMPUNCT_DATA) and data/iwslt2011.
+# benchmarks/results/release_MODEL). Validation data come from $STREAMPUNCT_DATA (default
+# ../shared/data), the test sets from data/iwslt2011. compare names each model's figures by
+# role (_shipped, _candidate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: release.sh default|base train|build|tune|compare|ship|score|all"
@@ -62,6 +63,7 @@ release2_base() {  # $r2dir/models/base: release 2's folder, from git
 }
 
 train() {
+  compgen -G "$start/model*.safetensors" >/dev/null || { echo "no checkpoint $start: run scripts/gpu_release.sh (docs/training.md)" >&2; exit 3; }
   if [[ $model == default ]]; then
     # the repair's soft labels: models/base (the CPU teacher) on 200k words of TEDx captions
     [[ -f cache/soft/v6_captions_base.npz ]] || _py -m training.distill label --teacher models/base \
@@ -69,7 +71,6 @@ train() {
   else
     # GPU run 5's teacher (scripts/gpu_release.sh on a lent GPU), continued on the CPU to the
     # step-150 validation of the background run's schedule, then repaired (the config's header)
-    [[ -f $start/model.safetensors ]] || { echo "no $start: run scripts/gpu_release.sh (docs/training.md)" >&2; exit 3; }
     _py -m training.cli --config training/configs/release3_teacher.toml --base-model "$start" \
         --out checkpoints/release3_teacher_150 --set optim.stop_step=150 --resume
     start=checkpoints/release3_teacher_150/best
@@ -121,8 +122,8 @@ tune() {
     _py -m training.window_tuning "$build" --stream-lefts 20 25 30 40
     tune_stream_cache "$build" 25 40 60 80 100
   fi  # base keeps release 2's windows (build)
-  _py -m training.case_margin "$build" --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt \
-    ../shared/data/cased_spoken/swda_val_cased.txt --write
+  _py -m training.case_margin "$build" --data "$DATA/cased_spoken/ted_iwslt_dev2010_cased.txt" \
+    "$DATA/cased_spoken/swda_val_cased.txt" --write
 }
 
 mkdir -p "$out"

@@ -7,6 +7,9 @@
 _py() { "${LPY:-.venv/bin/python}" "$@"; }
 _sp() { "${LSP:-.venv/bin/streampunct}" "$@"; }
 
+# The data folder: $STREAMPUNCT_DATA, as the Python tools read it, or ../shared/data.
+DATA="${STREAMPUNCT_DATA:-../shared/data}"
+
 # tree_bytes: what travels to a device call besides its carried folders, tracked and
 # untracked-not-ignored files (models/ left out: the GPU scripts' prepare moves it aside)
 tree_bytes() {
@@ -24,10 +27,11 @@ stream_artifact() {
 # compare_on_validation OLD NEW OUT [LIVE_SET...]: two runtime model folders on validation
 # only: offline F1 and label agreement on dev2010 and SwDA validation, punctuation density on
 # held-out ASR captions (benchmarks.mark_rate), learned case on dev2010, and a live stream at
-# the server's defaults of each LIVE_SET (cased validation texts in ../shared/data/cased_spoken;
-# default ted_iwslt_dev2010). JSON into OUT.
+# the server's defaults of each LIVE_SET (cased validation texts in $DATA/cased_spoken;
+# default ted_iwslt_dev2010). JSON into OUT, each model's files named by its role (OLD:
+# shipped, NEW: candidate), as training.recipe names them.
 compare_on_validation() {
-  local old=$1 new=$2 out=$3 valid m n
+  local old=$1 new=$2 out=$3 valid role m
   shift 3
   local live=("$@")
   (( ${#live[@]} )) || live=(ted_iwslt_dev2010)
@@ -36,13 +40,13 @@ compare_on_validation() {
   done
   # no validation set is ASR output: how densely each model punctuates held-out TEDx captions
   _py -m benchmarks.mark_rate "$old" "$new" --json "$out/mark_rate.json"
-  for m in "$old" "$new"; do
-    n=$(basename "$m")
+  for role in shipped candidate; do
+    if [[ $role == shipped ]]; then m=$old; else m=$new; fi
     _py -m streampunct.evaluation.case --model "$m" \
-        --data ../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt --json "$out/case_dev2010_$n.json"
+        --data "$DATA/cased_spoken/ted_iwslt_dev2010_cased.txt" --json "$out/case_dev2010_$role.json"
     for valid in "${live[@]}"; do
-      _sp evaluate --model "$m" --text --data "../shared/data/cased_spoken/${valid}_cased.txt" \
-          --live --json "$out/live_${valid}_$n.json"
+      _sp evaluate --model "$m" --text --data "$DATA/cased_spoken/${valid}_cased.txt" \
+          --live --json "$out/live_${valid}_$role.json"
     done
   done
 }
@@ -95,7 +99,7 @@ score_test_sets() {
       --json "$out/case_test2011.json"
   _sp bench live --model "$model" --out-dir "$out" --name live_test2011
   _sp bench live --model "$model" --data data/iwslt2011/test2011asr --out-dir "$out" --name live_test2011asr
-  _sp bench live --model "$model" --text --data ../shared/data/cased_spoken/swda_val_cased.txt \
+  _sp bench live --model "$model" --text --data "$DATA/cased_spoken/swda_val_cased.txt" \
       --out-dir "$out" --name live_swda_val
 }
 

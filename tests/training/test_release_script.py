@@ -40,10 +40,15 @@ def test_a_wrong_model_or_step_prints_usage(tmp_path, args):
 
 
 def test_default_trains_its_config_from_the_gpu_student(tmp_path):
-    r, calls = run_step(tmp_path, "default", "train")
+    start = tmp_path / "student"
+    r, calls = run_step(tmp_path, "default", "train", START=str(start))
+    assert r.returncode == 3 and f"no checkpoint {start}" in r.stderr and calls == []  # before any labelling
+    start.mkdir()
+    (start / "model.safetensors").touch()
+    r, calls = run_step(tmp_path, "default", "train", START=str(start))
     assert r.returncode == 0, r.stderr
-    assert ("py -m training.cli --config training/configs/release_v6_repair.toml "
-            "--base-model checkpoints/gpu_student/best --resume") in calls
+    assert (f"py -m training.cli --config training/configs/release_v6_repair.toml "
+            f"--base-model {start} --resume") in calls
     assert calls[-1] == f"py -m training.learning_curve checkpoints/release_v6_repair --out {tmp_path}/out/learning_curve"
 
 
@@ -84,7 +89,7 @@ def test_base_builds_4_bit_weights_of_the_mix_with_release_2s_windows(tmp_path):
 def test_base_trains_the_teacher_to_step_150_repairs_it_and_mixes_it_with_release_2(tmp_path):
     start, r2 = tmp_path / "teacher", release2(tmp_path)
     r, calls = run_step(tmp_path, "base", "train", START=str(start), RELEASE2_DIR=str(r2))
-    assert r.returncode == 3 and "no " + str(start) in r.stderr and calls == []  # GPU run 5's teacher first
+    assert r.returncode == 3 and f"no checkpoint {start}" in r.stderr and calls == []  # GPU run 5's teacher first
     start.mkdir()
     (start / "model.safetensors").touch()
     r, calls = run_step(tmp_path, "base", "train", START=str(start), RELEASE2_DIR=str(r2))
@@ -116,3 +121,22 @@ def test_a_config_override_names_the_checkpoint(tmp_path):
     r, _ = run_step(tmp_path, "default", "build", CONFIG=str(tmp_path / "missing.toml"))
     assert r.returncode == 2
     assert "no config" in r.stderr
+
+
+def test_compare_names_each_models_figures_by_role_and_reads_the_data_folder(tmp_path):
+    """models/default and build/default share a folder name: their figures must not overwrite."""
+    r, calls = run_step(tmp_path, "default", "compare", BUILD="build/default", STREAMPUNCT_DATA="/data")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    for role, model in (("shipped", "models/default"), ("candidate", "build/default")):
+        assert (f"py -m streampunct.evaluation.case --model {model} --data "
+                f"/data/cased_spoken/ted_iwslt_dev2010_cased.txt --json {out}/case_dev2010_{role}.json") in calls
+        for valid in ("ted_iwslt_dev2010", "swda_val"):
+            assert (f"sp evaluate --model {model} --text --data /data/cased_spoken/{valid}_cased.txt --live "
+                    f"--json {out}/live_{valid}_{role}.json") in calls
+    jsons = [c.split("--json ")[1] for c in calls if "--json " in c]
+    assert len(jsons) == len(set(jsons))
+    (tmp_path / "t").mkdir()
+    r, calls = run_step(tmp_path / "t", "base", "tune", BUILD="build/x", STREAMPUNCT_DATA="/data")
+    assert calls == ["py -m training.case_margin build/x --data /data/cased_spoken/ted_iwslt_dev2010_cased.txt "
+                     "/data/cased_spoken/swda_val_cased.txt --write"]
