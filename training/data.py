@@ -58,17 +58,18 @@ FORBIDDEN = ("test2011", "test2011asr", "tst2011")
 
 
 def data_root(configured: str = "") -> Path:
-    """The data folder: config ``data.root``, else ``$STREAMPUNCT_DATA``, else ../shared/data."""
+    """The data folder: config ``data.root`` (``--data-root``), else ``$STREAMPUNCT_DATA``, else
+    ../shared/data next to the repository; a relative path is taken from the current directory,
+    as every other path a command is given."""
     if configured:
-        root = Path(configured)
-        if not root.is_absolute():
-            root = REPO_ROOT / root
+        root = Path(configured).expanduser().absolute()
     elif os.environ.get("STREAMPUNCT_DATA"):
-        root = Path(os.environ["STREAMPUNCT_DATA"])
+        root = Path(os.environ["STREAMPUNCT_DATA"]).expanduser().absolute()
     else:
         root = REPO_ROOT.parent / "shared" / "data"
     if not root.is_dir():
-        raise InputError(f"data folder {root} does not exist: set data.root or STREAMPUNCT_DATA to one, or build "
+        raise InputError(f"data folder {root} does not exist: give one (--data-root, data.root in a config, or "
+                         f"$STREAMPUNCT_DATA), or build "
                          f"one from the public sources with python -m training.build_data (docs/data.md)")
     return root
 

@@ -195,6 +195,9 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
 
     path = Path(teacher)
     if is_runtime_model(path):
+        if device == "cuda" or bf16:  # ONNX Runtime's CPU graph: neither would be used
+            raise InputError(f"{path} is a runtime folder (ONNX Runtime on the CPU): --device cuda and --bf16 "
+                             "apply to a training checkpoint teacher")
         # punctuation, then case when the graph has it
         rm = RuntimeModel.open(path, heads="all", **({"intra_op_threads": threads} if threads > 0 else {}))
         return (lambda docs, bs=64: rm.logits(docs, batch_size=bs)), {
@@ -207,6 +210,8 @@ def teacher_decoder(teacher: str | Path, *, device: str = "auto", bf16: bool = F
 
     if threads > 0:
         torch.set_num_threads(threads)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no CUDA device here (use --device cpu or auto)")
     model, meta = load_checkpoint(path)
     dev = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
     model.to(dev).eval()
@@ -458,14 +463,18 @@ def main(argv: list[str] | None = None) -> int:
     lab.add_argument("--exclude-held-out-captions", action="store_true",
                      help="leave out the TEDx talks benchmarks.mark_rate holds out (any caption draw "
                           "larger than the students' 400k words)")
-    lab.add_argument("--shards", type=int, default=0, metavar="N",
+    lab.add_argument("--shards", type=int, default=None, metavar="N",
                      help="label all N shards into the folder --out (shard_KKK_of_NNN.npz), skipping "
                           "finished ones: a stopped run resumes with the same command; the same command "
                           "run again alongside labels other shards (one process per free core)")
     lab.add_argument("--threads", type=int, default=0,
                      help="CPU threads for the teacher (default: all physical cores)")
     args = ap.parse_args(argv)
-    if args.shards:
+    if not args.labelled and not args.unlabeled:
+        ap.error("nothing to label: give --labelled and/or --unlabeled sources")
+    if args.shards is not None:
+        if args.shards < 1:
+            ap.error(f"--shards must be >= 1, got {args.shards}")
         if args.shard != "0/1":
             ap.error("--shard and --shards exclude each other")
         return run_tool(lambda: label_shard_dir(

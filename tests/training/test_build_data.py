@@ -233,7 +233,7 @@ def test_train_without_a_data_folder_says_where_to_get_one(tmp_path, capsys):
     from training.cli import main as train_main
 
     missing = tmp_path / "no_data"
-    with pytest.raises(InputError, match=r"data folder .*no_data does not exist: set data.root or STREAMPUNCT_DATA"
+    with pytest.raises(InputError, match=r"data folder .*no_data does not exist: give one \(--data-root, data.root in a config, or \$STREAMPUNCT_DATA\)"
                                          r".*python -m training.build_data \(docs/data.md\)"):
         data_root(str(missing))
     config = Path(__file__).resolve().parents[2] / "training" / "configs" / "ce.toml"
@@ -248,3 +248,11 @@ def test_reference_hashes_cover_every_file_the_trainer_reads():
 
     read = {TED_FILE, *LABELLED_FILES.values(), *CASED_FILES.values(), *UNLABELED_FILES.values()}
     assert read <= set(build_data.REFERENCE_SHA256)
+
+
+def test_a_relative_data_folder_is_taken_from_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "mydata").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert data_root("mydata") == tmp_path / "mydata"
+    monkeypatch.setenv("STREAMPUNCT_DATA", "mydata")
+    assert data_root() == tmp_path / "mydata"

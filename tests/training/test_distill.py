@@ -1,6 +1,7 @@
 """Distillation end to end on a tiny model: teacher -> soft labels file -> student; plus the loss."""
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,7 +213,8 @@ def test_processes_share_a_shard_folder_through_locks(tiny_base_model, tiny_data
 def test_a_bad_shard_is_refused_with_its_value(bad, tmp_path, capsys):
     from training.distill import main
 
-    rc = main(["label", "--teacher", str(tmp_path / "none"), "--out", str(tmp_path / "x.npz"), f"--shard={bad}"])
+    rc = main(["label", "--teacher", str(tmp_path / "none"), "--out", str(tmp_path / "x.npz"), f"--shard={bad}",
+               "--unlabeled", "tedx"])
     assert rc != 0
     assert bad in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
@@ -275,3 +277,29 @@ def test_a_half_made_lock_is_left_while_fresh_and_taken_over_when_old(tmp_path):
     os.utime(lock, (old, old))
     assert _claim(lock)
     assert lock.read_text().split()[1] == str(os.getpid())
+
+
+def test_label_refuses_nothing_to_label_and_a_shard_count_below_one(tmp_path, capsys):
+    from training.distill import main
+
+    base = ["label", "--teacher", str(tmp_path / "none"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        main(base)
+    assert "nothing to label: give --labelled and/or --unlabeled sources" in capsys.readouterr().err
+    for shards in ("0", "-2"):
+        with pytest.raises(SystemExit):
+            main([*base, "--unlabeled", "tedx", "--shards", shards])
+        assert f"--shards must be >= 1, got {shards}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_device_options_a_teacher_cannot_use_are_refused(tmp_path):
+    from training.distill import InputError, teacher_decoder
+
+    shipped = Path(__file__).resolve().parents[2] / "models" / "default"
+    if (shipped / "streampunct.json").is_file():
+        with pytest.raises(InputError, match="is a runtime folder .*--device cuda and --bf16 apply to a training"):
+            teacher_decoder(shipped, device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="--device cuda: torch sees no CUDA device"):
+            teacher_decoder(tmp_path, device="cuda")
