@@ -249,7 +249,8 @@ def _run(args: argparse.Namespace) -> int:
     if not from_graph:
         check_checkpoint_folder(ckpt)
     if args.out is None:
-        raise InputError("--out DIR is required to build a model folder from a checkpoint")
+        raise InputError("--out DIR is required: the folder to build" +
+                         (" (the TensorRT folder of this model folder)" if from_graph else ""))
     if from_graph and args.out.resolve() == ckpt.resolve():
         raise InputError(f"--out {args.out} is the folder the model is read from: write the TensorRT folder elsewhere")
     if not from_graph and not (ckpt / "tokenizer.json").is_file():
@@ -262,9 +263,11 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError("--int8-activations applies to --backend tensorrt from a built model folder")
     precision = args.precision or ("int8" if args.backend == "onnxruntime" else "fp32" if emulate else "fp16")
     if emulate and precision != "fp32":
+        advice = ("pass --int8-activations float for an fp16 plan" if precision == "fp16" else
+                  f"{precision} is not a TensorRT precision (fp32, fp16)" if precision == "int4" else
+                  f"pass --int8-activations float for an {precision} plan")
         raise InputError(f"--precision {precision} with emulated int8 activations: the emulated graph is float32 "
-                         "(its integer products are exact only there); pass --int8-activations float for "
-                         f"an {precision} plan")
+                         f"(its integer products are exact only there); {advice}")
     needs_calibration = precision != "fp32" and (args.backend == "tensorrt" or precision == "fp16")
     if parity_path is None and needs_calibration:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "

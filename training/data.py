@@ -215,6 +215,12 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
         path = Path(source)
         if not path.is_absolute():
             path = REPO_ROOT / path
+        if not path.exists():
+            names = ["ted", *LABELLED_FILES, *CASED_FILES]
+            hint = (f" ({source!r} is an unlabeled source: data.unlabeled, not data.train)"
+                    if source in UNLABELED_FILES else "")
+            raise InputError(f"labelled source {source!r} is neither a name ({', '.join(names)}) nor a "
+                             f"word<TAB>LABEL file (no {path}){hint}")
     _check_allowed(path)
     wl = read_word_labels(path)
     return [Document(source, wl.words, wl.labels)]

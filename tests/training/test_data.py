@@ -75,3 +75,14 @@ def test_cap_words_is_seeded_and_exact():
     capped = cap_words(docs, 25, seed=3)
     assert sum(map(len, capped)) == 25
     assert [d.name for d in capped] == [d.name for d in cap_words(docs, 25, seed=3)]
+
+
+def test_an_unknown_labelled_source_lists_the_names_and_points_to_unlabeled(tiny_data_root, tmp_path):
+    from streampunct.errors import InputError
+    from training.data import load_labelled
+
+    with pytest.raises(InputError, match=r"labelled source 'mrda' is neither a name \(ted, dev2012, .*\) nor a "
+                                         r"word<TAB>LABEL file .*'mrda' is an unlabeled source: data.unlabeled"):
+        load_labelled("mrda", tiny_data_root, tmp_path)
+    with pytest.raises(InputError, match="labelled source 'nonsense' is neither a name"):
+        load_labelled("nonsense", tiny_data_root, tmp_path)
