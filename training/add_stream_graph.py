@@ -27,6 +27,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from engines.base import EngineError
 from engines.build.stream_graph import build_stream_artifact
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import read_sidecar, sha256_files
@@ -38,10 +39,22 @@ def checkpoint_source(checkpoint: Path) -> str:
     return sha256_files([p for p in checkpoint.rglob("*") if p.is_file()], checkpoint)
 
 
+#: The quantizations a streaming graph is built with (engines.build.stream_graph).
+STREAM_PRECISIONS = ("int8", "int4")
+
+
 def _artifact(model_dir: Path) -> Path:
+    """The folder's artifact; refused before any checkpoint is read or graph imported when the
+    folder is not a model folder or its artifact is of a precision no streaming graph is built
+    with (build_stream_artifact's ExportError, up front)."""
     if not has_model_meta(model_dir):
         raise InputError(f"{model_dir} is not a model folder (no streampunct.json)")
-    return model_dir / (read_model_meta(model_dir).artifact or "")
+    artifact = model_dir / (read_model_meta(model_dir).artifact or "")
+    if artifact.is_file():
+        precision = read_sidecar(artifact).precision
+        if precision not in STREAM_PRECISIONS:
+            raise InputError(f"{artifact} is {precision}: the streaming graph is built as int8 or int4 only")
+    return artifact
 
 
 def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:
@@ -87,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             print(add_stream_graph_from_graph(args.paths[0], args.base_model))
         else:
             print(add_stream_graph(*args.paths))
-    except InputError as e:
-        raise SystemExit(f"error: {e}") from None
+    except (InputError, EngineError) as e:  # the folder or checkpoint refused: one line, exit status 2
+        p.exit(2, f"{p.prog}: error: {e}\n")
     return 0
 
 

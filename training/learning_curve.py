@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -29,6 +30,41 @@ def curve_points(metrics_path: Path) -> list[dict]:
         points.append({"step": rec["step"], "words": rec.get("words_seen"), "overall_f1": rec["overall_f1"],
                        **{f"{k}_f1": v["f1"] for k, v in rec.get("per_class", {}).items()}})
     return points
+
+
+class CurveError(Exception):
+    """A run folder or curve file this tool cannot draw (the message says which and why)."""
+
+
+def run_points(run: Path) -> list[dict]:
+    """The curve of a run folder; :class:`CurveError` without ``metrics.jsonl`` or without a
+    validation record in it (a run stopped before its first validation)."""
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file():
+        why = "" if run.is_dir() else (": it is not a folder" if run.exists() else ": it does not exist")
+        raise CurveError(f"no metrics.jsonl in {run} (a training run's output folder){why}")
+    try:
+        points = curve_points(metrics)
+    except (KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise CurveError(f"{metrics} has a malformed validation record ({type(e).__name__}: {e})") from None
+    if not points:
+        raise CurveError(f"{metrics} has no validation records (\"type\": \"valid\", written every "
+                         "optim.eval_every steps and at each epoch's end): no curve to draw yet")
+    return points
+
+
+def compare_points(path: Path) -> tuple[list[dict], str]:
+    """The points and run name of a curve JSON this tool wrote (``--compare``)."""
+    try:
+        other = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CurveError(f"--compare {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CurveError(f"--compare {path}: not a curve JSON ({e})") from None
+    points = other.get("points") if isinstance(other, dict) else None
+    if not isinstance(points, list) or not all(isinstance(p, dict) and "overall_f1" in p for p in points):
+        raise CurveError(f"--compare {path}: not a curve JSON this tool wrote (no \"points\" with overall_f1)")
+    return points, str(other.get("run", path.stem))
 
 
 def plot(points: list[dict], path: Path, title: str, *, compare: list[dict] | None = None,
@@ -70,12 +106,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="another run's curve (a JSON this tool wrote): its overall F1 is drawn too")
     ap.add_argument("--compare-label", default=None, help="legend name of --compare (default: its run)")
     args = ap.parse_args(argv)
-    points = curve_points(args.run / "metrics.jsonl")
-    compare, label = None, ""
-    if args.compare is not None:
-        other = json.loads(args.compare.read_text(encoding="utf-8"))
-        compare = other["points"]
-        label = args.compare_label or Path(other.get("run", args.compare.stem)).name
+    try:
+        points = run_points(args.run)
+        compare, label = None, ""
+        if args.compare is not None:
+            compare, run = compare_points(args.compare)
+            label = args.compare_label or Path(run).name
+    except CurveError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     out = args.out or args.run / "learning_curve"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"run": str(args.run), "points": points}, indent=2) + "\n",

@@ -439,37 +439,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.stream_lefts and args.stream_cache_tokens:
         ap.error("--stream-lefts and --stream-cache-tokens tune one thing each: run them one after the other")
+    if not args.stream_cache_tokens and args.valid and len(args.valid) > 1:
+        ap.error("--valid takes one set for the window grids (several only with --stream-cache-tokens)")
+    if not args.stream_cache_tokens and args.tolerance < 0:
+        ap.error(f"--tolerance must be >= 0, got {args.tolerance:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.stream_cache_tokens:
-        from streampunct.errors import InputError
+    from engines.base import EngineError
+    from streampunct.errors import StreampunctError
 
-        sets = list(dict.fromkeys(args.valid or STREAM_CACHE_SETS))
-        try:
+    try:
+        if args.stream_cache_tokens:
+            sets = list(dict.fromkeys(args.valid or STREAM_CACHE_SETS))
             require_stream_graph(args.model)  # before loading any data
             stream_cache_grid(args.stream_cache_tokens)
             root, cache = data_root(args.data_root or ""), resolve_cache("cache")
             docs_by_set = {s: load_validation_docs(s, root, cache) for s in sets}
             choice = tune_stream_cache(args.model, docs_by_set, args.stream_cache_tokens)
-        except (InputError, FileNotFoundError) as e:
-            print(f"python -m training.window_tuning: error: {e}", file=sys.stderr)
-            return 2
-        state = "enabled" if choice.enabled else (f"NOT enabled (\"stream_cache\": false; "
-                                                   f"{', '.join(choice.failing)} under the guard)")
-        print(f"chosen stream_cache_tokens: {choice.tokens}, {state} (written to {args.model / 'streampunct.json'})")
-        return 0
-    if args.valid and len(args.valid) > 1:
-        ap.error("--valid takes one set for the window grids (several only with --stream-cache-tokens)")
-    valid = args.valid[0] if args.valid else "dev2010"
-    docs = load_validation_docs(valid, data_root(args.data_root or ""), resolve_cache("cache"))
-    if args.stream_lefts:
-        chosen = tune_stream_left(args.model, docs, args.stream_lefts, set_name=valid,
-                                  tolerance=args.tolerance)
-        print(f"chosen stream_window: {chosen} (written to {args.model / 'streampunct.json'})")
-        return 0
-    grid = window_grid(args.sizes, args.lefts, args.rights, read_model_meta(args.model).max_word_tokens or 16)
-    chosen = tune_model_folder(args.model, docs, grid, set_name=valid, tolerance=args.tolerance)
+            state = "enabled" if choice.enabled else (f"NOT enabled (\"stream_cache\": false; "
+                                                       f"{', '.join(choice.failing)} under the guard)")
+            print(f"chosen stream_cache_tokens: {choice.tokens}, {state} "
+                  f"(written to {args.model / 'streampunct.json'})")
+            return 0
+        from streampunct.model import load_model_info
+
+        info = load_model_info(args.model)  # a model folder, before loading any data
+        if args.stream_lefts:
+            _check_stream_lefts(ap, info.window, args.stream_lefts, info.max_word_tokens)
+        else:
+            grid = window_grid(args.sizes, args.lefts, args.rights, info.max_word_tokens)
+            if not grid:
+                ap.error(f"--sizes {' '.join(map(str, args.sizes))} --lefts {' '.join(map(str, args.lefts))} "
+                         f"--rights {' '.join(map(str, args.rights))} give no valid window for {args.model} "
+                         f"(each size must be >= left + right + 2 x {info.max_word_tokens}, its words' "
+                         "most tokens, and overlaps >= 0)")
+        valid = args.valid[0] if args.valid else "dev2010"
+        docs = load_validation_docs(valid, data_root(args.data_root or ""), resolve_cache("cache"))
+        if args.stream_lefts:
+            chosen = tune_stream_left(args.model, docs, args.stream_lefts, set_name=valid,
+                                      tolerance=args.tolerance)
+            print(f"chosen stream_window: {chosen} (written to {args.model / 'streampunct.json'})")
+            return 0
+        chosen = tune_model_folder(args.model, docs, grid, set_name=valid, tolerance=args.tolerance)
+    except (StreampunctError, EngineError, FileNotFoundError) as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     print(f"chosen window: {chosen} (written to {args.model / 'streampunct.json'})")
     return 0
+
+
+def _check_stream_lefts(ap: argparse.ArgumentParser, window: WindowConfig, lefts: Sequence[int],
+                        max_word_tokens: int) -> None:
+    """A usage error (``ap.error``) unless every ``--stream-lefts`` value fits the folder's window."""
+    for left in sorted(set(lefts)):
+        try:
+            WindowConfig(window.size, left, window.right).validate_for(max_word_tokens)
+        except ValueError as e:
+            most = window.size - window.right - 2 * max_word_tokens
+            fits = f"left from 0 to {most}" if most >= 0 else "no left fits"
+            ap.error(f"--stream-lefts {left}: {e} (the folder's window: size {window.size}, "
+                     f"right {window.right}: {fits})")
 
 
 if __name__ == "__main__":
