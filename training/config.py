@@ -94,6 +94,13 @@ class DataConfig:
             raise InputError("data.max_word_tokens must be in [2, max_len - 2]")
         if not self.train:
             raise InputError("data.train names no source")
+        if any(not source.strip() for source in self.train):
+            raise InputError("data.train has an empty source name")
+        if not self.valid.strip():
+            raise InputError("data.valid names no source (e.g. 'dev2010' or a path)")
+        for name in ("max_train_words", "max_valid_words", "max_unlabeled_words", "max_pos_words"):
+            if getattr(self, name) < 0:
+                raise InputError(f"data.{name} must be >= 0 (0: all)")
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,18 @@ class OptimConfig:
             raise InputError("optim.warmup_ratio must be in [0, 1)")
         if self.stop_step < 0 or self.max_steps < 0:
             raise InputError("optim.stop_step and optim.max_steps must be >= 0 (0: off)")
+        if self.threads < 0:
+            raise InputError("optim.threads must be >= 0 (0: torch's default)")
+        if self.eval_every < 0:
+            raise InputError("optim.eval_every must be >= 0 (0: once per epoch)")
+        if self.patience < 0:
+            raise InputError("optim.patience must be >= 0 (0: no early stopping)")
+        if self.checkpoint_every < 0:
+            raise InputError("optim.checkpoint_every must be >= 0 (0: only at epoch ends)")
+        if self.log_every < 1:
+            raise InputError("optim.log_every must be >= 1")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise InputError("optim.weight_decay and optim.grad_clip must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -247,6 +266,10 @@ class AdversarialConfig:
     disc_hidden: int = 1024
     pos_every: int = 1
     use_discriminator: bool = True
+
+    def validate(self) -> None:
+        if self.pos_every < 1 or self.disc_hidden < 1:
+            raise InputError("method.adversarial.pos_every and method.adversarial.disc_hidden must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -333,7 +356,10 @@ class MethodConfig:
             raise InputError("method.loss must be 'ce' or 'focal'")
         if self.focal_gamma < 0 or not 0.0 <= self.label_smoothing < 1.0:
             raise InputError("method.focal_gamma must be >= 0, label_smoothing in [0, 1)")
+        if self.case_weight < 0:
+            raise InputError("method.case_weight must be >= 0 (a loss weight)")
         self.scl.validate()
+        self.adversarial.validate()
         self.self_training.validate()
 
 
@@ -363,6 +389,52 @@ class EvalConfig:
     tune_lefts: tuple[int, ...] = (20, 30, 40, 50)
     tune_rights: tuple[int, ...] = (10, 15, 20, 30)
     caption_marks_words: int = 0
+
+    def validate(self, max_word_tokens: int) -> None:
+        """The window and the tuning grid against words of up to ``max_word_tokens`` tokens."""
+        if self.caption_marks_words < 0:
+            raise InputError("eval.caption_marks_words must be >= 0")
+        if self.batch_size < 1:
+            raise InputError("eval.batch_size must be >= 1")
+        if min(self.window_left, self.window_right) < 0 or \
+                self.window_left + self.window_right + 2 * max_word_tokens > self.window_size:
+            raise InputError("eval: need window_left + window_right + 2 * data.max_word_tokens "
+                             "<= window_size (a window must hold its context and two whole words)")
+        if any(size < 1 for size in self.tune_sizes):
+            raise InputError(f"eval.tune_sizes must be >= 1, got {list(self.tune_sizes)}")
+        for name in ("tune_lefts", "tune_rights"):
+            if any(v < 0 for v in getattr(self, name)):
+                raise InputError(f"eval.{name} must be >= 0, got {list(getattr(self, name))}")
+        if not self.tune_windows:
+            return
+        for name in ("tune_sizes", "tune_lefts", "tune_rights"):
+            if not getattr(self, name):
+                raise InputError(f"eval.{name} is empty: eval.tune_windows needs a grid of at least one window")
+        if not tuning_grid(self, max_word_tokens):
+            # the grid keeps the windows that hold L + R + two whole words (WindowConfig.validate_for)
+            need = min(self.tune_lefts) + min(self.tune_rights) + 2 * max_word_tokens
+            raise InputError(
+                f"eval.tune_sizes: no window of the tuning grid holds its context and two whole words: "
+                f"the largest size {max(self.tune_sizes)} < min(eval.tune_lefts) + min(eval.tune_rights) "
+                f"+ 2 * data.max_word_tokens = {need}")
+
+
+def tuning_grid(cfg: EvalConfig, max_word_tokens: int) -> list[Any]:
+    """The valid windows of the ``eval.tune_*`` grid, as ``training.window_tuning.window_grid``
+    builds them (the rule is ``WindowConfig.validate_for``'s; no torch needed here)."""
+    import itertools
+
+    from streampunct.core.windowing import WindowConfig
+
+    out = []
+    for size, left, right in itertools.product(cfg.tune_sizes, cfg.tune_lefts, cfg.tune_rights):
+        try:
+            w = WindowConfig(size, left, right)
+            w.validate_for(max_word_tokens)
+        except ValueError:
+            continue
+        out.append(w)
+    return out
 
 
 @dataclass(frozen=True)
@@ -395,13 +467,7 @@ class TrainConfig:
             raise InputError("method.kind = 'adversarial' needs model.head = 'blstm_crf'")
         if self.method.kind == "self_training" and crf:
             raise InputError("self-training uses the linear head (its loss smooths labels)")
-        e = self.eval
-        if e.caption_marks_words < 0:
-            raise InputError("eval.caption_marks_words must be >= 0")
-        if min(e.window_left, e.window_right) < 0 or \
-                e.window_left + e.window_right + 2 * self.data.max_word_tokens > e.window_size:
-            raise InputError("eval: need window_left + window_right + 2 * data.max_word_tokens "
-                             "<= window_size (a window must hold its context and two whole words)")
+        self.eval.validate(self.data.max_word_tokens)
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import WindowConfig
-from streampunct.errors import StreampunctError
+from streampunct.errors import InputError, StreampunctError
 from streampunct.labels import LABELS, mark_rates
 from training.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from training.config import TrainConfig, config_to_toml
@@ -63,8 +63,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        from streampunct.errors import InputError
-
         raise InputError("optim.device = 'cuda' but torch sees no CUDA device")
     return torch.device(name)
 
@@ -101,6 +99,57 @@ def atomic_torch_save(payload: Any, path: Path) -> None:
             os.close(dir_fd)
     except OSError:  # pragma: no cover - platforms without directory fsync
         pass
+
+
+#: Config keys that do not shape the saved weights although they sit in ``[model]``
+#: (the resumed weights replace whatever they initialised).
+RESUMABLE_MODEL_KEYS = frozenset({"model.dropout", "model.random_init", "model.init_head"})
+#: ``[method]`` keys that change the modules: the objective's (the adversarial POS head and
+#: discriminator) or the model's (a self-training student's encoder).
+STRUCTURAL_METHOD_KEYS = frozenset({"method.kind", "method.adversarial.disc_hidden",
+                                    "method.adversarial.use_discriminator",
+                                    "method.self_training.student_base_model"})
+#: Keys whose new value a resume does not apply: the resumed optimizer keeps its saved values.
+OPTIMIZER_KEPT_KEYS = frozenset({"optim.lr", "optim.head_lr", "optim.weight_decay"})
+
+
+def flat_config(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-4}}`` -> ``{"optim.lr": 1e-4}`` (lists as tuples)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_config(value, name + "."))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def structural_key(key: str) -> bool:
+    """Whether a difference in ``key`` makes the saved weights or optimizer state another shape."""
+    return key in STRUCTURAL_METHOD_KEYS or (key.startswith("model.") and key not in RESUMABLE_MODEL_KEYS)
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, saved value, current value)`` of each key the two config dicts both have and
+    disagree on (a key only one side has comes from another version of the code: skipped)."""
+    old, new = flat_config(saved), flat_config(current)
+    return [(k, old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
+
+
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any], state_path: Path) -> None:
+    """Refuse to resume ``state_path`` with a config whose model differs from the saved one
+    (``InputError``); log a warning for each other changed key."""
+    changes = config_changes(saved, current)
+    refused = [c for c in changes if structural_key(c[0])]
+    if refused:
+        listed = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in refused)
+        raise InputError(f"cannot resume {state_path}: the config changes the model it saved ({listed}); "
+                         f"train into another --out, or resume with the saved config "
+                         f"({state_path.parent / 'config.toml'})")
+    for k, a, b in changes:
+        note = " (not applied: the resumed optimizer keeps its saved value)" if k in OPTIMIZER_KEPT_KEYS else ""
+        log.warning("resuming %s with a changed config: %s %r -> %r%s", state_path, k, a, b, note)
 
 
 def seed_everything(seed: int) -> None:
@@ -264,9 +313,17 @@ class Trainer:
         if not self.state_path.is_file():
             return False
         payload = torch.load(self.state_path, map_location=self.device, weights_only=False)
-        self.model.load_state_dict(payload["model"])
-        self.objective.load_state_dict(payload["objective"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        if "config" in payload:  # resume states written before the config record: unchecked
+            check_resume_config(payload["config"], self.cfg.to_dict(), self.state_path)
+        try:
+            self.model.load_state_dict(payload["model"])
+            self.objective.load_state_dict(payload["objective"])
+            self.optimizer.load_state_dict(payload["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:  # a model the config check cannot see
+            detail = " ".join(str(e).split())[:300] or type(e).__name__
+            raise InputError(f"cannot resume {self.state_path}: its weights do not fit the model of this "
+                             f"config ({detail}); train into another --out, or resume with the saved "
+                             f"config") from e
         self.scheduler.load_state_dict(payload["scheduler"])
         self.state = TrainState(**payload["state"])
         if "rng" in payload:
@@ -363,8 +420,9 @@ class Trainer:
     def _fit(self, *, resume: bool = False) -> RunResult:
         cfg = self.cfg
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        resumed = resume and self.load_state()  # first: a refused resume leaves config.toml as it was
         (self.out_dir / "config.toml").write_text(config_to_toml(cfg), encoding="utf-8")
-        if not (resume and self.load_state()):
+        if not resumed:
             self.log.write("start", config=cfg.to_dict(), steps=self.total_steps,
                            steps_per_epoch=self.steps_per_epoch)
         s = self.state  # after load_state, which replaces it

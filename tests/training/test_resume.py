@@ -104,3 +104,71 @@ def test_learning_curve_from_the_metrics_log(tiny_base_model, tiny_data_root, tm
                  "--compare-label", "first try"]) == 0
     assert json.loads((tmp_path / "lc2.json").read_text())["points"] == points
     assert (tmp_path / "lc2.png").read_bytes() != (tmp_path / "lc.png").read_bytes()
+
+
+def _two_steps(base, root, out, *extra):
+    cfg = tiny_config(base, root, out, "optim.max_steps=2", "optim.epochs=1", *extra)
+    return cfg, supervised_trainer(prepare(cfg), out)
+
+
+def test_resume_refuses_a_config_that_changes_the_model(tiny_base_model, tiny_data_root, tmp_path):
+    """A changed [model] (here a case head added) would not fit the saved weights: one line
+    naming the key and both values, and config.toml keeps the saved run's config."""
+    from streampunct.errors import InputError
+
+    out = tmp_path / "run"
+    _two_steps(tiny_base_model, tiny_data_root, out)[1].fit()
+    saved_toml = (out / "config.toml").read_text()
+    _, t = _two_steps(tiny_base_model, tiny_data_root, out, "model.case_head=true", "optim.lr=1e-3")
+    with pytest.raises(InputError, match=r"model\.case_head: saved False, now True.*another --out") as e:
+        t.fit(resume=True)
+    assert "\n" not in str(e.value) and "optim.lr" not in str(e.value)  # only what shapes the model
+    assert (out / "config.toml").read_text() == saved_toml
+
+
+def test_resume_refusal_is_a_clean_cli_error(tiny_base_model, tiny_data_root, tmp_path, capsys):
+    from training.cli import main
+    from training.config import config_to_toml
+
+    out = tmp_path / "run"
+    cfg, t = _two_steps(tiny_base_model, tiny_data_root, out)
+    t.fit()
+    config = tmp_path / "c.toml"
+    config.write_text(config_to_toml(cfg))
+    assert main(["--config", str(config), "--resume", "--set", "model.case_head=true"]) == 2
+    err = capsys.readouterr().err
+    assert "error: cannot resume" in err and "model.case_head" in err and "Traceback" not in err
+
+
+def test_resume_warns_about_other_config_changes(tiny_base_model, tiny_data_root, tmp_path, caplog):
+    """optim / eval / data changes continue, each logged old -> new; the new config is recorded."""
+    out = tmp_path / "run"
+    _two_steps(tiny_base_model, tiny_data_root, out)[1].fit()
+    cfg = tiny_config(tiny_base_model, tiny_data_root, out, "optim.max_steps=3", "optim.epochs=2",
+                      "optim.lr=1e-3", "optim.eval_every=1", "model.dropout=0.2")
+    with caplog.at_level("WARNING", logger="training.trainer"):
+        result = supervised_trainer(prepare(cfg), out).fit(resume=True)
+    assert result.steps == 3
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("optim.max_steps 2 -> 3" in m for m in warned)
+    assert any("optim.epochs 1 -> 2" in m for m in warned)
+    assert any("optim.eval_every 0 -> 1" in m for m in warned)
+    assert any("model.dropout 0.0 -> 0.2" in m for m in warned)
+    assert any("optim.lr 0.003 -> 0.001" in m and "keeps its saved value" in m for m in warned)
+    assert not any("optim.seed" in m for m in warned)  # unchanged keys are not listed
+    assert "max_steps = 3" in (out / "config.toml").read_text()
+
+
+def test_resume_state_without_a_config_record_still_fails_cleanly(tiny_base_model, tiny_data_root, tmp_path):
+    """Older resume states carry no config: weights that do not fit are an InputError, not a
+    raw `RuntimeError: Missing key(s) in state_dict`."""
+    from streampunct.errors import InputError
+
+    out = tmp_path / "run"
+    _two_steps(tiny_base_model, tiny_data_root, out)[1].fit()
+    payload = torch.load(out / "state.pt", weights_only=False)
+    del payload["config"]
+    torch.save(payload, out / "state.pt")
+    _, t = _two_steps(tiny_base_model, tiny_data_root, out, "model.case_head=true")
+    with pytest.raises(InputError, match="do not fit the model"):
+        t.fit(resume=True)
