@@ -156,6 +156,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="words whose sub-token ids are cached (least recently used ones go; about 130 "
                              "bytes + 8 per sub-token each, so the default holds at most about 5 MB; 0: none; "
                              "default: %(default)s)")
+    limits.add_argument("--max-frames-per-s", type=finite_float, default=ServerConfig.max_frames_per_s,
+                        help="frames a session's reader takes a second, after a burst of as many; a client "
+                             "sending faster is read more slowly (TCP holds it), nothing is dropped; "
+                             "0: no limit (default: %(default)s)")
     limits.add_argument("--send-timeout-s", type=finite_float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
@@ -236,6 +240,8 @@ def build_config(args: argparse.Namespace):
         raise InputError("--itn needs the itn extra: pip install 'streampunct[itn]'")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
+    if args.max_frames_per_s < 0:  # the flag's 0 is the config's None
+        raise InputError("--max-frames-per-s must be >= 0 (0: no limit)")
     token = args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV)
     if token is not None and not token.strip():  # `--auth-token "$UNSET"` must not leave the server open
         where = "--auth-token" if args.auth_token is not None else f"${TOKEN_ENV}"
@@ -256,6 +262,7 @@ def build_config(args: argparse.Namespace):
             max_message_bytes=args.max_message_bytes,
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
+            max_frames_per_s=args.max_frames_per_s or None,
             auth_token=token,
             allow_hosts=tuple(args.allow_host),
             allow_origins=tuple(args.allow_origin),

@@ -148,6 +148,9 @@ class ServerConfig:
             stops reading and asking for windows.
         send_timeout_s: a send blocked this long (the client does not read)
             closes the session with 1013; None waits as long as it takes.
+        max_frames_per_s: frames a session's reader takes a second, after a burst of as
+            many (:class:`~streampunct.server.rate.FrameRate`); past it the reader waits and
+            TCP slows the client. None: no limit.
         max_queued_frames: received frames websockets buffers per connection
             before it stops reading the socket (its ``max_queue``).
         ping_interval_s: keepalive pings (None: none). Pongs are never waited
@@ -209,6 +212,7 @@ class ServerConfig:
     max_backlog_words: int = 4096
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
+    max_frames_per_s: float | None = 1000.0
     max_queued_frames: int = 4
     ping_interval_s: float | None = 20.0
     close_timeout_s: float = 10.0
@@ -257,7 +261,10 @@ class ServerConfig:
             raise ValueError("max_backlog_words must be >= 1")
         if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
             raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
-        require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s")
+        require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
+                       "max_frames_per_s")
+        if self.max_frames_per_s is not None and self.max_frames_per_s <= 0:
+            raise ValueError("max_frames_per_s must be > 0 (None: no limit)")
         if self.shutdown_timeout_s < 0:
             raise ValueError("shutdown_timeout_s must be >= 0")
         if self.send_timeout_s is not None and self.send_timeout_s <= 0:
@@ -400,6 +407,7 @@ class StreamServer:
             max_backlog_words=config.max_backlog_words,
             max_outbox_messages=config.max_outbox_messages,
             send_timeout_s=config.send_timeout_s,
+            max_frames_per_s=config.max_frames_per_s,
             close_timeout_s=config.close_timeout_s,
             stream_shape=runtime.stream_shape,
             stream_cache_tokens=config.stream_cache_tokens or runtime.stream_cache_tokens,

@@ -175,6 +175,11 @@ class ServerMetrics:
             "streampunct_input_paused",
             "Times a session stopped reading its socket (backlog limit or full outbox).", registry=r,
         )
+        self.input_throttled = Counter(
+            "streampunct_input_throttled",
+            "Times a session's reader waited because its client sent frames faster than --max-frames-per-s.",
+            registry=r,
+        )
         self.slow_reader_closes = Counter(
             "streampunct_slow_reader_closes",
             "Connections closed because their client stopped reading: 1013 when a send stayed blocked "

@@ -38,6 +38,10 @@ Bounded resources (see ``docs/server.md``, "Bounded resources"):
 * *bounded outbox*: the driver asks for the next window, and the reader for
   the next frame, only while fewer than ``max_outbox_messages`` messages
   wait to be sent;
+* *frame rate*: the reader takes at most ``max_frames_per_s`` frames a second
+  after a burst of as many (:mod:`streampunct.server.rate`), so a client
+  sending frames that carry no words (which the backlog does not hold) gets
+  no more than its share of the event loop;
 * *slow readers*: a send that stays blocked (the client does not read, so
   the socket's write buffer stays full) for ``send_timeout_s`` closes the
   connection with 1013; closing itself is bounded by ``close_timeout_s``,
@@ -75,6 +79,7 @@ from streampunct.core.wire import (
 from streampunct.labels import PARTIAL_MARK_THRESHOLD
 from streampunct.server.batcher import Batcher, EngineFailedError, OverloadedError
 from streampunct.server.metrics import ServerMetrics
+from streampunct.server.rate import FrameRate
 from streampunct.text.written_form import WouldWait, WrittenForms
 
 logger = logging.getLogger(__name__)
@@ -101,6 +106,8 @@ class SessionContext:
             session stops producing more (reading frames, asking for windows).
         send_timeout_s: a send blocked this long closes the session with 1013
             (None: wait as long as it takes, memory staying bounded).
+        max_frames_per_s: frames the reader takes a second after a burst of as many
+            (:class:`~streampunct.server.rate.FrameRate`; None: no limit).
         close_timeout_s: longest a close handshake may take before the TCP
             connection is aborted.
         stream_shape: (layers, heads, head_dim) of the streaming graph when
@@ -127,6 +134,7 @@ class SessionContext:
     max_backlog_words: int | None = 4096
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
+    max_frames_per_s: float | None = None
     close_timeout_s: float = 10.0
     stream_shape: tuple[int, int, int] | None = None
     stream_cache_tokens: int | None = None
@@ -193,6 +201,7 @@ class Session:
         self._overload_reported = False
         #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
         self.peak_backlog = 0
+        self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
         self.peak_outbox = 0
 
     @property
@@ -342,10 +351,15 @@ class Session:
         protocol = self.protocol
         while True:
             await self._wait_for_room(lambda: protocol.wants_input(loop.time()), pausing_input=True)
+            if self._frame_rate is not None and (wait := self._frame_rate.wait(loop.time())) > 0:
+                self._ctx.metrics.input_throttled.inc()
+                await asyncio.sleep(wait)  # the frame rate's timer: the client is held by TCP meanwhile
             try:
                 frame = await self._ws.recv()
             except websockets.ConnectionClosed:
                 return False
+            if self._frame_rate is not None:
+                self._frame_rate.take(loop.time())
             before = protocol.n_received
             self._emit(protocol.receive_frame(frame, loop.time()))
             if protocol.n_received > before:

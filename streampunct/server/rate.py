@@ -1,0 +1,50 @@
+"""How fast one session's frames are read: a token bucket (sans I/O; the session's reader waits).
+
+Words have their own bound (the backlog, ``max_backlog_words``), but a frame
+that carries no words (``flush``, ``config``, a malformed frame answered with
+an error) costs the event loop as much, and nothing held a client that sends
+thousands of them a second while reading the answers: one such client took
+the other sessions' finals from 8 ms to 53-103 ms (p50) on 2 cores; with the
+default rate, 12-14 ms (docs/server.md, "Frame rate"). With a rate, a
+session's reader takes at most ``rate`` frames a second after a burst of
+``rate``; past it, it waits before the next ``recv``, websockets' small queue
+fills, it stops reading the socket and TCP slows the client, as for the
+backlog. Nothing is dropped or refused; only that client's frames arrive
+later.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class FrameRate:
+    """A token bucket of ``rate`` frames a second holding at most ``rate`` (one second's burst).
+
+    :meth:`wait` says how long to wait at ``now`` before the next frame may be
+    taken; :meth:`take` counts a frame taken at ``now``. Times are seconds of one
+    monotonic clock (the event loop's)."""
+
+    def __init__(self, rate: float) -> None:
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"rate must be a finite number > 0, not {rate!r}")
+        self.rate = float(rate)
+        self.burst = max(1.0, float(rate))
+        self._tokens = self.burst
+        self._at: float | None = None
+
+    def _refill(self, now: float) -> None:
+        if self._at is not None and now > self._at:
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        if self._at is None or now > self._at:
+            self._at = now
+
+    def wait(self, now: float) -> float:
+        """Seconds from ``now`` until a frame may be taken (0.0: at once)."""
+        self._refill(now)
+        return 0.0 if self._tokens >= 1.0 else (1.0 - self._tokens) / self.rate
+
+    def take(self, now: float) -> None:
+        """A frame was taken at ``now``."""
+        self._refill(now)
+        self._tokens -= 1.0

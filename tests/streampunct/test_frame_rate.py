@@ -1,0 +1,89 @@
+"""The session reader's frame rate (streampunct.server.rate.FrameRate) and its use by the server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.asyncio.client import connect as ws_connect
+
+from streampunct.core.wire import EndRequest, FlushRequest, Word, WordsMessage, encode
+from streampunct.server.rate import FrameRate
+from tests.streampunct.fakes import until
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.sampled_from([1.0, 5.0, 50.0, 200.0]),
+       gaps=st.lists(st.floats(min_value=0.0, max_value=0.5), min_size=1, max_size=300))
+def test_frames_taken_when_the_bucket_says_never_exceed_the_burst_plus_the_rate(rate, gaps):
+    """However a reader that obeys wait() is scheduled, it takes at most burst + rate x elapsed
+    frames in any stretch of time, and waits only when the bucket is empty."""
+    bucket = FrameRate(rate)
+    now, taken = 0.0, []
+    for gap in gaps:
+        now += gap
+        wait = bucket.wait(now)
+        assert wait >= 0.0
+        now += wait
+        assert bucket.wait(now) == pytest.approx(0.0, abs=1e-9)
+        bucket.take(now)
+        taken.append(now)
+    for i in range(len(taken)):
+        for j in range(i, len(taken)):
+            assert j - i + 1 <= bucket.burst + rate * (taken[j] - taken[i]) + 1e-6
+
+
+def test_a_burst_is_taken_at_once_then_one_frame_per_interval():
+    bucket = FrameRate(10)
+    for _ in range(10):
+        assert bucket.wait(0.0) == 0.0
+        bucket.take(0.0)
+    assert bucket.wait(0.0) == pytest.approx(0.1)
+    assert bucket.wait(0.05) == pytest.approx(0.05)
+    bucket.take(0.1)
+    assert bucket.wait(0.1) == pytest.approx(0.1)
+    assert bucket.wait(10.0) == 0.0  # refilled, never above the burst
+    for _ in range(10):
+        bucket.take(10.0)
+    assert bucket.wait(10.0) > 0
+
+
+@pytest.mark.parametrize("rate", [0, -1, float("nan"), float("inf")])
+def test_a_rate_that_is_not_a_positive_number_is_refused(rate):
+    with pytest.raises(ValueError, match="rate must be a finite number > 0"):
+        FrameRate(rate)
+
+
+async def test_a_client_flooding_frames_is_read_at_the_rate_and_loses_nothing(start_server):
+    """600 frames as fast as the socket takes them, 100 a second allowed: the reader waits
+    (counted), every flush is answered in order, and the end comes after all of them."""
+    server = await start_server(max_frames_per_s=100.0)
+    async with ws_connect(server.url) as ws:
+        await ws.recv()  # ready
+        await ws.send(encode(WordsMessage((Word("hello"),))))
+        for _ in range(599):
+            await ws.send(encode(FlushRequest()))
+        await ws.send(encode(EndRequest()))
+        flushed = 0
+        async with asyncio.timeout(60):
+            async for frame in ws:
+                if '"flushed"' in frame:
+                    flushed += 1
+    metric = server.metrics.registry.get_sample_value("streampunct_input_throttled_total")
+    assert flushed == 599 and metric and metric >= 1
+    await until(lambda: not server.sessions)
+
+
+async def test_no_limit_reads_without_waiting(start_server):
+    server = await start_server(max_frames_per_s=None)
+    async with ws_connect(server.url) as ws:
+        await ws.recv()
+        for _ in range(500):
+            await ws.send(encode(FlushRequest()))
+        await ws.send(encode(EndRequest()))
+        async with asyncio.timeout(60):
+            async for _ in ws:
+                pass
+    assert not server.metrics.registry.get_sample_value("streampunct_input_throttled_total")
