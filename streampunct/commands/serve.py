@@ -168,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="live streams at shutdown: 'finalize' every word received, then close with 1001; "
                            "'resume': close with 1012 at once, so that clients resume their undecided words "
                            "on another replica (docs/server.md, \"Draining\"; default: %(default)s)")
+    stop.add_argument("--shutdown-timeout-s", type=finite_float, default=ServerConfig.shutdown_timeout_s,
+                      help="longest the drain waits for sessions to finish before closing them anyway (each "
+                           "close may take the close timeout, 10 s, more; default: %(default)s)")
     session = parser.add_argument_group("session defaults (clients may change them with 'config')")
     session.add_argument("--right-context", type=int, default=SessionOptions.right_context,
                          help="words after a word that make it final (default: %(default)s)")
@@ -262,6 +265,7 @@ def build_config(args: argparse.Namespace):
             max_message_bytes=args.max_message_bytes,
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
+            shutdown_timeout_s=args.shutdown_timeout_s,
             max_frames_per_s=args.max_frames_per_s or None,
             auth_token=token,
             allow_hosts=tuple(args.allow_host),
