@@ -215,6 +215,7 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
         path = Path(source)
         if not path.is_absolute():
             path = REPO_ROOT / path
+        _check_allowed(path)  # a test set is refused by name, whether or not it is there
         if not path.exists():
             names = ["ted", *LABELLED_FILES, *CASED_FILES]
             hint = (f" ({source!r} is an unlabeled source: data.unlabeled, not data.train)"

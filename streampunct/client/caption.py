@@ -93,8 +93,10 @@ ABORT_CLOSE_S = 1.0
 
 
 def _loses_words(error: Error) -> bool:
-    """Every ``error`` but ``overloaded`` (after which the server keeps the words) refused a message."""
-    return error.code != ErrorCode.OVERLOADED
+    """The errors that refuse a message, its words with it: ``bad_request`` and ``too_large``.
+    After ``overloaded`` the server keeps the words; after ``internal`` the stream ends and is
+    resumed, the words not yet final sent again (ResumableStream's rule)."""
+    return error.code in (ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE)
 
 
 def lost_words_errors(transcript: Transcript) -> list[Error]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import random
 import ssl
@@ -48,6 +49,7 @@ from streampunct.core.wire import (
     EndRequest,
     Error,
     ErrorCode,
+    Extension,
     Final,
     Flushed,
     FlushRequest,
@@ -71,6 +73,11 @@ from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_word, render
 from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
+logger = logging.getLogger(__name__)
+
+#: A resumed connection that lasted this long (seconds) counts as the stream moving on, for a
+#: stream that owes nothing: its reconnect attempts start again from zero.
+STABLE_CONNECTION_S = 30.0
 
 class ClientError(StreampunctError):
     """The server answered unexpectedly (an error, or a message out of protocol)."""
@@ -177,8 +184,12 @@ class StreamClient:
         await self.send(EndRequest())
 
     async def recv(self, timeout: float | None = None) -> ServerMessage:
-        """The next server message; raises ``ConnectionClosed`` when the session is over."""
-        return decode_server(await asyncio.wait_for(self.connection.recv(), timeout))
+        """The next server message; raises ``ConnectionClosed`` when the session is over.
+        Messages of a type this client does not know (a newer server's) are skipped."""
+        async with asyncio.timeout(timeout):
+            while isinstance(message := decode_server(await self.connection.recv()), Extension):
+                logger.debug("skipped a server message of unknown type %r", message.type)
+        return message
 
     async def __aiter__(self) -> AsyncIterator[ServerMessage]:
         """Server messages until the connection closes."""
@@ -596,6 +607,7 @@ class ResumableStream:
         self._untracked = ""  # why word indices are no longer known (a refused message)
         self._attempts = 0  # connection attempts since the stream last moved on
         self._progress = True  # a final arrived since the last resume
+        self._connected_at = -math.inf  # when the current connection was resumed (the first: long ago)
         self._failure: ResumeNotice | None = None
         self._close: tuple[int, str] | None = None
         #: every interruption, in order
@@ -725,6 +737,8 @@ class ResumableStream:
                 yield await self._resume()
                 continue
             message = decode_server(frame)
+            if isinstance(message, Extension):  # a newer server's message type: skipped
+                continue
             self._track(message)
             yield message
 
@@ -757,8 +771,12 @@ class ResumableStream:
         self._live = False
         code, reason = self._close or (1006, "")
         began = loop.time()
-        if self._progress or not self._pending:
-            self._attempts = 0  # attempts count from the last time the stream moved on
+        stable = loop.time() - self._connected_at >= STABLE_CONNECTION_S
+        if self._progress or (stable and not self._owes()):
+            # attempts count from the last time the stream moved on: a final, or (owing nothing) a
+            # connection that lasted; connections closed at once (a server failing on the resent
+            # hypothesis, or closing every stream) keep counting, so the attempt limit ends them
+            self._attempts = 0
         self._progress = False
         attempts = 0
         error = f"cannot resume: {self._untracked}" if self._untracked else ""
@@ -788,6 +806,7 @@ class ResumableStream:
                 break
             self._client = client
             self._close = None
+            self._connected_at = loop.time()
             resent = await self._replay(client)
             self._notify(ResumeNotice(code, reason, resumed.start, resent, attempts, loop.time() - began, self.url))
             return resumed
@@ -797,6 +816,10 @@ class ResumableStream:
         self._failure = notice
         self._notify(notice)
         raise ResumeFailed(notice)
+
+    def _owes(self) -> bool:
+        """The stream waits for the server: words without a final, a flush or the end unanswered."""
+        return bool(self._pending or self._flushes or (self._end_sent and not self._ended))
 
     def _notify(self, notice: ResumeNotice) -> None:
         self.notices.append(notice)
@@ -816,6 +839,8 @@ class ResumableStream:
             raise ClientError(f"the server refused the resume: {reply.code}: {reply.message}")
         if not isinstance(reply, Resumed) or reply.start != self.n_final:
             raise ClientError(f"expected 'resumed' at word {self.n_final}, got {reply.to_json()}")
+        if self.options.itn and not reply.config.itn:  # as at the first connection: not silently dropped
+            raise ClientError(f"{ITN_UNAVAILABLE} (the server resumed without itn)")
         client.options = reply.config
         return reply
 

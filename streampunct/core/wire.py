@@ -350,7 +350,20 @@ class Error:
         return {"type": self.type, "code": str(self.code), "message": self.message}
 
 
-ServerMessage = Ready | ConfigApplied | Resumed | Final | Partial | Flushed | Ended | Error
+@dataclass(frozen=True)
+class Extension:
+    """A server message of a type this client does not know: the contract lets servers add
+    message types, so clients skip it (:class:`~streampunct.client.stream_client.StreamClient`
+    does). ``fields``: the message as sent."""
+
+    type: str
+    fields: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.fields)
+
+
+ServerMessage = Ready | ConfigApplied | Resumed | Final | Partial | Flushed | Ended | Error | Extension
 Message = ClientMessage | ServerMessage
 
 
@@ -597,4 +610,4 @@ def decode_server(text: str | bytes) -> ServerMessage:
             )
     except (KeyError, TypeError, ValueError) as e:
         raise _bad(f"malformed server message {kind!r}: {e}") from None
-    raise _bad(f"unknown server message type {kind!r}")
+    return Extension(kind, dict(obj))  # a newer server's message: the contract allows new types

@@ -102,8 +102,24 @@ def normalize_word(word: str) -> str:
     is ``""`` when nothing but punctuation was there. Words longer than
     ``MAX_WORD_CHARS`` are cut to that length. Invisible characters are
     dropped first (:func:`drop_invisible`: controls, format characters such as
-    bidi controls and zero-width spaces, lone surrogates).
+    bidi controls and zero-width spaces, lone surrogates). A normalized word
+    normalizes to itself (clients send words normalized; the server normalizes
+    them again and must count them alike).
     """
+    w = _normalize_once(word)
+    if w.isascii() and len(w) < MAX_WORD_CHARS:  # nothing one more pass would change
+        return w
+    # Lowercasing ("İ" + a mark), removing inner spaces and the cut can leave what one more
+    # pass changes (marks out of canonical order, a "-" or a joiner at the end): to a fixed point.
+    for _ in range(4):
+        again = _normalize_once(w)
+        if again == w:
+            break
+        w = again
+    return w
+
+
+def _normalize_once(word: str) -> str:
     w = unicodedata.normalize("NFKC", fix_mojibake(drop_invisible(word))).translate(_APOSTROPHES).lower()
     start, end = 0, len(w)
     while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):

@@ -555,3 +555,16 @@ async def test_pretty_printed_vosk_on_stdin_is_captioned(start_server, tmp_path,
                                        stdin=pretty.encode())
     assert rc == 0, stderr
     assert [w.strip(".,?").lower() for w in out.read_text().split()] == "so this is how it began".split()
+
+
+def test_only_errors_that_refuse_a_message_count_as_lost_words():
+    """overloaded keeps the words; internal ends the stream, which resumes and sends them again
+    (a complete transcript after a resumed engine failure is not a loss)."""
+    from streampunct.client.caption import lost_words_errors
+    from streampunct.client.stream_client import Transcript
+    from streampunct.core.wire import Error, ErrorCode
+
+    transcript = Transcript()
+    for code in (ErrorCode.OVERLOADED, ErrorCode.INTERNAL, ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE):
+        transcript.apply(Error(code, "x"))
+    assert [e.code for e in lost_words_errors(transcript)] == ["bad_request", "too_large"]

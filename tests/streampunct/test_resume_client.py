@@ -301,3 +301,72 @@ def test_a_notice_is_one_line_that_says_what_happened():
     failed = ResumeNotice(1006, "", None, 0, 10, 31.0, "ws://lb/v1/stream", "cannot connect to ws://lb: refused")
     assert failed.format() == ("connection lost (the connection dropped); could not resume (10 attempts in "
                                "31.0 s): cannot connect to ws://lb: refused")
+
+
+async def test_a_hypothesis_that_fails_at_every_resume_gives_up_too(start_server, aligner):
+    """Every word final, then a hypothesis the engine fails on: nothing is pending, but each
+    resumed connection dies at once on the hypothesis sent again, so the attempts add up."""
+    from tests.streampunct.conftest import FakeEngine
+
+    boom = aligner.word_ids("xylophone")[0]
+    server = await start_server(engine=FakeEngine(fail_token=boom))
+    notices: list[ResumeNotice] = []
+    stream = await ResumableStream.connect(server.url, right_context=0, max_delay_ms=600_000, partials=True,
+                                           reconnect=Reconnect(attempts=3, initial_delay_s=0.01, max_delay_s=0.02),
+                                           on_notice=notices.append)
+    reader = Reader(stream)
+    await stream.send_words(["hello"])
+    await reader.until(lambda: reader.transcript.n_final == 1)
+    await stream.send_hypothesis(["xylophone"])
+    with pytest.raises(ResumeFailed):
+        await reader.finish()
+    assert len(notices) == 4 and notices[-1].start is None  # three resumes, then it gave up
+    assert reader.transcript.words == ["hello"]
+
+
+async def test_a_server_that_resumes_without_itn_stops_an_itn_stream(start_server, monkeypatch):
+    """At the first connection the client refuses a server without ITN for an itn stream; a
+    server that resumes the stream without it is refused the same way, not followed silently."""
+    import streampunct.client.stream_client as sc
+
+    server = await start_server(drain="resume")
+    other = await start_server()
+    proxy = await TcpProxy(server.port).start()
+    stream = await ResumableStream.connect(proxy.url(), right_context=5, reconnect=FAST)
+    # the session asked for itn (as caption --itn does on a server with grammars)
+    monkeypatch.setattr(stream, "options", sc.SessionOptions(5, stream.options.max_delay_ms, itn=True))
+    reader = Reader(stream)
+    await stream.send_words(["twenty", "five"])
+    try:
+        proxy.target = other.port
+        await server.shutdown()
+        with pytest.raises(ResumeFailed) as info:
+            await reader.finish()
+    finally:
+        await proxy.close()
+    assert "itn is not available on this server" in str(info.value)
+    assert str(info.value).endswith("(the server resumed without itn)")
+
+
+async def test_messages_of_an_unknown_type_are_skipped(start_server):
+    """The contract lets a newer server add message types: the clients skip them."""
+    import json
+
+    from websockets.asyncio.server import serve as ws_serve
+
+    async def newer_server(ws) -> None:
+        await ws.send(json.dumps({"type": "ready", "session": "s", "model": "m", "protocol": 1,
+                                  "config": {"right_context": 0, "max_delay_ms": 0, "partials": False,
+                                             "capitalize": False}}))
+        await ws.recv()
+        await ws.send(json.dumps({"type": "stats", "words": 1}))
+        await ws.send(json.dumps({"type": "final", "start": 0, "words": [{"w": "hi", "p": "."}], "text": "hi."}))
+        await ws.send(json.dumps({"type": "end", "words": 1}))
+
+    async with ws_serve(newer_server, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        stream = await ResumableStream.connect(f"ws://127.0.0.1:{port}/v1/stream", reconnect=Reconnect(attempts=0))
+        reader = Reader(stream)
+        await stream.send_words(["hi"])
+        await reader.finish()
+    assert [m.type for m in reader.messages] == ["final", "end"] and reader.transcript.words == ["hi"]

@@ -145,3 +145,13 @@ def test_render_marks_and_capitalization():
 def test_render_rejects_length_mismatch():
     with pytest.raises(ValueError, match="2 words but 1 labels"):
         render(["a", "b"], [O])
+
+
+@given(st.lists(st.sampled_from(["a", "b", "-", "'", "\u200c", "\u094d", "\u0915", " ", ".", "\u00e9", "ß", "İ"]),
+                min_size=90, max_size=130).map("".join)
+       | st.text(alphabet=st.characters(codec="utf-8"), max_size=140))
+def test_a_normalized_word_normalizes_to_itself(raw):
+    """Clients send words normalized and the server normalizes them again: both must count the
+    same words (a cut at 100 characters once left an inner '-' or a joiner at the end)."""
+    once = normalize_word(raw)
+    assert normalize_word(once) == once and len(once) <= MAX_WORD_CHARS
