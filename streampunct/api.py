@@ -46,7 +46,6 @@ threads (ONNX Runtime sessions are thread-safe).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -71,6 +70,7 @@ from streampunct.core.wire import (
     ServerMessage,
     Word,
     WordsMessage,
+    finite_number,
 )
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
@@ -413,7 +413,7 @@ class Stream:
     # -- internals -----------------------------------------------------------
     def _now(self, now: float | None) -> float:
         value = self._clock() if now is None else now
-        if not _finite_number(value):
+        if not finite_number(value):
             source = "the stream's clock returned" if now is None else "now must be"
             raise InputError(f"{source} a finite number of seconds, not {value!r}")
         return float(value)
@@ -455,16 +455,6 @@ class Stream:
         return finals
 
 
-def _finite_number(value: object) -> bool:
-    """An int or float (not a bool) within a double's range, not NaN or infinite."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int beyond a double's range
-        return False
-
-
 def _bool(name: str, value: object) -> bool:
     try:
         return check_bool_option(name, value)
@@ -480,7 +470,7 @@ def _word(item: str | Word) -> Word:
             raise InputError(f"Word.w must be a str, not {type(item.w).__name__}")
         for name in ("start", "end"):
             value = getattr(item, name)
-            if value is not None and not _finite_number(value):
+            if value is not None and not finite_number(value):
                 raise InputError(f"Word.{name} must be None or a finite number of seconds, not {value!r}")
         return item
     if not isinstance(item, str):

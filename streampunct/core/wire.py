@@ -417,7 +417,11 @@ def _parse_object(text: str | bytes) -> dict[str, Any]:
     return obj
 
 
-def _finite(value: int | float) -> bool:
+def finite_number(value: object) -> bool:
+    """An int or float (not a bool) within a double's range, neither NaN nor infinite: what the
+    wire takes as a time, and the Python API as ``now``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
     try:
         return math.isfinite(value)
     except OverflowError:  # an integer beyond a double's range
@@ -428,7 +432,7 @@ def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | No
     value = item.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+    if not finite_number(value):
         raise _bad(f"words[{index}].{name} must be a finite number (within a double's range)")
     return value  # as sent (an int stays an int), so that finals echo it unchanged
 

@@ -3,6 +3,7 @@ the same schedule; time is the caller's ``now``; the documented snippet runs."""
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from streampunct.api import Punctuator, Stream
 from streampunct.core.options import SessionOptions
-from streampunct.core.wire import Final, Word
+from streampunct.core.wire import Final, ProtocolError, Word, decode
 from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.evaluation.accuracy import Event, schedule_labels
 from streampunct.labels import ID_TO_MARK
@@ -394,6 +395,29 @@ def test_times_are_finite_numbers_as_the_server_requires(aligner, call, message)
     bad_clock = p.stream(clock=lambda: float("nan"))
     with pytest.raises(InputError, match="the stream's clock returned a finite number"):
         bad_clock.push(["hello"])
+
+
+_TIMES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400),
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=_TIMES)
+def test_a_word_time_the_api_takes_is_one_the_wire_takes(aligner, start):
+    """One rule (``wire.finite_number``): the API refuses a word's time exactly when a server
+    would refuse it in a ``words`` frame, so an API stream never holds a word no server takes."""
+    try:
+        decode(json.dumps({"type": "words", "words": [{"w": "hi", "start": start}]}))
+        wire_takes = True
+    except ProtocolError:
+        wire_takes = False
+    s = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW).stream(right_context=3)
+    try:
+        s.push([Word("hi", start=start)], now=0.0)
+        api_takes = True
+    except InputError:
+        api_takes = False
+    assert api_takes == wire_takes
 
 
 def test_punctuate_checks_its_options_and_a_closed_punctuator_says_so(aligner):
