@@ -39,13 +39,17 @@ Errors: a bad model folder raises :class:`~streampunct.errors.ModelError`
 (an engine's own load error is its ``__cause__``), bad input
 :class:`~streampunct.errors.InputError`, an engine failure while streaming
 :class:`~streampunct.errors.EngineFailedError` (the stream can go on: the
-failed window's words are asked for again by the next call). A stream is
+failed window's words are asked for again by the next call, and finals made
+before the failure in the failed call are returned by the next one; after a
+failed :meth:`Stream.end`, :meth:`Stream.poll` or :meth:`Stream.end` again
+finishes the stream). A stream is
 not thread-safe; streams of one :class:`Punctuator` may run in different
 threads (ONNX Runtime sessions are thread-safe).
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -67,7 +71,6 @@ from streampunct.core.wire import (
     FlushRequest,
     HypothesisMessage,
     Partial,
-    ServerMessage,
     Word,
     WordsMessage,
     finite_number,
@@ -107,10 +110,11 @@ class Punctuator:
         self._decoder = decoder
         self.written = written if written is not None else WrittenForms()
         self.name = name
-        self.capitalize = capitalize
+        self.capitalize = _bool("capitalize", capitalize)
         self._stream_engine = stream_engine
         self._closed = False
         self._cache_tokens = stream_cache_tokens
+        self._has_stream_cache = stream_engine is not None
 
     @classmethod
     def load(
@@ -149,7 +153,9 @@ class Punctuator:
         except ValueError:
             raise InputError(f"stream_cache must be one of {', '.join(StreamCacheMode)}, "
                              f"not {stream_cache!r}") from None
-        written = written_forms(itn=itn, lexicon=lexicon, itn_cache=itn_cache)
+        capitalize = _bool("capitalize", capitalize)
+        stream_cache_tokens = _cache_tokens(stream_cache_tokens)
+        written = written_forms(itn=_bool("itn", itn), lexicon=lexicon, itn_cache=itn_cache)
         info = load_model_info(model_dir)
         try:
             decoder = OfflineDecoder.from_model_dir(info.path, engine=engine, **engine_options)
@@ -199,8 +205,18 @@ class Punctuator:
         if missing:
             raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
                             "from engines.base.EngineBase for the defaults)")
+        for arg, value in (("window", window), ("stream_window", stream_window)):
+            if value is not None and not isinstance(value, WindowConfig):
+                raise InputError(f"{arg} must be a streampunct.core.windowing.WindowConfig or None, "
+                                 f"not {type(value).__name__}")
+        if written is not None and not isinstance(written, WrittenForms):
+            raise InputError(f"written must be a WrittenForms (streampunct.api.written_forms) or None, "
+                             f"not {type(written).__name__}")
+        if not finite_number(case_margin) or case_margin < 0:
+            raise InputError(f"case_margin must be a finite number >= 0, not {case_margin!r}")
         window = window or WindowConfig()
         decoder = OfflineDecoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
+        stream_cache_tokens = _cache_tokens(stream_cache_tokens)
         return cls(decoder, name=name, capitalize=capitalize, stream_engine=stream_engine,
                    stream_cache_tokens=stream_cache_tokens, written=written)
 
@@ -224,7 +240,7 @@ class Punctuator:
     @property
     def stream_cache(self) -> bool:
         """Streams run with cached left context (a streaming graph is loaded)."""
-        return self._stream_engine is not None
+        return self._has_stream_cache
 
     def punctuate(self, text: str | Sequence[str], *, capitalize: bool | None = None,
                   itn: bool | None = None) -> str:
@@ -246,10 +262,13 @@ class Punctuator:
         formatter = self.written.formatter(itn=self._itn(itn), lexicon=(), capitalize=capitalize)
         labels: list[int] = []
         cases: list[int] | None = None
-        if words and capitalize and self.has_case:
-            labels, cases = self._decoder.labels_and_cases(words)
-        elif words:
-            labels = self._decoder.punctuate(words)
+        try:
+            if words and capitalize and self.has_case:
+                labels, cases = self._decoder.labels_and_cases(words)
+            elif words:
+                labels = self._decoder.punctuate(words)
+        except Exception as e:
+            raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
 
         def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool) -> str:
             if formatter.active:
@@ -284,6 +303,8 @@ class Punctuator:
         the model's probability of it is at least this (0: every mark); finals never change;
         a threshold outside [0, 1) raises :class:`~streampunct.errors.InputError`."""
         self._check_open()
+        if not callable(clock):
+            raise InputError(f"clock must be a function that returns seconds, not {clock!r}")
         try:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except ValueError as e:
@@ -306,8 +327,8 @@ class Punctuator:
         return itn
 
     def close(self) -> None:
-        """Release the engines (idempotent). :meth:`punctuate` and :meth:`stream` then raise
-        :class:`~streampunct.errors.InputError`."""
+        """Release the engines (idempotent). :meth:`punctuate`, :meth:`stream` and the calls of
+        its streams then raise :class:`~streampunct.errors.InputError`."""
         self._closed = True
         self._decoder.close()
         self._stream_engine = None
@@ -336,14 +357,20 @@ class Stream:
     ``text`` (rendered, sentence starts carried across finals). Finals never
     change once returned; together they cover every word pushed, once, in order.
 
+    The server's limits on one ``words`` frame (``too_large``: 1000 words, a word of 256
+    characters) do not apply in-process, so "the server's finals" holds for the chunks a
+    server takes.
+
     Attributes:
         options: the session options.
         partial: with ``partials``, the latest provisional labels of the words not
-            yet final (and of the hypothesis), else None.
+            yet final (and of the hypothesis), else None (and None once the stream
+            is finished).
     """
 
     def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float], *,
                  partial_mark_threshold: float = PARTIAL_MARK_THRESHOLD) -> None:
+        self._punctuator = punctuator
         decoder = punctuator._decoder
         stream_engine = punctuator._stream_engine
         # the streaming graph runs every window (whole ones too), as a server's engine does
@@ -357,6 +384,7 @@ class Stream:
                                          written=punctuator.written, case_margin=decoder.case_margin,
                                          stream_cache=cache, partial_mark_threshold=partial_mark_threshold)
         self.partial: Partial | None = None
+        self._owed: list[Final] = []  # finals made in a call that then failed: the next call returns them
 
     @property
     def options(self) -> SessionOptions:
@@ -374,7 +402,14 @@ class Stream:
 
     @property
     def ended(self) -> bool:
+        """:meth:`end` was called: the stream takes no more words."""
         return self._protocol.end_received
+
+    @property
+    def finished(self) -> bool:
+        """Every word is final after :meth:`end` (False while an engine failure in
+        :meth:`end` left words to finalize: :meth:`poll` or :meth:`end` finishes them)."""
+        return self._protocol.finished
 
     @property
     def next_deadline(self) -> float | None:
@@ -389,7 +424,7 @@ class Stream:
         items = tuple(_word(w) for w in _items(words, "words"))
         return self._send(WordsMessage(items), now)
 
-    def hypothesis(self, words: str | Iterable[str], *, now: float | None = None) -> list[Final]:
+    def hypothesis(self, words: str | Iterable[str | Word], *, now: float | None = None) -> list[Final]:
         """The ASR's interim words after the committed ones (replaces the previous
         hypothesis; the next :meth:`push` clears it). They are labeled in
         :attr:`partial` only (with ``partials``), never finalized."""
@@ -397,8 +432,9 @@ class Stream:
         return self._send(HypothesisMessage(items), now)
 
     def poll(self, *, now: float | None = None) -> list[Final]:
-        """The finals due by ``now`` without new words (delay deadlines)."""
-        self._check_open()
+        """The finals due by ``now`` without new words (delay deadlines; after a failed
+        :meth:`end`, the rest of the stream)."""
+        self._check_open(ending=True)
         return self._drive(self._now(now))
 
     def flush(self, *, now: float | None = None) -> list[Final]:
@@ -407,37 +443,50 @@ class Stream:
 
     def end(self, *, now: float | None = None) -> list[Final]:
         """The stream ends: every word is finalized, the last one ends its sentence.
-        The stream takes nothing after this."""
+        The stream takes nothing after this (but :meth:`end` or :meth:`poll` again, to
+        finish it after an engine failure)."""
+        if self._protocol.end_received:
+            self._check_open(ending=True)
+            return self._drive(self._now(now))
         return self._send(EndRequest(), now)
 
     # -- internals -----------------------------------------------------------
     def _now(self, now: float | None) -> float:
         value = self._clock() if now is None else now
-        if not finite_number(value):
-            source = "the stream's clock returned" if now is None else "now must be"
+        seconds = _seconds(value)
+        if seconds is None:
+            source = "the stream's clock must return" if now is None else "now must be"
             raise InputError(f"{source} a finite number of seconds, not {value!r}")
-        return float(value)
+        return float(seconds)
 
-    def _check_open(self) -> None:
-        if self._protocol.end_received:
+    def _check_open(self, *, ending: bool = False) -> None:
+        """Refuse a call on a closed punctuator or an ended stream (``ending``: a call that
+        finishes an ended stream, which is refused only once it is finished)."""
+        if self._punctuator._closed:
+            raise InputError("the stream's Punctuator is closed (close() was called)")
+        if self._protocol.finished or (self._protocol.end_received and not ending):
             raise InputError("the stream has ended (end() was called)")
 
     def _send(self, message: Any, now: float | None) -> list[Final]:
         self._check_open()
         at = self._now(now)
-        return self._collect(self._protocol.receive(message, at)) + self._drive(at)
+        self._owed += self._collect(self._protocol.receive(message, at))
+        return self._drive(at)
 
     def _drive(self, now: float) -> list[Final]:
-        """Run every model call the protocol asks for at ``now`` (one at a time, as a session's driver)."""
+        """Run every model call the protocol asks for at ``now`` (one at a time, as a session's
+        driver); the finals made, with any a failed call before owed."""
         protocol = self._protocol
-        finals: list[Final] = []
         while (call := protocol.next_call(now)) is not None:
             try:
                 output = self._run(call)
             except Exception as e:
                 protocol.abort(call)
                 raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
-            finals += self._collect(protocol.apply(call, output))
+            self._owed += self._collect(protocol.apply(call, output))
+        if protocol.finished:
+            self.partial = None
+        finals, self._owed = self._owed, []
         return finals
 
     def _run(self, call: EngineCall) -> EngineOutput:
@@ -445,7 +494,7 @@ class Stream:
         (output,) = run_calls(self._engine, [call], self._pad_id)
         return output
 
-    def _collect(self, messages: list[ServerMessage]) -> list[Final]:
+    def _collect(self, messages: Sequence[object]) -> list[Final]:
         finals = []
         for message in messages:
             if isinstance(message, Final):
@@ -453,6 +502,25 @@ class Stream:
             elif isinstance(message, Partial):
                 self.partial = message
         return finals
+
+
+def _seconds(value: object) -> int | float | None:
+    """A time as the wire takes it (:func:`~streampunct.core.wire.finite_number`), with numpy's
+    and other real scalars (``numbers.Real``, not bools) as a Python float; None when it is not one."""
+    if not isinstance(value, int | float) and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            value = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return value if finite_number(value) else None  # type: ignore[return-value]
+
+
+def _cache_tokens(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {value!r}")
+    return value
 
 
 def _bool(name: str, value: object) -> bool:
@@ -468,11 +536,16 @@ def _word(item: str | Word) -> Word:
     if isinstance(item, Word):
         if not isinstance(item.w, str):
             raise InputError(f"Word.w must be a str, not {type(item.w).__name__}")
+        times = {}
         for name in ("start", "end"):
             value = getattr(item, name)
-            if value is not None and not finite_number(value):
+            seconds = None if value is None else _seconds(value)
+            if value is not None and seconds is None:
                 raise InputError(f"Word.{name} must be None or a finite number of seconds, not {value!r}")
-        return item
+            times[name] = seconds
+        if times["start"] is item.start and times["end"] is item.end:
+            return item
+        return Word(item.w, times["start"], times["end"])
     if not isinstance(item, str):
         raise InputError(f"a word must be a str or a streampunct.core.wire.Word, not {type(item).__name__}")
     return Word(item)
@@ -488,9 +561,15 @@ def written_forms(*, itn: bool = False, lexicon: Iterable[Sequence[str]] = (),
     return WrittenForms(Lexicon(pairs), load_normalizer(Path(itn_cache) if itn_cache else None) if itn else None)
 
 
-def _lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+def _lexicon(pairs: Iterable[Sequence[str]] | None) -> tuple[tuple[str, str], ...]:
+    if pairs is None:
+        return ()
+    if isinstance(pairs, str | bytes | Mapping):
+        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not a {type(pairs).__name__}")
     try:
         return normalize_lexicon(list(pairs))
+    except TypeError:
+        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not {pairs!r}") from None
     except ValueError as e:
         raise InputError(str(e)) from None
 

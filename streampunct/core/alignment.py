@@ -95,7 +95,11 @@ class Aligner:
             path = path / "tokenizer.json"
         if not path.is_file():
             raise ModelError(f"no tokenizer at {path} (expected a Hugging Face tokenizer.json)")
-        return cls(Tokenizer.from_file(str(path)), **kwargs)
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
+            raise ModelError(f"cannot read the tokenizer {path}: {e}") from e
+        return cls(tokenizer, **kwargs)
 
     def _encode_word(self, word: str) -> tuple[int, ...]:
         ids = self.tokenizer.encode(word, add_special_tokens=False).ids

@@ -355,6 +355,113 @@ def test_an_engine_failure_raises_and_the_stream_goes_on(aligner):
     assert [w.w for f in s.poll(now=2.0) for w in f.words] == ["xylophone"]
 
 
+def _indices(finals) -> list[int]:
+    return [f.start + i for f in finals for i in range(len(f.words))]
+
+
+def test_finals_made_before_a_failure_in_the_same_call_come_with_the_next_call(aligner):
+    """One push decides many windows; the first ones run, a later one fails. The finals of the
+    ones that ran are not lost: the next call returns them first, then the rest, each word once."""
+    engine = FakeEngine(fail_token=aligner.word_ids("xylophone")[-1])
+    s = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW).stream(right_context=2, max_delay_ms=NO_DELAY)
+    words = ["the"] * 200 + ["xylophone"] + ["the"] * 5
+    with pytest.raises(EngineFailedError, match="injected engine failure"):
+        s.push(words, now=0.0)
+    assert s.n_final > 100  # windows before the failing one ran: their words are final, not yet returned
+    engine.fail_token = None
+    got = s.poll(now=1.0) + s.end(now=2.0)
+    assert _indices(got) == list(range(len(words)))
+    assert [w.w for f in got for w in f.words] == words
+
+
+def test_an_engine_failure_in_end_leaves_the_stream_to_finish(aligner):
+    engine = FakeEngine(fail_token=aligner.word_ids("xylophone")[-1])
+    s = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW).stream(right_context=5, max_delay_ms=NO_DELAY)
+    assert s.push("a b xylophone", now=0.0) == []
+    with pytest.raises(EngineFailedError):
+        s.end(now=1.0)
+    assert s.ended and not s.finished and s.n_final == 0
+    with pytest.raises(InputError, match="the stream has ended"):
+        s.push("more", now=1.5)
+    with pytest.raises(EngineFailedError):  # still failing: end() again tries again
+        s.end(now=2.0)
+    engine.fail_token = None
+    finals = s.poll(now=3.0)
+    assert [w.w for f in finals for w in f.words] == ["a", "b", "xylophone"] and finals[-1].words[-1].p in ".?"
+    assert s.finished
+    for call in (lambda: s.poll(now=4.0), lambda: s.end(now=4.0)):
+        with pytest.raises(InputError, match="the stream has ended"):
+            call()
+
+
+def test_a_closed_punctuator_refuses_its_streams_and_punctuate_wraps_engine_failures(aligner):
+    engine = FakeEngine(fail_token=aligner.word_ids("xylophone")[-1])
+    p = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
+    with pytest.raises(EngineFailedError, match="inference failed: .*injected engine failure"):
+        p.punctuate("a xylophone")
+    s = p.stream()
+    s.push("hello there", now=0.0)
+    p.close()
+    for call in (lambda: s.push("how are you", now=1.0), lambda: s.poll(now=1.0), lambda: s.end(now=1.0)):
+        with pytest.raises(InputError, match="the stream's Punctuator is closed"):
+            call()
+
+
+def test_options_of_load_and_from_engine_are_checked_as_input_errors(aligner):
+    engine = FakeEngine()
+    for kwargs, message in [
+        ({"capitalize": "no"}, "'capitalize' must be true or false"),
+        ({"case_margin": -1.0}, "case_margin must be a finite number >= 0, not -1.0"),
+        ({"window": "wide"}, "window must be a streampunct.core.windowing.WindowConfig or None, not str"),
+        ({"stream_cache_tokens": 0}, "stream_cache_tokens must be None or an int >= 1, not 0"),
+        ({"written": {}}, "written must be a WrittenForms"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            Punctuator.from_engine(engine, aligner, **kwargs)
+    # load checks its arguments before it reads the model folder
+    for kwargs, message in [
+        ({"capitalize": 1}, "'capitalize' must be true or false"),
+        ({"itn": "no"}, "'itn' must be true or false"),
+        ({"stream_cache_tokens": -5}, "stream_cache_tokens must be None or an int >= 1, not -5"),
+        ({"stream_cache_tokens": "10"}, "stream_cache_tokens must be None or an int >= 1, not '10'"),
+        ({"stream_cache_tokens": 10.5}, "stream_cache_tokens must be None or an int >= 1, not 10.5"),
+        ({"lexicon": 5}, "lexicon must be a list of .spoken, written. pairs, not 5"),
+        ({"lexicon": "nasa NASA"}, "lexicon must be a list of .spoken, written. pairs, not a str"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            Punctuator.load("no/such/folder", **kwargs)
+    with pytest.raises(InputError, match="clock must be a function that returns seconds, not None"):
+        Punctuator.from_engine(engine, aligner, window=TEST_WINDOW).stream(clock=None)
+
+
+def test_numpy_times_are_taken_as_floats(aligner):
+    np = pytest.importorskip("numpy")
+    s = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW).stream(right_context=0)
+    finals = s.push([Word("hi", start=np.float32(1.5), end=np.int64(2))], now=np.int64(3))
+    (word,) = [w for f in finals for w in f.words]
+    assert (word.start, word.end) == (1.5, 2.0) and type(word.start) is float and type(word.end) is float
+    for bad in (np.float64("nan"), np.bool_(True)):
+        with pytest.raises(InputError, match="Word.start must be None or a finite number of seconds"):
+            s.push([Word("hi", start=bad)], now=4.0)
+
+
+def test_the_partial_is_cleared_once_the_stream_is_finished(aligner):
+    s = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW).stream(
+        right_context=3, max_delay_ms=NO_DELAY, partials=True)
+    assert s.push("so what did", now=0.0) == []
+    assert s.partial is not None and [w.w for w in s.partial.words] == ["so", "what", "did"]
+    s.end(now=1.0)
+    assert s.finished and s.partial is None
+
+
+def test_a_malformed_tokenizer_is_a_model_error(tmp_path):
+    from streampunct.core.alignment import Aligner
+
+    (tmp_path / "tokenizer.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ModelError, match="cannot read the tokenizer .*tokenizer.json: "):
+        Aligner.from_file(tmp_path)
+
+
 def test_import_streampunct_stays_light():
     code = ("import sys, streampunct; heavy = [m for m in ('numpy', 'onnxruntime', 'tokenizers', 'streampunct.api')"
             " if m in sys.modules]; assert not heavy, heavy; "
@@ -393,7 +500,7 @@ def test_times_are_finite_numbers_as_the_server_requires(aligner, call, message)
     assert s.n_words == 0 and s.next_deadline is None
     assert [w.w for f in s.push(["hello"], now=0.0) + s.poll(now=1.0) for w in f.words] == ["hello"]
     bad_clock = p.stream(clock=lambda: float("nan"))
-    with pytest.raises(InputError, match="the stream's clock returned a finite number"):
+    with pytest.raises(InputError, match="the stream's clock must return a finite number of seconds, not nan"):
         bad_clock.push(["hello"])
 
 
