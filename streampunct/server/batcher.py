@@ -180,6 +180,12 @@ def _ids(work: np.ndarray | StreamCall) -> np.ndarray:
     return work.input_ids if isinstance(work, StreamCall) else work
 
 
+def _close_engine(worker: _Worker) -> None:
+    """In ``worker``'s thread: close its engine, if it has one."""
+    if worker.engine is not None and hasattr(worker.engine, "close"):
+        worker.engine.close()
+
+
 class Batcher:
     """Owns the engines (each in its worker thread) and batches requests from all sessions.
 
@@ -251,7 +257,9 @@ class Batcher:
         # memory, and N at once would hold N times that at the peak.
         try:
             for worker in self._workers:
-                worker.engine = await loop.run_in_executor(worker.executor, self._engine_factory)
+                # built and kept in the worker's thread: an engine whose build outlives a cancelled
+                # start is still the worker's, and _close_engines (queued behind it) closes it
+                await loop.run_in_executor(worker.executor, self._build_engine, worker)
             if self._warmup_ids is not None:
                 t0 = time.perf_counter()
                 seqs = [self._warmup_ids]
@@ -299,18 +307,22 @@ class Batcher:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
         await self._close_engines()
 
+    def _build_engine(self, worker: _Worker) -> None:
+        """In ``worker``'s thread: build its engine."""
+        worker.engine = self._engine_factory()
+
     async def _close_engines(self) -> None:
-        """Close each engine in its own thread (after the batch it may still run), then the threads."""
+        """Close each engine in its own thread (after the batch it may still run, or the build
+        still in progress), then the threads."""
         loop = asyncio.get_running_loop()
         for worker in self._workers:
             if worker.closed:
                 continue
             worker.closed = True
-            if worker.engine is not None and hasattr(worker.engine, "close"):
-                try:
-                    await loop.run_in_executor(worker.executor, worker.engine.close)
-                except Exception:
-                    logger.exception("engine close failed")
+            try:
+                await loop.run_in_executor(worker.executor, _close_engine, worker)
+            except Exception:
+                logger.exception("engine close failed")
             worker.executor.shutdown(wait=False)
 
     @property

@@ -86,6 +86,9 @@ logger = logging.getLogger(__name__)
 
 #: Grammar searches one text awaits before it is written on the executor instead.
 _MAX_FETCHES = 16
+#: An overload episode of a session ends when none of its windows met a full queue for this
+#: long; the next one gets ``overloaded`` again (protocol.md: "once per overload episode").
+OVERLOAD_EPISODE_GAP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ class Session:
         self._stop = asyncio.Event()
         self._handoff = False
         self._timer: asyncio.TimerHandle | None = None
-        self._overload_reported = False
+        self._last_overload: float | None = None  # when a window of this session last met a full queue
         #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
         self.peak_backlog = 0
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
@@ -236,7 +239,15 @@ class Session:
         reader = asyncio.create_task(self._read(), name=f"session-{self.id}-reader")
         stop = asyncio.create_task(self._stop.wait(), name=f"session-{self.id}-stop")
         all_sent = asyncio.create_task(self._all_sent.wait(), name=f"session-{self.id}-all-sent")
-        tasks = (writer, driver, reader, stop, all_sent)
+        tasks = [writer, driver, reader, stop, all_sent]
+
+        def watch_connection() -> asyncio.Task:
+            """Once the reader is done: read and drop the client's frames, so that a closed
+            connection ends the session (and the client's close frame is seen at once)."""
+            closed = asyncio.create_task(self._discard_frames(), name=f"session-{self.id}-closed")
+            tasks.append(closed)
+            return closed
+
         try:
             done, _ = await asyncio.wait({writer, driver, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
             if writer in done:
@@ -249,10 +260,11 @@ class Session:
                 await self._task_failed(reader, writer)
                 return
             if reader not in done and self._handoff:
-                await self._hand_off(reader, driver, writer)
+                await self._hand_off(reader, driver, writer, watch_connection)
                 return
             if reader not in done:  # shutdown: stop reading, finalize what came in
                 reader.cancel()
+                await asyncio.wait({reader})
                 self._emit(self.protocol.finish(loop.time()))
                 self._wake.set()
             elif not reader.result():
@@ -260,11 +272,15 @@ class Session:
                     "client left with %d of %d words final", self.protocol.n_final, self.protocol.n_words
                 )
                 return
-            done, _ = await asyncio.wait({writer, driver, all_sent}, return_when=asyncio.FIRST_COMPLETED)
+            closed = watch_connection()
+            done, _ = await asyncio.wait({writer, driver, all_sent, closed}, return_when=asyncio.FIRST_COMPLETED)
             if writer in done:
                 await self._writer_stopped(writer)
             elif driver in done:
                 await self._task_failed(driver, writer)
+            elif all_sent not in done:  # the connection closed before every word was final
+                self._log.info("connection closed while finishing, with %d of %d words final",
+                               self.protocol.n_final, self.protocol.n_words)
             elif self.protocol.end_received:
                 self._log.info("ended after %d words", self.protocol.n_words)
                 await self._close(CloseCode.NORMAL_CLOSURE)
@@ -279,7 +295,8 @@ class Session:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _hand_off(self, reader: asyncio.Task, driver: asyncio.Task, writer: asyncio.Task) -> None:
+    async def _hand_off(self, reader: asyncio.Task, driver: asyncio.Task, writer: asyncio.Task,
+                        watch_connection: Callable[[], asyncio.Task]) -> None:
         """Shutdown with ``--drain resume``: stop reading and deciding, send what was produced,
         close with 1012 so that the client resumes with its undecided words elsewhere."""
         reader.cancel()
@@ -287,26 +304,40 @@ class Session:
         await asyncio.gather(reader, driver, return_exceptions=True)
         self._log.info("shutdown: handing off with %d of %d words final; closing with 1012",
                        self.protocol.n_final, self.protocol.n_words)
-        if not await self._outbox_sent(writer):
+        if not await self._outbox_sent(writer, watch_connection()):
             return
         await self._close(CloseCode.SERVICE_RESTART, "server restarting; resume the stream elsewhere")
 
-    async def _outbox_sent(self, writer: asyncio.Task) -> bool:
+    async def _outbox_sent(self, writer: asyncio.Task, closed: asyncio.Task | None = None) -> bool:
         """Wait until every queued message is sent (True), or the writer stopped first (False;
-        a slow reader, or the connection closed: handled by :meth:`_writer_stopped`)."""
+        a slow reader, or the connection closed: handled by :meth:`_writer_stopped`), or the
+        connection closed first (``closed`` done: False)."""
         sent = asyncio.ensure_future(self._outbox.join())
-        await asyncio.wait({sent, writer}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({sent, writer} | ({closed} if closed is not None else set()),
+                           return_when=asyncio.FIRST_COMPLETED)
         if sent.done():
             return True
         sent.cancel()
-        await self._writer_stopped(writer)
+        if writer.done():
+            await self._writer_stopped(writer)
         return False
+
+    async def _discard_frames(self) -> None:
+        """Read and drop frames until the connection closes (after ``end``, or once a shutdown
+        stopped the reader: the protocol ignores them)."""
+        try:
+            while True:
+                await self._ws.recv()
+        except websockets.ConnectionClosed:
+            return
 
     async def _close(self, code: int, reason: str = "") -> None:
         await close_within(self._ws, code, reason, self._ctx.close_timeout_s)
 
     async def _writer_stopped(self, writer: asyncio.Task) -> None:
         """The writer ended early: the connection closed under it, or the client stopped reading."""
+        if writer.cancelled():
+            return
         exc = writer.exception()
         if isinstance(exc, SlowReaderError):
             self._ctx.metrics.slow_reader_closes.inc()
@@ -330,6 +361,8 @@ class Session:
 
     async def _task_failed(self, task: asyncio.Task, writer: asyncio.Task) -> None:
         """The driver or the reader stopped with an exception: ``error`` ``internal``, then 1011."""
+        if task.cancelled():
+            return
         exc = task.exception()
         if isinstance(exc, websockets.ConnectionClosed) or exc is None:
             return
@@ -406,13 +439,13 @@ class Session:
                     output = await batcher.run(call)
                 except OverloadedError as e:
                     protocol.abort(call)
-                    self._report_overload(str(e))
+                    self._report_overload(str(e), loop.time())
                     await batcher.wait_for_capacity()
+                    self._last_overload = loop.time()  # the episode lasts while the session waits
                     continue
                 except BaseException:
                     protocol.abort(call)
                     raise
-                self._overload_reported = False
                 self._ctx.metrics.observe_window(call.partial, len(call.input_ids))
                 self._emit(protocol.apply(call, output))
                 self._progress.set()
@@ -425,9 +458,9 @@ class Session:
             self._timer.cancel()
             self._timer = None
 
-    def _report_overload(self, detail: str) -> None:
-        if not self._overload_reported:
-            self._overload_reported = True
+    def _report_overload(self, detail: str, now: float) -> None:
+        last, self._last_overload = self._last_overload, now
+        if last is None or now - last >= OVERLOAD_EPISODE_GAP_S:
             self._log.warning("overloaded: %s", detail)
             self._emit([Error(
                 ErrorCode.OVERLOADED,
@@ -471,8 +504,8 @@ class Session:
                     waited_from = loop.time()
                 if written.fetch is None:
                     break
-                try:
-                    await asyncio.wrap_future(written.fetch())
+                try:  # shielded: other sessions may await the same search, and this one may go
+                    await asyncio.shield(asyncio.wrap_future(written.fetch()))
                 except Exception:  # a worker died: the executor's call leaves the words spoken
                     break
             return await loop.run_in_executor(self._ctx.written_executor, text.resolve)

@@ -141,6 +141,37 @@ async def test_full_queue_raises_overloaded_then_recovers():
         await batcher.close()
 
 
+async def test_an_engine_still_building_when_start_is_cancelled_is_closed():
+    """A shutdown during loading cancels start(); the engine the factory is still building in
+    its thread is closed once built, not dropped (a GPU engine would keep its memory)."""
+    building, finish = threading.Event(), threading.Event()
+    from engines.fake import FakeEngine
+
+    made: list[FakeEngine] = []
+    closed: list[FakeEngine] = []
+
+    class Closing(FakeEngine):
+        def close(self) -> None:
+            closed.append(self)
+
+    def factory():
+        building.set()
+        assert finish.wait(HANDOFF_TIMEOUT)
+        made.append(Closing())
+        return made[-1]
+
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig())
+    start = asyncio.create_task(batcher.start())
+    assert await asyncio.to_thread(building.wait, HANDOFF_TIMEOUT)
+    start.cancel()
+    closing = asyncio.create_task(batcher.close())
+    finish.set()
+    await asyncio.wait_for(closing, HANDOFF_TIMEOUT)
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    assert len(made) == 1 and closed == made
+
+
 async def test_cancelled_request_leaves_the_queue():
     engine = GatedEngine()
     batcher, _ = await started(engine, max_batch=1, max_wait_ms=0)

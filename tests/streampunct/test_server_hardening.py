@@ -320,6 +320,45 @@ async def test_handshakes_during_a_drain_get_503_until_the_listener_closes(start
         await asyncio.open_connection("127.0.0.1", server.port)
 
 
+async def test_frames_after_end_do_not_hold_the_close_up(start_server):
+    """Frames after ``end`` are ignored, but still read: the client's close frame behind them is
+    seen at once, and the session ends long before the close timeout (30 s here)."""
+    server = await start_server(close_timeout_s=30.0)
+    ws = await ws_connect(server.url)
+    await ws.recv()  # ready
+    await ws.send(json.dumps({"type": "words", "words": WORDS[:5]}))
+    await ws.send(json.dumps({"type": "end"}))
+    for word in WORDS[:20]:  # more than websockets queues unread (then it stops reading the socket)
+        await ws.send(json.dumps({"type": "words", "words": [word]}))
+    async for _ in ws:
+        pass
+    assert ws.close_code == 1000
+    await until(lambda: not server.sessions, timeout=TIMEOUT)
+
+
+async def test_a_client_leaving_after_end_ends_its_session_while_its_window_waits(start_server):
+    """The client sends ``end`` and leaves while its window is queued behind another session's in
+    the engine: its session ends with the connection, not when the engine reaches its window."""
+    from tests.streampunct.fakes import GatedEngine as CountingGate
+
+    engine = CountingGate(open=True)  # open for the warm-up
+    server = await start_server(engine=engine)
+    engine.close_gate()
+    warm_up = engine.entered
+    other = await StreamClient.connect(server.url, right_context=0)
+    await other.send_words(["hold"])
+    await engine.wait_entered(warm_up + 1)  # the engine is busy with the other session's window
+    leaving = await StreamClient.connect(server.url, right_context=5, max_delay_ms=600_000)
+    await leaving.send_words(WORDS[:4])
+    await leaving.end()
+    await until(lambda: server.batcher.queue_depth == 1)  # its window waits for the engine
+    await leaving.close()
+    await until(lambda: len(server.sessions) == 1, timeout=TIMEOUT)
+    assert engine.entered == warm_up + 1 and server.batcher.queue_depth == 0  # its window left the queue
+    engine.open()
+    await other.close()
+
+
 # -- 5. invisible characters -----------------------------------------------------------------
 
 

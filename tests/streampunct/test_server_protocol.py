@@ -549,6 +549,27 @@ async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_eng
         assert transcript.words == WORDS and transcript.labels in ended_or_final_before(fake_labels(WORDS))
 
 
+async def test_overloaded_is_sent_once_per_episode(start_server, fake_engine_cls):
+    """Under a queue that stays full, each session hears ``overloaded`` once, not once per window
+    (protocol.md: once per overload episode)."""
+    from streampunct.server.batcher import BatcherConfig
+
+    server = await start_server(
+        engine=fake_engine_cls(delay_s=0.005), batching=BatcherConfig(max_batch=1, max_wait_ms=0, max_queue=2)
+    )
+    clients = [await StreamClient.connect(server.url, right_context=0) for _ in range(8)]
+
+    async def one_by_one(client):
+        for word in WORDS:
+            await client.send_words([word])
+        return await finish(client)
+
+    results = await asyncio.gather(*(one_by_one(c) for c in clients))
+    counts = [len(transcript.errors) for transcript, _ in results]
+    assert sum(counts) >= 1 and max(counts) == 1, counts
+    assert all(transcript.words == WORDS for transcript, _ in results)
+
+
 # -- interim hypotheses and word times (issue 14) -------------------------------
 
 

@@ -543,3 +543,89 @@ async def test_number_free_finals_do_not_wait_behind_other_sessions_grammars(ali
         normalizer.release.set()
         await asyncio.gather(*slow, return_exceptions=True)
         await server.shutdown()
+
+
+async def test_a_client_leaving_does_not_cancel_a_search_another_session_shares(aligner):
+    """Two sessions wait for the same grammar search (a worker's future, shared by the stretch
+    cache) while it is still queued; one client leaves. The other still gets its written text
+    and its end: the leaving session's cancellation must not cancel the shared search."""
+    import asyncio
+    import concurrent.futures
+    import json
+    import threading
+
+    from websockets.asyncio.client import connect
+
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
+    from streampunct.text import itn
+    from streampunct.text.written_form import Phrase
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+    from tests.streampunct.fakes import until
+
+    release = threading.Event()
+
+    def search(words):
+        if "ninety" in words:
+            assert release.wait(30), "never released"
+        return tuple(Phrase(i, i + 2, "25", True) for i in range(len(words) - 1)
+                     if words[i:i + 2] == ("twenty", "five"))
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)  # one search at a time: later ones stay queued
+    fetched = threading.Semaphore(0)
+
+    class SharedSearches:
+        answers_at_once = True
+
+        def __init__(self):
+            self.cache = itn._StretchCache(search, 64, submit=lambda words: pool.submit(search, words))
+            fetch = self.cache.fetch
+
+            def counted(words):
+                future = fetch(words)
+                fetched.release()
+                return future
+            self.cache.fetch = counted
+
+        def phrases(self, words, *, first=0, until=None):
+            out = []
+            for a, b in itn._stretches(words, first, until):
+                out += [Phrase(p.start + a, p.end + a, p.text, p.whole) for p in self.cache(tuple(words[a:b]))]
+            return out
+
+    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+                         ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake", normalizer=SharedSearches()))
+
+    async def open_stream(words, last):
+        ws = await connect(server.url)
+        await ws.recv()  # ready
+        await ws.send(json.dumps({"type": "config", "itn": True, "right_context": 0, "max_delay_ms": 600_000}))
+        await ws.recv()
+        await ws.send(json.dumps({"type": "words", "words": words}))
+        await ws.send(json.dumps({"type": last}))
+        return ws
+
+    async def fetches(n):
+        for _ in range(n):
+            assert await asyncio.to_thread(fetched.acquire, True, 30)
+
+    try:
+        await server.wait_ready()
+        holder = await open_stream(["ninety", "nine"], "end")  # holds the one search worker
+        await fetches(1)
+        leaving = await open_stream(["twenty", "five"], "flush")  # its search queued behind
+        await fetches(1)
+        staying = await open_stream(["twenty", "five"], "end")  # shares the queued search
+        await fetches(1)
+        leaving.transport.abort()
+        await until(lambda: len(server.sessions) < 3)  # the leaving one is gone
+        release.set()
+        messages = []
+        async for frame in staying:
+            messages.append(json.loads(frame))
+        assert [m["type"] for m in messages] == ["final", "end"] and messages[0]["text"] == "25"
+        assert staying.close_code == 1000
+        await holder.close()
+    finally:
+        release.set()
+        await server.shutdown()
+        pool.shutdown(wait=False, cancel_futures=True)
