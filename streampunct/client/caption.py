@@ -73,10 +73,12 @@ from streampunct.core.wire import (
 )
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
+from streampunct.text.normalize import CLITICS
 
 __all__ = [  # the readers and the message splitting live in caption_input / client; named here too
     "END_GRACE_S", "CaptionResult", "CaptionView", "InputStopped", "Interrupt", "Interrupted", "StreamClosedEarly",
-    "asr_chunks", "caption", "connect", "default_view", "lost_words_errors", "message_words", "read_transcript",
+    "asr_chunks", "caption", "connect", "default_view", "join_texts", "lost_words_errors", "message_words",
+    "read_transcript",
 ]
 
 _DIM, _RESET, _CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[K"
@@ -129,7 +131,7 @@ class CaptionView:
         for start, end, text in transcript.texts[self._finals:]:
             ends = sum(1 for label in transcript.labels[start:end] if label in (PERIOD, QUESTION))
             for piece, complete in _sentences(text, ends):
-                self._line = f"{self._line} {piece}" if self._line else piece
+                self._line = join_texts([self._line, piece])
                 if complete:
                     done.append(self._line)
                     self._line = ""
@@ -153,6 +155,20 @@ class CaptionView:
         self._line = ""
         self.out.write((_CLEAR_LINE if self.live else "") + (rest + "\n" if rest else ""))
         self.out.flush()
+
+
+def join_texts(texts: Sequence[str]) -> str:
+    """Finals' texts (or pieces of them) as one text: a space between them, but none before a text
+    that starts with a clitic ("'s", "n't") after a word with no mark, as the subtitles join them
+    ("New York" + "'s" = "New York's")."""
+    out = ""
+    for text in texts:
+        if not text:
+            continue
+        first = text.split(maxsplit=1)[0].rstrip(",.?!;:").lower()
+        glued = first in CLITICS and out and not out.endswith((",", ".", "?", "!", ";", ":"))
+        out = f"{out}{text}" if glued or not out else f"{out} {text}"
+    return out
 
 
 def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:

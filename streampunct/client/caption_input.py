@@ -6,7 +6,8 @@ the time it is due, in seconds from the start of the stream.
 
 Formats (``--input-format``; ``auto`` looks at the start: input whose first
 non-blank character is ``{`` or ``[`` is read as JSON and its first value
-names the format, anything else is text):
+names the format, anything else is text; so is a first JSON value that is a
+list of neither objects nor strings: "[1] so today"):
 
 * ``text``: plain text, or ``word<TAB>LABEL`` lines (labels ignored); paced
   at ``wps`` words per second in ASR-like chunks. A file is read as
@@ -15,11 +16,18 @@ names the format, anything else is text):
 * ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``.
 * ``vosk``: Vosk/Kaldi recognizer output (``Result()``, ``PartialResult()``,
   ``FinalResult()`` as they print it):
-  ``{"result": [{"word", "start", "end", ...}], "text": ...}`` commits words,
-  ``{"partial": "..."}`` is an interim hypothesis.
-* ``whisper``: faster-whisper-style segments with word timestamps, as JSON
-  lines of segments, a JSON list of segments, or ``{"segments": [...]}``;
-  each segment ``{"start", "end", "text", "words": [{"word", "start", "end"}]}``.
+  ``{"result": [{"word", "start", "end", ...}], "text": ...}`` commits words
+  (``{"text": ...}`` alone: words without times),
+  ``{"partial": "..."}`` is an interim hypothesis, and
+  ``{"alternatives": [{"result" or "text", ...}, ...]}`` (``SetMaxAlternatives``)
+  commits its first (best) alternative. An object with none of these is a bad line.
+* ``whisper``: Whisper segments, as JSON lines of segments, a JSON list of
+  segments, or ``{"segments": [...]}`` (openai-whisper's JSON); each segment
+  ``{"start", "end", "text", "words": [{"word", "start", "end"}]}``. A segment
+  without word timestamps (no ``words``, ``null`` or empty: openai-whisper's
+  default, faster-whisper's ``word_timestamps=False``) has its ``text``'s words
+  share its time in proportion to their characters. Detected by ``segments``,
+  ``words``, or ``text`` with ``start`` or ``end``.
 
 The JSON formats read a stream of JSON values (:class:`JsonStream`), each on
 one line or pretty-printed over several; a value is taken as soon as its text
@@ -365,17 +373,85 @@ def _format_of(value: JsonValue, name: str) -> str:
                          "for plain text pass --input-format text")
     obj = value.obj
     if isinstance(obj, list):
-        return "whisper" if obj and isinstance(obj[0], dict) and "words" in obj[0] else "words"
+        if obj and not isinstance(obj[0], dict | str):  # "[1] so today": a text that starts with JSON
+            return "text"
+        return "whisper" if obj and _is_segment(obj[0]) else "words"
     if not isinstance(obj, dict):
         return "text"
-    if "result" in obj or "partial" in obj or set(obj) == {"text"}:
+    if "result" in obj or "partial" in obj or "alternatives" in obj or set(obj) == {"text"}:
         return "vosk"
-    if "segments" in obj or "words" in obj:
+    if "segments" in obj or _is_segment(obj):
         return "whisper"
     if "w" in obj or "word" in obj:
         return "words"
     raise InputError(f"{name}:{value.line}: cannot tell the input format from its first JSON value; "
                      "pass --input-format")
+
+
+def _is_segment(obj: dict[str, Any]) -> bool:
+    """A Whisper segment: with ``words``, or a ``text`` with ``start`` or ``end`` (no word timestamps)."""
+    if "w" in obj or "word" in obj:
+        return False
+    return "words" in obj or ("text" in obj and ("start" in obj or "end" in obj))
+
+
+def _vosk_events(obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: a Vosk result must be a JSON object")
+    if "partial" in obj:
+        text = obj["partial"]
+        if not isinstance(text, str):
+            raise InputError(f"{where}: 'partial' must be a string")
+        return [AsrEvent(previous, tuple(Word(w) for w in text.split()), interim=True)]
+    if "alternatives" in obj:  # SetMaxAlternatives: the first is the best
+        alternatives = obj["alternatives"]
+        if not isinstance(alternatives, list) or not all(isinstance(a, dict) for a in alternatives):
+            raise InputError(f"{where}: 'alternatives' must be a list of objects")
+        if not alternatives:
+            return []
+        obj = alternatives[0]
+    result = obj.get("result")
+    if result is None:
+        if "text" not in obj:
+            raise InputError(f"{where}: a Vosk result needs 'result', 'text', 'partial' or 'alternatives'")
+        text = obj["text"]
+        if not isinstance(text, str):
+            raise InputError(f"{where}: 'text' must be a string")
+        words = tuple(Word(w) for w in text.split())
+        return [AsrEvent(previous, words)] if words else []  # {"text": ""}: silence, nothing committed
+    if not isinstance(result, list):
+        raise InputError(f"{where}: 'result' must be a list of words")
+    words = tuple(_word(item, where) for item in result)
+    return [AsrEvent(_due(words, previous), words)]
+
+
+def _spread(tokens: Sequence[str], start: float | None, end: float | None) -> tuple[Word, ...]:
+    """The words of a segment without word timestamps: its time shared in proportion to their
+    characters, in order (each word within the segment, none before the one before it); a segment
+    missing a time gives its words the times it has."""
+    if start is None or end is None or not tokens:
+        return tuple(Word(w, start, end) for w in tokens)
+    span, total = max(0.0, end - start), sum(len(w) for w in tokens)
+    words, done = [], 0
+    for w in tokens:
+        begin = start + span * done / total
+        done += len(w)
+        words.append(Word(w, begin, start + span * done / total))
+    return tuple(words)
+
+
+def _segment_words(segment: Any, where: str) -> tuple[Word, ...]:
+    if not isinstance(segment, dict):
+        raise InputError(f"{where}: a segment must be a JSON object")
+    items = segment.get("words")
+    if items is not None and not isinstance(items, list):
+        raise InputError(f"{where}: a segment's 'words' must be a list")
+    if items:
+        return tuple(_word(item, where) for item in items)
+    text = segment.get("text", "")  # no word timestamps: the segment's words share its time
+    if not isinstance(text, str):
+        raise InputError(f"{where}: a segment's 'text' must be a string")
+    return _spread(text.split(), _time(segment, "start", where), _time(segment, "end", where))
 
 
 def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
@@ -384,22 +460,7 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> lis
         words = tuple(_word(item, where) for item in items)
         return [AsrEvent(_due(words, previous), words)]
     if fmt == "vosk":
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: a Vosk result must be a JSON object")
-        if "partial" in obj:
-            text = obj["partial"]
-            if not isinstance(text, str):
-                raise InputError(f"{where}: 'partial' must be a string")
-            return [AsrEvent(previous, tuple(Word(w) for w in text.split()), interim=True)]
-        result = obj.get("result")
-        if result is None:  # {"text": ""}: silence, nothing committed
-            text = obj.get("text", "")
-            words = tuple(Word(w) for w in text.split()) if isinstance(text, str) else ()
-            return [AsrEvent(previous, words)] if words else []
-        if not isinstance(result, list):
-            raise InputError(f"{where}: 'result' must be a list of words")
-        words = tuple(_word(item, where) for item in result)
-        return [AsrEvent(_due(words, previous), words)]
+        return _vosk_events(obj, where, previous)
     if fmt == "whisper":
         segments = obj.get("segments") if isinstance(obj, dict) and "segments" in obj else obj
         if isinstance(segments, dict):
@@ -408,15 +469,7 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> lis
             raise InputError(f"{where}: expected a segment object or a list of segments")
         events = []
         for segment in segments:
-            if not isinstance(segment, dict):
-                raise InputError(f"{where}: a segment must be a JSON object")
-            items = segment.get("words")
-            if isinstance(items, list) and items:
-                words = tuple(_word(item, where) for item in items)
-            else:  # a segment without word timestamps: its words share its times
-                text = segment.get("text", "")
-                start, end = _time(segment, "start", where), _time(segment, "end", where)
-                words = tuple(Word(w, start, end) for w in str(text).split())
+            words = _segment_words(segment, where)
             if words:
                 previous = _due(words, previous)
                 events.append(AsrEvent(previous, words))

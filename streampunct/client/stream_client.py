@@ -335,6 +335,8 @@ class LatencySummary:
         def q(v: tuple[float, float, float, float]) -> str:
             return f"p50 {v[0]:.0f} ms, p95 {v[1]:.0f} ms, p99 {v[2]:.0f} ms, max {v[3]:.0f} ms"
 
+        if not self.words:  # stopped before any final came: nothing to measure
+            return "0 words: no final came, no latency measured"
         return f"{self.words} words; word->final latency: {q(self.latency)}; margin after decidable: {q(self.margin)}"
 
 

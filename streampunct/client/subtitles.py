@@ -9,6 +9,13 @@ guidelines, Netflix timed text style guide):
   needed, into the gap before the next cue, which then starts no earlier
   than that end (so a cue may start after its first word was spoken: the
   *lag*, which :func:`cue_stats` reports);
+* **bounded lag**: speech faster than that reading speed would push every
+  later cue later and later; so a cue ends at most ``max_lag_s`` (1.5 s)
+  after its last word was spoken, however fast it must then be read (the
+  reading speed, then the minimum duration, give way, down to 1 ms on
+  screen). With word times that never go back, no cue starts more than
+  ``max_lag_s`` after its first word (plus 1 ms for each cue before it with
+  no time left at all: words said at one instant, the lag used up);
 * **short pieces are merged**: a sentence that ends a cue too short to be
   read in its own speaking time ("Yes.", or "dollars." left over from a long
   sentence) is held and shown with the next sentence when both fit in one
@@ -24,9 +31,15 @@ guidelines, Netflix timed text style guide):
   boundary, after punctuation when it can, and not with a last line of one
   word when avoidable.
 
+A cue never shows more than ``max_lines`` lines: a word (or written form) too
+long for them alone is cut, with an ellipsis, on the last line (the cue's
+words keep it whole).
+
 Streaming: a cue is written as soon as it is complete (its sentence ended,
 or the next words do not fit). Words are held only while they may still
-join a cue: no cue spans more than ``max_duration_s`` of speech, and
+join a cue: no cue spans more than ``max_duration_s`` of speech (or, when
+one piece alone spans longer, a word given a whole segment's time, no more
+than that piece: the piece is not cut off alone for it), and
 :meth:`SubtitleWriter.flush` (which the caption client calls when no final
 came for that long: a pause) writes what is held.
 
@@ -35,6 +48,13 @@ written forms ("$25", "New York", "iPhone") appear as the server wrote
 them; times come from the words' timestamps when the client sent them
 (finals echo them), otherwise from when each word was sent.
 :func:`cue_stats` measures the rules on a list of cues.
+
+Writing: WebVTT cue text escapes ``&``, ``<`` and ``>`` (``&amp;``, ``&lt;``,
+``&gt;``, as the W3C WebVTT format asks, which also keeps a ``-->`` in the
+text from reading as a timing line). SRT has no escapes: its text is written
+as shown; its timestamps have two digits of hours, so a cue that ends at
+100 hours or later cannot be written (:data:`SRT_MAX_S`: an
+:class:`~streampunct.errors.InputError`; WebVTT has no such limit).
 """
 
 from __future__ import annotations
@@ -60,6 +80,9 @@ class CueLimits:
     min_duration_s: shortest time a cue is shown.
     max_cps: reading speed a cue's time on screen allows for at most
         (characters a second, spaces included).
+    max_lag_s: latest a cue ends after its last word was spoken (it gives way to
+        ``max_cps`` and ``min_duration_s`` when speech is faster than they allow),
+        so that no cue starts more than this after its first word.
     """
 
     max_chars: int = 42
@@ -67,6 +90,7 @@ class CueLimits:
     max_duration_s: float = 7.0
     min_duration_s: float = 1.0
     max_cps: float = 17.0
+    max_lag_s: float = 1.5
 
     def __post_init__(self) -> None:
         if self.max_chars < 1 or self.max_lines < 1:
@@ -75,6 +99,8 @@ class CueLimits:
             raise ValueError("0 < min_duration_s <= max_duration_s")
         if self.max_cps <= 0:
             raise ValueError("max_cps must be > 0")
+        if not self.max_lag_s >= 0:
+            raise ValueError("max_lag_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -213,7 +239,22 @@ def _break_bonus(a: Piece, b: Piece, kind: str) -> float:
 
 
 def layout(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
-    """The lines of a cue: as few as fit, balanced, cut at the best word boundaries."""
+    """The lines of a cue: as few as fit, balanced, cut at the best word boundaries; never more than
+    ``max_lines`` (:func:`_clip`)."""
+    return _clip(_lines(pieces, limits), limits)
+
+
+def _clip(lines: list[str], limits: CueLimits) -> list[str]:
+    """At most ``max_lines`` lines: what does not fit (a word too long for a cue, alone in its cue
+    as the builder cuts it) is cut, and the last line ends with an ellipsis."""
+    if len(lines) <= limits.max_lines:
+        return lines
+    kept = lines[:limits.max_lines]
+    kept[-1] = kept[-1][:limits.max_chars - 1] + "\u2026"
+    return kept
+
+
+def _lines(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
     tokens = [p.text for p in pieces]
     if any(len(t) > limits.max_chars for t in tokens):
         return wrap(" ".join(tokens).split(), limits.max_chars)
@@ -263,6 +304,10 @@ def layout(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
 
 
 # -- cues ---------------------------------------------------------------------------------
+
+#: The shortest time a cue is shown when it catches up with the speech (``max_lag_s``): one
+#: millisecond, the timestamps' step, so that its end still comes after its start.
+_MIN_SHOWN_S = 0.001
 
 
 class CueBuilder:
@@ -330,9 +375,12 @@ class CueBuilder:
         return out
 
     def _fits(self, pieces: Sequence[Piece]) -> bool:
+        """The pieces fit in one cue: its lines, and ``max_duration_s`` of speech (or as long as one
+        of them takes alone: a word given a whole segment's time is not cut off alone for it)."""
         limits = self.limits
+        longest = max(limits.max_duration_s, max(p.end - p.start for p in pieces))
         return (len(wrap([p.text for p in pieces], limits.max_chars)) <= limits.max_lines
-                and pieces[-1].end - pieces[0].start <= limits.max_duration_s)
+                and pieces[-1].end - pieces[0].start <= longest)
 
     def _need(self, chars: int) -> float:
         """How long a cue of ``chars`` characters must be shown."""
@@ -388,8 +436,10 @@ class CueBuilder:
         limits = self.limits
         lines = layout(pieces, limits)
         start = max(pieces[0].start, self._last_end)
-        end = max(pieces[-1].end, start + self._need(len(" ".join(lines))))
-        end = min(end, start + max(limits.max_duration_s, self._need(len(" ".join(lines)))))
+        need = self._need(len(" ".join(lines)))
+        end = max(pieces[-1].end, start + need)  # long enough to read
+        end = min(end, start + max(limits.max_duration_s, need))
+        end = min(end, max(pieces[-1].end + limits.max_lag_s, start + _MIN_SHOWN_S))  # bounded lag
         self._last_end = end
         words = tuple(w for p in pieces for w in p.words)
         return [Cue(start, end, tuple(lines), words, tuple(pieces))]
@@ -531,6 +581,10 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
 # -- writing ------------------------------------------------------------------------------------
 
 
+#: SRT timestamps have two digits of hours: a cue must end before 100 hours (99:59:59,999).
+SRT_MAX_S = 100 * 3600.0
+
+
 def _timestamp(seconds: float, sep: str) -> str:
     ms = max(0, round(seconds * 1000))
     h, rest = divmod(ms, 3_600_000)
@@ -539,11 +593,25 @@ def _timestamp(seconds: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
+def srt_time_error(seconds: float) -> str | None:
+    """Why a time cannot be an SRT timestamp (100 hours or later), or None."""
+    if round(seconds * 1000) < SRT_MAX_S * 1000:
+        return None
+    return (f"a time of {_timestamp(seconds, ',')} cannot be written in SRT (its timestamps end at 99:59:59,999); "
+            "use --format vtt, or word times counted from the start of the stream")
+
+
+def vtt_escape(text: str) -> str:
+    """Cue text as WebVTT reads it back: ``&``, ``<`` and ``>`` escaped (so a ``-->`` is too)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 class SubtitleWriter:
     """Writes cues in one format (``vtt``, ``srt``, ``jsonl``) to some text streams, cue by cue.
 
     Feed it finals (:meth:`add_final`: words and ``text``) or plain words
-    (:meth:`add`); ``cues`` keeps every cue written.
+    (:meth:`add`); ``cues`` keeps every cue written. An SRT cue that ends at 100 hours or
+    later raises :class:`~streampunct.errors.InputError` (:func:`srt_time_error`).
     """
 
     FORMATS = ("vtt", "srt", "jsonl")
@@ -600,9 +668,12 @@ class SubtitleWriter:
             self._cue(cue)
 
     def _cue(self, cue: Cue) -> None:
+        error = srt_time_error(cue.end) if self.format == "srt" else None
+        if error:
+            raise InputError(f"subtitle cue {self.count + 1}: {error}")
         self.cues.append(cue)
         if self.format == "vtt":
-            self._write(f"{_timestamp(cue.start, '.')} --> {_timestamp(cue.end, '.')}\n{cue.text}\n\n")
+            self._write(f"{_timestamp(cue.start, '.')} --> {_timestamp(cue.end, '.')}\n{vtt_escape(cue.text)}\n\n")
         elif self.format == "srt":
             self._write(f"{self.count}\n{_timestamp(cue.start, ',')} --> {_timestamp(cue.end, ',')}\n{cue.text}\n\n")
         else:

@@ -50,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                         help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "
-                             "whisper (segments with words); JSON one object a line or pretty-printed over "
-                             "several; default: detected from the start (a first '{' or '[' is read as JSON)")
+                             "whisper (segments, with words or without: then a segment's time is shared by "
+                             "its words); JSON one object a line or pretty-printed over several; default: "
+                             "detected from the start (a first '{' or '[' is read as JSON)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text: live captions on stdout; vtt/srt: subtitles; jsonl: one cue per line "
                              "(default: %(default)s)")
@@ -123,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
             seed=args.seed, speed=args.speed, on_bad_line=args.on_bad_line, report=report,
         )
+        if args.format == "srt":
+            _check_srt_times(args.transcript, events)
     out = AtomicTextFile(args.out) if args.out else None
     try:
         code = asyncio.run(_caption(args, events, out, report))
@@ -131,6 +134,18 @@ def run(args: argparse.Namespace) -> int:
             out.discard()  # what was at --out stays as it was
         raise
     return code
+
+
+def _check_srt_times(source: str, events) -> None:
+    """Refuse a file whose word times SRT cannot write (100 hours or later) before anything is sent;
+    from stdin the subtitle writer refuses the first such cue."""
+    from streampunct.client.subtitles import srt_time_error
+    from streampunct.errors import InputError
+
+    latest = max((t for e in events for w in e.words for t in (w.start, w.end) if t is not None), default=0.0)
+    error = srt_time_error(latest)
+    if error:
+        raise InputError(f"{source}: {error}")
 
 
 class _Stdout:
@@ -184,6 +199,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         StreamClosedEarly,
         caption,
         default_view,
+        join_texts,
         lost_words_errors,
     )
     from streampunct.client.stream_client import Reconnect
@@ -252,7 +268,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         return 2
     if out is not None:
         if args.format == "text":
-            written = " ".join(text for _, _, text in result.transcript.texts if text)  # as the server sent it
+            written = join_texts([text for _, _, text in result.transcript.texts])  # as the server sent it
             out.file.write(written + "\n")
         out.commit()
     if stdout.closed_pipe and not signals:  # `| head`: quietly, as the CLI ends on a closed pipe

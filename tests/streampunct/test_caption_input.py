@@ -68,8 +68,129 @@ def test_whisper_segments_in_a_json_document(tmp_path):
     f.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     events = read_events(str(f), speed=1.0)
     assert [[w.w for w in e.words] for e in events] == [["Hello", "there."], ["no", "words", "here"]]
-    assert events[1].words[0] == Word("no", 2.0, 4.0)
+    # no word timestamps: the segment's 2 s shared by characters (2, 5 and 4 of 11)
+    assert events[1].words == (Word("no", 2.0, pytest.approx(2 + 2 * 2 / 11)),
+                               Word("words", pytest.approx(2 + 2 * 2 / 11), pytest.approx(2 + 2 * 7 / 11)),
+                               Word("here", pytest.approx(2 + 2 * 7 / 11), 4.0))
     assert [e.at for e in events] == [0.0, 3.0]
+
+
+OPENAI_WHISPER = {  # openai-whisper's JSON (transcribe(), no word_timestamps): segments without words
+    "text": " And so my fellow Americans, ask not what your country can do for you. ...",
+    "segments": [
+        {"id": 0, "seek": 0, "start": 0.0, "end": 6.5, "tokens": [1, 2], "temperature": 0.0,
+         "text": " And so my fellow Americans, ask not what your country can do for you."},
+        {"id": 1, "seek": 0, "start": 6.5, "end": 11.0, "tokens": [3], "temperature": 0.0,
+         "text": " Ask what you can do for your country."},
+        {"id": 2, "seek": 1100, "start": 11.0, "end": 19.5, "tokens": [3], "temperature": 0.0,
+         "text": " We choose to go to the Moon in this decade and do the other things, not because they "
+                 "are easy, but because they are hard."},
+    ],
+    "language": "en",
+}
+
+
+def test_segments_without_word_timestamps_share_their_time_and_make_readable_cues(tmp_path):
+    from streampunct.client.subtitles import CueBuilder, TimedWord
+    from streampunct.labels import COMMA, PERIOD, O
+
+    source = tmp_path / "whisper.json"
+    source.write_text(json.dumps(OPENAI_WHISPER, indent=2), encoding="utf-8")
+    words = [w for e in read_events(str(source), speed=0) for w in e.words]
+    assert len(words) == 47 and (words[0].start, words[-1].end) == (0.0, 19.5)
+    assert all(a.end == pytest.approx(b.start) and a.start < a.end for a, b in zip(words, words[1:], strict=False))
+    for segment in OPENAI_WHISPER["segments"]:  # each word within its segment
+        inside = [w for w in words if segment["start"] - 1e-9 <= w.start and w.end <= segment["end"] + 1e-9]
+        assert len(inside) == len(segment["text"].split())
+    builder = CueBuilder()
+    cues = []
+    for w in words:  # the marks as the server would label them
+        label = {",": COMMA, ".": PERIOD}.get(w.w[-1], O)
+        cues += builder.add(TimedWord(w.w.rstrip(",.").lower(), label, w.start, w.end))
+    cues += builder.close()
+    assert 19.5 <= cues[-1].end <= 21.0  # the audio ends at 19.5 s
+    assert len(cues) <= 6 and sum(len(c.words) == 1 for c in cues) == 0
+
+
+@pytest.mark.parametrize("words", ['"words": null, ', "", '"words": [], '])
+def test_json_lines_of_segments_without_words_are_whisper(tmp_path, words):
+    source = tmp_path / "segments.jsonl"
+    source.write_text(f'{{"id": 0, "start": 0.0, "end": 1.0, {words}"text": " so today"}}\n'
+                      f'{{"id": 1, "start": 1.0, "end": 3.0, {words}"text": " we talk"}}\n', encoding="utf-8")
+    events = read_events(str(source), speed=0)
+    assert [(w.w, w.start, w.end) for e in events for w in e.words] == [
+        ("so", 0.0, pytest.approx(2 / 7)), ("today", pytest.approx(2 / 7), 1.0),
+        ("we", 1.0, pytest.approx(1 + 2 * 2 / 6)), ("talk", pytest.approx(1 + 2 * 2 / 6), 3.0)]
+    assert detect_format('{"id": 0, "start": 0.0, "end": 1.0, "text": " so"}') == "whisper"
+    assert detect_format('[{"start": 0.0, "end": 1.0, "text": " so"}]') == "whisper"
+    assert detect_format('{"text": "so"}') == "vosk"  # Vosk's result without words
+
+
+@pytest.mark.parametrize(("segment", "reason"), [
+    ('{"start": 0, "end": 1, "text": null}', "a segment's 'text' must be a string"),
+    ('{"start": 0, "end": 1, "text": 5, "words": null}', "a segment's 'text' must be a string"),
+    ('{"start": 0, "end": 1, "text": "so", "words": "so"}', "a segment's 'words' must be a list"),
+])
+def test_a_segment_whose_text_is_not_a_string_is_a_bad_line(tmp_path, segment, reason):
+    from streampunct.client.caption_input import BadLine
+
+    source = tmp_path / "segments.jsonl"
+    source.write_text('{"start": 0, "end": 1, "text": " so"}\n' + segment + "\n", encoding="utf-8")
+    with pytest.raises(BadLine, match=rf"^{source}:2: {reason}$"):
+        read_events(str(source), input_format="whisper", speed=0)
+    reported: list[str] = []
+    events = read_events(str(source), input_format="whisper", speed=0, on_bad_line="skip", report=reported.append)
+    assert [w.w for e in events for w in e.words] == ["so"] and len(reported) == 1
+
+
+def test_vosk_alternatives_commit_the_best_and_an_unknown_object_is_a_bad_line(tmp_path):
+    from streampunct.client.caption_input import BadLine
+
+    source = tmp_path / "vosk.json"
+    source.write_text("\n".join(json.dumps(o, indent=2) for o in [
+        {"partial": "hello"},
+        {"alternatives": [{"confidence": 228.0, "result": [{"end": 0.6, "start": 0.1, "word": "hello"},
+                                                            {"end": 1.0, "start": 0.6, "word": "world"}],
+                           "text": "hello world"},
+                          {"confidence": 200.0, "result": [{"end": 1.0, "start": 0.1, "word": "yellow"}],
+                           "text": "yellow"}]},
+        {"alternatives": [{"confidence": 150.0, "text": "how are you"}, {"confidence": 100.0, "text": "who"}]},
+        {"alternatives": [{"confidence": 0.0, "text": ""}]},
+    ]) + "\n", encoding="utf-8")
+    events = read_events(str(source), speed=0)  # detected as vosk
+    assert [(e.interim, [(w.w, w.start) for w in e.words]) for e in events] == [
+        (True, [("hello", None)]), (False, [("hello", 0.1), ("world", 0.6)]),
+        (False, [("how", None), ("are", None), ("you", None)])]
+    bad = tmp_path / "other.jsonl"
+    bad.write_text('{"result": [{"word": "so", "start": 0.1, "end": 0.2}]}\n{"foo": 1}\n'
+                   '{"text": null}\n{"alternatives": "so"}\n', encoding="utf-8")
+    with pytest.raises(BadLine, match=rf"^{bad}:2: a Vosk result needs 'result', 'text', 'partial' or "
+                                      r"'alternatives'$"):
+        read_events(str(bad), speed=0)
+    reported: list[str] = []
+    read_events(str(bad), speed=0, on_bad_line="skip", report=reported.append)
+    assert reported == [f"{bad}:2: a Vosk result needs 'result', 'text', 'partial' or 'alternatives'; line skipped",
+                        f"{bad}:3: 'text' must be a string; line skipped",
+                        f"{bad}:4: 'alternatives' must be a list of objects; line skipped"]
+
+
+async def test_text_that_starts_with_a_json_list_of_numbers_is_text(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    from streampunct.client.caption_input import stdin_events
+
+    source = tmp_path / "talk.txt"
+    source.write_text("[1] so today we talk\nabout [2] things\n", encoding="utf-8")
+    expected = ["[1]", "so", "today", "we", "talk", "about", "[2]", "things"]
+    assert [w.w for e in read_events(str(source)) for w in e.words] == expected
+    assert detect_format("[1] so today") == detect_format("[[1, 2]] so") == detect_format("[null]") == "text"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(source.read_text()))
+    assert [w.w for e in [e async for e in stdin_events()] for w in e.words] == expected
+    # JSON word lists are still words
+    assert detect_format('["so", "today"]') == detect_format('[{"w": "so"}]') == "words"
+    words = write_lines(tmp_path / "words.jsonl", [["so", "today"], [{"w": "we", "start": 1.0}]])
+    assert [w.w for e in read_events(str(words), speed=0) for w in e.words] == ["so", "today", "we"]
 
 
 def test_plain_text_is_paced_and_bad_input_is_refused(tmp_path):
