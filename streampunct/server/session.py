@@ -346,8 +346,13 @@ class Session:
                 exc, self.protocol.n_final, self.protocol.n_words, self._outbox.qsize(),
             )
             await self._close(CloseCode.TRY_AGAIN_LATER, str(exc))
-        elif isinstance(exc, _WritingFailed):  # as a failed driver: the contract's error, then 1011
-            self._log.error("internal error writing a text", exc_info=exc.__cause__)
+        elif isinstance(exc, websockets.ConnectionClosed):
+            raise exc
+        elif exc is not None:  # as a failed driver: the contract's error, then 1011
+            if isinstance(exc, _WritingFailed):
+                self._log.error("internal error writing a text", exc_info=exc.__cause__)
+            else:
+                self._log.error("internal error in the session's writer", exc_info=exc)
             error = Error(ErrorCode.INTERNAL, "internal server error; closing the stream")
             self._ctx.metrics.errors.labels(code=str(error.code)).inc()
             try:
@@ -356,8 +361,6 @@ class Session:
             except TimeoutError:
                 pass
             await self._close(CloseCode.INTERNAL_ERROR, "internal error")
-        elif exc is not None:
-            raise exc
 
     async def _task_failed(self, task: asyncio.Task, writer: asyncio.Task) -> None:
         """The driver or the reader stopped with an exception: ``error`` ``internal``, then 1011."""

@@ -448,6 +448,27 @@ async def test_a_bug_while_reading_a_frame_still_sends_internal_before_1011(star
     assert client.close_code == 1011
 
 
+async def test_a_bug_while_writing_a_frame_still_sends_internal_before_1011(start_server, monkeypatch):
+    import streampunct.server.session as session_module
+
+    encode = session_module.encode_frame
+
+    def broken(message):
+        if isinstance(message, Final):
+            raise RuntimeError("a bug")
+        return encode(message)
+
+    monkeypatch.setattr(session_module, "encode_frame", broken)
+    server = await start_server()
+    client = await StreamClient.connect(server.url, right_context=0)
+    await client.send_words(WORDS[:3])
+    messages = [m async for m in client]
+    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
+        (ErrorCode.INTERNAL, "internal server error; closing the stream")
+    ]
+    assert client.close_code == 1011
+
+
 async def test_lone_surrogates_in_words_are_dropped_and_the_stream_goes_on(start_server, fake_labels):
     # JSON's \\udXXX escapes can carry half a surrogate pair, which is not text: it once
     # reached the tokenizer and closed the session with 1011.
