@@ -90,6 +90,9 @@ from streampunct.labels import (
 from streampunct.text.normalize import normalize_word, normalize_words, render
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
+#: A mark as the wire writes it ("", ",", ".", "?") -> its label.
+_MARK_IDS = {mark: label for label, mark in enumerate(ID_TO_MARK)}
+
 
 class _Until(enum.Enum):
     """What to do once every word up to a target has been finalized."""
@@ -221,6 +224,9 @@ class SessionProtocol:
         self._itn_available = self._written.itn_available
         self._texts: FinalTexts | None = None
         self._texts_options: SessionOptions | None = None
+        # a resume's context words and labels: the written forms' left context ("in" before
+        # "two thousand and twelve": the year 2012)
+        self._resumed_written: list[tuple[str, int]] = []
         self._defer_written = defer_written
         self._written_seq = 0  # WrittenText handed out
         self._written_order = [0]  # the next one to resolve
@@ -384,7 +390,9 @@ class SessionProtocol:
             self.options = self._served(request.config.apply_to(self.options))
         keep = self._limits.max_context_words
         given = request.context[-keep:] if keep else ()
-        context = [w for w in (normalize_word(x.w) for x in given) if w]
+        marked = [(w, _MARK_IDS[x.p]) for w, x in ((normalize_word(x.w), x) for x in given) if w]
+        context = [w for w, _ in marked]
+        self._resumed_written = marked
         self._calls = self._new_calls()
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)
@@ -489,6 +497,8 @@ class SessionProtocol:
             o = self.options
             formatter = self._written.formatter(itn=o.itn, lexicon=o.lexicon, capitalize=o.capitalize)
             self._texts = FinalTexts(formatter) if formatter.active else None
+            if self._texts is not None and self._resumed_written:
+                self._texts.seed([w for w, _ in self._resumed_written], [label for _, label in self._resumed_written])
             self._texts_options = o
         return self._texts
 

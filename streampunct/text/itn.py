@@ -30,7 +30,6 @@ units as spoken ("10 kilometers"), and first to ninth as words.
 from __future__ import annotations
 
 import concurrent.futures
-import difflib
 import functools
 import importlib.util
 import logging
@@ -235,6 +234,9 @@ class NemoNormalizer:
     """
 
     answers_at_once = True
+    #: The words a written number can end with (:class:`~streampunct.text.written_form.FinalTexts`
+    #: holds them at a final's end while later words may go on with them).
+    number_words = NUMBER_WORDS
 
     def __init__(self, inverse_normalizer: Any, *, cache_size: int = 4096) -> None:
         self._inv = inverse_normalizer
@@ -284,25 +286,28 @@ class NemoNormalizer:
         inv.parser(tagged)
         parsed = inv.parser.parse()
         tokens = [next(iter(t["tokens"].items())) for t in parsed]
-        # Plain words come back as ``name`` tokens; a written phrase is a run of words
-        # between them, matched by a run of class tokens.
-        names = [body if cls == "name" else object() for cls, body in tokens]
         out = []
-        matcher = difflib.SequenceMatcher(None, words, names, autojunk=False)
-        for op, a, b, c, d in matcher.get_opcodes():
-            if op != "replace" or not all(tokens[k][0] in WRITTEN_CLASSES for k in range(c, d)):
+        for a, b, c, d in _class_runs(words, tokens):
+            if not all(tokens[k][0] in WRITTEN_CLASSES for k in range(c, d)):
                 continue
             spoken = _token_words(words[a:b], d - c)
             if spoken is None and any(tokens[k][0] == "measure" for k in range(c, d)):
                 continue  # "five foot five inches": each unit as spoken, or the words stay spoken
-            spoken = spoken or [words[a:b]] * (d - c)
+            cut, spoken = spoken is not None, spoken or [words[a:b]] * (d - c)
             before = words[a - 1] if a > 0 else None
             if tokens[c][0] == "time" and words[a] == "quarter" and before == "a":
                 continue  # "a quarter past four": the grammars leave "a" out, so it stays spoken
             forms = [self._verbalize(inv, parsed[k], tokens[k][0], spoken[k - c], before if k == c else None)
                      for k in range(c, d)]
+            counted = [_one_by_one(spoken[k - c]) if f is None and _counted(tokens[k][0], spoken[k - c]) else f
+                       for k, f in zip(range(c, d), forms, strict=True)]
             if all(f is not None for f in forms):  # "": read, but left spoken (held together)
                 out.append((a, b, " ".join(forms) if all(forms) else "", d - c == 1))
+            elif counted != forms and (all(counted) if cut else _one_by_one(words[a:b])):
+                # not a phone number or a year ("nine ten eleven twelve", "eleven twelve"):
+                # numbers said one after another, each written on its own (not one form)
+                text = " ".join(f or "" for f in counted) if cut else _one_by_one(words[a:b])
+                out.append((a, b, text or "", False))
             elif d - c > 1 and all(tokens[k][0] == "measure" for k in range(c, d)):
                 # measures cut at their own units ("two hours | thirty minutes"): each its own
                 # phrase, so that the one the style spells out leaves the others written
@@ -348,6 +353,7 @@ class ProcessNormalizer:
     """
 
     answers_at_once = True
+    number_words = NUMBER_WORDS
 
     def __init__(self, cache_dir: Path | None = None, *, workers: int = 1, cache_size: int = 4096) -> None:
         if workers < 1:
@@ -464,6 +470,73 @@ def _lone_small(stretch: Sequence[str], companions: frozenset[str]) -> bool:
             and not any(_is_companion(w, companions) for w in stretch))
 
 
+def _class_runs(words: Sequence[str], tokens: Sequence[tuple[str, Any]]) -> list[tuple[int, int, int, int]]:
+    """``(a, b, c, d)``: the words ``words[a:b]`` that the run of class tokens
+    ``tokens[c:d]`` was read from.
+
+    Plain words come back as ``name`` tokens, one word each; the runs of class tokens
+    between them cover the words between those, one word or more a token. A run is
+    returned only where every cover of the words puts it on the same words ("two
+    thousand and twelve and", read as [2012, "and"]: the "and" is the last word, not
+    the one in the number); a run of written classes begins with a number word or an
+    :data:`OPENERS` word where a cover allows it. A name the grammars rewrote ("cat
+    five" -> "CAT5") counts as a class token that is not written. No run when the
+    tokens cover the words in no way (the words stay spoken).
+    """
+    plain = set(words)
+    segments: list[tuple[int, int, tuple[str, ...] | None]] = []  # (c, d, a name's words or None)
+    for k, (cls, body) in enumerate(tokens):
+        name = tuple(str(body).split()) if cls == "name" else ()
+        if name and all(w in plain for w in name):
+            segments.append((k, k + 1, name))
+        elif segments and segments[-1][2] is None:
+            segments[-1] = (segments[-1][0], k + 1, None)
+        else:
+            segments.append((k, k + 1, None))
+    written = [name is None and all(tokens[k][0] in WRITTEN_CLASSES for k in range(c, d))
+               for c, d, name in segments]
+    for strict in (True, False):
+        def may_start(j: int, i: int, strict: bool = strict) -> bool:
+            return not (strict and written[j]) or _is_number_word(words[i]) or words[i] in OPENERS
+        bounds = _cover(words, segments, may_start)
+        if bounds[0]:
+            break
+    else:
+        return []
+    return [(bounds[j][0], bounds[j + 1][0], c, d) for j, (c, d, name) in enumerate(segments)
+            if name is None and len(bounds[j]) == 1 and len(bounds[j + 1]) == 1]
+
+
+def _cover(words: Sequence[str], segments: Sequence[tuple[int, int, tuple[str, ...] | None]],
+           may_start: Callable[[int, int], bool]) -> list[list[int]]:
+    """For each boundary of ``segments``, the word positions it takes in some cover of
+    ``words`` (all empty when there is none): a name covers its own words, a run of
+    ``d - c`` class tokens that many words or more, beginning at a word ``i`` where
+    ``may_start(segment, i)``."""
+    n = len(words)
+    forward = [{0}]
+    for j, (c, d, name) in enumerate(segments):
+        ends: set[int] = set()
+        for i in forward[-1]:
+            if name is None and i < n and may_start(j, i):
+                ends.update(range(i + d - c, n + 1))
+            elif name is not None and tuple(words[i:i + len(name)]) == name:
+                ends.add(i + len(name))
+        forward.append(ends)
+    backward = [{n}]
+    for j in range(len(segments) - 1, -1, -1):
+        c, d, name = segments[j]
+        starts: set[int] = set()
+        for e in backward[0]:
+            if name is None:
+                starts.update(i for i in range(0, e - (d - c) + 1) if may_start(j, i))
+            elif tuple(words[e - len(name):e]) == name:
+                starts.add(e - len(name))
+        backward.insert(0, starts)
+    bounds = [sorted(f & b) for f, b in zip(forward, backward, strict=True)]
+    return bounds if all(bounds) else [[] for _ in bounds]
+
+
 def _token_words(spoken: Sequence[str], n: int) -> list[Sequence[str]] | None:
     """``spoken`` cut into the ``n`` grammar tokens it was written as: a token starts at a
     number word that follows other words ("five foot | five inches", "two hours | thirty
@@ -500,6 +573,13 @@ TIME_CUES = frozenset("at around before after until till by from".split())
 _CLOCK_CARDINAL = re.compile(r"(1[0-2])([0-5]\d)")
 #: The years the house style writes as years (a four-digit number outside them is not one).
 _YEAR = re.compile(r"1[1-9]\d\d|20\d\d")
+#: Years the grammars read from two number words ("nineteen ninety nine", "twenty twelve")
+#: without a year cue before them: 1100-1299 said so ("eleven twelve", "twelve thirteen") is
+#: mostly a count or a score, a year only after a cue ("in twelve thirty").
+_SAID_YEAR = re.compile(r"1[3-9]\d\d|20\d\d")
+#: The words of a phone number: one digit each (any count of them: a stream sees a phone
+#: number's first digits before the rest, and holds them while they may go on).
+DIGIT_WORDS = frozenset(_UNITS[:10] + ["oh"])
 
 
 def house_style(cls: str, written: str, spoken: Sequence[str], before: str | None = None) -> str | None:
@@ -514,7 +594,7 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
         return f"{clock.group(1)}:{clock.group(2)}"  # "at twelve thirty": 12:30
     if cls == "cardinal" and before in YEAR_CUES and _YEAR.fullmatch(written):
         return written  # a year: no thousands separator (style guides agree)
-    if cls in ("date", "cardinal") and re.fullmatch(r"\d{4}", written) and not _YEAR.fullmatch(written):
+    if cls in ("date", "cardinal") and re.fullmatch(r"\d{4}", written) and not _is_year(cls, written, before):
         # the grammars read two number words as a year ("nineteen ninety five"), past 2099 too:
         # one tens word said twice is "fifty fifty", 50-50; other such "years" ("sixty sixty
         # one", mostly a repeated word) stay spoken
@@ -539,14 +619,14 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
         written = " ".join(words)
     elif cls == "telephone" and re.search(r"[a-z]", written, re.IGNORECASE):
         return ""  # letters joined to digits: "a a two" -> "aa2", "two t v" -> "2tv" (disfluencies, names)
+    elif cls == "telephone" and not all(w in DIGIT_WORDS for w in spoken):
+        return None  # a count ("nine ten eleven twelve"), not a phone number: _one_by_one
     elif cls == "telephone" and re.fullmatch(r"\d{7}", written):
         written = f"{written[:3]}-{written[3:]}"
     elif cls == "money" and re.match(r"[a-z]", written, re.IGNORECASE):
         return ""  # a currency written as letters: "two real difficulties" -> "r2"
     elif cls in ("cardinal", "money", "measure", "decimal"):
-        written = _group_digits(written)
-        if cls == "decimal" and written.startswith("."):
-            written = "0" + written
+        written = _LEADING_POINT.sub("0.", _group_digits(written))  # ".5%", "$.5": 0.5%, $0.5
         if cls == "money" and written.startswith("$0.") and spoken[-1] in ("cent", "cents"):
             written = f"{int(written[3:])} {spoken[-1]}"
         if cls == "measure":
@@ -555,6 +635,46 @@ def house_style(cls: str, written: str, spoken: Sequence[str], before: str | Non
             if re.fullmatch(r"\d", number) and unit in _DURATIONS:
                 return None  # zero to nine units of time are spelled out
     return written
+
+
+_LEADING_POINT = re.compile(r"(?<!\d)\.(?=\d)")
+
+
+def _is_year(cls: str, written: str, before: str | None) -> bool:
+    """Is the four digits ``written`` a year (:data:`_YEAR`; read from two number words,
+    a date, :data:`_SAID_YEAR` unless a year cue is ``before`` it)?"""
+    if cls == "date" and before not in YEAR_CUES:
+        return bool(_SAID_YEAR.fullmatch(written))
+    return bool(_YEAR.fullmatch(written))
+
+
+def _counted(cls: str, spoken: Sequence[str]) -> bool:
+    """A token the house style refused that may be numbers said one after another: a
+    "phone number" (any length) or a "year" from ten, eleven or twelve ("eleven twelve";
+    other refused years, "sixty sixty one", mostly a repeated word, stay spoken)."""
+    return cls == "telephone" or (cls == "date" and spoken[0] in _TEN_TO_TWELVE)
+
+
+def _one_by_one(spoken: Sequence[str]) -> str | None:
+    """Numbers said one after another, each written in the house style ("nine ten eleven
+    twenty one" -> "nine 10 11 21": a tens word and a digit word are one number); None when
+    a word is not a number of one or two words, or none is written as digits."""
+    out: list[str] = []
+    value = None
+    for word in spoken:
+        if value is not None and value % 10 == 0 and value >= 20 and word in _UNITS[1:10]:
+            value += _UNITS.index(word)
+            out[-1] = str(value)
+            value = None
+            continue
+        if word in _UNITS:
+            value = _UNITS.index(word)
+        elif word in _TENS:
+            value = 20 + 10 * _TENS.index(word)
+        else:
+            return None
+        out.append(word if value < 10 else str(value))
+    return " ".join(out) if any(w[0].isdigit() for w in out) else None
 
 
 _DOLLARS = re.compile(r"\$(\d[\d,]*)")

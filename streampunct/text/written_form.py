@@ -41,6 +41,8 @@ MAX_LEXICON_ENTRY_CHARS = 256
 #: longer run is written as it is (the one case where a written form can be
 #: cut between finals).
 MAX_HELD_WORDS = 32
+#: Words after a final's last number word that may go on with it ("one hundred | and five").
+_GOES_ON = frozenset(("and", "point"))
 #: Final words already written that the next phrases see as left context (a cue such as
 #: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
 LEFT_CONTEXT_WORDS = 3
@@ -126,14 +128,21 @@ def waiting_allowed() -> bool:
 
 def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
     """Lexicon pairs in their effective form: the spoken side as normalized words joined by
-    one space, the written side stripped. Raises ``ValueError`` naming the bad entry."""
+    one space, the written side stripped. Raises ``ValueError`` naming the bad entry: among
+    others a spoken word that normalizing changes beyond case and the marks around it
+    (:func:`_changed_word`) and a spoken phrase given twice."""
     out = []
+    seen: dict[str, int] = {}
     for i, pair in enumerate(pairs):
         if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
             raise ValueError(f"lexicon[{i}] must be a [spoken, written] pair of strings")
         spoken, written = pair
         if len(spoken) > MAX_LEXICON_ENTRY_CHARS or len(written) > MAX_LEXICON_ENTRY_CHARS:
             raise ValueError(f"lexicon[{i}] is longer than {MAX_LEXICON_ENTRY_CHARS} characters")
+        changed = next((x for x in spoken.split() if _changed_word(x)), None)
+        if changed is not None:
+            raise ValueError(f"lexicon[{i}]: the spoken word {changed!r} would match {_changed_word(changed)!r}; "
+                             "spell it as it is said")
         words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
         if not words:
             raise ValueError(f"lexicon[{i}]: the spoken phrase {spoken!r} has no words")
@@ -143,12 +152,33 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
         shown = " ".join(written.split())
         if not shown or not shown.isprintable():
             raise ValueError(f"lexicon[{i}]: the written form must be printable text, not {written!r}")
-        out.append((" ".join(words), shown))
+        key = " ".join(words)
+        if key in seen:
+            raise ValueError(f"lexicon[{i}]: the spoken phrase {key!r} is already lexicon[{seen[key]}]")
+        seen[key] = i
+        out.append((key, shown))
     return tuple(out)
 
 
+#: Marks around a word that normalizing drops without changing what it matches ("York,").
+_OPEN_MARKS = "\"([{\u201c\u00ab"
+_CLOSE_MARKS = "\")]}\u201d\u00bb.,;:!?'\u2019"
+
+
+def _changed_word(word: str) -> str | None:
+    """What ``word`` matches when normalizing changes it beyond case and the marks around it
+    (``c++`` and ``c#`` are stored as ``c``, ``.net`` as ``net``: every "c" would be written as
+    the entry); None when it does not (or it is only punctuation)."""
+    core = word.lstrip(_OPEN_MARKS).rstrip(_CLOSE_MARKS)
+    normalized = normalize_word(word)
+    # letters around the core keep its own edges from being stripped: case, Unicode forms
+    # and apostrophes are normalized as in every word, nothing is dropped
+    return None if not normalized or normalized == normalize_word(f"x{core}x")[1:-1] else normalized
+
+
 class Lexicon:
-    """Spoken phrases and their written forms; later pairs override earlier ones.
+    """Spoken phrases and their written forms; later pairs override earlier ones
+    (:func:`normalize_lexicon` refuses a phrase given twice in one list).
 
     ``layers`` are looked up last first, so a session's pairs (the last layer)
     override the server's (the first) without copying them.
@@ -355,11 +385,14 @@ class FinalTexts:
             ww, wl = [w.word for w in self._written], [w.label for w in self._written]
             found = self.formatter.phrases(ww + list(words), wl + list(labels),
                                            first=k, until=None if until is None else until + k)
-            crossing = any(p.start < k < p.end for p in found)
+            crossing = next((p for p in found if p.start < k < p.end), None)
             go_on = self._continued(ww, wl, words, labels, found if crossing else None)
-            if go_on is not None or not crossing:
-                out = [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
-                return out if go_on is None else [go_on, *(p for p in out if p.start >= go_on.end)]
+            if go_on is None and crossing is not None:
+                # the words go on with a form already written but not as its rest ("20", then
+                # "five dollars": "$25"): written as spoken, not read alone ("$5")
+                go_on = Phrase(0, crossing.end - k, "")
+            out = [Phrase(p.start - k, p.end - k, p.text, p.whole) for p in found if p.start >= k]
+            return out if go_on is None else [go_on, *(p for p in out if p.start >= go_on.end)]
         return self.formatter.phrases(words, labels, until=until)
 
     def _continued(self, ww: list[str], wl: list[int | None], words: Sequence[str],
@@ -380,6 +413,32 @@ class FinalTexts:
             return None
         return Phrase(0, p.end - k, p.text[len(form) + 1:], p.whole)
 
+    def _number(self, words: Sequence[str]) -> bool:
+        """Are ``words`` (one or more) all number words of the normalizer (its
+        ``number_words``; none without ITN or such an attribute)?"""
+        known = getattr(self.formatter.normalizer, "number_words", None) if self.formatter.normalizer else None
+        return bool(words) and known is not None and all(
+            w in known or ("-" in w and all(part in known for part in w.split("-"))) for w in words)
+
+    def _open_number(self, span: Sequence[_Held], phrases: Sequence[Phrase]) -> Phrase | None:
+        """The number the final's words end with, unmarked, which later words may go on
+        ("it costs twenty" before "five dollars", "one hundred" before "and five", "one
+        hundred and"): the phrase that ends with its last number word, or else the number
+        words it ends with, through the last word."""
+        n = len(span)
+        if any(h.label in (COMMA, PERIOD, QUESTION) for h in span[-2:]):
+            return None
+        last = n - 1 if n > 1 and span[-1].word in _GOES_ON else n  # "one hundred and"
+        if not last or not self._number([span[last - 1].word]):
+            return None
+        ending = next((p for p in phrases if p.end == last), None)
+        if ending is not None:
+            return Phrase(ending.start, n, "")
+        s = last - 1
+        while s > 0 and self._number([span[s - 1].word]) and span[s - 1].label not in (COMMA, PERIOD, QUESTION):
+            s -= 1
+        return Phrase(s, n, "")
+
     def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
         """A lexicon phrase that the words after the final's may still complete: the words
         from one of the final's own (with no mark from there to its last) through the last
@@ -392,6 +451,13 @@ class FinalTexts:
         if s is None or s >= n or any(h.label in (COMMA, PERIOD, QUESTION) for h in span[s:]):
             return None
         return Phrase(s, len(all_words), "")
+
+    def seed(self, words: Sequence[str], labels: Sequence[int]) -> None:
+        """Take ``words`` (with their ``labels``), written before this stream's first final
+        elsewhere (a resume's context), as the words already written: left context only,
+        never written again, and no form for the next words to go on with."""
+        self._written = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)][-LEFT_CONTEXT_WORDS:]
+        self._last_form = None
 
     @property
     def held(self) -> int:
@@ -413,10 +479,12 @@ class FinalTexts:
         phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
-        if crossing is None and context:
+        if crossing is None and (context or paused):
             crossing = self._open_lexicon_phrase(span, all_words)
         if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
+        if crossing is None and (paused or context[:1] and context[0] in _GOES_ON or self._number(context[:1])):
+            crossing = self._open_number(span, phrases)  # "twenty" before a pause or "and"
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now
@@ -482,6 +550,7 @@ def parse_lexicon_tsv(text: str, *, source: str = "lexicon") -> tuple[tuple[str,
     """A lexicon file's pairs: one ``spoken<TAB>written`` pair a line; blank lines and lines
     starting with ``#`` are skipped. Raises ``ValueError`` naming the line."""
     pairs = []
+    lines: dict[str, int] = {}  # spoken phrase -> its line
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -489,7 +558,11 @@ def parse_lexicon_tsv(text: str, *, source: str = "lexicon") -> tuple[tuple[str,
         if len(fields) != 2:
             raise ValueError(f"{source}:{number}: expected 'spoken<TAB>written', got {line!r}")
         try:
-            pairs += normalize_lexicon([fields])
+            (pair,) = normalize_lexicon([fields])
         except ValueError as e:
             raise ValueError(f"{source}:{number}: {str(e).removeprefix('lexicon[0]: ')}") from None
+        if pair[0] in lines:
+            raise ValueError(f"{source}:{number}: the spoken phrase {pair[0]!r} is already on line {lines[pair[0]]}")
+        lines[pair[0]] = number
+        pairs.append(pair)
     return tuple(pairs)

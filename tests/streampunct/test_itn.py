@@ -33,7 +33,17 @@ REPO = Path(__file__).resolve().parents[2]
     ("measure", "5.5 %", "five point five percent", "5.5%"),
     ("measure", "10 km/h", "ten kilometers per hour", "10 kilometers per hour"),
     ("telephone", "5551234", "five five five one two three four", "555-1234"),
-    ("telephone", "555-123-4567", "", "555-123-4567"),
+    ("telephone", "555-123-4567", "five five five one two three four five six seven", "555-123-4567"),
+    ("telephone", "1 555-123-4567", "one five five five one two three four five six oh", "1 555-123-4567"),
+    ("telephone", "910111213", "nine ten eleven twelve thirteen", None),  # a count, not a phone number
+    ("telephone", "5551", "five five five one", "5551"),  # digits of any count (a stream sees the first ones first)
+    ("date", "1112", "eleven twelve", None),  # 1100-1299 is a year only after a year cue
+    ("date", "1999", "nineteen ninety nine", "1999"),
+    ("date", "2012", "twenty twelve", "2012"),
+    ("measure", ".5 %", "point five percent", "0.5%"),
+    ("money", "$.5", "point five dollars", "$0.5"),
+    ("measure", ".25 mi", "point two five miles", "0.25 miles"),
+    ("decimal", "-.5", "minus point five", "-0.5"),
     ("ordinal", "21st", "twenty first", "21st"),
     ("ordinal", "3rd", "third", None),
     ("telephone", "aa2", "a a two", ""),  # letters joined to digits stay spoken (one phrase)
@@ -330,3 +340,80 @@ def test_a_search_fetched_elsewhere_is_shared_and_then_answered_at_once():
         with without_waiting():
             assert cache(words) == (Phrase(0, 3, "25"),)
         assert cache.fetch(words).result(0) == (Phrase(0, 3, "25"),) and submitted == [words]
+
+
+def test_class_runs_cover_the_words_in_order():
+    """The grammars' plain words ("and") are one word each and their numbers take the words
+    between: the "and" after "twelve" is not the one inside the number."""
+    year = ("cardinal", {"integer": "2012"})
+    words = "in two thousand and twelve and".split()
+    assert itn._class_runs(words, [("name", "in"), year, ("name", "and")]) == [(1, 5, 1, 2)]
+    money = ("money", {"integer_part": "20"})
+    assert itn._class_runs("twenty dollars dollars".split(), [money, ("name", "dollars")]) == [(0, 2, 0, 1)]
+    # where two covers put a number on other words, it is left out; a rewritten name is a gap
+    both = ("cardinal", {}), ("name", "and"), ("cardinal", {})
+    assert itn._class_runs("one and two and three".split(), list(both)) == []
+    cat = [("name", "CAT5"), ("cardinal", {})]  # one run, not all written: skipped by the caller
+    assert itn._class_runs("cat five ten".split(), cat) == [(0, 3, 0, 2)]
+    assert itn._class_runs("a b".split(), [("name", "a"), ("name", "a")]) == []  # no cover
+
+
+def test_numbers_said_one_by_one():
+    assert itn._one_by_one("nine ten eleven twenty one".split()) == "nine 10 11 21"
+    assert itn._one_by_one("one two three".split()) is None  # nothing written as digits
+    assert itn._one_by_one("eleven hundred".split()) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spoken", "expected"), [
+    ("it was in two thousand and twelve and i paid", "it was in 2012 and i paid"),
+    ("it costs twenty dollars dollars", "it costs $20 dollars"),
+    ("three hundred and twenty and", "320 and"),
+    ("the rate is three point five point", "the rate is 3.5 point"),
+    ("it rose point five percent", "it rose 0.5%"),
+    ("it costs point five dollars", "it costs $0.5"),
+    ("it is point two five miles", "it is 0.25 miles"),
+    ("nine ten eleven twelve thirteen", "nine 10 11 12 13"),
+    ("the score was eleven twelve", "the score was 11 12"),
+    ("pages eleven twelve thirteen", "pages 11 12 13"),
+    ("one two three", "123"),  # digit words: a phone number's first digits as a stream sees them
+    ("call five five five one two three four five six seven", "call 555-123-4567"),
+    ("born in nineteen ninety nine or twenty twelve", "born in 1999 or 2012"),
+])
+def test_nemo_phrases_cover_their_own_words(nemo, spoken, expected):
+    assert written(nemo, spoken) == expected
+
+
+@pytest.mark.slow
+def test_rendered_numbers_show_every_word_once_in_order(nemo):
+    """Property: over random runs of number words, "and", units and other words, the text
+    keeps the other words in order, shows each unit once (as a word or in "$"/"%"), and
+    each written phrase is what its own words read alone give (no word read twice)."""
+    import random
+
+    rng = random.Random(7)
+    numbers = "one two five seven ten twelve twenty thirty ninety hundred thousand point".split()
+    fillers = ("we", "went", "cat", "home")
+    vocab = [*numbers, "and", "and", "dollars", "percent", *fillers]
+    for _ in range(120):
+        words = [rng.choice(vocab) for _ in range(rng.randint(3, 9))]
+        shown = written(nemo, " ".join(words)).split()
+        assert [w for w in shown if w in fillers] == [w for w in words if w in fillers], words
+        for unit, sign in (("dollars", "$"), ("percent", "%")):
+            assert shown.count(unit) + sum(w.count(sign) for w in shown) == words.count(unit), words
+        assert shown.count("and") <= words.count("and"), words
+        for p in nemo.phrases(words):
+            alone = " ".join(q.text for q in nemo.phrases(words[p.start:p.end]))
+            assert alone.replace(",", "") == p.text.replace(",", ""), (words, p)
+
+
+@pytest.mark.slow
+def test_numbers_side_by_side_keep_their_commas(nemo):
+    """docs/protocol.md's example: "ten, twenty, thirty" is three forms, each written."""
+    from streampunct.labels import COMMA, PERIOD
+    from streampunct.text.written_form import Formatter, Lexicon
+
+    render = Formatter(Lexicon(), nemo).render
+    assert render("ten twenty thirty".split(), [COMMA, COMMA, PERIOD], sentence_start=False) == "10, 20, 30."
+    assert render("twenty thirty forty".split(), [COMMA, COMMA, PERIOD], sentence_start=False) == (
+        "twenty, thirty, forty.")  # read as the "year" 3040: left spoken

@@ -22,6 +22,7 @@ from streampunct.core.wire import (
     HypothesisMessage,
     Limits,
     Partial,
+    PunctuatedWord,
     Resumed,
     ResumeRequest,
     Word,
@@ -30,7 +31,7 @@ from streampunct.core.wire import (
 )
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
 from streampunct.text.written_form import Lexicon, WrittenForms, normalize_lexicon
-from tests.streampunct.written_fakes import FakeNormalizer, WordAligner, marks_model
+from tests.streampunct.written_fakes import NUMBERS, FakeNormalizer, WordAligner, marks_model
 
 WINDOW = WindowConfig(size=24, left=4, right=3)
 MARKS = {"today": PERIOD, "ok": PERIOD, "york": COMMA}
@@ -120,16 +121,42 @@ def test_phrase_at_stream_end_is_written_by_the_last_final():
     assert [f.text for f in driver.finals()] == ["it", "costs", "", "25."]
 
 
+class NumberWordsNormalizer(FakeNormalizer):
+    """:class:`FakeNormalizer` that names its number words, as the ITN grammars do."""
+
+    number_words = frozenset(NUMBERS)
+
+
 def test_a_delay_deadline_with_nothing_after_writes_the_phrase_at_once():
-    # "twenty" is final by its delay with no word after it: nothing is held, so the
-    # number continued after the pause is a second written form (the documented cost).
+    # "twenty" is final by its delay with no word after it: a normalizer that names no number
+    # words holds nothing, and "five", which goes on with "20", is written as spoken.
     driver = Driver(SessionOptions(right_context=3, max_delay_ms=1000, itn=True))
     driver.send(WordsMessage((Word("costs"), Word("twenty"))))
     driver.now += 1.5
     driver._pump()
-    driver.send(WordsMessage((Word("five"),)))
+    driver.send(WordsMessage((Word("five"), Word("dollars"))))
     driver.send(EndRequest())
-    assert [f.text for f in driver.finals()] == ["costs 20", "five."]
+    assert [f.text for f in driver.finals()] == ["costs 20", "five dollars."]
+
+
+def test_a_number_at_a_delay_deadline_is_held_for_the_words_after_the_pause():
+    driver = Driver(SessionOptions(right_context=3, max_delay_ms=1000, itn=True),
+                    written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+    driver.send(WordsMessage((Word("costs"), Word("twenty"))))
+    driver.now += 1.5
+    driver._pump()
+    assert [f.text for f in driver.finals()] == ["costs"]
+    driver.send(WordsMessage((Word("five"), Word("dollars"))))
+    driver.send(EndRequest())
+    assert [f.text for f in driver.finals()] == ["costs", "$25."]
+
+
+def test_right_context_0_writes_numbers_and_lexicon_phrases_whatever_the_chunking():
+    for chunk in (1, 2, 7):
+        driver = Driver(SessionOptions(right_context=0, max_delay_ms=60_000, itn=True),
+                        written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+        driver.stream("it costs twenty five dollars in new york", chunk=chunk)
+        assert " ".join(f.text for f in driver.finals() if f.text) == "it costs $25 in New York,", chunk
 
 
 def test_partials_start_with_the_held_words_and_write_their_phrases():
@@ -252,6 +279,16 @@ def test_resume_with_written_options():
     driver.send(ResumeRequest(5, (), ConfigRequest(itn=True)))
     driver.stream("twenty five dollars today")
     assert [(f.start, f.text) for f in driver.finals()] == [(5, ""), (6, ""), (7, "$25"), (8, "today.")]
+
+
+def test_a_resume_context_is_the_written_forms_left_context():
+    # the context ends with "twenty": "five dollars" goes on with it ("$25"), so it is written
+    # as spoken, not read alone as "$5" (the context's own text was written elsewhere)
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    context = tuple(PunctuatedWord(w, "") for w in ("it", "costs", "twenty"))
+    driver.send(ResumeRequest(3, context, ConfigRequest(itn=True)))
+    driver.stream("five dollars today")
+    assert " ".join(f.text for f in driver.finals() if f.text) == "five dollars today."
 
 
 def test_no_itn_no_lexicon_renders_as_before():

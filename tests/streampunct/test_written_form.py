@@ -21,7 +21,7 @@ from streampunct.text.written_form import (
     normalize_lexicon,
     parse_lexicon_tsv,
 )
-from tests.streampunct.written_fakes import FakeNormalizer
+from tests.streampunct.written_fakes import NUMBERS, FakeNormalizer
 
 LEXICON = Lexicon(normalize_lexicon([("new york", "New York"), ("new york city", "NYC"), ("nasa", "NASA"),
                                      ("i phone", "iPhone"), ("stream punct", "StreamPunct")]))
@@ -59,11 +59,24 @@ def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
      f"the spoken phrase has {MAX_LEXICON_PHRASE_WORDS + 1} words; the limit is {MAX_LEXICON_PHRASE_WORDS}"),
     (["a" * 257, "x"], "lexicon[0] is longer than 256 characters"),
     (["a"], "lexicon[0] must be a [spoken, written] pair of strings"),
+    # normalizing would store them as another word, which every "c" or "net" would match
+    (["c++", "C++"], "lexicon[0]: the spoken word 'c++' would match 'c'; spell it as it is said"),
+    (["learn c#", "learn C#"], "lexicon[0]: the spoken word 'c#' would match 'c'"),
+    ([".net", ".NET"], "lexicon[0]: the spoken word '.net' would match 'net'"),
 ])
 def test_normalize_lexicon_refuses_bad_pairs(pair, message):
     with pytest.raises(ValueError, match=None) as e:
         normalize_lexicon([pair])
     assert message in str(e.value)
+
+
+def test_normalize_lexicon_accepts_case_spaces_and_marks_around_words_and_refuses_a_phrase_twice():
+    assert normalize_lexicon([['"New York,"', "New York"], ["Don\u2019t", "Do not"], ["a.m.", "a.m."]]) == (
+        ("new york", "New York"), ("don't", "Do not"), ("a.m", "a.m."))
+    with pytest.raises(ValueError, match=r"^lexicon\[1\]: the spoken phrase 'nasa' is already lexicon\[0\]$"):
+        normalize_lexicon([["nasa", "NASA"], ["NASA,", "Nasa"]])
+    with pytest.raises(ValueError, match=r"^terms.tsv:3: the spoken phrase 'nasa' is already on line 1$"):
+        parse_lexicon_tsv("nasa\tNASA\n\nNasa\tNasa\n", source="terms.tsv")
 
 
 def test_parse_lexicon_tsv_skips_comments_and_names_the_bad_line():
@@ -235,13 +248,14 @@ def test_words_already_written_are_the_next_phrases_left_context():
                        context=[]) == "2,012."
 
 
-def test_a_phrase_that_would_reach_back_into_written_words_is_found_without_them():
-    # "twenty" went out alone (no word after it yet); "five dollars" is then written as it
-    # would be on its own, never as a phrase that rewrites "20".
+def test_words_that_go_on_with_a_written_form_but_not_as_its_rest_are_written_as_spoken():
+    # "twenty" went out alone (a flush); "five dollars" goes on with it ("$25"), so read alone
+    # it would move the "$" onto the second part ("20 $5"): it is written as spoken, never as
+    # a phrase that rewrites "20"; the phrases after it are written.
     texts = FinalTexts(itn())
     assert texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=[]) == "it costs 20"
-    alone = FinalTexts(itn()).final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[])
-    assert texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[]) == alone
+    assert texts.final(["five", "dollars", "and", "ten", "dollars"], [NO] * 4 + [PERIOD], [],
+                       sentence_start=False, context=[]) == "five dollars and $10."
 
 
 def test_number_words_already_written_are_not_searched_again():
@@ -406,3 +420,39 @@ def test_an_unfinished_form_is_held_at_a_pause_and_not_at_a_flush():
     assert flushed.final("we met at three thirty p".split(), [NO] * 6, [], sentence_start=True,
                          context=[]) == "We met at three thirty p"
     assert flushed.held == 0
+
+
+class NumberWordsNormalizer(FakeNormalizer):
+    """:class:`FakeNormalizer` that names its number words, as the ITN grammars do."""
+
+    number_words = frozenset([*NUMBERS, "hundred"])
+
+
+def test_a_number_at_a_pause_is_held_while_later_words_may_go_on_with_it():
+    # "twenty" decided at a delay deadline (paused): "five dollars" may still follow
+    texts = FinalTexts(Formatter(Lexicon(), NumberWordsNormalizer()))
+    assert texts.final(["it", "costs", "twenty"], [NO] * 3, [], sentence_start=True, context=[],
+                       paused=True) == "it costs"
+    assert texts.final(["five", "dollars"], [NO, PERIOD], [], sentence_start=False, context=[]) == "$25."
+    # before "and" in the right context, and with "and" at the final's end
+    texts = FinalTexts(Formatter(Lexicon(), NumberWordsNormalizer()))
+    assert texts.final(["i", "paid", "two", "hundred"], [NO] * 4, [], sentence_start=True,
+                       context=["and"]) == "i paid"
+    assert texts.final(["and"], [NO], [], sentence_start=False, context=[], paused=True) == ""
+    assert texts.held == 3
+    assert texts.final(["then"], [PERIOD], [], sentence_start=False, context=[]) == "200 and then."
+    # a marked number, a flush and a number the context does not go on with are not held
+    texts = FinalTexts(Formatter(Lexicon(), NumberWordsNormalizer()))
+    assert texts.final(["it", "is", "twenty"], [NO, NO, PERIOD], [], sentence_start=True, context=[],
+                       paused=True) == "it is 20."
+    assert texts.final(["i", "am", "twenty"], [NO] * 3, [], sentence_start=True, context=[]) == "i am 20"
+    texts = FinalTexts(Formatter(Lexicon(), NumberWordsNormalizer()))
+    assert texts.final(["twenty"], [NO], [], sentence_start=True, context=["people"]) == "20"
+
+
+def test_a_lexicon_phrase_is_held_at_a_pause_so_right_context_0_does_not_cut_it():
+    # right_context 0, one word a message: each final is decided with no word after it
+    texts = FinalTexts(Formatter(Lexicon([("i phone", "iPhone")]), None, capitalize=True))
+    said = [texts.final([w], [label], [], sentence_start=w == "an", context=[], paused=True)
+            for w, label in (("an", NO), ("i", NO), ("phone", PERIOD))]
+    assert said == ["An", "", "iPhone."]
