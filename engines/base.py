@@ -40,6 +40,7 @@ so it has its own root; the CLI turns these into its own errors)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -310,8 +311,55 @@ def _type_name(hint: Any) -> str:
     return " or ".join(_TYPE_NAMES.get(k, getattr(k, "__name__", str(k))) for k in kinds)
 
 
+class OptionText(str):
+    """An option's value as text (``--engine-option KEY=VALUE``): :func:`make_options` converts it
+    to the option's type (a string stays a string, a list splits on commas, numbers and
+    true/false are parsed), which only the backend's options dataclass knows."""
+
+
+_FALSE_TRUE = ("false", "true")
+
+
+def _scalar_from_text(text: str, kind: Any) -> Any:
+    """``text`` as a value of ``kind`` (bool, int, float or str); ValueError when it is not one."""
+    if kind is bool:
+        if text.strip().lower() not in _FALSE_TRUE:
+            raise ValueError(text)
+        return text.strip().lower() == "true"
+    if kind is int:
+        return int(text)
+    if kind is float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return value
+    return str(text)
+
+
+def _from_text(text: str, hint: Any) -> Any:
+    """``text`` converted to the annotated type ``hint``; ValueError when it is none of its types.
+    ``none`` is None where the type allows None and no string."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = [typing.get_origin(a) or a for a in args]
+    if type(None) in kinds and str not in kinds and text.strip().lower() == "none":
+        return None
+    for arg, kind in zip(args, kinds, strict=True):
+        if kind is tuple:
+            item = next((a for a in typing.get_args(arg) if a is not Ellipsis), str)
+            return tuple(_scalar_from_text(part.strip(), item) for part in text.split(",") if part.strip())
+        if kind in (bool, int, float, str):
+            try:
+                return _scalar_from_text(text, kind)
+            except ValueError:
+                continue
+    if any(kind in _TYPE_NAMES for kind in kinds):
+        raise ValueError(text)
+    return str(text)  # a type the options do not convert: the dataclass takes the text
+
+
 def make_options(cls: type, options: Mapping[str, Any], backend: str) -> Any:
-    """Build a backend's frozen options dataclass, naming unknown options and mistyped values."""
+    """Build a backend's frozen options dataclass, naming unknown options and mistyped values.
+    :class:`OptionText` values (the command line's) are converted to their option's type first."""
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - fields)
     if unknown:
@@ -320,6 +368,14 @@ def make_options(cls: type, options: Mapping[str, Any], backend: str) -> Any:
             f"valid: {', '.join(sorted(fields))}"
         )
     hints = typing.get_type_hints(cls)
+    options = dict(options)
+    for name, value in options.items():
+        if isinstance(value, OptionText):
+            try:
+                options[name] = _from_text(value, hints[name])
+            except ValueError:
+                raise EngineError(f"option {name} of the {backend} backend must be {_type_name(hints[name])}, "
+                                  f"got {str(value)!r}") from None
     for name, value in options.items():
         if not _fits(value, hints[name]):
             raise EngineError(f"option {name} of the {backend} backend must be {_type_name(hints[name])}, "

@@ -354,10 +354,52 @@ def encoder_config(model, state: dict[str, np.ndarray], where: str = "the graph"
             "type_vocab_size": int(types.shape[0]) if types is not None else 0}
 
 
+def _built_from(folder: Path) -> dict[str, Any]:
+    """``streampunct.json``'s ``built_from`` (the folder and graph a TensorRT folder's model was
+    rebuilt from), or {}."""
+    from engines.model_meta import has_model_meta, read_model_meta
+
+    try:
+        built = read_model_meta(folder).record.get("built_from") if has_model_meta(folder) else None
+    except ArtifactError:
+        return {}
+    return dict(built) if isinstance(built, dict) else {}
+
+
+def _not_rebuildable(path: Path) -> str | None:
+    """Why the weights of the graph at ``path`` are not rebuilt (None: they may be), from its
+    sidecar: a graph ``build-engine --backend tensorrt`` prepared for TensorRT (fp16, Q/DQ
+    int8) or one emulating int8 activations (rounded to codes inside float32 layers)."""
+    from engines.sidecar import read_sidecar, sidecar_path
+
+    if not sidecar_path(path).is_file():
+        return None
+    sidecar = read_sidecar(path)
+    recipe = sidecar.recipe or {}
+    source = {**_built_from(path.parent), **(recipe.get("weights_from") or {})}
+    origin = source.get("folder") or "the folder it was built from"
+    if source.get("activations"):
+        graph = f"{source['artifact']}, " if source.get("artifact") else ""
+        return (f"{path} emulates int8 activations (codes rounded inside float32 layers, a graph built for "
+                f"TensorRT): its weights are not rebuilt here; use {origin} ({graph}the graph it was built from) "
+                "with --engine torch, or this folder with --engine tensorrt once its plan is built")
+    qdq = sidecar.precision == "int8" and "Q/DQ" in str(recipe.get("method", ""))
+    if sidecar.precision == "fp16" or qdq:
+        beside = path.with_name("model.onnx")
+        use = f"the fp32 {beside.name} beside it" if beside.is_file() and beside != path else origin
+        return (f"{path} is an {'Q/DQ int8' if qdq else 'fp16'} graph prepared for TensorRT: its weights are not "
+                f"rebuilt here; use {use}")
+    return None
+
+
 def read_graph_weights(path: str | Path, codes: dict[str, Int8Codes] | None = None,
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(state dict, encoder config) of the graph at ``path``: everything needed to rebuild it
-    (``codes``: see :func:`graph_state_dict`)."""
+    (``codes``: see :func:`graph_state_dict`). ArtifactError, saying what to use instead, for a
+    graph prepared for TensorRT or emulating int8 activations (:func:`_not_rebuildable`)."""
+    problem = _not_rebuildable(Path(path))
+    if problem is not None:
+        raise ArtifactError(problem)
     model = load_graph(path)
     state = graph_state_dict(model, where=str(path), codes=codes)
     return state, encoder_config(model, state, str(path))

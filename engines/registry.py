@@ -9,7 +9,8 @@ Artifact choice in a model folder (first that applies):
    ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
 
 The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
-onnxruntime would choose it, with its weights rebuilt in torch; engines.build.torch_engine
+onnxruntime would choose it (but the fp32 ``model.onnx`` beside an fp16 or Q/DQ graph
+prepared for TensorRT), with its weights rebuilt in torch; engines.build.torch_engine
 wraps a training module as the parity reference (not a serving backend).
 
 The ``triton`` backend (engines.triton_engine) reads no artifact either: the graph runs on a
@@ -39,6 +40,7 @@ onnxruntime's thread counts are shared from.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -54,7 +56,7 @@ from engines.base import (
 )
 from engines.deps import install_hint, is_installed
 from engines.model_meta import ModelMeta, has_model_meta, metadata_path, read_model_meta
-from engines.sidecar import read_sidecar
+from engines.sidecar import read_sidecar, sidecar_path
 from engines.stream_spec import cache_shape
 
 
@@ -173,6 +175,16 @@ def own_model(backend: str, model_dir: str | Path | None = None) -> tuple[ModelM
     return module.own_model(Path(model_dir) if model_dir is not None else None)
 
 
+def folder_file(model_dir: str | Path, name: str, what: str = "artifact") -> Path:
+    """``model_dir / name`` for a file a model folder names (``streampunct.json``'s ``artifact`` and
+    ``stream_artifact``, a caller's ``artifact=``): ArtifactError for a name that leaves the folder
+    (absolute, or ``..`` above it)."""
+    normal = os.path.normpath(name)
+    if os.path.isabs(normal) or normal == ".." or normal.startswith(".." + os.sep):
+        raise ArtifactError(f"{what} {name!r} is outside the model folder {model_dir}: name a file inside it")
+    return Path(model_dir) / name
+
+
 def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None = None) -> Path:
     """The artifact ``backend`` loads from ``model_dir`` (see module doc for the order)."""
     b = get_backend(backend)
@@ -180,18 +192,18 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
     if not model_dir.is_dir():
         raise ArtifactError(f"model folder {model_dir} does not exist")
     if artifact is not None:
-        path = model_dir / artifact
+        path = folder_file(model_dir, artifact, "artifact")
         if not path.is_file():
             raise ArtifactError(f"no artifact {artifact!r} in {model_dir}")
         return path
     named = read_model_meta(model_dir).artifact if has_model_meta(model_dir) else None
     if named is not None and Path(named).suffix in b.suffixes:
-        path = model_dir / named
+        path = folder_file(model_dir, named, f"{metadata_path(model_dir)}: artifact")
         if not path.is_file():
             raise ArtifactError(
                 f"{metadata_path(model_dir)} names artifact {named!r}, which is missing"
             )
-        return path
+        return _torch_weights_graph(path) if backend == "torch" else path
     for name in b.default_artifacts:
         if (model_dir / name).is_file():
             return model_dir / name
@@ -199,6 +211,22 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
         f"no {backend} artifact in {model_dir} (looked for "
         f"{', '.join(b.default_artifacts)}); build one with 'streampunct build-engine'"
     )
+
+
+def _torch_weights_graph(path: Path) -> Path:
+    """The graph the torch backend reads weights from when a folder names ``path``: the fp32
+    ``model.onnx`` beside a graph prepared for TensorRT (fp16 or Q/DQ int8: a ``build-engine
+    --backend tensorrt`` folder), whose weights it does not rebuild; ``path`` otherwise."""
+    beside = path.with_name("model.onnx")
+    if beside == path or not beside.is_file():
+        return path
+    try:
+        sidecar = read_sidecar(path)
+    except ArtifactError:
+        return path
+    prepared = sidecar.precision == "fp16" or (
+        sidecar.precision == "int8" and "Q/DQ" in str((sidecar.recipe or {}).get("method", "")))
+    return beside if prepared else path
 
 
 def load_engine(
@@ -267,8 +295,14 @@ def stream_shape(
     if not name:
         raise StreamModeError(f"--stream-cache on needs a model folder with a streaming graph (stream_artifact "
                               f"in {metadata_path(model_dir)}; python -m training.add_stream_graph CHECKPOINT MODEL_DIR)")
-    path = Path(model_dir) / str(name)
-    shape = cache_shape(read_sidecar(path).inputs)
+    path = folder_file(model_dir, str(name), f"{metadata_path(model_dir)}: stream_artifact")
+    try:
+        sidecar = read_sidecar(path)  # the shape is the sidecar's: it alone may do
+    except ArtifactError:
+        if not path.is_file() and not sidecar_path(path).is_file():
+            raise ArtifactError(f"{metadata_path(model_dir)} names stream_artifact {name!r}, which is missing") from None
+        raise
+    shape = cache_shape(sidecar.inputs)
     if shape is None:
         raise StreamModeError(f"{path} is not a streaming graph (no past_kv input in its sidecar)")
     return shape

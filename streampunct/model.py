@@ -25,7 +25,7 @@ from engines.base import ArtifactError
 from engines.model_meta import METADATA_FILE, ModelMeta, read_model_meta
 from engines.registry import own_model
 from streampunct.core.alignment import Aligner
-from streampunct.core.windowing import WindowConfig
+from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
 
@@ -119,9 +119,27 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
         raise ModelError(f"{path} is not a streampunct model folder: no streampunct.json")
     try:
         meta = read_model_meta(path)
+        _check_named_files(path, meta)
     except ArtifactError as e:
         raise ModelError(str(e)) from None
     return _model_info(path, meta, path.name, meta_path)
+
+
+def _check_named_files(path: Path, meta: ModelMeta) -> None:
+    """The files ``streampunct.json`` names (``artifact``, ``stream_artifact``) lie inside the folder."""
+    from engines.registry import folder_file
+
+    for key in ("artifact", "stream_artifact"):
+        name = getattr(meta, key)
+        if name is not None:
+            folder_file(path, name, f"{path / METADATA_FILE}: {key}")
+
+
+def _check_positions(window: WindowConfig, key: str, where: str | Path) -> None:
+    """A window the encoders can see whole: ``size + 2`` tokens within :data:`MAX_POSITIONS`."""
+    if window.size + 2 > MAX_POSITIONS:
+        raise ModelError(f"{where}: {key} size {window.size} is too large: the model sees size + 2 tokens and "
+                         f"has {MAX_POSITIONS} positions (size <= {MAX_POSITIONS - 2})")
 
 
 def _own_model_info(backend: str, meta: ModelMeta, folder: Path | None) -> ModelInfo:
@@ -148,6 +166,8 @@ def _model_info(path: Path, meta: ModelMeta, default_name: str, where: str | Pat
         stream_window = WindowConfig(**{**window.to_dict(), **sw})
     except (TypeError, ValueError) as e:
         raise ModelError(f"{where}: bad stream_window {dict(sw)!r} ({e})") from None
+    _check_positions(window, "window", where)
+    _check_positions(stream_window, "stream_window", where)
     return ModelInfo(
         path=path,
         name=meta.name if meta.name is not None else default_name,

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines.build.onnx_export import MIN_EXPORT_OPSET
 from engines.build.parity import ParityWindows
 from engines.model_meta import has_model_meta
+from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 from streampunct.errors import DependencyError, InputError, ModelError
 from streampunct.model import load_model_info
 from streampunct.text.word_labels import read_word_labels
@@ -49,6 +51,15 @@ def default_parity_data() -> Path | None:
     return path if path.is_file() else None
 
 
+def opset_number(text: str) -> int:
+    """``--opset``: an integer the export supports (:data:`MIN_EXPORT_OPSET` or later)."""
+    value = positive_int(text)
+    if value < MIN_EXPORT_OPSET:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_EXPORT_OPSET} (the encoders' attention, "
+                                         f"scaled_dot_product_attention, exports from opset 14), got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, type=Path, metavar="CKPT",
                         help="training checkpoint folder (encoder + head.safetensors + streampunct.json); "
@@ -62,21 +73,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR", default=None,
                         help="model folder to write (e.g. models/default); not needed when --model is a built "
                              "model folder and --triton-repo is given")
-    parser.add_argument("--max-batch", type=int, default=32, help="TensorRT profile max batch (default 32)")
-    parser.add_argument("--max-len", type=int, default=256,
-                        help="TensorRT profile max sequence length in tokens (default 256)")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    parser.add_argument("--max-batch", type=positive_int, default=32,
+                        help="TensorRT profile max batch (default 32)")
+    parser.add_argument("--max-len", type=positive_int, default=256,
+                        help="TensorRT profile max sequence length in tokens (default 256; at least the "
+                             "profile's minimum, 8)")
+    parser.add_argument("--opset", type=opset_number, default=17,
+                        help=f"ONNX opset (default 17; at least {MIN_EXPORT_OPSET})")
     parser.add_argument("--parity-data", type=Path, default=None, metavar="PATH",
                         help="word<TAB>LABEL validation file (default: iwslt2011_che/dev2012 when "
                              "present; without one, parity uses random token ids)")
-    parser.add_argument("--parity-lines", type=int, default=2000,
+    parser.add_argument("--parity-lines", type=positive_int, default=2000,
                         help="words of the validation file used for parity (default 2000)")
-    parser.add_argument("--calibration-windows", type=int, default=64,
+    parser.add_argument("--calibration-windows", type=non_negative_int, default=64,
                         help="128-token windows (read after the parity lines) for fp16/int8 "
                              "calibration (default 64)")
     parser.add_argument("--timing-cache", type=Path, default=None,
                         help="TensorRT timing cache file (read and updated)")
-    parser.add_argument("--workspace-gb", type=float, default=4.0,
+    parser.add_argument("--workspace-gb", type=positive_float, default=4.0,
                         help="TensorRT builder workspace in GiB (default 4)")
     parser.add_argument("--graph-only", action="store_true",
                         help="tensorrt: stop before the TensorRT builder: write and check the graph it takes "
@@ -104,13 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the ONNX Runtime entry's model name; the plan's is NAME_trt (default: streampunct)")
     t.add_argument("--triton-kind", choices=("cpu", "gpu"), default="cpu",
                    help="instance group of the ONNX Runtime entry: KIND_CPU or KIND_GPU (default: cpu)")
-    t.add_argument("--triton-instances", type=int, default=1, metavar="N",
+    t.add_argument("--triton-instances", type=positive_int, default=1, metavar="N",
                    help="model instances (per GPU for gpu) Triton runs side by side (default 1)")
-    t.add_argument("--triton-max-batch", type=int, default=64, metavar="N",
+    t.add_argument("--triton-max-batch", type=positive_int, default=64, metavar="N",
                    help="max_batch_size of the ONNX Runtime entry (default 64)")
-    t.add_argument("--triton-queue-delay-us", type=int, default=1000, metavar="US",
+    t.add_argument("--triton-queue-delay-us", type=non_negative_int, default=1000, metavar="US",
                    help="dynamic batching: longest a request waits for others (default 1000)")
-    t.add_argument("--triton-threads", type=int, default=None, metavar="N",
+    t.add_argument("--triton-threads", type=positive_int, default=None, metavar="N",
                    help="ONNX Runtime intra-op threads per CPU instance (default: the backend's, every core)")
     t.add_argument("--no-triton-plan", action="store_true", help="do not write the TensorRT plan entry")
     parser.add_argument("--no-stream-graph", action="store_true",
@@ -232,19 +246,63 @@ def _model_metadata(source: _Source) -> dict[str, Any]:
     return meta
 
 
+def check_build_arguments(args: argparse.Namespace) -> None:
+    """What argparse's types cannot check alone, before anything is loaded or exported: the
+    options that go together and the TensorRT profile."""
+    from engines.base import EngineError
+    from engines.build.tensorrt_build import TrtBuildOptions
+
+    if args.graph_only and args.backend != "tensorrt":
+        raise InputError("--graph-only stops a TensorRT build before the builder: use it with --backend tensorrt")
+    if args.backend == "tensorrt" and args.precision == "int4":
+        raise InputError("--precision int4 (4-bit weights, MatMulNBits) is an onnxruntime precision; "
+                         "TensorRT builds fp32, fp16 or int8")
+    if args.backend == "tensorrt":
+        try:
+            TrtBuildOptions(max_batch=args.max_batch, max_len=args.max_len).profile()
+        except EngineError as e:
+            raise InputError(f"--max-batch {args.max_batch} --max-len {args.max_len}: {e}") from None
+    check_tensorrt_installed(args)
+
+
+def check_tensorrt_installed(args: argparse.Namespace) -> None:
+    """``--backend tensorrt`` without ``--graph-only`` needs the TensorRT packages: refused before
+    the export rather than after it."""
+    from engines.registry import missing_dependencies
+
+    if args.backend != "tensorrt" or args.graph_only:
+        return
+    missing = missing_dependencies("tensorrt")
+    if missing:
+        from engines.deps import install_hint
+
+        raise DependencyError(f"--backend tensorrt builds a plan with {', '.join(missing)}, not installed here "
+                              f"(install with: {install_hint(missing[0])}); --graph-only stops before the "
+                              "builder, with the graph it takes and parity figures, on a host without TensorRT")
+
+
+def _parity_words(path: Path, args: argparse.Namespace) -> list:
+    """The validation words for parity and calibration, read before any model is loaded."""
+    data = read_word_labels(path)
+    if not data.words:
+        raise InputError(f"--parity-data {path} has no words (word<TAB>LABEL lines)")
+    return data.words[: args.parity_lines + args.calibration_windows * _LINES_PER_WINDOW]
+
+
 def _run(args: argparse.Namespace) -> int:
     from engines.base import DependencyMissing
     from engines.build.builder import BuildConfig, build_model_folder
     from engines.build.tensorrt_build import TrtBuildOptions
 
     ckpt: Path = args.model
-    if args.triton_repo is not None and is_built_model_folder(ckpt):
+    if args.triton_repo is not None and args.out is None and is_built_model_folder(ckpt):
+        if args.graph_only:
+            raise InputError("--graph-only builds a folder: pass --out DIR (the repository is then written from it)")
         write_triton_repo_from_args(ckpt, args)
         return 0
     if not ckpt.is_dir():
         raise InputError(f"--model {ckpt} is not a checkpoint folder")
-    if args.graph_only and args.backend != "tensorrt":
-        raise InputError("--graph-only stops a TensorRT build before the builder: use it with --backend tensorrt")
+    check_build_arguments(args)
     from_graph = args.backend == "tensorrt" and is_built_model_folder(ckpt)
     if not from_graph:
         check_checkpoint_folder(ckpt)
@@ -273,6 +331,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "
                          "pass --parity-data word<TAB>LABEL file")
 
+    words = _parity_words(parity_path, args) if parity_path is not None else []
+
     source = _graph_source(ckpt, "emulate" if emulate else "float") if from_graph else _checkpoint_source(ckpt)
     info = source.info
 
@@ -283,8 +343,6 @@ def _run(args: argparse.Namespace) -> int:
         parity_source = ""
     else:
         aligner = info.aligner()
-        data = read_word_labels(parity_path)
-        words = data.words[: args.parity_lines + args.calibration_windows * _LINES_PER_WINDOW]
         n_parity = min(len(words), args.parity_lines)
         parity = ParityWindows.of(aligner.offline_windows(words[:n_parity], info.window))
         if len(words) > n_parity:

@@ -36,6 +36,8 @@ from engines.sidecar import Sidecar, new_sidecar, write_sidecar
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
+#: The earliest opset the encoders export at (``aten::scaled_dot_product_attention`` needs 14).
+MIN_EXPORT_OPSET = 14
 #: Shapes (batch, seq) checked against torch after export; the trace uses (2, 16).
 _VERIFY_SHAPES = ((3, 23), (1, 9))
 
@@ -118,6 +120,17 @@ def heads_module(module: Any) -> Any | None:
     return Heads().eval()
 
 
+def _export_failure(error: Exception, opset: int) -> str:
+    """One line for an exporter error: its first line (the exporter appends the whole traced
+    graph to some), and the default opset as a hint when another was asked for."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    first = first.split(" [Caused by ")[0]  # the rest is the traced graph's IR
+    if len(first) > 500:
+        first = first[:500] + "..."
+    hint = f" (the default opset, {DEFAULT_OPSET}, exports the supported encoders)" if opset != DEFAULT_OPSET else ""
+    return f"torch.onnx.export failed at opset {opset}: {type(error).__name__}: {first}{hint}"
+
+
 def _trace(torch: Any, wrapper: Any, out_path: Path, trace_ids: np.ndarray, trace_mask: np.ndarray,
            output_names: list[str], opset: int) -> None:
     dynamic = {"batch": 0, "sequence": 1}
@@ -140,7 +153,7 @@ def _trace(torch: Any, wrapper: Any, out_path: Path, trace_ids: np.ndarray, trac
                 do_constant_folding=True,
             )
         except Exception as e:  # the exporter raises many unrelated types
-            raise ExportError(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+            raise ExportError(_export_failure(e, opset)) from e
     for w in caught:
         logger.debug("exporter warning: %s: %s", w.category.__name__, w.message)
 

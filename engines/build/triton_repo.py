@@ -25,8 +25,9 @@ Every entry carries ``parameters`` that the ``triton`` engine backend
 (:mod:`engines.triton_engine`) reads: ``streampunct_source_sha256`` (the checkpoint
 the graph was built from, checked against the front end's model folder),
 ``streampunct_precision``, ``streampunct_rows_independent`` (false for dynamic int8
-graphs: their activation scales span the batch that Triton forms) and, for a plan,
-``streampunct_min_len`` (the profile's shortest sequence: the client pads up to it).
+graphs: their activation scales span the batch that Triton forms) and, for the TensorRT
+entry, ``streampunct_min_len`` (the profile's shortest sequence: the client pads up to it;
+without a plan yet, build-engine's default profile's, as the precision is its default's).
 Triton's backends ignore parameters they do not know.
 
 The text follows Triton's ``ModelConfig`` protobuf schema (``model_config.proto``;
@@ -91,6 +92,9 @@ class TritonRepoConfig:
     def __post_init__(self) -> None:
         if not self.model_name or not all(c.isalnum() or c in "._-" for c in self.model_name):
             raise EngineError(f"model name {self.model_name!r}: letters, digits, '.', '_' and '-' only")
+        if self.model_name.startswith("."):
+            raise EngineError(f"model name {self.model_name!r} starts with '.': name a folder inside the "
+                              "repository (e.g. streampunct)")
         if self.kind not in INSTANCE_KINDS:
             raise EngineError(f"kind must be one of {', '.join(INSTANCE_KINDS)}, not {self.kind!r}")
         for name in ("instances", "max_batch", "plan_max_batch"):
@@ -194,19 +198,43 @@ def onnx_config(config: TritonRepoConfig, sidecar: Sidecar) -> str:
     )
 
 
+def _prepared_for_tensorrt(sidecar: Sidecar) -> bool:
+    """The graph is one a TensorRT build prepared (``build-engine --backend tensorrt --graph-only``):
+    fp16, Q/DQ int8, or rebuilt from another folder's graph (``weights_from``)."""
+    recipe = sidecar.recipe or {}
+    qdq = sidecar.precision == "int8" and not _quantizes_activations(sidecar)
+    return sidecar.precision == "fp16" or qdq or "weights_from" in recipe
+
+
+def default_plan_precision(sidecar: Sidecar) -> str:
+    """The precision of the plan ``build-engine --backend tensorrt`` builds by default for a folder
+    serving the graph of ``sidecar``: fp32 for a dynamic int8 graph (its activations emulated in a
+    float32 graph, as ``models/default``'s ``model.fp32.plan``) or a graph emulating them, the graph's
+    own for an fp16 or Q/DQ int8 graph prepared for TensorRT, fp16 otherwise (fp32, int4)."""
+    weights_from = (sidecar.recipe or {}).get("weights_from") or {}
+    if _quantizes_activations(sidecar) or (sidecar.precision == "fp32" and "activations" in weights_from):
+        return "fp32"
+    if sidecar.precision in ("fp16", "int8"):
+        return sidecar.precision
+    return "fp16"
+
+
 def plan_config(config: TritonRepoConfig, sidecar: Sidecar, plan: Sidecar | None) -> str:
     """``config.pbtxt`` of the TensorRT entry: the plan's profile limits when there is a plan,
-    else ``plan_max_batch`` and the ONNX graph's interface."""
+    else ``plan_max_batch``, build-engine's default profile minimum and precision
+    (:func:`default_plan_precision`) and the ONNX graph's interface."""
+    from engines.build.tensorrt_build import TrtBuildOptions
+
     source = plan or sidecar
     inputs, outputs = _whole_window_io(source)
-    max_batch, min_len = config.plan_max_batch, None
+    max_batch, min_len = config.plan_max_batch, TrtBuildOptions().min_len
     if plan is not None:
         from engines.tensorrt_engine import profile_limits
 
         max_batch, min_len, _ = profile_limits(plan)
     parameters = {
         "streampunct_source_sha256": source.source_sha256 or "",
-        "streampunct_precision": plan.precision if plan is not None else "fp16",
+        "streampunct_precision": plan.precision if plan is not None else default_plan_precision(sidecar),
         "streampunct_rows_independent": "true",
     }
     if min_len is not None:
@@ -290,6 +318,30 @@ def _plan_of(model_dir: Path) -> Path | None:
         return None
 
 
+def _fresh_entry(root: Path, name: str) -> Path:
+    """``root / name``, emptied: only ever a folder directly inside ``root`` is removed."""
+    entry = root / name
+    if entry.resolve().parent != root.resolve():
+        raise EngineError(f"Triton entry {name!r} is not a folder directly inside {root}")
+    if entry.exists():
+        shutil.rmtree(entry)
+    return entry
+
+
+def _no_plan_note(config: TritonRepoConfig, model_dir: Path, sidecar: Sidecar, target: Path) -> str:
+    """How to build the plan the TensorRT entry is waiting for."""
+    plan = f"model.{default_plan_precision(sidecar)}.plan"
+    if _prepared_for_tensorrt(sidecar):
+        how = (f"rerun the 'streampunct build-engine --backend tensorrt' command that wrote {model_dir} without "
+               f"--graph-only (--max-batch {config.plan_max_batch}) and copy its {plan}")
+    else:
+        how = (f"build one with 'streampunct build-engine --backend tensorrt --model {model_dir} --max-batch "
+               f"{config.plan_max_batch} --out DIR' and copy DIR's {plan}")
+    return (f"{config.plan_name}: no plan in {model_dir} yet. On the GPU host that runs Triton (same GPU model "
+            f"and TensorRT version as Triton's), {how} to {target}; until then start tritonserver with "
+            f"--model-control-mode explicit --load-model {config.model_name}")
+
+
 def write_triton_repo(model_dir: str | Path, out_dir: str | Path, config: TritonRepoConfig | None = None,
                       *, artifact: str | None = None) -> TritonRepo:
     """Write the repository for ``model_dir`` into ``out_dir`` (its two entries are replaced;
@@ -303,9 +355,7 @@ def write_triton_repo(model_dir: str | Path, out_dir: str | Path, config: Triton
     sidecar = read_sidecar(source)
     derived = not stream_interface_problems(sidecar.inputs, sidecar.outputs)
     written: list[Path] = []
-    entry = root / config.model_name
-    if entry.exists():
-        shutil.rmtree(entry)
+    entry = _fresh_entry(root, config.model_name)
     graph = entry / "1" / "model.onnx"
     graph.parent.mkdir(parents=True)
     if derived:
@@ -321,9 +371,7 @@ def write_triton_repo(model_dir: str | Path, out_dir: str | Path, config: Triton
                      "serve an fp32, fp16 or int4 graph where labels must not depend on load")
     plan_source = None
     if config.plan:
-        plan_entry = root / config.plan_name
-        if plan_entry.exists():
-            shutil.rmtree(plan_entry)
+        plan_entry = _fresh_entry(root, config.plan_name)
         (plan_entry / "1").mkdir(parents=True)
         plan_source = _plan_of(model_dir)
         plan_sidecar = read_sidecar(plan_source) if plan_source is not None else None
@@ -333,12 +381,7 @@ def write_triton_repo(model_dir: str | Path, out_dir: str | Path, config: Triton
             shutil.copyfile(plan_source, plan_entry / "1" / "model.plan")
             written.append(plan_entry / "1" / "model.plan")
         else:
-            notes.append(
-                f"{config.plan_name}: no plan in {model_dir} yet. On the GPU host that runs Triton (same GPU model "
-                "and TensorRT version as Triton's), build one from the training checkpoint with 'streampunct "
-                f"build-engine --backend tensorrt --max-batch {config.plan_max_batch} --out DIR' and copy DIR's "
-                f"model.fp16.plan to {plan_entry / '1' / 'model.plan'}; until then start tritonserver with "
-                f"--model-control-mode explicit --load-model {config.model_name}")
+            notes.append(_no_plan_note(config, model_dir, sidecar, plan_entry / "1" / "model.plan"))
     repo = TritonRepo(root, source, derived, plan_source, tuple(written), tuple(notes))
     logger.info("wrote %s", root)
     return repo

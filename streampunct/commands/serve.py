@@ -15,15 +15,16 @@ TOKEN_ENV = "STREAMPUNCT_AUTH_TOKEN"
 
 
 def _option_value(text: str) -> object:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    """An ``--engine-option`` value: the text, which the backend converts to its option's type
+    (``engines.base.OptionText``: ``providers=A,B`` a list, ``model_version=1`` a string);
+    a non-finite number as the float, which no option takes (refused here)."""
+    from engines.base import OptionText
+
+    try:
+        number = float(text)
+    except ValueError:
+        return OptionText(text)
+    return number if not math.isfinite(number) else OptionText(text)
 
 
 def _engine_option(text: str) -> tuple[str, object]:

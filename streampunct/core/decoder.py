@@ -127,10 +127,17 @@ class OfflineDecoder:
         batch_size: int = 32,
         **engine_options,
     ) -> OfflineDecoder:
+        """The decoder of a model folder: its tokenizer first (a folder whose tokenizer fails
+        loads no engine), then the engine, closed again when the decoder cannot be made."""
         info = load_model_info(model_dir)
+        aligner = info.aligner()
         eng = load_engine(engine, info.path, **engine_options)
-        return cls(eng, info.aligner(), window or info.window, batch_size=batch_size, info=info,
-                   stream_window=window or info.stream_window)
+        try:
+            return cls(eng, aligner, window or info.window, batch_size=batch_size, info=info,
+                       stream_window=window or info.stream_window)
+        except BaseException:
+            eng.close()
+            raise
 
     def logits(self, words: Sequence[str]) -> np.ndarray:
         return decode_offline(words, self.aligner, self.window, self.engine.infer, batch_size=self.batch_size)

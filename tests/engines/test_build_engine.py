@@ -193,3 +193,69 @@ def test_cli_without_training_package_names_the_extra(checkpoint, tmp_path, monk
     rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), "--parity-data", str(words)])
     assert rc == 2
     assert "pip install 'streampunct[train]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--parity-lines", "0"], "argument --parity-lines: must be >= 1, got 0"),
+    (["--parity-lines=-5"], "argument --parity-lines: must be >= 1, got -5"),
+    (["--max-batch", "0"], "argument --max-batch: must be >= 1, got 0"),
+    (["--max-len", "0"], "argument --max-len: must be >= 1, got 0"),
+    (["--calibration-windows=-1"], "argument --calibration-windows: must be >= 0, got -1"),
+    (["--opset", "9"], "argument --opset: must be at least 14"),
+    (["--workspace-gb", "0"], "argument --workspace-gb: must be > 0, got 0"),
+])
+def test_cli_refuses_bad_numbers_before_any_work(checkpoint, tmp_path, capsys, extra, message):
+    from streampunct.cli import main
+
+    ckpt, loaded = checkpoint
+    with pytest.raises(SystemExit) as exc:
+        main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and message in err.strip().splitlines()[-1]  # usage, then one line
+    assert not loaded and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--backend", "tensorrt", "--graph-only", "--max-len", "2"],
+     "--max-batch 32 --max-len 2: max_len 2 is below the minimum sequence length 8"),
+    (["--backend", "tensorrt", "--graph-only", "--precision", "int4"],
+     "--precision int4 (4-bit weights, MatMulNBits) is an onnxruntime precision"),
+    (["--backend", "tensorrt", "--precision", "fp32"],
+     "--backend tensorrt builds a plan with tensorrt, pycuda, not installed here"),
+])
+def test_cli_refuses_tensorrt_builds_it_cannot_finish_before_loading(checkpoint, tmp_path, capsys, monkeypatch,
+                                                                     extra, message):
+    from engines import registry
+    from streampunct.cli import main
+
+    monkeypatch.setattr(registry, "is_installed", lambda m: m not in ("tensorrt", "pycuda"))
+    ckpt, loaded = checkpoint
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not loaded and not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_validation_text_without_words(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, loaded = checkpoint
+    empty = tmp_path / "dev.tsv"
+    empty.write_text("\n")
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), "--parity-data",
+                 str(empty)]) == 2
+    assert f"--parity-data {empty} has no words" in capsys.readouterr().err
+    assert not loaded
+
+
+def test_an_export_failure_is_one_line_with_the_default_opset(tmp_path, tiny_module):
+    from engines.base import ExportError
+    from engines.build.onnx_export import export_onnx
+
+    with pytest.raises(ExportError) as exc:
+        export_onnx(tiny_module, tmp_path / "model.onnx", opset=13)
+    message = str(exc.value)
+    assert len(message.splitlines()) == 1 and len(message) < 800
+    assert message.startswith("torch.onnx.export failed at opset 13: ")
+    assert "scaled_dot_product_attention" in message and "(the default opset, 17, exports" in message

@@ -135,6 +135,47 @@ def test_mistyped_option_is_named_with_its_type(options, message):
     assert fine.providers == ("CPUExecutionProvider",) and fine.allow_spinning
 
 
+@pytest.mark.parametrize("backend, options, want", [
+    ("onnxruntime", {"providers": "CPUExecutionProvider"}, {"providers": ("CPUExecutionProvider",)}),
+    ("onnxruntime", {"providers": "CUDAExecutionProvider, CPUExecutionProvider"},
+     {"providers": ("CUDAExecutionProvider", "CPUExecutionProvider")}),
+    ("onnxruntime", {"intra_op_threads": "2", "allow_spinning": "True", "graph_optimization": "basic"},
+     {"intra_op_threads": 2, "allow_spinning": True, "graph_optimization": "basic"}),
+    ("onnxruntime", {"intra_op_threads": "none"}, {"intra_op_threads": None}),
+    ("triton", {"model_version": "1", "model_name": "7", "timeout_s": "5", "pad_multiple": "8"},
+     {"model_version": "1", "model_name": "7", "timeout_s": 5.0, "pad_multiple": 8}),
+    ("fake", {"batch_ms": "1", "sleep": "false", "fail_token": "12"},
+     {"batch_ms": 1.0, "sleep": False, "fail_token": 12}),
+])
+def test_option_text_is_converted_by_the_options_type(backend, options, want):
+    """``--engine-option`` values arrive as text (OptionText) and take their option's type:
+    a string stays a string, a list splits on commas."""
+    from engines.base import OptionText
+
+    cls = {"onnxruntime": "engines.ort_engine:OrtOptions", "triton": "engines.triton_engine:TritonOptions",
+           "fake": "engines.fake:FakeOptions"}[backend].split(":")
+    options_cls = getattr(__import__(cls[0], fromlist=[cls[1]]), cls[1])
+    made = registry.make_options(options_cls, {k: OptionText(v) for k, v in options.items()}, backend)
+    for name, value in want.items():
+        got = getattr(made, name)
+        assert got == value and type(got) is type(value), (name, got)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"intra_op_threads": "two"}, "option intra_op_threads of the onnxruntime backend must be an integer, got 'two'"),
+    ({"allow_spinning": "yes"}, "option allow_spinning of the onnxruntime backend must be true or false, got 'yes'"),
+    ({"inter_op_threads": "1.5"}, "must be an integer, got '1.5'"),
+])
+def test_option_text_of_the_wrong_type_is_one_line(options, message):
+    from engines.base import OptionText
+    from engines.ort_engine import OrtOptions
+
+    with pytest.raises(EngineError) as exc:
+        registry.make_options(OrtOptions, {k: OptionText(v) for k, v in options.items()}, "onnxruntime")
+    assert str(exc.value) == message if message.startswith("option") else message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
 def test_shipped_model_loads():
     from .conftest import REPO
 
@@ -243,3 +284,86 @@ def test_engine_threads_names_each_backends_own_per_engine_option():
         registry.engine_threads("onnxruntime", 0)
     with pytest.raises(EngineError, match="unknown engine backend 'onnx'"):
         registry.engine_threads("onnx", 1)
+
+
+# -- model folder checks ------------------------------------------------------------------
+
+
+def _tiny_folder(tiny_export, tmp_path, **meta):
+    """A copy of the tiny export's folder with ``meta`` merged into its streampunct.json."""
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_export.path.parent, folder)
+    path = folder / "streampunct.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **meta}))
+    return folder
+
+
+def test_a_missing_stream_artifact_is_named_missing(tiny_export, tmp_path):
+    folder = _tiny_folder(tiny_export, tmp_path, stream_artifact="model.stream.int8.onnx")
+    with pytest.raises(ArtifactError) as exc:
+        registry.stream_shape("onnxruntime", folder, "on")
+    assert str(exc.value) == (f"{folder / 'streampunct.json'} names stream_artifact 'model.stream.int8.onnx', "
+                              "which is missing")
+
+
+@pytest.mark.parametrize("key", ["artifact", "stream_artifact"])
+def test_a_named_file_outside_the_folder_is_refused(tiny_export, tmp_path, key):
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+
+    outside = "../../elsewhere/model.onnx"
+    folder = _tiny_folder(tiny_export, tmp_path, **{key: outside})
+    with pytest.raises(ModelError, match=f"{key} '../../elsewhere/model.onnx' is outside the model folder"):
+        load_model_info(folder)
+    with pytest.raises(ArtifactError, match="is outside the model folder"):
+        if key == "artifact":
+            resolve_artifact("onnxruntime", folder)
+        else:
+            registry.stream_shape("onnxruntime", folder, "on")
+    with pytest.raises(ArtifactError, match="artifact '../model/model.onnx' is outside the model folder"):
+        resolve_artifact("onnxruntime", folder, "../model/model.onnx")
+    assert registry.folder_file(folder, "sub/../model.onnx") == folder / "sub/../model.onnx"
+
+
+@pytest.mark.parametrize("key", ["window", "stream_window"])
+def test_a_window_beyond_the_encoders_positions_is_refused_at_load(tiny_export, tmp_path, key):
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+
+    folder = _tiny_folder(tiny_export, tmp_path, **{key: {"size": 600, "left": 40, "right": 10}})
+    with pytest.raises(ModelError) as exc:
+        load_model_info(folder)
+    assert f"{key} size 600 is too large: the model sees size + 2 tokens and has 512 positions" in str(exc.value)
+    assert load_model_info(_tiny_folder(tiny_export, tmp_path / "ok", window={"size": 510, "left": 40,
+                                                                             "right": 10})).window.size == 510
+
+
+def test_the_decoder_reads_the_tokenizer_before_loading_the_engine(tiny_export, tmp_path, monkeypatch):
+    from streampunct.core import decoder
+
+    folder = _tiny_folder(tiny_export, tmp_path)
+    (folder / "tokenizer.json").write_text("{not a tokenizer")
+    loaded = []
+    monkeypatch.setattr(decoder, "load_engine", lambda *a, **k: loaded.append(a) or pytest.fail("engine loaded"))
+    with pytest.raises(Exception):  # noqa: B017 (the tokenizer's error, whatever its type)
+        decoder.OfflineDecoder.from_model_dir(folder)
+    assert loaded == []
+
+
+def test_the_decoder_closes_its_engine_when_it_cannot_be_made(tiny_export, tmp_path, monkeypatch):
+    from streampunct.core import decoder
+
+    closed = []
+
+    class Engine:
+        def close(self):
+            closed.append(True)
+
+    def refuse(self, *args, **kwargs):
+        raise ValueError("cannot be made")
+
+    monkeypatch.setattr(decoder, "load_engine", lambda *a, **k: Engine())
+    monkeypatch.setattr(decoder.OfflineDecoder, "__init__", refuse)
+    with pytest.raises(ValueError, match="cannot be made"):
+        decoder.OfflineDecoder.from_model_dir(tiny_export.path.parent)
+    assert closed == [True]

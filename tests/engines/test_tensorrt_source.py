@@ -288,8 +288,8 @@ def test_an_emulated_int8_layer_computes_what_onnx_runtime_computes():
     np.testing.assert_array_equal(together[1, :6], alone[0])
 
 
-def test_without_tensorrt_the_graphs_are_written_and_the_builder_named(tiny_int8_folder, tmp_path, capsys,
-                                                                       monkeypatch):
+def test_without_tensorrt_the_build_is_refused_before_the_export(tiny_int8_folder, tmp_path, capsys,
+                                                                  monkeypatch):
     import sys
 
     from streampunct.cli import main
@@ -299,10 +299,54 @@ def test_without_tensorrt_the_graphs_are_written_and_the_builder_named(tiny_int8
     rc = main(["build-engine", "--backend", "tensorrt", "--precision", "fp32", "--model", str(tiny_int8_folder),
                "--out", str(out)])
     assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "--backend tensorrt builds a plan with tensorrt" in err and "not installed here" in err
+    assert "--graph-only stops before the builder" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_without_tensorrt_a_failing_builder_names_the_graphs_written(tiny_int8_folder, tmp_path, capsys,
+                                                                     monkeypatch):
+    """The packages look installed but the builder cannot import them: the graphs before it stay."""
+    import sys
+
+    from engines import registry
+    from streampunct.cli import main
+
+    monkeypatch.setattr(registry, "is_installed", lambda m: True)
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    out = tmp_path / "trt"
+    rc = main(["build-engine", "--backend", "tensorrt", "--precision", "fp32", "--model", str(tiny_int8_folder),
+               "--out", str(out)])
+    assert rc == 2
     err = capsys.readouterr().err
     assert "building TensorRT engines needs the Python package 'tensorrt'" in err
     assert f"The graphs before the builder are in {out} (model.onnx); --graph-only stops there" in err
     assert (out / "model.onnx").is_file() and not list(out.glob("*.plan"))
+
+
+def test_graph_only_with_a_triton_repository_builds_the_folder_first(tiny_int8_folder, tmp_path, capsys):
+    """``--out`` with ``--triton-repo``: the folder is built, then the repository written from it
+    (not from --model), its TensorRT entry waiting for build-engine's default plan."""
+    from google.protobuf import text_format
+
+    tritonclient = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from streampunct.cli import main
+
+    out, repo = tmp_path / "trt", tmp_path / "repo"
+    assert main(["build-engine", "--backend", "tensorrt", "--model", str(tiny_int8_folder), "--out", str(out),
+                 "--graph-only", "--triton-repo", str(repo)]) == 0
+    printed = capsys.readouterr().out
+    assert f"built tensorrt fp32 graph for {tiny_int8_folder}" in printed
+    assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.onnx"
+    assert (repo / "streampunct" / "1" / "model.onnx").read_bytes() == (out / "model.onnx").read_bytes()
+    trt = text_format.Parse((repo / "streampunct_trt" / "config.pbtxt").read_text(), tritonclient.ModelConfig())
+    parameters = {k: v.string_value for k, v in trt.parameters.items()}
+    assert parameters["streampunct_precision"] == "fp32" and parameters["streampunct_min_len"] == "8"
+    assert "without --graph-only" in printed and "model.fp32.plan" in printed
+    assert main(["build-engine", "--backend", "tensorrt", "--model", str(tiny_int8_folder), "--graph-only",
+                 "--triton-repo", str(tmp_path / "r2")]) == 2
+    assert "--graph-only builds a folder: pass --out DIR" in capsys.readouterr().err
 
 
 def test_only_tensorrt_builds_from_a_built_folder(tiny_int8_folder, tmp_path, capsys):

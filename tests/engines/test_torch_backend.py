@@ -410,3 +410,57 @@ async def test_the_server_streams_with_cached_left_context_on_torch(bert, tmp_pa
         assert punct.stream_engine("off") is None
     finally:
         punct.close()
+
+
+# -- folders build-engine --backend tensorrt wrote ----------------------------------------------
+
+
+def _tensorrt_folder(tiny_export, tmp_path, name, **sidecar_changes):
+    """A copy of the tiny export as a TensorRT build's folder: ``name`` (a copy of model.onnx with
+    the sidecar a TensorRT build gives it) is the folder's artifact; model.onnx stays beside it."""
+    import shutil
+
+    from engines.sidecar import read_sidecar, write_sidecar
+
+    folder = tmp_path / "trt"
+    shutil.copytree(tiny_export.path.parent, folder)
+    if name != "model.onnx":
+        (folder / name).write_bytes((folder / "model.onnx").read_bytes())
+    write_sidecar(read_sidecar(folder / "model.onnx").replace(artifact=name, **sidecar_changes), folder / name)
+    meta = json.loads((folder / "streampunct.json").read_text())
+    (folder / "streampunct.json").write_text(json.dumps({**meta, "artifact": name}))
+    return folder
+
+
+def test_the_torch_backend_reads_the_fp32_graph_beside_an_fp16_one(tiny_export, tmp_path):
+    from engines.graph_weights import read_graph_weights
+    from engines.registry import resolve_artifact
+
+    folder = _tensorrt_folder(tiny_export, tmp_path, "model.fp16.onnx", precision="fp16")
+    assert resolve_artifact("torch", folder) == folder / "model.onnx"
+    assert resolve_artifact("onnxruntime", folder) == folder / "model.fp16.onnx"
+    with pytest.raises(ArtifactError) as exc:
+        read_graph_weights(folder / "model.fp16.onnx")
+    assert str(exc.value) == (f"{folder / 'model.fp16.onnx'} is an fp16 graph prepared for TensorRT: its weights "
+                              "are not rebuilt here; use the fp32 model.onnx beside it")
+
+
+def test_an_int8_emulating_graph_names_the_folder_it_was_built_from(tiny_export, tmp_path):
+    from engines.graph_weights import read_graph_weights
+    from engines.registry import resolve_artifact
+
+    weights_from = {"artifact": "model.int8.onnx", "precision": "int8",
+                    "activations": "uint8 per row, emulated in float32 in 14 linear layers"}
+    folder = _tensorrt_folder(tiny_export, tmp_path, "model.onnx",
+                              recipe={"method": "torch.onnx.export", "weights_from": weights_from})
+    meta = json.loads((folder / "streampunct.json").read_text())
+    (folder / "streampunct.json").write_text(json.dumps({**meta, "built_from": {"folder": "models/default",
+                                                                                 **weights_from}}))
+    path = resolve_artifact("torch", folder)
+    with pytest.raises(ArtifactError) as exc:
+        read_graph_weights(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path} emulates int8 activations")
+    assert "use models/default (model.int8.onnx, the graph it was built from) with --engine torch" in message
+    with pytest.raises(ArtifactError, match="emulates int8 activations"):
+        load_engine("torch", folder, device="cpu")

@@ -95,6 +95,78 @@ def test_repository_options_are_checked():
             TritonRepoConfig(**bad)
 
 
+@pytest.mark.parametrize("name", [".", "..", "...", ".hidden", "a/b", "../x"])
+def test_a_name_outside_the_repository_is_refused(name):
+    from engines.build.triton_repo import TritonRepoConfig
+
+    with pytest.raises(EngineError, match="model name"):
+        TritonRepoConfig(model_name=name)
+    assert TritonRepoConfig(model_name="punct.v1-2").plan_name == "punct.v1-2_trt"
+
+
+def test_an_entry_is_only_ever_removed_inside_the_repository(tmp_path):
+    from engines.build.triton_repo import _fresh_entry
+
+    root = tmp_path / "repo"
+    (root / "streampunct" / "1").mkdir(parents=True)
+    (tmp_path / "keep").write_text("x")
+    assert _fresh_entry(root, "streampunct") == root / "streampunct" and not (root / "streampunct").exists()
+    for name in ("..", ".", "../keep"):
+        with pytest.raises(EngineError, match="is not a folder directly inside"):
+            _fresh_entry(root, name)
+    assert (tmp_path / "keep").is_file() and root.is_dir()
+
+
+def test_build_engine_refuses_a_dot_name_and_deletes_nothing(tiny_export, tmp_path, capsys):
+    from streampunct.cli import main
+
+    repo = tmp_path / "parent" / "repo"
+    repo.mkdir(parents=True)
+    (tmp_path / "parent" / "sibling.txt").write_text("keep me")
+    for name in ("..", "."):
+        assert main(["build-engine", "--model", str(tiny_export.path.parent), "--triton-repo", str(repo),
+                     "--triton-name", name]) == 2
+        assert "model name" in capsys.readouterr().err
+    assert (tmp_path / "parent" / "sibling.txt").read_text() == "keep me" and repo.is_dir()
+
+
+def test_a_placeholder_plan_entry_has_build_engines_defaults(tiny_export, tmp_path):
+    """Without a plan the TensorRT entry says what build-engine's default plan will be: the
+    profile's shortest sequence (the client pads up to it) and its precision (fp16 from an fp32
+    graph, fp32 from a dynamic int8 one: its activations are emulated)."""
+    from engines.build.triton_repo import default_plan_precision, write_triton_repo
+    from engines.sidecar import read_sidecar, write_sidecar
+
+    folder = tiny_export.path.parent
+    repo = write_triton_repo(folder, tmp_path / "fp32")
+    trt = _config((tmp_path / "fp32" / "streampunct_trt" / "config.pbtxt").read_text())
+    assert _parameters(trt)["streampunct_min_len"] == "8"
+    assert _parameters(trt)["streampunct_precision"] == "fp16"
+    note = next(n for n in repo.notes if "no plan" in n)
+    assert f"build-engine --backend tensorrt --model {folder} --max-batch 32 --out DIR" in note
+    assert "copy DIR's model.fp16.plan" in note and "training checkpoint" not in note
+
+    int8 = tmp_path / "int8"
+    int8.mkdir()
+    for f in folder.iterdir():
+        (int8 / f.name.replace("model.onnx", "model.int8.onnx")).write_bytes(f.read_bytes())
+    sidecar = read_sidecar(folder / "model.onnx").replace(
+        artifact="model.int8.onnx", precision="int8", recipe={"method": "onnxruntime.quantization.quantize_dynamic"})
+    write_sidecar(sidecar, int8 / "model.int8.onnx")
+    assert default_plan_precision(sidecar) == "fp32"
+    repo = write_triton_repo(int8, tmp_path / "r8")
+    trt = _config((tmp_path / "r8" / "streampunct_trt" / "config.pbtxt").read_text())
+    assert _parameters(trt)["streampunct_precision"] == "fp32" and _parameters(trt)["streampunct_min_len"] == "8"
+    assert "copy DIR's model.fp32.plan" in next(n for n in repo.notes if "no plan" in n)
+    # graphs a TensorRT build prepared (--graph-only) keep their precision, and the note says to rerun it
+    qdq = sidecar.replace(precision="int8", recipe={"method": "modelopt.onnx.quantization.quantize (explicit Q/DQ)"})
+    assert default_plan_precision(qdq) == "int8"
+    assert default_plan_precision(sidecar.replace(precision="fp16", recipe={})) == "fp16"
+    emulated = sidecar.replace(precision="fp32", recipe={"weights_from": {"activations": "uint8 per row"}})
+    assert default_plan_precision(emulated) == "fp32"
+    assert default_plan_precision(sidecar.replace(precision="int4", recipe={})) == "fp16"
+
+
 def test_the_streaming_graph_gives_a_whole_window_graph_with_the_same_logits(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

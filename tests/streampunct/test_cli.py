@@ -411,6 +411,26 @@ def test_serve_refuses_non_finite_numbers_as_usage_errors(argv, message, capsys,
     assert _fails_as_usage(["serve", "--engine", "fake", "--port", "0", *argv], capsys).endswith(message)
 
 
+def test_serve_engine_options_take_the_backends_types():
+    """``--engine-option`` text is converted by the backend's option types, not guessed before:
+    ``providers=X`` is a one-item list, triton's ``model_version=1`` the string "1"."""
+    from engines.base import make_options
+    from engines.fake import FakeOptions
+    from engines.ort_engine import OrtOptions
+    from engines.triton_engine import TritonOptions
+
+    def options(*pairs):
+        argv = ["--engine", "fake"] + [a for pair in pairs for a in ("--engine-option", pair)]
+        return dict(_serve_parser().parse_args(argv).engine_option)
+
+    ort = make_options(OrtOptions, options("providers=CPUExecutionProvider", "intra_op_threads=2"), "onnxruntime")
+    assert ort.providers == ("CPUExecutionProvider",) and ort.intra_op_threads == 2
+    triton = make_options(TritonOptions, options("model_version=1", "url=h:8001", "verify=false"), "triton")
+    assert (triton.model_version, triton.url, triton.verify) == ("1", "h:8001", False)
+    fake = make_options(FakeOptions, options("batch_ms=2", "has_case=true"), "fake")
+    assert fake.batch_ms == 2.0 and fake.has_case is True
+
+
 def test_serve_float_options_all_refuse_non_finite_values():
     """Every float option of ``serve`` is parsed by a type that refuses nan and inf (none is a plain float)."""
     for action in _serve_parser()._actions:
