@@ -97,7 +97,13 @@ class Sidecar:
         if missing:
             raise ArtifactError(f"{where} lacks required keys: {', '.join(missing)}")
         version = d["format_version"]
-        if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ArtifactError(f"{where} has format_version {version!r}: it must be an integer")
+        for key in ("inputs", "outputs"):
+            if not isinstance(d[key], list) or not all(isinstance(t, Mapping) for t in d[key]):
+                raise ArtifactError(f"{where} is malformed: {key} must be a list of objects "
+                                    "(name, dtype, shape), not " + repr(d[key])[:80])
+        if version > FORMAT_VERSION or version < 1:
             raise ArtifactError(
                 f"{where} has format_version {version!r}; this streampunct reads up to "
                 f"{FORMAT_VERSION}: upgrade streampunct or rebuild the artifact"

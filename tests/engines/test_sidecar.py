@@ -104,6 +104,20 @@ def test_newer_format_version_is_refused(tmp_path):
         read_sidecar(path)
 
 
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("format_version", "2", "format_version '2': it must be an integer"),
+    ("format_version", True, "format_version True: it must be an integer"),
+    ("inputs", "input_ids", "malformed: inputs must be a list of objects .name, dtype, shape., not 'input_ids'"),
+    ("outputs", ["logits"], "malformed: outputs must be a list of objects"),
+])
+def test_mistyped_keys_are_one_line_errors(tmp_path, key, value, message):
+    path = _artifact(tmp_path)
+    data = _sidecar(path).to_dict() | {key: value}
+    sidecar_path(path).write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match=message):
+        read_sidecar(path)
+
+
 def test_sidecar_of_another_artifact_is_refused(tmp_path):
     path = _artifact(tmp_path)
     data = _sidecar(path).to_dict()
