@@ -490,8 +490,12 @@ def test_engine_fake_starts_streampunct_serve_with_the_costs_as_engine_options(t
     sp = argparse.ArgumentParser()
     serve.add_arguments(sp)
     config = serve.build_config(sp.parse_args(argv[argv.index("serve") + 1:]))
-    assert (config.engine, dict(config.engine_options)) == (
-        "fake", {"batch_ms": 0.5, "token_us": 20.0, "sleep": True, "has_case": True})
+    from engines.base import make_options
+    from engines.fake import FakeOptions
+
+    assert config.engine == "fake"
+    options = make_options(FakeOptions, dict(config.engine_options), "fake")  # typed by the backend's fields
+    assert (options.batch_ms, options.token_us, options.sleep, options.has_case) == (0.5, 20.0, True, True)
     # the defaults: no cost, no sleep; a model folder lends its tokenizer
     cfg = config_from_args(p.parse_args(["--engine", "fake", "--model", str(tmp_path)]))
     argv = ServerProcess(cfg.started_server(), 10, tmp_path).argv
