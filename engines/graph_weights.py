@@ -383,11 +383,11 @@ def _not_rebuildable(path: Path) -> str | None:
         return (f"{path} emulates int8 activations (codes rounded inside float32 layers, a graph built for "
                 f"TensorRT): its weights are not rebuilt here; use {origin} ({graph}the graph it was built from) "
                 "with --engine torch, or this folder with --engine tensorrt once its plan is built")
-    qdq = sidecar.precision == "int8" and "Q/DQ" in str(recipe.get("method", ""))
-    if sidecar.precision == "fp16" or qdq:
+    prepared = sidecar.prepared_for_tensorrt()
+    if prepared is not None:
         beside = path.with_name("model.onnx")
         use = f"the fp32 {beside.name} beside it" if beside.is_file() and beside != path else origin
-        return (f"{path} is an {'Q/DQ int8' if qdq else 'fp16'} graph prepared for TensorRT: its weights are not "
+        return (f"{path} is an {prepared} graph prepared for TensorRT: its weights are not "
                 f"rebuilt here; use {use}")
     return None
 

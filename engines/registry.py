@@ -224,9 +224,7 @@ def _torch_weights_graph(path: Path) -> Path:
         sidecar = read_sidecar(path)
     except ArtifactError:
         return path
-    prepared = sidecar.precision == "fp16" or (
-        sidecar.precision == "int8" and "Q/DQ" in str((sidecar.recipe or {}).get("method", "")))
-    return beside if prepared else path
+    return beside if sidecar.prepared_for_tensorrt() is not None else path
 
 
 def load_engine(

@@ -62,6 +62,15 @@ class Sidecar:
     def replace(self, **changes: Any) -> Sidecar:
         return dataclasses.replace(self, **changes)
 
+    def prepared_for_tensorrt(self) -> str | None:
+        """How a graph ``build-engine --backend tensorrt`` prepared for TensorRT keeps its weights
+        (``"fp16"``, ``"Q/DQ int8"``), whose weights are not rebuilt in torch; None for another graph."""
+        if self.precision == "fp16":
+            return "fp16"
+        if self.precision == "int8" and "Q/DQ" in str((self.recipe or {}).get("method", "")):
+            return "Q/DQ int8"
+        return None
+
     def io_spec(self, **limits: int | None) -> IOSpec:
         """The IOSpec an engine loaded from this artifact reports."""
         return IOSpec(
