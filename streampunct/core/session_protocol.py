@@ -90,9 +90,6 @@ from streampunct.labels import (
 from streampunct.text.normalize import normalize_word, normalize_words, render
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
-#: A mark as the wire writes it ("", ",", ".", "?") -> its label.
-_MARK_IDS = {mark: label for label, mark in enumerate(ID_TO_MARK)}
-
 
 class _Until(enum.Enum):
     """What to do once every word up to a target has been finalized."""
@@ -390,7 +387,7 @@ class SessionProtocol:
             self.options = self._served(request.config.apply_to(self.options))
         keep = self._limits.max_context_words
         given = request.context[-keep:] if keep else ()
-        marked = [(w, _MARK_IDS[x.p]) for w, x in ((normalize_word(x.w), x) for x in given) if w]
+        marked = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in given) if w]
         context = [w for w, _ in marked]
         self._resumed_written = marked
         self._calls = self._new_calls()

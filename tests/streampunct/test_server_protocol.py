@@ -413,6 +413,16 @@ async def test_a_slot_is_free_as_soon_as_its_connection_closes(start_server, mon
 # -- failures, shutdown, cleanup --------------------------------------------------------
 
 
+async def assert_internal_then_1011(client: StreamClient) -> None:
+    """Three words sent; the stream then ends with the contract's ``internal`` error and 1011."""
+    await client.send_words(WORDS[:3])
+    messages = [m async for m in client]
+    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
+        (ErrorCode.INTERNAL, "internal server error; closing the stream")
+    ]
+    assert client.close_code == 1011
+
+
 async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(start_server, monkeypatch):
     from streampunct.core.session_protocol import SessionProtocol
 
@@ -422,12 +432,7 @@ async def test_a_bug_in_the_session_driver_still_sends_internal_before_1011(star
     monkeypatch.setattr(SessionProtocol, "apply", broken)
     server = await start_server()
     client = await StreamClient.connect(server.url, right_context=0)
-    await client.send_words(WORDS[:3])
-    messages = [m async for m in client]
-    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
-        (ErrorCode.INTERNAL, "internal server error; closing the stream")
-    ]
-    assert client.close_code == 1011
+    await assert_internal_then_1011(client)
     assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
 
 
@@ -440,12 +445,7 @@ async def test_a_bug_while_reading_a_frame_still_sends_internal_before_1011(star
     monkeypatch.setattr(SessionProtocol, "receive_frame", broken)
     server = await start_server()
     client = await StreamClient.connect(server.url)  # no config: the first frame is the words
-    await client.send_words(WORDS[:3])
-    messages = [m async for m in client]
-    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
-        (ErrorCode.INTERNAL, "internal server error; closing the stream")
-    ]
-    assert client.close_code == 1011
+    await assert_internal_then_1011(client)
 
 
 async def test_a_bug_while_writing_a_frame_still_sends_internal_before_1011(start_server, monkeypatch):
@@ -461,12 +461,7 @@ async def test_a_bug_while_writing_a_frame_still_sends_internal_before_1011(star
     monkeypatch.setattr(session_module, "encode_frame", broken)
     server = await start_server()
     client = await StreamClient.connect(server.url, right_context=0)
-    await client.send_words(WORDS[:3])
-    messages = [m async for m in client]
-    assert [(m.code, m.message) for m in messages if isinstance(m, Error)] == [
-        (ErrorCode.INTERNAL, "internal server error; closing the stream")
-    ]
-    assert client.close_code == 1011
+    await assert_internal_then_1011(client)
 
 
 async def test_lone_surrogates_in_words_are_dropped_and_the_stream_goes_on(start_server, fake_labels):
