@@ -5,7 +5,7 @@ that may carry marks (``hello,``), odd casing or stray symbols; this module
 turns them into the model's form and back into readable text.
 
 Offline (``streampunct punctuate``), a word made only of symbols (emoji,
-``™``, ``€``, ``+``) is kept as it is (:func:`symbol_word`,
+``™``, ``€``, ``+``, ``&``, ``%``) is kept as it is (:func:`symbol_word`,
 :func:`offline_words`): it is not sent to the model, takes no mark, and is
 written back in its place (:func:`render_with_symbols`). The stream drops it
 as before (its words take indices that client and server must count alike).
@@ -34,6 +34,10 @@ _VIRAMA = 9
 
 
 _ENCLOSING_KEYCAP = "\u20e3"
+#: Punctuation characters (category Po) that stand for a word, as symbols do ("rock & roll",
+#: "fifty % of", "c # major", "@ home"), and their full-width forms; kept in symbol words. The
+#: marks (``.,;:!?``, quotes, ``¡¿·…``) are not: they are what the service writes.
+_SYMBOL_PUNCTUATION = frozenset("#%&*/@\\§¶†‡‰‱′″＃％＆＊／＠＼")
 #: Symbols that stand for what could not be read (undecodable bytes, an object): no symbol words.
 _REPLACEMENTS = frozenset("\ufffc\ufffd")
 
@@ -144,18 +148,24 @@ def normalize_words(words: Iterable[str]) -> list[str]:
     return out
 
 
+def _is_symbol(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "S" or ch in _SYMBOL_PUNCTUATION
+
+
 def _symbol_cluster(cluster: str) -> bool:
     """A base character with its marks that shows a symbol: a symbol (category S: So, Sm, Sc,
-    Sk) or any character in an enclosing mark (the keycap of ``#️⃣`` and ``1️⃣``)."""
-    return unicodedata.category(cluster[0])[0] == "S" or any(
-        unicodedata.category(ch) == "Me" for ch in cluster[1:])
+    Sk, or one of :data:`_SYMBOL_PUNCTUATION`: ``&``, ``%``, ``#``, ``@``...) or any character
+    in an enclosing mark (the keycap of ``#️⃣`` and ``1️⃣``)."""
+    return _is_symbol(cluster[0]) or any(unicodedata.category(ch) == "Me" for ch in cluster[1:])
 
 
 def symbol_word(word: str) -> str:
     """The word as shown when it is made only of symbols, else ``""``.
 
     A symbol word holds symbols (Unicode categories So, Sm, Sc, Sk: emoji,
-    ``™``, ``°``, ``€``, ``+``, ``→``), each with the marks that follow it
+    ``™``, ``°``, ``€``, ``+``, ``→``; and the punctuation that stands for a word:
+    ``&``, ``%``, ``#``, ``@``, ``*``, ``/``, ``\\``, ``§``, ``¶``, ``†``, ``‡``, ``‰``,
+    ``′``, ``″``), each with the marks that follow it
     (variation selectors, skin tones are Sk, keycaps), and nothing else once
     the punctuation and spaces at its edges are stripped, as they are from
     every word (``🍕,`` -> ``🍕``); a letter, a digit or inner punctuation makes it
@@ -166,7 +176,7 @@ def symbol_word(word: str) -> str:
     stand for bytes that could not be decoded. The rest is kept exactly (no NFKC:
     ``™`` stays ``™``), cut to ``MAX_WORD_CHARS`` characters at a symbol's end.
     """
-    if not any(unicodedata.category(ch)[0] == "S" or ch == _ENCLOSING_KEYCAP for ch in word):
+    if not any(_is_symbol(ch) or ch == _ENCLOSING_KEYCAP for ch in word):
         return ""
     clusters: list[str] = []
     joined = False  # a ZWJ came after the last cluster
@@ -180,7 +190,7 @@ def symbol_word(word: str) -> str:
         if category[0] == "M" and clusters:
             clusters[-1] += ch
             continue
-        if joined and category[0] == "S" and _symbol_cluster(clusters[-1]):
+        if joined and _is_symbol(ch) and _symbol_cluster(clusters[-1]):
             clusters[-1] += _ZWJ + ch
         else:
             clusters.append(ch)

@@ -38,8 +38,11 @@ ZWJ = "\u200d"
     ("🏴\U000e0067\U000e0062\U000e007f", "🏴"),  # and tag characters
     ("🍕" * 150, "🍕" * 100),  # cut to 100 characters
     (f"👩{ZWJ}💻" * 40, f"👩{ZWJ}💻" * 33),  # at a symbol's end (3 characters each)
-    # not symbol words: a letter, a digit, inner punctuation, nothing but punctuation
-    ("pizza🍕", ""), ("$5", ""), ("🍕-🍔", ""), ("%", ""), ("...", ""), ("", ""), ("\u200b", ""),
+    # punctuation that stands for a word is kept as a symbol is ("rock & roll", "fifty % of")
+    ("&", "&"), ("%", "%"), ("%,", "%"), ("@", "@"), ("#", "#"), ("/", "/"), ("§", "§"), ("％", "％"),
+    # not symbol words: a letter, a digit, inner punctuation, nothing but marks or quotes
+    ("pizza🍕", ""), ("$5", ""), ("🍕-🍔", ""), ("...", ""), ("?!", ""), ('"', ""), ("¿", ""), ("…", ""),
+    ("", ""), ("\u200b", ""),
     ("\ufffd", ""), ("\ufffd🍕", "🍕"),  # U+FFFD stands for undecodable bytes: no symbol
 ])
 def test_symbol_word(word, shown):
@@ -49,10 +52,11 @@ def test_symbol_word(word, shown):
 
 def test_offline_words_keep_symbol_words_and_normalize_the_others():
     assert offline_words(["Pizza,", "🍕", "OK!", "...", "\u200e™", "don't"]) == ["pizza", "🍕", "ok", "™", "don't"]
+    assert offline_words(["rock", "&", "roll", "fifty", "%", "of", "--"]) == ["rock", "&", "roll", "fifty", "%", "of"]
     # no word the model reads is taken for a symbol word
     assert not any(is_symbol_word(normalize_word(w)) for w in ["a+b", "x", "r&d", "l'été", "5%"])
     # the stream's normalization is unchanged: symbol words become empty
-    assert [normalize_word(w) for w in ["🍕", "€", f"👩{ZWJ}💻"]] == ["", "", ""]
+    assert [normalize_word(w) for w in ["🍕", "€", f"👩{ZWJ}💻", "&", "%"]] == ["", "", "", "", ""]
 
 
 def test_the_words_around_a_symbol_are_rendered_as_if_it_were_absent():
