@@ -830,11 +830,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     from pathlib import Path
 
-    from streampunct.text.textfile import read_text
+    from streampunct.text.textfile import read_text, split_lines
     from streampunct.text.written_form import Formatter, Lexicon, parse_lexicon_tsv
 
     try:
-        cues = read_cues_jsonl(read_text(args.cues).splitlines(), args.cues)
+        cues = read_cues_jsonl(split_lines(read_text(args.cues)), args.cues)
         pairs = parse_lexicon_tsv(read_text(args.lexicon), source=args.lexicon) if args.lexicon else ()
     except (InputError, ValueError) as e:
         p.error(str(e))

@@ -104,8 +104,11 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.client.caption_input import read_events, stdin_events
     from streampunct.client.stream_client import check_url
     from streampunct.errors import InputError
-    from streampunct.text.textfile import AtomicTextFile
+    from streampunct.text.textfile import AtomicTextFile, utf8_stdout
 
+    if args.out == "-":
+        raise InputError("--out -: the captions already go to stdout; --out names a file")
+    utf8_stdout()  # captions (or --json) go there: UTF-8, and refused at once when it is closed
     if args.reconnect_attempts < 0:
         raise InputError("--reconnect-attempts must be >= 0")
     if args.json and args.format != "text":

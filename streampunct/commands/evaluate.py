@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "activation scales span the batch)",
     )
     p.add_argument(
-        "--workers", type=int, default=None, metavar="N",
+        "--workers", type=positive_int, default=None, metavar="N",
         help="engines that run the streaming windows side by side (default: one per physical core "
              "for onnxruntime, each single-threaded, 1 for other engines); the labels do not depend "
              "on it",
@@ -58,27 +58,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="streaming simulations with cached left context, as the server runs them "
                         "(auto: when the model folder has a streaming graph and does not say "
                         "\"stream_cache\": false; docs/server.md)")
-    p.add_argument("--json", type=Path, default=None, help="write all figures here as JSON")
+    p.add_argument("--json", type=Path, default=None,
+                   help="write all figures here as JSON (whole or not at all; the path is checked before "
+                        "the model runs)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.registry import engine_threads, load_engine, physical_cores
-    from streampunct.core.decoder import OfflineDecoder
-    from streampunct.core.options import SessionOptions
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
-    from streampunct.evaluation.accuracy import (
-        live_schedule,
-        offline_labels,
-        schedule_labels,
-        score,
-        streaming_runs,
-    )
     from streampunct.model import load_model_info
+    from streampunct.text.textfile import AtomicTextFile
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers must be >= 1")
     window = None
     if args.window:  # checked before any work: against the model's word length and positions
         try:
@@ -89,6 +80,36 @@ def run(args: argparse.Namespace) -> int:
     data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
     if not data.words:
         raise InputError(f"{args.data}: no words to score")
+    json_out = None
+    if args.json:  # where the figures go, before any work: a wrong path costs no model run
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        json_out = AtomicTextFile(args.json)
+    try:
+        results = _evaluate(args, data, window)
+        if json_out is not None:
+            json_out.file.write(json.dumps(results, indent=2) + "\n")
+    except BaseException:
+        if json_out is not None:
+            json_out.discard()  # what was there stays as it was
+        raise
+    if json_out is not None:
+        json_out.commit()
+        print(f"\nwrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, data, window) -> dict:
+    from engines.registry import engine_threads, load_engine, physical_cores
+    from streampunct.core.decoder import OfflineDecoder
+    from streampunct.core.options import SessionOptions
+    from streampunct.evaluation.accuracy import (
+        live_schedule,
+        offline_labels,
+        schedule_labels,
+        score,
+        streaming_runs,
+    )
+
     # Several engines of a backend with per-engine threads (ONNX Runtime): one thread each, so
     # N of them use N cores. One thread or two gives the same logits (each window runs alone).
     workers = args.workers or (physical_cores() if engine_threads(args.engine, 1) else 1)
@@ -161,8 +182,4 @@ def run(args: argparse.Namespace) -> int:
         punct.close()
         for e in extra:
             e.close()
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"\nwrote {args.json}", file=sys.stderr)
-    return 0
+    return results

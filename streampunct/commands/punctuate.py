@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
                    help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line "
                         "(as serve --lexicon)")
-    p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write here instead of stdout ('-': stdout), whole or not at all; the path is "
+                        "checked before the model runs")
 
 
 def read_transcript_lines(source: str) -> list[list[str]]:
@@ -51,10 +52,10 @@ def read_transcript_lines(source: str) -> list[list[str]]:
     its place, with no mark, and the model does not see it.
     """
     from streampunct.text.normalize import offline_words
-    from streampunct.text.textfile import read_text
+    from streampunct.text.textfile import read_text, split_lines
     from streampunct.text.word_labels import is_word_label_text, labeled_pair
 
-    lines = read_text(source).splitlines()
+    lines = split_lines(read_text(source))
     name = "stdin" if source == "-" else source
     if is_word_label_text(lines, name):
         segments = [offline_words(labeled_pair(line, name, n)[0]
@@ -124,19 +125,31 @@ def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, ca
 def run(args: argparse.Namespace) -> int:
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.text.itn import load_normalizer
-    from streampunct.text.textfile import write_text_atomically
+    from streampunct.text.textfile import AtomicTextFile, utf8_stdout
     from streampunct.text.written_form import Lexicon, WrittenForms
 
     segments = read_transcript_lines(args.input)
-    written = WrittenForms(Lexicon(args.lexicon), load_normalizer(args.itn_cache) if args.itn else None)
-    formatter = written.formatter(itn=args.itn, lexicon=(), capitalize=args.capitalize)
-    punctuator = OfflineDecoder.from_model_dir(args.model, engine=args.engine)
+    # where the text goes, before any work: a wrong --out, or a closed stdout, costs no model run
+    out = AtomicTextFile(args.out) if args.out not in (None, "-") else None
     try:
-        text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize, formatter=formatter))
-    finally:
-        punctuator.close()
-    if args.out:
-        write_text_atomically(args.out, text + "\n")  # whole or not at all
+        stdout = utf8_stdout() if out is None else None
+        written = WrittenForms(Lexicon(args.lexicon), load_normalizer(args.itn_cache) if args.itn else None)
+        formatter = written.formatter(itn=args.itn, lexicon=(), capitalize=args.capitalize)
+        punctuator = OfflineDecoder.from_model_dir(args.model, engine=args.engine)
+        try:
+            text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize,
+                                             formatter=formatter))
+        finally:
+            punctuator.close()
+        if out is not None:
+            out.file.write(text + "\n")
+    except BaseException:
+        if out is not None:
+            out.discard()  # what was at --out stays as it was
+        raise
+    if out is not None:
+        out.commit()  # whole or not at all
     else:
-        sys.stdout.write(text + "\n")
+        assert stdout is not None
+        stdout.write(text + "\n")
     return 0

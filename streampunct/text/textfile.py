@@ -227,6 +227,20 @@ def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
             return
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a text file: split at its line ends only, ``\\n``, ``\\r\\n`` and ``\\r``
+    (``str.splitlines`` also splits at form feeds, which ``pdftotext`` writes at every page
+    break, and at U+2028, U+0085 and other characters that sit inside a line); no empty line
+    after a final line end."""
+    lines = _LINE_END.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def require_file(path: str | Path) -> Path:
     """``path``, or an :class:`InputError` saying it is missing or a directory. A pipe or a
     device (``<(cmd)``, ``/dev/stdin``) is read like a file."""
@@ -346,6 +360,18 @@ class AtomicTextFile:
         self.file.close()
         if self.temp is not None:
             self.temp.unlink(missing_ok=True)
+
+
+def utf8_stdout() -> TextIO:
+    """``sys.stdout``, writing UTF-8 whatever the locale says (as every output file is written:
+    a transcript's emoji or Cyrillic must not stop a filter under a Latin-1 or ANSI locale); an
+    :class:`InputError` when the command was started with it closed (``cmd >&-``)."""
+    if sys.stdout is None:
+        raise InputError("stdout is closed (started with >&-): let it go to a terminal, a file or a pipe")
+    if (sys.stdout.encoding or "").lower().replace("-", "").replace("_", "") != "utf8" \
+            and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")
+    return sys.stdout
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABEL_TO_ID, LABELS, O, strongest
 from streampunct.text.normalize import normalize_word
-from streampunct.text.textfile import decode_text, require_file
+from streampunct.text.textfile import decode_text, require_file, split_lines
 
 
 @dataclass
@@ -153,15 +153,21 @@ def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLab
     ``strict_labels`` is False, in which case such a label counts as O).
     """
     path = require_file(path)
-    return parse_word_labels(_read_text(path).splitlines(), str(path), strict_labels=strict_labels)
+    return parse_word_labels(split_lines(_read_text(path)), str(path), strict_labels=strict_labels)
 
 
 def read_punctuated_text(path: str | Path) -> WordLabels:
-    """Punctuated text (cased or not) as words and labels, converted as training converts it."""
+    """Punctuated text (cased or not) as words and labels, converted as training converts it; a
+    ``word<TAB>LABEL`` file is refused (read as prose its labels would be words, every mark a miss)."""
     from streampunct.text.convert import text_to_word_labels
 
     path = require_file(path)
-    words, labels = text_to_word_labels(_read_text(path))
+    text = _read_text(path)
+    lines = split_lines(text)
+    if "\t" in text and is_word_label_text(lines, str(path)):
+        raise InputError(f"{path}: a word<TAB>LABEL file, not punctuated text (read it as labels, "
+                         "without --text)")
+    words, labels = text_to_word_labels(text)
     return WordLabels(words, labels, 0, str(path))
 
 

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
 from streampunct.text.normalize import normalize_word, render
+from streampunct.text.textfile import split_lines
 
 #: Most words in a lexicon's spoken phrase.
 MAX_LEXICON_PHRASE_WORDS = 8
@@ -551,7 +552,7 @@ def parse_lexicon_tsv(text: str, *, source: str = "lexicon") -> tuple[tuple[str,
     starting with ``#`` are skipped. Raises ``ValueError`` naming the line."""
     pairs = []
     lines: dict[str, int] = {}  # spoken phrase -> its line
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(split_lines(text), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = line.split("\t")

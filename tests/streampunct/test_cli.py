@@ -225,8 +225,10 @@ def test_evaluate_live_scores_a_chunked_stream_with_the_shipped_model(tmp_path, 
 def test_evaluate_refuses_zero_workers(tmp_path, capsys):
     f = tmp_path / "w.tsv"
     f.write_text("hello\tO\nworld\tPERIOD\n")
-    assert main(["evaluate", "--data", str(f), "--right-context", "0", "--workers", "0"]) == 2
-    assert "--workers must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # a usage error, before anything is read
+        main(["evaluate", "--data", str(f), "--right-context", "0", "--workers", "0"])
+    assert exit_.value.code == 2
+    assert "argument --workers: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_evaluate_and_bench_live_refuse_data_without_words(tmp_path, capsys):
@@ -574,3 +576,98 @@ def test_punctuate_reads_pipes_and_refuses_a_closed_stdin(tmp_path):
     assert got.returncode == 0 and got.stdout.strip().lower().startswith("hi there"), got.stderr
     closed = subprocess.run(" ".join(exe) + " - <&-", shell=True, capture_output=True, text=True)
     assert closed.returncode == 2 and "stdin is closed" in closed.stderr and "Traceback" not in closed.stderr
+
+
+def _no_model(monkeypatch):
+    """Fail the test if a command gets as far as loading a model."""
+    from streampunct.core import decoder
+
+    monkeypatch.setattr(decoder.OfflineDecoder, "from_model_dir",
+                        classmethod(lambda cls, *a, **k: pytest.fail("the model was loaded")))
+
+
+@pytest.mark.parametrize("break_", ["\f", "\v", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_punctuate_splits_lines_at_line_ends_only(tmp_path, break_):
+    """A form feed (pdftotext's page break) and the other characters ``str.splitlines`` splits
+    at sit inside a line: one segment a line of the file, as ``wc -l`` counts them."""
+    from streampunct.commands.punctuate import read_transcript_lines
+
+    f = tmp_path / "in.txt"
+    f.write_text(f"hello how are you{break_}i am fine\r\nsecond line\rthird\n", encoding="utf-8")
+    assert read_transcript_lines(str(f)) == [
+        ["hello", "how", "are", "you", "i", "am", "fine"], ["second", "line"], ["third"]]
+
+
+def test_line_files_split_at_line_ends_only(tmp_path):
+    from streampunct.text.textfile import split_lines
+    from streampunct.text.word_labels import read_word_labels
+    from streampunct.text.written_form import parse_lexicon_tsv
+
+    assert split_lines("a\fb\nc\r\nd\re\n") == ["a\fb", "c", "d", "e"]
+    assert split_lines("a\n\n") == ["a", ""] and split_lines("") == []
+    assert parse_lexicon_tsv("i phone\tiPhone\u2028x\n") == (("i phone", "iPhone x"),)  # one line
+    f = tmp_path / "labels.tsv"
+    f.write_text("hello\tCOMMA\nworld\u2028\tPERIOD\n", encoding="utf-8")
+    assert read_word_labels(f).words == ["hello", "world"]
+
+
+@pytest.mark.parametrize("where, message", [
+    ("missing/out.txt", "No such file or directory"),
+    (".", "is a directory"),
+])
+def test_punctuate_checks_out_before_the_model_runs(tmp_path, capsys, monkeypatch, where, message):
+    _no_model(monkeypatch)
+    f = tmp_path / "in.txt"
+    f.write_text("hello there\n")
+    assert main(["punctuate", str(f), "--out", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_punctuate_out_dash_is_stdout_and_out_is_written_utf8(tmp_path, capsys):
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    f = tmp_path / "in.txt"
+    f.write_text("what is your name 🙂\n", encoding="utf-8")
+    assert main(["punctuate", str(f), "--capitalize", "--out", "-"]) == 0
+    assert capsys.readouterr().out == "What is your name? 🙂\n"
+    assert not (tmp_path / "-").exists() and not list(tmp_path.glob("-"))
+
+
+def test_punctuate_writes_utf8_whatever_the_locale_and_refuses_a_closed_stdout(tmp_path):
+    exe = [sys.executable, "-m", "streampunct.cli", "punctuate"]
+    env = {**__import__("os").environ, "PYTHONIOENCODING": "latin-1"}
+    got = subprocess.run(exe, input="we love it 🙂 привет".encode(), capture_output=True, env=env)
+    assert got.returncode == 0, got.stderr.decode()
+    assert "🙂" in got.stdout.decode("utf-8") and "привет" in got.stdout.decode("utf-8")
+    closed = subprocess.run(" ".join(exe) + " - >&-", shell=True, input="hi there", capture_output=True, text=True)
+    assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
+
+
+def test_caption_refuses_out_dash_and_a_closed_stdout(tmp_path):
+    f = tmp_path / "in.txt"
+    f.write_text("hello there\n")
+    exe = [sys.executable, "-m", "streampunct.cli", "caption", str(f), "--url", "ws://127.0.0.1:9/v1/stream"]
+    dash = subprocess.run([*exe, "--out", "-"], capture_output=True, text=True)
+    assert dash.returncode == 2 and "--out -" in dash.stderr and "Traceback" not in dash.stderr
+    closed = subprocess.run(" ".join(exe) + " >&-", shell=True, capture_output=True, text=True)
+    assert closed.returncode == 2 and "stdout is closed" in closed.stderr and "Traceback" not in closed.stderr
+
+
+def test_evaluate_checks_json_before_the_model_runs(tmp_path, capsys, monkeypatch):
+    _no_model(monkeypatch)
+    f = tmp_path / "t.tsv"
+    f.write_text("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", str(f), "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "Traceback" not in err
+
+
+def test_evaluate_text_refuses_a_word_label_file(tmp_path, capsys, monkeypatch):
+    _no_model(monkeypatch)
+    f = tmp_path / "t.tsv"
+    f.write_text("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", str(f), "--text"]) == 2
+    assert "a word<TAB>LABEL file, not punctuated text" in capsys.readouterr().err
