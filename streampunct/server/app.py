@@ -602,7 +602,8 @@ class StreamServer:
             self.metrics.rejected.labels(reason="sessions").inc()
             response = connection.respond(
                 http.HTTPStatus.SERVICE_UNAVAILABLE,
-                f"session limit reached ({self.config.max_sessions})\n",
+                f"session limit reached ({self.config.max_sessions}"
+                + (f" on this worker of {self.config.workers}" if self.config.workers > 1 else "") + ")\n",
             )
         else:
             return None  # the WebSocket handshake goes on

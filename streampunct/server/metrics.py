@@ -205,13 +205,15 @@ class ServerMetrics:
             r.register(_AllocatorCollector())
 
     def refresh(self) -> None:
-        """Write what functions give (the live gauges, the allocator's trims) to this process's
-        files; nothing to do unless :attr:`multiprocess`."""
+        """Write what functions give to this process's files: the live gauges whenever values
+        live in files (a single server started with ``$PROMETHEUS_MULTIPROC_DIR`` set too), the
+        allocator's trims with :attr:`multiprocess`."""
+        if values_in_files():
+            for gauge in (self.queue_depth, self.backlog):
+                if gauge.live is not None:
+                    gauge.set(gauge.live())
         if not self.multiprocess:
             return
-        for gauge in (self.queue_depth, self.backlog):
-            if gauge.live is not None:
-                gauge.set(gauge.live())
         stats = allocator.STATS
         calls, seconds = self._trims_seen
         if stats.calls > calls:
@@ -232,9 +234,9 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         """The Prometheus text: this server's, or with :attr:`multiprocess` that of every worker."""
+        self.refresh()
         if not self.multiprocess:
             return generate_latest(self.registry)
-        self.refresh()
         every_worker = CollectorRegistry()
         multiprocess.MultiProcessCollector(every_worker)
         return generate_latest(every_worker)

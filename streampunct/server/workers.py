@@ -5,7 +5,7 @@ nothing itself:
 
 - **Port.** It checks that ``host:port`` is free (a plain bind, which fails while anything listens
   there, an ``SO_REUSEPORT`` group included), picks the real port when ``--port 0``, and holds it
-  with bound, not listening, ``SO_REUSEPORT`` sockets (:func:`reserve_port`) until every worker
+  with bound, not listening, ``SO_REUSEPORT`` sockets (:func:`reserve_port`, :func:`_held_socket`) until every worker
   listens. Each worker then listens on that port with ``SO_REUSEPORT`` (``ServerConfig.workers >
   1``) and the kernel spreads new connections over the workers (by a hash of their addresses, not
   by load).
@@ -31,6 +31,7 @@ nothing itself:
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import multiprocessing
@@ -43,6 +44,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
 
@@ -78,7 +80,8 @@ def reserve_port(host: str, port: int) -> tuple[list[socket.socket], int]:
     """Bound (not listening) ``SO_REUSEPORT`` sockets on every address of ``host`` (as asyncio's
     ``create_server`` resolves it), on ``port`` or, when 0, a free port: (the sockets, the port).
     Each is bound only after a plain bind of the same address succeeded, so that a port another
-    server listens on (workers of another supervisor included) is refused as in use.
+    server listens on (workers of another supervisor included), or that another supervisor holds
+    while its workers start (:func:`_held_socket`), is refused as in use.
     Raises :class:`~streampunct.errors.InputError`."""
     from streampunct.errors import InputError
 
@@ -100,9 +103,7 @@ def reserve_port(host: str, port: int) -> tuple[list[socket.socket], int]:
                 with _socket(family, kind, proto, reuse_port=False) as probe:
                     probe.bind(address)
                     chosen = probe.getsockname()[1]
-                sock = _socket(family, kind, proto, reuse_port=True)
-                held.append(sock)
-                sock.bind((address[0], chosen, *address[2:]))
+                held.append(_held_socket(family, kind, proto, (address[0], chosen, *address[2:])))
             return held, chosen
         except OSError as e:
             for sock in held:
@@ -112,10 +113,32 @@ def reserve_port(host: str, port: int) -> tuple[list[socket.socket], int]:
     raise AssertionError("unreachable")
 
 
-def _socket(family: int, kind: int, proto: int, *, reuse_port: bool) -> socket.socket:
-    """A socket with the options asyncio's ``create_server`` gives its own."""
+def _held_socket(family: int, kind: int, proto: int, address: tuple) -> socket.socket:
+    """The supervisor's socket on ``address`` while its workers start: ``SO_REUSEPORT`` without
+    ``SO_REUSEADDR``, so that another server's check (a plain bind with ``SO_REUSEADDR``, as every
+    server binds) conflicts with it until the workers listen. Two sockets that both have
+    ``SO_REUSEADDR`` share a port while neither listens (Linux), so with it a second supervisor
+    started meanwhile would pass its check and join the port's ``SO_REUSEPORT`` group. Where the
+    port still has TIME_WAIT connections of a server without ``SO_REUSEPORT`` (a restart), only
+    ``SO_REUSEADDR`` binds it: then both, as before."""
+    for reuse_addr in (False, True):
+        sock = _socket(family, kind, proto, reuse_port=True, reuse_addr=reuse_addr)
+        try:
+            sock.bind(address)
+            return sock
+        except OSError as e:
+            sock.close()
+            if reuse_addr or e.errno != errno.EADDRINUSE:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _socket(family: int, kind: int, proto: int, *, reuse_port: bool, reuse_addr: bool = True) -> socket.socket:
+    """A socket with the options asyncio's ``create_server`` gives its own (``reuse_addr``: see
+    :func:`_held_socket`)."""
     sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_addr:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     if family == socket.AF_INET6:
@@ -186,6 +209,7 @@ class _Supervisor:
         self.stop_signal: int | None = None  # the first signal forwarded
         self.deadline: float | None = None  # set once stopping: the workers must be gone by then
         self.failed = False
+        self.failed_to_start: set[int] = set()  # workers that reported their startup error
 
     def forward(self, sig: int, frame: object = None) -> None:
         """The signal handler: pass ``sig`` on to every worker (each drains)."""
@@ -198,8 +222,8 @@ class _Supervisor:
         if self.deadline is None:
             self.deadline = time.monotonic() + (
                 self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
-        for proc in self.procs:
-            if proc.exitcode is None and proc.pid is not None:
+        for i, proc in enumerate(self.procs):
+            if proc.exitcode is None and proc.pid is not None and i not in self.failed_to_start:
                 try:
                     os.kill(proc.pid, sig)
                 except ProcessLookupError:
@@ -209,6 +233,9 @@ class _Supervisor:
         ctx = multiprocessing.get_context("spawn")
         # The workers start with the stop signals blocked (a spawned child inherits the mask) and
         # unblock them once they can handle them: a signal meanwhile waits instead of killing them.
+        # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT and
+        # SIGTERM after starting it (SIG_UNBLOCK, not the mask it found): started first, here.
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             for i in range(self.n):
@@ -257,10 +284,12 @@ class _Supervisor:
                                 sock.close()
                             if on_ready is not None:
                                 on_ready(ready[0])
-                    elif message[0] == "failed" and error is None:
-                        error = _loaded_error(message[1])
+                    elif message[0] == "failed":
+                        self.failed_to_start.add(i)  # it exits by itself: no signal, no second report
                         self.failed = True
-                        self._stop(signal.SIGTERM)
+                        if error is None:
+                            error = _loaded_error(message[1])
+                            self._stop(signal.SIGTERM)
                 else:
                     i = alive.pop(event)
                     self._exited(i)
@@ -275,6 +304,9 @@ class _Supervisor:
         proc.join()
         code = proc.exitcode
         multiprocess.mark_process_dead(proc.pid)  # its live gauges no longer count
+        if i in self.failed_to_start:  # its error is what serve reports
+            logger.info("worker %d (pid %d) failed to start (%s)", i, proc.pid, _exit_status(code))
+            return
         # asked to stop (self.deadline), a worker may die of the signal itself: after its server
         # is closed, or when it fails to start, the loop's handlers are gone
         clean = code == 0 or (self.deadline is not None and code in (-signal.SIGTERM, -signal.SIGINT))

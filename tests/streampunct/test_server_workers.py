@@ -287,7 +287,8 @@ async def test_max_sessions_is_split_between_the_workers(tmp_path):
                     full[e.response.headers[WORKER_HEADER]] = e.response.body.decode()
                     if len(full) == 2:
                         break
-            assert full == {"0": "session limit reached (2)\n", "1": "session limit reached (2)\n"}
+            assert full == {"0": "session limit reached (2 on this worker of 2)\n",
+                            "1": "session limit reached (2 on this worker of 2)\n"}
             assert sorted(worker_of(c) for c in open_) == [0, 0, 1, 1]
         finally:
             for client in open_:
@@ -328,8 +329,11 @@ async def test_a_worker_that_dies_drains_the_others_and_exits_1(tmp_path, aligne
 async def test_a_worker_that_cannot_start_fails_the_command_in_one_line(tmp_path):
     async with serving(tmp_path, "--engine", "onnxruntime", "--model", str(tmp_path / "none")) as server:
         assert await asyncio.wait_for(server.proc.wait(), 90) == 2
-        last = server.log.read_text().strip().splitlines()[-1]
+        log = server.log.read_text()
+        last = log.strip().splitlines()[-1]
         assert last.startswith("streampunct serve: error: ") and "none" in last, last
+        # a worker that failed is said to have failed (once), and no worker's exit is taken for a fault
+        assert "failed to start" in log and "ERROR" not in log, log
 
 
 def test_a_taken_port_is_refused_and_port_0_is_held(tmp_path):
@@ -349,6 +353,95 @@ def test_a_taken_port_is_refused_and_port_0_is_held(tmp_path):
         listening.listen()
         with pytest.raises(InputError, match=f"cannot listen on 127.0.0.1:{listening.getsockname()[1]}: "):
             reserve_port("127.0.0.1", listening.getsockname()[1])
+
+
+def _server_socket(*, reuse_port: bool) -> socket.socket:
+    """A socket as asyncio's ``create_server`` makes one (``SO_REUSEADDR``, and ``SO_REUSEPORT``
+    for a worker)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
+
+
+def test_a_port_a_starting_supervisor_holds_is_refused_to_another():
+    """Two ``serve --workers`` started together on one port: the second is refused while the
+    first one's workers start, not joined to the port's ``SO_REUSEPORT`` group."""
+    from streampunct.errors import InputError
+    from streampunct.server.workers import reserve_port
+
+    held, port = reserve_port("127.0.0.1", 0)
+    try:
+        with pytest.raises(InputError, match=f"cannot listen on 127.0.0.1:{port}: "):
+            reserve_port("127.0.0.1", port)
+        with _server_socket(reuse_port=False) as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))  # nor does a single server bind it
+        with _server_socket(reuse_port=True) as worker:  # the workers do
+            worker.bind(("127.0.0.1", port))
+            worker.listen()
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_port_with_time_wait_connections_of_a_plain_server_is_held():
+    """A restart: the last server (without ``SO_REUSEPORT``) left TIME_WAIT connections."""
+    from streampunct.server.workers import reserve_port
+
+    with _server_socket(reuse_port=False) as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listening.accept()
+        accepted.close()  # the server's side closes first: its connection stays in TIME_WAIT
+        assert client.recv(1) == b""
+        client.close()
+    held, got = reserve_port("127.0.0.1", port)
+    for sock in held:
+        sock.close()
+    assert got == port
+
+
+MASK_PROBE = """
+import sys
+from streampunct.server import workers
+
+def probe(spec, conn):
+    status = open("/proc/self/status").read()
+    conn.send(int(status.split("SigBlk:")[1].split()[0], 16))
+    conn.close()
+
+if __name__ == "__main__":
+    from streampunct.server.app import ServerConfig
+    workers.worker_main = probe
+    supervisor = workers._Supervisor(ServerConfig(), 2, 0, None)
+    supervisor.start()
+    masks = [conn.recv() for conn in supervisor.conns]
+    for proc in supervisor.procs:
+        proc.join()
+    print(" ".join(map(str, masks)))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")
+def test_workers_start_with_the_stop_signals_blocked(tmp_path):
+    """Each worker starts with SIGINT and SIGTERM blocked, the first one included (whose spawn
+    starts multiprocessing's resource tracker), so a Ctrl-C during its imports waits for its
+    handler: no KeyboardInterrupt traceback, no worker killed before it can drain."""
+    import subprocess
+
+    script = tmp_path / "mask_probe.py"
+    script.write_text(MASK_PROBE)
+    got = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert got.returncode == 0, got.stderr
+    masks = [int(m) for m in got.stdout.split()]
+    assert len(masks) == 2
+    for mask in masks:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert mask & (1 << (sig - 1)), f"{sig.name} not blocked: {mask:x}"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
@@ -413,3 +506,18 @@ async def test_workers_whose_supervisor_is_killed_drain_and_exit(tmp_path):
         assert transcript.words == WORDS and client.close_code == 1001
         await until(lambda: not any(_running(h["pid"]) for h in health.values()), timeout=20)
         assert server.log.read_text().count("the supervisor is gone; shutting down") == 2
+
+
+def test_live_gauges_are_written_when_a_single_server_keeps_values_in_files(monkeypatch):
+    """A single server started with ``$PROMETHEUS_MULTIPROC_DIR`` set (prometheus-client keeps its
+    values in files): the backlog and queue gauges show their values, not 0."""
+    from streampunct.server import metrics
+
+    monkeypatch.setattr(metrics, "values_in_files", lambda: True)
+    m = metrics.ServerMetrics()
+    assert not m.multiprocess
+    m.backlog.set_function(lambda: 12.0)
+    m.queue_depth.set_function(lambda: 3.0)
+    text = m.render().decode()
+    assert re.search(r"^streampunct_backlog_words 12\.0$", text, re.M), text
+    assert re.search(r"^streampunct_queue_depth 3\.0$", text, re.M), text
