@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import prepare_out_file, write_result
 from engines.model_meta import has_model_meta, read_model_meta
 from streampunct.text.word_labels import read_word_labels
 
@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="labelled test files (default: test2011 and test2011asr)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)
+    if args.json:
+        prepare_out_file(args.json.with_name(args.json.stem + ".json"), ap)  # where write_result puts it
     models = [_parse_model(m) for m in args.models]
     for d in args.data:
         if not d.is_file():

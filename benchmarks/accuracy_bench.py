@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, percentile, pyplot, write_result
+from benchmarks.common import RESULTS_DIR, percentile, prepare_out_dir, pyplot, write_result
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
     from streampunct.evaluation.scores import evaluate
     from streampunct.text.word_labels import read_word_labels
 
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")  # a wrong path fails now, not after the sweeps
     data = read_word_labels(cfg.data)
     punct = OfflineDecoder.from_model_dir(cfg.model_dir, engine=cfg.engine)
     points = []

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,10 +16,81 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
 
 
-def write_result(name: str, payload: dict, out_dir: Path | None = None, *, command: str | None = None) -> Path:
-    """Write ``payload`` (plus machine, time and command) as ``<out_dir>/<name>.json``."""
+def prepare_out_dir(out_dir: Path | str | None, *files: str) -> Path:
+    """The folder a run writes its results into (None: :data:`RESULTS_DIR`), created now, before
+    the run's work, so that a wrong path fails at once rather than after the run: a path that is
+    a file, or lies under one, is a :class:`NotADirectoryError`, and ``files`` (names in it, such
+    as ``load.json``) that are folders an :class:`IsADirectoryError`, each naming the path (the
+    command line makes them a one-line ``error:``); a folder that cannot be made or written into
+    is a :class:`PermissionError`."""
     out_dir = Path(out_dir) if out_dir else RESULTS_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), out_dir)
+        where = "it is a file" if blocker == out_dir else f"{blocker} is a file"
+        raise NotADirectoryError(f"cannot write results into {out_dir}: {where}, not a folder") from None
+    except PermissionError:
+        raise PermissionError(f"cannot create the results folder {out_dir}: permission denied") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write results into {out_dir}: permission denied")
+    for name in files:
+        if (out_dir / name).is_dir():
+            raise IsADirectoryError(f"cannot write the result {out_dir / name}: it is a folder")
+    return out_dir
+
+
+def prepare_out_file(path: Path | str, parser=None) -> Path:
+    """:func:`prepare_out_dir` for one result file (``--json``, ``--out``): its folder made now,
+    the file not a folder; with an argparse ``parser``, a wrong path is its usage error (exit 2)."""
+    path = Path(path)
+    try:
+        prepare_out_dir(path.parent, path.name)
+    except OSError as e:
+        if parser is None:
+            raise
+        parser.error(str(e))
+    return path
+
+
+def check_positive(**values: float) -> None:
+    """ValueError unless every value is a finite number > 0 (NaN is not)."""
+    for name, value in values.items():
+        if not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, not {value}")
+
+
+def check_non_negative(**values: float) -> None:
+    """ValueError unless every value is a finite number >= 0 (NaN is not)."""
+    for name, value in values.items():
+        if not 0 <= value < math.inf:
+            raise ValueError(f"{name} must be a finite number >= 0, not {value}")
+
+
+def run_failed(bench: str, message: str) -> int:
+    """A run that measured nothing (no session connected, every session failed): ``message`` as
+    one line on stderr; returns the command's exit status, 1."""
+    line = " ".join(message.split())  # one line, whatever the message held
+    print(f"streampunct bench {bench}: error: {line}", file=sys.stderr, flush=True)
+    return 1
+
+
+class RunFailed(Exception):
+    """Raised by a bench whose run measured nothing and wrote nothing (every session failed):
+    its command prints the message with :func:`run_failed` and exits with status 1."""
+
+
+def count_text(counts: dict) -> str:
+    """``{"connect:ConnectionRefusedError": 3}`` as ``connect:ConnectionRefusedError=3`` (none: ``none``)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none"
+
+
+def write_result(name: str, payload: dict, out_dir: Path | None = None, *, command: str | None = None) -> Path:
+    """Write ``payload`` (plus machine, time and command) as ``<out_dir>/<name>.json``, whole or
+    not at all (a file there before stays as it was if the write fails)."""
+    from streampunct.text.textfile import write_text_atomically
+
+    out_dir = prepare_out_dir(out_dir)
     record = {
         "benchmark": name,
         "command": command or " ".join(["streampunct", *sys.argv[1:]]),
@@ -27,7 +100,7 @@ def write_result(name: str, payload: dict, out_dir: Path | None = None, *, comma
         **payload,
     }
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    write_text_atomically(path, json.dumps(record, indent=2) + "\n")
     return path
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import write_result
+from benchmarks.common import prepare_out_file, write_result
 from streampunct.core.windowing import WindowConfig
 from streampunct.evaluation.scores import evaluate
 
@@ -49,25 +49,35 @@ def compare(a: Path, b: Path, docs, window: WindowConfig | None = None) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streampunct.commands.argtypes import non_negative_int
     from training.data import data_root, load_validation_docs, resolve_cache
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.compare_models", description=__doc__.split("\n")[0])
     ap.add_argument("a", type=Path, help="first runtime model folder")
     ap.add_argument("b", type=Path, help="second runtime model folder")
     ap.add_argument("--valid", default="dev2010", help="validation source of the training package (default dev2010)")
-    ap.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
+    ap.add_argument("--window", type=non_negative_int, nargs=3, default=None, metavar=("W", "L", "R"),
                     help="one window for both (default: each folder's own)")
     ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)
     from streampunct.errors import InputError
 
+    window = None
+    if args.window:
+        try:
+            window = WindowConfig(*args.window)
+        except ValueError as e:
+            ap.error(f"argument --window: {e}")
+    if args.json:
+        prepare_out_file(args.json.with_name(args.json.stem + ".json"), ap)  # where write_result puts it
+
     try:
         docs = load_validation_docs(args.valid, data_root(args.data_root), resolve_cache("cache"))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    res = compare(args.a, args.b, docs, WindowConfig(*args.window) if args.window else None)
+    res = compare(args.a, args.b, docs, window)
     res["valid"] = args.valid
     for name, m in res["models"].items():
         per = ", ".join(f"{k} {v['f1']:.1f}" for k, v in m["per_class"].items())

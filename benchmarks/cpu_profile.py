@@ -134,9 +134,11 @@ def format_breakdown(b: Breakdown, cpu_ms_per_word: float | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streampunct.commands.argtypes import non_negative_float
+
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cpu_profile", description=__doc__.split("\n")[0])
     ap.add_argument("stacks", type=Path, help="py-spy record --format raw output")
-    ap.add_argument("--cpu-ms-per-word", type=float, default=None,
+    ap.add_argument("--cpu-ms-per-word", type=non_negative_float, default=None,
                     help="the server's CPU per finalized word (bench load's cpu/word) to split by stage")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)

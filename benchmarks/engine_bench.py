@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import machine, pyplot
+from benchmarks.common import machine, prepare_out_dir, prepare_out_file, pyplot
 from engines.base import EngineError
 from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
@@ -293,9 +293,10 @@ def run_stream_bench(
 
 
 def _write_json(report: Mapping[str, Any], out_json: str | Path) -> None:
-    out_json = Path(out_json)
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    from streampunct.text.textfile import write_text_atomically
+
+    out_json = prepare_out_file(out_json)
+    write_text_atomically(out_json, json.dumps(report, indent=2) + "\n")
 
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -338,6 +339,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     """Run the benchmark from parsed :func:`add_engine_arguments` options."""
+    if args.out_json is not None:  # a wrong path fails now, not after the timings
+        out = Path(args.out_json)
+        prepare_out_dir(out.parent, out.name, out.with_suffix(".png").name)
     ort_options: dict[str, Any] = {}
     if args.threads is not None:
         ort_options["intra_op_threads"] = args.threads
@@ -426,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
+    if args.out_json is not None:
+        prepare_out_file(args.out_json, parser)
     return run_engine_from_args(args, command="python -m benchmarks.engine_bench " + " ".join(argv or sys.argv[1:]))
 
 

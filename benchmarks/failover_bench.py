@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, write_result
+from benchmarks.common import REPO, RESULTS_DIR, prepare_out_dir, write_result
 from benchmarks.load_bench import (
     LoadBenchConfig,
     _quantiles_ms,
@@ -505,6 +505,7 @@ def run_failover_bench(cfg: FailoverConfig, *, command: str | None = None, workd
     """Run the bench; writes ``<out_dir>/<name>.json`` and returns the result."""
     from streampunct.errors import InputError
 
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
     haproxy = find_haproxy(cfg.haproxy)
     if haproxy is None:
         raise InputError(f"no {cfg.haproxy!r} on PATH: install HAProxy (Debian: apt-get install haproxy)")

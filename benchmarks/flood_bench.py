@@ -38,7 +38,14 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, publish
+from benchmarks.common import (
+    RESULTS_DIR,
+    check_non_negative,
+    check_positive,
+    prepare_out_dir,
+    publish,
+    run_failed,
+)
 from benchmarks.load_bench import load_corpus
 from benchmarks.load_finals import check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
@@ -94,8 +101,9 @@ class FloodConfig:
     def __post_init__(self) -> None:
         if self.words < 1 or self.message_words < 1 or self.warmup_words < 0:
             raise ValueError("words and message_words must be >= 1, warmup_words >= 0")
-        if self.sample_s <= 0 or self.timeout_s <= 0 or self.idle_s < 0:
-            raise ValueError("sample_s and timeout_s must be > 0, idle_s >= 0")
+        # `not x > 0`, not `x <= 0`: NaN is refused too
+        check_positive(sample_s=self.sample_s, timeout_s=self.timeout_s)
+        check_non_negative(idle_s=self.idle_s)
 
     def to_json(self) -> dict:
         """The ``config`` of the JSON: the server's fields and the bench's, side by side."""
@@ -130,7 +138,7 @@ def unique_words(n: int, seed: int = 0, min_len: int = 12, max_len: int = 20) ->
 async def push(url: str, words: list[str], message_words: int) -> dict:
     """One session: send ``words`` as fast as the socket takes them, then ``end``; read
     everything. Returns the finals check, the close and the timings."""
-    from streampunct.client.stream_client import StreamClient
+    from streampunct.client.stream_client import open_client
     from streampunct.core.wire import Ended, Error, Final
 
     finals: list[Final] = []
@@ -138,7 +146,7 @@ async def push(url: str, words: list[str], message_words: int) -> dict:
     ended: int | None = None
     t0 = time.perf_counter()
     sent_at = None
-    async with await StreamClient.connect(url) as client:
+    async with await open_client(url) as client:  # a failed connection: one ConnectError
 
         async def send() -> float:
             for k in range(0, len(words), message_words):
@@ -234,6 +242,7 @@ async def _flood(cfg: FloodConfig, server: ServerProcess, url: str, words: list[
 
 
 def run_flood_bench(cfg: FloodConfig, *, command: str | None = None) -> dict:
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")
     corpus = load_corpus(cfg.data)
     words = unique_words(cfg.words, cfg.seed) if cfg.unique else stream_words(corpus, cfg.words)
     warmup = stream_words(corpus, cfg.warmup_words) if cfg.warmup_words else []
@@ -299,14 +308,22 @@ def plot_flood(p: dict, path: Path) -> Path | None:
 
 
 def add_flood_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import (
+        non_negative_float,
+        non_negative_int,
+        positive_float,
+        positive_int,
+    )
+
     d = FloodConfig()
-    p.add_argument("--words", type=int, default=d.words, help="words pushed (default %(default)s)")
-    p.add_argument("--message-words", type=int, default=d.message_words,
+    p.add_argument("--words", type=positive_int, default=d.words, help="words pushed (default %(default)s)")
+    p.add_argument("--message-words", type=positive_int, default=d.message_words,
                    help="words per message (default %(default)s)")
-    p.add_argument("--warmup-words", type=int, default=d.warmup_words,
+    p.add_argument("--warmup-words", type=non_negative_int, default=d.warmup_words,
                    help="words of the warm-up session (default %(default)s)")
-    p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="limit on the flood (default %(default)s)")
-    p.add_argument("--idle-s", type=float, default=d.idle_s,
+    p.add_argument("--timeout-s", type=positive_float, default=d.timeout_s,
+                   help="limit on the flood (default %(default)s)")
+    p.add_argument("--idle-s", type=non_negative_float, default=d.idle_s,
                    help="seconds the server idles, no session open, after the warm-up and after the flood "
                         "(sampled); the RSS before and after are taken alike (default %(default)s)")
     p.add_argument("--unique", action="store_true",
@@ -327,6 +344,7 @@ def config_from_args(args: argparse.Namespace) -> FloodConfig:
 
 
 def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
+    from streampunct.client.stream_client import ConnectError
     from streampunct.errors import InputError
 
     cfg = bench_config(config_from_args, args)
@@ -334,7 +352,21 @@ def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None)
         payload = run_flood_bench(cfg, command=command)
     except (RuntimeError, TimeoutError) as e:
         raise InputError(f"flood failed: {e}") from None
-    return 0 if payload["ok"] else 1
+    except ConnectError as e:  # its one session could not connect: nothing measured, as bench load
+        return run_failed("flood", str(e))
+    failure = run_failure(payload)
+    return run_failed("flood", failure) if failure else 0
+
+
+def run_failure(payload: dict) -> str | None:
+    """Why the flood failed (None: every word came back once, ended, no error)."""
+    if payload["ok"]:
+        return None
+    c = payload["check"]
+    errors = "; ".join(payload["errors"][:3]) or "none"
+    return (f"the flood failed: finalized {c['finalized']} of {payload['config']['words']} words, lost {c['lost']}, "
+            f"duplicated {c['duplicated']}, out of order {c['out_of_order']}, mismatched {c['mismatched']}; "
+            f"end says {payload['ended_words']} words; close {payload['close_code']}; errors {errors}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,13 +22,23 @@ import json
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, write_result
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    RunFailed,
+    check_positive,
+    count_text,
+    prepare_out_dir,
+    run_failed,
+    write_result,
+)
 from benchmarks.server_under_test import (
     SERVER_FLAGS,
     ServerProcess,
@@ -72,8 +82,9 @@ class HypothesisLoadConfig:
     name: str = "hypothesis_load"
 
     def __post_init__(self) -> None:
-        if not self.sessions or min(self.sessions) < 1 or self.duration_s <= 0:
-            raise ValueError("sessions must be positive counts and duration_s positive")
+        if not self.sessions or min(self.sessions) < 1:
+            raise ValueError("sessions must be positive counts")
+        check_positive(duration_s=self.duration_s)  # NaN and inf too: a schedule must end
 
     def to_json(self) -> dict:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "server"}
@@ -119,22 +130,48 @@ def events(text: Sequence[str], seed: int, duration: float) -> list:
 
 
 async def run_step(url: str, n: int, cfg: HypothesisLoadConfig, words: Sequence[str]) -> dict:
-    """``n`` caption sessions at once; the p95 margin of each, their median and worst."""
+    """``n`` caption sessions at once; the p95 margin of each, their median and worst. A session
+    that fails (it cannot connect, its stream is lost) is counted in ``failed_sessions`` (by
+    error in ``failures``, the first message in ``first_failure``); the others are measured."""
     from streampunct.client.caption import caption
+    from streampunct.errors import StreampunctError
 
-    runs = await asyncio.gather(*(
+    outcomes = await asyncio.gather(*(
         caption(url, events=events(words, cfg.seed + s, cfg.duration_s), right_context=cfg.server.right_context,
                 max_delay_ms=cfg.server.max_delay_ms, partials=True)
         for s in range(n)
-    ))
+    ), return_exceptions=True)
+    for outcome in outcomes:  # a bug in the bench keeps its traceback
+        if isinstance(outcome, BaseException) and not isinstance(outcome, StreampunctError | OSError):
+            raise outcome
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    runs = [o for o in outcomes if not isinstance(o, BaseException)]
     p95 = np.array([r.latency.margin[1] for r in runs], dtype=float)
     return {
         "sessions": n, "duration_s": cfg.duration_s,
+        "failed_sessions": len(failed),
+        "failures": dict(Counter(type(e).__name__ for e in failed)),
+        "first_failure": str(failed[0]) if failed else None,
         "words_final": sum(r.transcript.n_final for r in runs),
         "errors": sum(len(r.transcript.errors) for r in runs),
-        "p95_margin_ms_median_over_sessions": round(float(np.median(p95)), 1),
-        "p95_margin_ms_worst_session": round(float(p95.max()), 1),
+        "p95_margin_ms_median_over_sessions": round(float(np.median(p95)), 1) if p95.size else None,
+        "p95_margin_ms_worst_session": round(float(p95.max()), 1) if p95.size else None,
     }
+
+
+def run_failure(rows: Sequence[dict]) -> str | None:
+    """Why the steps measured nothing (None: they did): every session failed, or none of them
+    had a word finalized."""
+    tried = sum(r["sessions"] for r in rows)
+    if all(r["failed_sessions"] == r["sessions"] for r in rows):
+        failures: Counter = Counter()
+        for r in rows:
+            failures.update(r["failures"])
+        first = next(r["first_failure"] for r in rows if r["first_failure"])
+        return f"every session failed ({tried} tried; {count_text(failures)}): {first}"
+    if not any(r["words_final"] for r in rows):
+        return f"no word was finalized in any session ({tried} tried; {sum(r['errors'] for r in rows)} errors)"
+    return None
 
 
 async def _steps(url: str, cfg: HypothesisLoadConfig, words: Sequence[str]) -> list[dict]:
@@ -148,7 +185,9 @@ async def _steps(url: str, cfg: HypothesisLoadConfig, words: Sequence[str]) -> l
 
 
 def run_hypothesis_load(cfg: HypothesisLoadConfig, *, command: str | None = None) -> dict:
-    """Run the steps; write ``<name>.json``; return the payload."""
+    """Run the steps; write ``<name>.json``; return the payload. A run in which every session
+    failed writes nothing and raises :class:`~benchmarks.common.RunFailed`."""
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
     words = read_words(cfg.data)
     started = time.monotonic()
     server: ServerProcess | None = None
@@ -164,6 +203,8 @@ def run_hypothesis_load(cfg: HypothesisLoadConfig, *, command: str | None = None
         finally:
             if server is not None:
                 server.stop()
+    if all(r["failed_sessions"] == r["sessions"] for r in rows):
+        raise RunFailed(run_failure(rows))
     payload = {
         "config": cfg.to_json(),
         "server": {"started": server is not None, "url": None if server else url,
@@ -180,11 +221,13 @@ def run_hypothesis_load(cfg: HypothesisLoadConfig, *, command: str | None = None
 
 
 def add_hypothesis_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import positive_float, positive_int
+
     d = HypothesisLoadConfig()
     p.add_argument("--url", default=None, help="a running server (ws://HOST:PORT/v1/stream) instead of starting one")
-    p.add_argument("--sessions", type=int, nargs="+", default=list(d.sessions), metavar="N",
+    p.add_argument("--sessions", type=positive_int, nargs="+", default=list(d.sessions), metavar="N",
                    help="steps of N sessions at once, one after the other (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=d.duration_s,
+    p.add_argument("--duration", type=positive_float, default=d.duration_s,
                    help="seconds of speech per session (default: %(default)s)")
     p.add_argument("--data", type=Path, default=d.data,
                    help="punctuated text or word<TAB>LABEL lines (default: dev2010, %(default)s)")
@@ -206,10 +249,13 @@ def run_hypothesis_from_args(args: argparse.Namespace, *, command: str | None = 
 
     cfg = bench_config(config_from_args, args, url_allowed=True)
     try:
-        run_hypothesis_load(cfg, command=command)
+        payload = run_hypothesis_load(cfg, command=command)
+    except RunFailed as e:
+        return run_failed("hypotheses", str(e))
     except RuntimeError as e:
         raise InputError(str(e)) from None
-    return 0
+    failure = run_failure(payload["runs"])
+    return run_failed("hypotheses", failure) if failure else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

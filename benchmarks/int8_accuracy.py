@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine
+from benchmarks.common import machine, prepare_out_file
 from engines.build.parity import ParityWindows, compare_logits, run_windows
 from engines.ort_engine import OrtEngine, OrtOptions
 from streampunct.evaluation.scores import evaluate
@@ -83,11 +83,15 @@ def run_int8_accuracy(
               f"F1 drop: {report['f1_drop']:.2f} points (target <= 0.5)")
     report["machine"] = machine()
     if out_json is not None:
-        Path(out_json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        from streampunct.text.textfile import write_text_atomically
+
+        write_text_atomically(prepare_out_file(out_json), json.dumps(report, indent=2) + "\n")
     return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streampunct.commands.argtypes import non_negative_int, positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--data", type=Path, required=True)
@@ -96,13 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "streampunct.text.convert (e.g. cased_spoken/ted_iwslt_dev2010_cased.txt)")
     parser.add_argument("--int8-artifact", default="model.int8.onnx",
                         help="artifact compared with model.onnx (also model.qdq.onnx, model.fp16.onnx)")
-    parser.add_argument("--skip-lines", type=int, default=0, help="words to skip (e.g. a training slice)")
-    parser.add_argument("--max-words", type=int, default=20000)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--skip-lines", type=non_negative_int, default=0, help="words to skip (e.g. a training slice)")
+    parser.add_argument("--max-words", type=positive_int, default=20000)
+    parser.add_argument("--threads", type=positive_int, default=None)
     parser.add_argument("--out-json", type=Path, default=None)
     args = parser.parse_args(argv)
     if "test2011" in str(args.data):
         parser.error("the IWSLT test sets are for final evaluation only")
+    if args.out_json is not None:
+        prepare_out_file(args.out_json, parser)  # a wrong path fails now, not after both engines ran
     data = args.data
     if args.cased:
         data = cased_text_to_word_labels(args.data, Path(tempfile.mkdtemp()) / f"{args.data.stem}.tsv")

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.common import RESULTS_DIR, percentile, write_result
+from benchmarks.common import RESULTS_DIR, percentile, prepare_out_dir, write_result
 from streampunct.core.options import SessionOptions
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     from streampunct.text.normalize import normalize_words
     from streampunct.text.written_form import WrittenForms
 
+    if write:
+        prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
     cases = read_phrases(cfg.data)
     options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms,
                              capitalize=cfg.capitalize)

@@ -32,15 +32,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, write_result
+from benchmarks.common import (
+    RESULTS_DIR,
+    RunFailed,
+    check_non_negative,
+    check_positive,
+    count_text,
+    prepare_out_dir,
+    run_failed,
+    write_result,
+)
 from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
@@ -83,8 +92,10 @@ class LiveBenchConfig:
     def __post_init__(self) -> None:
         if self.sessions < 1:
             raise ValueError(f"sessions must be >= 1, not {self.sessions}")
-        if not 0 < self.words_per_second < math.inf:  # NaN fails too
-            raise ValueError(f"words_per_second (--wps) must be a finite number > 0, not {self.words_per_second}")
+        if self.max_chunk < 1:
+            raise ValueError(f"max_chunk must be >= 1, not {self.max_chunk}")
+        check_positive(words_per_second=self.words_per_second)  # NaN fails too
+        check_non_negative(jitter_ms=self.jitter_ms)
 
     @property
     def result_name(self) -> str:
@@ -127,12 +138,12 @@ async def stream_schedule(url: str, events, options, *, partials: bool = False,
                           capitalize: bool | None = None):
     """Send ``events`` at their times (from now) on one session; return its Transcript and,
     with ``partials``, the final and partial messages in the order received."""
-    from streampunct.client.stream_client import StreamClient, Transcript
+    from streampunct.client.stream_client import Transcript, open_client
     from streampunct.core.wire import Final, Partial
 
-    client = await StreamClient.connect(url, right_context=options.right_context,
-                                        max_delay_ms=options.max_delay_ms, partials=partials or None,
-                                        capitalize=capitalize)
+    client = await open_client(url, right_context=options.right_context,  # a failure: one ConnectError
+                               max_delay_ms=options.max_delay_ms, partials=partials or None,
+                               capitalize=capitalize)
     transcript = Transcript()
     seen: list = []
 
@@ -159,9 +170,17 @@ async def stream_schedule(url: str, events, options, *, partials: bool = False,
 
 
 async def _run_sessions(url: str, schedules, options, *, partials: bool = False,
-                        capitalize: bool | None = None):
-    return await asyncio.gather(*(stream_schedule(url, events, options, partials=partials, capitalize=capitalize)
-                                  for events in schedules))
+                        capitalize: bool | None = None) -> list:
+    """Each schedule's ``(transcript, seen)``, or the error its session failed with (it could not
+    connect, its stream broke): a project error or an OSError; any other keeps its traceback."""
+    from streampunct.errors import StreampunctError
+
+    outcomes = await asyncio.gather(*(stream_schedule(url, events, options, partials=partials, capitalize=capitalize)
+                                      for events in schedules), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, StreampunctError | OSError):
+            raise outcome
+    return outcomes
 
 
 def read_live_data(cfg: LiveBenchConfig):
@@ -179,9 +198,11 @@ def read_live_data(cfg: LiveBenchConfig):
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.partial_stability import partial_stability, total
     from engines.registry import engine_threads
+    from streampunct.client.stream_client import Transcript
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.evaluation.accuracy import live_schedule, schedule_labels, score
 
+    prepare_out_dir(cfg.out_dir, f"{cfg.result_name}.json")
     data = read_live_data(cfg)
     spans = segments(len(data.words), cfg.sessions)
     options = cfg.server.session_options()
@@ -201,19 +222,31 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
             url = server.start()
         try:
             sent = [with_hypotheses(events) for events in schedules] if cfg.partials and cfg.hypotheses else schedules
-            runs = asyncio.run(_run_sessions(url, sent, options, partials=cfg.partials, capitalize=cfg.capitalize))
+            outcomes = asyncio.run(_run_sessions(url, sent, options, partials=cfg.partials,
+                                                 capitalize=cfg.capitalize))
         finally:
             if server is not None:
                 server.stop()
     wall_s = time.perf_counter() - t0
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    if len(failed) == len(outcomes):  # nothing came through the server: no result, no simulation
+        kinds = count_text(Counter(type(e).__name__ for e in failed))
+        raise RunFailed(f"every session failed ({len(failed)} tried; {kinds}): {failed[0]}")
+    if failed:
+        print(f"{len(failed)} of {len(outcomes)} sessions failed: {failed[0]}", flush=True)
+    # a failed session's words are lost
+    runs = [(Transcript(), []) if isinstance(o, BaseException) else o for o in outcomes]
     transcripts = [transcript for transcript, _ in runs]
 
     lost = sum((b - a) - len(t.words) for t, (a, b) in zip(transcripts, spans, strict=True))
-    mismatched = sum(t.words != data.words[a:b] for t, (a, b) in zip(transcripts, spans, strict=True))
+    mismatched = sum(t.words != data.words[a:b] for t, (a, b), o in zip(transcripts, spans, outcomes, strict=True)
+                     if not isinstance(o, BaseException))  # a failed session's words count as lost only
     served = [label for t in transcripts for label in t.labels]
     result: dict = {"config": cfg.to_json(),
                     "n_words": len(data.words), "sessions": len(spans), "speech_s": round(speech_s, 1),
-                    "wall_s": round(wall_s, 1), "lost_words": lost, "mismatched_sessions": mismatched}
+                    "wall_s": round(wall_s, 1), "lost_words": lost, "mismatched_sessions": mismatched,
+                    "failed_sessions": len(failed),
+                    "session_failures": dict(Counter(type(e).__name__ for e in failed))}
     if not lost and not mismatched:
         result["server"] = score(data.labels, served).to_dict()
         line = f"through the server: overall F1 {result['server']['overall_f1']:.2f}"
@@ -291,13 +324,16 @@ def disagreements(words, served, simulated, limit: int = 50) -> list[dict]:
 
 
 def add_live_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import positive_float, positive_int
+
     d = LiveBenchConfig()
     p.add_argument("--data", type=Path, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (cased or not), converted as training converts it, "
                         "e.g. ../shared/data/cased_spoken/swda_val_cased.txt")
-    p.add_argument("--sessions", type=int, default=d.sessions, help="parallel live streams (default: %(default)s)")
-    p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s (default: %(default)s)")
+    p.add_argument("--sessions", type=positive_int, default=d.sessions,
+                   help="parallel live streams (default: %(default)s)")
+    p.add_argument("--wps", type=positive_float, default=d.words_per_second, help="words/s (default: %(default)s)")
     p.add_argument("--url", default=None, help="a running server instead of a child one (sessions send their own options)")
     p.add_argument("--partials", action="store_true",
                    help="sessions ask for partials and send each chunk as interim hypotheses first; reports the "
@@ -330,5 +366,12 @@ def run_live_from_args(args: argparse.Namespace, command: str | None = None) -> 
 
     # a bad value is a one-line InputError; the simulation needs the model folder even with --url
     cfg = bench_config(config_from_args, args)
-    result = run_live_bench(cfg, command=command)
-    return 0 if result["lost_words"] == 0 and result["mismatched_sessions"] == 0 else 1
+    try:
+        result = run_live_bench(cfg, command=command)
+    except RunFailed as e:
+        return run_failed("live", str(e))
+    if result["lost_words"] or result["mismatched_sessions"]:
+        failed = f"{result['failed_sessions']} sessions failed, " if result["failed_sessions"] else ""
+        return run_failed("live", f"{failed}{result['lost_words']} words lost, {result['mismatched_sessions']} "
+                                  "sessions with other words than sent: not scored")
+    return 0

@@ -64,7 +64,17 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, machine, publish
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    check_non_negative,
+    check_positive,
+    count_text,
+    machine,
+    prepare_out_dir,
+    publish,
+    run_failed,
+)
 from benchmarks.load_clients import ClientOptions, SessionOutcome, SessionPlan, make_clients
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
@@ -169,10 +179,16 @@ class LoadBenchConfig:
             raise ValueError(f"itn must be one of {', '.join(ITN_MODES)}, not {self.itn!r}")
         if not self.sessions or min(self.sessions) < 1:
             raise ValueError("sessions must be a non-empty list of positive counts")
-        if self.words_per_second <= 0 or self.duration_s <= 0:
-            raise ValueError("words_per_second and duration_s must be positive")
-        if self.max_chunk < 1 or self.prefill_words < 0 or self.jitter_ms < 0 or self.stagger_s < 0:
-            raise ValueError("max_chunk >= 1, prefill_words, jitter_ms and stagger_s >= 0")
+        # `not x > 0`, not `x <= 0`: NaN is refused too (and inf, which no schedule can hold)
+        check_positive(words_per_second=self.words_per_second, duration_s=self.duration_s,
+                       slo_p95_ms=self.slo_p95_ms, max_total_s=self.max_total_s,
+                       drain_timeout_s=self.drain_timeout_s, connect_timeout_s=self.connect_timeout_s)
+        if self.max_chunk < 1 or self.prefill_words < 0:
+            raise ValueError("max_chunk must be >= 1 and prefill_words >= 0")
+        check_non_negative(jitter_ms=self.jitter_ms, stagger_s=self.stagger_s)
+        if self.target_sessions < 1 or self.refine_steps < 0:
+            raise ValueError(f"target_sessions must be >= 1 and refine_steps >= 0, not {self.target_sessions} "
+                             f"and {self.refine_steps}")
         if self.url is not None:
             host = urlsplit(self.url).hostname or ""
             if urlsplit(self.url).scheme != "ws" or host not in ("127.0.0.1", "localhost", "::1"):
@@ -518,9 +534,28 @@ def itn_comparison(steps: Sequence[dict]) -> list[dict]:
             for s in steps if "itn_off" in s]
 
 
+def run_failure(payload: dict) -> str | None:
+    """Why a run measured nothing (None: it measured something): no step ran, no session of any
+    step connected, or none finalized a word. A run whose steps miss the SLO is a result, not this."""
+    steps = [run for s in payload["steps"] for run in (s, s.get("itn_off")) if run is not None]
+    if not steps:
+        return f"no step ran: {payload['stopped']}"
+    errors: Counter = Counter()
+    for s in steps:
+        errors.update(s["errors"])
+    where = payload["server"]["url"] or "the started server"
+    if not any(s["connected"] for s in steps):
+        return (f"no session could connect to {where} ({sum(s['sessions'] for s in steps)} tried; "
+                f"errors {count_text(errors)})")
+    if not any(s["check"]["finalized"] for s in steps):
+        return f"every session failed: no word was finalized by {where} (errors {count_text(errors)})"
+    return None
+
+
 def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
     """Run the ramp; write ``<name>.json`` and ``<name>.png``; return the payload."""
     started = time.monotonic()
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")
     corpus = load_corpus(cfg.data)
     load_before = os.getloadavg()
     where = machine()
@@ -597,23 +632,33 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
 
 
 def add_load_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import (
+        non_negative_float,
+        non_negative_int,
+        positive_float,
+        positive_int,
+    )
+
     d = LoadBenchConfig()
     p.add_argument("--url", default=None,
                    help="target a running server (ws://127.0.0.1:PORT/v1/stream) instead of starting one")
-    p.add_argument("--sessions", type=int, nargs="+", default=list(d.sessions), metavar="N",
+    p.add_argument("--sessions", type=positive_int, nargs="+", default=list(d.sessions), metavar="N",
                    help="ramp of concurrent sessions (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=d.duration_s,
+    p.add_argument("--duration", type=positive_float, default=d.duration_s,
                    help="seconds of real-time speech per session and step (default: %(default)s)")
-    p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s per session (default: %(default)s)")
-    p.add_argument("--max-chunk", type=int, default=d.max_chunk, help="ASR chunks of 1..N words (default: %(default)s)")
-    p.add_argument("--jitter-ms", type=float, default=d.jitter_ms, help="chunk commit jitter (default: %(default)s)")
-    p.add_argument("--prefill", type=int, default=d.prefill_words,
+    p.add_argument("--wps", type=positive_float, default=d.words_per_second,
+                   help="words/s per session (default: %(default)s)")
+    p.add_argument("--max-chunk", type=positive_int, default=d.max_chunk,
+                   help="ASR chunks of 1..N words (default: %(default)s)")
+    p.add_argument("--jitter-ms", type=non_negative_float, default=d.jitter_ms,
+                   help="chunk commit jitter (default: %(default)s)")
+    p.add_argument("--prefill", type=non_negative_int, default=d.prefill_words,
                    help="untimed words sent at each session's start (default: %(default)s)")
-    p.add_argument("--slo-p95-ms", type=float, default=d.slo_p95_ms, help="SLO on the p95 finalize margin")
-    p.add_argument("--target", type=int, default=d.target_sessions, help="N to report as met or not")
-    p.add_argument("--max-total-s", type=float, default=d.max_total_s,
+    p.add_argument("--slo-p95-ms", type=positive_float, default=d.slo_p95_ms, help="SLO on the p95 finalize margin")
+    p.add_argument("--target", type=positive_int, default=d.target_sessions, help="N to report as met or not")
+    p.add_argument("--max-total-s", type=positive_float, default=d.max_total_s,
                    help="no step starts that would end after this (default: %(default)s)")
-    p.add_argument("--refine", type=int, default=d.refine_steps,
+    p.add_argument("--refine", type=non_negative_int, default=d.refine_steps,
                    help="extra steps between the last good and first bad N (default: %(default)s)")
     p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -626,7 +671,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-profile", action="store_true",
                    help="sample the started server with py-spy during each step and report where its CPU "
                         "went per finalized word (needs py-spy, in the dev extra)")
-    p.add_argument("--client-processes", type=int, default=d.client_processes, metavar="P",
+    p.add_argument("--client-processes", type=non_negative_int, default=d.client_processes, metavar="P",
                    help="spread each step's sessions over P load-generator processes (default 0: one "
                         "per started thousand sessions of the step; one drives about a thousand real-time "
                         "sessions at a quarter of a core)")
@@ -649,10 +694,11 @@ def run_load_from_args(args: argparse.Namespace, *, command: str | None = None) 
 
     cfg = bench_config(config_from_args, args, url_allowed=True)
     try:
-        run_load_bench(cfg, command=command)
+        payload = run_load_bench(cfg, command=command)
     except RuntimeError as e:
         raise InputError(str(e)) from None
-    return 0
+    failure = run_failure(payload)  # missing the SLO is a result (0); measuring nothing is not (1)
+    return run_failed("load", failure) if failure else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

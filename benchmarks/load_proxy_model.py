@@ -184,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoder", type=Path, default=None, help="BERT folder (config.json, model.safetensors, tokenizer.json)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    from benchmarks.common import prepare_out_dir
+
+    try:
+        prepare_out_dir(args.out)  # a wrong path fails now, not after the graph is built
+    except OSError as e:
+        p.error(str(e))
     path = build_proxy_model(args.out, encoder=args.encoder, seed=args.seed)
     print(f"wrote {path} (model.onnx, model.int8.onnx, tokenizer.json, streampunct.json)")
     return 0

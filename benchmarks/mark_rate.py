@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import write_result
+from benchmarks.common import prepare_out_file, write_result
 from streampunct.labels import LABELS
 from streampunct.labels import mark_rates as rates
 from training.data import CAPTION_TRAINING_DRAW, HELD_OUT_CAPTION_WORDS
@@ -51,16 +51,19 @@ def model_labels(model: Path, *doc_sets) -> list[np.ndarray]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streampunct.commands.argtypes import positive_int
     from training.data import data_root, load_validation_docs, resolve_cache
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.mark_rate", description=__doc__.split("\n")[0])
     ap.add_argument("models", type=Path, nargs="+", help="runtime model folders or training checkpoints")
-    ap.add_argument("--words", type=int, default=HELD_OUT_CAPTION_WORDS,
+    ap.add_argument("--words", type=positive_int, default=HELD_OUT_CAPTION_WORDS,
                     help=f"held-out caption words (default {HELD_OUT_CAPTION_WORDS}; caption draws for "
                          "training leave out exactly this default sample)")
     ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.json:
+        prepare_out_file(args.json.with_name(args.json.stem + ".json"), ap)  # where write_result puts it
 
     root = data_root(args.data_root)
     captions = held_out_captions(root, args.words)

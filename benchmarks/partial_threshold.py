@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import prepare_out_file
 from benchmarks.live_bench import segments, with_hypotheses
 from benchmarks.partial_stability import EarlyMarks, Stability, early_marks, partial_stability
 
@@ -89,17 +90,20 @@ def run(punctuator, schedules, threshold: float, *, capitalize: bool) -> tuple[S
 
 
 def main(argv: list[str] | None = None) -> int:
+    from streampunct.commands.argtypes import positive_float, positive_int, unit_interval
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.partial_threshold", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, default=DEV2010,
                    help="punctuated text (--text) or a word<TAB>LABEL file (default: dev2010, %(default)s)")
     p.add_argument("--text", action=argparse.BooleanOptionalAction, default=None,
                    help="--data is punctuated text (default: when it ends in .txt)")
-    p.add_argument("--thresholds", type=float, nargs="+", default=list(THRESHOLDS), metavar="P",
-                   help="partial mark thresholds (default: %(default)s)")
-    p.add_argument("--max-words", type=int, default=None, help="only the first N words (a quick look)")
-    p.add_argument("--sessions", type=int, default=60, help="consecutive streams (default: %(default)s)")
-    p.add_argument("--wps", type=float, default=2.5, help="words/s (default: %(default)s)")
+    p.add_argument("--thresholds", type=unit_interval, nargs="+", default=list(THRESHOLDS), metavar="P",
+                   help="partial mark thresholds, each 0 <= P < 1 as serve --partial-mark-threshold "
+                        "(default: %(default)s)")
+    p.add_argument("--max-words", type=positive_int, default=None, help="only the first N words (a quick look)")
+    p.add_argument("--sessions", type=positive_int, default=60, help="consecutive streams (default: %(default)s)")
+    p.add_argument("--wps", type=positive_float, default=2.5, help="words/s (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="schedule seed, as bench live's (default: %(default)s)")
     p.add_argument("--no-hypotheses", dest="hypotheses", action="store_false",
                    help="send no interim hypotheses (only the committed words' partials)")
@@ -116,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "test" in str(args.data).lower() and not args.final_report:
         p.error(f"{args.data} looks like a test set: tune on validation; --final-report to report a chosen P")
+    if args.out is not None:
+        prepare_out_file(args.out, p)  # a wrong path fails now, not after the grid
     text = args.data.suffix == ".txt" if args.text is None else args.text
     data = read_punctuated_text(args.data) if text else read_word_labels(args.data)
     words, gold = data.words[:args.max_words], data.labels[:args.max_words]
@@ -151,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
               "command": "python -m benchmarks.partial_threshold " + " ".join(sys.argv[1:] if argv is None else argv)}
     print(f"finals: overall F1 {f1:.2f} (the same for every threshold)")
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        from streampunct.text.textfile import write_text_atomically
+
+        write_text_atomically(args.out, json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0 if all(row["finals_equal_first"] for row in grid) else 1
 

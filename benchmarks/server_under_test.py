@@ -24,10 +24,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, check_non_negative, check_positive
 from engines.deps import require
 from engines.registry import StreamCacheMode
-from streampunct.commands.argtypes import choices
+from streampunct.commands.argtypes import (
+    choices,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from streampunct.core.options import SessionOptions
 from streampunct.core.wire import DEFAULT_LIMITS
 from streampunct.server.batcher import BatchRows
@@ -89,6 +94,15 @@ class ServerUnderTest:
     def __post_init__(self) -> None:
         if self.itn_workers is not None and self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, not {self.max_batch}")
+        for name in ("engine_workers", "workers", "stream_cache_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, not {value}")
+        check_non_negative(max_wait_ms=self.max_wait_ms, fake_batch_ms=self.fake_batch_ms,
+                           fake_token_us=self.fake_token_us)
+        check_positive(startup_timeout_s=self.startup_timeout_s)
         self.session_options().check(DEFAULT_LIMITS)  # the options' rules, as serve checks them (ValueError)
 
     def to_json(self, names: Iterable[str] | None = None) -> dict:
@@ -122,36 +136,36 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
         "engine_options": ("--engine-option", dict(
             action="append", metavar="KEY=VALUE",
             help=f"engine option {_STARTED} (serve --engine-option), e.g. cpu_mem_arena=false")),
-        "max_batch": ("--max-batch", dict(type=int, default=d.max_batch,
+        "max_batch": ("--max-batch", dict(type=positive_int, default=d.max_batch,
                                           help=f"serve --max-batch {_STARTED} (default: %(default)s)")),
-        "max_wait_ms": ("--max-wait-ms", dict(type=float, default=d.max_wait_ms,
+        "max_wait_ms": ("--max-wait-ms", dict(type=non_negative_float, default=d.max_wait_ms,
                                               help=f"serve --max-wait-ms {_STARTED} (default: %(default)s)")),
         "engine_workers": ("--engine-workers", dict(
-            type=int, default=d.engine_workers,
+            type=positive_int, default=d.engine_workers,
             help=f"engines {_STARTED} runs side by side (default: the server's, auto)")),
         "workers": ("--workers", dict(
-            type=int, default=d.workers, metavar="N",
+            type=positive_int, default=d.workers, metavar="N",
             help=f"server processes {_STARTED} runs on its port (serve --workers; default: the server's, 1)")),
         "batch_rows": ("--batch-rows", dict(choices=choices(BatchRows), default=d.batch_rows,
                                             help=f"serve --batch-rows {_STARTED} (default: the server's, exact)")),
         "stream_cache": ("--stream-cache", dict(choices=choices(StreamCacheMode), default=d.stream_cache,
                                                 help=f"serve --stream-cache {_STARTED} (default: {cache_default})")),
         "stream_cache_tokens": ("--stream-cache-tokens", dict(
-            type=int, default=d.stream_cache_tokens, metavar="N",
+            type=positive_int, default=d.stream_cache_tokens, metavar="N",
             help=f"serve --stream-cache-tokens {_STARTED} (default: the model's)")),
         "right_context": ("--right-context", dict(
-            type=int, default=d.right_context,
+            type=non_negative_int, default=d.right_context,
             help="words after a word that make it final: the sessions' option and the started server's "
                  "default (default: %(default)s)")),
         "max_delay_ms": ("--max-delay-ms", dict(
-            type=int, default=d.max_delay_ms,
+            type=non_negative_int, default=d.max_delay_ms,
             help="a word is final at the latest this long after it was sent: the sessions' option and the "
                  "started server's default (default: %(default)s)")),
-        "itn_workers": ("--itn-workers", dict(type=int, default=d.itn_workers, metavar="N",
+        "itn_workers": ("--itn-workers", dict(type=non_negative_int, default=d.itn_workers, metavar="N",
                                               help=f"serve --itn-workers {_STARTED} (default: the server's)")),
-        "fake_batch_ms": ("--fake-batch-ms", dict(type=float, default=d.fake_batch_ms,
+        "fake_batch_ms": ("--fake-batch-ms", dict(type=non_negative_float, default=d.fake_batch_ms,
                                                   help="--engine fake: cost per call (default: %(default)s)")),
-        "fake_token_us": ("--fake-token-us", dict(type=float, default=d.fake_token_us,
+        "fake_token_us": ("--fake-token-us", dict(type=non_negative_float, default=d.fake_token_us,
                                                   help="--engine fake: cost per token (default: %(default)s)")),
         "fake_sleep": ("--fake-sleep", dict(action="store_true", help="--engine fake: idle instead of burning CPU")),
         "profile": ("--profile", dict(action="store_true", help="run the started server under cProfile")),

@@ -40,7 +40,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine, publish
+from benchmarks.common import (
+    RESULTS_DIR,
+    check_non_negative,
+    check_positive,
+    count_text,
+    machine,
+    prepare_out_dir,
+    publish,
+    run_failed,
+)
 from benchmarks.load_bench import (
     LoadBenchConfig,
     analyse_session,
@@ -100,10 +109,16 @@ class SoakConfig:
     name: str = "soak"
 
     def __post_init__(self) -> None:
-        if self.sessions < 1 or self.duration_s <= 0 or self.session_s <= 0 or self.sample_s <= 0:
-            raise ValueError("sessions, duration_s, session_s and sample_s must be positive")
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be >= 1, not {self.sessions}")
+        # `not x > 0`, not `x <= 0`: NaN is refused too
+        check_positive(duration_s=self.duration_s, session_s=self.session_s, sample_s=self.sample_s,
+                       words_per_second=self.words_per_second)
+        if self.warmup_s is not None:
+            check_non_negative(warmup_s=self.warmup_s)
         if self.session_s >= self.duration_s:
             raise ValueError("session_s must be shorter than duration_s")
+        self.load_config()  # what every session plans with: refused now, not inside the sessions
 
     @property
     def effective_warmup_s(self) -> float:
@@ -239,9 +254,23 @@ def _wait_for_file(path: Path, timeout: float) -> dict | None:
     return None
 
 
+def run_failure(payload: dict) -> str | None:
+    """Why a soak measured nothing (None: it did): no session completed, or none finalized a word."""
+    totals = payload["totals"]
+    errors = count_text(totals["errors"])
+    if not totals["sessions_completed"]:
+        if not totals["errors"]:  # none tried: a session starts only with min(session_s, 5) + 3 s left
+            return "no session completed: none started (--duration too short for a session)"
+        return f"no session completed (errors {errors})"
+    if not totals["check"]["finalized"]:
+        return f"every session failed: no word was finalized (errors {errors})"
+    return None
+
+
 def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
     """Run the soak; write ``<name>.json`` and ``<name>.png``; return the payload."""
     started = time.monotonic()
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")
     corpus = load_corpus(cfg.data)
     where = machine()
     print(f"bench soak on {where['cpu'] or 'unknown CPU'} ({where['cores']} cores): {cfg.sessions} sessions "
@@ -294,14 +323,20 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
 
 
 def add_soak_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import non_negative_float, positive_float, positive_int
+
     d = SoakConfig()
-    p.add_argument("--sessions", type=int, default=d.sessions, help="sessions open at a time (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=d.duration_s, help="seconds to run (default: %(default)s)")
-    p.add_argument("--session-s", type=float, default=d.session_s,
+    p.add_argument("--sessions", type=positive_int, default=d.sessions,
+                   help="sessions open at a time (default: %(default)s)")
+    p.add_argument("--duration", type=positive_float, default=d.duration_s,
+                   help="seconds to run (default: %(default)s)")
+    p.add_argument("--session-s", type=positive_float, default=d.session_s,
                    help="seconds of speech per session before it ends and reconnects (default: %(default)s)")
-    p.add_argument("--wps", type=float, default=d.words_per_second, help="words/s per session (default: %(default)s)")
-    p.add_argument("--sample-s", type=float, default=d.sample_s, help="RSS sampling period (default: %(default)s)")
-    p.add_argument("--warmup", type=float, default=None,
+    p.add_argument("--wps", type=positive_float, default=d.words_per_second,
+                   help="words/s per session (default: %(default)s)")
+    p.add_argument("--sample-s", type=positive_float, default=d.sample_s,
+                   help="RSS sampling period (default: %(default)s)")
+    p.add_argument("--warmup", type=non_negative_float, default=None,
                    help="seconds left out of the slope (default: a fifth of --duration, at most 300)")
     p.add_argument("--tracemalloc", action="store_true",
                    help="run the server under tracemalloc and report its top allocation growth")
@@ -325,10 +360,11 @@ def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) 
 
     cfg = bench_config(config_from_args, args)
     try:
-        run_soak_bench(cfg, command=command)
+        payload = run_soak_bench(cfg, command=command)
     except RuntimeError as e:
         raise InputError(str(e)) from None
-    return 0
+    failure = run_failure(payload)
+    return run_failed("soak", failure) if failure else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import machine
+from benchmarks.common import machine, prepare_out_file
 from benchmarks.engine_bench import (
     BenchSettings,
     _stream_feed,
@@ -109,11 +109,13 @@ def run_torch_engine_bench(model_dir: str | Path, *, device: str = "auto", preci
 
 
 def annotate(paths: Sequence[Path], record: dict[str, Any]) -> None:
-    """Add ``record`` as ``"device"`` to each JSON result file."""
+    """Add ``record`` as ``"device"`` to each JSON result file (each rewritten whole or not at all)."""
+    from streampunct.text.textfile import write_text_atomically
+
     for path in paths:
         data = json.loads(path.read_text(encoding="utf-8"))
         data["device"] = record
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        write_text_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -128,20 +130,27 @@ def summary(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streampunct.commands.argtypes import non_negative_float, non_negative_int, positive_int
+    from streampunct.text.textfile import write_text_atomically
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.torch_engine_bench", description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, default=Path("models/default"), help="model folder (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--precision", default="auto", help="auto, fp32 or fp16 (default: %(default)s)")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128], metavar="B")
-    p.add_argument("--seq-len", type=int, default=128, metavar="T")
-    p.add_argument("--stream-batch-sizes", type=int, nargs="+", default=[8, 32, 128], metavar="B")
-    p.add_argument("--stream-new", type=int, default=8, metavar="T", help="new tokens per cached call")
-    p.add_argument("--stream-past", type=int, default=60, metavar="C", help="cached tokens per cached call")
-    p.add_argument("--min-seconds", type=float, default=1.0, help="time each shape at least this long")
+    p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32, 128], metavar="B")
+    p.add_argument("--seq-len", type=positive_int, default=128, metavar="T")
+    p.add_argument("--stream-batch-sizes", type=positive_int, nargs="+", default=[8, 32, 128], metavar="B")
+    p.add_argument("--stream-new", type=positive_int, default=8, metavar="T", help="new tokens per cached call")
+    p.add_argument("--stream-past", type=non_negative_int, default=60, metavar="C",
+                   help="cached tokens per cached call")
+    p.add_argument("--min-seconds", type=non_negative_float, default=1.0,
+                   help="time each shape at least this long (0: only the minimum runs)")
     p.add_argument("--out", type=Path, default=None, help="write the report here (JSON)")
     p.add_argument("--annotate", type=Path, nargs="+", default=None, metavar="JSON",
                    help="only add the --device's record to these result files")
     args = p.parse_args(argv)
+    if args.out is not None and not args.annotate:
+        prepare_out_file(args.out, p)  # a wrong path fails now, not after the timings
     from engines.base import EngineError
 
     try:
@@ -159,8 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["command"] = "python -m benchmarks.torch_engine_bench " + " ".join(sys.argv[1:] if argv is None else argv)
     print(summary(report))
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_text_atomically(args.out, json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
 

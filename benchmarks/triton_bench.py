@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine, write_result
+from benchmarks.common import RESULTS_DIR, machine, prepare_out_dir, write_result
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
 from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 
@@ -200,6 +200,7 @@ def run_triton_bench(cfg: TritonBenchConfig, *, command: str | None = None) -> d
     from engines.build.triton_pytriton import PyTritonProcess, server_python
 
     started = time.monotonic()
+    prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
     payload: dict = {"model_dir": str(cfg.model_dir), "config": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}}
     with tempfile.TemporaryDirectory(prefix="streampunct-triton-") as tmp:
@@ -274,24 +275,28 @@ def summary_text(payload: dict) -> str:
 
 
 def add_triton_arguments(p: argparse.ArgumentParser) -> None:
+    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
+
     p.add_argument("--model", type=Path, required=True, help="model folder (an fp32 graph makes labels comparable)")
     p.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
                    help="labelled words for the label comparison (default: %(default)s)")
     p.add_argument("--no-labels", action="store_true", help="skip the label comparison")
     p.add_argument("--triton-url", default=None, help="a running Triton's gRPC host:port (default: start PyTriton)")
-    p.add_argument("--triton-threads", type=int, default=None, help="ONNX Runtime threads of the started Triton's model")
-    p.add_argument("--triton-max-batch", type=int, default=64)
-    p.add_argument("--triton-queue-delay-us", type=int, default=1000)
-    p.add_argument("--local-threads", type=int, default=None, help="ONNX Runtime threads of the local engine")
-    p.add_argument("--sessions", type=int, nargs="*", default=[20, 40, 80], metavar="N",
+    p.add_argument("--triton-threads", type=positive_int, default=None,
+                   help="ONNX Runtime threads of the started Triton's model")
+    p.add_argument("--triton-max-batch", type=positive_int, default=64)
+    p.add_argument("--triton-queue-delay-us", type=non_negative_int, default=1000)
+    p.add_argument("--local-threads", type=positive_int, default=None, help="ONNX Runtime threads of the local engine")
+    p.add_argument("--sessions", type=positive_int, nargs="*", default=[20, 40, 80], metavar="N",
                    help="load ramp (none: skip the load part; default: 20 40 80)")
-    p.add_argument("--duration", type=float, default=20.0, help="seconds of speech per session and step")
-    p.add_argument("--engine-workers", type=int, default=None, help="serve --engine-workers of the triton front ends")
+    p.add_argument("--duration", type=positive_float, default=20.0, help="seconds of speech per session and step")
+    p.add_argument("--engine-workers", type=positive_int, default=None,
+                   help="serve --engine-workers of the triton front ends")
     p.add_argument("--two-front-ends", action="store_true", help="also two front ends sharing the Triton server")
-    p.add_argument("--slo-p95-ms", type=float, default=100.0,
+    p.add_argument("--slo-p95-ms", type=positive_float, default=100.0,
                    help="bench load's SLO on the p95 finalize margin; a ramp stops at the first step that misses "
                         "it (default: %(default)s)")
-    p.add_argument("--max-total-s", type=float, default=540.0, help="time budget of each load ramp")
+    p.add_argument("--max-total-s", type=positive_float, default=540.0, help="time budget of each load ramp")
     p.add_argument("--nice", type=int, default=0, help="niceness of the started Triton server")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     p.add_argument("--name", default="triton")

@@ -47,11 +47,14 @@ def test_config_checks_and_server_defaults():
         p.parse_args(["--max-batch", "8"])
 
 
-def test_cli_refuses_bad_options_and_a_missing_model(tmp_path):
+def test_cli_refuses_bad_options_and_a_missing_model(tmp_path, capsys):
     p = argparse.ArgumentParser()
     add_flood_arguments(p)
-    with pytest.raises(InputError, match="words and message_words must be >= 1"):
-        run_flood_from_args(p.parse_args(["--words", "0"]))
+    with pytest.raises(SystemExit) as exc:  # argparse (status 2), before any server
+        p.parse_args(["--words", "0"])
+    assert exc.value.code == 2 and "argument --words: must be >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="words and message_words must be >= 1"):
+        FloodConfig(words=0)  # the config, built directly
     with pytest.raises(InputError, match="no model folder"):
         run_flood_from_args(p.parse_args(["--model", str(tmp_path / "nope")]))
 
@@ -103,3 +106,49 @@ def test_a_unique_word_flood_reports_the_rss_after_an_idle_spell(tmp_path):
     assert rss["warmup_end"] > 0 and rss["idle"] > 0 and payload["stayed_mb"] == pytest.approx(rss["idle"] - rss["warm"], abs=0.01)
     assert payload["rss_samples"][-1][0] >= payload["flood_s"] + 1.5  # sampled through the idle spell
     assert "s idle: RSS" in summary_text(json.loads((tmp_path / "u.json").read_text()))
+
+
+def _flood_payload(**over) -> dict:
+    check = {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0, "finalized": 100}
+    return {"ok": True, "check": check, "config": {"words": 100}, "ended_words": 100, "close_code": 1000,
+            "errors": [], **over}
+
+
+def test_a_failed_flood_exits_1_with_one_line(capsys, monkeypatch):
+    import benchmarks.flood_bench as flood_bench
+
+    p = argparse.ArgumentParser()
+    add_flood_arguments(p)
+    args = p.parse_args(["--engine", "fake"])
+    lost = _flood_payload(ok=False, check={"lost": 40, "duplicated": 0, "out_of_order": 0, "mismatched": 0,
+                                           "finalized": 60}, ended_words=None, close_code=1011,
+                          errors=["internal: engine failed"])
+    monkeypatch.setattr(flood_bench, "run_flood_bench", lambda cfg, command=None: lost)
+    assert run_flood_from_args(args, command="test") == 1
+    assert capsys.readouterr().err == (
+        "streampunct bench flood: error: the flood failed: finalized 60 of 100 words, lost 40, duplicated 0, "
+        "out of order 0, mismatched 0; end says None words; close 1011; errors internal: engine failed\n")
+    monkeypatch.setattr(flood_bench, "run_flood_bench", lambda cfg, command=None: _flood_payload())
+    assert run_flood_from_args(args, command="test") == 0
+
+
+def test_a_flood_whose_session_cannot_connect_exits_1(tmp_path, capsys, monkeypatch):
+    """The flood's one session connects through ``open_client``: a refused connection is one
+    ConnectError (not a traceback), and the run measured nothing."""
+    import asyncio
+
+    import benchmarks.flood_bench as flood_bench
+    from streampunct.client.stream_client import ConnectError
+
+    with pytest.raises(ConnectError, match="cannot connect to ws://127.0.0.1:9/v1/stream"):
+        asyncio.run(flood_bench.push("ws://127.0.0.1:9/v1/stream", ["a", "b"], 1))
+
+    def refused(cfg, command=None):
+        raise ConnectError("cannot connect to ws://127.0.0.1:1/v1/stream: [Errno 111] Connect call failed")
+
+    monkeypatch.setattr(flood_bench, "run_flood_bench", refused)
+    p = argparse.ArgumentParser()
+    add_flood_arguments(p)
+    assert run_flood_from_args(p.parse_args(["--engine", "fake"]), command="test") == 1
+    assert capsys.readouterr().err == ("streampunct bench flood: error: cannot connect to "
+                                       "ws://127.0.0.1:1/v1/stream: [Errno 111] Connect call failed\n")

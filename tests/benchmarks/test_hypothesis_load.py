@@ -85,3 +85,33 @@ def test_sessions_through_a_started_server_with_the_fake_engine(tmp_path):
     assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
     saved = json.loads((tmp_path / "h.json").read_text())
     assert saved["runs"] == payload["runs"] and saved["config"]["engine"] == "fake"
+
+
+def test_a_run_in_which_every_session_failed_exits_1_and_writes_nothing(tmp_path, capsys):
+    from streampunct.cli import main
+
+    data = tmp_path / "talk.txt"
+    data.write_text(TEXT)
+    url = "ws://127.0.0.1:9/v1/stream"  # nothing listens
+    assert main(["bench", "hypotheses", "--url", url, "--sessions", "2", "--duration", "2", "--data", str(data),
+                 "--out-dir", str(tmp_path / "out"), "--name", "h"]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith(f"streampunct bench hypotheses: error: every session failed (2 tried; ConnectError=2): "
+                          f"cannot connect to {url}: ")
+    assert err.count("\n") == 1
+    row = json.loads(out.splitlines()[-1])  # the step's row is still printed
+    assert (row["failed_sessions"], row["failures"], row["words_final"]) == (2, {"ConnectError": 2}, 0)
+    assert row["p95_margin_ms_worst_session"] is None
+    assert not (tmp_path / "out" / "h.json").exists()
+
+
+def test_run_failure_of_the_steps():
+    from benchmarks.hypothesis_load import run_failure
+
+    def row(n: int, failed: int, words: int) -> dict:
+        return {"sessions": n, "failed_sessions": failed, "failures": {"ConnectError": failed} if failed else {},
+                "first_failure": "cannot connect" if failed else None, "words_final": words, "errors": 0}
+
+    assert run_failure([row(2, 1, 30)]) is None  # one session failed: measured, in the row
+    assert run_failure([row(2, 2, 0), row(3, 3, 0)]) == "every session failed (5 tried; ConnectError=5): cannot connect"
+    assert run_failure([row(2, 0, 0)]) == "no word was finalized in any session (2 tried; 0 errors)"

@@ -131,16 +131,72 @@ def test_live_streams_with_partials_report_their_interim_stability(tmp_path, cap
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--sessions", "0"], "sessions must be >= 1, not 0"),
-    (["--wps", "-1"], "words_per_second (--wps) must be a finite number > 0, not -1.0"),
-    (["--wps", "nan"], "words_per_second (--wps) must be a finite number > 0, not nan"),
+    (["--sessions", "0"], "argument --sessions: must be >= 1, got 0"),
+    (["--wps", "-1"], "argument --wps: must be > 0, got -1"),
+    (["--wps", "nan"], "argument --wps: must be > 0, got nan"),
 ])
 def test_bad_sessions_or_speech_rate_are_one_line_usage_errors(argv, message, capsys, monkeypatch):
-    """As the other benches (``bench_config``): exit 2 and one line, not a traceback, before any server."""
+    """As the other benches: argparse refuses them (exit 2, one line, not a traceback) before any server."""
     import benchmarks.live_bench as live_bench
     from streampunct.cli import main
 
     monkeypatch.setattr(live_bench, "run_live_bench", lambda *a, **k: pytest.fail("the bench ran"))
-    assert main(["bench", "live", "--engine", "fake", *argv]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "live", "--engine", "fake", *argv])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.endswith(f"streampunct bench live: error: {message}\n")
+    with pytest.raises(ValueError, match="words_per_second must be a finite number > 0, not nan"):
+        LiveBenchConfig(words_per_second=float("nan"))  # the config, built directly
+
+
+def test_a_run_in_which_every_session_failed_exits_1_before_the_simulation(tmp_path, capsys, monkeypatch):
+    import streampunct.core.decoder as decoder
+    from streampunct.cli import main
+
+    monkeypatch.setattr(decoder.OfflineDecoder, "from_model_dir",
+                        classmethod(lambda *a, **k: pytest.fail("the simulation ran")))
+    data = tmp_path / "small.tsv"
+    data.write_text("so\tCOMMA\nwhat\tO\ndo\tO\nyou\tQUESTION\nthink\tO\nabout\tPERIOD\n")
+    url = "ws://127.0.0.1:9/v1/stream"  # nothing listens
+    assert main(["bench", "live", "--url", url, "--engine", "fake", "--data", str(data), "--sessions", "2",
+                 "--out-dir", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err == f"streampunct bench: error: {message}\n"
+    assert err.startswith(f"streampunct bench live: error: every session failed (2 tried; ConnectError=2): "
+                          f"cannot connect to {url}: ")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out" / "live_small.json").exists()
+
+
+def test_lost_words_exit_1_with_one_line(capsys, monkeypatch):
+    import benchmarks.live_bench as live_bench
+    from streampunct.cli import main
+
+    result = {"lost_words": 210, "mismatched_sessions": 0, "failed_sessions": 1}
+    monkeypatch.setattr(live_bench, "run_live_bench", lambda *a, **k: result)
+    assert main(["bench", "live", "--engine", "fake"]) == 1
+    assert capsys.readouterr().err == ("streampunct bench live: error: 1 sessions failed, 210 words lost, "
+                                       "0 sessions with other words than sent: not scored\n")
+    monkeypatch.setattr(live_bench, "run_live_bench", lambda *a, **k: dict(result, lost_words=0, failed_sessions=0))
+    assert main(["bench", "live", "--engine", "fake"]) == 0
+
+
+def test_a_failed_session_is_returned_and_a_bug_keeps_its_traceback(monkeypatch):
+    """One session that cannot connect does not end the run (its words count as lost); an error
+    that is neither the project's nor an OSError is a bug of the bench and is raised."""
+    import asyncio
+
+    import benchmarks.live_bench as live_bench
+    from streampunct.client.stream_client import ConnectError
+
+    async def fake(url, events, options, *, partials=False, capitalize=None):
+        if events == "refused":
+            raise ConnectError("cannot connect")
+        if events == "bug":
+            raise KeyError("bug")
+        return events, []
+
+    monkeypatch.setattr(live_bench, "stream_schedule", fake)
+    outcomes = asyncio.run(live_bench._run_sessions("ws://x", ["ok", "refused"], None))
+    assert outcomes[0] == ("ok", []) and isinstance(outcomes[1], ConnectError)
+    with pytest.raises(KeyError):
+        asyncio.run(live_bench._run_sessions("ws://x", ["ok", "bug"], None))

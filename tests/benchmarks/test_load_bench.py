@@ -404,6 +404,61 @@ def test_refused_sessions_fail_the_slo(tmp_path):
     assert any(k.startswith("connect:") for k in step["errors"])
 
 
+def test_a_run_in_which_no_session_connected_exits_1_after_writing_what_it_measured(tmp_path, capsys):
+    from streampunct.cli import main
+
+    url = "ws://127.0.0.1:9/v1/stream"  # nothing listens
+    assert main(["bench", "load", "--url", url, "--sessions", "1", "--duration", "2",
+                 "--out-dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"streampunct bench load: error: no session could connect to {url} (1 tried; "
+                   "errors connect:ConnectionRefusedError=1)\n")
+    assert "SLO missed: 1 sessions could not connect" in out and f"wrote {tmp_path / 'load.json'}" in out
+    written = json.loads((tmp_path / "load.json").read_text())
+    assert written["steps"][0]["connected"] == 0
+
+
+def test_a_run_in_which_no_step_ran_exits_1(tmp_path, capsys):
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    args = p.parse_args(["--url", "ws://127.0.0.1:9/v1/stream", "--sessions", "5", "--max-total-s", "1",
+                         "--out-dir", str(tmp_path)])
+    assert run_load_from_args(args, command="test") == 1
+    assert capsys.readouterr().err == ("streampunct bench load: error: no step ran: time budget (1s) reached "
+                                       "before N=5\n")
+
+
+def test_run_failure_tells_a_missed_slo_from_a_run_that_measured_nothing():
+    from benchmarks.load_bench import run_failure
+
+    def step(connected: int, finalized: int, errors: dict | None = None) -> dict:
+        return {"sessions": 2, "connected": connected, "check": {"finalized": finalized},
+                "errors": errors or {}}
+
+    payload = {"server": {"url": None}, "stopped": "SLO missed"}
+    assert run_failure({**payload, "steps": [step(2, 40), step(1, 10, {"connect:TimeoutError": 1})]}) is None
+    assert run_failure({**payload, "steps": [step(0, 0, {"connect:OSError": 2})]}) == (
+        "no session could connect to the started server (2 tried; errors connect:OSError=2)")
+    assert run_failure({**payload, "steps": [step(2, 0, {"drain_timeout": 2})]}) == (
+        "every session failed: no word was finalized by the started server (errors drain_timeout=2)")
+    # --itn both: the off run counts too
+    both = dict(step(0, 0), itn_off=step(2, 30))
+    assert run_failure({**payload, "steps": [both]}) is None
+
+
+def test_missing_the_slo_alone_exits_0(tmp_path, capsys):
+    """Lost words break the SLO: a measured result, not a failed run."""
+    p = argparse.ArgumentParser()
+    add_load_arguments(p)
+    with fake_server("drop") as url:
+        args = p.parse_args(["--url", url, "--sessions", "2", "--duration", "2", "--prefill", "6",
+                             "--max-delay-ms", "5000", "--refine", "0", "--out-dir", str(tmp_path)])
+        assert run_load_from_args(args, command="test") == 0
+    assert "SLO missed" in capsys.readouterr().out
+    step = json.loads((tmp_path / "load.json").read_text())["steps"][0]
+    assert step["check"]["lost"] == 2 and not step["slo_met"]
+
+
 # -- end to end: the real server with the synthetic engine, in a child process -------
 
 

@@ -245,3 +245,37 @@ def test_engine_workers_reach_both_server_command_lines(tmp_path):
         argv = ServerProcess(ServerUnderTest(engine=engine, engine_workers=3), max_sessions=5, workdir=tmp_path).argv
         k = argv.index("--engine-workers")
         assert argv[k + 1] == "3"
+
+
+# -- a soak that measured nothing -------------------------------------------------------------
+
+
+def test_run_failure_of_a_soak():
+    from benchmarks.soak_bench import run_failure
+
+    ok = payload([(0.0, 1.0)])
+    assert run_failure(ok) is None
+    refused = {**ok, "totals": {"sessions_completed": 0, "words_sent": 0, "check": {"finalized": 0},
+                                "errors": {"connect:ConnectionRefusedError": 40}}}
+    assert run_failure(refused) == "no session completed (errors connect:ConnectionRefusedError=40)"
+    none_tried = {**ok, "totals": {**refused["totals"], "errors": {}}}
+    assert run_failure(none_tried) == "no session completed: none started (--duration too short for a session)"
+    no_finals = {**ok, "totals": {**ok["totals"], "check": {**ok["totals"]["check"], "finalized": 0},
+                                  "errors": {"drain_timeout": 9}}}
+    assert run_failure(no_finals) == "every session failed: no word was finalized (errors drain_timeout=9)"
+
+
+def test_a_soak_in_which_no_session_completed_exits_1(capsys, monkeypatch):
+    import benchmarks.soak_bench as soak_bench
+
+    p = argparse.ArgumentParser()
+    add_soak_arguments(p)
+    args = p.parse_args(["--engine", "fake", "--duration", "60", "--session-s", "10"])
+    refused = {**payload([(0.0, 1.0)]), "totals": {"sessions_completed": 0, "words_sent": 0, "errors":
+                                                   {"connect:ConnectionRefusedError": 57}, "check": {"finalized": 0}}}
+    monkeypatch.setattr(soak_bench, "run_soak_bench", lambda cfg, command=None: refused)
+    assert run_soak_from_args(args, command="test") == 1
+    assert capsys.readouterr().err == ("streampunct bench soak: error: no session completed "
+                                       "(errors connect:ConnectionRefusedError=57)\n")
+    monkeypatch.setattr(soak_bench, "run_soak_bench", lambda cfg, command=None: payload([(0.0, 1.0)]))
+    assert run_soak_from_args(args, command="test") == 0
