@@ -142,6 +142,12 @@ class WrittenText:
         return f"WrittenText({self.message!r})"
 
 
+def nothing_to_send(message: object) -> bool:
+    """A final of no words whose text is empty (:meth:`SessionProtocol._held_text` found no
+    held words once written): the caller does not send it."""
+    return isinstance(message, Final) and not message.words and not message.text
+
+
 class SessionProtocol:
     """One session's protocol state: options, stream state, flush bookkeeping, rendering.
 
@@ -283,7 +289,7 @@ class SessionProtocol:
                      itn_available=self._itn_available)
 
     # -- input ---------------------------------------------------------------
-    def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage]:
+    def receive_frame(self, frame: str | bytes, now: float) -> list[ServerMessage | WrittenText]:
         """Decode one client frame and handle it; a malformed frame gets an ``error``."""
         if self.end_received:
             return []
@@ -293,7 +299,7 @@ class SessionProtocol:
             return [Error(e.code, e.message)]
         return self.receive(message, now)
 
-    def receive(self, message: ClientMessage, now: float) -> list[ServerMessage]:
+    def receive(self, message: ClientMessage, now: float) -> list[ServerMessage | WrittenText]:
         """Handle one decoded client message that arrived at ``now``."""
         if self.end_received:
             return []
@@ -322,7 +328,7 @@ class SessionProtocol:
             return out + self.finish(now, end_of_stream=True)
         raise TypeError(f"not a client message: {message!r}")
 
-    def finish(self, now: float, *, end_of_stream: bool = False) -> list[ServerMessage]:
+    def finish(self, now: float, *, end_of_stream: bool = False) -> list[ServerMessage | WrittenText]:
         """Every word that has arrived must be finalized (client ``end`` or server shutdown).
 
         The client's ``end`` ends the stream, so its last word gets a sentence mark
@@ -563,11 +569,33 @@ class SessionProtocol:
         self._partial_owed = False
         return [Partial(self._sent, (), "", ())]
 
-    def _settle(self) -> list[ServerMessage]:
-        """``flushed`` for each flush (and ``end``) whose words have all been finalized."""
-        out: list[ServerMessage] = []
+    def _held_text(self) -> list[ServerMessage | WrittenText]:
+        """At a flush or the end, once every word is final: the text of the words a final held
+        at a pause for words that did not come ("it costs twenty", a pause, then ``flush``), as a
+        final of no words (``start`` the next word's index): nothing when none are held. A
+        deferred text (:class:`WrittenText`) may turn out empty; such a final is not sent
+        (:func:`nothing_to_send`)."""
+        texts = self._final_texts()
+        if texts is None:
+            return []
+        message = Final(self._sent, (), "")
+        sentence_start = self._sentence_start
+
+        def compute() -> str:
+            return texts.final([], [], [], sentence_start=sentence_start, context=[], paused=False)
+
+        if self._defer_written and texts.formatter.normalizer is not None:
+            return [self._written_text(message, texts, compute)]  # held or not: known once written
+        return [replace(message, text=compute())] if texts.held else []
+
+    def _settle(self) -> list[ServerMessage | WrittenText]:
+        """``flushed`` for each flush (and ``end``) whose words have all been finalized, after
+        the text of words held at a pause (:meth:`_held_text`)."""
+        out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
             target, what = self._until.popleft()
+            if what is _Until.FLUSHED or not self.finished:
+                out += self._held_text()
             if what is _Until.FLUSHED:
                 out.append(Flushed(target))
             elif not self.finished:

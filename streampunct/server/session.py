@@ -62,7 +62,7 @@ from websockets.frames import CloseCode
 
 from streampunct.core.alignment import Aligner
 from streampunct.core.options import SessionOptions
-from streampunct.core.session_protocol import SessionProtocol, WrittenText
+from streampunct.core.session_protocol import SessionProtocol, WrittenText, nothing_to_send
 from streampunct.core.stream_cache import StreamCacheConfig
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
@@ -534,6 +534,8 @@ class Session:
                         message = await self._written(message)
                     except Exception as e:
                         raise _WritingFailed(str(e)) from e
+                    if nothing_to_send(message):  # no words held at a flush or the end after all
+                        continue
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode_frame(message), text=True)

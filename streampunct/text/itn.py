@@ -75,6 +75,7 @@ CONTEXT_WORDS = 3
 
 _MONTHS = ("january february march april may june july august september october november "
            "december").split()
+MONTHS = frozenset(_MONTHS)
 #: The words other than number words that a written phrase can begin with ("march fifth",
 #: "the fifth of march", "half past two", "quarter past five", "point five percent", letters
 #: spelled before digits): those the grammars began a phrase with on 2.9M words of TEDx
@@ -237,6 +238,8 @@ class NemoNormalizer:
     #: The words a written number can end with (:class:`~streampunct.text.written_form.FinalTexts`
     #: holds them at a final's end while later words may go on with them).
     number_words = NUMBER_WORDS
+    #: The month names, which begin a date that later words may go on with (held likewise).
+    month_words = MONTHS
 
     def __init__(self, inverse_normalizer: Any, *, cache_size: int = 4096) -> None:
         self._inv = inverse_normalizer
@@ -354,6 +357,7 @@ class ProcessNormalizer:
 
     answers_at_once = True
     number_words = NUMBER_WORDS
+    month_words = MONTHS
 
     def __init__(self, cache_dir: Path | None = None, *, workers: int = 1, cache_size: int = 4096) -> None:
         if workers < 1:

@@ -421,16 +421,36 @@ class FinalTexts:
         return bool(words) and known is not None and all(
             w in known or ("-" in w and all(part in known for part in w.split("-"))) for w in words)
 
+    def _month(self, word: str) -> bool:
+        """Is ``word`` a month name of the normalizer (its ``month_words``; none without ITN or
+        such an attribute)?"""
+        known = getattr(self.formatter.normalizer, "month_words", None) if self.formatter.normalizer else None
+        return known is not None and word in known
+
+    def _open_date(self, span: Sequence[_Held], phrases: Sequence[Phrase]) -> Phrase | None:
+        """A date the final's words end with that later words may complete: a month name with
+        no mark ("on march" before "fifth"), or a month and its day with the comma a written
+        date puts there ("march fifth," before "two thousand twenty": "March 5, 2020")."""
+        n = len(span)
+        last = span[-1]
+        if self._month(last.word) and last.label not in (COMMA, PERIOD, QUESTION):
+            return Phrase(n - 1, n, "")
+        if last.label == COMMA and self._number([last.word]):
+            ending = next((p for p in phrases if p.end == n and p.text), None)
+            if ending is not None and self._month(span[ending.start].word):
+                return Phrase(ending.start, n, "")
+        return None
+
     def _open_number(self, span: Sequence[_Held], phrases: Sequence[Phrase]) -> Phrase | None:
         """The number the final's words end with, unmarked, which later words may go on
         ("it costs twenty" before "five dollars", "one hundred" before "and five", "one
         hundred and"): the phrase that ends with its last number word, or else the number
         words it ends with, through the last word."""
         n = len(span)
-        if any(h.label in (COMMA, PERIOD, QUESTION) for h in span[-2:]):
-            return None
         last = n - 1 if n > 1 and span[-1].word in _GOES_ON else n  # "one hundred and"
-        if not last or not self._number([span[last - 1].word]):
+        if not last or any(h.label in (COMMA, PERIOD, QUESTION) for h in span[last - 1:]):
+            return None
+        if not self._number([span[last - 1].word]):
             return None
         ending = next((p for p in phrases if p.end == last), None)
         if ending is not None:
@@ -486,6 +506,12 @@ class FinalTexts:
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
         if crossing is None and (paused or context[:1] and context[0] in _GOES_ON or self._number(context[:1])):
             crossing = self._open_number(span, phrases)  # "twenty" before a pause or "and"
+        if crossing is None and (paused or self._number(context[:1])):
+            crossing = self._open_date(span, phrases)  # "march" or "march fifth," before a pause or a number
+        elif crossing is not None and 0 < crossing.start < n and self._number([span[crossing.start].word]):
+            date = self._open_date(span[:crossing.start], phrases)  # "march fifth," before "two thousand"
+            if date is not None:
+                crossing = Phrase(date.start, crossing.end, "")
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now

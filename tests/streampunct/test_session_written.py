@@ -4,6 +4,7 @@ sees in finals and partials, the config answer, refusals and limits."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +31,7 @@ from streampunct.core.wire import (
     decode_server,
 )
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
-from streampunct.text.written_form import Lexicon, WrittenForms, normalize_lexicon
+from streampunct.text.written_form import Lexicon, Phrase, WrittenForms, normalize_lexicon
 from tests.streampunct.written_fakes import NUMBERS, FakeNormalizer, WordAligner, marks_model
 
 WINDOW = WindowConfig(size=24, left=4, right=3)
@@ -151,12 +152,104 @@ def test_a_number_at_a_delay_deadline_is_held_for_the_words_after_the_pause():
     assert [f.text for f in driver.finals()] == ["costs", "$25."]
 
 
+class DateNormalizer(NumberWordsNormalizer):
+    """Adds dates as the ITN grammars write them: "march fifth" -> "March 5", and with a year
+    "march fifth twenty twenty" -> "March 5, 2020" (one form); with half a year ("march fifth
+    twenty") several forms side by side, "March 5 20", as the grammars read an unfinished one."""
+
+    month_words = frozenset(("march",))
+    number_words = frozenset(NUMBERS) | {"fifth"}
+
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
+        out: list[Phrase] = []
+        i = 0
+        while i < len(words):
+            if words[i] == "march" and words[i + 1:i + 2] == ["fifth"]:
+                year = 0
+                while year < 2 and words[i + 2 + year:i + 3 + year] == ["twenty"]:
+                    year += 1
+                text = {0: "March 5", 1: "March 5 20", 2: "March 5, 2020"}[year]
+                out.append(Phrase(i, i + 2 + year, text, whole=year != 1))
+                i += 2 + year
+                continue
+            j = i
+            while j < len(words) and not (words[j] == "march" and words[j + 1:j + 2] == ["fifth"]):
+                j += 1
+            out += [Phrase(p.start + i, p.end + i, p.text, p.whole) for p in super().phrases(words[i:j])]
+            i = j
+        return out
+
+
+@pytest.mark.parametrize("right_context", [0, 1, 2, 3])
+def test_a_date_is_written_whole_whatever_the_chunking(right_context):
+    """A month is held like a number while a day may follow, and "march fifth," (the comma a
+    written date puts there) while a year may: one word a message, any right context."""
+    for speech, written in [("we flew on march fifth twenty twenty at noon ok", "March 5, 2020"),
+                            ("we met on march fifth at noon ok", "March 5")]:
+        driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, itn=True),
+                        written=WrittenForms(SERVER_LEXICON, DateNormalizer()))
+        driver.infer = marks_model(driver.aligner, {**MARKS, "fifth": COMMA})
+        driver.stream(speech)
+        text = " ".join(f.text for f in driver.finals() if f.text)
+        assert written in text, (right_context, text)
+        assert " ".join(w.w for f in driver.finals() for w in f.words) == speech
+
+
+@pytest.mark.parametrize("closing", ["flush", "end"])
+@pytest.mark.parametrize("defer", [False, True])
+def test_words_held_at_a_pause_are_written_by_a_flush_or_the_end_with_no_words_after(closing, defer):
+    """A number held at a pause for words that never come ("it costs twenty", a pause, then
+    ``flush`` or ``end``): its text comes in a final of no words, before ``flushed`` / ``end``;
+    the finals' texts joined show every word once."""
+    from streampunct.core.wire import Ended, Flushed, FlushRequest
+
+    options = SessionOptions(right_context=3, max_delay_ms=1000, itn=True)
+    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+    if defer:
+        driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=options,
+                                          written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()),
+                                          defer_written=True)
+    driver.send(WordsMessage((Word("costs"), Word("twenty"))))
+    driver.now += 1.5
+    driver._pump()
+    driver.send(FlushRequest() if closing == "flush" else EndRequest())
+    out = _resolved(driver.out)
+    finals = [m for m in out if isinstance(m, Final)]
+    assert [(f.start, [w.w for w in f.words], f.text) for f in finals] == [
+        (0, ["costs", "twenty"], "costs"), (2, [], "20")]
+    last = out[-1]
+    assert last == (Flushed(2) if closing == "flush" else Ended(2))
+    assert out.index(finals[-1]) == len(out) - 2  # the text first, then flushed / end
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_flush_with_nothing_held_sends_no_empty_final(defer):
+    from streampunct.core.wire import FlushRequest
+
+    options = SessionOptions(right_context=3, max_delay_ms=1000, itn=True)
+    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+    if defer:
+        driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=options,
+                                          written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()),
+                                          defer_written=True)
+    driver.send(WordsMessage((Word("it"), Word("costs"), Word("twenty"))))
+    driver.send(FlushRequest())
+    driver.send(EndRequest())
+    finals = [m for m in _resolved(driver.out) if isinstance(m, Final)]
+    assert all(f.words for f in finals) and " ".join(f.text for f in finals) == "it costs 20"
+
+
 def test_right_context_0_writes_numbers_and_lexicon_phrases_whatever_the_chunking():
     for chunk in (1, 2, 7):
         driver = Driver(SessionOptions(right_context=0, max_delay_ms=60_000, itn=True),
                         written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
         driver.stream("it costs twenty five dollars in new york", chunk=chunk)
         assert " ".join(f.text for f in driver.finals() if f.text) == "it costs $25 in New York,", chunk
+        # a stream that ends on a number, held with nothing after it: written by the end
+        driver = Driver(SessionOptions(right_context=0, max_delay_ms=60_000, itn=True),
+                        written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+        driver.stream("it costs twenty five", chunk=chunk)
+        assert " ".join(f.text for f in driver.finals() if f.text) == "it costs 25", chunk
 
 
 def test_partials_start_with_the_held_words_and_write_their_phrases():
@@ -325,6 +418,37 @@ async def test_through_a_server_with_injected_grammars(aligner):
         await server.shutdown()
 
 
+async def test_through_a_server_the_words_held_at_a_pause_are_written_by_a_flush(aligner):
+    """The server writes ITN texts off the event loop (deferred): a number held at a pause comes
+    with the flush in a final of no words; a flush with nothing held sends none."""
+    from streampunct.client.stream_client import StreamClient
+    from streampunct.core.wire import Flushed
+    from streampunct.server.app import ServerConfig, ServerRuntime, serve
+    from tests.streampunct.conftest import TEST_WINDOW, FakeEngine
+
+    config = ServerConfig(host="127.0.0.1", port=0)
+    server = await serve(config, ServerRuntime(FakeEngine, aligner, TEST_WINDOW, "fake",
+                                               normalizer=NumberWordsNormalizer()))
+    try:
+        await server.wait_ready()
+        client = await StreamClient.connect(server.url, right_context=3, max_delay_ms=100, itn=True)
+        await client.send_words(["costs", "twenty"])
+        first = await client.recv(timeout=10)  # by the delay deadline, nothing after it: "twenty" held
+        assert isinstance(first, Final) and [w.w for w in first.words] == ["costs", "twenty"]
+        assert first.text == "costs"
+        await client.flush()
+        assert await client.recv(timeout=10) == Final(2, (), "20")
+        assert await client.recv(timeout=10) == Flushed(2)
+        await client.send_words(["ok"])
+        await client.flush()
+        got = await client.recv(timeout=10)
+        assert isinstance(got, Final) and [w.w for w in got.words] == ["ok"]
+        assert await client.recv(timeout=10) == Flushed(3)  # no empty final before it
+        await client.close()
+    finally:
+        await server.shutdown()
+
+
 async def test_a_server_without_grammars_ignores_itn_and_the_client_says_so(aligner):
     """The protocol: a server that does not support ``itn`` ignores it (the rest of the config
     applies) and names no ``itn`` in the effective options; the Python client tells the user."""
@@ -377,9 +501,10 @@ def test_frames_of_lexicon_config_round_trip():
 
 def _resolved(out: list) -> list:
     """The protocol's output with every WrittenText resolved, in order (as the server's writer does)."""
-    from streampunct.core.session_protocol import WrittenText
+    from streampunct.core.session_protocol import WrittenText, nothing_to_send
 
-    return [m.resolve() if isinstance(m, WrittenText) else m for m in out]
+    resolved = [m.resolve() if isinstance(m, WrittenText) else m for m in out]
+    return [m for m in resolved if not nothing_to_send(m)]  # as the server's writer drops them
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3])
