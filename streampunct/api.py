@@ -356,6 +356,11 @@ class Stream:
     ``start``/``end`` times given with a :class:`~streampunct.core.wire.Word`) and
     ``text`` (rendered, sentence starts carried across finals). Finals never
     change once returned; together they cover every word pushed, once, in order.
+    With ``itn`` or a lexicon, a final's ``text`` may leave out words held for a
+    written form that later words may go on with; the final that completes it
+    writes them, and a flush or ``end()`` that finds words held writes them in a
+    final of no ``words`` (docs/protocol.md, "Across finals"), so the texts joined
+    show every word once.
 
     The server's limits on one ``words`` frame (``too_large``: 1000 words, a word of 256
     characters) do not apply in-process, so "the server's finals" holds for the chunks a
