@@ -62,6 +62,9 @@ class Limits:
         max_lexicon_pairs: most ``[spoken, written]`` pairs in ``config.lexicon``.
         max_lexicon_chars: most characters in ``config.lexicon``, both sides of
             every pair together.
+        max_message_bytes: the largest frame (bytes as sent: UTF-8, after JSON's escapes);
+            a larger one closes the connection with 1009, whatever it holds. None: not
+            announced.
     """
 
     max_words_per_message: int = 1000
@@ -71,6 +74,7 @@ class Limits:
     max_context_words: int | None = None
     max_lexicon_pairs: int = 1000
     max_lexicon_chars: int = 50_000
+    max_message_bytes: int | None = None
 
 
 DEFAULT_LIMITS = Limits()

@@ -401,7 +401,7 @@ class StreamServer:
             window=self.window,
             batcher=self.batcher,
             metrics=self.metrics,
-            limits=config.limits,
+            limits=replace(config.limits, max_message_bytes=config.max_message_bytes),  # ready announces it
             defaults=config.session_defaults,
             model_name=runtime.model_name,
             max_backlog_words=config.max_backlog_words,

@@ -85,6 +85,8 @@ async def test_ready_then_config_with_effective_values(start_server):
     async with client:
         assert client.ready.protocol == 1 and client.ready.model == "fake-model"
         assert client.ready.session and client.ready.config == defaults
+        # the frame limit too, so a client that keeps every announced limit never meets a 1009
+        assert client.ready.limits is not None and client.ready.limits.max_message_bytes == 1 << 20
         assert await client.configure(ConfigRequest(right_context=1)) == SessionOptions(1, 900, False, False)
         # Options accumulate over several config messages before the first words.
         assert await client.configure(ConfigRequest(partials=True, capitalize=True)) == SessionOptions(1, 900, True, True)
