@@ -83,6 +83,9 @@ MONTHS = frozenset(_MONTHS)
 #: tests/streampunct/test_itn.py checks that every phrase begins with one).
 OPENERS = frozenset(_MONTHS + list("abcdefghijklmnopqrstuvwxyz") + [
     "the", "an", "half", "quarter", "point", "minus", "negative", "plus", "oh", "double", "triple"])
+#: The openers a stream holds at a final's end while a number word may follow ("a" before
+#: "hundred billion", "point" before "five"): not the letters, which spell words too.
+HELD_OPENERS = frozenset(["a", "an", "the", "half", "quarter", "point", "minus", "negative"])
 
 #: Number words that the grammars write (with house_style) only beside a unit, currency, time or
 #: date word: alone they stay words ("one of them", "the first"), the commonest case in
@@ -240,6 +243,8 @@ class NemoNormalizer:
     number_words = NUMBER_WORDS
     #: The month names, which begin a date that later words may go on with (held likewise).
     month_words = MONTHS
+    #: Other words a number phrase begins with, held likewise while a number word may follow.
+    opener_words = HELD_OPENERS
 
     def __init__(self, inverse_normalizer: Any, *, cache_size: int = 4096) -> None:
         self._inv = inverse_normalizer
@@ -358,6 +363,7 @@ class ProcessNormalizer:
     answers_at_once = True
     number_words = NUMBER_WORDS
     month_words = MONTHS
+    opener_words = HELD_OPENERS
 
     def __init__(self, cache_dir: Path | None = None, *, workers: int = 1, cache_size: int = 4096) -> None:
         if workers < 1:

@@ -43,7 +43,11 @@ MAX_LEXICON_ENTRY_CHARS = 256
 #: cut between finals).
 MAX_HELD_WORDS = 32
 #: Words after a final's last number word that may go on with it ("one hundred | and five").
-_GOES_ON = frozenset(("and", "point"))
+_GOES_ON = ("and", "point", "oh")  # "one hundred and", "three point", "nineteen oh" (five)
+#: Currency signs of written money: whole units at a pause may go on ("$2", then "and fifty cents").
+_CURRENCY = "$€£¥"
+#: Letters that go on with a number as a time does ("seven p" before "m": "7 p.m.").
+_TIME_LETTERS = ("a", "p")
 #: Final words already written that the next phrases see as left context (a cue such as
 #: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
 LEFT_CONTEXT_WORDS = 3
@@ -428,12 +432,17 @@ class FinalTexts:
         return known is not None and word in known
 
     def _open_date(self, span: Sequence[_Held], phrases: Sequence[Phrase]) -> Phrase | None:
-        """A date the final's words end with that later words may complete: a month name with
-        no mark ("on march" before "fifth"), or a month and its day with the comma a written
-        date puts there ("march fifth," before "two thousand twenty": "March 5, 2020")."""
+        """A form the final's words begin at their end that a number after them may complete:
+        a month name or another word a number phrase opens with (the normalizer's
+        ``opener_words``: "on march" before "fifth", "a" before "hundred billion", "by point"
+        before "five"), with no mark; or a month and its day with the comma a written date puts
+        there ("march fifth," before "two thousand twenty": "March 5, 2020")."""
         n = len(span)
         last = span[-1]
-        if self._month(last.word) and last.label not in (COMMA, PERIOD, QUESTION):
+        openers = getattr(self.formatter.normalizer, "opener_words", None) if self.formatter.normalizer else None
+        if self._month(last.word) and last.label not in (PERIOD, QUESTION):  # "april," before "twenty fifth"
+            return Phrase(n - 1, n, "")
+        if openers is not None and last.word in openers and last.label not in (COMMA, PERIOD, QUESTION):
             return Phrase(n - 1, n, "")
         if last.label == COMMA and self._number([last.word]):
             ending = next((p for p in phrases if p.end == n and p.text), None)
@@ -441,24 +450,37 @@ class FinalTexts:
                 return Phrase(ending.start, n, "")
         return None
 
-    def _open_number(self, span: Sequence[_Held], phrases: Sequence[Phrase]) -> Phrase | None:
+    def _open_number(self, span: Sequence[_Held], phrases: Sequence[Phrase],
+                     context: Sequence[str] = (), paused: bool = False) -> Phrase | None:
         """The number the final's words end with, unmarked, which later words may go on
         ("it costs twenty" before "five dollars", "one hundred" before "and five", "one
-        hundred and"): the phrase that ends with its last number word, or else the number
-        words it ends with, through the last word."""
+        hundred and", "seven p" before "m"): the phrase that ends with its last number word,
+        or else the number words it ends with, through the last word; or a written form
+        before "and", or money in whole units before a pause ("two dollars" before "and fifty
+        cents": "$2.50")."""
         n = len(span)
-        last = n - 1 if n > 1 and span[-1].word in _GOES_ON else n  # "one hundred and"
-        if not last or any(h.label in (COMMA, PERIOD, QUESTION) for h in span[last - 1:]):
+        trailing = 1 if n > 1 and span[-1].word in _GOES_ON + _TIME_LETTERS else 0  # "one hundred and", "seven p"
+        last = n - trailing
+        # A comma does not end a number: the model puts them between digits and inside numbers
+        # ("five, five, five, one two...", "one thousand, two hundred") when it sees little
+        # after them; held across them, the words are written as offline writes them (one
+        # form, its commas not shown, or several forms with their commas).
+        if not last or any(h.label in (PERIOD, QUESTION) for h in span[last - 1:]) or \
+                (trailing and span[last - 1].label == COMMA):
             return None
         if not self._number([span[last - 1].word]):
-            return None
-        ending = next((p for p in phrases if p.end == last), None)
-        if ending is not None:
-            return Phrase(ending.start, n, "")
+            form = next((p for p in phrases if p.end == last and p.text), None)  # "$2" before "and"
+            if form is None:
+                return None
+            before_and = (span[-1].word if trailing else context[:1] and context[0]) == "and"
+            whole_units = paused and not trailing and form.text[:1] in _CURRENCY and "." not in form.text
+            return Phrase(form.start, n, "") if before_and or whole_units else None
         s = last - 1
-        while s > 0 and self._number([span[s - 1].word]) and span[s - 1].label not in (COMMA, PERIOD, QUESTION):
+        while s > 0 and (self._number([span[s - 1].word]) or span[s - 1].word in _GOES_ON) and \
+                span[s - 1].label not in (PERIOD, QUESTION):
             s -= 1
-        return Phrase(s, n, "")
+        ending = next((p for p in phrases if p.end == last), None)
+        return Phrase(s if ending is None else min(s, ending.start), n, "")
 
     def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
         """A lexicon phrase that the words after the final's may still complete: the words
@@ -504,8 +526,9 @@ class FinalTexts:
             crossing = self._open_lexicon_phrase(span, all_words)
         if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
-        if crossing is None and (paused or context[:1] and context[0] in _GOES_ON or self._number(context[:1])):
-            crossing = self._open_number(span, phrases)  # "twenty" before a pause or "and"
+        if crossing is None and (paused or context[:1] and context[0] in _GOES_ON + _TIME_LETTERS
+                                 or self._number(context[:1])):
+            crossing = self._open_number(span, phrases, context, paused)  # "twenty" before a pause or "and"
         if crossing is None and (paused or self._number(context[:1])):
             crossing = self._open_date(span, phrases)  # "march" or "march fifth," before a pause or a number
         elif crossing is not None and 0 < crossing.start < n and self._number([span[crossing.start].word]):

@@ -417,3 +417,31 @@ def test_numbers_side_by_side_keep_their_commas(nemo):
     assert render("ten twenty thirty".split(), [COMMA, COMMA, PERIOD], sentence_start=False) == "10, 20, 30."
     assert render("twenty thirty forty".split(), [COMMA, COMMA, PERIOD], sentence_start=False) == (
         "twenty, thirty, forty.")  # read as the "year" 3040: left spoken
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right_context", [0, 1])
+def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_context):
+    """One word a message at right context 0 or 1 (each final decided with one word after it or
+    none), a stream writes each sentence as its finals' words and marks written in one piece
+    would be: times before "m", money before "and", dates after a month, numbers across the
+    commas the model puts between digits, a year's "oh", an opener before a number."""
+    from streampunct import Punctuator
+    from streampunct.labels import ID_TO_MARK
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    p = Punctuator.load(itn=True, capitalize=False)  # the grammars the fixture compiled
+    formatter = p.written.formatter(itn=True, lexicon=(), capitalize=False)
+    for spoken in ["the store opens at seven p m", "the coffee was two dollars and fifty cents today",
+                   "the race is on april twenty fifth", "she was born on june twelfth nineteen eighty",
+                   "call me at five five five one two three four", "the museum opened in nineteen oh five",
+                   "the galaxy holds a hundred billion stars", "the survey asked one thousand two hundred adults"]:
+        s = p.stream(right_context=right_context, max_delay_ms=600_000, itn=True, capitalize=False)
+        finals = [f for w in spoken.split() for f in s.push([w])] + s.end()
+        words = [w.w for f in finals for w in f.words]
+        labels = [ID_TO_MARK.index(w.p) for f in finals for w in f.words]
+        assert words == spoken.split()
+        whole = formatter.render(words, labels, (), sentence_start=True, phrases=formatter.phrases(words, labels))
+        assert " ".join(f.text for f in finals if f.text) == whole, spoken
