@@ -43,13 +43,13 @@ class Driver:
     """A session on a simulated clock with a word-level fake model (labels from ``MARKS``)."""
 
     def __init__(self, options: SessionOptions, *, written: WrittenForms | None = None,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 limits: Limits = DEFAULT_LIMITS, defer_written: bool = False) -> None:
         self.aligner = WordAligner()
         self.infer = marks_model(self.aligner, MARKS)
         if written is None:
             written = WrittenForms(SERVER_LEXICON, FakeNormalizer())
         self.protocol = SessionProtocol(aligner=self.aligner, window=WINDOW, defaults=options,
-                                        written=written, limits=limits)
+                                        written=written, limits=limits, defer_written=defer_written)
         self.now = 0.0
         self.out: list = []
 
@@ -204,11 +204,7 @@ def test_words_held_at_a_pause_are_written_by_a_flush_or_the_end_with_no_words_a
     from streampunct.core.wire import Ended, Flushed, FlushRequest
 
     options = SessionOptions(right_context=3, max_delay_ms=1000, itn=True)
-    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
-    if defer:
-        driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=options,
-                                          written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()),
-                                          defer_written=True)
+    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()), defer_written=defer)
     driver.send(WordsMessage((Word("costs"), Word("twenty"))))
     driver.now += 1.5
     driver._pump()
@@ -227,11 +223,7 @@ def test_a_flush_with_nothing_held_sends_no_empty_final(defer):
     from streampunct.core.wire import FlushRequest
 
     options = SessionOptions(right_context=3, max_delay_ms=1000, itn=True)
-    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
-    if defer:
-        driver.protocol = SessionProtocol(aligner=driver.aligner, window=WINDOW, defaults=options,
-                                          written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()),
-                                          defer_written=True)
+    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()), defer_written=defer)
     driver.send(WordsMessage((Word("it"), Word("costs"), Word("twenty"))))
     driver.send(FlushRequest())
     driver.send(EndRequest())
@@ -512,10 +504,7 @@ def test_deferred_texts_are_the_texts_written_at_once(chunk):
     options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, itn=True)
     at_once = Driver(options)
     at_once.stream(SPEECH, chunk=chunk)
-    deferred = Driver(options)
-    deferred.protocol = SessionProtocol(aligner=deferred.aligner, window=WINDOW, defaults=options,
-                                        written=WrittenForms(SERVER_LEXICON, FakeNormalizer()),
-                                        defer_written=True)
+    deferred = Driver(options, defer_written=True)
     deferred.stream(SPEECH, chunk=chunk)
     assert any(type(m).__name__ == "WrittenText" for m in deferred.out)
     assert [m.to_json() for m in _resolved(deferred.out)] == [m.to_json() for m in at_once.out]
