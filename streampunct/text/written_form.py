@@ -48,6 +48,11 @@ _GOES_ON = ("and", "point", "oh")  # "one hundred and", "three point", "nineteen
 _CURRENCY = "$€£¥"
 #: Letters that go on with a number as a time does ("seven p" before "m": "7 p.m.").
 _TIME_LETTERS = ("a", "p")
+#: Words that go on with a number or a fraction of an hour as a time does ("ten past" or
+#: "quarter to" before "nine": "9:10", "8:45").
+_TIME_LINKS = ("past", "to")
+#: Openers a time link may follow ("half past", "quarter to").
+_HOUR_FRACTIONS = ("half", "quarter")
 #: Final words already written that the next phrases see as left context (a cue such as
 #: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
 LEFT_CONTEXT_WORDS = 3
@@ -435,7 +440,8 @@ class FinalTexts:
         """A form the final's words begin at their end that a number after them may complete:
         a month name or another word a number phrase opens with (the normalizer's
         ``opener_words``: "on march" before "fifth", "a" before "hundred billion", "by point"
-        before "five"), with no mark; or a month and its day with the comma a written date puts
+        before "five"), with no mark; "half" or "quarter" and "past" or "to" ("quarter to" before
+        "nine"); or a month and its day with the comma a written date puts
         there ("march fifth," before "two thousand twenty": "March 5, 2020")."""
         n = len(span)
         last = span[-1]
@@ -444,6 +450,9 @@ class FinalTexts:
             return Phrase(n - 1, n, "")
         if openers is not None and last.word in openers and last.label not in (COMMA, PERIOD, QUESTION):
             return Phrase(n - 1, n, "")
+        if last.word in _TIME_LINKS and last.label not in (COMMA, PERIOD, QUESTION) and n > 1 and \
+                span[-2].word in _HOUR_FRACTIONS and span[-2].label not in (COMMA, PERIOD, QUESTION):
+            return Phrase(n - 2, n, "")  # "quarter to" before "nine"
         if last.label == COMMA and self._number([last.word]):
             ending = next((p for p in phrases if p.end == n and p.text), None)
             if ending is not None and self._month(span[ending.start].word):
@@ -459,7 +468,7 @@ class FinalTexts:
         before "and", or money in whole units before a pause ("two dollars" before "and fifty
         cents": "$2.50")."""
         n = len(span)
-        trailing = 1 if n > 1 and span[-1].word in _GOES_ON + _TIME_LETTERS else 0  # "one hundred and", "seven p"
+        trailing = 1 if n > 1 and span[-1].word in _GOES_ON + _TIME_LETTERS + _TIME_LINKS else 0  # "one hundred and"
         last = n - trailing
         # A comma does not end a number: the model puts them between digits and inside numbers
         # ("five, five, five, one two...", "one thousand, two hundred") when it sees little
@@ -526,15 +535,19 @@ class FinalTexts:
             crossing = self._open_lexicon_phrase(span, all_words)
         if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
-        if crossing is None and (paused or context[:1] and context[0] in _GOES_ON + _TIME_LETTERS
+        if crossing is None and (paused or context[:1] and context[0] in _GOES_ON + _TIME_LETTERS + _TIME_LINKS
                                  or self._number(context[:1])):
             crossing = self._open_number(span, phrases, context, paused)  # "twenty" before a pause or "and"
-        if crossing is None and (paused or self._number(context[:1])):
+        if crossing is None and (paused or self._number(context[:1]) or context[:1] and context[0] in _TIME_LINKS):
             crossing = self._open_date(span, phrases)  # "march" or "march fifth," before a pause or a number
         elif crossing is not None and 0 < crossing.start < n and self._number([span[crossing.start].word]):
             date = self._open_date(span[:crossing.start], phrases)  # "march fifth," before "two thousand"
             if date is not None:
                 crossing = Phrase(date.start, crossing.end, "")
+        while crossing is not None and (inside := next(
+                (p for p in phrases if p.start < crossing.start < p.end), None)) is not None:
+            # held from inside a form ("five two" of "one dollar five two": "$1.05"): from its start
+            crossing = Phrase(inside.start, crossing.end, "")
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now

@@ -425,7 +425,8 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
     """One word a message at right context 0 or 1 (each final decided with one word after it or
     none), a stream writes each sentence as its finals' words and marks written in one piece
     would be: times before "m", money before "and", dates after a month, numbers across the
-    commas the model puts between digits, a year's "oh", an opener before a number."""
+    commas the model puts between digits, a year's "oh", an opener before a number, "quarter to" and
+    "ten past" before the hour, a number word after a sum that ends on one ("one dollar five two")."""
     from streampunct import Punctuator
     from streampunct.labels import ID_TO_MARK
     from streampunct.model import DEFAULT_MODEL_DIR
@@ -437,7 +438,9 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
     for spoken in ["the store opens at seven p m", "the coffee was two dollars and fifty cents today",
                    "the race is on april twenty fifth", "she was born on june twelfth nineteen eighty",
                    "call me at five five five one two three four", "the museum opened in nineteen oh five",
-                   "the galaxy holds a hundred billion stars", "the survey asked one thousand two hundred adults"]:
+                   "the galaxy holds a hundred billion stars", "the survey asked one thousand two hundred adults",
+                   "it costs one dollar five two of them", "we left at quarter to nine ok",
+                   "see you at ten past seven ok"]:
         s = p.stream(right_context=right_context, max_delay_ms=600_000, itn=True, capitalize=False)
         finals = [f for w in spoken.split() for f in s.push([w])] + s.end()
         words = [w.w for f in finals for w in f.words]

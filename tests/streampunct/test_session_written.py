@@ -195,6 +195,45 @@ def test_a_date_is_written_whole_whatever_the_chunking(right_context):
         assert " ".join(w.w for f in driver.finals() for w in f.words) == speech
 
 
+class SumsAndTimesNormalizer(NumberWordsNormalizer):
+    """Adds two forms the ITN grammars write, found before the plain numbers: "one dollar five"
+    -> "$1.05" ("one dollar": "$1"; a form that ends on a number word another may follow) and
+    "quarter to nine" -> "8:45" (a two-word opener before the number)."""
+
+    opener_words = frozenset(("quarter",))
+    FORMS = {("one", "dollar", "five"): "$1.05", ("one", "dollar"): "$1", ("quarter", "to", "nine"): "8:45"}
+
+    def phrases(self, words: Sequence[str], *, first: int = 0, until: int | None = None) -> list[Phrase]:
+        out: list[Phrase] = []
+        i = j = 0
+        while j < len(words):
+            form = next((f for f in self.FORMS if tuple(words[j:j + len(f)]) == f), None)
+            if form is None:
+                j += 1
+                continue
+            out += [Phrase(p.start + i, p.end + i, p.text, p.whole) for p in super().phrases(words[i:j])]
+            out.append(Phrase(j, j + len(form), self.FORMS[form]))
+            i = j = j + len(form)
+        return out + [Phrase(p.start + i, p.end + i, p.text, p.whole) for p in super().phrases(words[i:])]
+
+
+@pytest.mark.parametrize("right_context", [0, 1, 2, 3])
+@pytest.mark.parametrize(("speech", "written"), [
+    ("it costs one dollar five two of them ok", "it costs $1.05 two of them ok."),
+    ("we left at quarter to nine ok", "we left at 8:45 ok."),
+])
+def test_a_form_is_written_whole_when_numbers_follow_it_or_it_opens_with_two_words(
+        right_context, speech, written):
+    """Words held from inside a form ("five two" after "one dollar": "$1.05" and "two") are held
+    from the form's first word, and "quarter to" is held while a number may follow: one word a
+    message, any right context, the finals' texts read as the whole text written in one piece."""
+    driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, itn=True),
+                    written=WrittenForms(SERVER_LEXICON, SumsAndTimesNormalizer()))
+    driver.stream(speech)
+    assert " ".join(f.text for f in driver.finals() if f.text) == written
+    assert " ".join(w.w for f in driver.finals() for w in f.words) == speech
+
+
 @pytest.mark.parametrize("closing", ["flush", "end"])
 @pytest.mark.parametrize("defer", [False, True])
 def test_words_held_at_a_pause_are_written_by_a_flush_or_the_end_with_no_words_after(closing, defer):
