@@ -64,6 +64,7 @@ from benchmarks.server_under_test import (
     http_get,
     require_model_folder,
 )
+from engines.registry import engine_threads, physical_cores
 from streampunct.core.options import SessionOptions
 
 HAPROXY_TEMPLATE = REPO / "deploy" / "haproxy.cfg"
@@ -99,6 +100,9 @@ class ReplicaSpec:
     drain: str = "resume"
     max_sessions: int = 1000
     startup_timeout_s: float = 180.0
+    #: Engine threads of each engine (its backend's threads option; None: the server's own
+    #: split, which gives one engine all the host's cores): replicas on one host share them.
+    engine_threads: int | None = None
 
     def argv(self, port: int) -> list[str]:
         argv = [sys.executable, "-m", "streampunct.cli", "--log-level", "WARNING", "serve",
@@ -106,6 +110,9 @@ class ReplicaSpec:
                 "--drain", self.drain, "--max-sessions", str(self.max_sessions)]
         if self.engine_workers is not None:
             argv += ["--engine-workers", str(self.engine_workers)]
+        if self.engine_threads is not None:
+            argv += [a for key, value in engine_threads(self.engine, self.engine_threads).items()
+                     for a in ("--engine-option", f"{key}={value}")]
         if self.model_dir is not None:
             argv += ["--model", str(self.model_dir)]
         return argv
@@ -472,8 +479,12 @@ def summary_text(result: dict) -> str:
 
 
 def replica_spec(cfg: FailoverConfig) -> ReplicaSpec:
+    """Each replica's options: its engines get an equal share of the host's cores (at least
+    one thread each), as replicas on one host should (docs/deploy.md, "Single host")."""
+    engines = cfg.replicas * (cfg.engine_workers or 1)
     return ReplicaSpec(engine=cfg.engine, model_dir=cfg.model_dir, engine_workers=cfg.engine_workers,
-                       drain=cfg.drain, startup_timeout_s=cfg.startup_timeout_s)
+                       drain=cfg.drain, startup_timeout_s=cfg.startup_timeout_s,
+                       engine_threads=max(1, physical_cores() // engines))
 
 
 def hold(cfg: FailoverConfig, workdir: Path | None = None) -> int:

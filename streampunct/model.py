@@ -110,7 +110,10 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
     if path.exists() and not path.is_dir():
         raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")
     if not path.is_dir():
-        hint = " (the shipped model; see README for how to build it)" if model_dir is None else ""
+        hint = ""
+        if model_dir is None:
+            hint = (" (from STREAMPUNCT_MODEL; unset it for the shipped model)" if "STREAMPUNCT_MODEL" in os.environ
+                    else " (the shipped model; see README for how to build it)")
         shipped = DEFAULT_MODEL_DIR.parent / path.name
         if model_dir is not None and not path.is_absolute() and (shipped / METADATA_FILE).is_file():
             hint = f" in {Path.cwd()}; the shipped model of that name is {shipped}"

@@ -85,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.server.event_loop import EventLoop
 
     parser.add_argument("--model", metavar="DIR", default=None,
-                        help="model folder (default: the shipped models/default; --engine fake needs "
-                             "none and takes only its tokenizer)")
+                        help="model folder (default: $STREAMPUNCT_MODEL, else the shipped models/default; "
+                             "--engine fake needs none and takes only its tokenizer)")
     parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),
                         help="inference backend (fake: synthetic labels at a chosen cost, no model needed; "
                              "default: %(default)s)")
@@ -195,7 +195,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     written.add_argument("--itn-grammars", choices=choices(ItnGrammars), default=str(ServerConfig.itn_grammars),
                          help="load the ITN grammars at startup (seconds, tens of MB), so that "
                               "sessions may ask for itn: on (needs the itn extra), auto (when it is "
-                              "installed), off (default: itn is refused unless --itn)")
+                              "installed), off (default, unless --itn: a session's itn is ignored and "
+                              "its config answer names no itn)")
     written.add_argument("--itn-cache", metavar="DIR", default=None,
                          help="where the compiled ITN grammars are cached (default: "
                               "~/.cache/streampunct/itn; the first start compiles them, about half a minute)")

@@ -75,6 +75,26 @@ from streampunct.text.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, 
 
 logger = logging.getLogger(__name__)
 
+
+class ConnectionLogFilter(logging.Filter):
+    """Keeps websockets' per-connection INFO lines out of the server's log unless its logger
+    is at DEBUG: "connection open"/"closed" and every HTTP answer ("HTTP response sent (200
+    OK)" to each health check, twice a second per replica behind the shipped HAProxy
+    configuration). The server logs what they would say itself: each session's open and close
+    (``session=... opened``) and each refusal (``refused ...``)."""
+
+    NOISE = frozenset(("connection open", "connection closed", "HTTP response sent (%d %s)",
+                       "connection rejected (%d %s)"))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno != logging.INFO or record.msg not in self.NOISE
+                or logging.getLogger(record.name).isEnabledFor(logging.DEBUG))
+
+
+#: websockets' logger for the server's connections (its listening and closing lines stay at INFO).
+websockets_logger = logging.getLogger(f"{__name__}.websockets")
+websockets_logger.addFilter(ConnectionLogFilter())
+
 #: The signals that drain a server (and that a --workers supervisor forwards to its workers).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -171,7 +191,7 @@ class ServerConfig:
             their undecided words (docs/server.md, "Draining").
         itn_grammars: an :class:`ItnGrammars`: the ITN grammars (``itn`` sessions; the ``itn`` extra)
             are loaded at startup: ``on`` (required), ``auto`` (when the extra
-            is installed) or ``off`` (``itn`` is refused).
+            is installed) or ``off`` (a session's ``itn`` is ignored: the ``config`` answer does not name it).
         itn_cache: where the compiled grammars are cached (None:
             :func:`streampunct.text.itn.default_cache_dir`).
         itn_workers: processes that run the loaded grammars
@@ -468,7 +488,7 @@ class StreamServer:
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,
-                logger=logging.getLogger("streampunct.server.app.websockets"),
+                logger=websockets_logger,
                 # serve --workers: every worker listens on the port (the kernel spreads the connections)
                 reuse_port=self.config.workers > 1 or None,
             )

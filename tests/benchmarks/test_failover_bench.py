@@ -19,6 +19,7 @@ from benchmarks.failover_bench import (
     config_from_args,
     ok,
     render_haproxy_config,
+    replica_spec,
     run_failover_bench,
     summarize,
 )
@@ -34,7 +35,7 @@ def test_the_template_renders_one_server_line_per_replica_and_the_contract(tmp_p
     assert servers == [["server", f"r{k}", f"127.0.0.1:{8800 + k}"] for k in (1, 2, 3)]
     assert "${" not in text and "bind 127.0.0.1:9000" in text
     for directive in ("balance leastconn", "http-check send meth GET uri /healthz", "http-check expect status 200",
-                      "timeout tunnel 1h", "retry-on conn-failure empty-response response-timeout 503",
+                      "timeout tunnel 1h", "timeout check 2s", "retry-on conn-failure empty-response response-timeout 503",
                       f"stats socket {tmp_path / 's.sock'}"):
         assert directive in text
 
@@ -64,6 +65,20 @@ def test_the_cli_builds_the_config():
     cfg = config_from_args(args)
     assert (cfg.replicas, cfg.sessions, cfg.engine, cfg.restart_killed, cfg.drain) == (2, 5, "fake", True, "finalize")
     assert (cfg.duration_s, cfg.kill_at_s, cfg.term_at_s) == (9.0, 2.0, 4.0)
+
+
+@pytest.mark.parametrize(("replicas", "engine_workers"), [(3, 1), (2, 1), (2, 2)])
+def test_replicas_on_one_host_share_its_cores_once(monkeypatch, replicas, engine_workers):
+    """Each replica's engines get cores / (replicas x engine workers) intra-op threads, at least
+    one: with --engine-workers 1 alone, each would take every core of the host."""
+    monkeypatch.setattr("benchmarks.failover_bench.physical_cores", lambda: 4)
+    cfg = FailoverConfig(replicas=replicas, engine_workers=engine_workers, restart_killed=True)
+    argv = replica_spec(cfg).argv(8801)
+    threads = max(1, 4 // (replicas * engine_workers))
+    assert argv[argv.index("--engine-option") + 1] == f"intra_op_threads={threads}"
+    assert argv[argv.index("--engine-workers") + 1] == str(engine_workers)
+    fake = replica_spec(FailoverConfig(replicas=replicas, engine="fake", restart_killed=True)).argv(8801)
+    assert "--engine-option" not in fake  # the fake engine has no threads option
 
 
 def _record(words, finals, prefill=0):

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import types
@@ -67,6 +68,19 @@ def test_punctuate_missing_file_and_missing_model(tmp_path, capsys):
     f.write_text("hello there")
     assert main(["punctuate", str(f), "--model", str(tmp_path / "nomodel")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["punctuate", "serve"])
+def test_a_missing_model_from_streampunct_model_names_the_variable(tmp_path, command):
+    """$STREAMPUNCT_MODEL replaces the shipped default: a folder it names that does not exist is
+    blamed on it, not on the shipped model."""
+    env = {**os.environ, "STREAMPUNCT_MODEL": str(tmp_path / "gone")}
+    args = {"punctuate": ["punctuate", "-"], "serve": ["serve", "--port", "0"]}[command]
+    done = subprocess.run([sys.executable, "-m", "streampunct.cli", *args], input="hello there", env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(f"error: model folder {tmp_path / 'gone'} does not exist "
+                                        "(from STREAMPUNCT_MODEL; unset it for the shipped model)")
 
 
 def test_transcript_reader_handles_labels_and_huge_words(tmp_path):

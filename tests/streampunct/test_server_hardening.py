@@ -528,3 +528,39 @@ async def test_requests_websockets_refuses_unparsed_are_counted_logged_and_name_
     writer.close()
     assert (await request(server.port)).status == 200
     assert rejected(server, "malformed") == 1.0 and len(refusal_lines(caplog)) == 1
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
+async def test_health_checks_and_sessions_log_no_websockets_connection_lines_at_info(start_server, caplog, level):
+    """A balancer checks /healthz twice a second: at INFO its answers and every connection's
+    open/close (websockets' lines) stay out of the log, the server's own session and refusal
+    lines stay in; at DEBUG websockets' lines are there too."""
+    caplog.set_level(logging.INFO)
+    logging.getLogger("streampunct.server.app.websockets").setLevel(level)
+    try:
+        server = await start_server()
+        for _ in range(3):
+            assert (await request(server.port, "GET", "/healthz")).status == 200
+        assert (await request(server.port, "GET", "/metrics")).status == 200
+        assert (await request(server.port, "GET", "/healthz", host="elsewhere.example")).status == 421
+        async with ws_connect(f"ws://127.0.0.1:{server.port}/v1/stream") as ws:
+            await ws.recv()  # ready
+            await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in WORDS[:5]]}))
+            await ws.send(json.dumps({"type": "end"}))
+            async for frame in ws:
+                if json.loads(frame)["type"] == "end":
+                    break
+        await until(lambda: any(r.getMessage().endswith(" closed") and r.name == "streampunct.server.app"
+                                for r in caplog.records))
+    finally:
+        logging.getLogger("streampunct.server.app.websockets").setLevel(logging.NOTSET)
+    connection_lines = [r.getMessage() for r in caplog.records if r.name == "streampunct.server.app.websockets"
+                        and r.levelno == logging.INFO and not r.getMessage().startswith("server ")]
+    own = [r.getMessage() for r in caplog.records if r.name == "streampunct.server.app"]
+    assert any(m.startswith("refused") and "421" in m for m in own), own
+    assert any("opened from" in m for m in own) and any(m.endswith(" closed") for m in own)
+    if level == logging.INFO:
+        assert connection_lines == []
+    else:
+        assert connection_lines.count("HTTP response sent (200 OK)") == 4
+        assert "connection open" in connection_lines and "connection closed" in connection_lines
