@@ -147,16 +147,24 @@ class BatchRecord:
 
     Attributes:
         size: requests in the batch.
-        tokens: tokens the engine ran: batch size x longest sequence for a
-            padded call, the sum of the lengths when each window ran alone.
+        tokens: tokens the engine ran: rows x longest sequence of each padded
+            call, summed (a window run alone: its length).
         seconds: wall time of the engine call(s), padding included.
         failed: requests of the batch that got an :class:`EngineFailedError`.
+        calls: (rows, seconds) of each engine call the batch made (each window
+            alone under ``batch_rows``; the full and the cached streaming calls
+            apart); empty: one call of ``size`` rows that took ``seconds``.
     """
 
     size: int
     tokens: int
     seconds: float
     failed: int = 0
+    calls: tuple[tuple[int, float], ...] = ()
+
+    def engine_calls(self) -> tuple[tuple[int, float], ...]:
+        """(rows, seconds) of each engine call."""
+        return self.calls or ((self.size, self.seconds),)
 
 
 @dataclass(eq=False)
@@ -498,8 +506,9 @@ class Batcher:
         work = [item.work for item in batch]
         t0 = time.perf_counter()
         results: list = []
+        calls: list[tuple[int, int, float]] = []
         try:
-            results, seconds = await self._in_thread(worker, self._infer_batch, worker.engine, work)
+            (results, calls), seconds = await self._in_thread(worker, self._infer_batch, worker.engine, work)
         except Exception as exc:
             if len(batch) == 1:
                 results = [exc]
@@ -510,10 +519,13 @@ class Batcher:
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
-            # tokens the engine ran: each padded call's rows x its longest sequence
-            calls = [[c for c in work if c.full], [c for c in work if not c.full]] if stream else [work]
-            tokens = sum(len(g) * max(len(_ids(c)) for c in g) for g in calls if g)
-            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed))
+            if calls:
+                tokens = sum(t for _, t, _ in calls)
+            else:  # failed: as the calls would have run
+                groups = [[c for c in work if c.full], [c for c in work if not c.full]] if stream else [work]
+                tokens = sum(len(g) * max(len(_ids(c)) for c in g) for g in groups if g)
+            self._on_batch(BatchRecord(len(batch), tokens, seconds, failed,
+                                       tuple((rows, secs) for rows, _, secs in calls)))
 
     @staticmethod
     async def _in_thread(worker: _Worker, fn: Callable, *args: object) -> tuple:
@@ -533,17 +545,28 @@ class Batcher:
         handing each to the event loop as it is done (tried) made the loop's work for the
         sessions compete with the worker for the GIL and both cores, and the engine ran
         a third slower under load."""
-        results, seconds = await self._in_thread(worker, self._infer_alone, worker.engine, batch)
+        (results, calls), seconds = await self._in_thread(worker, self._infer_alone, worker.engine, batch)
         failed = self._answer(batch, results)
         ran = [item for item, result in zip(batch, results, strict=True) if result is not None]
         if self._on_batch is not None and ran:
             tokens = sum(len(_ids(item.work)) for item in ran)
-            self._on_batch(BatchRecord(len(ran), tokens, seconds, failed))
+            self._on_batch(BatchRecord(len(ran), tokens, seconds, failed, tuple(calls)))
 
-    def _infer_alone(self, engine: Engine, batch: Sequence[_Pending]) -> list[EngineOutput | BaseException | None]:
+    def _infer_alone(self, engine: Engine, batch: Sequence[_Pending]
+                     ) -> tuple[list[EngineOutput | BaseException | None], list[tuple[int, float]]]:
         """Worker thread: each window in its own call; None for a window whose session
-        went away before its turn (a hint read across threads, checked again on the loop)."""
-        return [None if item.future.done() else self._infer_each(engine, [item.work])[0] for item in batch]
+        went away before its turn (a hint read across threads, checked again on the loop).
+        Also (1, seconds) of each call made."""
+        results: list[EngineOutput | BaseException | None] = []
+        calls: list[tuple[int, float]] = []
+        for item in batch:
+            if item.future.done():
+                results.append(None)
+                continue
+            t0 = time.perf_counter()
+            results.append(self._infer_each(engine, [item.work])[0])
+            calls.append((1, time.perf_counter() - t0))
+        return results, calls
 
     @staticmethod
     def _answer(batch: Sequence[_Pending], results: Sequence[EngineOutput | BaseException | None]) -> int:
@@ -569,12 +592,31 @@ class Batcher:
         """Worker thread: whole windows in one padded call."""
         return run_work(engine, seqs, self._pad_id)
 
-    def _infer_batch(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]) -> list[EngineOutput]:
-        """Worker thread: a batch's calls together (streaming calls each alone when the
-        engine's rows depend on their batch: ``batch_rows``)."""
-        if len(work) > 1 and isinstance(work[0], StreamCall) and runs_rows_alone(self.config.batch_rows, engine):
-            return [run_work(engine, [w], self._pad_id)[0] for w in work]
-        return run_work(engine, work, self._pad_id)
+    def _infer_batch(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]
+                     ) -> tuple[list[EngineOutput], list[tuple[int, int, float]]]:
+        """Worker thread: a batch's engine calls (whole windows padded together; streaming
+        calls as :func:`~streampunct.core.stream_cache.run_stream_calls` groups them, full
+        and cached apart, or each alone when the engine's rows depend on their batch:
+        ``batch_rows``): the outputs in order, and (rows, tokens, seconds) of each call,
+        tokens counted as the call ran them (rows x its longest)."""
+        if not isinstance(work[0], StreamCall):
+            groups = [list(range(len(work)))]
+        elif len(work) > 1 and runs_rows_alone(self.config.batch_rows, engine):
+            groups = [[k] for k in range(len(work))]
+        else:
+            full = [k for k, w in enumerate(work) if w.full]
+            cached = [k for k, w in enumerate(work) if not w.full]
+            groups = [g for g in (full, cached) if g]
+        out: list[EngineOutput | None] = [None] * len(work)
+        calls: list[tuple[int, int, float]] = []
+        for group in groups:
+            t0 = time.perf_counter()
+            results = run_work(engine, [work[k] for k in group], self._pad_id)
+            seconds = time.perf_counter() - t0
+            for k, result in zip(group, results, strict=True):
+                out[k] = result
+            calls.append((len(group), len(group) * max(len(_ids(work[k])) for k in group), seconds))
+        return out, calls  # type: ignore[return-value]  # every slot filled
 
     def _infer_each(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]
                     ) -> list[EngineOutput | BaseException]:

@@ -92,6 +92,10 @@ class ServerMetrics:
             the server as a function).
         input_paused: times a session stopped reading (backlog at its limit, or
             its outbox full).
+        input_wait: seconds sessions' readers held their input, by ``reason``:
+            ``paused`` (as ``input_paused``) or ``throttled`` (as
+            ``input_throttled``). Frames wait in the socket meanwhile, and a
+            word's finalize margin starts only once it is read.
         slow_reader_closes: sessions closed because a send stayed blocked
             longer than the send timeout (the client did not read).
         itn_wait: seconds the text of an ``itn`` session's final or partial
@@ -175,6 +179,14 @@ class ServerMetrics:
             "streampunct_input_paused",
             "Times a session stopped reading its socket (backlog limit or full outbox).", registry=r,
         )
+        self.input_wait = Counter(
+            "streampunct_input_wait_seconds",
+            "Seconds sessions' readers held their input (reason: paused, backlog limit or full outbox; "
+            "throttled, --max-frames-per-s); words wait in the socket then, before their margin starts.",
+            ["reason"], registry=r,
+        )
+        for reason in ("paused", "throttled"):
+            self.input_wait.labels(reason=reason)
         self.input_throttled = Counter(
             "streampunct_input_throttled",
             "Times a session's reader waited because its client sent frames faster than --max-frames-per-s.",
@@ -222,8 +234,11 @@ class ServerMetrics:
             self._trims_seen = (stats.calls, stats.seconds)
 
     def observe_batch(self, record: BatchRecord) -> None:
-        self.batch_size.observe(record.size)
-        self.engine_latency.observe(record.seconds)
+        """A batch's engine calls: the rows and the wall time of each (several calls when
+        its windows ran alone), and the tokens they ran."""
+        for rows, seconds in record.engine_calls():
+            self.batch_size.observe(rows)
+            self.engine_latency.observe(seconds)
         self.engine_tokens.inc(record.tokens)
 
     def observe_window(self, partial: bool, n_tokens: int) -> None:

@@ -386,10 +386,14 @@ class Session:
         loop = asyncio.get_running_loop()
         protocol = self.protocol
         while True:
-            await self._wait_for_room(lambda: protocol.wants_input(loop.time()), pausing_input=True)
+            paused_at = loop.time()
+            if await self._wait_for_room(lambda: protocol.wants_input(loop.time()), pausing_input=True):
+                self._ctx.metrics.input_wait.labels(reason="paused").inc(loop.time() - paused_at)
             if self._frame_rate is not None and (wait := self._frame_rate.wait(loop.time())) > 0:
                 self._ctx.metrics.input_throttled.inc()
+                throttled_at = loop.time()
                 await asyncio.sleep(wait)  # the frame rate's timer: the client is held by TCP meanwhile
+                self._ctx.metrics.input_wait.labels(reason="throttled").inc(loop.time() - throttled_at)
             try:
                 frame = await self._ws.recv()
             except websockets.ConnectionClosed:
@@ -410,8 +414,9 @@ class Session:
 
     async def _wait_for_room(
         self, protocol_ready: Callable[[], bool] | None = None, *, pausing_input: bool = False
-    ) -> None:
-        """Wait until the outbox has room (and ``protocol_ready()``, when given, is true).
+    ) -> bool:
+        """Wait until the outbox has room (and ``protocol_ready()``, when given, is true);
+        True when it held the input (``pausing_input``) to wait.
 
         Woken by ``_progress``, which the driver sets after each window's finals
         and the writer after each message sent.
@@ -423,6 +428,7 @@ class Session:
                 self._ctx.metrics.input_paused.inc()
             self._progress.clear()
             await self._progress.wait()
+        return counted
 
     # -- driver --------------------------------------------------------------
     async def _drive(self) -> None:

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from engines.base import EngineBase
+from streampunct.core.engine_call import EngineCall
+from streampunct.core.stream_cache import StreamCall
+from streampunct.core.stream_state import WindowRequest
 from streampunct.server.batcher import (
     Batcher,
     BatcherConfig,
@@ -17,6 +20,8 @@ from streampunct.server.batcher import (
     OverloadedError,
 )
 from tests.streampunct.fakes import HANDOFF_TIMEOUT, GatedEngine
+from tests.streampunct.test_stream_cache import SHAPE as STREAM_SHAPE
+from tests.streampunct.test_stream_cache import FakeStreamEngine
 
 PAD = 0
 
@@ -484,3 +489,41 @@ async def test_a_window_run_alone_is_skipped_when_its_session_went_away():
     assert sorted(done) == [0, 1, 3]
     assert engine.batch_sizes == [1, 1, 1]  # the third window never ran
     assert [(r.size, r.tokens) for r in records] == [(3, 3 + 4 + 6)]
+
+
+def _stream_call(n_new: int, cached: int, fill: int) -> StreamCall:
+    """A streaming-graph call of ``n_new`` new tokens against ``cached`` cached ones (0: a full call)."""
+    layers, heads, head_dim = STREAM_SHAPE
+    ids = np.full(n_new, fill, dtype=np.int64)
+    past = np.ones((layers, 2, heads, cached, head_dim), dtype=np.float16)
+    return StreamCall(ids, np.arange(n_new, dtype=np.int64), past, 1, None, 0, n_new)
+
+
+@pytest.mark.parametrize(("batch_rows", "calls"), [("alone", [(1, 4), (1, 7), (1, 2), (1, 5)]),
+                                                   ("padded", [(2, 4), (2, 7)])])
+async def test_batch_records_give_each_engine_call_its_rows_and_the_tokens_it_ran(batch_rows, calls):
+    """The metrics' engine calls: streaming calls each alone (``batch_rows``) are four calls of
+    one row and their own lengths, not one call of four rows padded to the longest; padded,
+    the full and the cached calls are two engine calls, each padded to its own longest."""
+    from streampunct.server.metrics import ServerMetrics
+
+    engine = FakeStreamEngine()
+    batcher, records = await started(engine, max_batch=8, max_wait_ms=50, batch_rows=batch_rows)
+    work = [_stream_call(4, 0, 11), _stream_call(7, 3, 12), _stream_call(2, 0, 13), _stream_call(5, 3, 14)]
+    try:
+        await asyncio.gather(*(batcher.run(EngineCall(WindowRequest(c.input_ids, np.asarray([1]), 0, False), c))
+                               for c in work))
+        await records.reached(1)
+    finally:
+        await batcher.close()
+    assert len(records) == 1 and records[0].size == 4
+    assert [rows for rows, _ in records[0].engine_calls()] == [rows for rows, _ in calls]
+    assert [(b, t) for b, t, _ in engine.calls[-len(calls):]] == calls  # (rows, new tokens) at the engine
+    assert records[0].tokens == sum(rows * longest for rows, longest in calls)
+    assert sum(seconds for _, seconds in records[0].engine_calls()) <= records[0].seconds
+    metrics = ServerMetrics()
+    metrics.observe_batch(records[0])
+    get = metrics.registry.get_sample_value
+    assert get("streampunct_batch_size_count") == get("streampunct_engine_latency_seconds_count") == len(calls)
+    assert get("streampunct_batch_size_sum") == 4
+    assert get("streampunct_engine_tokens_total") == records[0].tokens

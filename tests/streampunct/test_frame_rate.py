@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -60,6 +61,7 @@ async def test_a_client_flooding_frames_is_read_at_the_rate_and_loses_nothing(st
     """600 frames as fast as the socket takes them, 100 a second allowed: the reader waits
     (counted), every flush is answered in order, and the end comes after all of them."""
     server = await start_server(max_frames_per_s=100.0)
+    started = time.monotonic()
     async with ws_connect(server.url) as ws:
         await ws.recv()  # ready
         await ws.send(encode(WordsMessage((Word("hello"),))))
@@ -71,8 +73,16 @@ async def test_a_client_flooding_frames_is_read_at_the_rate_and_loses_nothing(st
             async for frame in ws:
                 if '"flushed"' in frame:
                     flushed += 1
+    elapsed = time.monotonic() - started
     metric = server.metrics.registry.get_sample_value("streampunct_input_throttled_total")
     assert flushed == 599 and metric and metric >= 1
+    # 601 frames, 100 a burst and 100 a second after it: the reader held them up to 5 s
+    # in all, which the wait counter shows (the time those frames sat in the socket)
+    waited = server.metrics.registry.get_sample_value("streampunct_input_wait_seconds_total",
+                                                      {"reason": "throttled"})
+    assert 3.0 <= waited <= elapsed
+    assert server.metrics.registry.get_sample_value("streampunct_input_wait_seconds_total",
+                                                    {"reason": "paused"}) == 0.0
     await until(lambda: not server.sessions)
 
 

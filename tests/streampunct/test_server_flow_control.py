@@ -79,6 +79,8 @@ async def test_a_flooding_client_is_held_at_the_backlog_limit_and_loses_nothing(
     # and the backlog never went past the limit plus one message.
     assert limit <= session.peak_backlog <= limit + per_message
     assert metric(server, "streampunct_input_paused_total") >= total // per_message - 1
+    paused = server.metrics.registry.get_sample_value("streampunct_input_wait_seconds_total", {"reason": "paused"})
+    assert paused > 0
     assert session.peak_outbox <= server.config.max_outbox_messages + 4
     assert metric(server, "streampunct_words_finalized_total") == total
 
