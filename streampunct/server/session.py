@@ -241,12 +241,16 @@ class Session:
         all_sent = asyncio.create_task(self._all_sent.wait(), name=f"session-{self.id}-all-sent")
         tasks = [writer, driver, reader, stop, all_sent]
 
+        watching: list[asyncio.Task] = []
+
         def watch_connection() -> asyncio.Task:
             """Once the reader is done: read and drop the client's frames, so that a closed
-            connection ends the session (and the client's close frame is seen at once)."""
-            closed = asyncio.create_task(self._discard_frames(), name=f"session-{self.id}-closed")
-            tasks.append(closed)
-            return closed
+            connection ends the session (and the client's close frame is seen at once).
+            One such task a session (the later calls return it)."""
+            if not watching:
+                watching.append(asyncio.create_task(self._discard_frames(), name=f"session-{self.id}-closed"))
+                tasks.append(watching[0])
+            return watching[0]
 
         try:
             done, _ = await asyncio.wait({writer, driver, reader, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -259,7 +263,7 @@ class Session:
             if reader in done and reader.exception() is not None:
                 await self._task_failed(reader, writer)
                 return
-            if reader not in done and self._handoff:
+            if stop in done and self._handoff:  # whether or not the client has sent end meanwhile
                 await self._hand_off(reader, driver, writer, watch_connection)
                 return
             if reader not in done:  # shutdown: stop reading, finalize what came in
@@ -273,7 +277,14 @@ class Session:
                 )
                 return
             closed = watch_connection()
-            done, _ = await asyncio.wait({writer, driver, all_sent, closed}, return_when=asyncio.FIRST_COMPLETED)
+            while True:  # finishing: the words received are finalized, unless a drain hands off
+                waiting = {writer, driver, all_sent, closed} | (set() if stop.done() else {stop})
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if done != {stop}:
+                    break
+                if self._handoff:  # --drain resume after the client's end: the rest is decided elsewhere
+                    await self._hand_off(reader, driver, writer, watch_connection)
+                    return
             if writer in done:
                 await self._writer_stopped(writer)
             elif driver in done:

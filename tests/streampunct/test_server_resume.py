@@ -8,6 +8,8 @@ and sentence-start casing continues from the context the client sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 
 import numpy as np
 import pytest
@@ -164,3 +166,39 @@ def test_serve_takes_the_drain_mode():
         parser.parse_args(["serve", "--drain", "later"])
     with pytest.raises(ValueError, match="drain must be one of finalize, resume, not 'later'"):
         ServerConfig(drain="later")
+
+
+@pytest.mark.parametrize("read_end_first", [False, True])
+async def test_a_resume_drain_hands_off_a_stream_whose_client_already_sent_end(start_server, read_end_first):
+    """``--drain resume`` closes every stream with 1012 at once, also one whose client has sent
+    ``end`` and waits for the last finals: they are decided where it resumes, not here until
+    the shutdown timeout (a 1001 cut partway through them)."""
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed
+
+    from tests.streampunct.fakes import GatedEngine, until
+
+    engine = GatedEngine(open=True)  # the warm-up passes
+    server = await start_server(engine=engine, drain="resume", shutdown_timeout_s=30.0)
+    engine.close_gate()
+    stopping = None
+    try:
+        async with ws_connect(server.url) as ws:
+            await ws.recv()  # ready
+            await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in SCHEDULE_VOCAB[:12]]}))
+            await ws.send(json.dumps({"type": "end"}))
+            await engine.wait_entered(1)  # a window is at the engine; no word is final yet
+            if read_end_first:  # the session has read the end and only finishes its words
+                await until(lambda: all(session.protocol.end_received for session in server.sessions))
+            stopping = asyncio.create_task(server.shutdown())
+            frames = []
+            async with asyncio.timeout(10):
+                with contextlib.suppress(ConnectionClosed):
+                    async for frame in ws:
+                        frames.append(frame)
+            assert ws.close_code == 1012
+        assert not any('"final"' in f for f in frames)
+    finally:
+        engine.open()
+        if stopping is not None:
+            await stopping
