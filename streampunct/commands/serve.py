@@ -158,8 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "bytes + 8 per sub-token each, so the default holds at most about 5 MB; 0: none; "
                              "default: %(default)s)")
     limits.add_argument("--max-frames-per-s", type=finite_float, default=ServerConfig.max_frames_per_s,
-                        help="frames a session's reader takes a second, after a burst of as many; a client "
-                             "sending faster is read more slowly (TCP holds it), nothing is dropped; "
+                        help="frames a session's reader takes a second, after a burst of as many (pings "
+                             "and pongs too, apart); a client sending faster is read more slowly (TCP "
+                             "holds it), nothing is dropped; "
                              "0: no limit (default: %(default)s)")
     limits.add_argument("--send-timeout-s", type=finite_float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "

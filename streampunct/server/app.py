@@ -170,7 +170,9 @@ class ServerConfig:
             closes the session with 1013; None waits as long as it takes.
         max_frames_per_s: frames a session's reader takes a second, after a burst of as
             many (:class:`~streampunct.server.rate.FrameRate`); past it the reader waits and
-            TCP slows the client. None: no limit.
+            TCP slows the client. A connection's pings and pongs have a bucket of their own at
+            the same rate (:class:`~streampunct.server.ws_connection.GuardedConnection`). None:
+            no limit.
         max_queued_frames: received frames websockets buffers per connection
             before it stops reading the socket (its ``max_queue``).
         ping_interval_s: keepalive pings (None: none). Pongs are never waited
@@ -484,7 +486,8 @@ class StreamServer:
                     max_write_buffer=max_write_buffer(WRITE_LIMIT_BYTES, self.config.max_message_bytes),
                     on_abort=lambda _: self.metrics.slow_reader_closes.inc(),
                     on_unparsed=self._unparsed,
-                    headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None),
+                    headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None,
+                    control_frame_rate=self.config.max_frames_per_s, on_control_held=self._control_held),
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,
@@ -654,6 +657,11 @@ class StreamServer:
             self.metrics.rejected.labels(reason="malformed").inc()
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
                         _ascii(request.path.partition("?")[0]), _peer(connection), error, response.status_code)
+
+    def _control_held(self, seconds: float) -> None:
+        """A connection held its socket ``seconds`` for its pings and pongs (``--max-frames-per-s``)."""
+        self.metrics.input_throttled.inc()
+        self.metrics.input_wait.labels(reason="throttled").inc(seconds)
 
     def _unparsed(self, connection: ServerConnection, error: Exception) -> None:
         """Counts and logs a request websockets refused while parsing it (414, 431, or closed

@@ -11,16 +11,30 @@ no send of the session blocks, so ``--send-timeout-s`` never fires).
 and aborts the connection when it holds more than ``max_write_buffer`` bytes:
 more than any backpressured send leaves there (the write limit plus one
 message), so only a client that does not read what it asks for is cut.
+
+Control frames cost the event loop as data frames do (parsing, the pong),
+but neither websockets' queue nor the session's frame rate sees them: one
+client sending pings (or unsolicited pongs) as fast as its socket takes them
+kept the loop parsing and starved every other session, health checks
+included. With ``control_frame_rate``, the pings and pongs a connection
+receives go through their own token bucket (:class:`~streampunct.server.rate.FrameRate`,
+the session's rate); past it the connection stops reading its socket until
+the bucket allows a frame again, as the frame rate holds data frames, and
+TCP slows that client alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
+
+from streampunct.server.rate import FrameRate
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +54,11 @@ class GuardedConnection(ServerConnection):
 
     def __init__(self, *args: Any, max_write_buffer: int, on_abort: Callable[[int], None] | None = None,
                  on_unparsed: Callable[[GuardedConnection, Exception], None] | None = None,
-                 headers: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+                 headers: Mapping[str, str] | None = None, control_frame_rate: float | None = None,
+                 on_control_held: Callable[[float], None] | None = None, **kwargs: Any) -> None:
+        """``control_frame_rate``: pings and pongs read a second, after a burst of as many
+        (None: no limit); ``on_control_held(seconds)`` is called each time reading resumes
+        after the connection held its socket for them."""
         super().__init__(*args, **kwargs)
         if max_write_buffer < 1:
             raise ValueError(f"max_write_buffer must be >= 1, got {max_write_buffer}")
@@ -48,6 +66,11 @@ class GuardedConnection(ServerConnection):
         self._on_abort = on_abort
         self._on_unparsed = on_unparsed
         self.aborted_for_unread_output = False
+        self._control_rate = FrameRate(control_frame_rate) if control_frame_rate is not None else None
+        self._on_control_held = on_control_held
+        self._holds: set[str] = set()  # why reading is paused: "queue" (websockets'), "control"
+        self._control_timer: asyncio.TimerHandle | None = None
+        self._control_held_at = 0.0
         if headers:
             reject = self.protocol.reject
 
@@ -67,6 +90,45 @@ class GuardedConnection(ServerConnection):
                 and not isinstance(error.__cause__, EOFError):
             self._on_unparsed(self, error)
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # websockets' message queue pauses and resumes reading too: the socket is read
+        # again only once neither it nor the control frames' rate holds it.
+        self.recv_messages.pause = lambda: self._hold("queue")
+        self.recv_messages.resume = lambda: self._release("queue")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._control_timer is not None:
+            self._control_timer.cancel()
+            self._control_timer = None
+        super().connection_lost(exc)
+        # the queue's callbacks refer to this connection: dropped, so that reference counting
+        # frees a closed connection (ws_release.py) without waiting for the cycle collector
+        self.recv_messages.pause = self.recv_messages.resume = _nothing
+
+    def _hold(self, reason: str) -> None:
+        if not self._holds and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self._holds.add(reason)
+
+    def _release(self, reason: str) -> None:
+        if reason not in self._holds:
+            return
+        self._holds.discard(reason)
+        if not self._holds and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _control_released(self) -> None:
+        self._control_timer = None
+        self._release("control")
+        if self._on_control_held is not None:
+            self._on_control_held(self.loop.time() - self._control_held_at)
+
+    def process_event(self, event: Any) -> None:
+        super().process_event(event)
+        if self._control_rate is not None and isinstance(event, Frame) and event.opcode in (Opcode.PING, Opcode.PONG):
+            self._control_rate.take(self.loop.time())
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         transport = self.transport
@@ -80,6 +142,17 @@ class GuardedConnection(ServerConnection):
             if self._on_abort is not None:
                 self._on_abort(buffered)
             transport.abort()
+            return
+        if self._control_rate is not None and self._control_timer is None:
+            wait = self._control_rate.wait(self.loop.time())
+            if wait > 0:  # past the control frames' rate: read nothing more until it allows one
+                self._control_held_at = self.loop.time()
+                self._hold("control")
+                self._control_timer = self.loop.call_later(wait, self._control_released)
+
+
+def _nothing() -> None:
+    pass
 
 
 def max_write_buffer(write_limit: int, max_message_bytes: int) -> int:

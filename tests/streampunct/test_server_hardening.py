@@ -12,6 +12,7 @@ import platform
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -564,3 +565,36 @@ async def test_health_checks_and_sessions_log_no_websockets_connection_lines_at_
     else:
         assert connection_lines.count("HTTP response sent (200 OK)") == 4
         assert "connection open" in connection_lines and "connection closed" in connection_lines
+
+
+@pytest.mark.parametrize("control", [b"\x89", b"\x8a"], ids=["pings", "unsolicited pongs"])
+async def test_a_flood_of_pings_is_read_at_the_frame_rate_while_others_are_served(start_server, control):
+    """Pings cost the event loop as words do: a client sending them as fast as its socket
+    takes them kept the loop parsing, and health checks and other sessions waited seconds.
+    A connection's pings and pongs are read at --max-frames-per-s (after a burst of as many):
+    past it, its socket is held, that client's next ping is answered only once the rate allows,
+    and a health check that comes meanwhile is answered first."""
+    server = await start_server(max_frames_per_s=100.0)
+    async with ws_connect(server.url, ping_interval=None) as ws:
+        await ws.recv()  # ready
+        order: list[str] = []
+
+        async def health() -> None:
+            assert (await request(server.port, "GET", "/healthz")).status == 200
+            order.append("healthz")
+
+        masked_empty_frame = control + b"\x80\x00\x00\x00\x00"
+        flooded = time.monotonic()
+        ws.transport.write(masked_empty_frame * 300)  # 100 a burst, 200 past the rate: 2 s of it
+        checked = asyncio.create_task(health())
+        async with asyncio.timeout(TIMEOUT):
+            await (await ws.ping())  # read with the flood or after it
+            await (await ws.ping())  # read once the rate allows it again
+        order.append("pong")
+        waited = time.monotonic() - flooded
+        await checked
+    assert waited >= 1.0
+    assert order == ["healthz", "pong"]
+    get = server.metrics.registry.get_sample_value
+    assert get("streampunct_input_throttled_total") >= 1
+    assert get("streampunct_input_wait_seconds_total", {"reason": "throttled"}) >= 1.0
