@@ -522,8 +522,8 @@ class Batcher:
             if calls:
                 tokens = sum(t for _, t, _ in calls)
             else:  # failed: as the calls would have run
-                groups = [[c for c in work if c.full], [c for c in work if not c.full]] if stream else [work]
-                tokens = sum(len(g) * max(len(_ids(c)) for c in g) for g in groups if g)
+                tokens = sum(len(g) * max(len(_ids(work[k])) for k in g)
+                             for g in self._call_groups(worker.engine, work))
             self._on_batch(BatchRecord(len(batch), tokens, seconds, failed,
                                        tuple((rows, secs) for rows, _, secs in calls)))
 
@@ -592,6 +592,18 @@ class Batcher:
         """Worker thread: whole windows in one padded call."""
         return run_work(engine, seqs, self._pad_id)
 
+    def _call_groups(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]) -> list[list[int]]:
+        """The engine calls a batch's work makes, as index groups: whole windows in one
+        padded call; streaming calls full and cached apart, or each alone when the engine's
+        rows depend on their batch (``batch_rows``)."""
+        if not isinstance(work[0], StreamCall):
+            return [list(range(len(work)))]
+        if len(work) > 1 and runs_rows_alone(self.config.batch_rows, engine):
+            return [[k] for k in range(len(work))]
+        full = [k for k, w in enumerate(work) if w.full]
+        cached = [k for k, w in enumerate(work) if not w.full]
+        return [g for g in (full, cached) if g]
+
     def _infer_batch(self, engine: Engine, work: Sequence[np.ndarray | StreamCall]
                      ) -> tuple[list[EngineOutput], list[tuple[int, int, float]]]:
         """Worker thread: a batch's engine calls (whole windows padded together; streaming
@@ -599,17 +611,9 @@ class Batcher:
         and cached apart, or each alone when the engine's rows depend on their batch:
         ``batch_rows``): the outputs in order, and (rows, tokens, seconds) of each call,
         tokens counted as the call ran them (rows x its longest)."""
-        if not isinstance(work[0], StreamCall):
-            groups = [list(range(len(work)))]
-        elif len(work) > 1 and runs_rows_alone(self.config.batch_rows, engine):
-            groups = [[k] for k in range(len(work))]
-        else:
-            full = [k for k, w in enumerate(work) if w.full]
-            cached = [k for k, w in enumerate(work) if not w.full]
-            groups = [g for g in (full, cached) if g]
         out: list[EngineOutput | None] = [None] * len(work)
         calls: list[tuple[int, int, float]] = []
-        for group in groups:
+        for group in self._call_groups(engine, work):
             t0 = time.perf_counter()
             results = run_work(engine, [work[k] for k in group], self._pad_id)
             seconds = time.perf_counter() - t0

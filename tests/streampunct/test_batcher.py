@@ -527,3 +527,29 @@ async def test_batch_records_give_each_engine_call_its_rows_and_the_tokens_it_ra
     assert get("streampunct_batch_size_count") == get("streampunct_engine_latency_seconds_count") == len(calls)
     assert get("streampunct_batch_size_sum") == 4
     assert get("streampunct_engine_tokens_total") == records[0].tokens
+
+
+@pytest.mark.parametrize(("batch_rows", "tokens"), [("alone", 4 + 7 + 2 + 5), ("padded", 2 * 4 + 2 * 7)])
+async def test_a_failed_batch_counts_the_tokens_its_calls_would_have_run(batch_rows, tokens):
+    """A batch with a failing streaming call is retried one by one; its record counts the
+    tokens as the batch's own calls run them: each alone at its length under ``alone``, the
+    full and the cached calls each padded to their longest under ``padded``."""
+
+    class Poisoned(FakeStreamEngine):
+        def infer_stream(self, inputs):
+            if (inputs["input_ids"] == 13).any():
+                raise RuntimeError("poisoned row")
+            return super().infer_stream(inputs)
+
+    batcher, records = await started(Poisoned(), max_batch=8, max_wait_ms=50, batch_rows=batch_rows)
+    work = [_stream_call(4, 0, 11), _stream_call(7, 3, 12), _stream_call(2, 0, 13), _stream_call(5, 3, 14)]
+    try:
+        results = await asyncio.gather(
+            *(batcher.run(EngineCall(WindowRequest(c.input_ids, np.asarray([1]), 0, False), c)) for c in work),
+            return_exceptions=True)
+        await records.reached(1)
+    finally:
+        await batcher.close()
+    assert [isinstance(r, EngineFailedError) for r in results] == [False, False, True, False]
+    assert len(records) == 1 and records[0].size == 4 and records[0].failed == 1
+    assert records[0].tokens == tokens
