@@ -70,7 +70,7 @@ from streampunct.core.wire import (
 )
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
-from streampunct.text.normalize import normalize_word, render
+from streampunct.text.normalize import normalize_word, render, written_length
 from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
 logger = logging.getLogger(__name__)
@@ -306,11 +306,11 @@ def written_forms(message: Final) -> list[str]:
     for token in message.text.split():
         core, pos = token.rstrip(",.?"), 0
         while k < len(words) and pos < len(core):
-            piece = core[pos : pos + len(words[k])]
-            if piece.lower() != words[k]:
+            n = written_length(core, pos, words[k])
+            if n < 0:
                 return words
-            out.append(piece)
-            pos += len(piece)
+            out.append(core[pos : pos + n])
+            pos += n
             k += 1
         if pos != len(core):
             return words

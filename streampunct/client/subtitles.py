@@ -68,7 +68,7 @@ from typing import TextIO
 
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
-from streampunct.text.normalize import CLITICS, render
+from streampunct.text.normalize import CLITICS, render, written_length
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,8 @@ def _core(text: str) -> str:
 
 def _capitalized(piece: Piece) -> bool:
     core = _core(piece.text)
-    return bool(core) and core[0].isupper() and core.lower() not in _PRONOUN_I
+    first = next((ch for ch in core if ch.isalpha()), "")  # "'Cause": its first letter
+    return first.isupper() and core.lower() not in _PRONOUN_I
 
 
 def boundary(a: Piece, b: Piece) -> str:
@@ -450,13 +451,13 @@ class CueBuilder:
 
 def _spells(token: str, words: Sequence[TimedWord], j: int) -> int:
     """How many words from ``j`` the token spells letter for letter (its marks aside); 0: none."""
-    core = _core(token).lower()
+    core = _core(token)
     pos, k = 0, j
     while k < len(words) and pos < len(core):
-        w = words[k].w.lower()
-        if not w or core[pos:pos + len(w)] != w:
+        n = written_length(core, pos, words[k].w.lower())
+        if n < 0:
             return 0
-        pos += len(w)
+        pos += n
         k += 1
     return k - j if pos == len(core) and k > j else 0
 

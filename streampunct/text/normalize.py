@@ -124,18 +124,60 @@ def normalize_word(word: str) -> str:
 
 
 def _normalize_once(word: str) -> str:
-    w = unicodedata.normalize("NFKC", fix_mojibake(drop_invisible(word))).translate(_APOSTROPHES).lower()
-    start, end = 0, len(w)
-    while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):
-        if w[start] == "'" and start + 1 < end and w[start + 1].isalnum():
-            break
-        start += 1
-    while end > start and (_is_edge_junk(w[end - 1]) or w[end - 1].isspace()):
-        end -= 1
-    w = w[start:end]
+    w = fix_mojibake(drop_invisible(word)).translate(_APOSTROPHES)
+    if not w.isascii():
+        # Symbols go before NFKC, which folds some into letters ("™" -> "tm", "№" -> "no",
+        # "℃" -> "c"): a word of symbols is dropped, not read as letters.
+        w = _strip_edges(w)
+        w = unicodedata.normalize("NFKC", w).translate(_APOSTROPHES)
+    w = _strip_edges(w.lower())
     if any(ch.isspace() for ch in w):
         w = "".join(w.split())
     return w[:MAX_WORD_CHARS]
+
+
+def _is_mark(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "M"
+
+
+def _strip_edges(w: str) -> str:
+    """``w`` without the punctuation, symbols and spaces at its edges, each with the marks
+    that belong to it (an emoji's variation selector U+FE0F, a keycap's U+20E3: a character
+    in an enclosing mark is a symbol too, as in :func:`symbol_word`). A leading apostrophe
+    stays before a letter or digit (``'s``, ``'cause``)."""
+    if w.isascii():
+        start, end = 0, len(w)
+        while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):
+            if w[start] == "'" and start + 1 < end and w[start + 1].isalnum():
+                break
+            start += 1
+        while end > start and (_is_edge_junk(w[end - 1]) or w[end - 1].isspace()):
+            end -= 1
+        return w[start:end]
+    start, end = 0, len(w)
+    while start < end:
+        ch = w[start]
+        if ch == "'" and start + 1 < end and w[start + 1].isalnum():
+            break
+        j = start + 1  # the cluster: the character and the marks after it
+        while j < end and _is_mark(w[j]):
+            j += 1
+        junk = _is_edge_junk(ch) or ch.isspace()
+        if not junk and not any(unicodedata.category(m) == "Me" for m in w[start + 1 : j]):
+            break
+        start = j
+    while end > start:
+        j = end  # the last cluster starts at its base, w[j - 1]
+        while j > start and _is_mark(w[j - 1]):
+            j -= 1
+        if j == start:  # marks with no base: not a symbol's
+            break
+        base = w[j - 1]
+        junk = _is_edge_junk(base) or base.isspace()
+        if not junk and not any(unicodedata.category(m) == "Me" for m in w[j:end]):
+            break
+        end = j - 1
+    return w[start:end]
 
 
 def normalize_words(words: Iterable[str]) -> list[str]:
@@ -276,7 +318,34 @@ def render_with_symbols(
 
 
 def _capitalize(word: str) -> str:
-    return word[:1].upper() + word[1:]
+    """``word`` with its first letter in title case (after a leading apostrophe: ``'Cause``);
+    a letter whose title case is not one character (``ß`` -> ``Ss``) stays as it is, so the
+    word keeps its length and clients can match it to the word (:func:`written_length`)."""
+    k = 1 if word[:1] == "'" and len(word) > 1 else 0
+    first = word[k : k + 1]
+    title = first.title()
+    if len(title) != 1:
+        title = first
+    return word[:k] + title + word[k + 1 :]
+
+
+def case_forms(word: str) -> tuple[str, ...]:
+    """The ways the service writes a lowercase ``word``: as it is, capitalized (a sentence's
+    first word, a learned capital) and in upper case (which may be longer: ``straße`` ->
+    ``STRASSE``)."""
+    return (word, _capitalize(word), word.upper())
+
+
+def written_length(text: str, pos: int, word: str) -> int:
+    """How many characters of ``text`` from ``pos`` write ``word`` in one of its
+    :func:`case_forms` (or in any case, letter for letter); -1 if they do not. Clients match a
+    final's ``text`` back to its words with it (lowercasing the text would miss ``Irmak`` for
+    ``ırmak`` and ``STRASSE`` for ``straße``)."""
+    if not word:
+        return -1
+    if text[pos : pos + len(word)].lower() == word:
+        return len(word)
+    return next((len(f) for f in case_forms(word) if text.startswith(f, pos)), -1)
 
 
 def _is_pronoun_i(word: str) -> bool:

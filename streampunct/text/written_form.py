@@ -38,6 +38,8 @@ from streampunct.text.textfile import split_lines
 MAX_LEXICON_PHRASE_WORDS = 8
 #: Most characters in one side of a lexicon pair.
 MAX_LEXICON_ENTRY_CHARS = 256
+#: The joiners a written form may hold (emoji sequences "👩\u200d💻", Persian and Indic words).
+_JOINERS = frozenset("\u200c\u200d")
 #: Most words a stream holds back for a phrase that goes on past a final; a
 #: longer run is written as it is (the one case where a written form can be
 #: cut between finals).
@@ -160,7 +162,7 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
             raise ValueError(f"lexicon[{i}]: the spoken phrase has {len(words)} words; "
                              f"the limit is {MAX_LEXICON_PHRASE_WORDS}")
         shown = " ".join(written.split())
-        if not shown or not shown.isprintable():
+        if not shown or not all(ch.isprintable() or ch in _JOINERS for ch in shown):
             raise ValueError(f"lexicon[{i}]: the written form must be printable text, not {written!r}")
         key = " ".join(words)
         if key in seen:

@@ -221,6 +221,16 @@ def test_a_late_call_gives_the_labels_of_a_call_on_time(aligner):
     assert [len(f.words) for f in b] == [1, 3, 1, 3]  # right context, then the deadline; twice
 
 
+def test_an_emoji_with_its_variation_selector_takes_no_index_and_no_sentence_capital(aligner):
+    """"❤️" (U+2764 U+FE0F) and "™" are symbol words: dropped, so "hello" opens the sentence."""
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=0, max_delay_ms=NO_DELAY)
+    finals = s.push(["\u2764\ufe0f", "™", "hello", "love\u2764\ufe0f", "\u2122"], now=0.0) + s.end(now=0.1)
+    assert [w.w for f in finals for w in f.words] == ["hello", "love"]
+    assert [f.start for f in finals][0] == 0
+    assert finals[0].text.startswith("Hello")
+
+
 def test_the_default_clock_is_monotonic_and_can_be_replaced(aligner):
     ticks = iter([100.0, 100.5, 103.0])
     p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)

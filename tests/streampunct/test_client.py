@@ -130,6 +130,10 @@ def test_written_forms_keep_the_case_the_server_wrote():
     assert written_forms(final("Went to NY.", ("went", ""), ("to", ""), ("new", ""), ("york", "."))) == [
         "went", "to", "new", "york"]
     assert written_forms(final("", ("so", ""))) == ["so"]
+    # capitals that change a letter or the length: Turkish dotless i, German sharp s in upper case
+    assert written_forms(final("NASA said Irmak.", ("nasa", ""), ("said", ""), ("ırmak", "."))) == [
+        "NASA", "said", "Irmak"]
+    assert written_forms(final("STRASSE 'Cause", ("straße", ""), ("'cause", ""))) == ["STRASSE", "'Cause"]
 
 
 def test_the_caption_view_and_the_transcript_show_the_learned_case():

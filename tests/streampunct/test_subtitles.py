@@ -326,6 +326,14 @@ def test_clitics_and_lexicon_forms_that_spell_their_words_are_one_piece():
                      ("N.A.S.A.", 1, True)]
 
 
+def test_capitals_that_change_a_letter_or_the_length_still_spell_their_word():
+    """"Irmak" writes "ırmak" (Turkish dotless i), "STRASSE" writes "straße": plain pieces, not
+    written forms (which would hold cue breaks around them)."""
+    ws = spoken("ırmak saw the straße today.")
+    shown = [(p.text, p.written) for p in run_finals([(ws, "Irmak saw the STRASSE today.")])]
+    assert shown == [("Irmak", False), ("saw", False), ("the", False), ("STRASSE", False), ("today.", False)]
+
+
 def test_the_caption_writer_shows_the_servers_text():
     out = io.StringIO()
     writer = SubtitleWriter("vtt", [out])

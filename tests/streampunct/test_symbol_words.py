@@ -21,7 +21,7 @@ from streampunct.text.normalize import (
 ZWJ = "\u200d"
 
 
-@pytest.mark.parametrize("word, shown", [
+SYMBOL_CASES = [
     ("🍕", "🍕"),
     ("🍕🍔", "🍕🍔"),
     ("🍕,", "🍕"),  # punctuation at the edges goes, as from every word
@@ -44,10 +44,33 @@ ZWJ = "\u200d"
     ("pizza🍕", ""), ("$5", ""), ("🍕-🍔", ""), ("...", ""), ("?!", ""), ('"', ""), ("¿", ""), ("…", ""),
     ("", ""), ("\u200b", ""),
     ("\ufffd", ""), ("\ufffd🍕", "🍕"),  # U+FFFD stands for undecodable bytes: no symbol
-])
+    ("1\ufe0f\u20e3", "1\ufe0f\u20e3"), ("☺\ufe0f", "☺\ufe0f"), ("⚠\ufe0f", "⚠\ufe0f"),
+    ("№", "№"), ("℃", "℃"), ("㎞", "㎞"), ("Ⓐ", "Ⓐ"), ("℠", "℠"),
+]
+
+
+@pytest.mark.parametrize("word, shown", SYMBOL_CASES)
 def test_symbol_word(word, shown):
     assert symbol_word(word) == shown
     assert is_symbol_word(shown) == bool(shown)
+
+
+@pytest.mark.parametrize("word, shown", [c for c in SYMBOL_CASES if c[1]])
+def test_the_stream_drops_every_word_the_offline_rule_keeps_as_a_symbol(word, shown):
+    """The two rules agree: a word kept offline as a symbol word is empty in the stream, with
+    the marks that belong to its symbols (an emoji's U+FE0F, a keycap's U+20E3) and before
+    NFKC could fold a symbol into letters ("™" -> "tm", "№" -> "no")."""
+    assert normalize_word(word) == ""
+
+
+@pytest.mark.parametrize("word, normalized", [
+    ("love❤\ufe0f", "love"), ("(yes)👍\ufe0f!", "yes"), ("brand™", "brand"), ("№5", "5"),
+    ("ﬁne", "fine"), ("ｈｅｌｌｏ", "hello"), ("x²", "x2"), ("\u2019s", "'s"), ("'cause", "'cause"),
+    ("क्\u200dष", "क्\u200dष"), ("می\u200cخواهم", "می\u200cخواهم"), ("ᾠδή", "ᾠδή"), ("straße", "straße"),
+])
+def test_the_stream_keeps_letters_their_marks_and_inner_symbols(word, normalized):
+    assert normalize_word(word) == normalized
+    assert normalize_word(normalized) == normalized
 
 
 def test_offline_words_keep_symbol_words_and_normalize_the_others():

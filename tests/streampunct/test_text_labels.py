@@ -4,9 +4,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streampunct.labels import COMMA, LABELS, PERIOD, QUESTION, O, label_id, strongest
+from streampunct.labels import (
+    CAPITALIZED,
+    COMMA,
+    LABELS,
+    PERIOD,
+    QUESTION,
+    UPPER,
+    O,
+    label_id,
+    strongest,
+)
 from streampunct.text.normalize import (
     MAX_WORD_CHARS,
+    apply_case,
     drop_invisible,
     normalize_word,
     normalize_words,
@@ -140,6 +151,15 @@ def test_render_marks_and_capitalization():
     assert render(words, labels) == "i don't know, what i'm doing? really."
     assert render(words, labels, capitalize=True) == "I don't know, what I'm doing? Really."
     assert render(["and", "so"], [O, PERIOD], capitalize=True, sentence_start=False) == "and so."
+
+
+def test_capitals_keep_the_word_and_its_length():
+    # a sentence's first letter after a leading apostrophe; title case for a digraph letter
+    assert render(["'cause", "it", "works"], [O, O, PERIOD], capitalize=True) == "'Cause it works."
+    assert render(["ǆungla", "ok"], [O, PERIOD], capitalize=True) == "ǅungla ok."
+    # a first letter whose capital is two letters stays as it is
+    assert render(["ßa"], [PERIOD], capitalize=True) == "ßa."
+    assert apply_case("'til", CAPITALIZED) == "'Til" and apply_case("straße", UPPER) == "STRASSE"
 
 
 def test_render_rejects_length_mismatch():

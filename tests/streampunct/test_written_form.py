@@ -55,6 +55,7 @@ def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
     (["...", "x"], "lexicon[0]: the spoken phrase '...' has no words"),
     (["a", "  "], "lexicon[0]: the written form must be printable text"),
     (["a", "x\x07y"], "lexicon[0]: the written form must be printable text"),
+    (["a", "x\u202ey"], "lexicon[0]: the written form must be printable text"),  # a bidi control
     ([" ".join(["w"] * (MAX_LEXICON_PHRASE_WORDS + 1)), "x"],
      f"the spoken phrase has {MAX_LEXICON_PHRASE_WORDS + 1} words; the limit is {MAX_LEXICON_PHRASE_WORDS}"),
     (["a" * 257, "x"], "lexicon[0] is longer than 256 characters"),
@@ -68,6 +69,11 @@ def test_normalize_lexicon_refuses_bad_pairs(pair, message):
     with pytest.raises(ValueError, match=None) as e:
         normalize_lexicon([pair])
     assert message in str(e.value)
+
+
+def test_normalize_lexicon_keeps_the_joiners_of_emoji_and_of_persian_and_indic_words():
+    forms = [["woman technologist", "👩\u200d💻"], ["i want", "می\u200cخواهم"], ["ksha", "क्\u200dष"]]
+    assert normalize_lexicon(forms) == tuple((spoken, written) for spoken, written in forms)
 
 
 def test_normalize_lexicon_accepts_case_spaces_and_marks_around_words_and_refuses_a_phrase_twice():
