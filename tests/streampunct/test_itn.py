@@ -110,6 +110,20 @@ def test_number_words_gate_the_grammars():
     assert {"twentieth", "hundredth", "fifth", "twelfth", "ninth", "zero"} <= itn.NUMBER_WORDS
 
 
+def test_a_long_run_of_number_words_is_searched_in_pieces_of_bounded_length():
+    """A search's time and memory grow faster than its stretch (1000 number words in one
+    hypothesis took 5 s and 480 MB): a run is cut into adjacent stretches of at most
+    MAX_STRETCH_WORDS words that cover it."""
+    words = ["said"] + ["three", "one", "two", "twenty"] * 250 + ["then"]
+    stretches = itn._stretches(words)
+    assert len(stretches) >= len(words) // itn.MAX_STRETCH_WORDS
+    assert all(b - a <= itn.MAX_STRETCH_WORDS for a, b in stretches)
+    assert stretches[0][0] == 0 and stretches[-1][1] == len(words)
+    assert all(b == c for (_, b), (c, _) in zip(stretches[:-1], stretches[1:], strict=True))  # adjacent, no gap or overlap
+    # ordinary phrases are one stretch, as before
+    assert itn._stretches("it was nineteen ninety nine and two thousand and one".split()) == [(0, 10)]
+
+
 def test_a_lone_small_number_word_is_searched_only_beside_a_unit_currency_time_or_date_word():
     if itn._companions() is None:
         pytest.skip("needs the itn extra (the grammars' unit and currency names)")
