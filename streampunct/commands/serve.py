@@ -155,11 +155,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its socket until they drain (input backpressure; default: %(default)s)")
     limits.add_argument("--word-cache-words", type=int, default=ServerConfig.word_cache_words, metavar="N",
                         help="words whose sub-token ids are cached (least recently used ones go; about 130 "
-                             "bytes + 8 per sub-token each, so the default holds at most about 5 MB; 0: none; "
+                             "bytes + 8 per sub-token each: about 5 MB for the default of words of up to 16 "
+                             "sub-tokens, 12 MB of the longest words taken; 0: none; "
                              "default: %(default)s)")
     limits.add_argument("--max-frames-per-s", type=finite_float, default=ServerConfig.max_frames_per_s,
-                        help="frames a session's reader takes a second, after a burst of as many (pings "
-                             "and pongs too, apart); a client sending faster is read more slowly (TCP "
+                        help="frames a session's reader takes a second, after a burst of as many, a frame "
+                             "counting once per started 256 characters (pings and pongs too, apart); a "
+                             "client sending faster is read more slowly (TCP "
                              "holds it), nothing is dropped; "
                              "0: no limit (default: %(default)s)")
     limits.add_argument("--send-timeout-s", type=finite_float, default=ServerConfig.send_timeout_s,

@@ -169,7 +169,8 @@ class ServerConfig:
         send_timeout_s: a send blocked this long (the client does not read)
             closes the session with 1013; None waits as long as it takes.
         max_frames_per_s: frames a session's reader takes a second, after a burst of as
-            many (:class:`~streampunct.server.rate.FrameRate`); past it the reader waits and
+            many, a frame counting once per started 256 characters
+            (:class:`~streampunct.server.rate.FrameRate`); past it the reader waits and
             TCP slows the client. A connection's pings and pongs have a bucket of their own at
             the same rate (:class:`~streampunct.server.ws_connection.GuardedConnection`). None:
             no limit.
@@ -480,6 +481,10 @@ class StreamServer:
                 process_response=self._process_response,
                 max_size=self.config.max_message_bytes,
                 max_queue=self.config.max_queued_frames,
+                # No permessage-deflate: frames are small JSON, and a compressed frame would
+                # carry up to 1000x its size past the queue's bounds (one socket read held
+                # 1,400 frames of 1 MB each once inflated; docs/server.md, "Bounded resources").
+                compression=None,
                 write_limit=WRITE_LIMIT_BYTES,
                 create_connection=functools.partial(  # type: ignore[arg-type]
                     GuardedConnection,

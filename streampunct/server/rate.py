@@ -11,11 +11,25 @@ session's reader takes at most ``rate`` frames a second after a burst of
 fills, it stops reading the socket and TCP slows the client, as for the
 backlog. Nothing is dropped or refused; only that client's frames arrive
 later.
+
+A frame counts once per started :data:`FRAME_UNIT_BYTES` of its text
+(:func:`frame_cost`): what a frame costs the loop grows with what it carries
+(a 1000-word ``hypothesis`` of long new words, a ``config`` with a large
+lexicon took 20-290 ms each), so the bucket bounds that work, not only the
+number of frames; real-time frames of a few words count once.
 """
 
 from __future__ import annotations
 
 import math
+
+#: A frame counts once per started this many characters (bytes of a binary frame).
+FRAME_UNIT_BYTES = 256
+
+
+def frame_cost(frame: str | bytes) -> int:
+    """How many frames of the rate ``frame`` counts as: one per started :data:`FRAME_UNIT_BYTES`."""
+    return max(1, -(-len(frame) // FRAME_UNIT_BYTES))
 
 
 class FrameRate:
@@ -44,7 +58,8 @@ class FrameRate:
         self._refill(now)
         return 0.0 if self._tokens >= 1.0 else (1.0 - self._tokens) / self.rate
 
-    def take(self, now: float) -> None:
-        """A frame was taken at ``now``."""
+    def take(self, now: float, cost: float = 1.0) -> None:
+        """A frame was taken at ``now``, counting as ``cost`` frames (:func:`frame_cost`; the
+        bucket may go below zero, and the next frame waits until it is back at one)."""
         self._refill(now)
-        self._tokens -= 1.0
+        self._tokens -= cost

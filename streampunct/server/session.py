@@ -39,9 +39,11 @@ Bounded resources (see ``docs/server.md``, "Bounded resources"):
   the next frame, only while fewer than ``max_outbox_messages`` messages
   wait to be sent;
 * *frame rate*: the reader takes at most ``max_frames_per_s`` frames a second
-  after a burst of as many (:mod:`streampunct.server.rate`), so a client
-  sending frames that carry no words (which the backlog does not hold) gets
-  no more than its share of the event loop;
+  after a burst of as many, a frame counting once per started 256 characters
+  (:mod:`streampunct.server.rate`), so a client sending frames that carry no
+  words (which the backlog does not hold) or large frames of costly ones gets
+  no more than its share of the event loop; and it lets the loop run other
+  work between two frames;
 * *slow readers*: a send that stays blocked (the client does not read, so
   the socket's write buffer stays full) for ``send_timeout_s`` closes the
   connection with 1013; closing itself is bounded by ``close_timeout_s``,
@@ -79,7 +81,7 @@ from streampunct.core.wire import (
 from streampunct.labels import PARTIAL_MARK_THRESHOLD
 from streampunct.server.batcher import Batcher, EngineFailedError, OverloadedError
 from streampunct.server.metrics import ServerMetrics
-from streampunct.server.rate import FrameRate
+from streampunct.server.rate import FrameRate, frame_cost
 from streampunct.text.written_form import WouldWait, WrittenForms
 
 logger = logging.getLogger(__name__)
@@ -89,6 +91,14 @@ _MAX_FETCHES = 16
 #: An overload episode of a session ends when none of its windows met a full queue for this
 #: long; the next one gets ``overloaded`` again (protocol.md: "once per overload episode").
 OVERLOAD_EPISODE_GAP_S = 5.0
+
+
+def _loggable(config: SessionOptions) -> dict:
+    """A session's options for the log: the lexicon as its size (a client's lexicon may hold
+    50,000 characters, and a config may come many times before the first words)."""
+    out = config.to_json()
+    out["lexicon"] = f"{len(config.lexicon)} pairs"
+    return out
 
 
 @dataclass(frozen=True)
@@ -410,7 +420,7 @@ class Session:
             except websockets.ConnectionClosed:
                 return False
             if self._frame_rate is not None:
-                self._frame_rate.take(loop.time())
+                self._frame_rate.take(loop.time(), frame_cost(frame))
             before = protocol.n_received
             self._emit(protocol.receive_frame(frame, loop.time()))
             if protocol.n_received > before:
@@ -419,6 +429,10 @@ class Session:
             self._wake.set()
             if protocol.end_received:
                 return True
+            # recv() does not suspend while frames wait in websockets' queue (one socket read
+            # can hold hundreds): let the other sessions, handshakes and /healthz run between
+            # two frames of this one.
+            await asyncio.sleep(0)
 
     def _outbox_has_room(self) -> bool:
         return self._outbox.qsize() < self._ctx.max_outbox_messages
@@ -496,9 +510,9 @@ class Session:
             if isinstance(message, Error):
                 self._ctx.metrics.errors.labels(code=str(message.code)).inc()
             elif isinstance(message, ConfigApplied):
-                self._log.info("config %s", message.config.to_json())
+                self._log.info("config %s", _loggable(message.config))
             elif isinstance(message, Resumed):
-                self._log.info("resumed at word %d, config %s", message.start, message.config.to_json())
+                self._log.info("resumed at word %d, config %s", message.start, _loggable(message.config))
             self._outbox.put_nowait((item, decidable))
         if self.protocol.finished and not self._finish_queued:
             self._finish_queued = True

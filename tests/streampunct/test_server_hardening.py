@@ -598,3 +598,20 @@ async def test_a_flood_of_pings_is_read_at_the_frame_rate_while_others_are_serve
     get = server.metrics.registry.get_sample_value
     assert get("streampunct_input_throttled_total") >= 1
     assert get("streampunct_input_wait_seconds_total", {"reason": "throttled"}) >= 1.0
+
+
+async def test_a_config_is_logged_with_its_lexicon_as_a_size(start_server, caplog):
+    """A config may come many times before the first words, each with a lexicon of up to
+    50,000 characters: the log line names the lexicon's size, not its pairs."""
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    lexicon = [[f"name{k}", f"Name-{k}-written"] for k in range(500)]
+    async with ws_connect(f"ws://127.0.0.1:{server.port}/v1/stream") as ws:
+        await ws.recv()  # ready
+        for _ in range(3):
+            await ws.send(json.dumps({"type": "config", "lexicon": lexicon}))
+            assert json.loads(await ws.recv())["type"] == "config"
+    lines = [r.getMessage() for r in caplog.records if "config {" in r.getMessage()]
+    assert len(lines) == 3
+    assert all("'lexicon': '500 pairs'" in line and "Name-7-written" not in line and len(line) < 400
+               for line in lines)
