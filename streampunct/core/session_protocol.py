@@ -90,6 +90,10 @@ from streampunct.labels import (
 from streampunct.text.normalize import normalize_word, normalize_words, render
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
+#: Flushes waiting for their words past which the protocol takes no more input
+#: (:meth:`SessionProtocol.wants_input`, with a ``max_backlog``).
+MAX_PENDING_FLUSHES = 64
+
 
 class _Until(enum.Enum):
     """What to do once every word up to a target has been finalized."""
@@ -278,8 +282,18 @@ class SessionProtocol:
         (the last ``right_context`` words) never block reading, so the rule
         cannot stall a stream; the backlog stays within
         ``max(max_backlog, right_context) + one message's words``.
+
+        Also False (with a ``max_backlog``) while :data:`MAX_PENDING_FLUSHES` flushes wait for
+        their words: each is owed a ``flushed``, all released in one step once the words are
+        final, so a client sending flushes faster than one window's round trip would otherwise
+        pile up answers without bound (36,000 in one step, once). Their words are decidable, so
+        they drain.
         """
-        if self.max_backlog is None or self.backlog < self.max_backlog:
+        if self.max_backlog is None:
+            return True
+        if len(self._until) >= MAX_PENDING_FLUSHES:
+            return False
+        if self.backlog < self.max_backlog:
             return True
         return self.state.n_decidable(now) <= self._sent
 

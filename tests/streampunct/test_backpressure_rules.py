@@ -149,3 +149,31 @@ def test_a_config_that_turns_partials_off_drops_an_owed_partial():
     assert p.next_request(0.0) is None
     p.receive(EndRequest(), 0.0)  # nothing owed: end is not deferred for a partial
     assert p.finished and p.end_received
+
+
+def test_pending_flushes_past_the_limit_hold_the_input_until_their_words_are_final():
+    """Each flush is owed a ``flushed`` once its words are final; flushes sent faster than
+    windows run pile up, so past MAX_PENDING_FLUSHES the reader waits (their words are
+    decidable: they drain), then every flush is answered, in order."""
+    from streampunct.core.session_protocol import MAX_PENDING_FLUSHES
+    from streampunct.core.wire import Flushed
+
+    p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, max_backlog=100,
+                        defaults=SessionOptions(right_context=2, max_delay_ms=600_000))
+    p.receive(words_message(0, 3), 0.0)
+    out = []
+    for _ in range(MAX_PENDING_FLUSHES - 1):
+        out += p.receive(FlushRequest(), 0.0)
+    assert p.wants_input(0.0)
+    out += p.receive(FlushRequest(), 0.0)
+    assert not p.wants_input(0.0) and not [m for m in out if isinstance(m, Flushed)]
+    while not p.wants_input(0.0):
+        out += run_one(p, 0.0)
+    flushed = [m for m in out if isinstance(m, Flushed)]
+    assert len(flushed) == MAX_PENDING_FLUSHES and {m.upto for m in flushed} == {3}
+    # without limits (max_backlog None) the input is never held
+    free = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(right_context=2))
+    free.receive(words_message(0, 3), 0.0)
+    for _ in range(2 * MAX_PENDING_FLUSHES):
+        free.receive(FlushRequest(), 0.0)
+    assert free.wants_input(0.0)
