@@ -243,7 +243,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
     closed_early: StreamClosedEarly | InputStopped | None = None
     try:
         result = await caption(
-            args.url, events=events, token=args.token or os.environ.get(TOKEN_ENV) or None,
+            args.url, events=events, token=(args.token or os.environ.get(TOKEN_ENV) or "").strip() or None,
             right_context=args.right_context, max_delay_ms=args.max_delay_ms,
             partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
             json_log=stdout if args.json else None,

@@ -237,6 +237,7 @@ def build_config(args: argparse.Namespace):
     from streampunct.errors import InputError
     from streampunct.server.app import ItnGrammars, ServerConfig
     from streampunct.server.batcher import BatcherConfig
+    from streampunct.server.http_policy import is_header_token
     from streampunct.text.itn import available as itn_available
 
     limits = Limits(max_words_per_message=args.max_words_per_message)
@@ -251,9 +252,14 @@ def build_config(args: argparse.Namespace):
     if args.max_frames_per_s < 0:  # the flag's 0 is the config's None
         raise InputError("--max-frames-per-s must be >= 0 (0: no limit)")
     token = args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV)
-    if token is not None and not token.strip():  # `--auth-token "$UNSET"` must not leave the server open
+    if token is not None:
         where = "--auth-token" if args.auth_token is not None else f"${TOKEN_ENV}"
-        raise InputError(f"{where} is empty: give the token, or leave it out to serve without one")
+        if not token.strip():  # `--auth-token "$UNSET"` must not leave the server open
+            raise InputError(f"{where} is empty: give the token, or leave it out to serve without one")
+        token = token.strip()  # a secret file's trailing newline: no client could send it in a header
+        if not is_header_token(token):
+            raise InputError(f"{where} holds spaces, control or non-ASCII characters, which an "
+                             "Authorization header cannot carry: use visible ASCII characters")
     try:
         return ServerConfig(
             model_dir=Path(args.model) if args.model else None,
@@ -313,6 +319,30 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     return mallopt(_M_ARENA_MAX, arenas) == 1
 
 
+#: The most descriptors ``serve`` asks for when its hard limit is unlimited (Linux's nr_open default).
+MAX_OPEN_FILES = 1 << 20
+
+
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise the soft limit on open files to the hard one (each connection holds a descriptor,
+    and one that never sends its request holds it for the 10 s handshake timeout: at a soft
+    limit of 1024, a common default, about a thousand idle sockets shut every client and
+    ``/healthz`` out). Returns (before, after), or None where the platform has no such limit."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
 def run(args: argparse.Namespace) -> int:
     from streampunct.server.app import run_server
 
@@ -321,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
               f"on {server.url} (Ctrl-C to stop)", flush=True)
 
     config = build_config(args)
+    raise_open_files_limit()  # before --workers start: they inherit it
     if config.workers > 1:
         return _supervise(config, args)
     limit_malloc_arenas()  # before the engine's threads allocate

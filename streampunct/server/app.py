@@ -64,6 +64,8 @@ from streampunct.server.http_policy import (
     RequestPolicy,
     canonical_host,
     canonical_origin,
+    is_header_token,
+    redact_tokens,
 )
 from streampunct.server.metrics import ServerMetrics
 from streampunct.server.session import Session, SessionContext, close_within
@@ -87,8 +89,15 @@ class ConnectionLogFilter(logging.Filter):
                        "connection rejected (%d %s)"))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (record.levelno != logging.INFO or record.msg not in self.NOISE
-                or logging.getLogger(record.name).isEnabledFor(logging.DEBUG))
+        if not (record.levelno != logging.INFO or record.msg not in self.NOISE
+                or logging.getLogger(record.name).isEnabledFor(logging.DEBUG)):
+            return False
+        # at DEBUG, websockets quotes request lines and headers: no token reaches the log
+        message = record.getMessage()
+        redacted = redact_tokens(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
 
 
 #: websockets' logger for the server's connections (its listening and closing lines stay at INFO).
@@ -271,6 +280,9 @@ class ServerConfig:
             raise ValueError(f"host must name an address (0.0.0.0 or :: for every interface), not {self.host!r}")
         if self.auth_token is not None and not self.auth_token.strip():
             raise ValueError("auth_token must not be empty (None: no token)")
+        if self.auth_token is not None and not is_header_token(self.auth_token):
+            raise ValueError("auth_token must be visible ASCII characters (no spaces or control "
+                             "characters, which an Authorization header cannot carry)")
         if self.itn_workers < 0:
             raise ValueError("itn_workers must be >= 0")
         if self.workers < 1 or not 0 <= self.worker < self.workers:
@@ -661,7 +673,8 @@ class StreamServer:
         if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
-                        _ascii(request.path.partition("?")[0]), _peer(connection), error, response.status_code)
+                        _ascii(request.path.partition("?")[0]), _peer(connection),
+                        _ascii(redact_tokens(str(error)), 200), response.status_code)
 
     def _control_held(self, seconds: float) -> None:
         """A connection held its socket ``seconds`` for its pings and pongs (``--max-frames-per-s``)."""
@@ -672,8 +685,10 @@ class StreamServer:
         """Counts and logs a request websockets refused while parsing it (414, 431, or closed
         without an answer: a body, bytes that are not ASCII), which ``_process_request`` never saw."""
         self.metrics.rejected.labels(reason="malformed").inc()
+        # websockets' parser quotes the line or header it refused, which may hold a token
         cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
-        logger.info("refused a request from %s: %s%s", _peer(connection), _ascii(str(error)), _ascii(cause))
+        logger.info("refused a request from %s: %s%s", _peer(connection), _ascii(redact_tokens(str(error))),
+                    _ascii(redact_tokens(cause)))
 
     def _healthz(self, connection: ServerConnection) -> Response:
         loader_failed = self._loader is not None and self._loader.done() and (

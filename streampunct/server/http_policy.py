@@ -32,6 +32,7 @@ from __future__ import annotations
 import hmac
 import http
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -269,10 +270,17 @@ class RequestPolicy:
         scheme, _, token = (values[0] if values else "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
             return True
-        return any(hmac.compare_digest(token.encode(), expected.encode()) for token in _query_tokens(query))
+        tokens = _query_tokens(query)
+        # one token a request: a query of hundreds of ?token= values would test as many guesses
+        return len(tokens) == 1 and any(hmac.compare_digest(t.encode(), expected.encode()) for t in tokens[0])
 
 
-def _query_tokens(query: str) -> list[str]:
+def is_header_token(token: str) -> bool:
+    """``token`` can travel in an ``Authorization: Bearer`` header: visible ASCII only."""
+    return bool(token) and all("!" <= ch <= "~" for ch in token)
+
+
+def _query_tokens(query: str) -> list[tuple[str, ...]]:
     """The ``token`` values of a query string, each read both ways a client may have meant it:
     as a form (``+`` is a space, ``parse_qs``) and as a URI (``+`` is itself, ``unquote``), so
     that a token with a ``+`` in it (base64) works sent raw or escaped."""
@@ -280,8 +288,29 @@ def _query_tokens(query: str) -> list[str]:
     for pair in query.split("&"):
         name, eq, value = pair.partition("=")
         if eq and unquote_plus(name) == "token":
-            tokens += dict.fromkeys((unquote_plus(value), unquote(value)))
+            tokens.append(tuple(dict.fromkeys((unquote_plus(value), unquote(value)))))
     return tokens
+
+
+#: A bearer token or a ``token=`` query value in a log line (websockets' DEBUG lines quote
+#: request lines and headers; its parser's errors quote the line or header they refused).
+_SECRETS = (re.compile(r"(?i)(authorization:\s*)[^\r\n]*"),
+            re.compile(r"(?i)(bearer\s+|\btoken=)[^\s&;,'\")]*"))
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` with every ``Authorization`` value, bearer token and ``token=`` value replaced
+    by ``<redacted>``."""
+    if not _maybe_secret(text):
+        return text
+    for pattern in _SECRETS:
+        text = pattern.sub(lambda m: m.group(1) + "<redacted>", text)
+    return text
+
+
+def _maybe_secret(text: str) -> bool:
+    low = text.lower()
+    return "token" in low or "bearer" in low or "authorization" in low
 
 
 def _shown(value: str, limit: int = 80) -> str:

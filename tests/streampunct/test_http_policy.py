@@ -111,6 +111,8 @@ def _policy(**kwargs) -> RequestPolicy:
     ("tok=a+b/=", False),
     ("token", False),
     ("", False),
+    ("token=wrong&token=a+b/=", False),  # one token a request: not one guess per value
+    ("token=a+b/=&token=a+b/=", False),
 ])
 def test_a_query_token_with_a_plus_works_escaped_or_raw(query, ok):
     policy = _policy(auth_token="a+b/=")
@@ -154,3 +156,31 @@ def test_check_never_raises_and_refusals_are_one_line(method, stream, headers, q
     if refusal is not None:
         assert "\n" not in refusal.message and "\r" not in refusal.message
         assert 400 <= refusal.status < 500
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("< GET /v1/stream?token=s3cret&x=1 HTTP/1.1", "< GET /v1/stream?token=<redacted>&x=1 HTTP/1.1"),
+    ("< Authorization: Bearer s3cret", "< Authorization: <redacted>"),
+    ("invalid HTTP header value: Bearer s3cret\x01", "invalid HTTP header value: Bearer <redacted>"),
+    ("unsupported protocol: GET /v1/stream?a=1&TOKEN=s3cr", "unsupported protocol: GET /v1/stream?a=1&TOKEN=<redacted>"),
+    ("connection open", "connection open"),
+])
+def test_tokens_are_redacted_from_log_text(text, shown):
+    from streampunct.server.http_policy import redact_tokens
+
+    assert redact_tokens(text) == shown
+    assert "s3cr" not in redact_tokens(text)
+
+
+@pytest.mark.parametrize(("token", "ok"), [("s3cret", True), ("a+b/=", True), ("a b", False), ("tok\n", False),
+                                           ("tok\x01", False), ("tök", False), ("", False)])
+def test_a_token_must_be_visible_ascii(token, ok):
+    from streampunct.server.app import ServerConfig
+    from streampunct.server.http_policy import is_header_token
+
+    assert is_header_token(token) is ok
+    if ok:
+        ServerConfig(auth_token=token)
+    elif token:
+        with pytest.raises(ValueError, match="auth_token must be visible ASCII"):
+            ServerConfig(auth_token=token)

@@ -469,6 +469,8 @@ def test_serve_caps_glibc_malloc_arenas_unless_the_environment_does(env_value, a
     (["--auth-token", "  "], None, "--auth-token is empty"),
     ([], "", "$STREAMPUNCT_AUTH_TOKEN is empty"),
     (["--host", ""], None, "host must name an address (0.0.0.0 or :: for every interface), not ''"),
+    (["--auth-token", "two words"], None, "--auth-token holds spaces, control or non-ASCII characters"),
+    ([], "t\x01k", "$STREAMPUNCT_AUTH_TOKEN holds spaces, control or non-ASCII characters"),
 ])
 def test_an_empty_token_or_host_is_refused_not_read_as_none_or_everywhere(argv, env, message, monkeypatch):
     """`serve --auth-token "$UNSET"` left the server open; `--host "$UNSET"` bound every interface."""
@@ -485,6 +487,9 @@ def test_an_empty_token_or_host_is_refused_not_read_as_none_or_everywhere(argv, 
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
     assert build_config(build_parser().parse_args(["serve"])).auth_token == "s3cret"
     assert build_config(build_parser().parse_args(["serve", "--auth-token", "t"])).auth_token == "t"
+    # a secret file's trailing newline (which no client could send in a header) is dropped
+    monkeypatch.setenv(TOKEN_ENV, "s3cret\n")
+    assert build_config(build_parser().parse_args(["serve"])).auth_token == "s3cret"
 
 
 async def raw_exchange(port: int, data: bytes) -> bytes:
@@ -615,3 +620,55 @@ async def test_a_config_is_logged_with_its_lexicon_as_a_size(start_server, caplo
     assert len(lines) == 3
     assert all("'lexicon': '500 pairs'" in line and "Name-7-written" not in line and len(line) < 400
                for line in lines)
+
+
+async def test_tokens_and_control_characters_stay_out_of_the_log(start_server, caplog):
+    """A header websockets' parser refuses is quoted in its error (a token with a stray control
+    character); a refused handshake's error may hold bytes that split log lines (NEL, CSI); at
+    DEBUG websockets logs request lines and headers: no token and no raw control character
+    reaches the log."""
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("streampunct.server.app.websockets").setLevel(logging.DEBUG)
+    try:
+        server = await start_server(auth_token="s3cretTOKEN")
+        await raw_exchange(server.port, b"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                        b"Authorization: Bearer s3cretTOKEN\x01\r\n\r\n")
+        await raw_exchange(server.port, b"GET /v1/stream?token=s3cretTOKEN HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                        b"Upgrade: web\x85"
+                                        b"socket\x9bFORGED\r\nConnection: Upgrade\r\n"
+                                        b"Sec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        async with ws_connect(f"ws://127.0.0.1:{server.port}/v1/stream?token=s3cretTOKEN") as ws:
+            await ws.recv()  # ready
+        async with ws_connect(f"ws://127.0.0.1:{server.port}/v1/stream",
+                              additional_headers={"Authorization": "Bearer s3cretTOKEN"}) as ws:
+            await ws.recv()
+        await until(lambda: rejected(server, "malformed") == 2.0)
+    finally:
+        logging.getLogger("streampunct.server.app.websockets").setLevel(logging.NOTSET)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("streampunct.")]  # not the client's
+    assert any("token=<redacted>" in line for line in lines)  # the DEBUG request line, redacted
+    assert not [line for line in lines if "s3cret" in line]
+    refusals = [line for line in lines if line.startswith("refused")]
+    assert len(refusals) == 2
+    assert all(line.isprintable() and len(line.splitlines()) == 1 for line in refusals)
+
+
+def test_serve_raises_its_open_files_limit_to_the_hard_limit():
+    """In a child process (the limit is the process's): a soft limit of 256 under a higher hard
+    one is raised to the hard one, so idle sockets do not exhaust a low default."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"hard limit {hard}: nothing to raise")
+    code = ("import resource\n"
+            "from streampunct.commands.serve import raise_open_files_limit, MAX_OPEN_FILES\n"
+            "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+            "before, after = raise_open_files_limit()\n"
+            "want = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else hard\n"
+            "print(before, after, resource.getrlimit(resource.RLIMIT_NOFILE)[0] == want)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    before, after, applied = done.stdout.split()
+    assert before == "256" and int(after) > 256 and applied == "True"
