@@ -20,13 +20,16 @@ Tests inject an engine, an aligner and a window instead of a model folder: a
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import functools
+import hashlib
 import http
 import importlib.resources
 import json
 import logging
 import os
+import re
 import signal
 import time
 import uuid
@@ -628,8 +631,14 @@ class StreamServer:
         elif path == "/healthz":
             response = self._healthz(connection)
         elif path == "/captions":
-            response = connection.respond(http.HTTPStatus.OK, _captions_page())
+            page, policy = _captions_page()
+            response = connection.respond(http.HTTPStatus.OK, page)
             _set_content_type(response.headers, "text/html; charset=utf-8")
+            # the page's own inline script and style, and WebSockets, nothing else; no framing;
+            # its URL may hold ?token=, which no link it follows may send on as the referrer
+            response.headers["Content-Security-Policy"] = policy
+            response.headers["X-Frame-Options"] = "DENY"
+            response.headers["Referrer-Policy"] = "no-referrer"
         elif path == "/metrics":
             response = connection.respond(http.HTTPStatus.OK, self.metrics.render().decode())
             _set_content_type(response.headers, self.metrics.content_type)
@@ -669,6 +678,8 @@ class StreamServer:
         ``serve --workers``, every answer (the 101 of a stream too) names its worker in a header."""
         if self.config.workers > 1 and WORKER_HEADER not in response.headers:
             response.headers[WORKER_HEADER] = str(self.config.worker)
+        if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS:
+            response.headers["X-Content-Type-Options"] = "nosniff"
         error = connection.protocol.handshake_exc
         if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
@@ -758,9 +769,20 @@ class StreamServer:
 
 
 @functools.cache
-def _captions_page() -> str:
-    """The self-contained live-caption page (package data ``streampunct/server/static/captions.html``)."""
-    return importlib.resources.files("streampunct.server").joinpath("static/captions.html").read_text(encoding="utf-8")
+@functools.cache
+def _captions_page() -> tuple[str, str]:
+    """The self-contained live-caption page (package data ``streampunct/server/static/captions.html``)
+    and its Content-Security-Policy: its inline ``<script>`` and ``<style>`` by their SHA-256,
+    WebSocket connections (to this server, or to another the user confirms), nothing else."""
+    page = importlib.resources.files("streampunct.server").joinpath("static/captions.html").read_text(encoding="utf-8")
+
+    def hashes(tag: str) -> str:
+        bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", page, flags=re.S)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in bodies)
+
+    policy = (f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; "
+              "connect-src ws: wss:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+    return page, policy
 
 
 def _local_addresses(connection: ServerConnection) -> tuple[str, ...]:

@@ -25,6 +25,19 @@ async def test_caption_page_is_served_and_self_contained(start_server):
     # No outside assets: no external scripts, stylesheets, images or fonts.
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page)
+    # its own inline script and style only (by hash; the Chromium tests run it under this
+    # policy), WebSockets, no framing, no referrer (its URL may hold ?token=)
+    import base64
+    import hashlib
+
+    (script,) = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    policy = headers["content-security-policy"]
+    assert f"script-src 'sha256-{digest}'" in policy and "default-src 'none'" in policy
+    assert "connect-src ws: wss:" in policy and "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
+    assert headers["x-content-type-options"] == "nosniff"
 
 
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
