@@ -117,7 +117,9 @@ HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
 #: The response header that names the worker process that answered (``serve --workers``).
 WORKER_HEADER = "X-Streampunct-Worker"
 #: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
-REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions")
+REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions", "timeout")
+#: Seconds a connection has to complete its handshake (websockets' ``open_timeout``).
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class DrainMode(StrEnum):
@@ -507,7 +509,10 @@ class StreamServer:
                     on_abort=lambda _: self.metrics.slow_reader_closes.inc(),
                     on_unparsed=self._unparsed,
                     headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None,
-                    control_frame_rate=self.config.max_frames_per_s, on_control_held=self._control_held),
+                    control_frame_rate=self.config.max_frames_per_s, on_control_held=self._control_held,
+                    on_count=self.metrics.connections.inc, handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
+                    on_handshake_timeout=self._handshake_timed_out),
+                open_timeout=HANDSHAKE_TIMEOUT_S,
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
                 close_timeout=self.config.close_timeout_s,
@@ -686,6 +691,12 @@ class StreamServer:
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
                         _ascii(request.path.partition("?")[0]), _peer(connection),
                         _ascii(redact_tokens(str(error)), 200), response.status_code)
+
+    def _handshake_timed_out(self, connection: ServerConnection) -> None:
+        """A connection that sent no whole request within the handshake timeout: cut, counted
+        (``reason="timeout"``) and logged at DEBUG (idle sockets may come by the thousand)."""
+        self.metrics.rejected.labels(reason="timeout").inc()
+        logger.debug("dropped a connection from %s: no handshake in %g s", _peer(connection), HANDSHAKE_TIMEOUT_S)
 
     def _control_held(self, seconds: float) -> None:
         """A connection held its socket ``seconds`` for its pings and pongs (``--max-frames-per-s``)."""

@@ -121,6 +121,9 @@ class ServerMetrics:
         self.multiprocess = workers > 1 and values_in_files()
         self.sessions = Gauge("streampunct_sessions", "Open streaming sessions.", registry=r,
                               multiprocess_mode="livesum")
+        self.connections = Gauge(
+            "streampunct_connections", "Open TCP connections, those still in their handshake included.",
+            registry=r, multiprocess_mode="livesum")
         self.sessions_total = Counter(
             "streampunct_sessions_opened", "Streaming sessions opened.", registry=r
         )

@@ -55,11 +55,21 @@ class GuardedConnection(ServerConnection):
     def __init__(self, *args: Any, max_write_buffer: int, on_abort: Callable[[int], None] | None = None,
                  on_unparsed: Callable[[GuardedConnection, Exception], None] | None = None,
                  headers: Mapping[str, str] | None = None, control_frame_rate: float | None = None,
-                 on_control_held: Callable[[float], None] | None = None, **kwargs: Any) -> None:
+                 on_control_held: Callable[[float], None] | None = None,
+                 on_count: Callable[[int], None] | None = None,
+                 handshake_timeout_s: float | None = None,
+                 on_handshake_timeout: Callable[[GuardedConnection], None] | None = None, **kwargs: Any) -> None:
         """``control_frame_rate``: pings and pongs read a second, after a burst of as many
         (None: no limit); ``on_control_held(seconds)`` is called each time reading resumes
-        after the connection held its socket for them."""
+        after the connection held its socket for them. ``on_count(+1)`` when the TCP
+        connection is made, ``on_count(-1)`` when it is lost; ``on_handshake_timeout(self)``
+        when the handshake was cut at ``handshake_timeout_s`` (the server's ``open_timeout``:
+        a client that connected and sent no whole request)."""
         super().__init__(*args, **kwargs)
+        self._on_count = on_count
+        self._handshake_timeout_s = handshake_timeout_s
+        self._on_handshake_timeout = on_handshake_timeout
+        self._made_at: float | None = None
         if max_write_buffer < 1:
             raise ValueError(f"max_write_buffer must be >= 1, got {max_write_buffer}")
         self.max_write_buffer = max_write_buffer
@@ -84,7 +94,14 @@ class GuardedConnection(ServerConnection):
             self.protocol.reject = reject_with_headers  # type: ignore[method-assign]
 
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
-        await super().handshake(*args, **kwargs)
+        try:
+            await super().handshake(*args, **kwargs)
+        except asyncio.CancelledError:  # websockets' open_timeout cancels it (so does a shutdown)
+            timeout = self._handshake_timeout_s
+            if (timeout is not None and self._on_handshake_timeout is not None and self._made_at is not None
+                    and self.loop.time() - self._made_at >= 0.99 * timeout):
+                self._on_handshake_timeout(self)
+            raise
         error = self.protocol.handshake_exc
         if self.request is None and error is not None and self._on_unparsed is not None \
                 and not isinstance(error.__cause__, EOFError):
@@ -92,6 +109,9 @@ class GuardedConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._made_at = self.loop.time()
+        if self._on_count is not None:
+            self._on_count(1)
         # websockets' message queue pauses and resumes reading too: the socket is read
         # again only once neither it nor the control frames' rate holds it.
         self.recv_messages.pause = lambda: self._hold("queue")
@@ -102,6 +122,9 @@ class GuardedConnection(ServerConnection):
             self._control_timer.cancel()
             self._control_timer = None
         super().connection_lost(exc)
+        if self._on_count is not None:
+            self._on_count(-1)
+            self._on_count = None
         # the queue's callbacks refer to this connection: dropped, so that reference counting
         # frees a closed connection (ws_release.py) without waiting for the cycle collector
         self.recv_messages.pause = self.recv_messages.resume = _nothing

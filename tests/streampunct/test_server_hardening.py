@@ -138,8 +138,9 @@ async def test_a_handshake_websockets_refuses_is_counted_and_logged_in_one_line(
 async def test_rejection_reasons_are_in_the_metrics_from_the_start(start_server):
     server = await start_server()
     text = (await request(server.port, "GET", "/metrics")).body.decode()
-    for reason in ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions"):
+    for reason in ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions", "timeout"):
         assert f'streampunct_handshakes_rejected_total{{reason="{reason}"}} 0.0' in text
+    assert "\nstreampunct_connections 1.0\n" in text  # the scrape's own connection
 
 
 # -- 2. Origin -------------------------------------------------------------------------------
@@ -672,3 +673,28 @@ def test_serve_raises_its_open_files_limit_to_the_hard_limit():
     assert done.returncode == 0, done.stderr
     before, after, applied = done.stdout.split()
     assert before == "256" and int(after) > 256 and applied == "True"
+
+
+async def test_connections_are_counted_and_idle_ones_cut_at_the_handshake_timeout(start_server, monkeypatch):
+    """Every TCP connection counts in streampunct_connections from the moment it is made (one
+    that never sends a request holds a descriptor too); one that sends no whole request is cut
+    at the handshake timeout and counted as rejected for "timeout"; one its client closes
+    first is not."""
+    from streampunct.server import app as app_module
+
+    monkeypatch.setattr(app_module, "HANDSHAKE_TIMEOUT_S", 0.5)
+    server = await start_server()
+    gauge = server.metrics.connections
+    assert gauge._value.get() == 0
+    idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)]
+    await until(lambda: gauge._value.get() == 3)
+    _, closed_early = idle.pop()
+    closed_early.close()
+    await until(lambda: gauge._value.get() == 2)
+    for reader, _ in idle:  # the server cuts them: EOF
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    await until(lambda: rejected(server, "timeout") == 2.0 and gauge._value.get() == 0)
+    for _, writer in idle:
+        writer.close()
+    assert (await request(server.port)).status == 200  # a request in time is served
+    assert rejected(server, "timeout") == 2.0
