@@ -680,13 +680,15 @@ class StreamServer:
     def _process_response(self, connection: ServerConnection, request: Request, response: Response) -> None:
         """Counts and logs, in one line, the handshakes websockets itself refused (bad ``Upgrade``,
         ``Sec-WebSocket-Key`` or version, ...): those ``_process_request`` let through. With
-        ``serve --workers``, every answer (the 101 of a stream too) names its worker in a header."""
+        ``serve --workers``, every answer (the 101 of a stream too) names its worker in a header;
+        every HTTP answer but the 101 carries ``X-Content-Type-Options: nosniff``."""
         if self.config.workers > 1 and WORKER_HEADER not in response.headers:
             response.headers[WORKER_HEADER] = str(self.config.worker)
-        if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS:
-            response.headers["X-Content-Type-Options"] = "nosniff"
+        if response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS:
+            return
+        response.headers["X-Content-Type-Options"] = "nosniff"
         error = connection.protocol.handshake_exc
-        if response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS and error is not None:
+        if error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
                         _ascii(request.path.partition("?")[0]), _peer(connection),
@@ -779,7 +781,6 @@ class StreamServer:
             release_when_closed(connection)  # its protocol freed once closed, not at a full collection
 
 
-@functools.cache
 @functools.cache
 def _captions_page() -> tuple[str, str]:
     """The self-contained live-caption page (package data ``streampunct/server/static/captions.html``)

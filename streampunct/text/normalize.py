@@ -145,15 +145,6 @@ def _strip_edges(w: str) -> str:
     that belong to it (an emoji's variation selector U+FE0F, a keycap's U+20E3: a character
     in an enclosing mark is a symbol too, as in :func:`symbol_word`). A leading apostrophe
     stays before a letter or digit (``'s``, ``'cause``)."""
-    if w.isascii():
-        start, end = 0, len(w)
-        while start < end and (_is_edge_junk(w[start]) or w[start].isspace()):
-            if w[start] == "'" and start + 1 < end and w[start + 1].isalnum():
-                break
-            start += 1
-        while end > start and (_is_edge_junk(w[end - 1]) or w[end - 1].isspace()):
-            end -= 1
-        return w[start:end]
     start, end = 0, len(w)
     while start < end:
         ch = w[start]
