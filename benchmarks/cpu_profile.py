@@ -49,6 +49,11 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 PLUMBING = ("asyncio/", "threading.py", "concurrent/futures", "<frozen runpy>", "selectors.py", "socket.py",
             "ssl.py", "contextlib.py", "streampunct/cli.py", "commands/serve.py", "<string>", "queue.py",
             "functools.py", "typing.py", "dataclasses.py")
+#: Entry points that run the loop: (file part, function). Under uvloop the loop's own work (polling,
+#: socket reads and writes, timers) runs in C below ``asyncio.Runner.run``, so its samples end in the
+#: server's entry frame; they are the event loop, not the server's glue (nor, through the frames
+#: that start the process, "other").
+ENTRY_FRAMES = (("server/app.py", "run_server"), ("server/workers.py", "worker_main"))
 EVENT_LOOP = "event loop (asyncio, selectors)"
 OTHER = "other"
 
@@ -90,6 +95,8 @@ def stage_of(frames: Sequence[str]) -> str:
         func, path = parse_frame(frame)
         if frame.startswith("thread (") or frame.startswith("process "):
             continue
+        if any(part in path and func == entry for part, entry in ENTRY_FRAMES):
+            break  # the frames outside it start the process: no stage
         for name, rules in STAGES:
             if any(part in path and (not pattern or re.search(pattern, func)) for part, pattern in rules):
                 return name

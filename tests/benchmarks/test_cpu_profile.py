@@ -26,6 +26,13 @@ ENGINE = ("thread (7): streampunct-engine-1_0;Thread._bootstrap (threading.py:10
      "(streampunct/core/session_protocol.py:400)", "session protocol and stream state"),
     (LOOP + ";_SelectorSocketTransport._read_ready (asyncio/selector_events.py:990)", EVENT_LOOP),
     (LOOP + ";somewhere (mylib/thing.py:3)", OTHER),
+    # uvloop: the loop's work runs in C under asyncio.Runner.run, below the server's entry frame
+    ("thread (1): MainThread;<module> (streampunct:6);main (streampunct/cli.py:134);run (streampunct/commands/serve.py:358);"
+     "run_server (streampunct/server/app.py:889);Runner.run (asyncio/runners.py:118)", EVENT_LOOP),
+    ("thread (1): MainThread;worker_main (streampunct/server/workers.py:382);run_server "
+     "(streampunct/server/app.py:889);Runner.run (asyncio/runners.py:118)", EVENT_LOOP),
+    ("thread (1): MainThread;run_server (streampunct/server/app.py:889);Runner.run (asyncio/runners.py:118);"
+     "Session._drive (streampunct/server/session.py:300)", "server glue (sessions, metrics, HTTP)"),
 ])
 def test_a_stack_counts_for_the_innermost_frame_that_names_a_stage(stack, stage):
     assert stage_of(stack.split(";")) == stage
