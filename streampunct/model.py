@@ -113,7 +113,8 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
         hint = ""
         if model_dir is None:
             hint = (" (from STREAMPUNCT_MODEL; unset it for the shipped model)" if "STREAMPUNCT_MODEL" in os.environ
-                    else " (the shipped model; see README for how to build it)")
+                    else " (the shipped model: the models are in the repository's models/ folder, not in an "
+                         "installed package; give a model folder with --model or STREAMPUNCT_MODEL)")
         shipped = DEFAULT_MODEL_DIR.parent / path.name
         if model_dir is not None and not path.is_absolute() and (shipped / METADATA_FILE).is_file():
             hint = f" in {Path.cwd()}; the shipped model of that name is {shipped}"

@@ -141,3 +141,16 @@ def test_the_floor_check_sees_an_arrow_up():
         "streampunct.client)",
         "streampunct.core.wire:3 imports streampunct.server.app (streampunct.server is not below streampunct.core)",
     ]
+
+
+def test_the_declared_license_ships_its_text():
+    """pyproject's license-files exist and hold the license its SPDX expression names, so wheels
+    and sdists carry it."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    files = [REPO / f for f in project["license-files"]]
+    assert files and all(f.is_file() for f in files)
+    text = files[0].read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text

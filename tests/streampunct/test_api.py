@@ -310,6 +310,19 @@ def test_a_relative_path_to_a_shipped_model_from_elsewhere_names_where_it_is(tmp
                             f"the shipped model of that name is {shipped}")
 
 
+def test_an_install_without_the_shipped_model_says_how_to_name_one(tmp_path, monkeypatch):
+    """A wheel holds no models/ folder: the default's error says where models are and how to give one."""
+    import streampunct.model as model_module
+
+    monkeypatch.delenv("STREAMPUNCT_MODEL", raising=False)
+    monkeypatch.setattr(model_module, "DEFAULT_MODEL_DIR", tmp_path / "site-packages" / "models" / "default")
+    with pytest.raises(ModelError) as e:
+        Punctuator.load()
+    assert str(e.value) == (f"model folder {tmp_path}/site-packages/models/default does not exist (the shipped "
+                            "model: the models are in the repository's models/ folder, not in an installed "
+                            "package; give a model folder with --model or STREAMPUNCT_MODEL)")
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"right_context": "3"}, "'right_context' must be an integer between 0 and 1000"),
     ({"right_context": -1}, "'right_context' must be between 0 and 1000, not -1"),
