@@ -652,6 +652,9 @@ class StreamServer:
             # so that new handshakes get this 503 rather than a refused connection.
             self.metrics.rejected.labels(reason="unavailable").inc()
             response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
+        elif self.batcher.engine_failing:  # /healthz says "failing": its windows would fail
+            self.metrics.rejected.labels(reason="unavailable").inc()
+            response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (the engine is failing)\n")
         elif self._at_session_limit():
             self.metrics.rejected.labels(reason="sessions").inc()
             response = connection.respond(
@@ -718,7 +721,8 @@ class StreamServer:
         loader_failed = self._loader is not None and self._loader.done() and (
             self._loader.cancelled() or self._loader.exception() is not None
         )
-        status = "ok" if self.ready else "failed" if loader_failed else "stopping" if self._closing else "loading"
+        status = ("failing" if self.batcher.engine_failing else "ok") if self.ready else (
+            "failed" if loader_failed else "stopping" if self._closing else "loading")
         body = {
             "status": status,
             "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,

@@ -27,6 +27,14 @@ An engine exception fails only the requests that caused it: a failed batch
 of several requests is retried one request at a time, so one poisonous window
 does not take down the other sessions of its batch.
 
+A failing engine is told from failing windows by a probe: after
+``PROBE_AFTER_FAILURES`` windows in a row failed (none succeeded between), the
+batcher runs its warm-up window, known to work, through the queue. If that
+fails too, :attr:`Batcher.engine_failing` turns true (``/healthz`` answers 503,
+so a balancer stops routing to the replica) and the probe runs again every
+``PROBE_INTERVAL_S`` until a window succeeds. Windows that fail on their own
+input (a client's poisonous text) leave the probe passing and the health alone.
+
 ``batch_rows`` says how a worker runs the windows of a batch. ``padded``:
 one call on the windows padded to the longest. ``alone``: one call
 per window, at its own length. ``exact`` (the default): alone where the engine says a row's
@@ -69,6 +77,11 @@ from streampunct.errors import EngineFailedError, OverloadedError
 from streampunct.server import allocator
 
 logger = logging.getLogger(__name__)
+
+#: Windows failed in a row after which the warm-up window probes the engine.
+PROBE_AFTER_FAILURES = 3
+#: Seconds between probes while the engine fails the warm-up window.
+PROBE_INTERVAL_S = 5.0
 
 class BatchRows(StrEnum):
     """How a worker runs a batch's windows (``serve --batch-rows``; see the module docstring)."""
@@ -207,6 +220,8 @@ class Batcher:
 
     Attributes:
         trims: trims run so far; last_trim_end: when the last one finished (the loop's clock).
+        engine_failing: the engine failed the warm-up window after windows failed in a
+            row (module docstring); false again once any window succeeds.
     """
 
     def __init__(
@@ -244,6 +259,9 @@ class Batcher:
         self._last_batch_end = 0.0
         self.trims = 0
         self.last_trim_end = 0.0
+        self.engine_failing = False
+        self._failed_in_a_row = 0
+        self._probe: asyncio.Task[None] | None = None
 
     @property
     def trimmed_since_last_batch(self) -> bool:
@@ -298,6 +316,8 @@ class Batcher:
             return
         self._closed = True
         self.ready = False
+        if self._probe is not None:
+            self._probe.cancel()
         if self._collector is not None:
             self._collector.cancel()
             try:
@@ -568,24 +588,66 @@ class Batcher:
             calls.append((1, time.perf_counter() - t0))
         return results, calls
 
-    @staticmethod
-    def _answer(batch: Sequence[_Pending], results: Sequence[EngineOutput | BaseException | None]) -> int:
+    def _answer(self, batch: Sequence[_Pending], results: Sequence[EngineOutput | BaseException | None]) -> int:
         """Hand each request its output or its engine failure; returns the failures. A
         None result (a window not run) and a request whose session went away meanwhile
-        get nothing."""
-        failed = 0
+        get nothing. The first failure after a success is logged with its traceback, the
+        rest of a run of failures in one line each."""
+        failed = succeeded = handed = 0  # windows that ran and failed / succeeded; failures handed to a request
         for item, result in zip(batch, results, strict=True):
-            if result is None or item.future.done():
+            if result is None:
                 continue
             if isinstance(result, BaseException):
                 failed += 1
-                logger.error("engine failed on a request", exc_info=result)
+                if self._failed_in_a_row == 0 and failed == 1:
+                    logger.error("engine failed on a window", exc_info=result)
+                else:
+                    logger.error("engine failed on a window (%d in a row): %s: %s", self._failed_in_a_row + failed,
+                                 type(result).__name__, result)
+                if item.future.done():
+                    continue
+                handed += 1
                 error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
                 error.__cause__ = result
                 item.future.set_exception(error)
             else:
-                item.future.set_result(result)
-        return failed
+                succeeded += 1
+                if not item.future.done():
+                    item.future.set_result(result)
+        self._note_results(succeeded, failed)
+        return handed
+
+    def _note_results(self, succeeded: int, failed: int) -> None:
+        """Engine health after a batch: a success clears it; failures in a row start the probe."""
+        if succeeded:
+            self._failed_in_a_row = 0
+            if self.engine_failing:
+                self.engine_failing = False
+                logger.warning("engine works again: a window succeeded")
+            return
+        self._failed_in_a_row += failed
+        if (self._failed_in_a_row >= PROBE_AFTER_FAILURES and self._probe is None and not self._closed
+                and self._warmup_ids is not None):
+            self._probe = asyncio.create_task(self._probe_engine(), name="streampunct-engine-probe")
+
+    async def _probe_engine(self) -> None:
+        """Run the warm-up window until a window succeeds (module docstring)."""
+        try:
+            while not self._closed and self._failed_in_a_row > 0:
+                try:
+                    await self._submit(self._warmup_ids)
+                except OverloadedError:
+                    pass  # windows wait: their answers will tell
+                except EngineFailedError as e:
+                    if not self._closed and not self.engine_failing:
+                        self.engine_failing = True
+                        logger.error("engine failing: windows failed in a row, and the warm-up window too (%s); "
+                                     "/healthz answers 503 until a window succeeds", e)
+                else:
+                    return
+                await asyncio.sleep(PROBE_INTERVAL_S)
+        finally:
+            self._probe = None
 
     # -- worker thread -------------------------------------------------------
     def _infer_padded(self, engine: Engine, seqs: Sequence[np.ndarray]) -> list[EngineOutput]:

@@ -81,6 +81,7 @@ class ServerMetrics:
         batch_size: requests per engine call; engine_latency: seconds per engine call.
         finalize_margin: seconds from a word becoming decidable to its final being sent.
         errors: error messages sent, by code; rejected: handshakes refused, by reason.
+        engine_failures: windows the engine failed on (handed to their sessions).
         queue_depth: requests waiting for the engine.
         window_tokens, windows: tokens (CLS and SEP included, no padding) and
             windows the engine encoded for sessions, by kind (``final``:
@@ -148,6 +149,10 @@ class ServerMetrics:
         )
         self.errors = Counter(
             "streampunct_errors", "Error messages sent to clients, by code.", ["code"], registry=r
+        )
+        self.engine_failures = Counter(
+            "streampunct_engine_failures",
+            "Windows the engine failed on (each session's error internal and 1011 close).", registry=r,
         )
         for code in ErrorCode:
             self.errors.labels(code=str(code))
@@ -243,6 +248,8 @@ class ServerMetrics:
             self.batch_size.observe(rows)
             self.engine_latency.observe(seconds)
         self.engine_tokens.inc(record.tokens)
+        if record.failed:
+            self.engine_failures.inc(record.failed)
 
     def observe_window(self, partial: bool, n_tokens: int) -> None:
         """One session window came back from the engine with ``n_tokens`` tokens."""

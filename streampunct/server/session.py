@@ -216,6 +216,8 @@ class Session:
         self.peak_backlog = 0
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
         self.peak_outbox = 0
+        self._configs_logged = 0
+        self._read_closed: websockets.ConnectionClosed | None = None  # how the reader saw the connection end
 
     @property
     def backlog(self) -> int:
@@ -282,9 +284,14 @@ class Session:
                 self._emit(self.protocol.finish(loop.time()))
                 self._wake.set()
             elif not reader.result():
-                self._log.info(
-                    "client left with %d of %d words final", self.protocol.n_final, self.protocol.n_words
-                )
+                sent = self._read_closed.sent if self._read_closed is not None else None
+                if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:  # websockets' frame limit
+                    self._log.info("closed 1009 (%s) with %d of %d words final", sent.reason,
+                                   self.protocol.n_final, self.protocol.n_words)
+                else:
+                    self._log.info(
+                        "client left with %d of %d words final", self.protocol.n_final, self.protocol.n_words
+                    )
                 return
             closed = watch_connection()
             while True:  # finishing: the words received are finalized, unless a drain hands off
@@ -417,7 +424,8 @@ class Session:
                 self._ctx.metrics.input_wait.labels(reason="throttled").inc(loop.time() - throttled_at)
             try:
                 frame = await self._ws.recv()
-            except websockets.ConnectionClosed:
+            except websockets.ConnectionClosed as e:
+                self._read_closed = e
                 return False
             if self._frame_rate is not None:
                 self._frame_rate.take(loop.time(), frame_cost(frame))
@@ -510,7 +518,10 @@ class Session:
             if isinstance(message, Error):
                 self._ctx.metrics.errors.labels(code=str(message.code)).inc()
             elif isinstance(message, ConfigApplied):
-                self._log.info("config %s", _loggable(message.config))
+                # the first at INFO; a client may send any number before its first words
+                self._log.log(logging.DEBUG if self._configs_logged else logging.INFO, "config %s",
+                              _loggable(message.config))
+                self._configs_logged += 1
             elif isinstance(message, Resumed):
                 self._log.info("resumed at word %d, config %s", message.start, _loggable(message.config))
             self._outbox.put_nowait((item, decidable))

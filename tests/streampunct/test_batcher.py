@@ -19,7 +19,7 @@ from streampunct.server.batcher import (
     EngineFailedError,
     OverloadedError,
 )
-from tests.streampunct.fakes import HANDOFF_TIMEOUT, GatedEngine
+from tests.streampunct.fakes import HANDOFF_TIMEOUT, GatedEngine, until
 from tests.streampunct.test_stream_cache import SHAPE as STREAM_SHAPE
 from tests.streampunct.test_stream_cache import FakeStreamEngine
 
@@ -553,3 +553,75 @@ async def test_a_failed_batch_counts_the_tokens_its_calls_would_have_run(batch_r
     assert [isinstance(r, EngineFailedError) for r in results] == [False, False, True, False]
     assert len(records) == 1 and records[0].size == 4 and records[0].failed == 1
     assert records[0].tokens == tokens
+
+
+# -- engine health: a failing engine against failing windows ---------------------------
+
+
+class SwitchedEngine(EngineBase):
+    """Fails every call while ``broken`` (a replica whose engine or its server went down)."""
+
+    name = "switched"
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.calls = 0
+
+    def infer(self, input_ids, attention_mask):
+        self.calls += 1
+        if self.broken:
+            raise RuntimeError("device lost")
+        return np.zeros((*input_ids.shape, 4), np.float32)
+
+
+async def test_an_engine_that_fails_the_warm_up_window_is_failing_until_a_window_works(monkeypatch, caplog):
+    import streampunct.server.batcher as batcher_module
+
+    monkeypatch.setattr(batcher_module, "PROBE_INTERVAL_S", 0.02)
+    engine = SwitchedEngine()
+    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_wait_ms=0), warmup_ids=seq(3))
+    await batcher.start()
+    try:
+        engine.broken = True
+        for k in range(batcher_module.PROBE_AFTER_FAILURES):
+            with pytest.raises(EngineFailedError, match="device lost"):
+                await batcher.infer(seq(4))
+            assert not batcher.engine_failing, k  # windows failing alone say nothing yet
+        await until(lambda: batcher.engine_failing)
+        assert ("engine failing: windows failed in a row, and the warm-up window too (inference failed: "
+                "RuntimeError: device lost); /healthz answers 503 until a window succeeds") in caplog.text
+        probes = engine.calls
+        await until(lambda: engine.calls >= probes + 2)  # probing again while it fails
+        assert batcher.engine_failing
+        engine.broken = False
+        await until(lambda: not batcher.engine_failing)  # the next probe works: healthy again
+        assert "engine works again" in caplog.text
+        assert (await batcher.infer(seq(2))).shape == (2, 4)
+    finally:
+        await batcher.close()
+    # one traceback for the run of failures, then one line each
+    failures = [r for r in caplog.records if r.getMessage().startswith("engine failed on a window")]
+    assert len(failures) >= 5 and [r.exc_info is not None for r in failures[:2]] == [True, False]
+    assert "engine failed on a window (2 in a row): RuntimeError: device lost" in caplog.text
+
+
+async def test_windows_that_fail_on_their_input_leave_the_engine_healthy(fake_engine_cls):
+    """A client's poisonous text fails its own windows; the warm-up window still works."""
+    engine = fake_engine_cls(fail_token=99)
+    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_wait_ms=0), warmup_ids=seq(3))
+    await batcher.start()
+    try:
+        import streampunct.server.batcher as batcher_module
+
+        for _ in range(batcher_module.PROBE_AFTER_FAILURES):
+            with pytest.raises(EngineFailedError):
+                await batcher.infer(seq(4, fill=99))
+        calls = len(engine.batch_sizes)
+        probe = batcher._probe
+        assert probe is not None
+        async with asyncio.timeout(HANDOFF_TIMEOUT):
+            await probe
+        assert len(engine.batch_sizes) == calls + 1 and batcher._failed_in_a_row == 0  # it ran, and worked
+        assert not batcher.engine_failing
+    finally:
+        await batcher.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -284,7 +285,8 @@ async def test_bad_messages_are_rejected_whole_and_the_stream_continues(start_se
     assert 'streampunct_errors_total{code="too_large"} 2.0' in text
 
 
-async def test_oversize_frame_closes_with_1009(start_server):
+async def test_oversize_frame_closes_with_1009(start_server, caplog):
+    caplog.set_level(logging.INFO)
     server = await start_server(max_message_bytes=64 * 1024)
     client = await StreamClient.connect(server.url)
     await client.send_words(["kept"])
@@ -293,6 +295,11 @@ async def test_oversize_frame_closes_with_1009(start_server):
         async for _ in client:
             pass
     assert client.close_code == 1009
+    await until(lambda: not server.sessions)
+    lines = [r.getMessage() for r in caplog.records if r.name == "streampunct.server.session"]
+    assert any("closed 1009 (frame with" in line and "exceeds limit of 65536 bytes) with 0 of 1 words final" in line
+               for line in lines), lines
+    assert not any("client left" in line for line in lines)
 
 
 # -- HTTP: health, metrics, auth, limits ----------------------------------------------
@@ -498,10 +505,40 @@ async def test_engine_failure_reaches_only_the_affected_session(start_server, fa
     transcript, _ = await finish(healthy)
     assert transcript.words == WORDS and transcript.labels == ended(fake_labels(WORDS)) and not transcript.errors
     assert 'streampunct_errors_total{code="internal"} 1.0' in server.metrics.render().decode()
+    assert "streampunct_engine_failures_total 1.0" in server.metrics.render().decode()
+    assert not server.batcher.engine_failing  # one client's text, not the engine
     # The server still takes new sessions.
     async with await StreamClient.connect(server.url) as client:
         await client.send_words(["again"])
         assert (await finish(client))[0].words == ["again"]
+
+
+async def test_healthz_answers_503_while_the_engine_fails_every_window(start_server, fake_engine_cls, aligner,
+                                                                      monkeypatch):
+    """A replica whose engine fails (a lost device, a Triton server gone) leaves the balancer's
+    rotation: its warm-up window fails too. It comes back once a window works again."""
+    import streampunct.server.batcher as batcher_module
+    from tests.streampunct.test_server_hardening import request
+
+    monkeypatch.setattr(batcher_module, "PROBE_INTERVAL_S", 0.05)
+    engine = fake_engine_cls()
+    server = await start_server(engine=engine)
+    assert (await request(server.port)).status == 200
+    engine.fail_token = aligner.cls_id  # in every window
+    for _ in range(batcher_module.PROBE_AFTER_FAILURES):
+        client = await StreamClient.connect(server.url, right_context=0)
+        await client.send_words(["hello"])
+        assert [m.code for m in [m async for m in client] if isinstance(m, Error)] == [ErrorCode.INTERNAL]
+        assert client.close_code == 1011
+    await until(lambda: server.batcher.engine_failing)
+    reply = await request(server.port)
+    assert reply.status == 503 and json.loads(reply.body)["status"] == "failing"
+    with pytest.raises(InvalidStatus) as refused:  # new clients go to another replica
+        await StreamClient.connect(server.url)
+    assert refused.value.response.status_code == 503
+    engine.fail_token = None
+    await until(lambda: not server.batcher.engine_failing)
+    assert (await request(server.port)).status == 200
 
 
 async def test_graceful_shutdown_sends_all_pending_finals_then_1001(start_server, fake_labels):
