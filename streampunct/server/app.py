@@ -48,6 +48,7 @@ from websockets.http11 import Request, Response
 
 from engines.base import Engine
 from engines.registry import StreamCacheMode
+from streampunct import __version__
 from streampunct.core import codec
 from streampunct.core.alignment import Aligner
 from streampunct.core.options import SessionOptions
@@ -529,7 +530,10 @@ class StreamServer:
             frozenset(o for o in map(canonical_origin, self.config.allow_origins) if o),
             self.config.auth_token,
         )
-        logger.info("event loop: %s; frames' JSON: %s", loop_name(asyncio.get_running_loop()), codec.name())
+        logger.info("streampunct %s; event loop: %s; frames' JSON: %s; auth token %s; at most %d sessions, "
+                    "%d bytes a frame; drain: %s", __version__, loop_name(asyncio.get_running_loop()), codec.name(),
+                    "required" if self.config.auth_token is not None else "off", self.config.max_sessions,
+                    self.config.max_message_bytes, self.config.drain)
         self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
 
     async def _load(self) -> None:
@@ -588,6 +592,7 @@ class StreamServer:
             return
         self._closing = True
         handoff = self.config.drain == DrainMode.RESUME
+        stopping = time.monotonic()
         logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
         for session in list(self.sessions):
             session.shutdown(handoff=handoff)
@@ -600,7 +605,8 @@ class StreamServer:
                 await self._ws.wait_closed()
         except TimeoutError:
             self._ws.close(close_connections=False)
-            logger.warning("sessions still open after %.1fs; closing them", self.config.shutdown_timeout_s)
+            logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
+                           self.config.shutdown_timeout_s)
             await asyncio.gather(*(
                 close_within(c, CloseCode.GOING_AWAY, "server shutting down", self.config.close_timeout_s)
                 for c in list(self._ws.connections)
@@ -613,7 +619,7 @@ class StreamServer:
             self._written_executor.shutdown(wait=False, cancel_futures=True)
         if self._itn_processes is not None:
             self._itn_processes.close()
-        logger.info("server closed")
+        logger.info("server closed, %.1fs after the shutdown began", time.monotonic() - stopping)
         self._shutdown_done.set()
 
     async def __aenter__(self) -> StreamServer:
@@ -765,7 +771,8 @@ class StreamServer:
         self._sessions_gone.clear()
         self.metrics.sessions.inc()
         self.metrics.sessions_total.inc()
-        logger.info("session=%s opened from %s", session.id, connection.remote_address, extra={"session": session.id})
+        opened = time.monotonic()
+        logger.info("session=%s opened from %s", session.id, _peer(connection), extra={"session": session.id})
         if self._closing:
             session.shutdown(handoff=self.config.drain == DrainMode.RESUME)
         try:
@@ -781,7 +788,9 @@ class StreamServer:
             if not self.sessions:
                 self._sessions_gone.set()
             self.metrics.sessions.dec()
-            logger.info("session=%s closed", session.id, extra={"session": session.id})
+            logger.info("session=%s closed: code %s, %.1f s, %d words, %d final, %d errors sent", session.id,
+                        connection.close_code, time.monotonic() - opened, session.protocol.n_words,
+                        session.protocol.n_final, session.errors_sent, extra={"session": session.id})
             release_when_closed(connection)  # its protocol freed once closed, not at a full collection
 
 
@@ -854,8 +863,14 @@ async def run_until_signalled(
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+
     for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         server = await serve(config, runtime)
     except BaseException:
@@ -873,7 +888,7 @@ async def run_until_signalled(
             await stopped
         else:
             loading.cancel()
-        logger.info("signal received; shutting down")
+        logger.info("%s; shutting down", f"{received[0]} received" if received else "told to stop")
     finally:
         await server.shutdown()
         for sig in STOP_SIGNALS:

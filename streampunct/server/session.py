@@ -217,6 +217,7 @@ class Session:
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
         self.peak_outbox = 0
         self._configs_logged = 0
+        self.errors_sent = 0
         self._read_closed: websockets.ConnectionClosed | None = None  # how the reader saw the connection end
 
     @property
@@ -517,6 +518,7 @@ class Session:
             decidable = self.protocol.decidable_times(message)
             if isinstance(message, Error):
                 self._ctx.metrics.errors.labels(code=str(message.code)).inc()
+                self.errors_sent += 1
             elif isinstance(message, ConfigApplied):
                 # the first at INFO; a client may send any number before its first words
                 self._log.log(logging.DEBUG if self._configs_logged else logging.INFO, "config %s",
