@@ -112,6 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="also accept WebSocket handshakes from web pages of ORIGIN (scheme://host[:port]; "
                           "repeatable; '*': any page; 'null': file:// pages). Without it: only the server's "
                           "own origin (its /captions page); clients that send no Origin are unaffected")
+    net.add_argument("--trusted-proxy", metavar="ADDR", action="append", default=[],
+                     help="an IP address of a proxy in front (repeatable): log lines name the client its "
+                          "X-Forwarded-For gives (HAProxy: option forwardfor), as 'CLIENT via PROXY:PORT'; "
+                          "other peers' X-Forwarded-For is ignored")
     batch = parser.add_argument_group("batching")
     batch.add_argument("--max-batch", type=int, default=BatcherConfig.max_batch,
                        help="most window requests per engine call (default: %(default)s)")
@@ -280,6 +284,7 @@ def build_config(args: argparse.Namespace):
             max_frames_per_s=args.max_frames_per_s or None,
             auth_token=token,
             allow_hosts=tuple(args.allow_host),
+            trusted_proxies=tuple(args.trusted_proxy),
             allow_origins=tuple(args.allow_origin),
             word_cache_words=args.word_cache_words,
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,

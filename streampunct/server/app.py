@@ -67,7 +67,9 @@ from streampunct.server.http_policy import (
     Refusal,
     RequestPolicy,
     canonical_host,
+    canonical_ip,
     canonical_origin,
+    forwarded_client,
     is_header_token,
     redact_tokens,
 )
@@ -170,6 +172,8 @@ class ServerConfig:
             docs/server.md, "Hosts, origins and methods").
         allow_origins: browser origins whose handshakes are accepted besides the
             server's own (``*``: any; ``null``: pages without one).
+        trusted_proxies: IP addresses of proxies whose ``X-Forwarded-For`` names the client
+            in log lines (``client via proxy:port``); other peers' headers are ignored.
         word_cache_words: words whose sub-token ids the server keeps (an LRU
             cache; about 130 bytes + 8 per sub-token each; docs/server.md, "Memory").
         session_defaults: session options before a client ``config`` (within ``limits``:
@@ -243,6 +247,7 @@ class ServerConfig:
     auth_token: str | None = None
     allow_hosts: tuple[str, ...] = ()
     allow_origins: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = ()
     word_cache_words: int = 20_000
     session_defaults: SessionOptions = SessionOptions()
     window: WindowConfig | None = None
@@ -296,6 +301,9 @@ class ServerConfig:
                              f"{self.workers}")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
+        for value in self.trusted_proxies:
+            if canonical_ip(value) is None:
+                raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
         if self.max_message_bytes < 1024:
             raise ValueError("max_message_bytes must be >= 1024")
         if self.max_backlog_words < 1:
@@ -475,6 +483,7 @@ class StreamServer:
         self._closing = False
         self._shutdown_done: asyncio.Event | None = None
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
+        self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
         self._sessions_gone: asyncio.Event | None = None  # set while no session is open
         self._itn_processes: ProcessNormalizer | None = None
 
@@ -678,7 +687,7 @@ class StreamServer:
         """The response, metric and one log line of a refused request (no traceback: it is the client's doing)."""
         self.metrics.rejected.labels(reason=refusal.reason).inc()
         logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method), _ascii(request.path.partition("?")[0]),
-                    _peer(connection), refusal.message, refusal.status)
+                    self._peer(connection, request), refusal.message, refusal.status)
         response = connection.respond(refusal.status, refusal.message + "\n")
         if refusal.allow is not None:
             response.headers["Allow"] = refusal.allow
@@ -700,14 +709,15 @@ class StreamServer:
         if error is not None:
             self.metrics.rejected.labels(reason="malformed").inc()
             logger.info("refused %s %s from %s: %s (%d)", _ascii(request.method),
-                        _ascii(request.path.partition("?")[0]), _peer(connection),
+                        _ascii(request.path.partition("?")[0]), self._peer(connection, request),
                         _ascii(redact_tokens(str(error)), 200), response.status_code)
 
     def _handshake_timed_out(self, connection: ServerConnection) -> None:
         """A connection that sent no whole request within the handshake timeout: cut, counted
         (``reason="timeout"``) and logged at DEBUG (idle sockets may come by the thousand)."""
         self.metrics.rejected.labels(reason="timeout").inc()
-        logger.debug("dropped a connection from %s: no handshake in %g s", _peer(connection), HANDSHAKE_TIMEOUT_S)
+        logger.debug("dropped a connection from %s: no handshake in %g s", self._peer(connection),
+                     HANDSHAKE_TIMEOUT_S)
 
     def _control_held(self, seconds: float) -> None:
         """A connection held its socket ``seconds`` for its pings and pongs (``--max-frames-per-s``)."""
@@ -720,8 +730,19 @@ class StreamServer:
         self.metrics.rejected.labels(reason="malformed").inc()
         # websockets' parser quotes the line or header it refused, which may hold a token
         cause = f" ({error.__cause__})" if error.__cause__ is not None else ""
-        logger.info("refused a request from %s: %s%s", _peer(connection), _ascii(redact_tokens(str(error))),
+        logger.info("refused a request from %s: %s%s", self._peer(connection), _ascii(redact_tokens(str(error))),
                     _ascii(redact_tokens(cause)))
+
+    def _peer(self, connection: ServerConnection, request: Request | None = None) -> str:
+        """The peer for a log line; behind a trusted proxy (``trusted_proxies``), the client its
+        ``X-Forwarded-For`` names, then ``via`` the proxy."""
+        peer = _peer(connection)
+        if request is None or not self._trusted_proxies:
+            return peer
+        address = connection.transport.get_extra_info("peername") if connection.transport else None
+        client = forwarded_client(str(address[0]), request.headers.get_all("X-Forwarded-For"),
+                                  self._trusted_proxies) if isinstance(address, tuple) and address else None
+        return f"{client} via {peer}" if client is not None else peer
 
     def _healthz(self, connection: ServerConnection) -> Response:
         loader_failed = self._loader is not None and self._loader.done() and (
@@ -772,7 +793,8 @@ class StreamServer:
         self.metrics.sessions.inc()
         self.metrics.sessions_total.inc()
         opened = time.monotonic()
-        logger.info("session=%s opened from %s", session.id, _peer(connection), extra={"session": session.id})
+        logger.info("session=%s opened from %s", session.id, self._peer(connection, connection.request),
+                    extra={"session": session.id})
         if self._closing:
             session.shutdown(handoff=self.config.drain == DrainMode.RESUME)
         try:

@@ -159,6 +159,24 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return ip
 
 
+def canonical_ip(text: str) -> str | None:
+    """An IP address in its canonical form (an IPv4-mapped IPv6 address as IPv4, no zone); None when
+    ``text`` is not one."""
+    ip = _ip(text)
+    return str(ip) if ip is not None else None
+
+
+def forwarded_client(peer: str, forwarded_for: Iterable[str], trusted: frozenset[str]) -> str | None:
+    """The client address a trusted proxy reports: the last address of the ``X-Forwarded-For``
+    values (the one the proxy next to the server appended; earlier ones are the client's own
+    claims) when ``peer``, the TCP peer, is one of ``trusted`` (canonical addresses); None when
+    the peer is not trusted or the last entry is not an IP address."""
+    if not trusted or canonical_ip(peer) not in trusted:
+        return None
+    values = [v for v in forwarded_for if v.strip()]
+    return canonical_ip(values[-1].rsplit(",", 1)[-1].strip()) if values else None
+
+
 def _is_loopback(name: str) -> bool:
     ip = _ip(name)
     return name == "localhost" or (ip is not None and ip.is_loopback)

@@ -14,6 +14,7 @@ from streampunct.server.http_policy import (
     RequestPolicy,
     canonical_host,
     canonical_origin,
+    forwarded_client,
     same_origin,
     split_host,
 )
@@ -184,3 +185,23 @@ def test_a_token_must_be_visible_ascii(token, ok):
     elif token:
         with pytest.raises(ValueError, match="auth_token must be visible ASCII"):
             ServerConfig(auth_token=token)
+
+
+TRUSTED = frozenset({"10.0.0.2", "fd00::2"})
+
+
+@pytest.mark.parametrize("peer, values, client", [
+    ("10.0.0.2", ["203.0.113.9"], "203.0.113.9"),
+    # the client's own claims come first; the trusted proxy appends the address it saw last
+    ("10.0.0.2", ["1.1.1.1, 203.0.113.9"], "203.0.113.9"),
+    ("10.0.0.2", ["1.1.1.1", "203.0.113.9"], "203.0.113.9"),
+    ("::ffff:10.0.0.2", ["2001:DB8::1"], "2001:db8::1"),  # a dual-stack socket's mapped peer; canonical forms
+    ("fd00::2", [" 198.51.100.7 "], "198.51.100.7"),
+    ("10.0.0.3", ["203.0.113.9"], None),  # not a trusted proxy: anyone can send the header
+    ("10.0.0.2", [], None),
+    ("10.0.0.2", ["unknown"], None),
+    ("10.0.0.2", ["203.0.113.9\r\nforged"], None),
+])
+def test_only_a_trusted_proxy_names_the_client(peer, values, client):
+    assert forwarded_client(peer, values, TRUSTED) == client
+    assert forwarded_client(peer, values, frozenset()) is None

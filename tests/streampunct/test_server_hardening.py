@@ -704,3 +704,30 @@ async def test_connections_are_counted_and_idle_ones_cut_at_the_handshake_timeou
         writer.close()
     assert (await request(server.port)).status == 200  # a request in time is served
     assert rejected(server, "timeout") == 2.0
+
+
+async def test_log_lines_name_the_client_behind_a_trusted_proxy(start_server, caplog):
+    """Behind HAProxy every peer is the balancer: with --trusted-proxy its X-Forwarded-For names
+    the client; the same header from any other peer is ignored."""
+    caplog.set_level(logging.INFO)
+    forwarded = [("X-Forwarded-For", "6.6.6.6, 203.0.113.9")]
+    trusting = await start_server(trusted_proxies=("127.0.0.1",))
+    assert (await request(trusting.port, "GET", "/v1/stream", forwarded, host="evil.example")).status == 421
+    reply = await request(trusting.port, "GET", "/v1/stream", forwarded, websocket=True)
+    assert reply.status == 101
+    await until(lambda: any("opened from" in r.getMessage() for r in caplog.records))
+    other = await start_server()
+    assert (await request(other.port, "GET", "/v1/stream", forwarded, host="evil.example")).status == 421
+    lines = [r.getMessage() for r in caplog.records if r.name == "streampunct.server.app"]
+    assert any(re.fullmatch(r"refused GET /v1/stream from 203\.0\.113\.9 via 127\.0\.0\.1:\d+: .* \(421\)", m)
+               for m in lines), lines
+    assert any(re.fullmatch(r"session=\w+ opened from 203\.0\.113\.9 via 127\.0\.0\.1:\d+", m) for m in lines), lines
+    assert any(re.fullmatch(r"refused GET /v1/stream from 127\.0\.0\.1:\d+: .* \(421\)", m) for m in lines), lines
+    assert not any("6.6.6.6" in m for m in lines)
+
+
+def test_a_trusted_proxy_must_be_an_ip_address():
+    from streampunct.server.app import ServerConfig
+
+    with pytest.raises(ValueError, match="trusted_proxies must be IP addresses, not 'proxy.local'"):
+        ServerConfig(trusted_proxies=("proxy.local",))
