@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -349,6 +350,7 @@ def raise_open_files_limit() -> tuple[int, int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streampunct import __version__
     from streampunct.server.app import run_server
 
     def announce(server) -> None:
@@ -356,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
               f"on {server.url} (Ctrl-C to stop)", flush=True)
 
     config = build_config(args)
+    logging.getLogger("streampunct.server").info("streampunct %s", __version__)
     raise_open_files_limit()  # before --workers start: they inherit it
     if config.workers > 1:
         return _supervise(config, args)

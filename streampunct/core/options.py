@@ -61,6 +61,20 @@ BOOL_OPTIONS: tuple[str, ...] = ("partials", "capitalize", "itn")
 OPTION_NAMES: tuple[str, ...] = (*INT_OPTIONS, *BOOL_OPTIONS, "lexicon")
 
 
+def require_int(config: object, name: str, minimum: int, maximum: int | None = None, *,
+                optional: bool = False) -> None:
+    """ValueError unless ``config``'s field ``name`` is an int (not a bool: ``True`` is 1) in
+    ``[minimum, maximum]`` (None when ``optional``). A configuration's own check of its counts,
+    sizes and ports: a float NaN passed ``< 1`` tests and lifted the bound it set."""
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (
+            maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be an integer {bounds}{' or None' if optional else ''}, not {value!r}")
+
+
 def check_int_option(name: str, value: object, limits: OptionLimits | None = None) -> int:
     """``value`` of the integer option ``name``: an ``int`` (not a bool) from 0 up to the
     server's limit (``limits``; None: no upper bound)."""

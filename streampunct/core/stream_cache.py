@@ -181,6 +181,14 @@ class KVCache:
             self.cached_calls += 1
 
 
+def whole_call(ids: np.ndarray, shape: StreamShape) -> StreamCall:
+    """A full call of one whole window ``ids`` (CLS ... SEP) that keeps nothing: the streaming
+    graph's form of a window with no stream behind it (a server's engine probe)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    no_past = np.zeros((shape.layers, 2, shape.heads, 0, shape.head_dim), dtype=CACHE_DTYPE)
+    return StreamCall(ids, np.arange(len(ids), dtype=np.int64), no_past, 1, None, 0, len(ids) - 1)
+
+
 def pad_stream_calls(calls: Sequence[StreamCall], pad_id: int) -> dict[str, np.ndarray]:
     """The streaming graph's inputs for a batch of calls, padded (keys: the graph's input names).
 

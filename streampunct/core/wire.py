@@ -20,7 +20,13 @@ from enum import StrEnum
 from typing import Any
 
 from streampunct.core import codec
-from streampunct.core.options import OPTION_NAMES, OptionError, SessionOptions, check_options
+from streampunct.core.options import (
+    OPTION_NAMES,
+    OptionError,
+    SessionOptions,
+    check_options,
+    require_int,
+)
 from streampunct.errors import StreampunctError
 
 #: The ``protocol`` field of ``ready``.
@@ -75,6 +81,14 @@ class Limits:
     max_lexicon_pairs: int = 1000
     max_lexicon_chars: int = 50_000
     max_message_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_words_per_message", "max_word_chars", "max_lexicon_pairs", "max_lexicon_chars"):
+            require_int(self, name, 1)
+        for name in ("max_right_context", "max_delay_ms"):
+            require_int(self, name, 0)
+        require_int(self, "max_context_words", 0, optional=True)
+        require_int(self, "max_message_bytes", 1, optional=True)
 
 
 DEFAULT_LIMITS = Limits()

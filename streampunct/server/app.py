@@ -48,10 +48,10 @@ from websockets.http11 import Request, Response
 
 from engines.base import Engine
 from engines.registry import StreamCacheMode
-from streampunct import __version__
 from streampunct.core import codec
 from streampunct.core.alignment import Aligner
-from streampunct.core.options import SessionOptions
+from streampunct.core.options import SessionOptions, require_int
+from streampunct.core.stream_cache import StreamShape, whole_call
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import PROTOCOL_VERSION, Limits
 from streampunct.errors import InputError, ModelError, StreampunctError
@@ -294,22 +294,19 @@ class ServerConfig:
         if self.auth_token is not None and not is_header_token(self.auth_token):
             raise ValueError("auth_token must be visible ASCII characters (no spaces or control "
                              "characters, which an Authorization header cannot carry)")
-        if self.itn_workers < 0:
-            raise ValueError("itn_workers must be >= 0")
+        require_int(self, "port", 0, 65535)
+        for name in ("workers", "max_sessions", "max_backlog_words", "max_outbox_messages", "max_queued_frames"):
+            require_int(self, name, 1)
+        for name in ("worker", "itn_workers", "word_cache_words"):
+            require_int(self, name, 0)
+        require_int(self, "max_message_bytes", 1024)
+        require_int(self, "stream_cache_tokens", 1, optional=True)
         if self.workers < 1 or not 0 <= self.worker < self.workers:
             raise ValueError(f"workers must be >= 1 and 0 <= worker < workers, not worker {self.worker} of "
                              f"{self.workers}")
-        if self.max_sessions < 1:
-            raise ValueError("max_sessions must be >= 1")
         for value in self.trusted_proxies:
             if canonical_ip(value) is None:
                 raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
-        if self.max_message_bytes < 1024:
-            raise ValueError("max_message_bytes must be >= 1024")
-        if self.max_backlog_words < 1:
-            raise ValueError("max_backlog_words must be >= 1")
-        if self.max_outbox_messages < 1 or self.max_queued_frames < 1:
-            raise ValueError("max_outbox_messages and max_queued_frames must be >= 1")
         require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
                        "max_frames_per_s")
         if self.max_frames_per_s is not None and self.max_frames_per_s <= 0:
@@ -322,10 +319,6 @@ class ServerConfig:
             raise ValueError("ping_interval_s must be > 0 (None: no pings)")
         if self.close_timeout_s <= 0:
             raise ValueError("close_timeout_s must be > 0")
-        if self.stream_cache_tokens is not None and self.stream_cache_tokens < 1:
-            raise ValueError("stream_cache_tokens must be >= 1")
-        if self.word_cache_words < 0:
-            raise ValueError("word_cache_words must be >= 0")
         for value in self.allow_hosts:
             if canonical_host(value) is None:
                 raise ValueError(f"allow_host: {value!r} is not a host name or address (no port), nor '*'")
@@ -436,11 +429,14 @@ class StreamServer:
         self.window = runtime.window or config.window or WindowConfig()
         self.aligner = runtime.aligner
         self.aligner.set_word_cache_size(config.word_cache_words)
+        warmup = self._warmup_ids(runtime.aligner, self.window)
         self.batcher = Batcher(
             runtime.engine_factory,
             pad_id=runtime.aligner.pad_id,
             config=config.batching,
-            warmup_ids=self._warmup_ids(runtime.aligner, self.window),
+            warmup_ids=warmup,
+            # the engine probe takes the form of the sessions' windows (they share its batches)
+            probe=whole_call(warmup, StreamShape(*runtime.stream_shape)) if runtime.stream_shape else warmup,
             on_batch=self.metrics.observe_batch,
         )
         self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
@@ -481,7 +477,7 @@ class StreamServer:
         self._loader: asyncio.Task[None] | None = None
         self._started = time.monotonic()
         self._closing = False
-        self._shutdown_done: asyncio.Event | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
         self._sessions_gone: asyncio.Event | None = None  # set while no session is open
@@ -496,7 +492,6 @@ class StreamServer:
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
         """Listen, and load the engine in the background (see :meth:`wait_ready`)."""
-        self._shutdown_done = asyncio.Event()
         self._sessions_gone = asyncio.Event()
         self._sessions_gone.set()
         try:
@@ -539,8 +534,8 @@ class StreamServer:
             frozenset(o for o in map(canonical_origin, self.config.allow_origins) if o),
             self.config.auth_token,
         )
-        logger.info("streampunct %s; event loop: %s; frames' JSON: %s; auth token %s; at most %d sessions, "
-                    "%d bytes a frame; drain: %s", __version__, loop_name(asyncio.get_running_loop()), codec.name(),
+        logger.info("event loop: %s; frames' JSON: %s; auth token %s; at most %d sessions, "
+                    "%d bytes a frame; drain: %s", loop_name(asyncio.get_running_loop()), codec.name(),
                     "required" if self.config.auth_token is not None else "off", self.config.max_sessions,
                     self.config.max_message_bytes, self.config.drain)
         self._loader = asyncio.create_task(self._load(), name="streampunct-engine-loader")
@@ -593,13 +588,17 @@ class StreamServer:
 
     async def shutdown(self) -> None:
         """Graceful stop: refuse new connections; finalize every pending word and close with 1001,
-        or with ``drain="resume"`` close with 1012 at once (clients resume elsewhere)."""
-        assert self._ws is not None and self._shutdown_done is not None and self._sessions_gone is not None, \
-            "start() first"
-        if self._closing:
-            await self._shutdown_done.wait()
-            return
-        self._closing = True
+        or with ``drain="resume"`` close with 1012 at once (clients resume elsewhere). One shutdown
+        runs, whoever asked: a caller that is cancelled (a timeout around it) leaves it running,
+        and every call returns when it is done."""
+        assert self._ws is not None and self._sessions_gone is not None, "start() first"
+        self._closing = True  # at once: /healthz and handshakes answer 503 from here on
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown(), name="streampunct-shutdown")
+        await asyncio.shield(self._shutdown_task)
+
+    async def _shutdown(self) -> None:
+        assert self._ws is not None and self._sessions_gone is not None
         handoff = self.config.drain == DrainMode.RESUME
         stopping = time.monotonic()
         logger.info("shutting down: %s %d sessions", "handing off" if handoff else "finalizing", len(self.sessions))
@@ -629,7 +628,6 @@ class StreamServer:
         if self._itn_processes is not None:
             self._itn_processes.close()
         logger.info("server closed, %.1fs after the shutdown began", time.monotonic() - stopping)
-        self._shutdown_done.set()
 
     async def __aenter__(self) -> StreamServer:
         return self

@@ -29,8 +29,9 @@ does not take down the other sessions of its batch.
 
 A failing engine is told from failing windows by a probe: after
 ``PROBE_AFTER_FAILURES`` windows in a row failed (none succeeded between), the
-batcher runs its warm-up window, known to work, through the queue. If that
-fails too, :attr:`Batcher.engine_failing` turns true (``/healthz`` answers 503,
+batcher runs its probe (the warm-up window, known to work, in the form the
+sessions' windows take: a streaming call under cached left context) through
+the queue. If that fails too, :attr:`Batcher.engine_failing` turns true (``/healthz`` answers 503,
 so a balancer stops routing to the replica) and the probe runs again every
 ``PROBE_INTERVAL_S`` until a window succeeds. Windows that fail on their own
 input (a client's poisonous text) leave the probe passing and the health alone.
@@ -72,6 +73,7 @@ import numpy as np
 
 from engines.base import Engine
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_work
+from streampunct.core.options import require_int
 from streampunct.core.stream_cache import StreamCall
 from streampunct.errors import EngineFailedError, OverloadedError
 from streampunct.server import allocator
@@ -136,15 +138,11 @@ class BatcherConfig:
     trim_interval_s: float | None = 5.0
 
     def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
+        for name in ("max_batch", "max_queue", "engine_workers"):
+            require_int(self, name, 1)
         require_finite(self, "max_wait_ms", "trim_interval_s")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
-        if self.max_queue < 1:
-            raise ValueError("max_queue must be >= 1")
-        if self.engine_workers < 1:
-            raise ValueError("engine_workers must be >= 1")
 
         try:
             object.__setattr__(self, "batch_rows", BatchRows(self.batch_rows))
@@ -195,6 +193,7 @@ class _Pending:
     future: asyncio.Future
     enqueued: float
     done: bool = field(default=False)
+    probe: bool = False  # the engine probe's window (no session's): its failure is not a session's
 
 
 def _ids(work: np.ndarray | StreamCall) -> np.ndarray:
@@ -231,6 +230,7 @@ class Batcher:
         pad_id: int,
         config: BatcherConfig = BatcherConfig(),  # noqa: B008 (frozen, immutable)
         warmup_ids: np.ndarray | None = None,
+        probe: np.ndarray | StreamCall | None = None,
         on_batch: Callable[[BatchRecord], None] | None = None,
         trim: Callable[[], object] | None = allocator.trim,
     ) -> None:
@@ -238,6 +238,7 @@ class Batcher:
         self._pad_id = pad_id
         self.config = config
         self._warmup_ids = warmup_ids
+        self._probe_work = probe if probe is not None else warmup_ids
         self._on_batch = on_batch
         self._workers: list[_Worker] = []
         self._idle: asyncio.Queue[_Worker] | None = None
@@ -394,7 +395,7 @@ class Batcher:
         """The punctuation logits float32[T, C] of one unpadded window int64[T] (as :meth:`run`)."""
         return (await self._submit(input_ids)).heads.punctuation
 
-    async def _submit(self, work: np.ndarray | StreamCall) -> EngineOutput:
+    async def _submit(self, work: np.ndarray | StreamCall, *, probe: bool = False) -> EngineOutput:
         if not self.ready or self._arrived is None or self._not_full is None:
             raise EngineFailedError("the engine is not running")
         if len(self._queue) >= self.config.max_queue:
@@ -403,7 +404,7 @@ class Batcher:
                 f"{len(self._queue)} requests already wait for the engine (max_queue)"
             )
         loop = asyncio.get_running_loop()
-        item = _Pending(work, loop.create_future(), loop.time())
+        item = _Pending(work, loop.create_future(), loop.time(), probe=probe)
         self._queue.append(item)
         self._arrived.set()
         try:
@@ -606,7 +607,7 @@ class Batcher:
                                  type(result).__name__, result)
                 if item.future.done():
                     continue
-                handed += 1
+                handed += not item.probe
                 error = EngineFailedError(f"inference failed: {type(result).__name__}: {result}")
                 error.__cause__ = result
                 item.future.set_exception(error)
@@ -627,7 +628,7 @@ class Batcher:
             return
         self._failed_in_a_row += failed
         if (self._failed_in_a_row >= PROBE_AFTER_FAILURES and self._probe is None and not self._closed
-                and self._warmup_ids is not None):
+                and self._probe_work is not None):
             self._probe = asyncio.create_task(self._probe_engine(), name="streampunct-engine-probe")
 
     async def _probe_engine(self) -> None:
@@ -635,7 +636,7 @@ class Batcher:
         try:
             while not self._closed and self._failed_in_a_row > 0:
                 try:
-                    await self._submit(self._warmup_ids)
+                    await self._submit(self._probe_work, probe=True)
                 except OverloadedError:
                     pass  # windows wait: their answers will tell
                 except EngineFailedError as e:

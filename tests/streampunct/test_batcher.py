@@ -317,7 +317,7 @@ async def test_a_worker_whose_engine_fails_to_load_fails_start_and_closes_the_ot
 
 
 def test_engine_workers_must_be_positive():
-    with pytest.raises(ValueError, match="engine_workers must be >= 1"):
+    with pytest.raises(ValueError, match="engine_workers must be an integer >= 1, not 0"):
         BatcherConfig(engine_workers=0)
 
 
@@ -579,7 +579,9 @@ async def test_an_engine_that_fails_the_warm_up_window_is_failing_until_a_window
 
     monkeypatch.setattr(batcher_module, "PROBE_INTERVAL_S", 0.02)
     engine = SwitchedEngine()
-    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_wait_ms=0), warmup_ids=seq(3))
+    records = Records()
+    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_wait_ms=0), warmup_ids=seq(3),
+                      on_batch=records.append)
     await batcher.start()
     try:
         engine.broken = True
@@ -593,6 +595,8 @@ async def test_an_engine_that_fails_the_warm_up_window_is_failing_until_a_window
         probes = engine.calls
         await until(lambda: engine.calls >= probes + 2)  # probing again while it fails
         assert batcher.engine_failing
+        # the failures counted (streampunct_engine_failures_total) are the sessions' windows, not the probe's
+        assert sum(r.failed for r in records) == batcher_module.PROBE_AFTER_FAILURES
         engine.broken = False
         await until(lambda: not batcher.engine_failing)  # the next probe works: healthy again
         assert "engine works again" in caplog.text
@@ -601,6 +605,7 @@ async def test_an_engine_that_fails_the_warm_up_window_is_failing_until_a_window
         await batcher.close()
     # one traceback for the run of failures, then one line each
     failures = [r for r in caplog.records if r.getMessage().startswith("engine failed on a window")]
+    assert len(failures) > batcher_module.PROBE_AFTER_FAILURES  # the probe's failures among them
     assert len(failures) >= 5 and [r.exc_info is not None for r in failures[:2]] == [True, False]
     assert "engine failed on a window (2 in a row): RuntimeError: device lost" in caplog.text
 
@@ -623,5 +628,36 @@ async def test_windows_that_fail_on_their_input_leave_the_engine_healthy(fake_en
             await probe
         assert len(engine.batch_sizes) == calls + 1 and batcher._failed_in_a_row == 0  # it ran, and worked
         assert not batcher.engine_failing
+    finally:
+        await batcher.close()
+
+
+class StreamOnlyBroken(FakeStreamEngine):
+    """Whole windows work, streaming calls fail: the graph's cached path is what broke."""
+
+    def infer(self, input_ids, attention_mask):
+        return np.zeros((*input_ids.shape, 4), np.float32)
+
+    def infer_stream(self, inputs):
+        raise RuntimeError("the cached path is broken")
+
+
+async def test_the_probe_takes_the_sessions_form_of_window(monkeypatch):
+    """Under cached left context sessions send streaming calls: a probe of a whole window
+    (which works here) would call a broken engine healthy."""
+    import streampunct.server.batcher as batcher_module
+    from streampunct.core.stream_cache import StreamShape, whole_call
+
+    monkeypatch.setattr(batcher_module, "PROBE_INTERVAL_S", 0.02)
+    engine = StreamOnlyBroken()
+    probe = whole_call(seq(5), StreamShape(*STREAM_SHAPE))
+    batcher = Batcher(lambda: engine, pad_id=PAD, config=BatcherConfig(max_wait_ms=0), warmup_ids=seq(5), probe=probe)
+    await batcher.start()  # the warm-up runs whole windows: it passes
+    try:
+        for _ in range(batcher_module.PROBE_AFTER_FAILURES):
+            with pytest.raises(EngineFailedError, match="cached path"):
+                call = whole_call(seq(4), StreamShape(*STREAM_SHAPE))
+                await batcher.run(EngineCall(WindowRequest(call.input_ids, np.asarray([1]), 0, False), call))
+        await until(lambda: batcher.engine_failing)
     finally:
         await batcher.close()

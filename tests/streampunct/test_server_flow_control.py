@@ -325,7 +325,7 @@ def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():
     config = build_config(build_parser().parse_args(
         ["serve", "--max-backlog-words", "1000", "--send-timeout-s", "0"]))
     assert (config.max_backlog_words, config.send_timeout_s) == (1000, None)  # 0: wait for any reader
-    with pytest.raises(InputError, match="--max-backlog-words must be >= 1"):
+    with pytest.raises(InputError, match="--max-backlog-words must be an integer >= 1, not 0"):
         build_config(build_parser().parse_args(["serve", "--max-backlog-words", "0"]))
     assert build_config(build_parser().parse_args(["serve", "--shutdown-timeout-s", "25"])).shutdown_timeout_s == 25
     assert default.shutdown_timeout_s == 10.0 and default.max_frames_per_s == 1000.0

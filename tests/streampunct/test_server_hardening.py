@@ -422,7 +422,7 @@ def test_serve_flag_sets_the_word_cache():
 
     assert build_config(build_parser().parse_args(["serve"])).word_cache_words == 20_000
     assert build_config(build_parser().parse_args(["serve", "--word-cache-words", "0"])).word_cache_words == 0
-    with pytest.raises(InputError, match="^--word-cache-words must be >= 0$"):
+    with pytest.raises(InputError, match="^--word-cache-words must be an integer >= 0, not -1$"):
         build_config(build_parser().parse_args(["serve", "--word-cache-words", "-1"]))
 
 
@@ -731,3 +731,40 @@ def test_a_trusted_proxy_must_be_an_ip_address():
 
     with pytest.raises(ValueError, match="trusted_proxies must be IP addresses, not 'proxy.local'"):
         ServerConfig(trusted_proxies=("proxy.local",))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"port": 70000}, "port must be an integer between 0 and 65535, not 70000"),
+    ({"port": -1}, "port must be an integer between 0 and 65535, not -1"),
+    ({"max_sessions": float("nan")}, "max_sessions must be an integer >= 1, not nan"),
+    ({"max_backlog_words": 2.5}, "max_backlog_words must be an integer >= 1, not 2.5"),
+    ({"max_sessions": True}, "max_sessions must be an integer >= 1, not True"),
+])
+def test_server_config_takes_whole_numbers_in_range(fields, message):
+    """A port over 65535 reached bind() as an OverflowError traceback; NaN passed every ``< 1``
+    check (NaN as max_queue lifted the queue's bound)."""
+    from streampunct.server.app import ServerConfig
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ServerConfig(**fields)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_queue": float("nan")}, "max_queue must be an integer >= 1, not nan"),
+])
+def test_batcher_config_takes_whole_numbers(fields, message):
+    from streampunct.server.batcher import BatcherConfig
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        BatcherConfig(**fields)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_words_per_message": 0}, "max_words_per_message must be an integer >= 1, not 0"),
+    ({"max_context_words": -1}, "max_context_words must be an integer >= 0 or None, not -1"),
+])
+def test_message_limits_are_checked(fields, message):
+    from streampunct.core.wire import Limits
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Limits(**fields)

@@ -589,6 +589,26 @@ async def test_a_client_leaving_mid_stream_leaves_nothing_behind(start_server):
         engine.open()
 
 
+async def test_a_shutdown_whose_caller_gave_up_still_finishes_for_the_next(start_server):
+    """A timeout around shutdown() cancelled the shutdown itself: every later call waited
+    forever, and the engine and its threads were never closed."""
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()
+    warm_up = engine.entered
+    client = await StreamClient.connect(server.url, right_context=0)
+    await client.send_words(WORDS[:3])
+    await engine.wait_entered(warm_up + 1)  # the session's window is held at the engine
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(server.shutdown(), 0.2)
+    assert not server.ready
+    engine.open()
+    async with asyncio.timeout(TIMEOUT):
+        await server.shutdown()
+    assert not server.batcher.ready and engine.closed
+    await client.close()
+
+
 async def test_overloaded_is_reported_and_no_word_is_lost(start_server, fake_engine_cls, fake_labels):
     from streampunct.server.batcher import BatcherConfig
 

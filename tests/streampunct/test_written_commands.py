@@ -35,7 +35,7 @@ def test_serve_flags(lexicon_tsv):
     assert config.itn_grammars == "off" and not config.session_defaults.itn
     assert config.itn_workers == 1
     assert build_config(build_parser().parse_args(["serve", "--itn-workers", "0"])).itn_workers == 0
-    with pytest.raises(InputError, match="--itn-workers must be >= 0"):
+    with pytest.raises(InputError, match="--itn-workers must be an integer >= 0, not -1"):
         build_config(build_parser().parse_args(["serve", "--itn-workers", "-1"]))
     if itn.available():
         config = build_config(build_parser().parse_args(["serve", "--itn", "--itn-cache", "/tmp/x"]))
