@@ -152,3 +152,53 @@ async def test_the_page_asks_before_sending_a_token_to_another_server(start_serv
     assert _rejected(other, "origin") == 1.0 and _rejected(other, "auth") == 0.0
     assert other.metrics.registry.get_sample_value("streampunct_sessions_opened_total") == 0
     assert after == ""
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_captions_are_announced_scroll_back_and_say_why_a_stream_closed(start_server, tmp_path):
+    """Screen readers get the captions (a polite log; the interim words hidden) and the status;
+    a viewer who scrolls back keeps the text read while finals arrive; a server that shuts
+    down mid-stream is named as such, and the dimmed interim words go."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = await start_server()
+    url = f"http://127.0.0.1:{server.port}/captions?token=t&wps=30"
+    shutting_down = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        try:
+            driver.get(url)
+            js = driver.execute_script
+            roles = js("return ['captions', 'status', 'partial'].map((id) => [document.getElementById(id).getAttribute"
+                       "('role'), document.getElementById(id).getAttribute('aria-live'), document.getElementById(id)"
+                       ".getAttribute('aria-hidden')])")
+            kept_out_of_url = js("return location.search")
+            js("document.getElementById('text').value = (SAMPLE + ' ').repeat(8)")
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60).until(  # more lines than the box shows
+                lambda d: js("const b = document.getElementById('captions'); return b.scrollHeight > b.clientHeight + 80"))
+            js("document.getElementById('captions').scrollTop = -40")  # back a little from the newest line
+            back = js("return document.getElementById('captions').scrollTop")
+            finals = js("return window.captionStats.finals")
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= finals + 5)
+            after = js("return document.getElementById('captions').scrollTop")
+            loop.call_soon_threadsafe(shutting_down.set)
+            WebDriverWait(driver, 60).until(lambda d: "closed" in d.find_element(By.ID, "status").text)
+            return (roles, kept_out_of_url, back, after, driver.find_element(By.ID, "status").text,
+                    driver.find_element(By.ID, "partial").text)
+        finally:
+            driver.quit()
+
+    driving = asyncio.create_task(asyncio.wait_for(asyncio.to_thread(drive), 150))
+    await shutting_down.wait()
+    await server.shutdown()
+    roles, search, back, after, status, partial = await driving
+    assert roles == [["log", "polite", None], ["status", None, None], [None, None, "true"]]
+    assert "token" not in search and "wps=30" in search
+    assert back < 0 and after < back  # the view stayed on the text read while new lines came below
+    assert status == "closed (1001): the server is shutting down" and partial == ""
