@@ -783,7 +783,9 @@ class StreamServer:
         if self._at_session_limit():
             # Lost a race with other handshakes that passed process_request together.
             self.metrics.rejected.labels(reason="sessions").inc()
+            logger.info("refused a stream from %s: session limit reached (1013)", self._peer(connection, connection.request))
             await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")
+            release_when_closed(connection)
             return
         session = Session(connection, self._context, uuid.uuid4().hex[:12])
         self.sessions.add(session)

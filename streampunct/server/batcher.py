@@ -21,7 +21,7 @@ finals keep their order. On CPU, N single-threaded ONNX Runtime sessions
 encode the small batches of a streaming server faster than one session with
 N intra-op threads (docs/server.md, "Engine workers").
 
-The queue is bounded: when ``max_queue`` requests are waiting, :meth:`infer`
+The queue is bounded: when ``max_queue`` requests are waiting, :meth:`Batcher.run`
 raises :class:`OverloadedError` at once instead of buffering without limit.
 An engine exception fails only the requests that caused it: a failed batch
 of several requests is retried one request at a time, so one poisonous window
@@ -213,7 +213,7 @@ class Batcher:
     thread (CUDA contexts) are created where they run. ``warmup_ids`` (one
     token id sequence) is run once per worker, alone and (unless its rows run alone) as a full batch,
     before :attr:`ready` turns true. ``on_batch`` is called on the event loop
-    after every engine call. ``trim`` gives the allocator's free memory back
+    after every batch (its engine calls in :attr:`BatchRecord.calls`). ``trim`` gives the allocator's free memory back
     (default :func:`streampunct.server.allocator.trim`; None where the C library
     cannot): it runs in a worker's thread, see ``BatcherConfig.trim_interval_s``.
 

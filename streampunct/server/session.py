@@ -230,10 +230,6 @@ class Session:
         """The connection is not closing or closed (such a session's slot is free)."""
         return self._ws.state is websockets.protocol.State.OPEN
 
-    @property
-    def options(self) -> SessionOptions:
-        return self.protocol.options
-
     def shutdown(self, *, handoff: bool = False) -> None:
         """Ask the session to stop reading and close: by default after finalizing every
         pending word, with 1001; with ``handoff`` at once (messages already produced are
@@ -308,14 +304,16 @@ class Session:
             elif driver in done:
                 await self._task_failed(driver, writer)
             elif all_sent not in done:  # the connection closed before every word was final
-                self._log.info("connection closed while finishing, with %d of %d words final",
-                               self.protocol.n_final, self.protocol.n_words)
-            elif self.protocol.end_received:
-                self._log.info("ended after %d words", self.protocol.n_words)
-                await self._close(CloseCode.NORMAL_CLOSURE)
-            else:
-                self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
-                await self._close(CloseCode.GOING_AWAY, "server shutting down")
+                self._log.info("connection closed with %d of %d words final%s", self.protocol.n_final,
+                               self.protocol.n_words, "" if self.protocol.end_received else " (no end received)")
+            else:  # every word final: the protocol's close code (1000 after end, 1001 at a shutdown)
+                code = CloseCode(self.protocol.close_code)
+                if code == CloseCode.NORMAL_CLOSURE:
+                    self._log.info("ended after %d words", self.protocol.n_words)
+                    await self._close(code)
+                else:
+                    self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
+                    await self._close(code, "server shutting down")
         except websockets.ConnectionClosed:
             self._log.info("connection closed while finishing")
         finally:
@@ -453,7 +451,7 @@ class Session:
         True when it held the input (``pausing_input``) to wait.
 
         Woken by ``_progress``, which the driver sets after each window's finals
-        and the writer after each message sent.
+        and the writer each time it takes a message off the outbox.
         """
         counted = False
         while not (self._outbox_has_room() and (protocol_ready is None or protocol_ready())):

@@ -3,8 +3,9 @@
 websockets' sans-I/O protocol object keeps its frame parser as a generator
 that, once the connection is closed, stays suspended at its last ``yield``;
 the generator's frame refers to the protocol, so the protocol, its reader
-buffer and its permessage-deflate contexts (zlib streams: tens of KB of
-malloc'd memory per connection) form a reference cycle that only
+buffer (and, where compression is negotiated, its permessage-deflate contexts:
+tens of KB of malloc'd zlib memory per connection; the server negotiates none
+since a deflate bomb inflated 1 KB frames to 1 MB) form a reference cycle that only
 Python's cycle collector frees. A long-running server's connections live
 through many collections and land in the oldest generation, which CPython
 collects only when it has grown by a quarter of what survived the last full
