@@ -90,6 +90,10 @@ from streampunct.labels import (
 from streampunct.text.normalize import normalize_word, normalize_words, render
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
+#: An overload episode of a session ends when none of its calls met a full queue for this
+#: long; the next one gets ``overloaded`` again (protocol.md: "once per overload episode").
+OVERLOAD_EPISODE_GAP_S = 5.0
+
 #: Flushes waiting for their words past which the protocol takes no more input
 #: (:meth:`SessionProtocol.wants_input`, with a ``max_backlog``).
 MAX_PENDING_FLUSHES = 64
@@ -222,6 +226,7 @@ class SessionProtocol:
         self._until: deque[tuple[int, _Until]] = deque()
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
         self._partial_owed = False  # a hypothesis change still waits for its partial
+        self._last_overload: float | None = None  # when a call of this session last met a full queue
         # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
         self._end_at: float | None = None
         # Written forms (itn, lexicon): what the server shares, and this session's renderer
@@ -449,6 +454,23 @@ class SessionProtocol:
     def abort(self, call: EngineCall | WindowRequest) -> None:
         """The model call failed; its words will be requested again."""
         self.state.abort(call.request if isinstance(call, EngineCall) else call)
+
+    def overloaded(self, call: EngineCall | WindowRequest, now: float) -> list[ServerMessage]:
+        """The call met a full engine queue: it is aborted (its words wait and are requested
+        again), and the first call of an overload episode gets ``error`` ``overloaded`` (an
+        episode ends when none of the session's calls met a full queue for
+        ``OVERLOAD_EPISODE_GAP_S``; the caller extends it with :meth:`still_overloaded` while
+        it waits for room)."""
+        self.abort(call)
+        last, self._last_overload = self._last_overload, now
+        if last is not None and now - last < OVERLOAD_EPISODE_GAP_S:
+            return []
+        return [Error(ErrorCode.OVERLOADED,
+                      "the engine queue is full; your words are kept and will be finalized when it drains")]
+
+    def still_overloaded(self, now: float) -> None:
+        """The session waited for the engine queue to drain until ``now``: its episode lasts."""
+        self._last_overload = now
 
     def apply(self, call: EngineCall | WindowRequest,
               output: EngineOutput | HeadLogits | np.ndarray) -> list[ServerMessage | WrittenText]:

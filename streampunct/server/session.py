@@ -88,9 +88,6 @@ logger = logging.getLogger(__name__)
 
 #: Grammar searches one text awaits before it is written on the executor instead.
 _MAX_FETCHES = 16
-#: An overload episode of a session ends when none of its windows met a full queue for this
-#: long; the next one gets ``overloaded`` again (protocol.md: "once per overload episode").
-OVERLOAD_EPISODE_GAP_S = 5.0
 
 
 def _loggable(config: SessionOptions) -> dict:
@@ -211,7 +208,6 @@ class Session:
         self._stop = asyncio.Event()
         self._handoff = False
         self._timer: asyncio.TimerHandle | None = None
-        self._last_overload: float | None = None  # when a window of this session last met a full queue
         #: Largest backlog (words not yet finalized) and outbox seen; for tests and logs.
         self.peak_backlog = 0
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
@@ -479,10 +475,12 @@ class Session:
                 try:
                     output = await batcher.run(call)
                 except OverloadedError as e:
-                    protocol.abort(call)
-                    self._report_overload(str(e), loop.time())
+                    messages = protocol.overloaded(call, loop.time())
+                    if messages:
+                        self._log.warning("overloaded: %s", e)
+                    self._emit(messages)
                     await batcher.wait_for_capacity()
-                    self._last_overload = loop.time()  # the episode lasts while the session waits
+                    protocol.still_overloaded(loop.time())  # the episode lasts while the session waits
                     continue
                 except BaseException:
                     protocol.abort(call)
@@ -498,15 +496,6 @@ class Session:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-    def _report_overload(self, detail: str, now: float) -> None:
-        last, self._last_overload = self._last_overload, now
-        if last is None or now - last >= OVERLOAD_EPISODE_GAP_S:
-            self._log.warning("overloaded: %s", detail)
-            self._emit([Error(
-                ErrorCode.OVERLOADED,
-                "the engine queue is full; your words are kept and will be finalized when it drains",
-            )])
 
     # -- writer --------------------------------------------------------------
     def _emit(self, messages: list[ServerMessage | WrittenText]) -> None:

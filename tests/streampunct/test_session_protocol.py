@@ -374,3 +374,25 @@ def test_end_while_a_final_is_in_flight_and_a_cleared_hypothesis_is_owed():
     replies = protocol.apply(final_request, context_infer(final_request.input_ids))
     assert [type(m) for m in replies] == [Final, Partial, Ended]
     assert replies[1] == Partial(1, (), "", ()) and protocol.finished
+
+
+def test_overloaded_once_per_episode_and_the_words_are_asked_for_again():
+    from streampunct.core.session_protocol import OVERLOAD_EPISODE_GAP_S as GAP
+    from streampunct.core.wire import Error, ErrorCode
+
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(right_context=0))
+    protocol.receive(WordsMessage((Word("t1x1"), Word("t2x2"))), 0.0)
+
+    def refused(now):
+        call = protocol.next_call(now)
+        assert call is not None  # aborted calls' words are requested again
+        return protocol.overloaded(call, now)
+
+    first = refused(0.0)
+    assert len(first) == 1 and isinstance(first[0], Error) and first[0].code == ErrorCode.OVERLOADED
+    assert refused(1.0) == []  # the same episode
+    protocol.still_overloaded(1.0 + GAP + 3)  # waited for room that long: still the episode
+    assert refused(1.0 + GAP + 4) == []
+    assert [m.code for m in refused(1.0 + 3 * GAP)] == [ErrorCode.OVERLOADED]  # a new one
+    call = protocol.next_call(30.0)
+    assert protocol.apply(call.request, context_infer(call.request.input_ids))  # and the words still come out
