@@ -13,7 +13,16 @@ from pathlib import Path
 from engines.host import cpu_features, git_commit, machine  # noqa: F401 (the benchmarks' names)
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO / "benchmarks" / "results"
+
+
+def default_results_dir(repo: Path) -> Path:
+    """Where results go by default: the checkout's ``benchmarks/results``; installed from a wheel
+    (``repo`` is then site-packages, with no ``pyproject.toml``), ``benchmarks/results`` under the
+    current directory, never into the installed packages."""
+    return repo / "benchmarks" / "results" if (repo / "pyproject.toml").is_file() else Path("benchmarks", "results")
+
+
+RESULTS_DIR = default_results_dir(REPO)
 
 
 def prepare_out_dir(out_dir: Path | str | None, *files: str) -> Path:

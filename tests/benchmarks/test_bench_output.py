@@ -140,3 +140,15 @@ def test_a_python_m_bench_checks_its_output_path_first(module, argv, patched, fi
     where = file if module != "load_proxy_model" else out
     what = "it is a file" if module != "load_proxy_model" else f"{file} is a file"
     assert f"error: cannot write results into {where}: {what}, not a folder\n" in capsys.readouterr().err
+
+
+def test_results_go_to_the_checkout_or_the_current_directory_never_site_packages(tmp_path):
+    """Installed from a wheel, the benchmarks' folder is in site-packages: a run from there
+    made site-packages/benchmarks/results before it failed on its data."""
+    from benchmarks.common import REPO, RESULTS_DIR, default_results_dir
+
+    assert RESULTS_DIR == REPO / "benchmarks" / "results"  # this checkout
+    (tmp_path / "pyproject.toml").write_text("")
+    assert default_results_dir(tmp_path) == tmp_path / "benchmarks" / "results"
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    assert default_results_dir(site) == Path("benchmarks", "results")  # relative: the current directory
