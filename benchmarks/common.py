@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engines.deps import extra_hint
 from engines.host import cpu_features, git_commit, machine  # noqa: F401 (the benchmarks' names)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,6 +137,6 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'streampunct[train]')")
+        print(f"matplotlib is not installed: no plot ({extra_hint('train')})")
         return None
     return plt

@@ -33,12 +33,18 @@ _VERSIONED = (
 )
 
 
+def extra_hint(extra: str) -> str:
+    """The pip command that installs one of the project's extras. streampunct is installed from
+    its repository (its models are there), not from the package index."""
+    return f"pip install -e '.[{extra}]' in the streampunct checkout"
+
+
 def install_hint(module: str) -> str:
     """The pip command that provides an import name."""
     extra, package = _INSTALL.get(module.split(".")[0], (None, module))
     if extra is None:
         return f"pip install {package}"
-    return f"pip install 'streampunct[{extra}]' (or: pip install '{package}')"
+    return f"{extra_hint(extra)} (or: pip install '{package}')"
 
 
 def is_installed(module: str) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 from engines.build.onnx_export import MIN_EXPORT_OPSET
 from engines.build.parity import ParityWindows
+from engines.deps import extra_hint
 from engines.model_meta import has_model_meta
 from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 from streampunct.errors import DependencyError, InputError, ModelError
@@ -204,7 +205,7 @@ def _checkpoint_source(ckpt: Path) -> _Source:
     except ImportError as e:
         raise DependencyError(
             f"build-engine loads checkpoints with the training package ({e}); "
-            "install with: pip install 'streampunct[train]'"
+            f"install with: {extra_hint('train')}"
         ) from e
     module, _ = load_checkpoint(ckpt)
     files = [p for p in ckpt.rglob("*") if p.is_file()]

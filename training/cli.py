@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 
+from engines.deps import extra_hint
 from streampunct.errors import DependencyError
 
 NAME = "train"
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
-        raise DependencyError("training needs the train extra: pip install 'streampunct[train]'") from e
+        raise DependencyError(f"training needs the train extra: {extra_hint('train')}") from e
     from transformers.utils import logging as hf_logging
 
     from training.config import load_config

@@ -21,6 +21,7 @@ import json
 import logging
 from pathlib import Path
 
+from engines.deps import extra_hint
 from streampunct.errors import DependencyError
 from streampunct.text.normalize import normalize_word
 from training.data import IGNORE, TED_FILE, Document
@@ -37,7 +38,7 @@ def load_spacy():
     try:
         import spacy
     except ImportError as e:
-        raise DependencyError("POS tagging needs spaCy: pip install 'streampunct[train]'") from e
+        raise DependencyError(f"POS tagging needs spaCy: {extra_hint('train')}") from e
     exclude = ["parser", "ner", "lemmatizer", "senter"]
     try:
         return spacy.load("en_core_web_sm", exclude=exclude)

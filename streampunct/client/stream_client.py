@@ -463,7 +463,9 @@ async def open_client(url: str, **options) -> StreamClient:
         raise ConnectError(f"the server closed the connection at once (close code {close_code(e)[0]})") from None
     except (OSError, TimeoutError, InvalidHandshake) as e:
         hint = ("; is the server serving TLS? (ws:// for one that is not)"
-                if url.startswith("wss:") and isinstance(e, (ConnectionResetError, ssl.SSLError)) else "")
+                if url.startswith("wss:") and isinstance(e, (ConnectionResetError, ssl.SSLError))
+                else "; is a server running there? (streampunct serve)" if isinstance(e, ConnectionRefusedError)
+                else "")
         raise ConnectError(f"cannot connect to {url}: {str(e) or type(e).__name__}{hint}") from None
 
 

@@ -1,6 +1,6 @@
 """Inverse text normalization (ITN) with NeMo's English WFST grammars (the optional ``itn`` extra).
 
-``pip install 'streampunct[itn]'`` installs ``nemo-text-processing`` and
+``pip install -e '.[itn]'`` (in the checkout) installs ``nemo-text-processing`` and
 ``pynini``. :func:`load_normalizer` compiles the grammars once into a cache
 folder (about half a minute) and loads them from there afterwards (a few
 seconds); the server loads them at startup, never per session.
@@ -42,12 +42,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from engines.deps import extra_hint
 from streampunct.errors import DependencyError
 from streampunct.text.written_form import Phrase, WouldWait, waiting_allowed
 
 logger = logging.getLogger(__name__)
 
-_INSTALL = "inverse text normalization needs the 'itn' extra: pip install 'streampunct[itn]'"
+_INSTALL = f"inverse text normalization needs the 'itn' extra: {extra_hint('itn')}"
 
 #: Grammar classes written; the rest (``electronic``, ``whitelist`` names) stay spoken.
 WRITTEN_CLASSES = frozenset({"cardinal", "ordinal", "decimal", "fraction", "money", "measure", "date", "time",

@@ -583,7 +583,7 @@ class FinalTexts:
 
 #: Why a server with no grammars loaded does not write ``itn`` (its sessions' ``itn`` is off).
 ITN_UNAVAILABLE = ("itn is not available on this server: it needs the 'itn' extra "
-                   "(pip install 'streampunct[itn]') and a server started with its grammars "
+                   "(pip install -e '.[itn]' in the server's checkout) and a server started with its grammars "
                    "(serve --itn-grammars on)")
 
 

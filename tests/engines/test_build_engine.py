@@ -192,7 +192,7 @@ def test_cli_without_training_package_names_the_extra(checkpoint, tmp_path, monk
     words = write_word_labels(tmp_path / "dev.tsv", n_words=50)
     rc = main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o"), "--parity-data", str(words)])
     assert rc == 2
-    assert "pip install 'streampunct[train]'" in capsys.readouterr().err
+    assert "pip install -e '.[train]' in the streampunct checkout" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, message", [

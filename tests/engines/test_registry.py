@@ -25,7 +25,7 @@ def test_missing_tensorrt_names_the_extra(monkeypatch, tmp_path):
         load_engine("tensorrt", tmp_path)
     message = str(err.value)
     assert "the tensorrt engine backend needs tensorrt, pycuda" in message
-    assert "pip install 'streampunct[tensorrt]'" in message
+    assert "pip install -e '.[tensorrt]' in the streampunct checkout" in message
     assert isinstance(err.value, ImportError)
 
 

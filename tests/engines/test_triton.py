@@ -226,7 +226,7 @@ def test_a_missing_client_names_the_extra(monkeypatch):
     from engines.base import DependencyMissing
 
     monkeypatch.setattr(registry, "is_installed", lambda module: not module.startswith("tritonclient"))
-    with pytest.raises(DependencyMissing, match=r"streampunct\[triton\]"):
+    with pytest.raises(DependencyMissing, match=r"pip install -e '\.\[triton\]' in the streampunct checkout"):
         registry.load_engine("triton", DEFAULT_MODEL)
 
 

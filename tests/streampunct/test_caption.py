@@ -610,3 +610,15 @@ def test_only_errors_that_refuse_a_message_count_as_lost_words():
     for code in (ErrorCode.OVERLOADED, ErrorCode.INTERNAL, ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE):
         transcript.apply(Error(code, "x"))
     assert [e.code for e in lost_words_errors(transcript)] == ["bad_request", "too_large"]
+
+
+async def test_a_refused_connection_asks_whether_a_server_runs_there():
+    import socket
+
+    from streampunct.client.stream_client import ConnectError, open_client
+
+    with socket.socket() as s:  # a port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectError, match=r"; is a server running there\? \(streampunct serve\)$"):
+        await open_client(f"ws://127.0.0.1:{port}/v1/stream")

@@ -170,7 +170,7 @@ def test_load_without_the_extra_names_it(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_pynini)
-    with pytest.raises(DependencyError, match=r"pip install 'streampunct\[itn\]'"):
+    with pytest.raises(DependencyError, match=r"the 'itn' extra: pip install -e '\.\[itn\]' in the streampunct checkout"):
         itn.load_normalizer()
 
 
