@@ -85,6 +85,7 @@ PROBE_AFTER_FAILURES = 3
 #: Seconds between probes while the engine fails the warm-up window.
 PROBE_INTERVAL_S = 5.0
 
+
 class BatchRows(StrEnum):
     """How a worker runs a batch's windows (``serve --batch-rows``; see the module docstring)."""
 
