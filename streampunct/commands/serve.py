@@ -251,9 +251,7 @@ def build_config(args: argparse.Namespace):
     except OptionError as e:
         raise InputError(flag_names(e.message, args)) from None
     if (args.itn or args.itn_grammars == ItnGrammars.ON) and not itn_available():
-        from engines.deps import extra_hint
-
-        raise InputError(f"--itn needs the itn extra: {extra_hint('itn')}")
+        raise InputError("--itn needs the itn extra: pip install -e '.[itn]' in the streampunct checkout")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     if args.max_frames_per_s < 0:  # the flag's 0 is the config's None

@@ -42,13 +42,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engines.deps import extra_hint
 from streampunct.errors import DependencyError
 from streampunct.text.written_form import Phrase, WouldWait, waiting_allowed
 
 logger = logging.getLogger(__name__)
 
-_INSTALL = f"inverse text normalization needs the 'itn' extra: {extra_hint('itn')}"
+_INSTALL = "inverse text normalization needs the 'itn' extra: pip install -e '.[itn]' in the streampunct checkout"
 
 #: Grammar classes written; the rest (``electronic``, ``whitelist`` names) stay spoken.
 WRITTEN_CLASSES = frozenset({"cardinal", "ordinal", "decimal", "fraction", "money", "measure", "date", "time",
