@@ -126,7 +126,7 @@ class KVCache:
         self.capacity = capacity
         self.max_positions = max_positions
         # no cached tokens: the past of every full call (zero-size, so one array serves all)
-        self._no_past = np.zeros((shape.layers, 2, shape.heads, 0, shape.head_dim), dtype=CACHE_DTYPE)
+        self._no_past = _no_past(shape)
         self._kv = self._no_past  # oldest token first, at most ``capacity``
         self._base = 0  # global token index at position 1
         self._end = -1  # global token index just after the last cached token
@@ -185,8 +185,12 @@ def whole_call(ids: np.ndarray, shape: StreamShape) -> StreamCall:
     """A full call of one whole window ``ids`` (CLS ... SEP) that keeps nothing: the streaming
     graph's form of a window with no stream behind it (a server's engine probe)."""
     ids = np.asarray(ids, dtype=np.int64)
-    no_past = np.zeros((shape.layers, 2, shape.heads, 0, shape.head_dim), dtype=CACHE_DTYPE)
-    return StreamCall(ids, np.arange(len(ids), dtype=np.int64), no_past, 1, None, 0, len(ids) - 1)
+    return StreamCall(ids, np.arange(len(ids), dtype=np.int64), _no_past(shape), 1, None, 0, len(ids) - 1)
+
+
+def _no_past(shape: StreamShape) -> np.ndarray:
+    """The past of a full call: no cached tokens."""
+    return np.zeros((shape.layers, 2, shape.heads, 0, shape.head_dim), dtype=CACHE_DTYPE)
 
 
 def pad_stream_calls(calls: Sequence[StreamCall], pad_id: int) -> dict[str, np.ndarray]:

@@ -214,7 +214,6 @@ class Session:
         self.peak_outbox = 0
         self._configs_logged = 0
         self.errors_sent = 0
-        self._read_closed: websockets.ConnectionClosed | None = None  # how the reader saw the connection end
 
     @property
     def backlog(self) -> int:
@@ -277,7 +276,7 @@ class Session:
                 self._emit(self.protocol.finish(loop.time()))
                 self._wake.set()
             elif not reader.result():
-                sent = self._read_closed.sent if self._read_closed is not None else None
+                sent = self._ws.protocol.close_sent  # the close frame this side sent, if any
                 if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:  # websockets' frame limit
                     self._log.info("closed 1009 (%s) with %d of %d words final", sent.reason,
                                    self.protocol.n_final, self.protocol.n_words)
@@ -419,8 +418,7 @@ class Session:
                 self._ctx.metrics.input_wait.labels(reason="throttled").inc(loop.time() - throttled_at)
             try:
                 frame = await self._ws.recv()
-            except websockets.ConnectionClosed as e:
-                self._read_closed = e
+            except websockets.ConnectionClosed:
                 return False
             if self._frame_rate is not None:
                 self._frame_rate.take(loop.time(), frame_cost(frame))
