@@ -75,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices,
         finite_float,
         lexicon_file,
+        non_negative_float,
         port,
         positive_int,
         unit_interval,
@@ -133,6 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="server processes on the one address, each with its own event loop, engines and "
                             "sessions (SO_REUSEPORT; the cores and --max-sessions are split between them; "
                             "SIGTERM drains them all; docs/server.md, \"Worker processes\"; default: %(default)s)")
+    batch.add_argument("--worker-hang-timeout-s", type=non_negative_float, default=ServerConfig.worker_hang_timeout_s,
+                       metavar="S",
+                       help="with --workers: a worker whose event loop has not answered the supervisor for S "
+                            "seconds is killed, the others drain and serve exits with status 1, as when a "
+                            "worker dies; 0: never (default: %(default)s)")
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
@@ -282,6 +288,7 @@ def build_config(args: argparse.Namespace):
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
             shutdown_timeout_s=args.shutdown_timeout_s,
+            worker_hang_timeout_s=args.worker_hang_timeout_s or None,
             max_frames_per_s=args.max_frames_per_s or None,
             auth_token=token,
             allow_hosts=tuple(args.allow_host),

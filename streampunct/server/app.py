@@ -252,6 +252,7 @@ class ServerConfig:
     session_defaults: SessionOptions = SessionOptions()
     window: WindowConfig | None = None
     shutdown_timeout_s: float = 10.0
+    worker_hang_timeout_s: float | None = 30.0
     max_backlog_words: int = 4096
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
@@ -308,7 +309,9 @@ class ServerConfig:
             if canonical_ip(value) is None:
                 raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
         require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
-                       "max_frames_per_s")
+                       "max_frames_per_s", "worker_hang_timeout_s")
+        if self.worker_hang_timeout_s is not None and self.worker_hang_timeout_s <= 0:
+            raise ValueError("worker_hang_timeout_s must be > 0 (None: never)")
         if self.max_frames_per_s is not None and self.max_frames_per_s <= 0:
             raise ValueError("max_frames_per_s must be > 0 (None: no limit)")
         if self.shutdown_timeout_s < 0:

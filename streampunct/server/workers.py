@@ -19,7 +19,12 @@ nothing itself:
   act on them, so that a signal during startup is never lost nor fatal.
 - **A worker that dies** (any exit the supervisor did not ask for) is not restarted: the
   supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
-  service (systemd, Kubernetes, a shell loop) sees the failure; a worker that fails to start
+  service (systemd, Kubernetes, a shell loop) sees the failure. **A worker that hangs** is
+  treated the same way: once ready, each worker's event loop tells the supervisor it is alive
+  every ``worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT`` seconds; one silent for
+  ``worker_hang_timeout_s`` (a loop blocked in a call that never returns, a stopped process) is
+  killed (SIGKILL), since the kernel would go on handing it a share of the new connections and a
+  balancer's ``/healthz`` probe reaches only the worker the kernel picks. A worker that fails to start
   makes ``serve`` fail with its error. A worker whose supervisor is gone (SIGKILL) drains and
   exits by itself.
 - **Metrics.** The supervisor points ``$PROMETHEUS_MULTIPROC_DIR`` at a fresh folder of its own
@@ -59,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between the supervisor's looks at its deadline (it wakes at once for the workers' news).
 POLL_S = 1.0
+#: Heartbeats a worker sends within ``ServerConfig.worker_hang_timeout_s``: one late or lost
+#: beat (a busy loop, a slow host) is far from a hang.
+HEARTBEATS_PER_TIMEOUT = 6
 #: Extra seconds the supervisor waits, past a worker's own shutdown bound
 #: (``shutdown_timeout_s + close_timeout_s``), before it kills the workers still running.
 STOP_GRACE_S = 15.0
@@ -210,6 +218,8 @@ class _Supervisor:
         self.deadline: float | None = None  # set once stopping: the workers must be gone by then
         self.failed = False
         self.failed_to_start: set[int] = set()  # workers that reported their startup error
+        self.heard: dict[int, float] = {}  # a ready worker's last heartbeat (monotonic)
+        self.hung: set[int] = set()  # workers killed for silence
 
     def forward(self, sig: int, frame: object = None) -> None:
         """The signal handler: pass ``sig`` on to every worker (each drains)."""
@@ -259,6 +269,7 @@ class _Supervisor:
             # a bounded wait: a signal's handler may set the deadline while it waits
             timeout = POLL_S if self.deadline is None else min(POLL_S, max(0.0, self.deadline - time.monotonic()))
             events = wait([*self.conns, *alive], timeout)
+            self._kill_hung()
             if not events and (self.deadline is None or time.monotonic() < self.deadline):
                 continue
             if not events:  # past the deadline
@@ -276,8 +287,12 @@ class _Supervisor:
                         del self.conns[event]
                         event.close()
                         continue
-                    if message[0] == "ready":
+                    if message[0] == "alive":
+                        if i in self.heard:
+                            self.heard[i] = time.monotonic()
+                    elif message[0] == "ready":
                         ready[i] = Ready(*message[1:])
+                        self.heard[i] = time.monotonic()
                         logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
                         if len(ready) == self.n and self.deadline is None:
                             for sock in sockets:  # every worker listens: the port is held by them
@@ -297,6 +312,23 @@ class _Supervisor:
             raise error
         return 1 if self.failed else 0
 
+    def _kill_hung(self) -> None:
+        """SIGKILL each ready worker whose heartbeat is over ``worker_hang_timeout_s`` late (not once
+        the workers are stopping: the stop's own deadline bounds that); its exit then drains the
+        others as any unexpected exit does (:meth:`_exited`)."""
+        timeout = self.config.worker_hang_timeout_s
+        if timeout is None or self.deadline is not None:
+            return
+        now = time.monotonic()
+        for i, heard in self.heard.items():
+            proc = self.procs[i]
+            if i in self.hung or proc.exitcode is not None or now - heard < timeout:
+                continue
+            self.hung.add(i)
+            logger.error("worker %d (pid %d) has not answered for %.0fs (worker_hang_timeout_s %g); "
+                         "killing it", i, proc.pid, now - heard, timeout)
+            proc.kill()
+
     def _exited(self, i: int) -> None:
         from prometheus_client import multiprocess
 
@@ -315,8 +347,9 @@ class _Supervisor:
             return
         self.failed = True
         if self.deadline is None:
-            logger.error("worker %d (pid %d) exited unexpectedly (%s); draining the others, then exiting with "
-                         "status 1", i, proc.pid, _exit_status(code))
+            what = "was killed for not answering" if i in self.hung else f"exited unexpectedly ({_exit_status(code)})"
+            logger.error("worker %d (pid %d) %s; draining the others, then exiting with status 1", i, proc.pid,
+                         what)
             self._stop(signal.SIGTERM)
         else:
             logger.error("worker %d (pid %d) exited with %s", i, proc.pid, _exit_status(code))
@@ -415,6 +448,19 @@ def _ready(server: StreamServer, conn: Connection) -> None:
     if server.metrics.multiprocess:
         loop.create_task(_refresh_metrics(server), name="streampunct-metrics-refresh")
     conn.send(("ready", server.model_name, server.batcher.engine_name, server.url))
+    if server.config.worker_hang_timeout_s is not None:
+        loop.create_task(_heartbeat(conn, server.config.worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT),
+                         name="streampunct-heartbeat")
+
+
+async def _heartbeat(conn: Connection, every_s: float) -> None:
+    """Tell the supervisor, from the event loop, that the loop runs (:meth:`_Supervisor._kill_hung`)."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            conn.send(("alive",))
+        except OSError:  # the supervisor is gone: orphaned() drains this worker
+            return
 
 
 async def _refresh_metrics(server: StreamServer) -> None:

@@ -298,7 +298,8 @@ def test_server_config_refuses_non_positive_limits(field):
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-@pytest.mark.parametrize("field", ["send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s"])
+@pytest.mark.parametrize("field", ["send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
+                                   "worker_hang_timeout_s"])
 def test_server_config_refuses_non_finite_timeouts(field, value):
     from streampunct.server.app import ServerConfig
 
@@ -312,6 +313,20 @@ def test_server_config_refuses_a_negative_shutdown_timeout():
     assert ServerConfig(shutdown_timeout_s=0).shutdown_timeout_s == 0
     with pytest.raises(ValueError, match="shutdown_timeout_s must be >= 0"):
         ServerConfig(shutdown_timeout_s=-1)
+
+
+def test_the_worker_hang_timeout_is_positive_or_none_and_0_on_the_command_line_is_never():
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.server.app import ServerConfig
+
+    for value in (0, -1):
+        with pytest.raises(ValueError, match=r"^worker_hang_timeout_s must be > 0 \(None: never\)$"):
+            ServerConfig(worker_hang_timeout_s=value)
+    assert build_config(build_parser().parse_args(["serve"])).worker_hang_timeout_s == 30.0
+    parse = build_parser().parse_args
+    assert build_config(parse(["serve", "--worker-hang-timeout-s", "0"])).worker_hang_timeout_s is None
+    assert build_config(parse(["serve", "--worker-hang-timeout-s", "2.5"])).worker_hang_timeout_s == 2.5
 
 
 def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():

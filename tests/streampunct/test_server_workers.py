@@ -326,6 +326,37 @@ async def test_a_worker_that_dies_drains_the_others_and_exits_1(tmp_path, aligne
             server.log.read_text())
 
 
+async def test_a_worker_that_hangs_is_killed_and_the_others_drain(tmp_path):
+    # A stopped process stands for a loop blocked in a call that never returns: no heartbeat.
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1.5") as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        client = await pending_stream(server, 1)
+        os.kill(health[0]["pid"], signal.SIGSTOP)
+        transcript = await read_to_close(client)
+        assert transcript.words == WORDS and client.close_code == 1001  # the survivor drained
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 1
+        log = server.log.read_text()
+        assert re.search(rf"worker 0 \(pid {health[0]['pid']}\) has not answered for \d+s "
+                         r"\(worker_hang_timeout_s 1\.5\); killing it", log), log
+        assert "was killed for not answering; draining the others" in log, log
+        assert not _running(health[0]["pid"])
+
+
+async def test_workers_that_answer_are_not_taken_for_hung(tmp_path):
+    # Heartbeats every 0.25 s: nothing is killed while more than two timeouts pass, streams open.
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1.5") as server:
+        await server.ready_line()
+        await server.workers_by_health(2)
+        clients = [await pending_stream(server, worker) for worker in (0, 1)]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(server.proc.wait()), 4)
+        for client in clients:
+            await client.send_raw('{"type": "barrier"}')
+            assert isinstance(await client.recv(timeout=10), Error)
+        assert "killing it" not in server.log.read_text()
+
+
 async def test_a_worker_that_cannot_start_fails_the_command_in_one_line(tmp_path):
     async with serving(tmp_path, "--engine", "onnxruntime", "--model", str(tmp_path / "none")) as server:
         assert await asyncio.wait_for(server.proc.wait(), 90) == 2
