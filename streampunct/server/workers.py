@@ -474,7 +474,8 @@ async def _refresh_metrics(server: StreamServer) -> None:
 
 
 def _prefix_log_lines(prefix: str) -> None:
-    """Start every line the root logger's handlers write with ``prefix`` (the workers share stderr)."""
+    """Put ``prefix`` on every record the root logger's handlers write (the workers share stderr):
+    after the time where the format starts with it, else first."""
     for handler in logging.getLogger().handlers:
         inner = handler.formatter or logging.Formatter()
         handler.setFormatter(_Prefixed(inner, prefix))
@@ -487,4 +488,8 @@ class _Prefixed(logging.Formatter):
         self.prefix = prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        return self.prefix + self.inner.format(record)
+        text = self.inner.format(record)
+        stamp = getattr(record, "asctime", None)  # set by a format that shows the time
+        if stamp and text.startswith(stamp):  # the time first, as on every other line of the log
+            return f"{stamp} {self.prefix.rstrip()}{text[len(stamp):]}"
+        return self.prefix + text

@@ -552,3 +552,18 @@ def test_live_gauges_are_written_when_a_single_server_keeps_values_in_files(monk
     text = m.render().decode()
     assert re.search(r"^streampunct_backlog_words 12\.0$", text, re.M), text
     assert re.search(r"^streampunct_queue_depth 3\.0$", text, re.M), text
+
+
+def test_a_workers_log_lines_name_it_after_the_time():
+    import logging
+
+    from streampunct.server.workers import _Prefixed
+
+    record = logging.LogRecord("streampunct.server.app", logging.INFO, __file__, 1, "session=%s closed", ("a",),
+                               None)
+    timed = _Prefixed(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"), "[worker 1] ")
+    line = timed.format(record)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[worker 1\] INFO streampunct\.server\.app: "
+                        r"session=a closed", line), line
+    plain = _Prefixed(logging.Formatter("%(levelname)s %(message)s"), "[worker 1] ")
+    assert plain.format(record) == "[worker 1] INFO session=a closed"
