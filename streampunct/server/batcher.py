@@ -74,6 +74,7 @@ import numpy as np
 from engines.base import Engine
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_work
 from streampunct.core.options import require_int
+from streampunct.core.session_protocol import OVERLOAD_EPISODE_GAP_S
 from streampunct.core.stream_cache import StreamCall
 from streampunct.errors import EngineFailedError, OverloadedError
 from streampunct.server import allocator
@@ -250,6 +251,7 @@ class Batcher:
         self._not_full: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
         self._closed = False
+        self._last_full: float | None = None  # when a request last met a full queue (the loop's clock)
         self.ready = False
         if trim is allocator.trim and not allocator.can_trim():
             trim = None  # not glibc
@@ -401,6 +403,13 @@ class Batcher:
             raise EngineFailedError("the engine is not running")
         if len(self._queue) >= self.config.max_queue:
             self._not_full.clear()
+            now = asyncio.get_running_loop().time()
+            last, self._last_full = self._last_full, now
+            if last is None or now - last >= OVERLOAD_EPISODE_GAP_S:
+                # once per episode for the server (as each session gets its error once per episode)
+                logger.warning("the engine queue is full (max_queue %d): sessions are told 'overloaded' and "
+                               "their words wait; more load than the engine serves within the latency bounds",
+                               self.config.max_queue)
             raise OverloadedError(
                 f"{len(self._queue)} requests already wait for the engine (max_queue)"
             )

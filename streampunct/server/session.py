@@ -474,8 +474,8 @@ class Session:
                     output = await batcher.run(call)
                 except OverloadedError as e:
                     messages = protocol.overloaded(call, loop.time())
-                    if messages:
-                        self._log.warning("overloaded: %s", e)
+                    if messages:  # the batcher warns once per episode for all the sessions
+                        self._log.debug("overloaded: %s", e)
                     self._emit(messages)
                     await batcher.wait_for_capacity()
                     protocol.still_overloaded(loop.time())  # the episode lasts while the session waits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import numpy as np
@@ -141,6 +142,34 @@ async def test_full_queue_raises_overloaded_then_recovers():
         engine.open()
         assert (await batcher.infer(seq(2))).shape == (2, 4)
         await asyncio.gather(first, *queued)
+    finally:
+        engine.open()
+        await batcher.close()
+
+
+async def test_a_full_queue_is_logged_once_per_episode_for_all_the_sessions(caplog, monkeypatch):
+    import streampunct.server.batcher as batcher_module
+
+    engine = GatedEngine()
+    batcher, _ = await started(engine, max_batch=1, max_wait_ms=0, max_queue=1)
+    try:
+        first = asyncio.create_task(batcher.infer(seq(2)))
+        await engine.wait_entered(1)
+        queued = asyncio.create_task(batcher.infer(seq(2)))
+        await asyncio.sleep(0)
+        with caplog.at_level(logging.WARNING, logger="streampunct.server.batcher"):
+            for _ in range(20):  # twenty sessions meet the full queue
+                with pytest.raises(OverloadedError):
+                    await batcher.infer(seq(2))
+            warned = [r.getMessage() for r in caplog.records if "queue is full" in r.getMessage()]
+            assert warned == ["the engine queue is full (max_queue 1): sessions are told 'overloaded' and their "
+                              "words wait; more load than the engine serves within the latency bounds"]
+            monkeypatch.setattr(batcher_module, "OVERLOAD_EPISODE_GAP_S", 0.0)  # the next meeting: a new episode
+            with pytest.raises(OverloadedError):
+                await batcher.infer(seq(2))
+            assert sum("queue is full" in r.getMessage() for r in caplog.records) == 2
+        engine.open()
+        await asyncio.gather(first, queued)
     finally:
         engine.open()
         await batcher.close()
