@@ -10,6 +10,7 @@ import pytest
 
 from streampunct.text.normalize import normalize_words, render
 from tests.streampunct.fakes import ended_or_final_before
+from tests.streampunct.tcp_proxy import TcpProxy
 from tests.streampunct.test_server_protocol import http_get
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -188,7 +189,8 @@ async def test_captions_are_announced_scroll_back_and_say_why_a_stream_closed(st
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= finals + 5)
             after = js("return document.getElementById('captions').scrollTop")
             loop.call_soon_threadsafe(shutting_down.set)
-            WebDriverWait(driver, 60).until(lambda d: "closed" in d.find_element(By.ID, "status").text)
+            WebDriverWait(driver, 60).until(
+                lambda d: any(s in d.find_element(By.ID, "status").text for s in ("reconnecting", "closed")))
             return (roles, kept_out_of_url, back, after, driver.find_element(By.ID, "status").text,
                     driver.find_element(By.ID, "partial").text)
         finally:
@@ -201,4 +203,92 @@ async def test_captions_are_announced_scroll_back_and_say_why_a_stream_closed(st
     assert roles == [["log", "polite", None], ["status", None, None], [None, None, "true"]]
     assert "token" not in search and "wps=30" in search
     assert back < 0 and after < back  # the view stayed on the text read while new lines came below
-    assert status == "closed (1001): the server is shutting down" and partial == ""
+    # 1001 is one of the closes the page resumes after (here no server comes back)
+    assert status == "reconnecting (1001: the server is shutting down)…" and partial == ""
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_resumes_a_stream_across_a_server_restart(start_server, fake_labels, tmp_path):
+    """``serve --drain resume`` closes the page's stream with 1012 mid-stream; the server's
+    address refuses connections for a while, then a new server answers there. The page
+    reconnects (token and all), resumes, sends again the words without a final and those
+    whose time came meanwhile, and its captions hold every word exactly once, in order."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = await start_server(auth_token="tok", drain="resume")
+    new = await start_server(auth_token="tok")
+    address = await TcpProxy(old.port).start()  # the address the page knows: the old server, then the new one
+    loop = asyncio.get_running_loop()
+
+    def route_to_new() -> None:
+        address.target = new.port
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            driver.get(f"http://127.0.0.1:{address.port}/captions?token=tok&wps=40")
+            js("document.getElementById('text').value = (SAMPLE + ' ').repeat(3)")
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= 5)
+            # Drained: the page's connection closes with 1012 at once, and the old server goes on
+            # closing (it waits for Chromium's idle preconnected socket) while the page retries.
+            drained = asyncio.run_coroutine_threadsafe(old.shutdown(), loop)
+            # The address refuses the page's first attempt (503, or nothing listens behind it) ...
+            WebDriverWait(driver, 30).until(lambda d: js("return window.captionStats.reconnects || 0") >= 2
+                                            or "closed" in d.find_element(By.ID, "status").text)
+            during = driver.find_element(By.ID, "status").text
+            loop.call_soon_threadsafe(route_to_new)  # ... then the restarted server answers there
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
+                                            or "closed" in d.find_element(By.ID, "status").text)
+            drained.result(30)
+            return (during, driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
+                    js("return window.captionStats"), js("return asrWords(document.getElementById('text').value)"))
+        finally:
+            driver.quit()
+
+    try:
+        during, status, finals, stats, sent = await asyncio.wait_for(asyncio.to_thread(drive), 150)
+    finally:
+        await address.close()
+    words = normalize_words(sent)
+    assert during == "reconnecting (1012: the server is restarting)…"
+    assert stats["ended"] and status == f"done: {len(words)} words" and stats["errors"] == []
+    assert stats["resumes"] == 1 and stats["reconnects"] >= 2 and stats["resent"] > 0
+    # Every word once, in order: the captions are the stream written in one piece.
+    assert finals in [render(words, labels, capitalize=True) for labels in ended_or_final_before(fake_labels(words))]
+    received = [server.metrics.words_in._value.get() for server in (old, new)]
+    assert received[1] < len(words) <= sum(received)  # the new server got only the rest
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_says_when_the_server_leaves_written_numbers_out(start_server, tmp_path):
+    # A server without the ITN grammars ignores a session's itn and leaves it out of its answer.
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = await start_server()
+    url = f"http://127.0.0.1:{server.port}/captions?wps=40"
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        try:
+            driver.get(url)
+            driver.find_element(By.ID, "itn").click()
+            driver.find_element(By.ID, "sample").click()
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "status").text != "connecting")
+            said = driver.find_element(By.ID, "status").text
+            WebDriverWait(driver, 60).until(lambda d: d.execute_script("return window.captionStats.ended"))
+            return said, driver.execute_script("return window.captionStats")
+        finally:
+            driver.quit()
+
+    said, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    assert said == "streaming (numbers stay in words: itn is not available on this server)"
+    assert stats["errors"] == [] and stats["finals"] > 0
