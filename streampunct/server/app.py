@@ -45,6 +45,7 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.datastructures import Headers
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from engines.base import Engine
 from engines.registry import StreamCacheMode
@@ -481,6 +482,7 @@ class StreamServer:
         self._started = time.monotonic()
         self._closing = False
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._tcp_connections: set[GuardedConnection] = set()  # every TCP connection, handshake or not
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
         self._sessions_gone: asyncio.Event | None = None  # set while no session is open
@@ -519,7 +521,7 @@ class StreamServer:
                     headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None,
                     control_frame_rate=self.config.max_frames_per_s, on_control_held=self._control_held,
                     on_count=self.metrics.connections.inc, handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
-                    on_handshake_timeout=self._handshake_timed_out),
+                    on_handshake_timeout=self._handshake_timed_out, live=self._tcp_connections),
                 open_timeout=HANDSHAKE_TIMEOUT_S,
                 ping_interval=self.config.ping_interval_s,
                 ping_timeout=None,  # see docs/server.md, "Bounded resources": keepalive
@@ -612,10 +614,10 @@ class StreamServer:
                 # The listener stays open until the sessions are gone, so that handshakes meanwhile
                 # get 503 (_process_request) rather than a refused connection; then it closes.
                 await self._sessions_gone.wait()
-                self._ws.close(close_connections=False)
+                self._close_listener()
                 await self._ws.wait_closed()
         except TimeoutError:
-            self._ws.close(close_connections=False)
+            self._close_listener()
             logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
                            self.config.shutdown_timeout_s)
             await asyncio.gather(*(
@@ -631,6 +633,17 @@ class StreamServer:
         if self._itn_processes is not None:
             self._itn_processes.close()
         logger.info("server closed, %.1fs after the shutdown began", time.monotonic() - stopping)
+
+    def _close_listener(self) -> None:
+        """Stop accepting connections and close the server; connections that have not sent a
+        request yet (a browser's spare connection, a balancer's TCP check) are cut at once, not
+        left to the handshake timeout (their requests would get 503 now anyway)."""
+        assert self._ws is not None
+        self._ws.server.close()  # no new connections from here on
+        for connection in list(self._tcp_connections):
+            if connection.protocol.state is State.CONNECTING and connection.request is None:
+                connection.transport.abort()
+        self._ws.close(close_connections=False)
 
     async def __aenter__(self) -> StreamServer:
         return self

@@ -58,15 +58,19 @@ class GuardedConnection(ServerConnection):
                  on_control_held: Callable[[float], None] | None = None,
                  on_count: Callable[[int], None] | None = None,
                  handshake_timeout_s: float | None = None,
-                 on_handshake_timeout: Callable[[GuardedConnection], None] | None = None, **kwargs: Any) -> None:
+                 on_handshake_timeout: Callable[[GuardedConnection], None] | None = None,
+                 live: set[GuardedConnection] | None = None, **kwargs: Any) -> None:
         """``control_frame_rate``: pings and pongs read a second, after a burst of as many
         (None: no limit); ``on_control_held(seconds)`` is called each time reading resumes
         after the connection held its socket for them. ``on_count(+1)`` when the TCP
         connection is made, ``on_count(-1)`` when it is lost; ``on_handshake_timeout(self)``
         when the handshake was cut at ``handshake_timeout_s`` (the server's ``open_timeout``:
-        a client that connected and sent no whole request)."""
+        a client that connected and sent no whole request). ``live`` holds the connection from
+        its TCP connection to its loss (websockets' ``Server.all_connections`` holds only those
+        past the handshake)."""
         super().__init__(*args, **kwargs)
         self._on_count = on_count
+        self._live = live
         self._handshake_timeout_s = handshake_timeout_s
         self._on_handshake_timeout = on_handshake_timeout
         self._made_at: float | None = None
@@ -110,6 +114,8 @@ class GuardedConnection(ServerConnection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._made_at = self.loop.time()
+        if self._live is not None:
+            self._live.add(self)
         if self._on_count is not None:
             self._on_count(1)
         # websockets' message queue pauses and resumes reading too: the socket is read
@@ -122,6 +128,8 @@ class GuardedConnection(ServerConnection):
             self._control_timer.cancel()
             self._control_timer = None
         super().connection_lost(exc)
+        if self._live is not None:
+            self._live.discard(self)
         if self._on_count is not None:
             self._on_count(-1)
             self._on_count = None

@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from streampunct.client.stream_client import StreamClient
+from streampunct.client.stream_client import StreamClient, Transcript
 from streampunct.core.wire import Final
 from tests.streampunct.conftest import FakeEngine
 from tests.streampunct.fakes import until
@@ -704,6 +704,36 @@ async def test_connections_are_counted_and_idle_ones_cut_at_the_handshake_timeou
         writer.close()
     assert (await request(server.port)).status == 200  # a request in time is served
     assert rejected(server, "timeout") == 2.0
+
+
+async def test_a_shutdown_cuts_connections_that_sent_no_request_and_serves_those_that_did(start_server,
+                                                                                        monkeypatch):
+    """A browser keeps a spare connection open and a balancer's TCP check sends nothing: a
+    shutdown does not wait the handshake timeout for them (an hour here), while a request
+    already sent gets its answer."""
+    from streampunct.server import app as app_module
+
+    monkeypatch.setattr(app_module, "HANDSHAKE_TIMEOUT_S", 3600.0)
+    server = await start_server()
+    idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+    try:
+        await until(lambda: server.metrics.connections._value.get() == 2)
+        session = await StreamClient.connect(server.url)
+        await session.send_words(["hello", "there"])
+        shutdown = asyncio.create_task(server.shutdown())
+        for reader, _ in idle:  # cut: EOF or a reset, with no answer
+            try:
+                assert await asyncio.wait_for(reader.read(), 30) == b""
+            except ConnectionResetError:
+                pass
+        await asyncio.wait_for(asyncio.shield(shutdown), 30)  # the idle ones not waited for
+        transcript = Transcript()
+        async for message in session:
+            transcript.apply(message)
+        assert transcript.words == ["hello", "there"]  # the session finalized
+    finally:  # a failure must not leave the fixture's shutdown waiting an hour for them
+        for _, writer in idle:
+            writer.close()
 
 
 async def test_log_lines_name_the_client_behind_a_trusted_proxy(start_server, caplog):
