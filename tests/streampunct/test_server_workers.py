@@ -313,34 +313,27 @@ async def read_to_close(client: StreamClient, timeout: float = 20) -> Transcript
     return transcript
 
 
-async def test_a_worker_that_dies_drains_the_others_and_exits_1(tmp_path, aligner):
-    async with serving(tmp_path) as server:
-        await server.ready_line()
-        health = await server.workers_by_health(2)
-        client = await pending_stream(server, 1)
-        os.kill(health[0]["pid"], signal.SIGKILL)
-        transcript = await read_to_close(client)
-        assert transcript.words == WORDS and client.close_code == 1001  # the survivor drained
-        assert await asyncio.wait_for(server.proc.wait(), 30) == 1
-        assert "worker 0 (pid" in server.log.read_text() and "exited unexpectedly (signal SIGKILL)" in (
-            server.log.read_text())
-
-
-async def test_a_worker_that_hangs_is_killed_and_the_others_drain(tmp_path):
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+async def test_a_worker_that_dies_or_hangs_is_gone_and_the_others_drain_and_exit_1(tmp_path, how):
     # A stopped process stands for a loop blocked in a call that never returns: no heartbeat.
-    async with serving(tmp_path, "--worker-hang-timeout-s", "1.5") as server:
+    args = ("--worker-hang-timeout-s", "1.5") if how == "hangs" else ()
+    async with serving(tmp_path, *args) as server:
         await server.ready_line()
         health = await server.workers_by_health(2)
+        pid = health[0]["pid"]
         client = await pending_stream(server, 1)
-        os.kill(health[0]["pid"], signal.SIGSTOP)
+        os.kill(pid, signal.SIGKILL if how == "dies" else signal.SIGSTOP)
         transcript = await read_to_close(client)
         assert transcript.words == WORDS and client.close_code == 1001  # the survivor drained
         assert await asyncio.wait_for(server.proc.wait(), 30) == 1
         log = server.log.read_text()
-        assert re.search(rf"worker 0 \(pid {health[0]['pid']}\) has not answered for \d+s "
-                         r"\(worker_hang_timeout_s 1\.5\); killing it", log), log
-        assert "was killed for not answering; draining the others" in log, log
-        assert not _running(health[0]["pid"])
+        if how == "dies":
+            assert f"worker 0 (pid {pid}) exited unexpectedly (signal SIGKILL); draining the others" in log, log
+        else:
+            assert re.search(rf"worker 0 \(pid {pid}\) has not answered for \d+s "
+                             r"\(worker_hang_timeout_s 1\.5\); killing it", log), log
+            assert f"worker 0 (pid {pid}) was killed for not answering; draining the others" in log, log
+        assert not _running(pid)
 
 
 async def test_workers_that_answer_are_not_taken_for_hung(tmp_path):
