@@ -28,7 +28,8 @@ nothing itself:
   makes ``serve`` fail with its error. A worker whose supervisor is gone (SIGKILL) drains and
   exits by itself.
 - **Metrics.** The supervisor points ``$PROMETHEUS_MULTIPROC_DIR`` at a fresh folder of its own
-  (removed at exit), so that ``/metrics`` sums every worker whichever answers
+  (removed at exit; one a killed supervisor left is removed by the next one to start), so that
+  ``/metrics`` sums every worker whichever answers
   (:class:`~streampunct.server.metrics.ServerMetrics`); ``/healthz`` is the answering worker's,
   and names it.
 """
@@ -185,7 +186,8 @@ def supervise(
     if workers < 2:
         raise ValueError("supervise() runs 2 workers or more; serve one with run_server()")
     sockets, port = reserve_port(config.host, config.port)
-    metrics_dir = tempfile.mkdtemp(prefix="streampunct-metrics-")
+    _remove_orphaned_metrics_dirs()
+    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
     saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # the workers inherit it (spawn)
     supervisor = _Supervisor(config, workers, port, setup)
@@ -204,6 +206,32 @@ def supervise(
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+#: The supervisor's metric files' folder, in the temporary directory: ``PREFIX<pid>-<random>``.
+METRICS_DIR_PREFIX = "streampunct-metrics-"
+
+
+def _remove_orphaned_metrics_dirs() -> None:
+    """Remove the metric folders of supervisors that are gone without removing theirs (SIGKILL,
+    a crash of the host): each is named after its supervisor's pid, and one whose pid runs no
+    process is left by nobody. A pid taken by another process since keeps its folder until then."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid_text, sep, _ = name.removeprefix(METRICS_DIR_PREFIX).partition("-")
+        if not name.startswith(METRICS_DIR_PREFIX) or not sep or not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            logger.info("removed %s, the metric files of a supervisor that is gone", name)
+        except (PermissionError, OverflowError, OSError):
+            pass  # alive under another user, or not a pid: not ours to remove
 
 
 class _Supervisor:

@@ -560,3 +560,25 @@ def test_a_workers_log_lines_name_it_after_the_time():
                         r"session=a closed", line), line
     plain = _Prefixed(logging.Formatter("%(levelname)s %(message)s"), "[worker 1] ")
     assert plain.format(record) == "[worker 1] INFO session=a closed"
+
+
+def test_a_supervisor_removes_the_metric_folders_of_supervisors_that_are_gone(tmp_path, monkeypatch):
+    import subprocess
+    import tempfile
+
+    from streampunct.server import workers
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid runs nothing now (reaped)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    names = {
+        "dead": f"streampunct-metrics-{gone.pid}-abc",
+        "alive": f"streampunct-metrics-{os.getpid()}-def",
+        "old style": "streampunct-metrics-xyz",  # no pid: not known to be orphaned
+        "other": f"other-{gone.pid}-abc",
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "counter_1.db").write_bytes(b"x")
+    workers._remove_orphaned_metrics_dirs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
