@@ -138,7 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        metavar="S",
                        help="with --workers: a worker whose event loop has not answered the supervisor for S "
                             "seconds is killed, the others drain and serve exits with status 1, as when a "
-                            "worker dies; 0: never (default: %(default)s)")
+                            "worker dies; at least 1, or 0: never (default: %(default)s)")
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "

@@ -118,6 +118,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
 #: Plain HTTP endpoints.
 HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
+#: The least ``ServerConfig.worker_hang_timeout_s``: a worker beats 6 times within it, and the
+#: supervisor looks once a second.
+MIN_WORKER_HANG_TIMEOUT_S = 1.0
 #: The response header that names the worker process that answered (``serve --workers``).
 WORKER_HEADER = "X-Streampunct-Worker"
 #: ``reason`` labels of ``streampunct_handshakes_rejected_total``.
@@ -311,8 +314,8 @@ class ServerConfig:
                 raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
         require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
                        "max_frames_per_s", "worker_hang_timeout_s")
-        if self.worker_hang_timeout_s is not None and self.worker_hang_timeout_s <= 0:
-            raise ValueError("worker_hang_timeout_s must be > 0 (None: never)")
+        if self.worker_hang_timeout_s is not None and self.worker_hang_timeout_s < MIN_WORKER_HANG_TIMEOUT_S:
+            raise ValueError(f"worker_hang_timeout_s must be >= {MIN_WORKER_HANG_TIMEOUT_S:g} (None: never)")
         if self.max_frames_per_s is not None and self.max_frames_per_s <= 0:
             raise ValueError("max_frames_per_s must be > 0 (None: no limit)")
         if self.shutdown_timeout_s < 0:

@@ -28,7 +28,8 @@ nothing itself:
   makes ``serve`` fail with its error. A worker whose supervisor is gone (SIGKILL) drains and
   exits by itself.
 - **Metrics.** The supervisor points ``$PROMETHEUS_MULTIPROC_DIR`` at a fresh folder of its own
-  (removed at exit; one a killed supervisor left is removed by the next one to start), so that
+  (removed at exit; one that a killed supervisor and its workers left is removed by the next
+  supervisor to start: nobody holds its lock), so that
   ``/metrics`` sums every worker whichever answers
   (:class:`~streampunct.server.metrics.ServerMetrics`); ``/healthz`` is the answering worker's,
   and names it.
@@ -46,6 +47,7 @@ import pickle
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -187,7 +189,8 @@ def supervise(
         raise ValueError("supervise() runs 2 workers or more; serve one with run_server()")
     sockets, port = reserve_port(config.host, config.port)
     _remove_orphaned_metrics_dirs()
-    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
+    metrics_dir = tempfile.mkdtemp(prefix=METRICS_DIR_PREFIX)
+    metrics_lock = _hold_metrics_dir(metrics_dir)
     saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # the workers inherit it (spawn)
     supervisor = _Supervisor(config, workers, port, setup)
@@ -205,33 +208,58 @@ def supervise(
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
+        os.close(metrics_lock)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-#: The supervisor's metric files' folder, in the temporary directory: ``PREFIX<pid>-<random>``.
+#: The supervisor's metric files' folder, in the temporary directory: ``PREFIX<random>``.
 METRICS_DIR_PREFIX = "streampunct-metrics-"
+#: A file in it that the supervisor and each worker hold a shared ``flock`` on while they run:
+#: a folder whose lock can be taken exclusively is used by nobody (prometheus-client reads only
+#: its ``*.db`` files).
+METRICS_LOCK = "streampunct.lock"
+
+
+def _hold_metrics_dir(folder: str) -> int:
+    """Take a shared lock on ``folder``'s lock file (created if missing); the descriptor, which
+    holds it until it is closed or the process ends."""
+    import fcntl
+
+    fd = os.open(os.path.join(folder, METRICS_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
 
 
 def _remove_orphaned_metrics_dirs() -> None:
-    """Remove the metric folders of supervisors that are gone without removing theirs (SIGKILL,
-    a crash of the host): each is named after its supervisor's pid, and one whose pid runs no
-    process is left by nobody. A pid taken by another process since keeps its folder until then."""
+    """Remove the metric folders this user's supervisors left behind (SIGKILL, a crash of the
+    host): those whose lock nobody holds. A lock is held across PID namespaces and by workers
+    still draining after their supervisor was killed; a folder without one (being created, or of
+    an older version) is left alone."""
+    import fcntl
+
     root = tempfile.gettempdir()
     try:
-        names = os.listdir(root)
+        names = [n for n in os.listdir(root) if n.startswith(METRICS_DIR_PREFIX)]
     except OSError:
         return
     for name in names:
-        pid_text, sep, _ = name.removeprefix(METRICS_DIR_PREFIX).partition("-")
-        if not name.startswith(METRICS_DIR_PREFIX) or not sep or not pid_text.isdigit():
+        folder = os.path.join(root, name)
+        try:
+            info = os.lstat(folder)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fd = os.open(os.path.join(folder, METRICS_LOCK), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
             continue
         try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a supervisor or its workers use it
+            continue
+        finally:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.exists(folder):
             logger.info("removed %s, the metric files of a supervisor that is gone", name)
-        except (PermissionError, OverflowError, OSError):
-            pass  # alive under another user, or not a pid: not ours to remove
 
 
 class _Supervisor:
@@ -246,6 +274,7 @@ class _Supervisor:
         self.deadline: float | None = None  # set once stopping: the workers must be gone by then
         self.failed = False
         self.failed_to_start: set[int] = set()  # workers that reported their startup error
+        self.error: BaseException | None = None  # the first startup error a worker reported
         self.heard: dict[int, float] = {}  # a ready worker's last heartbeat (monotonic)
         self.hung: set[int] = set()  # workers killed for silence
 
@@ -291,54 +320,71 @@ class _Supervisor:
 
     def run(self, sockets: list[socket.socket], on_ready: Callable[[Ready], None] | None) -> int:
         ready: dict[int, Ready] = {}
-        error: BaseException | None = None
         alive = {proc.sentinel: i for i, proc in enumerate(self.procs)}
+        passed = time.monotonic()
         while alive:
             # a bounded wait: a signal's handler may set the deadline while it waits
             timeout = POLL_S if self.deadline is None else min(POLL_S, max(0.0, self.deadline - time.monotonic()))
             events = wait([*self.conns, *alive], timeout)
-            self._kill_hung()
-            if not events and (self.deadline is None or time.monotonic() < self.deadline):
-                continue
-            if not events:  # past the deadline
-                logger.error("%d workers still running %.0fs after the stop; killing them", len(alive),
-                             self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
-                self.kill_all()
-                self.failed = True
-                continue
+            now = time.monotonic()
+            if now - passed > POLL_S + self._beat_s():
+                # The supervisor itself did not run (stopped, a frozen host): the workers' silence
+                # since says nothing about them, and their beats of that time are still queued.
+                self.heard = dict.fromkeys(self.heard, now)
+            passed = now
             for event in events:
                 if isinstance(event, Connection):
-                    i = self.conns[event]
-                    try:
-                        message = event.recv()
-                    except (EOFError, OSError):
-                        del self.conns[event]
-                        event.close()
-                        continue
-                    if message[0] == "alive":
-                        if i in self.heard:
-                            self.heard[i] = time.monotonic()
-                    elif message[0] == "ready":
-                        ready[i] = Ready(*message[1:])
-                        self.heard[i] = time.monotonic()
-                        logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
-                        if len(ready) == self.n and self.deadline is None:
-                            for sock in sockets:  # every worker listens: the port is held by them
-                                sock.close()
-                            if on_ready is not None:
-                                on_ready(ready[0])
-                    elif message[0] == "failed":
-                        self.failed_to_start.add(i)  # it exits by itself: no signal, no second report
-                        self.failed = True
-                        if error is None:
-                            error = _loaded_error(message[1])
-                            self._stop(signal.SIGTERM)
+                    self._receive(event, ready, sockets, on_ready)
                 else:
                     i = alive.pop(event)
                     self._exited(i)
-        if error is not None:
-            raise error
+            self._kill_hung()
+            if events or self.deadline is None or time.monotonic() < self.deadline:
+                continue
+            logger.error("%d workers still running %.0fs after the stop; killing them", len(alive),
+                         self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
+            self.kill_all()
+            self.failed = True
+        if self.error is not None:
+            raise self.error
         return 1 if self.failed else 0
+
+    def _receive(self, conn: Connection, ready: dict[int, Ready], sockets: list[socket.socket],
+                 on_ready: Callable[[Ready], None] | None) -> None:
+        """Every message waiting on a worker's pipe (its heartbeats may have piled up)."""
+        i = self.conns[conn]
+        while True:
+            try:
+                if not conn.poll(0):
+                    return
+                message = conn.recv()
+            except (EOFError, OSError):
+                del self.conns[conn]
+                conn.close()
+                return
+            if message[0] == "alive":
+                if i in self.heard:
+                    self.heard[i] = time.monotonic()
+            elif message[0] == "ready":
+                ready[i] = Ready(*message[1:])
+                self.heard[i] = time.monotonic()
+                logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
+                if len(ready) == self.n and self.deadline is None:
+                    for sock in sockets:  # every worker listens: the port is held by them
+                        sock.close()
+                    if on_ready is not None:
+                        on_ready(ready[0])
+            elif message[0] == "failed":
+                self.failed_to_start.add(i)  # it exits by itself: no signal, no second report
+                self.failed = True
+                if self.error is None:
+                    self.error = _loaded_error(message[1])
+                    self._stop(signal.SIGTERM)
+
+    def _beat_s(self) -> float:
+        """Seconds between a worker's heartbeats (0: none)."""
+        timeout = self.config.worker_hang_timeout_s
+        return 0.0 if timeout is None else timeout / HEARTBEATS_PER_TIMEOUT
 
     def _kill_hung(self) -> None:
         """SIGKILL each ready worker whose heartbeat is over ``worker_hang_timeout_s`` late (not once
@@ -348,14 +394,25 @@ class _Supervisor:
         if timeout is None or self.deadline is not None:
             return
         now = time.monotonic()
-        for i, heard in self.heard.items():
+        for i, heard in list(self.heard.items()):
             proc = self.procs[i]
             if i in self.hung or proc.exitcode is not None or now - heard < timeout:
                 continue
+            conn = next((c for c, k in self.conns.items() if k == i), None)
+            try:
+                if conn is not None and conn.poll(0):  # a beat came after this pass read the pipes
+                    continue
+            except OSError:
+                pass
             self.hung.add(i)
             logger.error("worker %d (pid %d) has not answered for %.0fs (worker_hang_timeout_s %g); "
                          "killing it", i, proc.pid, now - heard, timeout)
-            proc.kill()
+            _kill_group(proc.pid)
+
+    def _cleanup_group(self, i: int) -> None:
+        """What a worker that is gone leaves in its process group (its ITN pool) goes too."""
+        if self.procs[i].pid is not None and i not in self.failed_to_start:
+            _kill_group(self.procs[i].pid)
 
     def _exited(self, i: int) -> None:
         from prometheus_client import multiprocess
@@ -374,6 +431,7 @@ class _Supervisor:
             logger.info("worker %d (pid %d) exited", i, proc.pid)
             return
         self.failed = True
+        self._cleanup_group(i)
         if self.deadline is None:
             what = "was killed for not answering" if i in self.hung else f"exited unexpectedly ({_exit_status(code)})"
             logger.error("worker %d (pid %d) %s; draining the others, then exiting with status 1", i, proc.pid,
@@ -385,8 +443,19 @@ class _Supervisor:
     def kill_all(self) -> None:
         for proc in self.procs:
             if proc.exitcode is None:
+                if proc.pid is not None:
+                    _kill_group(proc.pid)
                 proc.kill()
                 proc.join(5)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group a worker leads (:func:`worker_main` makes its own, so that its
+    children, the ITN pool's processes, go with it); nothing when there is none."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _exit_status(code: int | None) -> str:
@@ -429,11 +498,15 @@ def worker_main(spec: bytes, conn: Connection) -> None:
     """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
     over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``."""
     global _early_stop
+    os.setpgid(0, 0)  # a group of its own: the supervisor kills it with its children (_kill_group)
     _early_stop = asyncio.Event()
     for sig in STOP_SIGNALS:
         signal.signal(sig, _early_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor (start())
     config, setup = pickle.loads(spec)
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder and os.path.isfile(os.path.join(folder, METRICS_LOCK)):
+        _hold_metrics_dir(folder)  # held until this process ends: its files are in use till then
     if setup is not None:
         setup()
     _prefix_log_lines(f"[worker {config.worker}] ")
@@ -476,6 +549,9 @@ def _ready(server: StreamServer, conn: Connection) -> None:
     if server.metrics.multiprocess:
         loop.create_task(_refresh_metrics(server), name="streampunct-metrics-refresh")
     conn.send(("ready", server.model_name, server.batcher.engine_name, server.url))
+    # From here a full pipe (a supervisor that does not read) must not block the loop: a
+    # heartbeat that does not fit is skipped (a message this small is written whole or not at all).
+    os.set_blocking(conn.fileno(), False)
     if server.config.worker_hang_timeout_s is not None:
         loop.create_task(_heartbeat(conn, server.config.worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT),
                          name="streampunct-heartbeat")
@@ -487,6 +563,8 @@ async def _heartbeat(conn: Connection, every_s: float) -> None:
         await asyncio.sleep(every_s)
         try:
             conn.send(("alive",))
+        except BlockingIOError:  # the pipe is full: the supervisor is not reading now
+            continue
         except OSError:  # the supervisor is gone: orphaned() drains this worker
             return
 
@@ -518,6 +596,7 @@ class _Prefixed(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = self.inner.format(record)
         stamp = getattr(record, "asctime", None)  # set by a format that shows the time
-        if stamp and text.startswith(stamp):  # the time first, as on every other line of the log
-            return f"{stamp} {self.prefix.rstrip()}{text[len(stamp):]}"
+        rest = text[len(stamp):] if stamp and text.startswith(stamp) else None
+        if rest is not None and (not rest or rest[0].isspace()):  # the time first, as on other lines
+            return f"{stamp} {self.prefix.rstrip()}{rest}"
         return self.prefix + text

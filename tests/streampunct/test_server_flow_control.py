@@ -320,13 +320,18 @@ def test_the_worker_hang_timeout_is_positive_or_none_and_0_on_the_command_line_i
     from streampunct.commands.serve import build_config
     from streampunct.server.app import ServerConfig
 
-    for value in (0, -1):
-        with pytest.raises(ValueError, match=r"^worker_hang_timeout_s must be > 0 \(None: never\)$"):
+    for value in (0, -1, 1e-9, 0.99):
+        with pytest.raises(ValueError, match=r"^worker_hang_timeout_s must be >= 1 \(None: never\)$"):
             ServerConfig(worker_hang_timeout_s=value)
+    assert ServerConfig(worker_hang_timeout_s=1).worker_hang_timeout_s == 1
     assert build_config(build_parser().parse_args(["serve"])).worker_hang_timeout_s == 30.0
     parse = build_parser().parse_args
     assert build_config(parse(["serve", "--worker-hang-timeout-s", "0"])).worker_hang_timeout_s is None
     assert build_config(parse(["serve", "--worker-hang-timeout-s", "2.5"])).worker_hang_timeout_s == 2.5
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match=r"^--worker-hang-timeout-s must be >= 1"):
+        build_config(parse(["serve", "--worker-hang-timeout-s", "0.5"]))
 
 
 def test_serve_flags_set_the_backlog_limit_and_the_send_timeout():

@@ -182,6 +182,9 @@ async def test_every_worker_serves_and_metrics_cover_them_all(tmp_path, aligner)
             assert transcript.words == WORDS and transcript.errors == []
             assert transcript.labels == ended(expected_labels(aligner, WORDS))
 
+        from streampunct.server.workers import _remove_orphaned_metrics_dirs
+
+        _remove_orphaned_metrics_dirs()  # another supervisor starting: this one's folder is held
         answered: set[str] = set()
         for _ in range(TRIES):  # both workers' answers to /metrics say the same
             status, headers, text = await server.get("/metrics")
@@ -316,11 +319,13 @@ async def read_to_close(client: StreamClient, timeout: float = 20) -> Transcript
 @pytest.mark.parametrize("how", ["dies", "hangs"])
 async def test_a_worker_that_dies_or_hangs_is_gone_and_the_others_drain_and_exit_1(tmp_path, how):
     # A stopped process stands for a loop blocked in a call that never returns: no heartbeat.
-    args = ("--worker-hang-timeout-s", "1.5") if how == "hangs" else ()
+    args = ("--worker-hang-timeout-s", "2") if how == "hangs" else ()
     async with serving(tmp_path, *args) as server:
         await server.ready_line()
         health = await server.workers_by_health(2)
         pid = health[0]["pid"]
+        # each worker leads a process group, which goes with it (its ITN pool's processes)
+        assert os.getpgid(pid) == pid and os.getpgid(health[1]["pid"]) == health[1]["pid"]
         client = await pending_stream(server, 1)
         os.kill(pid, signal.SIGKILL if how == "dies" else signal.SIGSTOP)
         transcript = await read_to_close(client)
@@ -331,7 +336,7 @@ async def test_a_worker_that_dies_or_hangs_is_gone_and_the_others_drain_and_exit
             assert f"worker 0 (pid {pid}) exited unexpectedly (signal SIGKILL); draining the others" in log, log
         else:
             assert re.search(rf"worker 0 \(pid {pid}\) has not answered for \d+s "
-                             r"\(worker_hang_timeout_s 1\.5\); killing it", log), log
+                             r"\(worker_hang_timeout_s 2\); killing it", log), log
             assert f"worker 0 (pid {pid}) was killed for not answering; draining the others" in log, log
         assert not _running(pid)
 
@@ -560,25 +565,65 @@ def test_a_workers_log_lines_name_it_after_the_time():
                         r"session=a closed", line), line
     plain = _Prefixed(logging.Formatter("%(levelname)s %(message)s"), "[worker 1] ")
     assert plain.format(record) == "[worker 1] INFO session=a closed"
+    # a format that goes on with the time right after asctime is not cut there
+    millis = _Prefixed(logging.Formatter("%(asctime)s.%(msecs)03d %(message)s", "%H:%M:%S"), "[worker 1] ")
+    assert re.fullmatch(r"\[worker 1\] \d\d:\d\d:\d\d\.\d{3} session=a closed", millis.format(record))
 
 
-def test_a_supervisor_removes_the_metric_folders_of_supervisors_that_are_gone(tmp_path, monkeypatch):
+def test_a_supervisor_removes_the_metric_folders_nobody_holds(tmp_path, monkeypatch):
     import subprocess
     import tempfile
 
     from streampunct.server import workers
 
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # its pid runs nothing now (reaped)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    names = {
-        "dead": f"streampunct-metrics-{gone.pid}-abc",
-        "alive": f"streampunct-metrics-{os.getpid()}-def",
-        "old style": "streampunct-metrics-xyz",  # no pid: not known to be orphaned
-        "other": f"other-{gone.pid}-abc",
-    }
-    for name in names.values():
+    names = ["streampunct-metrics-left", "streampunct-metrics-held", "streampunct-metrics-held-elsewhere",
+             "streampunct-metrics-old-style", "other"]
+    for name in names:
         (tmp_path / name).mkdir()
         (tmp_path / name / "counter_1.db").write_bytes(b"x")
-    workers._remove_orphaned_metrics_dirs()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
+        if name != "streampunct-metrics-old-style":  # an older version's folder: no lock file
+            (tmp_path / name / workers.METRICS_LOCK).write_bytes(b"")
+    held = workers._hold_metrics_dir(str(tmp_path / "streampunct-metrics-held"))
+    # another process holds one (a worker draining after its supervisor was killed; another PID
+    # namespace sharing the temporary directory): until it ends
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); sys.stdin.read()",
+         str(tmp_path / "streampunct-metrics-held-elsewhere" / workers.METRICS_LOCK)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        workers._remove_orphaned_metrics_dirs()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n in names if not n.endswith("-left"))
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        os.close(held)
+    workers._remove_orphaned_metrics_dirs()  # their holders are gone now
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "streampunct-metrics-old-style"]
+
+
+@pytest.mark.parametrize("stopped", ["the supervisor", "every process"])
+async def test_a_supervisor_that_did_not_run_for_a_while_kills_no_worker(tmp_path, stopped):
+    """Ctrl-Z and fg, docker pause, a frozen VM: the supervisor (alone, or with its workers) runs
+    again after more than the hang timeout. The beats it did not read are no sign of a hang."""
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1") as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        pids = [server.proc.pid] + ([w["pid"] for w in health.values()] if stopped == "every process" else [])
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            # The pause itself is what is tested: three hang timeouts of not running.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(server.proc.wait()), 3)
+        finally:
+            for pid in reversed(pids):
+                os.kill(pid, signal.SIGCONT)
+        clients = [await pending_stream(server, worker) for worker in (0, 1)]  # both still serve
+        for client in clients:
+            await client.send_raw('{"type": "barrier"}')
+            assert isinstance(await client.recv(timeout=10), Error)
+        assert server.proc.returncode is None
+        assert "killing it" not in server.log.read_text()
