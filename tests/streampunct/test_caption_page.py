@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from streampunct.text.normalize import normalize_words, render
+from streampunct.text.normalize import normalize_word, normalize_words, render
 from tests.streampunct.fakes import ended_or_final_before
 from tests.streampunct.tcp_proxy import TcpProxy
 from tests.streampunct.test_server_protocol import http_get
@@ -292,3 +292,45 @@ async def test_the_page_says_when_the_server_leaves_written_numbers_out(start_se
     said, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
     assert said == "streaming (numbers stay in words: itn is not available on this server)"
     assert stats["errors"] == [] and stats["finals"] > 0
+
+
+#: Words the page and the server must count alike (each normalizes to a word, or each to none).
+TRICKY_WORDS = ["Hello,", "don’t", "ʼ", "\u3164", "a\u200bb", "ﹰ", "Café", "cafe\u0301", "'cause", "--",
+                "Ｗｏｒｌｄ", "e.g.", "x²", "İstanbul", "ß", "naïve!", "…", "¿qué?", "rock'n'roll", "`tis"]
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_counts_words_as_the_server_does_and_resumes_only_what_it_tracked(start_server, tmp_path):
+    """A resume sends again the words from the first without a final, by the page's count. The
+    page writes words as the server normalizes them; where the two still differ (an accent on a
+    period at the end of a word: the server strips the period with its mark, the page keeps
+    both), a final shows it and the stream is not resumed, rather than resumed from the wrong
+    word."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = await start_server(drain="resume")
+    loop = asyncio.get_running_loop()
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            driver.get(f"http://127.0.0.1:{server.port}/captions?wps=40")
+            page_words = js("return arguments[0].map((w) => asrWords(w))", TRICKY_WORDS)
+            js("document.getElementById('text').value = arguments[0] + ' ' + SAMPLE", "so.\u0301")
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= 5)
+            asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(30)
+            WebDriverWait(driver, 30).until(lambda d: "closed" in d.find_element(By.ID, "status").text)
+            return page_words, driver.find_element(By.ID, "status").text, js("return window.captionStats")
+        finally:
+            driver.quit()
+
+    page_words, status, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    assert page_words == [[w] if w else [] for w in map(normalize_word, TRICKY_WORDS)]
+    assert status == ("closed (1012: the server is restarting); not resumed: the server refused or counted "
+                      "otherwise a word this page sent")
+    assert stats["resumes"] == 0 and stats["reconnects"] == 0
