@@ -50,3 +50,18 @@ def test_inference_without_native_bf16_gives_the_fp32_output(monkeypatch):
     got = make_infer(Tiny(), device="cpu", bf16=True)(ids, mask)
     want = make_infer(Tiny(), device="cpu", bf16=False)(ids, mask)
     np.testing.assert_array_equal(got, want)  # no bf16 rounding crept in
+
+
+def test_native_bf16_on_a_cpu_is_told_by_its_flags(monkeypatch, tmp_path):
+    monkeypatch.setattr(precision, "_onednn_bf16", lambda: True)  # oneDNN: yes on any AVX-512 CPU
+    read = precision.cpu_flags
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: read(str(info)))
+    for flags, native in (("fpu avx512f avx512bw avx512_vnni", False), ("fpu avx512f avx512_bf16", True),
+                          ("fpu amx_bf16 amx_tile", True)):
+        info.write_text(f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\n")
+        assert precision._cpu_native_bf16() is native, flags
+    info.unlink()  # no flags to read (not Linux): oneDNN decides
+    assert read(str(info)) is None and precision._cpu_native_bf16() is True
+    monkeypatch.setattr(precision, "_onednn_bf16", lambda: False)
+    assert precision._cpu_native_bf16() is False
