@@ -706,11 +706,11 @@ async def test_connections_are_counted_and_idle_ones_cut_at_the_handshake_timeou
     assert rejected(server, "timeout") == 2.0
 
 
-async def test_a_shutdown_cuts_connections_that_sent_no_request_and_serves_those_that_did(start_server,
-                                                                                        monkeypatch):
+async def test_a_shutdown_cuts_connections_that_sent_no_request_and_finishes_open_sessions(
+        start_server, monkeypatch):
     """A browser keeps a spare connection open and a balancer's TCP check sends nothing: a
-    shutdown does not wait the handshake timeout for them (an hour here), while a request
-    already sent gets its answer."""
+    shutdown does not wait the handshake timeout for them (an hour here), while an open session
+    finalizes its words."""
     from streampunct.server import app as app_module
 
     monkeypatch.setattr(app_module, "HANDSHAKE_TIMEOUT_S", 3600.0)
