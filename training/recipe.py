@@ -16,9 +16,11 @@ and what is wrong) when the output is missing or bad:
     Check: the run ended (``done`` in ``metrics.jsonl``) and ``best`` holds a checkpoint with
     finite validation figures.
 ``build``
-    int8 ONNX with quantized embeddings and the streaming graph into ``OUT/model`` (as
-    ``scripts/release.sh default build``). Check: the folder loads with the runtime's engine
-    and punctuates a short text, offline and as a stream.
+    int8 ONNX with quantized embeddings and the streaming graph into ``OUT/model``, then the
+    streaming graph's static activation scales calibrated on TED dev2012
+    (``training.static_scales``; as ``scripts/release.sh default build``). Check: the folder
+    loads with the runtime's engine and punctuates a short text, offline and as a stream, and
+    its streaming graph has static scales.
 ``tune``
     validation only: the offline window, the streaming left context, the cached left context's
     length and the case margin, into ``OUT/model/streampunct.json`` (as ``release.sh default
@@ -196,10 +198,11 @@ def train_commands(r: Recipe) -> list[Command]:
 
 
 def build_commands(r: Recipe) -> list[Command]:
-    parity = r.root() / "iwslt2011_che" / "dev2012"
+    dev2012 = r.root() / "iwslt2011_che" / "dev2012"  # labelled training text: parity and calibration
     return [cmd("streampunct.cli", "build-engine", "--model", r.best, "--backend", "onnxruntime",
                 "--precision", "int8", "--quantize-embeddings", "--out", r.model,
-                *(["--parity-data", parity] if parity.is_file() else []))]
+                *(["--parity-data", dev2012] if dev2012.is_file() else [])),
+            cmd("training.static_scales", r.model, "--data", dev2012)]
 
 
 def tune_commands(r: Recipe) -> list[Command]:
@@ -319,6 +322,13 @@ def check_build(r: Recipe) -> None:
     if len(text.split()) != len(words) or streamed != len(words):
         raise RecipeError("build", f"{r.model} labelled {len(text.split())} words offline and {streamed} "
                                    f"as a stream, of {len(words)}")
+    from engines.build.static_scales import has_static_scales
+    from engines.sidecar import read_sidecar
+
+    stream = r.model / (read_model_meta(r.model).stream_artifact or "")
+    if not has_static_scales(read_sidecar(stream)):
+        raise RecipeError("build", f"{stream} has no static activation scales (training.static_scales): "
+                                   "run the stage")
 
 
 #: streampunct.json keys tune writes (window_tuning's engine says it was tuned on the built graph).

@@ -74,6 +74,12 @@ def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
     assert sorted(p.name for p in soft.iterdir()) == [f"shard_00{k}_of_003.npz" for k in range(3)]
     meta = json.loads((out / "model" / "streampunct.json").read_text())
     assert meta["artifact"] == "model.int8.onnx" and meta["stream_artifact"]
+    from engines.build.static_scales import has_static_scales
+    from engines.sidecar import read_sidecar
+
+    assert has_static_scales(read_sidecar(out / "model" / meta["stream_artifact"]))  # rows that batch exactly
+    assert record["stages"]["build"]["commands"][-1] == (
+        f"python -m training.static_scales {out / 'model'} --data {tiny_data_root / 'iwslt2011_che' / 'dev2012'}")
     assert [row["left"] for row in meta["stream_window_tuning"]["grid"]] == [4, 6]
     assert (out / "compare" / "compare_dev2010.json").is_file()
     assert (out / "learning_curve.json").is_file()

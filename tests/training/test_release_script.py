@@ -56,7 +56,8 @@ def test_default_build_and_tune_use_the_int8_graph_and_its_grids(tmp_path):
     r, calls = run_step(tmp_path, "default", "build", BUILD="build/x")
     assert r.returncode == 0, r.stderr
     assert calls == ["sp build-engine --model checkpoints/release_v6_repair/best --backend onnxruntime "
-                     "--precision int8 --quantize-embeddings --out build/x"]
+                     "--precision int8 --quantize-embeddings --out build/x",
+                     "py -m training.static_scales build/x --data ../shared/data/iwslt2011_che/dev2012"]
     (tmp_path / "t").mkdir()
     r, calls = run_step(tmp_path / "t", "default", "tune", BUILD="build/x")
     assert r.returncode == 0, r.stderr

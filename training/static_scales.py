@@ -1,0 +1,141 @@
+"""Give a model folder's streaming int8 graph static activation scales, calibrated on text.
+
+    python -m training.static_scales MODEL_DIR --data FILE [--text] [--max-words N] [--percentile P]
+
+The folder's streaming graph (``stream_artifact``, a dynamic int8 graph that
+``build-engine`` wrote) is run on ``--data`` as a live stream is served (the
+server's rules and cache, chunks of 1-4 words at 2.5 words/s:
+``streampunct.evaluation.accuracy.live_schedule``), recording every tensor it
+quantizes; then it is replaced by the same graph with constant activation
+scales from those ranges (:mod:`engines.build.static_scales`). Its rows then
+batch exactly, so the server pads its calls under ``--batch-rows exact``
+instead of running each window alone (docs/server.md, "Batch rows").
+
+Calibrate on training text, never on a set used to choose or to report: the
+recipe uses TED dev2012 (a labelled training set). The dynamic graph is not kept:
+``streampunct build-engine`` writes it again from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from engines.base import EngineError
+from engines.build.static_scales import (
+    DEFAULT_PERCENTILE,
+    ActivationRanges,
+    observation_graph,
+    static_scale_graph,
+)
+from engines.model_meta import has_model_meta, read_model_meta
+from engines.sidecar import sha256_file, sidecar_path
+from streampunct.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+#: Calibration words by default: 20,000 words ran about 200 s on one core and lost 0.1 or
+#: less of live validation F1 against the dynamic graph (docs/engines.md).
+DEFAULT_WORDS = 20_000
+
+
+class _Observed:
+    """An ONNX Runtime session of an observation graph that answers as the original graph and
+    hands the dynamically quantized tensors of each call to ``ranges``."""
+
+    def __init__(self, session, ranges: ActivationRanges) -> None:
+        self._session = session
+        self._ranges = ranges
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+    def run(self, outputs, feed, *args, **kwargs):
+        names = list(outputs)
+        values = self._session.run(names + list(self._ranges.names), feed, *args, **kwargs)
+        self._ranges.observe(values[len(names):])
+        return values[:len(names)]
+
+
+def calibrate(model_dir: Path, words: list[str], *, percentile: float = DEFAULT_PERCENTILE,
+              data_name: str = "", data_sha256: str = "", seed: int = 0) -> Path:
+    """Replace ``model_dir``'s streaming graph by its static-scale graph calibrated on ``words``
+    (normalized words of a live stream); returns the graph's path."""
+    from engines.ort_engine import OrtOptions, OrtStreamEngine
+    from streampunct.core.options import SessionOptions
+    from streampunct.evaluation.accuracy import live_schedule, schedule_labels
+    from streampunct.model import load_model_info
+
+    if not has_model_meta(model_dir):
+        raise InputError(f"{model_dir} is not a model folder (no streampunct.json)")
+    meta = read_model_meta(model_dir)
+    if not meta.stream_artifact:
+        raise InputError(f"{model_dir} has no streaming graph (no stream_artifact in streampunct.json)")
+    graph = model_dir / meta.stream_artifact
+    if not words:
+        raise InputError("no calibration words")
+    info = load_model_info(model_dir)
+    with tempfile.TemporaryDirectory(prefix="static-scales-", dir=model_dir) as tmp:
+        observed_path = Path(tmp) / graph.name
+        names = observation_graph(graph, observed_path)
+        ranges = ActivationRanges(tuple(names), seed=seed)
+        engine = OrtStreamEngine(observed_path, OrtOptions(intra_op_threads=1), cache_tokens=meta.stream_cache_tokens)
+        try:
+            engine._session = _Observed(engine._session, ranges)
+
+            # every call, cached or not, runs on the streaming graph, as the server runs them
+            schedule_labels(live_schedule(words, seed=seed), info.aligner(), info.stream_window,
+                            engine.infer, SessionOptions(), stream_engine=engine)
+        finally:
+            engine.close()
+        logger.info("calibrated on %d words (%d calls, %d tensors)", len(words), ranges.calls, len(names))
+        out_dir = Path(tmp) / "static"
+        out_dir.mkdir()
+        out = out_dir / graph.name
+        static_scale_graph(graph, out, ranges.ranges(percentile), {
+            "data": data_name, "data_sha256": data_sha256, "words": len(words), "calls": ranges.calls,
+            "percentile": percentile, "seed": seed,
+            "schedule": "live_schedule: chunks of 1-4 words at 2.5 words/s, the server's default options"})
+        os.replace(out, graph)
+        os.replace(sidecar_path(out), sidecar_path(graph))
+    return graph
+
+
+def main(argv: list[str] | None = None) -> int:
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
+
+    p = argparse.ArgumentParser(prog="python -m training.static_scales", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
+    p.add_argument("--data", type=Path, required=True,
+                   help="word<TAB>LABEL file (or punctuated text with --text) to calibrate on: training text")
+    p.add_argument("--text", action="store_true", help="--data is punctuated text")
+    p.add_argument("--max-words", type=int, default=DEFAULT_WORDS,
+                   help="calibrate on the first N words (default %(default)s)")
+    p.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE,
+                   help="each tensor's range: this percentile of its values and its mirror "
+                        "(100: min and max; default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="the live schedule's and the samples' seed")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.max_words < 1:
+        p.error("--max-words must be >= 1")
+    if not 50 < args.percentile <= 100:
+        p.error("--percentile must be in (50, 100]")
+    try:
+        if not args.data.is_file():
+            raise InputError(f"{args.data} is not a file")
+        data = read_punctuated_text(args.data) if args.text else read_word_labels(args.data)
+        print(calibrate(args.model_dir, list(data.words[:args.max_words]), percentile=args.percentile,
+                        data_name=args.data.name, data_sha256=sha256_file(args.data),
+                        seed=args.seed))
+    except (InputError, EngineError) as e:  # the folder, graph or data refused: one line, exit status 2
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
