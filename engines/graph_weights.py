@@ -146,8 +146,11 @@ def graph_state_dict(graph: str | Path | Any, *, dither: float = 0.0, seed: int 
             consumers.setdefault(name, []).append(node)
 
     def bias_after(weight: str, op: str) -> str:
-        """The named bias added to the product of ``weight`` (a MatMul's B input)."""
-        starts = [n for n in consumers.get(weight, []) if n.op_type == op]
+        """The named bias added to the product of ``weight`` (a MatMul's B input); an int8
+        product with static activation scales (engines.build.static_scales) is one
+        ``MatMulIntegerToFloat`` that takes its bias as its last input."""
+        ops = (op, "MatMulIntegerToFloat") if op == "MatMulInteger" else (op,)
+        starts = [n for n in consumers.get(weight, []) if n.op_type in ops]
         if len(starts) != 1:
             raise ArtifactError(f"{where}: {weight} feeds {len(starts)} {op} nodes, expected 1")
         queue, seen = deque([(starts[0], 0)]), set()
@@ -156,6 +159,9 @@ def graph_state_dict(graph: str | Path | Any, *, dither: float = 0.0, seed: int 
             if id(node) in seen or depth > 6:
                 continue
             seen.add(id(node))
+            if node.op_type == "MatMulIntegerToFloat" and len(node.input) > 6 and node.input[6] in init \
+                    and node.input[6].endswith(".bias"):
+                return node.input[6]
             if node.op_type == "Add":
                 named = [i for i in node.input if i in init and i.endswith(".bias")]
                 if named:

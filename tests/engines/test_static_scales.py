@@ -218,3 +218,16 @@ def test_ranges_are_percentiles_widened_to_zero():
         ActivationRanges(("c",)).ranges()
     with pytest.raises(GraphPrepError, match="non-finite"):
         ActivationRanges(("c",)).observe([np.array([np.nan])])
+
+
+def test_the_weights_read_back_from_the_graph_are_the_dynamic_graphs(folders):
+    """The torch backend and the TensorRT source graph read a folder's weights from its graph
+    (engines.graph_weights): the fused products must give the same tensors, biases included."""
+    from engines.graph_weights import graph_state_dict
+
+    dynamic, static = folders
+    before = graph_state_dict(dynamic / "model.stream.int8.onnx")
+    after = graph_state_dict(static / "model.stream.int8.onnx")
+    assert sorted(after) == sorted(before)
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
