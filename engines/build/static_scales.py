@@ -177,8 +177,9 @@ def static_scale_graph(int8_path: str | Path, out_path: str | Path, ranges: Mapp
         model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), scale_name),
                                         numpy_helper.from_array(np.array(zero_point, np.uint8), zp_name)])
         nodes.append(onnx.helper.make_node("QuantizeLinear", [node.input[0], scale_name, zp_name], [quantized],
-                                           name=node.name + "_static"))
-    fused = _fuse_products(nodes, {i.name for i in model.graph.initializer}, int8_path)
+                                           name=(node.name or quantized) + "_static"))
+    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    fused = _fuse_products(nodes, shapes, int8_path)
     del model.graph.node[:]
     model.graph.node.extend(fused)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
@@ -216,9 +217,11 @@ def _dynamic_sidecar(int8_path: Path) -> Sidecar:
     return parent
 
 
-def _fuse_products(nodes: list, initializers: set[str], path: Path) -> list:
+def _fuse_products(nodes: list, shapes: dict[str, tuple[int, ...]], path: Path) -> list:
     """``MatMulInteger -> Cast -> Mul(a_scale * b_scale) [-> Add(constant bias)]`` as one
-    ``MatMulIntegerToFloat`` (com.microsoft), the chains ``quantize_dynamic`` writes."""
+    ``MatMulIntegerToFloat`` (com.microsoft), the chains ``quantize_dynamic`` writes;
+    ``shapes``: the initializers' shapes (a bias is fused only when it is one value per
+    output column, as the op requires)."""
     onnx = require("onnx", feature="static activation scales")
     producer, consumers = {}, {}
     for node in nodes:
@@ -246,8 +249,10 @@ def _fuse_products(nodes: list, initializers: set[str], path: Path) -> list:
         a_quantized, b, a_zero_point, b_zero_point = node.input
         bias, output = [], mul.output[0]
         after = consumers.get(mul.output[0], [])
-        if len(after) == 1 and after[0].op_type == "Add" and sum(i in initializers for i in after[0].input) == 1:
-            bias = [i for i in after[0].input if i in initializers]
+        constants = [i for i in after[0].input if i in shapes] if len(after) == 1 else []
+        columns = shapes.get(b, (0,))[-1]
+        if after and after[0].op_type == "Add" and len(constants) == 1 and shapes[constants[0]] == (columns,):
+            bias = constants
             output = after[0].output[0]
             dropped.add(id(after[0]))
         dropped.update((id(node), id(cast), id(mul)))
@@ -255,5 +260,5 @@ def _fuse_products(nodes: list, initializers: set[str], path: Path) -> list:
             dropped.add(id(scales))
         replaced[id(node)] = onnx.helper.make_node(
             "MatMulIntegerToFloat", [a_quantized, b, a_scale, b_scale, a_zero_point, b_zero_point, *bias],
-            [output], name=node.name + "_to_float", domain="com.microsoft")
+            [output], name=(node.name or output) + "_to_float", domain="com.microsoft")
     return [replaced.get(id(n), n) for n in nodes if id(n) in replaced or id(n) not in dropped]

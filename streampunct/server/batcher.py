@@ -41,13 +41,14 @@ one call on the windows padded to the longest. ``alone``: one call
 per window, at its own length. ``exact`` (the default): alone where the engine says a row's
 logits depend on the rest of its batch (:attr:`engines.base.Engine.rows_independent`
 false: int8 graphs with dynamic activation quantization, whose scales span the
-whole padded batch), padded otherwise. With ``exact`` a window's labels never
+whole padded batch), padded otherwise (the shipped default's streaming graph has
+static activation scales, so its windows are padded: ``training.static_scales``).
+With ``exact`` a window's labels never
 depend on which other windows, or how much padding, shared its engine call:
 the server gives the labels of :func:`streampunct.evaluation.accuracy.schedule_labels`
-whatever the load. It costs engine time (about a fifth more with cached left
-context: windows of a few new tokens share no call), but the shipped model
-still carries 400 real-time sessions at the defaults on 2 cores
-(docs/server.md, "Batch rows").
+whatever the load. Running windows alone costs engine time (about a fifth more with
+cached left context: windows of a few new tokens share no call; docs/server.md,
+"Batch rows").
 
 ``trim_interval_s``: memory that the engines and the sessions free stays
 with glibc's heaps unless it is given back (:mod:`streampunct.server.allocator`).

@@ -231,3 +231,94 @@ def test_the_weights_read_back_from_the_graph_are_the_dynamic_graphs(folders):
     assert sorted(after) == sorted(before)
     for name, value in before.items():
         np.testing.assert_array_equal(after[name], value, err_msg=name)
+
+
+def test_a_graph_that_fails_the_check_is_not_installed(folders, tmp_path, monkeypatch):
+    import shutil
+
+    import training.static_scales as ss
+    from engines.sidecar import sha256_file
+
+    dynamic, _ = folders
+    folder = tmp_path / "copy"
+    shutil.copytree(dynamic, folder)
+    before = sha256_file(folder / "model.stream.int8.onnx")
+    monkeypatch.setattr(ss, "MIN_AGREEMENT", 1.01)  # no graph can pass
+    with pytest.raises(GraphPrepError, match=r"labels equal the dynamic graph's on .* \(at least 101% required\)"):
+        ss.calibrate(folder, [WORDS[i % len(WORDS)] for i in range(120)])
+    assert sha256_file(folder / "model.stream.int8.onnx") == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in dynamic.iterdir())  # no temp folder
+    monkeypatch.setattr(ss, "MIN_AGREEMENT", 0.97)
+    ss.calibrate(folder, [WORDS[i % len(WORDS)] for i in range(120)])
+    cal = read_sidecar(folder / "model.stream.int8.onnx").recipe["calibration"]
+    assert cal["check_words"] == 120 and 0.97 <= cal["check_label_agreement"] <= 1.0
+
+
+def test_a_folder_it_cannot_write_is_one_line_and_status_2(folders, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from training.static_scales import main
+
+    dynamic, _ = folders
+    data = tmp_path / "words.tsv"
+    data.write_text("w1\tO\nw2\tPERIOD\n")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dynamic))
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
+    with pytest.raises(SystemExit) as e:
+        main([str(dynamic), "--data", str(data)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m training.static_scales: error: ") and "Permission denied" in err
+    assert "\n" not in err
+
+
+def test_only_a_bias_of_one_value_per_column_is_fused(tmp_path):
+    """A constant added after a product that is not a bias (here [rows, columns]) stays an Add:
+    MatMulIntegerToFloat takes one bias value per output column."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engines.build.onnx_graph import io_specs
+    from engines.build.quantize import DynamicQuantOptions, quantize_int8_dynamic
+    from engines.build.static_scales import static_scale_graph
+    from engines.sidecar import new_sidecar, write_sidecar
+
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), n) for n in ("w1", "w2")]
+    inits = [*w, numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "layer.bias"),
+             numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "table")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "layer.bias"], ["y1"]),
+             helper.make_node("MatMul", ["x", "w2"], ["m2"]), helper.make_node("Add", ["m2", "table"], ["y2"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 4])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [5, 3]) for n in ("y1", "y2")],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    fp32 = tmp_path / "m.onnx"
+    import onnx
+
+    onnx.save(model, fp32)
+    inputs, outputs = io_specs(model)
+    write_sidecar(new_sidecar(fp32, backend="onnxruntime", precision="fp32", inputs=inputs, outputs=outputs,
+                              source_sha256="t"), fp32)
+    int8 = tmp_path / "m.int8.onnx"
+    import engines.build.quantize as q
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(q, "_checked_ops", lambda path, *a, **k: ({"MatMulInteger": 2}, io_specs(onnx.load(path))))
+    try:
+        quantize_int8_dynamic(fp32, int8, DynamicQuantOptions())
+    finally:
+        monkey.undo()
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    ranges = {n.input[0]: (min(float(x.min()), 0.0), max(float(x.max()), 0.0))
+              for n in onnx.load(int8).graph.node if n.op_type == "DynamicQuantizeLinear"}
+    static_scale_graph(int8, tmp_path / "m.static.onnx", ranges, {"data": "synthetic"})
+    ops = count_ops(load_model(tmp_path / "m.static.onnx"))
+    assert ops["MatMulIntegerToFloat"] == 2 and ops.get("Add") == 1  # the table's Add stays
+    got = ort.InferenceSession(str(tmp_path / "m.static.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    ref = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(got, ref, strict=True):  # this call's own range: the dynamic graph's integers
+        np.testing.assert_allclose(a, b, atol=1e-5)
