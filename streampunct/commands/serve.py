@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batch.add_argument("--workers", type=positive_int, default=1, metavar="N",
                        help="server processes on the one address, each with its own event loop, engines and "
                             "sessions (SO_REUSEPORT; the cores and --max-sessions are split between them; "
-                            "SIGTERM drains them all; docs/server.md, \"Worker processes\"; default: %(default)s)")
+                            "SIGTERM drains them all; at most 4 per usable core; docs/server.md, \"Worker processes\"; "
+                            "default: %(default)s)")
     batch.add_argument("--worker-hang-timeout-s", type=non_negative_float, default=ServerConfig.worker_hang_timeout_s,
                        metavar="S",
                        help="with --workers: a worker whose event loop has not answered the supervisor for S "
@@ -235,6 +236,22 @@ def flag_names(message: str, args: argparse.Namespace) -> str:
     return re.sub(r"'([a-z]+(?:_[a-z0-9]+)+)'|\b([a-z]+(?:_[a-z0-9]+)+)\b", flag, message)
 
 
+#: ``--workers`` at most this many per usable core: each worker is a process with its own
+#: engines (about 200 MB for the default model) and loop; more than the cores only adds memory.
+WORKERS_PER_CORE = 4
+
+
+def max_workers() -> int:
+    """The most ``--workers`` this host takes (:data:`WORKERS_PER_CORE` per usable core)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return WORKERS_PER_CORE * max(1, cores)
+
+
 def build_config(args: argparse.Namespace):
     """The :class:`ServerConfig` for parsed arguments (the CLI boundary).
 
@@ -258,6 +275,9 @@ def build_config(args: argparse.Namespace):
         raise InputError(flag_names(e.message, args)) from None
     if (args.itn or args.itn_grammars == ItnGrammars.ON) and not itn_available():
         raise InputError("--itn needs the itn extra: pip install -e '.[itn]' in the streampunct checkout")
+    if args.workers > max_workers():
+        raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
+                         "usable core): each worker loads its own engines and event loop")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     if args.max_frames_per_s < 0:  # the flag's 0 is the config's None

@@ -502,6 +502,20 @@ def test_workers_split_the_sessions_and_the_cores(monkeypatch):
     assert third.auth_token == four.auth_token and third.drain == four.drain
 
 
+def test_workers_are_capped_at_four_per_usable_core(monkeypatch):
+    """Each worker is a process with its own engines: a typo such as --workers 400 is refused
+    before anything forks, with the host's limit."""
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    parser = build_parser()
+    assert build_config(parser.parse_args(["serve", "--workers", "8"])).workers == 8
+    with pytest.raises(InputError, match=r"^--workers 9: at most 8 on this host \(4 per usable core\)"):
+        build_config(parser.parse_args(["serve", "--workers", "9"]))
+
+
 async def test_sigterm_while_the_workers_load_stops_them_all_with_no_ready_line(tmp_path):
     """A signal during startup is neither lost nor fatal: workers still loading (a warm-up of
     seconds) stop, and the supervisor exits 0 without announcing anything."""
