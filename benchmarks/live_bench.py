@@ -21,9 +21,11 @@ The same schedules are then played through the simulation
 ``StreamState``, one window per decision) with the same model, and the
 report gives both F1s, their label agreement and the words where they
 differ. Windows follow the schedule, not the load. With padded engine calls
-(``--batch-rows padded``) an int8 engine's activation scales span each call,
+(``--batch-rows padded``) a dynamic int8 engine's activation scales span each call,
 so other streams move about 0.6% of the labels; with ``--batch-rows exact``
-(the server's default) the server runs int8 windows alone and the two differ only where the
+(the server's default) the server runs such windows alone (and pads those of
+graphs with static activation scales, the shipped default's streaming graph),
+and the two differ only where the
 schedule the server saw was not the one planned (a chunk that reached it a
 few ms late, next to a word's delay bound).
 """

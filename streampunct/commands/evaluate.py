@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch-size", type=positive_int, default=1, metavar="N",
         help="windows per engine call in the streaming simulation (default 1: identical to one call "
-             "per window for every engine; larger batches change labels of int8 models, whose "
-             "activation scales span the batch)",
+             "per window for every engine; larger batches change labels of dynamic int8 graphs, "
+             "whose activation scales span the batch)",
     )
     p.add_argument(
         "--workers", type=positive_int, default=None, metavar="N",
