@@ -353,8 +353,8 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
                              "model_dir": "model folder of the server and the simulation (default: the shipped model)",
                              "engine": "engine backend of the server and the simulation (default: %(default)s)",
                              "batch_rows": "serve --batch-rows of the child server (default: the server's, exact); "
-                                           "'exact' runs int8 windows alone, so the server gives the simulation's "
-                                           "labels",
+                                           "'exact' runs dynamic int8 windows alone and pads others, so the "
+                                           "server gives the simulation's labels",
                              "stream_cache": "serve --stream-cache of the child server, and the simulation's "
                                              "(default: %(default)s)"})
 

@@ -17,6 +17,9 @@ as the folder's artifact (int8 or int4):
   codes are the artifact's own, up to rounding at the grid's edges; the
   sidecar records ``weights_from``.
 
+A streaming graph that had static activation scales (``training.static_scales``)
+gets the recorded ones back: the same weights give the same ranges.
+
 See engines.build.stream_graph.
 """
 
@@ -32,6 +35,8 @@ from engines.build.stream_graph import build_stream_artifact
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import read_sidecar, sha256_files
 from streampunct.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_source(checkpoint: Path) -> str:
@@ -57,6 +62,44 @@ def _artifact(model_dir: Path) -> Path:
     return artifact
 
 
+def _static_ranges(model_dir: Path) -> dict | None:
+    """The recipe of the folder's streaming graph when it has static activation scales
+    (:mod:`engines.build.static_scales`), to put them back on the graph built again."""
+    from engines.build.static_scales import has_static_scales
+
+    meta = read_model_meta(model_dir) if has_model_meta(model_dir) else None
+    graph = model_dir / meta.stream_artifact if meta and meta.stream_artifact else None
+    if graph is None or not graph.is_file():
+        return None
+    sidecar = read_sidecar(graph)
+    return dict(sidecar.recipe or {}) if has_static_scales(sidecar) else None
+
+
+def _restore_static_scales(graph: Path, recipe: dict | None) -> Path:
+    """The streaming graph just built (dynamic) with the static scales ``recipe`` recorded: the
+    same weights, so the same ranges (a graph whose tensors differ keeps dynamic scales, and the
+    error says to calibrate it again)."""
+    import os
+
+    from engines.build.static_scales import static_scale_graph
+    from engines.sidecar import sidecar_path
+
+    if recipe is None:
+        return graph
+    ranges = {name: (lo, hi) for name, (lo, hi) in recipe["ranges"].items()}
+    with tempfile.TemporaryDirectory(prefix=".static-scales-", dir=graph.parent) as tmp:
+        out = Path(tmp) / graph.name
+        try:
+            static_scale_graph(graph, out, ranges, {**recipe["calibration"], "reapplied_by": "training.add_stream_graph"})
+        except EngineError as e:
+            raise EngineError(f"{graph} was rebuilt with dynamic scales; its recorded static scales do not fit it "
+                              f"({e}): run python -m training.static_scales again") from e
+        os.replace(out, graph)
+        os.replace(sidecar_path(out), sidecar_path(graph))
+    logger.info("put the recorded static activation scales back on %s", graph)
+    return graph
+
+
 def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:
     from training.checkpoint import load_checkpoint
 
@@ -64,8 +107,9 @@ def add_stream_graph(checkpoint: Path, model_dir: Path) -> Path:
     source = checkpoint_source(checkpoint)
     if artifact.is_file() and read_sidecar(artifact).source_sha256 != source:
         raise InputError(f"{checkpoint} is not the checkpoint {artifact} was built from (source_sha256 differs)")
+    static = _static_ranges(model_dir)
     model, _ = load_checkpoint(checkpoint)
-    return build_stream_artifact(model, model_dir, source_sha256=source)
+    return _restore_static_scales(build_stream_artifact(model, model_dir, source_sha256=source), static)
 
 
 def add_stream_graph_from_graph(model_dir: Path, base_model: str = "") -> Path:
@@ -75,11 +119,13 @@ def add_stream_graph_from_graph(model_dir: Path, base_model: str = "") -> Path:
     artifact = _artifact(model_dir)
     if not artifact.is_file():
         raise InputError(f"{model_dir} names no artifact to import ({artifact.name} is missing)")
+    static = _static_ranges(model_dir)
     with tempfile.TemporaryDirectory() as tmp:
         import_runtime_model(model_dir, Path(tmp) / "imported", base_model=base_model)
         model, _ = load_checkpoint(Path(tmp) / "imported")
-        return build_stream_artifact(model, model_dir, source_sha256=read_sidecar(artifact).source_sha256,
-                                     weights_from=f"{artifact.name} (training.onnx_import, no dither)")
+        graph = build_stream_artifact(model, model_dir, source_sha256=read_sidecar(artifact).source_sha256,
+                                      weights_from=f"{artifact.name} (training.onnx_import, no dither)")
+    return _restore_static_scales(graph, static)
 
 
 def main(argv: list[str] | None = None) -> int:

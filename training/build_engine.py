@@ -226,13 +226,21 @@ def _graph_source(folder: Path, int8_activations: str) -> _Source:
 
 def _emulates_int8(folder: Path, args: argparse.Namespace) -> bool:
     """Whether the graph rebuilt from ``folder`` emulates int8 activations: by default when the
-    folder serves an int8 graph (``--int8-activations``)."""
+    folder serves a dynamic int8 graph (``--int8-activations``). The emulation is of dynamic
+    per-row scales, so a graph with static activation scales is rebuilt with float activations."""
     from engines.build.from_graph import source_graph
+    from engines.build.static_scales import has_static_scales
     from engines.sidecar import read_sidecar
 
-    int8 = read_sidecar(source_graph(folder)).precision == "int8"
+    sidecar = read_sidecar(source_graph(folder))
+    int8 = sidecar.precision == "int8"
     if args.int8_activations == "emulate" and not int8:
         raise InputError(f"--int8-activations emulate: {folder} serves no int8 graph (nothing to emulate)")
+    if has_static_scales(sidecar):
+        if args.int8_activations == "emulate":
+            raise InputError(f"--int8-activations emulate: {folder}'s graph has static activation scales, and the "
+                             "emulation is of dynamic per-row scales: use --int8-activations float")
+        return False
     return int8 and args.int8_activations != "float"
 
 

@@ -190,7 +190,7 @@ def static_scale_graph(int8_path: str | Path, out_path: str | Path, ranges: Mapp
     ops = count_ops(model)
     recipe = {**(parent.recipe or {}), "method": METHOD, "dynamic_method": (parent.recipe or {}).get("method"),
               "calibration": dict(calibration),
-              "ranges": {name: [round(float(lo), 6), round(float(hi), 6)] for name, (lo, hi) in ranges.items()},
+              "ranges": {name: [float(lo), float(hi)] for name, (lo, hi) in ranges.items()},
               "static_quantize_nodes": len(names), "int8_matmuls": ops.get("MatMulIntegerToFloat", 0)}
     tmp.replace(out_path)
     sidecar = new_sidecar(out_path, backend="onnxruntime", precision="int8", inputs=parent.inputs,

@@ -202,17 +202,20 @@ def _prepared_for_tensorrt(sidecar: Sidecar) -> bool:
     """The graph is one a TensorRT build prepared (``build-engine --backend tensorrt --graph-only``):
     fp16, Q/DQ int8, or rebuilt from another folder's graph (``weights_from``)."""
     recipe = sidecar.recipe or {}
-    qdq = sidecar.precision == "int8" and not _quantizes_activations(sidecar)
-    return sidecar.precision == "fp16" or qdq or "weights_from" in recipe
+    return sidecar.precision == "fp16" or sidecar.prepared_for_tensorrt() or "weights_from" in recipe
 
 
 def default_plan_precision(sidecar: Sidecar) -> str:
     """The precision of the plan ``build-engine --backend tensorrt`` builds by default for a folder
-    serving the graph of ``sidecar``: fp32 for a dynamic int8 graph (its activations emulated in a
+    serving the graph of ``sidecar``: fp32 for an ONNX Runtime int8 graph, dynamic or with static
+    activation scales (its activations emulated in a
     float32 graph, as ``models/default``'s ``model.fp32.plan``) or a graph emulating them, the graph's
     own for an fp16 or Q/DQ int8 graph prepared for TensorRT, fp16 otherwise (fp32, int4)."""
+    from engines.build.static_scales import has_static_scales
+
     weights_from = (sidecar.recipe or {}).get("weights_from") or {}
-    if _quantizes_activations(sidecar) or (sidecar.precision == "fp32" and "activations" in weights_from):
+    if _quantizes_activations(sidecar) or has_static_scales(sidecar) \
+            or (sidecar.precision == "fp32" and "activations" in weights_from):
         return "fp32"
     if sidecar.precision in ("fp16", "int8"):
         return sidecar.precision

@@ -27,7 +27,10 @@ from engines.base import GraphPrepError
 
 # op -> (input index of its quantized table, bits a code)
 QUANTIZED_OPS = {"MatMulNBits": (1, 4), "GatherBlockQuantized": (0, 4), "MatMulInteger": (1, 8), "Gather": (0, 8),
-                 "DequantizeLinear": (0, 8)}
+                 "DequantizeLinear": (0, 8), "MatMulIntegerToFloat": (1, 8)}
+#: ops that store the same table: a graph with static activation scales (engines.build.static_scales)
+#: holds its dynamic graph's MatMulInteger weights in MatMulIntegerToFloat nodes
+SAME_TABLE = {"MatMulIntegerToFloat": "MatMulInteger"}
 
 
 def quantized_tables(path: str | Path) -> list[tuple[str, int, np.ndarray]]:
@@ -71,6 +74,7 @@ def code_identity(a: str | Path, b: str | Path) -> dict:
                              "and precision")
     per_op: dict[str, list[int]] = {}
     for i, ((op_a, bits, va), (op_b, _, vb)) in enumerate(zip(ta, tb, strict=True)):
+        op_a, op_b = SAME_TABLE.get(op_a, op_a), SAME_TABLE.get(op_b, op_b)
         if op_a != op_b or va.shape != vb.shape:
             raise GraphPrepError(f"table {i}: {op_a} {va.shape} against {op_b} {vb.shape}: not the same architecture")
         same, n = _identical_codes(bits, va, vb)

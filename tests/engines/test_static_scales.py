@@ -322,3 +322,29 @@ def test_only_a_bias_of_one_value_per_column_is_fused(tmp_path):
     ref = ort.InferenceSession(str(int8), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for a, b in zip(got, ref, strict=True):  # this call's own range: the dynamic graph's integers
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_tools_that_read_the_graph_take_it_for_what_it_is(folders, tmp_path):
+    """weight_codes compares it with its dynamic graph; a Triton or TensorRT build from a folder
+    serving it (as models/base serves its streaming graph) plans fp32 and does not emulate
+    dynamic per-row scales."""
+    import argparse
+    import shutil
+
+    from engines.build.triton_repo import _prepared_for_tensorrt, default_plan_precision
+    from engines.build.weight_codes import code_identity
+    from training.build_engine import _emulates_int8
+
+    dynamic, static = folders
+    same = code_identity(dynamic / "model.stream.int8.onnx", static / "model.stream.int8.onnx")
+    assert same["identical_share"] == 1.0 and same["per_op"]["MatMulInteger"]["codes"] > 0
+    side = read_sidecar(static / "model.stream.int8.onnx")
+    assert not _prepared_for_tensorrt(side) and default_plan_precision(side) == "fp32"
+    serving = tmp_path / "serving"
+    shutil.copytree(static, serving)
+    meta = json.loads((serving / "streampunct.json").read_text())
+    (serving / "streampunct.json").write_text(json.dumps({**meta, "artifact": "model.stream.int8.onnx"}))
+    assert _emulates_int8(serving, argparse.Namespace(int8_activations=None)) is False
+    with pytest.raises(InputError, match="static activation scales, and the emulation is of dynamic"):
+        _emulates_int8(serving, argparse.Namespace(int8_activations="emulate"))
+    assert _emulates_int8(dynamic, argparse.Namespace(int8_activations=None)) is True

@@ -191,6 +191,17 @@ def test_a_folder_without_its_checkpoint_gets_a_streaming_graph_from_its_own_gra
     a = OrtEngine(tmp_path / "rt" / "model.int8.onnx").infer(ids, mask).argmax(-1)
     b = open_stream_engine(tmp_path / "rt").infer(ids, mask).argmax(-1)
     assert float(np.mean(a == b)) >= 0.95
+    # a graph given static activation scales gets them back when it is built again
+    from engines.build.static_scales import has_static_scales
+    from training.static_scales import calibrate
+
+    words = "so what we did was we asked them how do you feel about it and they said fine".split() * 20
+    calibrate(tmp_path / "rt", words, percentile=100.0)
+    static = read_sidecar(out)
+    again = read_sidecar(add_stream_graph_from_graph(tmp_path / "rt", str(tiny_base_model)))
+    assert has_static_scales(again) and again.recipe["ranges"] == static.recipe["ranges"]
+    assert again.recipe["calibration"]["reapplied_by"] == "training.add_stream_graph"
+    assert again.artifact_sha256 == static.artifact_sha256  # the same graph, bit for bit
     with pytest.raises(SystemExit):  # a checkpoint is not taken with --from-graph
         main(["--from-graph", str(tmp_path / "ckpt"), str(tmp_path / "rt")])
     with pytest.raises(SystemExit) as refused:
