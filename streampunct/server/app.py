@@ -118,6 +118,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STREAM_PATHS = frozenset({"/v1/stream", "/"})
 #: Plain HTTP endpoints.
 HTTP_PATHS = frozenset({"/healthz", "/metrics", "/captions"})
+#: The body of a 404: what the server does answer.
+NOT_FOUND_BODY = ("no such endpoint; this server answers " + ", ".join(sorted(STREAM_PATHS - {"/"}))
+                  + " (WebSocket) and " + ", ".join(sorted(HTTP_PATHS)) + "\n")
 #: The least ``ServerConfig.worker_hang_timeout_s``: a worker beats 6 times within it, and the
 #: supervisor looks once a second.
 MIN_WORKER_HANG_TIMEOUT_S = 1.0
@@ -664,7 +667,8 @@ class StreamServer:
         if refusal is not None:
             response = self._refuse(connection, request, refusal)
         elif stream is None:
-            response = connection.respond(http.HTTPStatus.NOT_FOUND, f"no such endpoint: {path}\n")
+            # the endpoints, not the request's path: a response echoes nothing a client sent
+            response = connection.respond(http.HTTPStatus.NOT_FOUND, NOT_FOUND_BODY)
         elif path == "/healthz":
             response = self._healthz(connection)
         elif path == "/captions":

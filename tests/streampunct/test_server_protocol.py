@@ -331,7 +331,9 @@ async def test_healthz_and_metrics(start_server):
                       "streampunct_finalize_margin_seconds"):
         assert f"{histogram}_count" in text
     assert "streampunct_finalize_margin_seconds_count 5.0" in text
-    assert (await http_get(server.port, "/nope"))[0] == 404
+    status, _, body = await http_get(server.port, "/nope%3Cscript%3E")
+    assert status == 404
+    assert body == b"no such endpoint; this server answers /v1/stream (WebSocket) and /captions, /healthz, /metrics\n"
 
 
 async def test_healthz_is_503_until_the_engine_is_warm(aligner, fake_engine_cls):
