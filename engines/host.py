@@ -37,16 +37,21 @@ def cpu_features(cpuinfo: str) -> dict:
     }
 
 
+def usable_cores() -> int:
+    """Logical CPUs this process may run on (its affinity mask; all of them where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def machine() -> dict:
     """Where a figure was measured: CPU model and flags, cores, memory, Python, OS."""
     try:
         features = cpu_features(Path("/proc/cpuinfo").read_text())
     except OSError:
         features = cpu_features("")
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
+    usable = usable_cores()
     physical = memory_gb = None
     try:
         import psutil

@@ -8,7 +8,6 @@ thread; the service calls it from its single inference worker anyway.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from engines.base import (
     make_options,
 )
 from engines.deps import require
+from engines.host import usable_cores
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact
 from engines.stream_spec import cache_shape, stream_interface_problems
@@ -44,10 +44,7 @@ _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 def physical_cores() -> int:
     """Physical cores this process may use (SMT siblings counted once)."""
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        allowed = os.cpu_count() or 1
+    allowed = usable_cores()
     cores: set[tuple[str, str]] = set()
     try:
         physical = core = ""

@@ -243,13 +243,9 @@ WORKERS_PER_CORE = 4
 
 def max_workers() -> int:
     """The most ``--workers`` this host takes (:data:`WORKERS_PER_CORE` per usable core)."""
-    import os
+    from engines.host import usable_cores
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    return WORKERS_PER_CORE * max(1, cores)
+    return WORKERS_PER_CORE * usable_cores()
 
 
 def build_config(args: argparse.Namespace):
