@@ -316,6 +316,14 @@ def load_stream_engine(backend: str, model_dir: str | Path, **options: Any) -> S
     return _module(b).open_stream_engine(Path(model_dir), options)
 
 
+def usable_cores() -> int:
+    """Logical CPUs this process may run on (:func:`engines.host.usable_cores`), for the runtime,
+    which reaches engines through this module."""
+    from engines.host import usable_cores as host_usable_cores
+
+    return host_usable_cores()
+
+
 def physical_cores() -> int:
     """Physical cores this process may use (SMT siblings counted once): what the onnxruntime
     backend's threads default to, and what engines side by side share."""

@@ -243,7 +243,7 @@ WORKERS_PER_CORE = 4
 
 def max_workers() -> int:
     """The most ``--workers`` this host takes (:data:`WORKERS_PER_CORE` per usable core)."""
-    from engines.host import usable_cores
+    from engines.registry import usable_cores
 
     return WORKERS_PER_CORE * usable_cores()
 
