@@ -79,23 +79,17 @@ def _restore_static_scales(graph: Path, recipe: dict | None) -> Path:
     """The streaming graph just built (dynamic) with the static scales ``recipe`` recorded: the
     same weights, so the same ranges (a graph whose tensors differ keeps dynamic scales, and the
     error says to calibrate it again)."""
-    import os
-
-    from engines.build.static_scales import static_scale_graph
-    from engines.sidecar import sidecar_path
+    from engines.build.static_scales import replacing, static_scale_graph
 
     if recipe is None:
         return graph
     ranges = {name: (lo, hi) for name, (lo, hi) in recipe["ranges"].items()}
-    with tempfile.TemporaryDirectory(prefix=".static-scales-", dir=graph.parent) as tmp:
-        out = Path(tmp) / graph.name
+    with replacing(graph) as out:
         try:
             static_scale_graph(graph, out, ranges, {**recipe["calibration"], "reapplied_by": "training.add_stream_graph"})
         except EngineError as e:
             raise EngineError(f"{graph} was rebuilt with dynamic scales; its recorded static scales do not fit it "
                               f"({e}): run python -m training.static_scales again") from e
-        os.replace(out, graph)
-        os.replace(sidecar_path(out), sidecar_path(graph))
     logger.info("put the recorded static activation scales back on %s", graph)
     return graph
 

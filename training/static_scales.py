@@ -27,10 +27,8 @@ recipe uses TED dev2012 (a labelled training set). The dynamic graph is not kept
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from engines.base import EngineError, GraphPrepError
@@ -38,10 +36,11 @@ from engines.build.static_scales import (
     DEFAULT_PERCENTILE,
     ActivationRanges,
     observation_graph,
+    replacing,
     static_scale_graph,
 )
 from engines.model_meta import has_model_meta, read_model_meta
-from engines.sidecar import sha256_file, sidecar_path, write_sidecar
+from engines.sidecar import sha256_file, write_sidecar
 from streampunct.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -91,24 +90,23 @@ def calibrate(model_dir: Path, words: list[str], *, percentile: float = DEFAULT_
     if not words:
         raise InputError("no calibration words")
     info = load_model_info(model_dir)
-    # in the folder, so that the graph and its sidecar are replaced by renames on one file system
-    with tempfile.TemporaryDirectory(prefix=".static-scales-", dir=model_dir) as tmp:
-        observed_path = Path(tmp) / graph.name
+
+    def open_graph(path: Path) -> OrtStreamEngine:
+        return OrtStreamEngine(path, OrtOptions(intra_op_threads=1), cache_tokens=meta.stream_cache_tokens)
+
+    def live_labels(engine: OrtStreamEngine, stream: list[str]) -> list[int]:
+        # every call, cached or not, runs on the streaming graph, as the server runs them
+        return schedule_labels(live_schedule(stream, seed=seed), info.aligner(), info.stream_window,
+                               engine.infer, SessionOptions(), stream_engine=engine)
+
+    with replacing(graph) as out:
+        observed_path = out.with_name("observed." + graph.name)
         names = observation_graph(graph, observed_path)
         ranges = ActivationRanges(tuple(names), seed=seed)
-        engine = OrtStreamEngine(observed_path, OrtOptions(intra_op_threads=1), cache_tokens=meta.stream_cache_tokens)
-        try:
+        with contextlib.closing(open_graph(observed_path)) as engine:
             engine._session = _Observed(engine._session, ranges)
-
-            # every call, cached or not, runs on the streaming graph, as the server runs them
-            schedule_labels(live_schedule(words, seed=seed), info.aligner(), info.stream_window,
-                            engine.infer, SessionOptions(), stream_engine=engine)
-        finally:
-            engine.close()
+            live_labels(engine, words)
         logger.info("calibrated on %d words (%d calls, %d tensors)", len(words), ranges.calls, len(names))
-        out_dir = Path(tmp) / "static"
-        out_dir.mkdir()
-        out = out_dir / graph.name
         sidecar = static_scale_graph(graph, out, ranges.ranges(percentile), {
             "data": data_name, "data_sha256": data_sha256, "words": len(words), "calls": ranges.calls,
             "percentile": percentile, "seed": seed,
@@ -118,12 +116,8 @@ def calibrate(model_dir: Path, words: list[str], *, percentile: float = DEFAULT_
         check = words[:CHECK_WORDS]
         labels = {}
         for name, path in (("dynamic", graph), ("static", out)):
-            engine = OrtStreamEngine(path, OrtOptions(intra_op_threads=1), cache_tokens=meta.stream_cache_tokens)
-            try:
-                labels[name] = schedule_labels(live_schedule(check, seed=seed), info.aligner(), info.stream_window,
-                                               engine.infer, SessionOptions(), stream_engine=engine)
-            finally:
-                engine.close()
+            with contextlib.closing(open_graph(path)) as engine:
+                labels[name] = live_labels(engine, check)
         agreement = sum(a == b for a, b in zip(labels["dynamic"], labels["static"], strict=True)) / len(check)
         if agreement < MIN_AGREEMENT:
             raise GraphPrepError(f"the static graph's live labels equal the dynamic graph's on {agreement:.1%} of "
@@ -132,11 +126,9 @@ def calibrate(model_dir: Path, words: list[str], *, percentile: float = DEFAULT_
         recipe = dict(sidecar.recipe or {})
         recipe["calibration"] = {**recipe["calibration"], "check_words": len(check),
                                  "check_label_agreement": round(agreement, 5)}
-        write_sidecar(dataclasses.replace(sidecar, recipe=recipe), out)
+        write_sidecar(sidecar.replace(recipe=recipe), out)
         logger.info("checked: live labels equal the dynamic graph's on %.2f%% of %d words", 100 * agreement,
                     len(check))
-        os.replace(out, graph)
-        os.replace(sidecar_path(out), sidecar_path(graph))
     return graph
 
 

@@ -27,8 +27,11 @@ every tensor's range (``recipe.method`` is :data:`METHOD`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ import numpy as np
 from engines.base import GraphPrepError
 from engines.build.onnx_graph import count_ops, load_model
 from engines.deps import require
-from engines.sidecar import Sidecar, new_sidecar, read_sidecar, write_sidecar
+from engines.sidecar import Sidecar, new_sidecar, read_sidecar, sidecar_path, write_sidecar
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +202,18 @@ def static_scale_graph(int8_path: str | Path, out_path: str | Path, ranges: Mapp
     logger.info("wrote %s (%d static activation scales, %d fused int8 products)", out_path, len(names),
                 recipe["int8_matmuls"])
     return sidecar
+
+
+@contextlib.contextmanager
+def replacing(graph: Path) -> Iterator[Path]:
+    """A path for ``graph``'s replacement and its sidecar, in a hidden folder beside ``graph`` (one
+    file system): when the block ends without an error the two replace ``graph`` and its sidecar
+    by renames; otherwise ``graph`` stays as it was. Other files may be written beside the path."""
+    with tempfile.TemporaryDirectory(prefix=".static-scales-", dir=graph.parent) as tmp:
+        out = Path(tmp) / graph.name
+        yield out
+        os.replace(out, graph)
+        os.replace(sidecar_path(out), sidecar_path(graph))
 
 
 def has_static_scales(sidecar: Sidecar) -> bool:
