@@ -201,8 +201,7 @@ def onnx_config(config: TritonRepoConfig, sidecar: Sidecar) -> str:
 def _prepared_for_tensorrt(sidecar: Sidecar) -> bool:
     """The graph is one a TensorRT build prepared (``build-engine --backend tensorrt --graph-only``):
     fp16, Q/DQ int8, or rebuilt from another folder's graph (``weights_from``)."""
-    recipe = sidecar.recipe or {}
-    return sidecar.precision == "fp16" or sidecar.prepared_for_tensorrt() or "weights_from" in recipe
+    return sidecar.prepared_for_tensorrt() is not None or "weights_from" in (sidecar.recipe or {})
 
 
 def default_plan_precision(sidecar: Sidecar) -> str:
@@ -211,11 +210,9 @@ def default_plan_precision(sidecar: Sidecar) -> str:
     activation scales (its activations emulated in a
     float32 graph, as ``models/default``'s ``model.fp32.plan``) or a graph emulating them, the graph's
     own for an fp16 or Q/DQ int8 graph prepared for TensorRT, fp16 otherwise (fp32, int4)."""
-    from engines.build.static_scales import has_static_scales
-
     weights_from = (sidecar.recipe or {}).get("weights_from") or {}
-    if _quantizes_activations(sidecar) or has_static_scales(sidecar) \
-            or (sidecar.precision == "fp32" and "activations" in weights_from):
+    onnxruntime_int8 = sidecar.precision == "int8" and sidecar.prepared_for_tensorrt() is None
+    if onnxruntime_int8 or (sidecar.precision == "fp32" and "activations" in weights_from):
         return "fp32"
     if sidecar.precision in ("fp16", "int8"):
         return sidecar.precision
