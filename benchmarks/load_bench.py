@@ -332,6 +332,7 @@ async def run_step(
 
         before = await http_get(url, "/metrics")
         cpu0 = server.cpu_seconds() if server else None
+        loop_cpu0 = server.loop_cpu_seconds() if server else None
         machine0 = machine_cpu_busy()
         parent_cpu0, wall0 = time.process_time(), time.perf_counter()
 
@@ -369,6 +370,7 @@ async def run_step(
     # the client's CPU: its sessions' loops, and this process's own when they ran elsewhere
     client_cpu = ran.cpu_s + (time.process_time() - parent_cpu0 if clients.processes > 1 else 0.0)
     cpu1 = server.cpu_seconds() if server else None
+    loop_cpu1 = server.loop_cpu_seconds() if server else None
     machine1 = machine_cpu_busy()
     after = await http_get(url, "/metrics")
 
@@ -416,6 +418,9 @@ async def run_step(
         # the server's CPU (all threads and workers) per word it finalized in the step
         server_part["cpu_ms_per_word"] = round(1000.0 * (cpu1 - cpu0) / margin.size, 3) if margin.size else None
         server_part["rss_mb"] = round(server.rss_mb() or 0.0, 1)  # type: ignore[union-attr]
+    if loop_cpu0 is not None and loop_cpu1 is not None and margin.size:
+        # the event loops' share (main threads): what limits a server whose model runs elsewhere
+        server_part["loop_cpu_ms_per_word"] = round(1000.0 * (loop_cpu1 - loop_cpu0) / margin.size, 3)
     if sampled is not None:
         server_part["cpu_profile"] = sampled.to_json(cpu_ms_per_word=server_part.get("cpu_ms_per_word"))
     step["server"] = server_part

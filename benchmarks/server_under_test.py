@@ -385,6 +385,25 @@ class ServerProcess:
 
         return self._measure(total)
 
+    def loop_cpu_seconds(self) -> float | None:
+        """User + system CPU seconds of the main threads of the server and its worker processes:
+        their event loops (frames, JSON, sessions, batching; the engines run in other threads),
+        the part of a word's CPU that an accelerator does not take off the host."""
+        psutil = require("psutil", feature="the load benchmark")
+
+        def loops(p) -> float:
+            seconds = 0.0
+            for proc in [p, *p.children(recursive=True)]:
+                try:
+                    main = next((t for t in proc.threads() if t.id == proc.pid), None)
+                except psutil.Error:
+                    continue
+                if main is not None:
+                    seconds += main.user_time + main.system_time
+            return seconds
+
+        return self._measure(loops)
+
     def rss_mb(self) -> float | None:
         return self._measure(lambda p: p.memory_info().rss / 2**20)
 
