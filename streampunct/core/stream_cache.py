@@ -27,7 +27,9 @@ same labels for the same arrival schedule:
 - Otherwise a *cached* call: the new tokens only, at the positions after the
   cache.
 - After either, the keys and values of the decided words are appended and
-  the cache keeps its last ``capacity`` tokens: memory per stream is bounded.
+  the cache keeps its last ``capacity`` tokens: memory per stream is bounded
+  (one buffer of ``capacity`` tokens a stream, written in place: no array is
+  made per call).
   The capacity is the model folder's ``stream_cache_tokens``, tuned on
   validation (the streaming window's left context when it names none).
   Left context costs a cached call only attention, not its encoding, so it
@@ -127,7 +129,8 @@ class KVCache:
         self.max_positions = max_positions
         # no cached tokens: the past of every full call (zero-size, so one array serves all)
         self._no_past = _no_past(shape)
-        self._kv = self._no_past  # oldest token first, at most ``capacity``
+        self._kv = self._no_past  # oldest token first, at most ``capacity``: ``_buf``'s first tokens
+        self._buf: np.ndarray | None = None  # ``capacity`` tokens, made at the first keep
         self._base = 0  # global token index at position 1
         self._end = -1  # global token index just after the last cached token
         self.full_calls = 0
@@ -170,15 +173,32 @@ class KVCache:
             return
         if kept is None or kept.shape[3] != call.keep[1] - call.keep[0]:
             raise ValueError("the kept keys/values do not match the call's decided tokens")
-        kept = kept.astype(CACHE_DTYPE, copy=False)
-        kv = kept if call.full else np.concatenate([self._kv, kept], axis=3)
-        self._kv = np.ascontiguousarray(kv[:, :, :, -self.capacity :]) if kv.shape[3] > self.capacity else kv
+        self._append(kept, restart=call.full)
         self._base = call.base
         self._end = call.group_end
         if call.full:
             self.full_calls += 1
         else:
             self.cached_calls += 1
+
+
+    def _append(self, kept: np.ndarray, *, restart: bool) -> None:
+        """Append ``kept`` ([L, 2, heads, n, head_dim]) after the held tokens (after none when
+        ``restart``), keeping the last ``capacity``: the tokens that stay move to the buffer's
+        front, the new ones follow. In place, so the views that calls planned before this one
+        hold change (none is in flight: a stream has one call at a time)."""
+        cap, n = self.capacity, kept.shape[3]
+        if self._buf is None:
+            shape = self._no_past.shape
+            self._buf = np.empty((*shape[:3], cap, shape[4]), dtype=CACHE_DTYPE)
+        buf = self._buf
+        held = 0 if restart else self.tokens
+        stay = min(held, max(cap - n, 0))
+        if stay < held:
+            buf[:, :, :, :stay] = buf[:, :, :, held - stay : held]  # numpy copies overlaps safely
+        new = min(n, cap)
+        buf[:, :, :, stay : stay + new] = kept[:, :, :, n - new :]
+        self._kv = buf[:, :, :, : stay + new]
 
 
 def whole_call(ids: np.ndarray, shape: StreamShape) -> StreamCall:

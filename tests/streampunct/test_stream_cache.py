@@ -18,6 +18,7 @@ from streampunct.core.engine_call import StreamCalls, run_calls
 from streampunct.core.options import SessionOptions
 from streampunct.core.stream_cache import (
     KVCache,
+    StreamCall,
     StreamShape,
     new_cache,
     pad_stream_calls,
@@ -232,6 +233,32 @@ def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
             assert cache.tokens <= cache.capacity
     assert cache.full_calls >= 2  # new bases were started as positions ran out
     assert cache.cached_calls > 5 * cache.full_calls
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(1, 12),
+       keeps=st.lists(st.tuples(st.booleans(), st.integers(1, 20)), min_size=1, max_size=40))
+def test_the_in_place_buffer_holds_what_concatenating_and_trimming_would(capacity, keeps):
+    # the rule: after each keep, the last ``capacity`` tokens of (the held tokens, unless the
+    # call was full, then the call's decided tokens), oldest first; the buffer only avoids copies
+    shape = (2, 3, 4)
+    cache = KVCache(StreamShape(*shape), capacity=capacity, max_positions=64)
+    ref = np.zeros((shape[0], 2, shape[1], 0, shape[2]), np.float16)
+    token = 0
+    for full, n in keeps:
+        full = full or cache.tokens == 0
+        past = cache._no_past if full else cache._kv
+        call = StreamCall(np.zeros(n + 2, np.int64), np.arange(n + 2), past, 1, (1, 1 + n), 0, 0)
+        kept = np.broadcast_to(np.arange(token, token + n, dtype=np.float16)[None, None, None, :, None],
+                               (shape[0], 2, shape[1], n, shape[2])).copy()
+        kept[:, 1] *= -1  # keys and values told apart
+        token += n
+        cache.keep(call, kept)
+        ref = kept if full else np.concatenate([ref, kept], axis=3)
+        ref = ref[:, :, :, -capacity:]
+        assert cache.tokens == ref.shape[3] <= capacity
+        np.testing.assert_array_equal(cache._kv, ref)
+        assert cache._kv.dtype == np.float16
 
 
 def test_bad_settings_are_refused():
