@@ -123,7 +123,7 @@ class OrtEngine(EngineBase):
         sidecar: its parsed sidecar.
         options: the session settings used.
         rows_independent: False for graphs that quantize activations with
-            batch-wide dynamic scales (:func:`quantizes_activations`).
+            batch-wide dynamic scales (:meth:`Sidecar.quantizes_activations`).
     """
 
     name = "onnxruntime"
@@ -167,7 +167,7 @@ class OrtEngine(EngineBase):
         except Exception as e:  # onnxruntime raises its own unrelated exception types
             raise ArtifactError(f"onnxruntime cannot load {self.path}: {e}") from e
         self._check_interface()
-        self.rows_independent = not quantizes_activations(self.sidecar)
+        self.rows_independent = not self.sidecar.quantizes_activations()
         logger.info(
             "loaded %s (%s, %d threads, %s)",
             self.path, self.sidecar.precision, self.threads, ",".join(self.options.providers),
@@ -312,19 +312,6 @@ def open_stream_engine(model_dir: str | Path, options: Mapping[str, Any] | None 
     return OrtStreamEngine(model_dir / meta.stream_artifact,
                            make_options(OrtOptions, dict(options or {}), "onnxruntime"),
                            cache_tokens=meta.stream_cache_tokens)
-
-
-def quantizes_activations(sidecar: Sidecar) -> bool:
-    """Whether the artifact quantizes activations with dynamic, batch-wide scales.
-
-    ``build-engine``'s int8 graphs come from ONNX Runtime's ``quantize_dynamic``
-    (their sidecar's recipe says so): each DynamicQuantizeLinear takes its
-    scale from the min and max of its whole input tensor, so a row's logits
-    depend on the other rows of its batch and on the padding
-    (``OrtEngine.rows_independent`` is False).
-    """
-    recipe = sidecar.recipe or {}
-    return "quantize_dynamic" in str(recipe.get("method", ""))
 
 
 def open_engine(model_dir: Path, artifact: Path | None, options: Mapping[str, Any]) -> OrtEngine:

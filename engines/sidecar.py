@@ -62,6 +62,17 @@ class Sidecar:
     def replace(self, **changes: Any) -> Sidecar:
         return dataclasses.replace(self, **changes)
 
+    def quantizes_activations(self) -> bool:
+        """Whether the artifact quantizes activations with dynamic, batch-wide scales.
+
+        ``build-engine``'s int8 graphs come from ONNX Runtime's ``quantize_dynamic``
+        (the recipe says so): each DynamicQuantizeLinear takes its scale from the min
+        and max of its whole input tensor, so a row's logits depend on the other rows
+        of its batch and on the padding (an engine's ``rows_independent`` is False).
+        A graph given static scales (``training.static_scales``) names its own method.
+        """
+        return "quantize_dynamic" in str((self.recipe or {}).get("method", ""))
+
     def prepared_for_tensorrt(self) -> str | None:
         """How a graph ``build-engine --backend tensorrt`` prepared for TensorRT keeps its weights
         (``"fp16"``, ``"Q/DQ int8"``), whose weights are not rebuilt in torch; None for another graph."""

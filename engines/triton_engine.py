@@ -120,12 +120,11 @@ def _local_rows_independent(model_dir: Path | None) -> bool:
     independent; True when the folder has none."""
     if model_dir is None:
         return True
-    from engines.ort_engine import quantizes_activations
     from engines.registry import resolve_artifact
     from engines.sidecar import read_sidecar
 
     try:
-        return not quantizes_activations(read_sidecar(resolve_artifact("onnxruntime", model_dir)))
+        return not read_sidecar(resolve_artifact("onnxruntime", model_dir)).quantizes_activations()
     except ArtifactError:
         return True
 

@@ -172,17 +172,13 @@ def _whole_window_io(sidecar: Sidecar) -> tuple[tuple[TensorSpec, ...], tuple[Te
     return inputs, outputs
 
 
-def _quantizes_activations(sidecar: Sidecar) -> bool:
-    return "quantize_dynamic" in str((sidecar.recipe or {}).get("method", ""))
-
-
 def onnx_config(config: TritonRepoConfig, sidecar: Sidecar) -> str:
     """``config.pbtxt`` of the ONNX Runtime entry."""
     inputs, outputs = _whole_window_io(sidecar)
     parameters = {
         "streampunct_source_sha256": sidecar.source_sha256 or "",
         "streampunct_precision": sidecar.precision,
-        "streampunct_rows_independent": "false" if _quantizes_activations(sidecar) else "true",
+        "streampunct_rows_independent": "false" if sidecar.quantizes_activations() else "true",
     }
     if config.intra_op_threads is not None:
         parameters["intra_op_thread_count"] = str(config.intra_op_threads)
@@ -365,7 +361,7 @@ def write_triton_repo(model_dir: str | Path, out_dir: str | Path, config: Triton
     (entry / "config.pbtxt").write_text(onnx_config(config, sidecar), encoding="utf-8")
     written += [entry / "config.pbtxt", graph]
     notes: list[str] = []
-    if _quantizes_activations(sidecar):
+    if sidecar.quantizes_activations():
         notes.append(f"note: {source.name} quantizes activations over the whole batch (dynamic int8): through "
                      "Triton's dynamic batcher a window's labels depend on the requests it is batched with; "
                      "serve an fp32, fp16 or int4 graph where labels must not depend on load")
