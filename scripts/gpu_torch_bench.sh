@@ -24,8 +24,9 @@
 # starts that is ~12 of a session's 15 minutes. Settings (environment): LOAD_S (default 200),
 # SESSIONS_DEFAULT, SESSIONS_BASE (the ramps, up to issue 56's 5,000 real-time sessions),
 # DURATION (seconds per step, 20), MAX_BATCH (64), ENGINE_ARGS (more benchmarks.torch_engine_bench
-# options), WORKERS (serve --workers: server processes sharing the GPU, default 4: one event loop
-# topped out at about 1,300 sessions on the 16-core host), CLIENT_PROCESSES (bench load
+# options), WORKERS (serve --workers: server processes sharing the GPU, default 6: one event loop
+# topped out at about 1,300 sessions on the 16-core host, so 5,000 needs more than 4 with room to
+# spare; 6 loops and ~6 load-generator processes at a quarter core each fit its 16 cores), CLIENT_PROCESSES (bench load
 # --client-processes, default 0: one load-generator process per thousand sessions of a step),
 # STREAM_CACHE (auto: cached left context, as the server runs on torch since 2026-11-29; off:
 # whole windows, as the 2026-11-27 figures were taken). DEVICE=cpu PY=.venv/bin/python OUT=DIR
@@ -46,7 +47,7 @@ MAX_BATCH="${MAX_BATCH:-64}"
 DEVICE="${DEVICE:-cuda}"
 SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-500 1000 2000 3000 4000 5000 6000}"
 SESSIONS_BASE="${SESSIONS_BASE:-200 500 1000 1500 2000 3000}"
-WORKERS="${WORKERS:-4}"
+WORKERS="${WORKERS:-6}"
 CLIENT_PROCESSES="${CLIENT_PROCESSES:-0}"
 STREAM_CACHE="${STREAM_CACHE:-auto}"
 
