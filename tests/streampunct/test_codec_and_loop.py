@@ -48,6 +48,16 @@ orjson = pytest.importorskip("orjson")
 uvloop = pytest.importorskip("uvloop")
 
 
+@pytest.fixture(autouse=True)
+def python_recursion_limit():
+    """Python's own recursion limit, whatever ran before: ``json`` refuses frames nested past
+    it, and importing NeMo's grammars (tests/streampunct/test_itn.py) raises it to 3000."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
+
+
 @pytest.fixture
 def stdlib_json(monkeypatch):
     """The codec without orjson: the standard library's json (what the wire was before)."""
