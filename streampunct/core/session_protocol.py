@@ -501,7 +501,8 @@ class SessionProtocol:
             out = [] if self._finishing else self._partial(request)
         else:
             out = [self._final(decisions)] if decisions else []
-            out += self._settle()
+            settled = self._settle()
+            out += settled or (self._held_partial() if decisions else [])
         return out + self._owed_partial() + self._deferred_end()
 
     def decidable_times(self, message: ServerMessage | WrittenText) -> list[float]:
@@ -623,6 +624,22 @@ class SessionProtocol:
         if self._defer_written and texts.formatter.normalizer is not None:
             return [self._written_text(message, texts, compute)]  # held or not: known once written
         return [replace(message, text=compute())] if texts.held else []
+
+    def _held_partial(self) -> list[ServerMessage | WrittenText]:
+        """After a final that leaves the stream idle (every word final, no hypothesis, no flush
+        or end waiting), in a session with partials and written forms: a partial of no words
+        (``start`` the next word's index) whose ``text`` is the words that final held for a
+        phrase ("" when none), since no model partial comes to show them: the finals' texts
+        joined, then the latest partial's, show every word once at a pause too."""
+        texts = self._final_texts()
+        state = self.state
+        if (texts is None or not self.options.partials or self._finishing or state.in_flight is not None
+                or state.n_final < state.n_words or state.hypothesis):
+            return []
+        message = Partial(self._sent, (), "", ())
+        sentence_start = self._sentence_start
+        return [self._written_text(message, texts, lambda: texts.partial(
+            [], [], [], sentence_start=sentence_start, follows_finals=True))]
 
     def _settle(self) -> list[ServerMessage | WrittenText]:
         """``flushed`` for each flush (and ``end``) whose words have all been finalized, after

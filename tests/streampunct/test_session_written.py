@@ -19,6 +19,7 @@ from streampunct.core.wire import (
     ConfigRequest,
     EndRequest,
     ErrorCode,
+    FlushRequest,
     Final,
     HypothesisMessage,
     Limits,
@@ -307,6 +308,53 @@ def test_lexicon_in_partials_and_finals_alike():
     driver.send(WordsMessage((Word("at"), Word("nasa"))))
     driver.send(EndRequest())
     assert " ".join(f.text for f in driver.finals() if f.text) == "we use StreamPunct at NASA."
+
+
+def _shown(out: list) -> str:
+    """What a caption client shows: the finals' texts joined, then the latest partial's text
+    (a partial that a later final overtook shows nothing)."""
+    finals = [m for m in out if isinstance(m, Final)]
+    partials = [(k, m) for k, m in enumerate(out) if isinstance(m, Partial)]
+    last_final = max((k for k, m in enumerate(out) if isinstance(m, Final)), default=-1)
+    shown = [f.text for f in finals if f.text]
+    if partials and partials[-1][0] > last_final and partials[-1][1].text:
+        shown.append(partials[-1][1].text)
+    return " ".join(shown)
+
+
+@pytest.mark.parametrize("itn", [False, True])
+def test_at_a_pause_a_partial_shows_the_words_a_final_held(itn):
+    # right context 0: each final is decided with nothing after it, so a final that ends in a
+    # lexicon phrase's first word holds it for the next final; no model partial follows
+    options = SessionOptions(right_context=0, max_delay_ms=60_000, partials=True, itn=itn,
+                             lexicon=(("new york", "New York"),))
+    driver = Driver(options)
+    driver.send(WordsMessage((Word("i"), Word("love"), Word("new"))))
+    assert [f.text for f in driver.finals()] == ["i love"]
+    partial = driver.out[-1]
+    assert isinstance(partial, Partial)
+    assert (partial.start, partial.words, partial.hypothesis, partial.text) == (3, (), (), "new")
+    assert _shown(driver.out) == "i love new"
+    driver.send(WordsMessage((Word("york"), Word("today"))))
+    assert [f.text for f in driver.finals()] == ["i love", "New York, today."]
+    assert driver.out[-1] == Partial(5, (), "", ())  # nothing held: the old partial is cleared
+    assert _shown(driver.out) == "i love New York, today."
+    # the same messages when texts are written later, in order (itn sessions on a server)
+    deferred = Driver(options, defer_written=True)
+    deferred.send(WordsMessage((Word("i"), Word("love"), Word("new"))))
+    deferred.send(WordsMessage((Word("york"), Word("today"))))
+    assert [m.to_json() for m in _resolved(deferred.out)] == [m.to_json() for m in driver.out]
+
+
+def test_no_pause_partial_while_words_or_a_hypothesis_remain_or_at_a_flush():
+    options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, lexicon=(("new york", "New York"),))
+    driver = Driver(options)
+    driver.send(WordsMessage((Word("i"), Word("love"), Word("new"))))
+    # "new" is not final yet: the model's partial shows it, no partial of no words comes
+    assert not [m for m in driver.out if isinstance(m, Partial) and not m.words and not m.hypothesis]
+    flushed = driver.send(FlushRequest())
+    assert [type(m).__name__ for m in flushed] == ["Final", "Flushed"]  # the flush writes "new" itself
+    assert _shown(driver.out) == "i love new"
 
 
 LONG_LEXICON = (("the united states of america", "the USA"), ("department of motor vehicles", "DMV"))
