@@ -37,6 +37,11 @@ port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
 
 
+def int_between(low: int, high: int) -> Callable[[str], int | float]:
+    """An integer in ``[low, high]`` (a session option within a server's default limits)."""
+    return _number(int, lambda v: low <= v <= high, f"between {low} and {high}")
+
+
 def choices(modes: type[StrEnum]) -> list[str]:
     """An enum's values as an option's ``choices`` (plain strings: argparse shows them as the
     flag takes them, in its help and in its errors)."""

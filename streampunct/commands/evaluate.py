@@ -14,8 +14,9 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
-    from streampunct.commands.argtypes import choices, non_negative_int, positive_int
+    from streampunct.commands.argtypes import choices, int_between, non_negative_int, positive_int
     from streampunct.core.options import SessionOptions
+    from streampunct.core.wire import DEFAULT_LIMITS
 
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
@@ -44,9 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              "--live-right-context / --live-max-delay-ms say otherwise (the server's own rules, "
              "one window per decision: the labels a server gives this schedule)",
     )
-    p.add_argument("--live-right-context", type=non_negative_int, default=SessionOptions.right_context, metavar="N",
+    # within what a server takes by default (a session asking for more gets bad_request there)
+    p.add_argument("--live-right-context", type=int_between(0, DEFAULT_LIMITS.max_right_context),
+                   default=SessionOptions.right_context, metavar="N",
                    help="right_context of the live stream (default: the server's, %(default)s)")
-    p.add_argument("--live-max-delay-ms", type=non_negative_int, default=SessionOptions.max_delay_ms, metavar="MS",
+    p.add_argument("--live-max-delay-ms", type=int_between(0, DEFAULT_LIMITS.max_delay_ms),
+                   default=SessionOptions.max_delay_ms, metavar="MS",
                    help="max_delay_ms of the live stream (default: the server's, %(default)s)")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry (offline and streaming): W content tokens "
@@ -59,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(auto: when the model folder has a streaming graph and does not say "
                         "\"stream_cache\": false; docs/server.md)")
     p.add_argument("--json", type=Path, default=None,
-                   help="write all figures here as JSON (whole or not at all; the path is checked before "
-                        "the model runs)")
+                   help="write all figures here as JSON (whole or not at all; missing folders are made and "
+                        "the path is checked before the model runs)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -245,6 +245,20 @@ def test_evaluate_refuses_zero_workers(tmp_path, capsys):
     assert "argument --workers: must be >= 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--live-right-context", "1001", "must be between 0 and 1000, got 1001"),
+    ("--live-max-delay-ms", "600001", "must be between 0 and 600000, got 600001"),
+    ("--live-right-context", "-1", "must be between 0 and 1000, got -1"),
+])
+def test_evaluate_refuses_live_options_a_server_refuses(tmp_path, capsys, flag, value, message):
+    f = tmp_path / "w.tsv"
+    f.write_text("hello\tO\nworld\tPERIOD\n")
+    with pytest.raises(SystemExit) as exit_:  # a server answers such a config with bad_request
+        main(["evaluate", "--data", str(f), "--live", flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
+
+
 def test_evaluate_and_bench_live_refuse_data_without_words(tmp_path, capsys):
     f = tmp_path / "empty.tsv"
     f.write_text("\n\n")
