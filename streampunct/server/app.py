@@ -77,7 +77,6 @@ from streampunct.server.http_policy import (
 from streampunct.server.metrics import ServerMetrics
 from streampunct.server.session import Session, SessionContext, close_within
 from streampunct.server.ws_connection import GuardedConnection, max_write_buffer
-from streampunct.server.ws_release import release_when_closed
 from streampunct.text.itn import ProcessNormalizer, load_normalizer
 from streampunct.text.itn import available as itn_available
 from streampunct.text.written_form import ITN_UNAVAILABLE, Lexicon, Normalizer, WrittenForms
@@ -808,7 +807,6 @@ class StreamServer:
             self.metrics.rejected.labels(reason="sessions").inc()
             logger.info("refused a stream from %s: session limit reached (1013)", self._peer(connection, connection.request))
             await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")
-            release_when_closed(connection)
             return
         session = Session(connection, self._context, uuid.uuid4().hex[:12])
         self.sessions.add(session)
@@ -836,7 +834,6 @@ class StreamServer:
             logger.info("session=%s closed: code %s, %.1f s, %d words, %d final, %d errors sent", session.id,
                         connection.close_code, time.monotonic() - opened, session.protocol.n_words,
                         session.protocol.n_final, session.errors_sent, extra={"session": session.id})
-            release_when_closed(connection)  # its protocol freed once closed, not at a full collection
 
 
 @functools.cache

@@ -35,6 +35,7 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 
 from streampunct.server.rate import FrameRate
+from streampunct.server.ws_release import close_parser
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +134,11 @@ class GuardedConnection(ServerConnection):
         if self._on_count is not None:
             self._on_count(-1)
             self._on_count = None
-        # the queue's callbacks refer to this connection: dropped, so that reference counting
-        # frees a closed connection (ws_release.py) without waiting for the cycle collector
+        # the queue's callbacks refer to this connection, and the protocol's parser to the
+        # protocol: dropped and closed, so that reference counting frees a closed connection
+        # (ws_release.py) without waiting for the cycle collector
         self.recv_messages.pause = self.recv_messages.resume = _nothing
+        close_parser(self.protocol)
 
     def _hold(self, reason: str) -> None:
         if not self._holds and not self.transport.is_closing():

@@ -13,37 +13,30 @@ collection: with 50 reconnecting sessions the protocols of all the
 connections closed piled up, and glibc's in-use memory with them, 2 MB a
 minute for the seven minutes watched (docs/server.md, "Memory that stays").
 
-:func:`release_when_closed` closes the parser once the connection is closed
-(nothing steps it after that: websockets stops feeding the protocol at end of
-stream), which breaks the cycle, so reference counting frees the protocol
-right away.
+:func:`close_parser` closes the parser once the connection is lost (nothing
+steps it after that: websockets fed it the end of stream), which breaks the
+cycle, so reference counting frees the protocol right away. The server's
+connections (:class:`~streampunct.server.ws_connection.GuardedConnection`)
+call it in ``connection_lost``: every connection, sessions as well as health
+checks, refusals and abandoned handshakes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 logger = logging.getLogger(__name__)
 
-#: Release tasks not yet done (asyncio keeps only weak references to tasks).
-_pending: set[asyncio.Task[None]] = set()
 
-
-def release_when_closed(connection: object) -> None:
-    """Once ``connection`` (a websockets asyncio connection) is closed, finish its protocol's
-    parser generator. Call it from the handler; returns at once."""
-    wait_closed = getattr(connection, "wait_closed", None)
-    if wait_closed is None:
-        return
-    task = asyncio.ensure_future(_release(connection, wait_closed()))
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
-
-
-async def _release(connection: object, closed: object) -> None:
-    await closed  # type: ignore[misc]
-    protocol = getattr(connection, "protocol", None)
+def close_parser(protocol: object) -> None:
+    """Finish a closed connection's protocol parser (websockets' sans-I/O ``protocol``), which
+    breaks the cycle: call it once nothing feeds the protocol (its connection is lost). A
+    handshake that failed keeps its error on the protocol, and the error's traceback holds the
+    parser's frames (the protocol again): the tracebacks are dropped, the errors kept."""
+    error, seen = getattr(protocol, "handshake_exc", None), 0
+    while isinstance(error, BaseException) and seen < 8:
+        error.__traceback__ = None
+        error, seen = error.__cause__ or error.__context__, seen + 1
     parser = getattr(protocol, "parser", None)
     close = getattr(parser, "close", None)
     if close is None:

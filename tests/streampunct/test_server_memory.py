@@ -199,6 +199,21 @@ async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collecto
             transcript = await asyncio.wait_for(_one_session(server.url, k, opened, release), TIMEOUT)
             assert len(transcript.words) == 24
         await until(lambda: server_protocols() == before, timeout=10.0)
+        # connections that never become sessions: a health check, a refusal, a handshake cut short
+        port = server.port
+        for raw in (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                    b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                    b"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n"):
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(raw)
+                await writer.drain()
+                if raw.endswith(b"\r\n\r\n"):
+                    answer = await asyncio.wait_for(reader.read(), 5)
+                    assert answer.startswith(b"HTTP/1.1 "), (raw, answer)
+                writer.close()
+                await writer.wait_closed()
+        await until(lambda: server_protocols() == before and not server._tcp_connections, timeout=10.0)
     finally:
         gc.enable()
         await server.shutdown()
