@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import InvalidMessage
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 
@@ -51,7 +52,13 @@ class GuardedConnection(ServerConnection):
     ``on_unparsed(connection, error)`` once the handshake is over, and their
     responses carry ``headers`` (``X-Streampunct-Worker``), as every other answer
     does. A connection closed before it sent a whole request (a TCP health
-    check) is not reported."""
+    check) is not reported.
+
+    Bytes behind the request that are not frames (a second HTTP request
+    pipelined behind the first) make websockets end the connection while it
+    parses them, before the request is answered; its answer could then no
+    longer be sent, and websockets logged an internal error with a traceback.
+    Such a request is now not answered, and is reported as unparsed ones are."""
 
     def __init__(self, *args: Any, max_write_buffer: int, on_abort: Callable[[int], None] | None = None,
                  on_unparsed: Callable[[GuardedConnection, Exception], None] | None = None,
@@ -97,6 +104,19 @@ class GuardedConnection(ServerConnection):
                 return response
 
             self.protocol.reject = reject_with_headers  # type: ignore[method-assign]
+        send_response = self.protocol.send_response
+
+        def send_response_unless_ended(response: Response) -> None:
+            if not self.protocol.eof_sent:
+                send_response(response)
+                return
+            # bytes behind the request ended the connection already: nothing can be sent
+            if self._on_unparsed is not None:
+                self._on_unparsed(self, InvalidMessage("bytes behind the request that are not frames "
+                                                       "(a second request behind the first)"))
+            self.transport.abort()
+
+        self.protocol.send_response = send_response_unless_ended  # type: ignore[method-assign]
 
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -139,6 +159,8 @@ class GuardedConnection(ServerConnection):
         # (ws_release.py) without waiting for the cycle collector
         self.recv_messages.pause = self.recv_messages.resume = _nothing
         close_parser(self.protocol)
+        for name in ("reject", "send_response"):  # this connection's wrappers, which refer to it
+            vars(self.protocol).pop(name, None)
 
     def _hold(self, reason: str) -> None:
         if not self._holds and not self.transport.is_closing():

@@ -538,6 +538,69 @@ async def test_requests_websockets_refuses_unparsed_are_counted_logged_and_name_
     assert rejected(server, "malformed") == 1.0 and len(refusal_lines(caplog)) == 1
 
 
+@pytest.mark.parametrize(("behind", "status"), [
+    (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),  # a second request: not frames
+    (b"\x00" * 70_000, None),  # a frame no client may send
+    (b"X", 200),  # the start of a frame, perhaps: the request is answered
+])
+async def test_bytes_behind_a_request_that_are_not_frames_end_it_unanswered_and_counted(
+        start_server, caplog, behind, status):
+    """websockets reads what follows a request as frames at once; when that ended the connection
+    before the answer, it logged an internal error with a traceback. Now the request goes
+    unanswered, counted and logged as a malformed one, and the server goes on serving."""
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    reply = await raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + behind)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+    if status is None:
+        assert reply == b""
+        await until(lambda: rejected(server, "malformed") == 1.0)
+        (line,) = [r.getMessage() for r in refusal_lines(caplog)]
+        assert "a second request behind the first" in line
+    else:
+        assert Reply(reply).status == status and rejected(server, "malformed") == 0.0
+    assert (await request(server.port)).status == 200
+
+
+def _masked_text_frame(text: str) -> bytes:
+    data = text.encode()
+    assert len(data) < 126
+    mask = b"\x01\x02\x03\x04"
+    return bytes([0x81, 0x80 | len(data)]) + mask + bytes(b ^ mask[k % 4] for k, b in enumerate(data))
+
+
+async def test_frames_sent_with_the_handshake_are_read_after_the_101(start_server):
+    """A client that sends its first frames before the server's 101 (in the same packet as the
+    handshake) loses none of them."""
+    server = await start_server()
+    frames = (_masked_text_frame(json.dumps({"type": "config", "right_context": 1}))
+              + _masked_text_frame(json.dumps({"type": "words", "words": [{"w": "hello"}, {"w": "world"}]}))
+              + _masked_text_frame(json.dumps({"type": "end"})))
+    handshake = (b"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(handshake + frames)
+    await writer.drain()
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101 ")
+            types, words = [], []
+            while not types or types[-1] != "end":
+                first, size = await reader.readexactly(2)
+                assert first == 0x81 and size < 127, (first, size)  # unmasked text frames under 64 KB
+                if size == 126:
+                    size = int.from_bytes(await reader.readexactly(2), "big")
+                message = json.loads(await reader.readexactly(size))
+                types.append(message["type"])
+                if message["type"] == "final":
+                    words += [w["w"] for w in message["words"]]
+    finally:
+        writer.close()
+    assert types[:2] == ["ready", "config"] and types[-1] == "end"
+    assert words == ["hello", "world"]
+
+
 @pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
 async def test_health_checks_and_sessions_log_no_websockets_connection_lines_at_info(start_server, caplog, level):
     """A balancer checks /healthz twice a second: at INFO its answers and every connection's

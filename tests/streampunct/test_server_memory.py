@@ -174,7 +174,8 @@ async def test_nothing_of_a_session_outlives_it(aligner):
         await server.shutdown()
 
 
-async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collector(aligner):
+@pytest.mark.parametrize("worker", [{}, {"workers": 2, "worker": 1}])  # a worker's answers name it
+async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collector(aligner, worker):
     """websockets' protocol object and its parser generator form a cycle (with the zlib contexts
     of permessage-deflate, tens of KB a connection); the server breaks it once the connection
     is closed, so the protocol goes by reference counting, not at the next full collection."""
@@ -186,7 +187,7 @@ async def test_a_closed_connections_protocol_is_freed_without_the_cycle_collecto
         return sum(1 for o in gc.get_objects() if type(o) is ServerProtocol)
 
     engine = FakeStreamEngine()
-    server = await serve(ServerConfig(host="127.0.0.1", port=0),
+    server = await serve(ServerConfig(host="127.0.0.1", port=0, **worker),
                          ServerRuntime(lambda: engine, aligner, TEST_WINDOW, "fake-stream", stream_shape=SHAPE))
     gc.collect()
     gc.disable()
