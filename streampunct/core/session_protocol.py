@@ -128,6 +128,15 @@ class WrittenText:
         self._seq = seq
         self._order = order  # [next seq to resolve], shared by a session's texts
 
+    def discard(self) -> None:
+        """A partial that will not be sent: its :meth:`resolve` (still due, in order) writes
+        nothing and the message keeps no words. A final's text may not be discarded: the texts
+        after it depend on the words it holds."""
+        if not isinstance(self.message, Partial):
+            raise TypeError("only a partial's text may be discarded")
+        self.message = Partial(self.message.start, (), "", ())
+        self._compute = str
+
     def resolve(self) -> Final | Partial:
         if self._order[0] != self._seq:
             raise RuntimeError(f"written text {self._seq} resolved out of order (next: {self._order[0]})")

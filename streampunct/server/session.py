@@ -37,7 +37,10 @@ Bounded resources (see ``docs/server.md``, "Bounded resources"):
   socket, and TCP slows the sender;
 * *bounded outbox*: the driver asks for the next window, and the reader for
   the next frame, only while fewer than ``max_outbox_messages`` messages
-  wait to be sent;
+  wait to be sent; a partial that a newer partial replaces before it was
+  sent is dropped from the outbox (each partial replaces the previous one),
+  so a client that reads slowly holds one unsent partial, whatever the
+  size of its hypotheses;
 * *frame rate*: the reader takes at most ``max_frames_per_s`` frames a second
   after a burst of as many, a frame counting once per started 256 characters
   (:mod:`streampunct.server.rate`), so a client sending frames that carry no
@@ -175,6 +178,24 @@ async def close_within(connection: ServerConnection, code: int, reason: str, tim
         connection.transport.abort()
 
 
+class _QueuedPartial:
+    """A partial in the outbox; ``superseded`` once a newer partial is queued: then not sent
+    (an itn partial's text is still resolved, emptied, to keep the texts' order)."""
+
+    __slots__ = ("item", "superseded")
+
+    def __init__(self, item: Partial | WrittenText) -> None:
+        self.item: Partial | WrittenText | None = item
+        self.superseded = False
+
+    def supersede(self) -> None:
+        self.superseded = True
+        if isinstance(self.item, WrittenText):
+            self.item.discard()
+        else:
+            self.item = None  # its words go now, not when the writer reaches it
+
+
 class _SessionLog(logging.LoggerAdapter):
     def process(self, msg, kwargs):
         kwargs.setdefault("extra", {}).update(self.extra)
@@ -212,6 +233,7 @@ class Session:
         self.peak_backlog = 0
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
         self.peak_outbox = 0
+        self._queued_partial: _QueuedPartial | None = None  # the newest partial not sent yet
         self._configs_logged = 0
         self.errors_sent = 0
 
@@ -511,6 +533,10 @@ class Session:
                 self._configs_logged += 1
             elif isinstance(message, Resumed):
                 self._log.info("resumed at word %d, config %s", message.start, _loggable(message.config))
+            elif isinstance(message, Partial):
+                if self._queued_partial is not None:
+                    self._queued_partial.supersede()
+                item = self._queued_partial = _QueuedPartial(item)
             self._outbox.put_nowait((item, decidable))
         if self.protocol.finished and not self._finish_queued:
             self._finish_queued = True
@@ -558,6 +584,13 @@ class Session:
                     self._all_sent.set()
                     continue
                 message, decidable = item
+                superseded = False
+                if isinstance(message, _QueuedPartial):
+                    if self._queued_partial is message:
+                        self._queued_partial = None
+                    message, superseded = message.item, message.superseded
+                    if message is None:
+                        continue
                 if isinstance(message, WrittenText):  # in order; grammar searches off the event loop
                     try:
                         message = await self._written(message)
@@ -565,6 +598,8 @@ class Session:
                         raise _WritingFailed(str(e)) from e
                     if nothing_to_send(message):  # no words held at a flush or the end after all
                         continue
+                if superseded:
+                    continue
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode_frame(message), text=True)

@@ -19,8 +19,11 @@ from streampunct.core.wire import (
     EndRequest,
     Final,
     Flushed,
+    HypothesisMessage,
+    Partial,
     Word,
     WordsMessage,
+    decode_server,
     encode,
 )
 from streampunct.server.batcher import BatcherConfig
@@ -225,6 +228,56 @@ async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_serv
         for _ in range(200):
             await (await ws.ping(b"x" * 125))
     assert metric(server, "streampunct_slow_reader_closes_total") == 1
+
+
+async def test_a_partial_replaced_before_it_was_sent_is_dropped_from_the_outbox(start_server, fake_labels):
+    """Each partial replaces the previous one: while a client does not read, the partials of its
+    new hypotheses are not held one per hypothesis (each echoes its hypothesis: up to 500 KB),
+    only the newest, which it gets when it reads; the finals around them all come, in order."""
+    from websockets import ConnectionClosed
+
+    from streampunct.server.session import _QueuedPartial
+
+    server = await start_server(send_timeout_s=None)
+    ws, session = await open_raw(server)
+    gate = asyncio.Event()
+    send = session._ws.send
+
+    async def held_send(data, **kw):  # the client reads nothing until the gate opens
+        await gate.wait()
+        await send(data, **kw)
+
+    session._ws.send = held_send
+    await ws.send(encode(ConfigRequest(partials=True, right_context=0)))  # its answer waits
+    words = corpus(200)
+    hypotheses = [words[n : n + 8] for n in range(0, 160, 4)]  # 40 of them
+    for k, hypothesis in enumerate(hypotheses):
+        if k == 20:  # a final between two partials
+            await ws.send(encode(WordsMessage((Word("hello"),))))
+        await ws.send(encode(HypothesisMessage(tuple(Word(w) for w in hypothesis))))
+
+    def newest() -> list[str] | None:
+        queued = session._queued_partial
+        return [w.w for w in queued.item.hypothesis] if queued is not None and queued.item is not None else None
+
+    await until(lambda: newest() == hypotheses[-1] and session.protocol.n_final == 1)
+    held = [m for m, _ in (x for x in session._outbox._queue if x is not None)
+            if isinstance(m, _QueuedPartial) and m.item is not None]
+    assert held == [session._queued_partial]
+    gate.set()
+    await ws.send(encode(EndRequest()))
+    types, partials = [], []
+    async with asyncio.timeout(TIMEOUT):
+        try:
+            while True:
+                message = decode_server(await ws.recv())
+                types.append(message.type)
+                if isinstance(message, Partial) and message.hypothesis:
+                    partials.append([w.w for w in message.hypothesis])
+        except ConnectionClosed:
+            pass
+    assert ws.close_code == 1000 and types[0] == "config" and types[-1] == "end"
+    assert partials == [hypotheses[-1]] and types.count("final") >= 1
 
 
 async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(start_server, fake_labels):

@@ -597,6 +597,28 @@ def test_deferred_texts_are_the_texts_written_at_once(chunk):
     assert [m.to_json() for m in _resolved(deferred.out)] == [m.to_json() for m in at_once.out]
 
 
+def test_a_discarded_partial_text_keeps_the_order_and_writes_nothing():
+    from streampunct.core.session_protocol import WrittenText
+
+    options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, itn=True)
+    driver = Driver(options, defer_written=True)
+    driver.send(WordsMessage((Word("it"), Word("costs"), Word("twenty"))))
+    pending = [m for m in driver.out if isinstance(m, WrittenText)]
+    kinds = [type(m.message).__name__ for m in pending]
+    assert "Partial" in kinds and "Final" in kinds
+    first_partial = kinds.index("Partial")
+    with pytest.raises(TypeError, match="only a partial"):
+        pending[kinds.index("Final")].discard()
+    pending[first_partial].discard()  # replaced before it was sent: its words are let go
+    out = [m.resolve() for m in pending]  # still resolved in order, the others as written
+    assert out[first_partial] == Partial(pending[first_partial].message.start, (), "", ())
+    at_once = Driver(options)
+    at_once.send(WordsMessage((Word("it"), Word("costs"), Word("twenty"))))
+    written = [m for m in at_once.out if isinstance(m, (Final, Partial))]
+    assert [m.text for k, m in enumerate(out) if k != first_partial] == \
+        [m.text for k, m in enumerate(written) if k != first_partial]
+
+
 def test_deferred_texts_must_be_resolved_in_order_and_only_itn_sessions_defer():
     from streampunct.core.session_protocol import WrittenText
 
