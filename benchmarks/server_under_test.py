@@ -388,13 +388,21 @@ class ServerProcess:
     def loop_cpu_seconds(self) -> float | None:
         """User + system CPU seconds of the main threads of the server and its worker processes:
         their event loops (frames, JSON, sessions, batching; the engines run in other threads),
-        the part of a word's CPU that an accelerator does not take off the host."""
+        the part of a word's CPU that an accelerator does not take off the host. Of the child
+        processes, those that listen (``--workers``) count; the ones that do not (the ITN
+        grammars' workers, multiprocessing's resource tracker) run no loop and are left out."""
         psutil = require("psutil", feature="the load benchmark")
+
+        def listens(proc) -> bool:
+            connections = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6
+            return any(c.status == psutil.CONN_LISTEN for c in connections(kind="tcp"))
 
         def loops(p) -> float:
             seconds = 0.0
             for proc in [p, *p.children(recursive=True)]:
                 try:
+                    if proc.pid != p.pid and not listens(proc):
+                        continue
                     main = next((t for t in proc.threads() if t.id == proc.pid), None)
                 except psutil.Error:
                     continue

@@ -603,17 +603,32 @@ class SessionProtocol:
         return [self._written_text(partial, texts, lambda: texts.partial(
             words, labels, cases, sentence_start=sentence_start, follows_finals=follows))]
 
-    def _owed_partial(self) -> list[ServerMessage]:
-        """An empty partial when a hypothesis was cleared and nothing is left to label.
+    def _owed_partial(self) -> list[ServerMessage | WrittenText]:
+        """A partial of no words when a hypothesis was cleared and nothing is left to label
+        (:meth:`_idle_partial`).
 
         Otherwise the partial comes from a model call (:meth:`next_call`).
         """
-        state = self.state
-        idle = state.in_flight is None and state.n_final == state.n_words and not state.hypothesis
-        if not (self._partial_owed and idle):
+        if not (self._partial_owed and self._idle()):
             return []
         self._partial_owed = False
-        return [Partial(self._sent, (), "", ())]
+        return self._idle_partial()
+
+    def _idle(self) -> bool:
+        """Nothing to label: no call in flight, every word final, no hypothesis."""
+        state = self.state
+        return state.in_flight is None and state.n_final == state.n_words and not state.hypothesis
+
+    def _idle_partial(self) -> list[ServerMessage | WrittenText]:
+        """A partial of no words, ``start`` the next word's index; with written forms its text
+        is the words a final held for a phrase ("" when none), which no other message shows."""
+        message = Partial(self._sent, (), "", ())
+        texts = self._final_texts()
+        if texts is None:
+            return [message]
+        sentence_start = self._sentence_start
+        return [self._written_text(message, texts, lambda: texts.partial(
+            [], [], [], sentence_start=sentence_start, follows_finals=True))]
 
     def _held_text(self) -> list[ServerMessage | WrittenText]:
         """At a flush or the end, once every word is final: the text of the words a final held
@@ -640,15 +655,10 @@ class SessionProtocol:
         (``start`` the next word's index) whose ``text`` is the words that final held for a
         phrase ("" when none), since no model partial comes to show them: the finals' texts
         joined, then the latest partial's, show every word once at a pause too."""
-        texts = self._final_texts()
-        state = self.state
-        if (texts is None or not self.options.partials or self._finishing or state.in_flight is not None
-                or state.n_final < state.n_words or state.hypothesis):
+        if self._final_texts() is None or not self.options.partials or self._finishing or not self._idle():
             return []
-        message = Partial(self._sent, (), "", ())
-        sentence_start = self._sentence_start
-        return [self._written_text(message, texts, lambda: texts.partial(
-            [], [], [], sentence_start=sentence_start, follows_finals=True))]
+        self._partial_owed = False  # it answers a hypothesis change still waiting too
+        return self._idle_partial()
 
     def _settle(self) -> list[ServerMessage | WrittenText]:
         """``flushed`` for each flush (and ``end``) whose words have all been finalized, after

@@ -346,6 +346,26 @@ def test_at_a_pause_a_partial_shows_the_words_a_final_held(itn):
     assert [m.to_json() for m in _resolved(deferred.out)] == [m.to_json() for m in driver.out]
 
 
+@pytest.mark.parametrize("defer", [False, True])
+def test_one_partial_shows_the_held_words_when_a_hypothesis_change_waits_too(defer):
+    # the hypothesis "i love new" becomes words: the final holds "new", and the partial the
+    # cleared hypothesis is owed is the one that shows it (not a second, empty one after it)
+    options = SessionOptions(right_context=0, max_delay_ms=60_000, partials=True, itn=defer,
+                             lexicon=(("new york", "New York"),))
+    driver = Driver(options, defer_written=defer)
+    driver.send(HypothesisMessage((Word("i"), Word("love"), Word("new"))))
+    driver.send(WordsMessage((Word("i"), Word("love"), Word("new"))))
+    out = _resolved(driver.out) if defer else driver.out
+    assert _shown(out) == "i love new"
+    assert [(m.start, m.text) for m in out if isinstance(m, Partial) and not m.words][-1] == (3, "new")
+    # a hypothesis cleared later (nothing left to label) is answered with the held words too
+    first = len(driver.out)
+    driver.send(HypothesisMessage((Word("york"),)))
+    driver.send(HypothesisMessage(()))
+    later = _resolved(driver.out[first:]) if defer else driver.out[first:]
+    assert _shown(out + later) == "i love new"
+
+
 def test_no_pause_partial_while_words_or_a_hypothesis_remain_or_at_a_flush():
     options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True, lexicon=(("new york", "New York"),))
     driver = Driver(options)
