@@ -172,7 +172,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: %(default)s)")
     limits.add_argument("--max-frames-per-s", type=finite_float, default=ServerConfig.max_frames_per_s,
                         help="frames a session's reader takes a second, after a burst of as many, a frame "
-                             "counting once per started 256 characters (pings and pongs too, apart); a "
+                             "counting once per started 256 characters or 100 us of the event loop's CPU it "
+                             "took, whichever is more (pings and pongs too, apart); a "
                              "client sending faster is read more slowly (TCP "
                              "holds it), nothing is dropped; "
                              "0: no limit (default: %(default)s)")

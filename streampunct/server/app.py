@@ -194,8 +194,8 @@ class ServerConfig:
         send_timeout_s: a send blocked this long (the client does not read)
             closes the session with 1013; None waits as long as it takes.
         max_frames_per_s: frames a session's reader takes a second, after a burst of as
-            many, a frame counting once per started 256 characters
-            (:class:`~streampunct.server.rate.FrameRate`); past it the reader waits and
+            many, a frame counting once per started 256 characters or 100 us of the event
+            loop's CPU it took (:func:`~streampunct.server.rate.frame_cost`); past it the reader waits and
             TCP slows the client. A connection's pings and pongs have a bucket of their own at
             the same rate (:class:`~streampunct.server.ws_connection.GuardedConnection`). None:
             no limit.

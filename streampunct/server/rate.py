@@ -16,7 +16,14 @@ A frame counts once per started :data:`FRAME_UNIT_BYTES` of its text
 (:func:`frame_cost`): what a frame costs the loop grows with what it carries
 (a 1000-word ``hypothesis`` of long new words, a ``config`` with a large
 lexicon took 20-290 ms each), so the bucket bounds that work, not only the
-number of frames; real-time frames of a few words count once.
+number of frames; real-time frames of a few words count once. What a frame's
+text says is not all it costs: a ``hypothesis`` of 1000 new 200-letter words
+took the loop 290 ms for 800 units of text, so three such clients kept it busy
+and ``/healthz`` waited seconds. A frame therefore also counts once per started
+:data:`FRAME_UNIT_CPU_S` of the event loop's CPU that handling it took
+(:func:`frame_cost` with ``cpu_s``), whichever is more: at the default rate a
+session's frames take at most about a tenth of its loop's core, whatever they
+carry. Real-time frames (20-45 us) still count once.
 """
 
 from __future__ import annotations
@@ -25,11 +32,16 @@ import math
 
 #: A frame counts once per started this many characters (bytes of a binary frame).
 FRAME_UNIT_BYTES = 256
+#: ... and once per started this many seconds of the event loop's CPU (thread time) handling it took.
+FRAME_UNIT_CPU_S = 100e-6
 
 
-def frame_cost(frame: str | bytes) -> int:
-    """How many frames of the rate ``frame`` counts as: one per started :data:`FRAME_UNIT_BYTES`."""
-    return max(1, -(-len(frame) // FRAME_UNIT_BYTES))
+def frame_cost(frame: str | bytes, cpu_s: float = 0.0) -> int:
+    """How many frames of the rate ``frame`` counts as: one per started :data:`FRAME_UNIT_BYTES`
+    of it, or one per started :data:`FRAME_UNIT_CPU_S` of the ``cpu_s`` seconds of CPU that
+    handling it took, whichever is more."""
+    by_cpu = math.ceil(cpu_s / FRAME_UNIT_CPU_S) if cpu_s > 0 and math.isfinite(cpu_s) else 0
+    return max(1, -(-len(frame) // FRAME_UNIT_BYTES), by_cpu)
 
 
 class FrameRate:

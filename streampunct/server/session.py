@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -442,10 +443,11 @@ class Session:
                 frame = await self._ws.recv()
             except websockets.ConnectionClosed:
                 return False
-            if self._frame_rate is not None:
-                self._frame_rate.take(loop.time(), frame_cost(frame))
             before = protocol.n_received
+            cpu_at = time.thread_time()
             self._emit(protocol.receive_frame(frame, loop.time()))
+            if self._frame_rate is not None:  # charged by its size or by the loop's CPU it took
+                self._frame_rate.take(loop.time(), frame_cost(frame, time.thread_time() - cpu_at))
             if protocol.n_received > before:
                 self._ctx.metrics.words_in.inc(protocol.n_received - before)
                 self.peak_backlog = max(self.peak_backlog, protocol.backlog)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect as ws_connect
 
 from streampunct.core.wire import EndRequest, FlushRequest, Word, WordsMessage, encode
-from streampunct.server.rate import FRAME_UNIT_BYTES, FrameRate, frame_cost
+from streampunct.server import session as session_module
+from streampunct.server.rate import FRAME_UNIT_BYTES, FRAME_UNIT_CPU_S, FrameRate, frame_cost
 from tests.streampunct.fakes import until
 
 
@@ -58,6 +59,17 @@ def test_a_frame_counts_once_per_started_unit_of_its_text():
     bucket.take(0.0, frame_cost("x" * 40 * FRAME_UNIT_BYTES))  # 40 frames' worth: 30 past the burst
     assert bucket.wait(0.0) == pytest.approx(3.1)  # back at one frame after (1 - -30) / 10 s
     assert bucket.wait(3.1) == pytest.approx(0.0)
+
+
+def test_a_frame_counts_by_the_cpu_it_took_when_that_is_more_than_its_text():
+    small = "x" * 10
+    assert frame_cost(small, 0.0) == 1
+    assert frame_cost(small, FRAME_UNIT_CPU_S / 2) == 1  # a real-time frame: once
+    assert frame_cost(small, FRAME_UNIT_CPU_S * 1.5) == 2
+    assert frame_cost(small, 0.25) == round(0.25 / FRAME_UNIT_CPU_S)  # 250 ms of the loop
+    big = "x" * 40 * FRAME_UNIT_BYTES
+    assert frame_cost(big, FRAME_UNIT_CPU_S) == 40  # its text costs more
+    assert frame_cost(small, float("nan")) == frame_cost(small, -1.0) == 1
 
 
 @pytest.mark.parametrize("rate", [0, -1, float("nan"), float("inf")])
@@ -170,3 +182,40 @@ async def test_the_server_does_not_negotiate_compression(start_server):
         assert ws.response.headers.get("Sec-WebSocket-Extensions") is None
         assert ws.protocol.extensions == []
         await ws.recv()  # ready
+
+
+async def test_small_frames_that_take_the_loop_long_count_by_that_time(start_server, monkeypatch):
+    """Handling each frame is made to take 20 ms of the loop's CPU (the reader's thread clock,
+    faked): at 1000 frames a second, 21 such frames count as 4,200 and are read over about 3 s
+    after the burst, where the same frames at 0.2 ms each (42 in all) fit the burst."""
+
+    class Clock:
+        step = 0.020
+        now = 0.0
+
+        def thread_time(self) -> float:  # read before and after each frame is handled
+            self.now += self.step
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(session_module, "time", clock)
+    server = await start_server(max_frames_per_s=1000.0)
+
+    async def flushes(n: int) -> float:
+        async with ws_connect(server.url) as ws:
+            await ws.recv()  # ready
+            await ws.send(encode(WordsMessage((Word("hello"),))))
+            for _ in range(n - 1):
+                await ws.send(encode(FlushRequest()))
+            await ws.send(encode(EndRequest()))
+            async with asyncio.timeout(60):
+                flushed = sum(['"flushed"' in frame async for frame in ws])
+        assert flushed == n - 1
+        await until(lambda: not server.sessions)
+        return server.metrics.registry.get_sample_value("streampunct_input_wait_seconds_total",
+                                                        {"reason": "throttled"}) or 0.0
+
+    clock.step = 0.0002
+    assert await flushes(20) == 0.0  # 21 frames of 2 units: within the burst of 1000
+    clock.step = 0.020
+    assert await flushes(20) >= 2.5  # 21 frames of 200 units: (4,200 - 1,000) / 1000 a second
