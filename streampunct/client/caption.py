@@ -66,6 +66,7 @@ from streampunct.client.stream_client import (
 from streampunct.client.subtitles import SubtitleWriter, TimedWord
 from streampunct.core.wire import (
     DEFAULT_LIMITS,
+    IDLE_TIMEOUT_REASON,
     Error,
     ErrorCode,
     Final,
@@ -93,6 +94,14 @@ END_GRACE_S = 5.0
 #: After an abort, the longest wait for the connection's closing handshake.
 ABORT_CLOSE_S = 1.0
 
+
+
+def close_meaning(code: int | None, reason: str | None) -> str:
+    """What a close the client did not ask for means, in words."""
+    if code == 1001:
+        return ("its idle timeout: no words for too long" if reason == IDLE_TIMEOUT_REASON
+                else "the server is shutting down")
+    return f"close code {code}"
 
 def _loses_words(error: Error) -> bool:
     """The errors that refuse a message, its words with it: ``bad_request`` and ``too_large``.
@@ -566,9 +575,7 @@ async def caption(
         if resume_failed is not None:
             why = f"the connection was lost and the stream could not be resumed: {resume_failed}"
         else:
-            code = stream.close_code
-            why = ("the server closed the stream early ("
-                   + ("the server is shutting down" if code == 1001 else f"close code {code}") + ")")
+            why = f"the server closed the stream early ({close_meaning(stream.close_code, stream.close_reason)})"
         reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
         if input_failure:
             why = f"{input_failure[0]}; then {why}"

@@ -203,6 +203,10 @@ class StreamClient:
     def close_code(self) -> int | None:
         return self.connection.close_code
 
+    @property
+    def close_reason(self) -> str | None:
+        return self.connection.close_reason
+
     async def close(self) -> None:
         await self.connection.close()
 
@@ -662,6 +666,13 @@ class ResumableStream:
         if self._close is not None:
             return self._close[0]
         return self._client.close_code
+
+    @property
+    def close_reason(self) -> str | None:
+        """The reason the server gave when the last connection closed (None while it is open)."""
+        if self._close is not None:
+            return self._close[1]
+        return self._client.close_reason
 
     # -- sending ---------------------------------------------------------------
     def _check_open(self) -> None:

@@ -180,6 +180,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--send-timeout-s", type=finite_float, default=ServerConfig.send_timeout_s,
                         help="close a session with 1013 when a send to it stays blocked this long "
                              "(the client does not read); 0: wait as long as it takes (default: %(default)s)")
+    limits.add_argument("--idle-timeout-s", type=finite_float, default=0.0,
+                        help="finalize a session's words and close it with 1001 (reason 'idle timeout'; "
+                             "a client may resume) when its client sends no frame this long; pings do "
+                             "not count, so a silent microphone's stream is closed too; 0: never "
+                             "(default: %(default)s)")
     stop = parser.add_argument_group("shutdown (SIGTERM, SIGINT)")
     stop.add_argument("--drain", choices=choices(DrainMode), default=str(ServerConfig.drain),
                       help="live streams at shutdown: 'finalize' every word received, then close with 1001; "
@@ -277,6 +282,8 @@ def build_config(args: argparse.Namespace):
                          "usable core): each worker loads its own engines and event loop")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
+    if args.idle_timeout_s < 0:
+        raise InputError("--idle-timeout-s must be >= 0 (0: never)")
     if args.max_frames_per_s < 0:  # the flag's 0 is the config's None
         raise InputError("--max-frames-per-s must be >= 0 (0: no limit)")
     token = args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV)
@@ -304,6 +311,7 @@ def build_config(args: argparse.Namespace):
             max_message_bytes=args.max_message_bytes,
             max_backlog_words=args.max_backlog_words,
             send_timeout_s=args.send_timeout_s or None,
+            idle_timeout_s=args.idle_timeout_s or None,
             shutdown_timeout_s=args.shutdown_timeout_s,
             worker_hang_timeout_s=args.worker_hang_timeout_s or None,
             max_frames_per_s=args.max_frames_per_s or None,

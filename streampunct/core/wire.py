@@ -31,6 +31,9 @@ from streampunct.errors import StreampunctError
 
 #: The ``protocol`` field of ``ready``.
 PROTOCOL_VERSION = 1
+#: The reason of the 1001 close that ends a session whose client sent nothing for the
+#: server's idle timeout (``serve --idle-timeout-s``); a shutdown's 1001 gives another.
+IDLE_TIMEOUT_REASON = "idle timeout"
 
 
 class ErrorCode(StrEnum):

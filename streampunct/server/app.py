@@ -193,6 +193,9 @@ class ServerConfig:
             stops reading and asking for windows.
         send_timeout_s: a send blocked this long (the client does not read)
             closes the session with 1013; None waits as long as it takes.
+        idle_timeout_s: a session that receives no frame for this long (pings and pongs
+            do not count) has every word it received finalized and is closed with 1001,
+            reason ``idle timeout``; a client may resume it. None: no timeout.
         max_frames_per_s: frames a session's reader takes a second, after a burst of as
             many, a frame counting once per started 256 characters or 100 us of the event
             loop's CPU it took (:func:`~streampunct.server.rate.frame_cost`); past it the reader waits and
@@ -262,6 +265,7 @@ class ServerConfig:
     max_backlog_words: int = 4096
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
+    idle_timeout_s: float | None = None
     max_frames_per_s: float | None = 1000.0
     max_queued_frames: int = 4
     ping_interval_s: float | None = 20.0
@@ -315,7 +319,7 @@ class ServerConfig:
             if canonical_ip(value) is None:
                 raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
         require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
-                       "max_frames_per_s", "worker_hang_timeout_s")
+                       "max_frames_per_s", "worker_hang_timeout_s", "idle_timeout_s")
         if self.worker_hang_timeout_s is not None and self.worker_hang_timeout_s < MIN_WORKER_HANG_TIMEOUT_S:
             raise ValueError(f"worker_hang_timeout_s must be >= {MIN_WORKER_HANG_TIMEOUT_S:g} (None: never)")
         if self.max_frames_per_s is not None and self.max_frames_per_s <= 0:
@@ -324,6 +328,8 @@ class ServerConfig:
             raise ValueError("shutdown_timeout_s must be >= 0")
         if self.send_timeout_s is not None and self.send_timeout_s <= 0:
             raise ValueError("send_timeout_s must be > 0 (None: no timeout)")
+        if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
+            raise ValueError("idle_timeout_s must be > 0 (None: no timeout)")
         if self.ping_interval_s is not None and self.ping_interval_s <= 0:
             raise ValueError("ping_interval_s must be > 0 (None: no pings)")
         if self.close_timeout_s <= 0:
@@ -461,6 +467,7 @@ class StreamServer:
             max_backlog_words=config.max_backlog_words,
             max_outbox_messages=config.max_outbox_messages,
             send_timeout_s=config.send_timeout_s,
+            idle_timeout_s=config.idle_timeout_s,
             max_frames_per_s=config.max_frames_per_s,
             close_timeout_s=config.close_timeout_s,
             stream_shape=runtime.stream_shape,

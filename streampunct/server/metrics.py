@@ -99,6 +99,7 @@ class ServerMetrics:
             word's finalize margin starts only once it is read.
         slow_reader_closes: sessions closed because a send stayed blocked
             longer than the send timeout (the client did not read).
+        idle_closes: sessions closed because their client sent no frame for the idle timeout.
         itn_wait: seconds the text of an ``itn`` session's final or partial
             waited for grammar searches not cached yet (only texts that
             waited; the wait is part of their finalize margin).
@@ -204,6 +205,12 @@ class ServerMetrics:
             "streampunct_slow_reader_closes",
             "Connections closed because their client stopped reading: 1013 when a send stayed blocked "
             "past the send timeout, aborted when answers to its own frames (pongs) piled up unsent.",
+            registry=r,
+        )
+        self.idle_closes = Counter(
+            "streampunct_idle_closes",
+            "Sessions closed (1001, their words finalized) because their client sent no frame for "
+            "--idle-timeout-s.",
             registry=r,
         )
         self.itn_wait = Histogram(

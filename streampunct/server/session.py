@@ -72,6 +72,7 @@ from streampunct.core.session_protocol import SessionProtocol, WrittenText, noth
 from streampunct.core.stream_cache import StreamCacheConfig
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
+    IDLE_TIMEOUT_REASON,
     ConfigApplied,
     Error,
     ErrorCode,
@@ -120,6 +121,8 @@ class SessionContext:
             session stops producing more (reading frames, asking for windows).
         send_timeout_s: a send blocked this long closes the session with 1013
             (None: wait as long as it takes, memory staying bounded).
+        idle_timeout_s: a session whose client sends no frame for this long has every
+            word it received finalized and is closed with 1001 (None: no timeout).
         max_frames_per_s: frames the reader takes a second after a burst of as many
             (:class:`~streampunct.server.rate.FrameRate`; None: no limit).
         close_timeout_s: longest a close handshake may take before the TCP
@@ -148,6 +151,7 @@ class SessionContext:
     max_backlog_words: int | None = 4096
     max_outbox_messages: int = 64
     send_timeout_s: float | None = 30.0
+    idle_timeout_s: float | None = None
     max_frames_per_s: float | None = None
     close_timeout_s: float = 10.0
     stream_shape: tuple[int, int, int] | None = None
@@ -237,6 +241,7 @@ class Session:
         self._queued_partial: _QueuedPartial | None = None  # the newest partial not sent yet
         self._configs_logged = 0
         self.errors_sent = 0
+        self._idle_closed = False  # closed for --idle-timeout-s
 
     @property
     def backlog(self) -> int:
@@ -329,6 +334,8 @@ class Session:
                 if code == CloseCode.NORMAL_CLOSURE:
                     self._log.info("ended after %d words", self.protocol.n_words)
                     await self._close(code)
+                elif self._idle_closed:
+                    await self._close(code, IDLE_TIMEOUT_REASON)
                 else:
                     self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
                     await self._close(code, "server shutting down")
@@ -427,7 +434,8 @@ class Session:
 
     # -- reader --------------------------------------------------------------
     async def _read(self) -> bool:
-        """Handle client frames; True once the client sent ``end``, False when it left."""
+        """Handle client frames; True once the client sent ``end`` or sent nothing for the idle
+        timeout (its words then being finished), False when it left."""
         loop = asyncio.get_running_loop()
         protocol = self.protocol
         while True:
@@ -440,9 +448,18 @@ class Session:
                 await asyncio.sleep(wait)  # the frame rate's timer: the client is held by TCP meanwhile
                 self._ctx.metrics.input_wait.labels(reason="throttled").inc(loop.time() - throttled_at)
             try:
-                frame = await self._ws.recv()
+                async with asyncio.timeout(self._ctx.idle_timeout_s):
+                    frame = await self._ws.recv()  # cancelling recv loses no frame
             except websockets.ConnectionClosed:
                 return False
+            except TimeoutError:  # an idle client: finish as at a shutdown, then close with 1001
+                self._idle_closed = True
+                self._ctx.metrics.idle_closes.inc()
+                self._log.info("no frame for %g s: finalizing %d words and closing", self._ctx.idle_timeout_s,
+                               protocol.n_words - protocol.n_final)
+                self._emit(protocol.finish(loop.time()))
+                self._wake.set()
+                return True
             before = protocol.n_received
             cpu_at = time.thread_time()
             self._emit(protocol.receive_frame(frame, loop.time()))

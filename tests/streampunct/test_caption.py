@@ -15,7 +15,7 @@ from streampunct.core.wire import Final, Partial, PunctuatedWord
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_words, render
-from tests.streampunct.fakes import ended_or_final_before, until
+from tests.streampunct.fakes import ended, ended_or_final_before, until
 
 
 def test_read_plain_text_and_word_label_files(tmp_path):
@@ -340,6 +340,41 @@ async def test_caption_connection_errors_are_one_line(start_server, tmp_path, ca
                 "broken-ipv6": "not a WebSocket URL: Invalid IPv6 URL", "no-host": "not a WebSocket URL",
                 "tls-to-plain": "is the server serving TLS? (ws:// for one that is not)"}[case]
     assert expected in stderr
+
+
+async def test_caption_resumes_after_the_servers_idle_timeout_and_loses_nothing(start_server, tmp_path,
+                                                                             fake_labels):
+    """A pause longer than the server's idle timeout closes the stream with 1001 (its words
+    finalized); the client resumes, and the words after the pause follow with no gap."""
+    server = await start_server(idle_timeout_s=0.3)
+    out = tmp_path / "out.txt"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url, "--out", str(out),
+        "--right-context", "3", "--max-delay-ms", "600000",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    first, second = "so this is the story".split(), "of how it all began".split()
+    proc.stdin.write((" ".join(first) + "\n").encode())
+    await proc.stdin.drain()
+    await until(lambda: metric_value(server, "streampunct_idle_closes_total") >= 1, timeout=20)
+    proc.stdin.write((" ".join(second) + "\n").encode())
+    proc.stdin.close()
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()
+    words = first + second
+    assert out.read_text().strip() == render(words, ended(fake_labels(words)), capitalize=True)
+
+
+def metric_value(server, name: str) -> float:
+    return server.metrics.registry.get_sample_value(name) or 0.0
+
+
+def test_an_unasked_close_is_said_in_words():
+    from streampunct.client.caption import close_meaning
+
+    assert close_meaning(1001, "idle timeout") == "its idle timeout: no words for too long"
+    assert close_meaning(1001, "server shutting down") == "the server is shutting down"
+    assert close_meaning(1011, "internal error") == "close code 1011"
 
 
 @pytest.mark.parametrize("url", ["ws://127.0.0.1:notaport/v1/stream", "ws://127.0.0.1:99999/v1/stream",

@@ -411,6 +411,7 @@ def test_serve_refuses_ports_out_of_range(port, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--send-timeout-s", "-1"], "--send-timeout-s must be >= 0 (0: no timeout)"),
+    (["--idle-timeout-s", "-1"], "--idle-timeout-s must be >= 0 (0: never)"),
     (["--max-batch", "0"], "--max-batch must be an integer >= 1, not 0"),
     (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0"),
     (["--max-sessions", "0"], "--max-sessions must be an integer >= 1, not 0"),
@@ -470,6 +471,14 @@ def test_serve_send_timeout_zero_means_none():
     from streampunct.commands import serve
 
     assert serve.build_config(_serve_parser().parse_args(["--send-timeout-s", "0"])).send_timeout_s is None
+
+
+def test_serve_idle_timeout_is_off_by_default_and_taken_in_seconds():
+    from streampunct.commands import serve
+
+    assert serve.build_config(_serve_parser().parse_args([])).idle_timeout_s is None
+    assert serve.build_config(_serve_parser().parse_args(["--idle-timeout-s", "0"])).idle_timeout_s is None
+    assert serve.build_config(_serve_parser().parse_args(["--idle-timeout-s", "90"])).idle_timeout_s == 90.0
 
 
 def test_stream_cache_auto_is_off_for_other_engines(tmp_path):

@@ -185,6 +185,38 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_after_the_send_ti
     await until(lambda: not server.sessions)
 
 
+async def test_a_client_that_sends_nothing_for_the_idle_timeout_gets_its_finals_then_1001(start_server, fake_labels):
+    """Words held for right context are finalized (no end-of-stream mark: the speech may go on),
+    then the session closes with 1001 and the idle timeout's reason, and a resume may continue it."""
+    server = await start_server(idle_timeout_s=0.5)
+    async with ws_connect(server.url) as ws:
+        decode_server(await ws.recv())  # ready
+        await ws.send(encode(ConfigRequest(right_context=5, max_delay_ms=600_000)))
+        words = corpus(3)
+        await ws.send(encode(WordsMessage(tuple(Word(w) for w in words))))
+        async with asyncio.timeout(TIMEOUT):
+            transcript, code, reason = await read_all(ws)
+    assert (code, reason) == (1001, "idle timeout")
+    assert transcript.words == words and transcript.labels == fake_labels(words)
+    assert transcript.ended_words is None  # no `end`: the client did not end the stream
+    assert metric(server, "streampunct_idle_closes_total") == 1
+    await until(lambda: not server.sessions)
+
+
+async def test_a_client_that_sends_more_often_than_the_idle_timeout_is_kept(start_server):
+    server = await start_server(idle_timeout_s=0.5)
+    async with ws_connect(server.url) as ws:
+        decode_server(await ws.recv())  # ready
+        for word in corpus(8):  # 1.6 s in all, a frame every 0.2 s
+            await ws.send(encode(WordsMessage((Word(word),))))
+            await asyncio.sleep(0.2)
+        await ws.send(encode(EndRequest()))
+        async with asyncio.timeout(TIMEOUT):
+            transcript, code, _ = await read_all(ws)
+    assert code == 1000 and transcript.n_final == 8 and transcript.ended_words == 8
+    assert metric(server, "streampunct_idle_closes_total") == 0
+
+
 def ping_flood(port: int, stop: threading.Event) -> str:
     """A client that sends pings and reads nothing (a 4 KB receive buffer); how it ended."""
     sock = socket.socket()
