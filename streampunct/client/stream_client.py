@@ -301,24 +301,58 @@ def written_forms(message: Final) -> list[str]:
     """Each word of a ``final`` as its ``text`` writes it (case included).
 
     ``text`` is the words with their marks, clitics joined to the word before
-    them; a word whose written form cannot be matched letter for letter (a
-    server that renders otherwise) keeps its normalized ``w``.
+    them. Words whose written form cannot be matched letter for letter (a
+    phrase the server wrote otherwise, "NYC" or "$25" with a lexicon or ``itn``,
+    or a server that renders otherwise) keep their normalized ``w``; the words
+    after them are matched again from the next token that spells them.
     """
     words = [w.w for w in message.words]
+    cores = [token.rstrip(",.?") for token in message.text.split()]
     out: list[str] = []
-    k = 0
-    for token in message.text.split():
-        core, pos = token.rstrip(",.?"), 0
-        while k < len(words) and pos < len(core):
-            n = written_length(core, pos, words[k])
-            if n < 0:
-                return words
-            out.append(core[pos : pos + n])
-            pos += n
-            k += 1
-        if pos != len(core):
-            return words
-    return out if k == len(words) else words
+    k = t = 0
+    while k < len(words):
+        spelled = _spelled(cores[t], words, k) if t < len(cores) else None
+        if spelled is not None:
+            out.extend(spelled)
+            k, t = k + len(spelled), t + 1
+            continue
+        k2, t2 = _resync(cores, words, k, t)
+        out.extend(words[k:k2])
+        k, t = k2, t2
+    return out
+
+
+#: How far :func:`written_forms` looks, in words and in tokens, for where a phrase written
+#: otherwise ends.
+_RESYNC_SPAN = 16
+
+
+def _spelled(core: str, words: list[str], k: int) -> list[str] | None:
+    """The pieces of ``core`` that spell ``words[k], words[k + 1], ...`` (a word and the clitics
+    joined to it), or None when ``core`` is not those words written out."""
+    pieces: list[str] = []
+    pos = 0
+    while k + len(pieces) < len(words) and pos < len(core):
+        n = written_length(core, pos, words[k + len(pieces)])
+        if n < 0:
+            return None
+        pieces.append(core[pos : pos + n])
+        pos += n
+    return pieces if pieces and pos == len(core) else None
+
+
+def _resync(cores: list[str], words: list[str], k: int, t: int) -> tuple[int, int]:
+    """The nearest ``(word, token)`` after a mismatch at ``(k, t)`` from which a token spells
+    the words again (fewest words and tokens skipped); ``(len(words), len(cores))`` if none."""
+    best: tuple[int, int] | None = None
+    for k2 in range(k + 1, min(len(words), k + 1 + _RESYNC_SPAN)):
+        for t2 in range(t, min(len(cores), t + 1 + _RESYNC_SPAN)):
+            if best is not None and (k2 - k) + (t2 - t) >= (best[0] - k) + (best[1] - t):
+                break
+            if _spelled(cores[t2], words, k2) is not None:
+                best = (k2, t2)
+                break
+    return best if best is not None else (len(words), len(cores))
 
 
 @dataclass(frozen=True)

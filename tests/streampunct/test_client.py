@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streampunct.client.stream_client import ClientError, LatencyTracker, StreamClient, Transcript
 from streampunct.core.wire import (
@@ -126,14 +128,37 @@ def test_written_forms_keep_the_case_the_server_wrote():
         "went", "to", "New", "York"]
     # clitics are joined to the word before them inside one final
     assert written_forms(final("NASA didn't?", ("nasa", ""), ("did", ""), ("n't", "?"))) == ["NASA", "did", "n't"]
-    # a text that does not spell the words (another server's rendering): the normalized words
+    # words the text does not spell (a lexicon's or ITN's form, another server's rendering) keep
+    # the normalized word; the words before and after them keep the case the server wrote
     assert written_forms(final("Went to NY.", ("went", ""), ("to", ""), ("new", ""), ("york", "."))) == [
-        "went", "to", "new", "york"]
+        "Went", "to", "new", "york"]
+    assert written_forms(final("Yesterday, John from NASA flew to NYC with",
+                               *[(w, "") for w in "yesterday john from nasa flew to new york city with".split()])) == [
+        "Yesterday", "John", "from", "NASA", "flew", "to", "new", "york", "city", "with"]
+    assert written_forms(final("It costs $25, Paris", ("it", ""), ("costs", ""), ("twenty", ""), ("five", ""),
+                               ("dollars", ","), ("paris", ""))) == ["It", "costs", "twenty", "five", "dollars",
+                                                                     "Paris"]
+    assert written_forms(final("$25", ("five", ""), ("dollars", ""))) == ["five", "dollars"]
     assert written_forms(final("", ("so", ""))) == ["so"]
     # capitals that change a letter or the length: Turkish dotless i, German sharp s in upper case
     assert written_forms(final("NASA said Irmak.", ("nasa", ""), ("said", ""), ("ırmak", "."))) == [
         "NASA", "said", "Irmak"]
     assert written_forms(final("STRASSE 'Cause", ("straße", ""), ("'cause", ""))) == ["STRASSE", "'Cause"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.sampled_from(["new", "york", "city", "nasa", "did", "n't", "so", "twenty", "five"]),
+                      min_size=1, max_size=12),
+       text=st.lists(st.sampled_from(["New", "York", "NYC", "$25", "NASA", "didn't", "So,", "so", "five.", "25"]),
+                     max_size=12))
+def test_written_forms_give_one_form_per_word_that_spells_it(words, text):
+    """Whatever the text, each word gets one form, and a form other than the word itself is
+    that word written out (its case)."""
+    from streampunct.client.stream_client import written_forms
+
+    forms = written_forms(Final(0, tuple(PunctuatedWord(w, "") for w in words), " ".join(text)))
+    assert len(forms) == len(words)
+    assert all(form == word or form.lower() == word for form, word in zip(forms, words, strict=True))
 
 
 def test_the_caption_view_and_the_transcript_show_the_learned_case():
