@@ -454,7 +454,10 @@ def _segment_words(segment: Any, where: str) -> tuple[Word, ...]:
     return _spread(text.split(), _time(segment, "start", where), _time(segment, "end", where))
 
 
-def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
+def _parse_object(fmt: str, obj: Any, where: str, previous: float | None,
+                  skip_segment: Callable[[str], None] | None = None) -> list[AsrEvent]:
+    """The events of one JSON value of ``fmt``. A Whisper value's bad segment raises, or with
+    ``skip_segment`` is reported to it and skipped (the value's other segments are kept)."""
     if fmt == "words":
         items = obj if isinstance(obj, list) else [obj]
         words = tuple(_word(item, where) for item in items)
@@ -468,8 +471,14 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None) -> lis
         if not isinstance(segments, list):
             raise InputError(f"{where}: expected a segment object or a list of segments")
         events = []
-        for segment in segments:
-            words = _segment_words(segment, where)
+        for i, segment in enumerate(segments):
+            try:
+                words = _segment_words(segment, where if len(segments) == 1 else f"{where}: segment {i + 1}")
+            except InputError as e:
+                if skip_segment is None:
+                    raise
+                skip_segment(f"{e}; segment skipped")
+                continue
             if words:
                 previous = _due(words, previous)
                 events.append(AsrEvent(previous, words))
@@ -485,7 +494,8 @@ def _value_events(fmt: str, value: JsonValue, name: str, previous: float | None,
         if value.error is not None:
             raise BadLine(f"{where}: not JSON ({value.error})")
         try:
-            return _parse_object(fmt, value.obj, where, previous)
+            return _parse_object(fmt, value.obj, where, previous,
+                                 skip_segment=(report or (lambda _: None)) if on_bad_line == "skip" else None)
         except InputError as e:  # JSON of the wrong shape
             raise BadLine(str(e)) from None
     except BadLine as e:

@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-bad-line", choices=BAD_LINE_ACTIONS, default="stop",
                         help="a JSON input line (or pretty-printed object) that cannot be read: 'stop' there "
                              "(the words sent before it are finalized, exit status 2) or 'skip' it (reported on "
-                             "stderr) "
+                             "stderr; a Whisper document's bad segment alone) "
                              "(default: %(default)s)")
     parser.add_argument("--end-timeout-s", type=non_negative_float, default=END_GRACE_S, metavar="SECONDS",
                         help="after Ctrl-C or SIGTERM: how long to wait for the finals of the words sent "

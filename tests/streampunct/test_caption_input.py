@@ -143,6 +143,25 @@ def test_a_segment_whose_text_is_not_a_string_is_a_bad_line(tmp_path, segment, r
     assert [w.w for e in events for w in e.words] == ["so"] and len(reported) == 1
 
 
+@pytest.mark.parametrize("bad", [{"start": float("nan"), "end": 1.0, "text": "bad one"}, 5])
+def test_a_bad_segment_of_a_whisper_document_is_skipped_alone(tmp_path, bad):
+    """--on-bad-line skip passes over one bad segment of a document, named by its place; the
+    other segments are streamed. stop raises it, as for a bad line."""
+    from streampunct.client.caption_input import BadLine
+
+    segments = [{"start": 2.0 * i, "end": 2.0 * i + 2, "text": f" segment {i} here"} for i in range(4)]
+    segments[2] = bad
+    source = tmp_path / "whisper.json"
+    source.write_text(json.dumps({"segments": segments}), encoding="utf-8")
+    with pytest.raises(BadLine, match=rf"^{source}:1: segment 3: "):
+        read_events(str(source), input_format="whisper", speed=0)
+    reported: list[str] = []
+    events = read_events(str(source), input_format="whisper", speed=0, on_bad_line="skip", report=reported.append)
+    assert [w.w for e in events for w in e.words] == "segment 0 here segment 1 here segment 3 here".split()
+    assert len(reported) == 1 and reported[0].startswith(f"{source}:1: segment 3: ")
+    assert reported[0].endswith("; segment skipped")
+
+
 def test_vosk_alternatives_commit_the_best_and_an_unknown_object_is_a_bad_line(tmp_path):
     from streampunct.client.caption_input import BadLine
 
