@@ -29,7 +29,8 @@ running out) stops at once. Either way the run returns what is final, with
 ``interrupted`` set.
 
 Nothing is sent that the server must refuse for its size: committed words go
-in messages of at most the server's ``max_words_per_message`` words, and
+in messages of at most the server's ``max_words_per_message`` words and
+``max_message_bytes`` bytes, and
 longer words are cut to its ``max_word_chars`` characters (the server keeps
 far fewer after normalization anyway). The limits come with ``ready``; a
 server that does not send them is taken to have the defaults
@@ -70,6 +71,7 @@ from streampunct.core.wire import (
     Error,
     ErrorCode,
     Final,
+    HypothesisMessage,
     SessionOptions,
 )
 from streampunct.errors import InputError
@@ -492,7 +494,7 @@ async def caption(
         limits = stream.limits
         if event.interim:
             # A hypothesis replaces the last one: only its first words fit in one message.
-            words = message_words(event.words, limits)[:1] or [()]
+            words = message_words(event.words, limits, HypothesisMessage)[:1] or [()]
             await stream.send_hypothesis(words[0])
             log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
             return

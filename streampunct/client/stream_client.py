@@ -435,12 +435,31 @@ class LatencyTracker:
 # -- connecting, and streams that outlive their connections ---------------------
 
 
-def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS) -> list[tuple[Word, ...]]:
-    """Committed words as the messages that carry them: at most ``limits.max_words_per_message``
-    words each, every word cut to ``limits.max_word_chars`` characters."""
+def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS,
+                  message: type[WordsMessage | HypothesisMessage] = WordsMessage) -> list[tuple[Word, ...]]:
+    """Committed words as the messages (``message``) that carry them: at most ``limits.max_words_per_message``
+    words each, every word cut to ``limits.max_word_chars`` characters, and each frame at most
+    ``limits.max_message_bytes`` bytes when the server announces it (a word too large alone
+    goes alone)."""
     n, chars = limits.max_words_per_message, limits.max_word_chars
     cut = tuple(w if len(w.w) <= chars else Word(w.w[:chars], w.start, w.end) for w in words)
-    return [cut[i : i + n] for i in range(0, len(cut), n)]
+    budget = limits.max_message_bytes
+    if budget is None:
+        return [cut[i : i + n] for i in range(0, len(cut), n)]
+    base = len(encode(message(())).encode())  # the frame of no words; each word adds its JSON and a comma
+    out: list[tuple[Word, ...]] = []
+    chunk: list[Word] = []
+    size = base
+    for word in cut:
+        item = len(encode(message((word,))).encode()) - base
+        if chunk and (len(chunk) == n or size + 1 + item > budget):
+            out.append(tuple(chunk))
+            chunk, size = [], base
+        size += item + (1 if chunk else 0)
+        chunk.append(word)
+    if chunk:
+        out.append(tuple(chunk))
+    return out
 
 
 class ConnectError(ClientError):
@@ -747,7 +766,8 @@ class ResumableStream:
     async def send_hypothesis(self, words: Sequence[str | Word]) -> None:
         """Replace the interim hypothesis (an empty list clears it)."""
         self._check_open()
-        chunks = message_words([w if isinstance(w, Word) else Word(w) for w in words], self.limits)
+        chunks = message_words([w if isinstance(w, Word) else Word(w) for w in words], self.limits,
+                               HypothesisMessage)
         self._hypothesis = chunks[0] if chunks else ()
         self._hypothesis_version += 1
         await self._send(self._client, HypothesisMessage(self._hypothesis))
@@ -909,8 +929,9 @@ class ResumableStream:
                     upto = min(upto, max(0, self._flushes[flushes] - start))
                 if words < upto:
                     n = min(upto - words, limits.max_words_per_message)
-                    await client.send(WordsMessage(tuple(itertools.islice(self._pending, words, words + n))))
-                    words += n
+                    chunk = message_words(tuple(itertools.islice(self._pending, words, words + n)), limits)[0]
+                    await client.send(WordsMessage(chunk))
+                    words += len(chunk)
                 elif flushes < len(self._flushes):
                     flushes += 1
                     await client.send(FlushRequest())

@@ -8,6 +8,8 @@ import json
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streampunct.client.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
 from streampunct.client.stream_client import StreamClient, Transcript
@@ -493,6 +495,46 @@ def test_message_words_split_long_events_and_cut_long_words():
     [[long]] = message_words([Word("x" * 300, 1.0, 2.0)])
     assert long == Word("x" * 256, 1.0, 2.0)
     assert message_words([]) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.tuples(st.text(alphabet="ab\u00e9\u4e2d\"\\", min_size=1, max_size=40),
+                                st.one_of(st.none(), st.floats(0, 1e6))), max_size=60),
+       budget=st.integers(60, 2000), hypothesis=st.booleans())
+def test_message_words_fit_the_servers_byte_limit(words, budget, hypothesis):
+    """With max_message_bytes announced, every frame is at most that many bytes (UTF-8, JSON
+    escapes included) unless one word alone is larger, no frame could take the next word, and
+    the words come out whole and in order."""
+    from streampunct.client.caption import message_words
+    from streampunct.core.wire import HypothesisMessage, Limits, Word, WordsMessage, encode
+
+    kind = HypothesisMessage if hypothesis else WordsMessage
+    sent = [Word(w, t, None if t is None else t + 1) for w, t in words]
+    messages = message_words(sent, Limits(max_words_per_message=25, max_message_bytes=budget), kind)
+    assert [w for m in messages for w in m] == sent
+    sizes = [len(encode(kind(m)).encode()) for m in messages]
+    assert all(size <= budget or len(m) == 1 for size, m in zip(sizes, messages, strict=True))
+    for m, following in zip(messages, messages[1:], strict=False):  # greedy: the next word did not fit
+        assert len(m) == 25 or len(encode(kind((*m, following[0]))).encode()) > budget
+
+
+async def test_caption_fits_its_messages_to_the_servers_byte_limit(start_server, tmp_path, fake_labels):
+    """A server that announces a 4 KB frame limit gets 120 timed words (about 9 KB in one
+    Vosk result) in frames it accepts, and finalizes all of them."""
+    server = await start_server(max_message_bytes=4096)
+    vosk = tmp_path / "big.jsonl"
+    words = [f"word{i}" for i in range(120)]
+    vosk.write_text(json.dumps({"result": [{"word": w, "start": i * 0.25, "end": i * 0.25 + 0.2}
+                                           for i, w in enumerate(words)]}) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", str(vosk), "--url", server.url, "--out", str(out),
+        "--speed", "0", "--reconnect-attempts", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()
+    assert out.read_text().strip() == render(words, ended(fake_labels(words)), capitalize=True)
 
 
 async def test_stdin_lines_are_sent_in_chunks_of_at_most_max_chunk(monkeypatch):
