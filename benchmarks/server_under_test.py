@@ -234,9 +234,9 @@ def require_model_folder(engine: str, model_dir: Path | None, *, options: str = 
     if engine == "fake":
         return
     from streampunct.errors import InputError
-    from streampunct.model import DEFAULT_MODEL_DIR
+    from streampunct.model import default_model_dir
 
-    model = model_dir or DEFAULT_MODEL_DIR
+    model = model_dir or default_model_dir()
     if not Path(model).is_dir():
         raise InputError(f"no model folder at {model}: pass {options} or --engine fake")
 

@@ -29,10 +29,16 @@ from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
 from streampunct.errors import ModelError
 from streampunct.labels import LABELS
 
-#: The shipped default model (override with STREAMPUNCT_MODEL).
-DEFAULT_MODEL_DIR = Path(
-    os.environ.get("STREAMPUNCT_MODEL", Path(__file__).resolve().parent.parent / "models" / "default")
-)
+#: The shipped default model, in the repository's ``models/``.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
+#: The environment variable that names another default model folder.
+MODEL_ENV = "STREAMPUNCT_MODEL"
+
+
+def default_model_dir() -> Path:
+    """The model folder used when none is given: ``$STREAMPUNCT_MODEL`` as it is set now (an
+    empty value counts as unset), else the shipped :data:`DEFAULT_MODEL_DIR`."""
+    return Path(os.environ.get(MODEL_ENV) or DEFAULT_MODEL_DIR)
 
 
 @dataclass(frozen=True)
@@ -101,18 +107,20 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
     model folder: its name and windows, with the ``tokenizer.json`` of ``model_dir`` when given
     (nothing else of the folder is read), else the backend's own, else the shipped model's.
     """
+    if model_dir is not None and not isinstance(model_dir, str | os.PathLike):
+        raise ModelError(f"a model folder is a path, not {type(model_dir).__name__} {model_dir!r}")
     if backend is not None:
         own = own_model(backend, model_dir)
         if own is not None:
             return _own_model_info(backend, *own)
-    path = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
+    path = Path(model_dir) if model_dir is not None else default_model_dir()
     meta_path = path / METADATA_FILE
     if path.exists() and not path.is_dir():
         raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")
     if not path.is_dir():
         hint = ""
         if model_dir is None:
-            hint = (" (from STREAMPUNCT_MODEL; unset it for the shipped model)" if "STREAMPUNCT_MODEL" in os.environ
+            hint = (f" (from {MODEL_ENV}; unset it for the shipped model)" if os.environ.get(MODEL_ENV)
                     else " (the shipped model: the models are in the repository's models/ folder, not in an "
                          "installed package; give a model folder with --model or STREAMPUNCT_MODEL)")
         shipped = DEFAULT_MODEL_DIR.parent / path.name
@@ -148,7 +156,7 @@ def _check_positions(window: WindowConfig, key: str, where: str | Path) -> None:
 
 def _own_model_info(backend: str, meta: ModelMeta, folder: Path | None) -> ModelInfo:
     """The model a backend serves on its own, its tokenizer in ``folder`` (None: the shipped model's)."""
-    folder = folder if folder is not None else DEFAULT_MODEL_DIR
+    folder = folder if folder is not None else default_model_dir()
     if not (folder / "tokenizer.json").is_file():
         raise ModelError(f"the {backend} engine needs a tokenizer: no tokenizer.json in {folder} "
                          "(pass a folder that holds one as the model)")

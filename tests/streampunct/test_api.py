@@ -323,6 +323,24 @@ def test_an_install_without_the_shipped_model_says_how_to_name_one(tmp_path, mon
                             "package; give a model folder with --model or STREAMPUNCT_MODEL)")
 
 
+def test_streampunct_model_is_read_when_a_model_is_loaded_and_empty_is_unset(tmp_path, monkeypatch):
+    """Set after import, $STREAMPUNCT_MODEL still names the default; an empty value is the
+    shipped model, not the current folder."""
+    from streampunct.model import DEFAULT_MODEL_DIR, default_model_dir
+
+    monkeypatch.setenv("STREAMPUNCT_MODEL", str(tmp_path / "gone"))
+    with pytest.raises(ModelError, match=r"gone does not exist \(from STREAMPUNCT_MODEL; unset it"):
+        Punctuator.load()
+    monkeypatch.setenv("STREAMPUNCT_MODEL", "")
+    assert default_model_dir() == DEFAULT_MODEL_DIR
+
+
+@pytest.mark.parametrize("folder", [5, ["models/default"]])
+def test_a_model_folder_that_is_not_a_path_is_a_model_error(folder):
+    with pytest.raises(ModelError, match=f"a model folder is a path, not {type(folder).__name__}"):
+        Punctuator.load(folder)
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"right_context": "3"}, "'right_context' must be an integer between 0 and 1000"),
     ({"right_context": -1}, "'right_context' must be between 0 and 1000, not -1"),
