@@ -72,6 +72,7 @@ from streampunct.core.wire import (
     ErrorCode,
     Final,
     HypothesisMessage,
+    Message,
     SessionOptions,
 )
 from streampunct.errors import InputError
@@ -454,9 +455,18 @@ async def caption(
             errors.write(n.format() + "\n")
             errors.flush()
 
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    def log(direction: str, message: Message) -> None:  # every message, as it goes (resumes too)
+        if json_log is not None:
+            record = {"t": round(loop.time() - started, 4), "dir": direction, "msg": message.to_json()}
+            json_log.write(json.dumps(record, ensure_ascii=False) + "\n")
+
     connecting = ResumableStream.connect(
         url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
         max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
+        on_message=log if json_log is not None else None,
     )
     if interrupt is None:
         stream = await connecting
@@ -466,18 +476,9 @@ async def caption(
             interrupt.cancel()
             raise Interrupted("stopped before the connection was up; nothing was sent")
         assert isinstance(stream, ResumableStream)
-    loop = asyncio.get_running_loop()
     t0 = loop.time()
     tracker = LatencyTracker(stream.options)
     transcript = Transcript()
-
-    def log(direction: str, payload: dict) -> None:
-        if json_log is not None:
-            record = {"t": round(loop.time() - t0, 4), "dir": direction, "msg": payload}
-            json_log.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    log("recv", stream.ready.to_json())
-    log("recv", {"type": "config", "config": stream.options.to_json()})
 
     async def send(event: AsrEvent) -> None:
         if event.at is not None:
@@ -496,12 +497,10 @@ async def caption(
             # A hypothesis replaces the last one: only its first words fit in one message.
             words = message_words(event.words, limits, HypothesisMessage)[:1] or [()]
             await stream.send_hypothesis(words[0])
-            log("send", {"type": "hypothesis", "words": [w.w for w in words[0]]})
             return
         for words in message_words(event.words, limits):
             sent = await stream.send_words(words)
             tracker.words_sent([w.w for w in sent], loop.time())
-            log("send", {"type": "words", "words": [w.w for w in sent]})
 
     input_failure: list[Exception] = []
 
@@ -513,7 +512,6 @@ async def caption(
             input_failure.append(e)
         await stream.end()
         tracker.flush_sent(loop.time())
-        log("send", {"type": "end"})
 
     sender = asyncio.create_task(send_all())
     hold = _SubtitleHold(subtitles, loop)
@@ -521,7 +519,6 @@ async def caption(
 
     async def receive() -> None:
         async for message in stream:
-            log("recv", message.to_json())
             if isinstance(message, Final):
                 tracker.final_received(message, loop.time())
             transcript.apply(message)

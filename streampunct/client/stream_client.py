@@ -55,6 +55,7 @@ from streampunct.core.wire import (
     FlushRequest,
     HypothesisMessage,
     Limits,
+    Message,
     Partial,
     PunctuatedWord,
     Ready,
@@ -79,6 +80,10 @@ logger = logging.getLogger(__name__)
 #: stream that owes nothing: its reconnect attempts start again from zero.
 STABLE_CONNECTION_S = 30.0
 
+#: ``on_message(direction, message)``: ``direction`` is ``"send"`` or ``"recv"``.
+MessageTap = Callable[[str, Message], None]
+
+
 class ClientError(StreampunctError):
     """The server answered unexpectedly (an error, or a message out of protocol)."""
 
@@ -91,10 +96,12 @@ class StreamClient:
         options: the effective session options.
     """
 
-    def __init__(self, connection: ClientConnection, ready: Ready) -> None:
+    def __init__(self, connection: ClientConnection, ready: Ready,
+                 on_message: MessageTap | None = None) -> None:
         self.connection = connection
         self.ready = ready
         self.options: SessionOptions = ready.config
+        self.on_message = on_message
 
     @classmethod
     async def connect(
@@ -111,8 +118,12 @@ class StreamClient:
         ping_timeout: float | None = None,
         itn: bool | None = None,
         lexicon: Sequence[tuple[str, str]] | None = None,
+        on_message: MessageTap | None = None,
     ) -> StreamClient:
         """Open a session; session options given here are sent as ``config`` before returning.
+
+        ``on_message(direction, message)`` sees every message sent (``"send"``) and received
+        (``"recv"``, ``ready`` first), as it goes; ``caption --json`` logs them so.
 
         ``lexicon``: ``(spoken, written)`` pairs (normalized here; a bad pair raises ``ValueError``).
 
@@ -129,9 +140,11 @@ class StreamClient:
         )
         try:
             first = decode_server(await asyncio.wait_for(connection.recv(), open_timeout))
+            if on_message is not None:
+                on_message("recv", first)
             if not isinstance(first, Ready):
                 raise ClientError(f"expected 'ready' first, got {first.type!r}")
-            client = cls(connection, first)
+            client = cls(connection, first, on_message)
             request = ConfigRequest(right_context, max_delay_ms, partials, capitalize, itn,
                                     None if lexicon is None else normalize_lexicon(lexicon))
             if request.to_json().keys() != {"type"}:
@@ -165,6 +178,8 @@ class StreamClient:
         self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
     ) -> None:
         await self.connection.send(encode(message))
+        if self.on_message is not None:
+            self.on_message("send", message)
 
     async def send_raw(self, frame: str | bytes) -> None:
         """Send a frame as is (tests use this to send malformed input)."""
@@ -187,8 +202,17 @@ class StreamClient:
         """The next server message; raises ``ConnectionClosed`` when the session is over.
         Messages of a type this client does not know (a newer server's) are skipped."""
         async with asyncio.timeout(timeout):
-            while isinstance(message := decode_server(await self.connection.recv()), Extension):
+            while True:
+                message = self.received(await self.connection.recv())
+                if not isinstance(message, Extension):
+                    return message
                 logger.debug("skipped a server message of unknown type %r", message.type)
+
+    def received(self, frame: str | bytes) -> ServerMessage:
+        """A frame read from this connection, decoded (and shown to ``on_message``)."""
+        message = decode_server(frame)
+        if self.on_message is not None:
+            self.on_message("recv", message)
         return message
 
     async def __aiter__(self) -> AsyncIterator[ServerMessage]:
@@ -681,12 +705,13 @@ class ResumableStream:
         max_size: int | None = 1 << 24, ping_timeout: float | None = None, seed: int | None = None,
         right_context: int | None = None, max_delay_ms: int | None = None, partials: bool | None = None,
         capitalize: bool | None = None, itn: bool | None = None,
-        lexicon: Sequence[tuple[str, str]] | None = None,
+        lexicon: Sequence[tuple[str, str]] | None = None, on_message: MessageTap | None = None,
     ) -> ResumableStream:
         """Open the stream's first connection (failures raise :class:`ConnectError`); options as
-        :meth:`StreamClient.connect`."""
+        :meth:`StreamClient.connect` (``on_message`` sees the messages of every connection:
+        ``resume``, the words sent again and ``resumed`` too)."""
         connect_options = {"token": token, "open_timeout": open_timeout, "max_size": max_size,
-                           "ping_timeout": ping_timeout}
+                           "ping_timeout": ping_timeout, "on_message": on_message}
         client = await open_client(url, right_context=right_context, max_delay_ms=max_delay_ms,
                                    partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
                                    **connect_options)
@@ -805,7 +830,7 @@ class ResumableStream:
                     return
                 yield await self._resume()
                 continue
-            message = decode_server(frame)
+            message = self._client.received(frame)
             if isinstance(message, Extension):  # a newer server's message type: skipped
                 continue
             self._track(message)

@@ -11,9 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streampunct.client.caption import CaptionView, _fit, asr_chunks, caption, read_transcript
+from streampunct.client.caption import (
+    AsrEvent,
+    CaptionView,
+    _fit,
+    asr_chunks,
+    caption,
+    read_transcript,
+)
 from streampunct.client.stream_client import StreamClient, Transcript
-from streampunct.core.wire import Final, Partial, PunctuatedWord
+from streampunct.core.wire import Final, Partial, PunctuatedWord, Word
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import normalize_words, render
@@ -310,7 +317,9 @@ async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path,
         (0.1, 0.3), (0.4, 0.6), (0.7, 0.8), (0.9, 1.2)]
     records = [json.loads(line) for line in log.getvalue().splitlines()]
     sent = [r["msg"] for r in records if r["dir"] == "send"]
-    assert [m["type"] for m in sent] == ["hypothesis", "words", "hypothesis", "words", "end"]
+    assert [m["type"] for m in sent] == ["config", "hypothesis", "words", "hypothesis", "words", "end"]
+    assert sent[0] == {"type": "config", "right_context": 5, "max_delay_ms": 60_000, "partials": True,
+                       "capitalize": True}
     partials = received_partials()
     assert partials.index(["so", "how"]) < partials.index(["are", "you"])
 
@@ -365,6 +374,27 @@ async def test_caption_resumes_after_the_servers_idle_timeout_and_loses_nothing(
     assert proc.returncode == 0, stderr.decode()
     words = first + second
     assert out.read_text().strip() == render(words, ended(fake_labels(words)), capitalize=True)
+
+
+async def test_the_json_log_holds_every_message_of_every_connection(start_server):
+    """After a resume, --json's log has the new connection's ready, the resume and its answer,
+    and the words sent on it: every message as it went, not the client's summary of it."""
+    server = await start_server(idle_timeout_s=0.3)
+    log = io.StringIO()
+
+    async def events():
+        yield AsrEvent(None, (Word("so"), Word("this")))
+        await until(lambda: metric_value(server, "streampunct_idle_closes_total") >= 1, timeout=20)
+        yield AsrEvent(None, (Word("is"), Word("it")))
+
+    result = await caption(server.url, events=events(), right_context=3, max_delay_ms=60_000, json_log=log)
+    assert result.transcript.words == ["so", "this", "is", "it"]
+    records = [(r["dir"], r["msg"]["type"]) for r in map(json.loads, log.getvalue().splitlines())]
+    assert records[:3] == [("recv", "ready"), ("send", "config"), ("recv", "config")]
+    resumed = records.index(("send", "resume"))
+    assert records[resumed - 1: resumed + 3] == [("recv", "ready"), ("send", "resume"), ("recv", "resumed"),
+                                                 ("send", "words")]
+    assert records.count(("send", "words")) == 2 and records[-1] == ("recv", "end")
 
 
 def metric_value(server, name: str) -> float:
