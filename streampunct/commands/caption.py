@@ -140,15 +140,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_srt_times(source: str, events) -> None:
-    """Refuse a file whose word times SRT cannot write (100 hours or later) before anything is sent;
-    from stdin the subtitle writer refuses the first such cue."""
-    from streampunct.client.subtitles import srt_time_error
+    """Refuse a file whose cues SRT cannot write (100 hours or later) before anything is sent: a
+    cue starts by its last word and lasts at most ``max_duration_s``, so its end is checked at the
+    latest word time plus that. From stdin the subtitle writer refuses the first such cue."""
+    from streampunct.client.subtitles import CueLimits, srt_time_error
     from streampunct.errors import InputError
 
     latest = max((t for e in events for w in e.words for t in (w.start, w.end) if t is not None), default=0.0)
-    error = srt_time_error(latest)
+    longest = CueLimits().max_duration_s
+    error = srt_time_error(latest + longest)
     if error:
-        raise InputError(f"{source}: {error}")
+        raise InputError(f"{source}: a cue may end {longest:g} s after the last word time: {error}")
 
 
 class _Stdout:
