@@ -13,8 +13,9 @@ from streampunct.labels import LABELS
 
 if TYPE_CHECKING:
     from streampunct.api import Punctuator, Stream
+    from streampunct.text.normalize import join_texts
 
-__all__ = ["LABELS", "Punctuator", "Stream", "StreampunctError", "__version__"]
+__all__ = ["LABELS", "Punctuator", "Stream", "StreampunctError", "__version__", "join_texts"]
 __version__ = "0.1.0"
 
 
@@ -23,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from streampunct import api
 
         return getattr(api, name)
+    if name == "join_texts":
+        from streampunct.text.normalize import join_texts
+
+        return join_texts
     raise AttributeError(f"module 'streampunct' has no attribute {name!r}")

@@ -2,14 +2,14 @@
 
 ::
 
-    from streampunct import Punctuator
+    from streampunct import Punctuator, join_texts
 
     p = Punctuator.load()                          # the shipped model; or Punctuator.load("models/base")
     p.punctuate("hello how are you i am fine")     # 'Hello. How are you? I am fine.'
     s = p.stream(right_context=3, max_delay_ms=2000)
     finals = s.push(["hello", "how", "are", "you"])
     finals += s.end()
-    print(" ".join(f.text for f in finals))
+    print(join_texts(f.text for f in finals))      # one text: no space for empty texts or before "'s"
 
 :meth:`Punctuator.punctuate` is the ``punctuate`` command's offline decoder
 (double-overlap windows over the whole text; the last word ends a sentence).
@@ -447,7 +447,9 @@ class Stream:
         return self._send(FlushRequest(), now)
 
     def end(self, *, now: float | None = None) -> list[Final]:
-        """The stream ends: every word is finalized, the last one ends its sentence.
+        """The stream ends: every word is finalized, and the last one ends its sentence if it
+        was not final already (a final is never revised: with ``right_context`` 0, or past its
+        delay, the last word may be final without a mark).
         The stream takes nothing after this (but :meth:`end` or :meth:`poll` again, to
         finish it after an engine failure)."""
         if self._protocol.end_received:

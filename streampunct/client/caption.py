@@ -77,7 +77,7 @@ from streampunct.core.wire import (
 )
 from streampunct.errors import InputError
 from streampunct.labels import ID_TO_MARK, PERIOD, QUESTION
-from streampunct.text.normalize import CLITICS
+from streampunct.text.normalize import join_texts
 
 __all__ = [  # the readers and the message splitting live in caption_input / client; named here too
     "END_GRACE_S", "CaptionResult", "CaptionView", "InputStopped", "Interrupt", "Interrupted", "StreamClosedEarly",
@@ -167,20 +167,6 @@ class CaptionView:
         self._line = ""
         self.out.write((_CLEAR_LINE if self.live else "") + (rest + "\n" if rest else ""))
         self.out.flush()
-
-
-def join_texts(texts: Sequence[str]) -> str:
-    """Finals' texts (or pieces of them) as one text: a space between them, but none before a text
-    that starts with a clitic ("'s", "n't") after a word with no mark, as the subtitles join them
-    ("New York" + "'s" = "New York's")."""
-    out = ""
-    for text in texts:
-        if not text:
-            continue
-        first = text.split(maxsplit=1)[0].rstrip(",.?!;:").lower()
-        glued = first in CLITICS and out and not out.endswith((",", ".", "?", "!", ";", ":"))
-        out = f"{out}{text}" if glued or not out else f"{out} {text}"
-    return out
 
 
 def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:
@@ -574,7 +560,9 @@ async def caption(
         if resume_failed is not None:
             why = f"the connection was lost and the stream could not be resumed: {resume_failed}"
         else:
-            why = f"the server closed the stream early ({close_meaning(stream.close_code, stream.close_reason)})"
+            code = stream.close_code
+            why = ("the connection was lost before the stream ended" if code == 1006 else
+                   f"the server closed the stream early ({close_meaning(code, stream.close_reason)})")
         reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
         if input_failure:
             why = f"{input_failure[0]}; then {why}"

@@ -397,3 +397,17 @@ def render(
             parts.append(shown + ID_TO_MARK[label])
         starts_sentence = label in (PERIOD, QUESTION)
     return " ".join(parts)
+
+
+def join_texts(texts: Iterable[str]) -> str:
+    """Finals' texts (or pieces of them) as one text: a space between them, but none before a text
+    that starts with a clitic ("'s", "n't") after a word with no mark, as the subtitles join them
+    ("New York" + "'s" = "New York's")."""
+    out = ""
+    for text in texts:
+        if not text:
+            continue
+        first = text.split(maxsplit=1)[0].rstrip(",.?!;:").lower()
+        glued = first in CLITICS and out and not out.endswith((",", ".", "?", "!", ";", ":"))
+        out = f"{out}{text}" if glued or not out else f"{out} {text}"
+    return out

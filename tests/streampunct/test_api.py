@@ -164,6 +164,19 @@ def test_the_documented_snippet(shipped):
         p.close()
 
 
+@pytest.mark.slow
+def test_the_readmes_python_block_prints_what_its_comments_say(shipped, capsys):
+    """README.md's "In Python" block, run as written: each print shows its line's comment."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## In Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    expected = [m.group(1) for m in re.finditer(r"^print\(.*\)\s+# (.+)$", block, re.M)]
+    assert len(expected) == 2
+    exec(compile(block, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == expected
+
+
 def test_punctuate_is_the_punctuate_commands_decoder(shipped):
     from streampunct.commands.punctuate import punctuate_lines
     from streampunct.text.normalize import normalize_words
