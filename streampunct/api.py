@@ -33,7 +33,9 @@ runs out while no call is made is finalized by the next call whose ``now`` is
 past its deadline: call :meth:`Stream.poll` at :attr:`Stream.next_deadline`
 to get it on time. Its label is the same whenever the call comes: labels
 depend on the arrival schedule only. Pass ``now`` explicitly to replay a
-recorded schedule (then nothing depends on the wall clock).
+recorded schedule (then nothing depends on the wall clock). Time never goes back:
+a ``now`` earlier than one already given counts as that one, as the server's
+monotonic clock would have it.
 
 Errors: a bad model folder raises :class:`~streampunct.errors.ModelError`
 (an engine's own load error is its ``__cause__``), bad input
@@ -49,6 +51,7 @@ threads (ONNX Runtime sessions are thread-safe).
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -382,6 +385,7 @@ class Stream:
         self._engine = decoder.engine if stream_engine is None else stream_engine
         self._pad_id = decoder.aligner.pad_id
         self._clock = clock
+        self._latest = -math.inf  # the latest ``now`` seen: time never goes back
         cache = None if stream_engine is None else StreamCacheConfig(stream_engine.stream_shape,
                                                                       punctuator._cache_tokens)
         self._protocol = SessionProtocol(aligner=decoder.aligner, window=decoder.stream_window,
@@ -464,7 +468,8 @@ class Stream:
         if seconds is None:
             source = "the stream's clock must return" if now is None else "now must be"
             raise InputError(f"{source} a finite number of seconds, not {value!r}")
-        return float(seconds)
+        self._latest = max(self._latest, float(seconds))
+        return self._latest
 
     def _check_open(self, *, ending: bool = False) -> None:
         """Refuse a call on a closed punctuator or an ended stream (``ending``: a call that

@@ -244,6 +244,18 @@ def test_an_emoji_with_its_variation_selector_takes_no_index_and_no_sentence_cap
     assert finals[0].text.startswith("Hello")
 
 
+def test_a_now_earlier_than_one_given_counts_as_that_one(aligner):
+    """Time never goes back: a push at 5.0 after one at 10.0 arrives at 10.0, so its words'
+    deadlines are 12.0, as on the server's monotonic clock."""
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=5, max_delay_ms=2000)
+    assert s.push(["the"], now=10.0) == []
+    assert s.push(["xylophone"], now=5.0) == []
+    assert s.next_deadline == pytest.approx(12.0)
+    assert s.poll(now=7.0) == []  # 7.0 is 10.0 here: nothing is due before 12.0
+    assert [w.w for f in s.poll(now=12.0) for w in f.words] == ["the", "xylophone"]
+
+
 def test_the_default_clock_is_monotonic_and_can_be_replaced(aligner):
     ticks = iter([100.0, 100.5, 103.0])
     p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
