@@ -34,9 +34,11 @@ import functools
 import importlib.util
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -418,9 +420,19 @@ class ProcessNormalizer:
                     self._pool = self._new_pool()
             raise
 
-    def close(self) -> None:
-        """Stop the workers (calls still waiting get no answer)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the workers (calls still waiting get no answer): each gets ``timeout`` seconds in
+        all to exit, then is terminated. Left to the executor, an idle worker of a spawned
+        process (``serve --workers``) could miss its stop and hold that process's exit."""
+        pool = self._pool
+        processes = list((pool._processes or {}).values())  # the executor names no other handle
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
 
 
 #: The grammars of an ITN worker process (:class:`ProcessNormalizer`).
@@ -429,7 +441,16 @@ _WORKER: NemoNormalizer | None = None
 
 def _worker_init(cache_dir: Path | None) -> None:
     global _WORKER
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a server killed outright (SIGKILL, OOM) leaves no worker behind
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), name="itn-parent-watch", daemon=True).start()
     _WORKER = load_normalizer(cache_dir)
+
+
+def _exit_with(sentinel: int) -> None:
+    """Exit this worker process when its parent's ``sentinel`` is ready: the parent is gone."""
+    multiprocessing.connection.wait([sentinel])
+    os._exit(0)
 
 
 def _worker_ready() -> bool:

@@ -3,6 +3,7 @@ and the house style and number-word gate, which need no grammars."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -265,7 +266,42 @@ def test_grammars_in_a_worker_process_write_the_same_phrases(nemo):
         assert [(p.text, p.whole) for p in nemo.phrases("he is five foot five inches tall".split())] == [
             ("5 foot 5 inches", False)]
     finally:
+        workers = list(processes._pool._processes.values())
         processes.close()
+    assert workers and not any(w.is_alive() for w in workers)  # closed: the workers have exited
+
+
+@pytest.mark.slow
+def test_a_worker_process_exits_with_a_server_killed_outright(nemo):
+    """SIGKILL (or the OOM killer) runs no cleanup in the server: its ITN workers see their parent
+    go and exit instead of staying behind for good."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from streampunct.text import itn\n"
+            "p = itn.ProcessNormalizer(workers=1)\n"
+            "p.start()\n"
+            "print(*[w.pid for w in p._pool._processes.values()], flush=True)\n"
+            "import time; time.sleep(600)\n")
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        (pid,) = map(int, server.stdout.readline().split())
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+
+    import select
+
+    try:
+        exited = os.pidfd_open(pid)  # readable once the process has exited
+    except ProcessLookupError:
+        return  # gone already
+    try:
+        readable, _, _ = select.select([exited], [], [], 20.0)
+    finally:
+        os.close(exited)
+    assert readable, f"ITN worker {pid} outlived its killed server"
 
 
 @pytest.mark.slow
