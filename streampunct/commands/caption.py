@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text: live captions on stdout; vtt/srt: subtitles; jsonl: one cue per line "
                              "(default: %(default)s)")
     parser.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream", help="server (default: %(default)s)")
-    parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV} if set)")
+    parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV} if set; --token '' sends none)")
     parser.add_argument("--wps", type=positive_float, default=2.5,
                         help="plain text: words per second to send (default: %(default)s)")
     parser.add_argument("--max-chunk", type=positive_int, default=4,
@@ -245,7 +245,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
     closed_early: StreamClosedEarly | InputStopped | None = None
     try:
         result = await caption(
-            args.url, events=events, token=(args.token or os.environ.get(TOKEN_ENV) or "").strip() or None,
+            args.url, events=events, token=(os.environ.get(TOKEN_ENV, "") if args.token is None else args.token).strip() or None,
             right_context=args.right_context, max_delay_ms=args.max_delay_ms,
             partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
             json_log=stdout if args.json else None,

@@ -212,11 +212,11 @@ async def test_caption_json_mode_and_auth(start_server, tmp_path):
 # -- subtitles, input adapters, errors, early close (issue 14) -----------------------
 
 
-async def run_cli(*args, stdin: bytes | None = None, timeout: float = 30):
+async def run_cli(*args, stdin: bytes | None = None, timeout: float = 30, env: dict | None = None):
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "streampunct.cli", "caption", *args,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
     stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
     return proc.returncode, stdout.decode(), stderr.decode()
@@ -322,6 +322,19 @@ async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path,
                        "capitalize": True}
     partials = received_partials()
     assert partials.index(["so", "how"]) < partials.index(["are", "you"])
+
+
+async def test_caption_takes_the_token_from_the_environment_unless_given_even_empty(start_server, tmp_path):
+    import os
+
+    server = await start_server(auth_token="s3cret")
+    source = tmp_path / "talk.txt"
+    source.write_text("hello there\n")
+    env = {**os.environ, "STREAMPUNCT_AUTH_TOKEN": "s3cret"}
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--speed", "0", env=env)
+    assert rc == 0 and [w.strip(",.?").lower() for w in stdout.split()] == ["hello", "there"], stderr
+    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--speed", "0", "--token", "", env=env)
+    assert rc != 0 and "HTTP 401: missing or wrong token" in stderr
 
 
 @pytest.mark.parametrize("case", ["401", "404", "503", "not-ws", "refused", "port-not-a-number",
