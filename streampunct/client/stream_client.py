@@ -43,6 +43,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from streampunct.core.latency import decidable_times
 from streampunct.core.wire import (
     DEFAULT_LIMITS,
+    IDLE_TIMEOUT_REASON,
     ConfigApplied,
     ConfigRequest,
     Ended,
@@ -367,16 +368,16 @@ def _spelled(core: str, words: list[str], k: int) -> list[str] | None:
 
 def _resync(cores: list[str], words: list[str], k: int, t: int) -> tuple[int, int]:
     """The nearest ``(word, token)`` after a mismatch at ``(k, t)`` from which a token spells
-    the words again (fewest words and tokens skipped); ``(len(words), len(cores))`` if none."""
-    best: tuple[int, int] | None = None
-    for k2 in range(k + 1, min(len(words), k + 1 + _RESYNC_SPAN)):
-        for t2 in range(t, min(len(cores), t + 1 + _RESYNC_SPAN)):
-            if best is not None and (k2 - k) + (t2 - t) >= (best[0] - k) + (best[1] - t):
-                break
-            if _spelled(cores[t2], words, k2) is not None:
-                best = (k2, t2)
-                break
-    return best if best is not None else (len(words), len(cores))
+    the words again: fewest words and tokens skipped, and of those, more words than tokens (a
+    written form is shorter than its words: "25" for "twenty five"); ``(len(words), len(cores))``
+    if none is within :data:`_RESYNC_SPAN`."""
+    for cost in range(1, 2 * _RESYNC_SPAN + 1):
+        for skipped in range(min(cost, _RESYNC_SPAN), 0, -1):  # words skipped; the rest are tokens
+            k2, t2 = k + skipped, t + cost - skipped
+            if cost - skipped <= _RESYNC_SPAN and k2 < len(words) and t2 < len(cores) and (
+                    _spelled(cores[t2], words, k2) is not None):
+                return k2, t2
+    return len(words), len(cores)
 
 
 @dataclass(frozen=True)
@@ -695,6 +696,7 @@ class ResumableStream:
         self._connected_at = -math.inf  # when the current connection was resumed (the first: long ago)
         self._failure: ResumeNotice | None = None
         self._close: tuple[int, str] | None = None
+        self._sent_while_closed = asyncio.Event()  # a send (or close) after an idle close
         #: every interruption, in order
         self.notices: list[ResumeNotice] = []
 
@@ -763,6 +765,7 @@ class ResumableStream:
         """Send on ``client`` if it is still the live connection; False when it is not (the
         message is in the record, and the resume sends it again)."""
         if not self._live or self._client is not client:
+            self._sent_while_closed.set()
             return False
         try:
             await client.send(message)
@@ -811,6 +814,7 @@ class ResumableStream:
     async def close(self) -> None:
         """Close the connection (ending the iteration); the stream is not resumed after this."""
         self._closing = True
+        self._sent_while_closed.set()
         await self._client.close()
 
     async def __aenter__(self) -> ResumableStream:
@@ -828,6 +832,15 @@ class ResumableStream:
                 self._close = close_code(e)
                 if self._closing or self._close[0] not in RESUME_CLOSE_CODES or not self.reconnect.attempts:
                     return
+                if self._close == (1001, IDLE_TIMEOUT_REASON) and not self._owes():
+                    # closed for sending nothing, and owed nothing: come back when there is something
+                    # to send (a resume now would only be closed again), as a stream that moved on
+                    self._live = False
+                    self._sent_while_closed.clear()
+                    await self._sent_while_closed.wait()
+                    if self._closing:
+                        return
+                    self._progress = True
                 yield await self._resume()
                 continue
             message = self._client.received(frame)
@@ -927,7 +940,11 @@ class ResumableStream:
         n = min(wanted, limits.max_words_per_message, len(self._context), self.n_final)
         context = tuple(itertools.islice(self._context, len(self._context) - n, None)) if n > 0 else ()
         config = decode_config(self.options.to_json())  # the session's options, validated as a config
-        await client.send(ResumeRequest(self.n_final, context, config))
+        request = ResumeRequest(self.n_final, context, config)
+        if limits.max_message_bytes is not None:  # the oldest context words go first
+            while request.context and len(encode(request).encode()) > limits.max_message_bytes:
+                request = ResumeRequest(self.n_final, request.context[1:], config)
+        await client.send(request)
         reply = await client.recv(timeout=self._connect_options["open_timeout"])
         if isinstance(reply, Error):
             raise ClientError(f"the server refused the resume: {reply.code}: {reply.message}")

@@ -141,16 +141,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_srt_times(source: str, events) -> None:
     """Refuse a file whose cues SRT cannot write (100 hours or later) before anything is sent: a
-    cue starts by its last word and lasts at most ``max_duration_s``, so its end is checked at the
-    latest word time plus that. From stdin the subtitle writer refuses the first such cue."""
+    cue ends at most ``max_lag_s`` after its last word (:class:`~streampunct.client.subtitles.SubtitleWriter`),
+    so the latest word time plus that is checked. From stdin the subtitle writer refuses the
+    first such cue."""
     from streampunct.client.subtitles import CueLimits, srt_time_error
     from streampunct.errors import InputError
 
     latest = max((t for e in events for w in e.words for t in (w.start, w.end) if t is not None), default=0.0)
-    longest = CueLimits().max_duration_s
-    error = srt_time_error(latest + longest)
+    lag = CueLimits().max_lag_s
+    error = srt_time_error(latest + lag)
     if error:
-        raise InputError(f"{source}: a cue may end {longest:g} s after the last word time: {error}")
+        raise InputError(f"{source}: a cue may end {lag:g} s after the last word time: {error}")
 
 
 class _Stdout:

@@ -427,12 +427,17 @@ class ProcessNormalizer:
         pool = self._pool
         processes = list((pool._processes or {}).values())  # the executor names no other handle
         pool.shutdown(wait=False, cancel_futures=True)
+        # Each process's sentinel is ready once it has exited, whoever reaps it (the executor's
+        # own thread joins them too, so is_alive() after a join here may not know yet).
+        running = {process.sentinel: process for process in processes}
         deadline = time.monotonic() + timeout
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
+        while running and (left := deadline - time.monotonic()) > 0:
+            for sentinel in multiprocessing.connection.wait(list(running), left):
+                running.pop(sentinel)
+        for process in running.values():
+            process.terminate()
+        if running:
+            multiprocessing.connection.wait(list(running), 1.0)
 
 
 #: The grammars of an ITN worker process (:class:`ProcessNormalizer`).

@@ -514,17 +514,17 @@ async def test_a_closed_stdout_keeps_every_final_in_out(start_server, tmp_path):
     assert len(written) > len(first) and written[:len(first)] == first
 
 
-@pytest.mark.parametrize(("start", "end", "cue_end"), [(360000.0, 360000.4, "100:00:07,400"),
-                                                     (359999.3, 359999.5, "100:00:06,500")])
+@pytest.mark.parametrize(("start", "end", "cue_end"), [(360000.0, 360000.4, "100:00:01,900"),
+                                                     (359999.3, 359999.5, "100:00:01,000")])
 async def test_srt_of_word_times_at_100_hours_is_refused_before_connecting(start_server, tmp_path, start, end,
                                                                            cue_end):
-    """Refused when a cue could end at 100 hours: a word just before it is shown for a second."""
+    """Refused when a cue could end at 100 hours: a word just before it may be shown past it."""
     source = tmp_path / "talk.jsonl"
     source.write_text(f'{{"w": "hello", "start": 1.0, "end": 1.5}}\n{{"w": "there", "start": {start}, "end": {end}}}\n')
     rc, stdout, stderr = await run_cli(str(source), "--url", "ws://127.0.0.1:9/v1/stream", "--format", "srt")
     assert rc == 2 and stdout == "" and "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1] == (
-        f"streampunct caption: error: {source}: a cue may end 7 s after the last word time: a time of {cue_end} "
+        f"streampunct caption: error: {source}: a cue may end 1.5 s after the last word time: a time of {cue_end} "
         "cannot be written in SRT (its timestamps end at 99:59:59,999); use --format vtt, or word times counted "
         "from the start of the stream")
     server = await start_server()  # from stdin: refused at the first such cue

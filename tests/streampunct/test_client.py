@@ -139,6 +139,9 @@ def test_written_forms_keep_the_case_the_server_wrote():
                                ("dollars", ","), ("paris", ""))) == ["It", "costs", "twenty", "five", "dollars",
                                                                      "Paris"]
     assert written_forms(final("$25", ("five", ""), ("dollars", ""))) == ["five", "dollars"]
+    # a tie between skipping words and skipping tokens goes to the words (a written form is shorter)
+    assert written_forms(final("I have 25 And five more", *[(w, "") for w in "i have twenty five and five more".split()])) == [
+        "I", "have", "twenty", "five", "And", "five", "more"]
     assert written_forms(final("", ("so", ""))) == ["so"]
     # capitals that change a letter or the length: Turkish dotless i, German sharp s in upper case
     assert written_forms(final("NASA said Irmak.", ("nasa", ""), ("said", ""), ("ırmak", "."))) == [

@@ -182,6 +182,55 @@ async def test_going_away_1001_after_finalizing_resumes_with_nothing_to_send_aga
     assert " ".join(f.text for f in finals).split()[10:] == expected_text(words, fake_labels).split()[10:]
 
 
+async def test_after_an_idle_close_owing_nothing_the_stream_comes_back_at_its_next_send(start_server,
+                                                                                      fake_labels):
+    """A server with --idle-timeout-s closes a silent stream (1001, "idle timeout") after its
+    finals. A stream owed nothing does not reconnect into the same timeout over and over (and
+    use up its attempts): it resumes when it next sends, and loses nothing."""
+    server = await start_server(idle_timeout_s=0.3)
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(12)
+    stream = await ResumableStream.connect(server.url, right_context=3, max_delay_ms=600_000, capitalize=True,
+                                           reconnect=FAST, on_notice=notices.append)
+    reader = Reader(stream)
+    await stream.send_words(words[:6])
+    opened = server.metrics.sessions_total._value.get
+    await until(lambda: server.metrics.idle_closes._value.get() >= 1, timeout=10)
+    await reader.until(lambda: reader.transcript.n_final == 6)  # finished before the close
+    # silent for several timeouts and the attempts' backoff: no new connection is made
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(until(lambda: opened() > 1, timeout=30), 1.5)
+    assert not notices and not reader.task.done()
+    await stream.send_words(words[6:])
+    await stream.end()
+    await reader.finish()
+    assert_exactly_once(reader, words, fake_labels)
+    [notice] = notices
+    assert (notice.code, notice.reason, notice.start, notice.resent) == (1001, "idle timeout", 6, 6)
+    assert opened() == 2
+
+
+async def test_a_resume_fits_the_servers_frame_limit_by_sending_less_context(start_server):
+    """A session whose config takes most of a 2 KB frame limit: its resume, config plus the
+    window's 8 context words of 40 letters, would be over it (and closed with 1009 at every
+    attempt); the client drops the oldest context words until the frame fits."""
+    server = await start_server(idle_timeout_s=0.3, max_message_bytes=2048)
+    lexicon = [(f"spoken phrase {i}", f"Written{i}") for i in range(55)]  # a config of 1,864 bytes
+    words = [f"{'x' * 36}{i:04d}" for i in range(40)]
+    notices: list[ResumeNotice] = []
+    stream = await ResumableStream.connect(server.url, right_context=3, max_delay_ms=600_000, lexicon=lexicon,
+                                           reconnect=FAST, on_notice=notices.append)
+    reader = Reader(stream)
+    await stream.send_words(words[:30])
+    await until(lambda: server.metrics.idle_closes._value.get() >= 1, timeout=10)
+    await stream.send_words(words[30:])
+    await stream.end()
+    await reader.finish()
+    assert reader.transcript.words == words and reader.messages[-1] == Ended(len(words))
+    [notice] = notices
+    assert (notice.code, notice.start) == (1001, 30)
+
+
 async def test_reconnect_retries_until_a_server_answers(start_server, fake_labels):
     server = await start_server()
     dead = await start_server()
