@@ -643,7 +643,7 @@ class StreamServer:
         if self._written_executor is not None:
             self._written_executor.shutdown(wait=False, cancel_futures=True)
         if self._itn_processes is not None:
-            self._itn_processes.close()
+            await asyncio.to_thread(self._itn_processes.close)  # waits for the processes to exit
         logger.info("server closed, %.1fs after the shutdown began", time.monotonic() - stopping)
 
     def _close_listener(self) -> None:
