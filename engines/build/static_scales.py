@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -204,12 +205,22 @@ def static_scale_graph(int8_path: str | Path, out_path: str | Path, ranges: Mapp
     return sidecar
 
 
+#: The hidden folder a replacement graph is written in, beside the graph (:func:`replacing`).
+_REPLACING_PREFIX = ".static-scales-"
+
+
 @contextlib.contextmanager
 def replacing(graph: Path) -> Iterator[Path]:
     """A path for ``graph``'s replacement and its sidecar, in a hidden folder beside ``graph`` (one
     file system): when the block ends without an error the two replace ``graph`` and its sidecar
-    by renames; otherwise ``graph`` stays as it was. Other files may be written beside the path."""
-    with tempfile.TemporaryDirectory(prefix=".static-scales-", dir=graph.parent) as tmp:
+    by renames; otherwise ``graph`` stays as it was. Other files may be written beside the path.
+    Hidden folders that a run killed outright left there (SIGKILL runs no cleanup) are removed
+    first."""
+    for left in graph.parent.glob(f"{_REPLACING_PREFIX}*"):
+        if left.is_dir():
+            logger.warning("removing %s, left by a run that was killed", left)
+            shutil.rmtree(left, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=_REPLACING_PREFIX, dir=graph.parent) as tmp:
         out = Path(tmp) / graph.name
         yield out
         os.replace(out, graph)

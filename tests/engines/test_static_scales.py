@@ -348,3 +348,24 @@ def test_tools_that_read_the_graph_take_it_for_what_it_is(folders, tmp_path):
     with pytest.raises(InputError, match="static activation scales, and the emulation is of dynamic"):
         _emulates_int8(serving, argparse.Namespace(int8_activations="emulate"))
     assert _emulates_int8(dynamic, argparse.Namespace(int8_activations=None)) is True
+
+
+def test_replacing_removes_what_a_killed_run_left_and_keeps_the_graph_on_error(tmp_path):
+    from engines.build.static_scales import replacing
+    from engines.sidecar import sidecar_path
+
+    graph = tmp_path / "model.stream.int8.onnx"
+    graph.write_bytes(b"old graph")
+    left = tmp_path / ".static-scales-killed"  # a SIGKILLed run's folder
+    left.mkdir()
+    (left / graph.name).write_bytes(b"half written")
+    with pytest.raises(RuntimeError), replacing(graph) as out:
+        assert not left.exists()
+        out.write_bytes(b"new graph")
+        raise RuntimeError("calibration failed")
+    assert graph.read_bytes() == b"old graph"
+    with replacing(graph) as out:
+        out.write_bytes(b"new graph")
+        sidecar_path(out).write_text("{}")
+    assert graph.read_bytes() == b"new graph" and sidecar_path(graph).read_text() == "{}"
+    assert not list(tmp_path.glob(".static-scales-*"))
