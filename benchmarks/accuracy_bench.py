@@ -120,7 +120,7 @@ def format_table(points: list[dict]) -> str:
             lat = (f"{p['latency_words_mean']:8.2f}{p['latency_words_p95']:7.1f}"
                    f"{p['latency_s_mean']:7.2f}{p['latency_s_p95']:7.2f}")
         c = p["per_class_f1"]
-        lines.append(f"{p['mode']:<14}{str(p['setting'] or '-'):>9}{p['overall_f1']:7.1f}"
+        lines.append(f"{p['mode']:<14}{'-' if p['setting'] is None else str(p['setting']):>9}{p['overall_f1']:7.1f}"
                      f"{c['COMMA']:7.1f}{c['PERIOD']:7.1f}{c['QUESTION']:7.1f}{lat}")
     return "\n".join(lines)
 

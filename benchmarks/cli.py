@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR
+from benchmarks.common import RESULTS_DIR, result_stem
 
 NAME = "bench"
 HELP = ("benchmarks: accuracy vs latency, live accuracy through a server, streaming load, engine speed, "
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
     a.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON and PNG go (default: benchmarks/results)")
-    a.add_argument("--name", default="accuracy", help="result file stem (default: accuracy)")
+    a.add_argument("--name", type=result_stem, default="accuracy", help="result file stem (default: accuracy)")
     a.set_defaults(_bench=_accuracy)
     lv = sub.add_parser("live", help="accuracy through a real server: parallel live streams at real-time pace, "
                                      "checked against the simulation of the same schedules")

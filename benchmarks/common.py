@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -61,6 +62,15 @@ def prepare_out_file(path: Path | str, parser=None) -> Path:
             raise
         parser.error(str(e))
     return path
+
+
+def result_stem(value: str) -> str:
+    """An argparse type for ``--name``: a result file's stem, written in ``--out-dir`` (no folder
+    in it, not empty, not hidden), so that a wrong one is a usage error before any work."""
+    if not value or value in (".", "..") or value.startswith(".") or "/" in value or "\\" in value:
+        raise argparse.ArgumentTypeError(
+            f"must be a file name stem (the results go in --out-dir), not {value!r}")
+    return value
 
 
 def check_positive(**values: float) -> None:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, prepare_out_dir, write_result
+from benchmarks.common import REPO, RESULTS_DIR, prepare_out_dir, result_stem, write_result
 from benchmarks.load_bench import (
     LoadBenchConfig,
     _quantiles_ms,
@@ -433,7 +433,7 @@ def summarize(cfg: FailoverConfig, records: Sequence[StreamRecord], events: dict
         "failures": sorted({r.failure for r in failed if r.failure})[:5],
         "interruptions": sum(len(r.notices) for r in records),
         "interruptions_by_close_code": codes,
-        "resume_seconds": _quantiles_ms(resume_s),
+        "resume_ms": _quantiles_ms(resume_s),
         "longest_caption_gap_ms": _longest_ms([g for v in gaps.values() for g in v]),
         "caption_gap_ms": {phase: {"gaps": len(v), "p95": _quantiles_ms(v)["p95"], "max": _longest_ms(v)}
                            for phase, v in gaps.items()},
@@ -470,10 +470,13 @@ def ok(result: dict) -> bool:
 
 
 def summary_text(result: dict) -> str:
-    m = result["margin_ms"]
+    m, resume = result["margin_ms"], result["resume_ms"]
+    codes = ", ".join(f"{code}: {n}" for code, n in sorted(result["interruptions_by_close_code"].items())) or "none"
     return (f"{result['sessions']} sessions, {result['words_sent']} words: {result['words_lost']} lost, "
-            f"{result['words_duplicated']} duplicated; {result['sessions_interrupted']} interrupted, "
-            f"{result['sessions_resumed']} resumed, {result['sessions_failed']} failed; "
+            f"{result['words_duplicated']} duplicated, {result['words_out_of_order']} out of order; "
+            f"{result['sessions_interrupted']} interrupted (close codes {codes}), "
+            f"{result['sessions_resumed']} resumed (p50 {resume['p50']} / max {resume['max']} ms), "
+            f"{result['sessions_failed']} failed; "
             f"longest caption gap {result['longest_caption_gap_ms']} ms; p95 margin "
             f"before {m['before']['p95']} / during {m['during']['p95']} / after {m['after']['p95']} ms")
 
@@ -573,7 +576,7 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
                    help="only start the replicas and HAProxy, print the balancer's URL and keep them "
                         "until Ctrl-C (no sessions, no failures)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir, help="where the JSON goes")
-    p.add_argument("--name", default=d.name, help=f"result file stem (default {d.name})")
+    p.add_argument("--name", type=result_stem, default=d.name, help=f"result file stem (default {d.name})")
 
 
 def config_from_args(args: argparse.Namespace) -> FailoverConfig:

@@ -36,6 +36,7 @@ from benchmarks.common import (
     check_positive,
     count_text,
     prepare_out_dir,
+    result_stem,
     run_failed,
     write_result,
 )
@@ -233,7 +234,7 @@ def add_hypothesis_arguments(p: argparse.ArgumentParser) -> None:
                    help="punctuated text or word<TAB>LABEL lines (default: dev2010, %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="session k draws from seed + k (default: %(default)s)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
-    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server,
                          HYPOTHESIS_SERVER_FLAGS)
 

@@ -49,6 +49,7 @@ from benchmarks.common import (
     check_positive,
     count_text,
     prepare_out_dir,
+    result_stem,
     run_failed,
     write_result,
 )
@@ -346,7 +347,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
                    help="the sessions' capitalize (default: the server's); with it on, case counts for stability")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
-    p.add_argument("--name", default=None,
+    p.add_argument("--name", type=result_stem, default=None,
                    help="result file stem (default: live_ and the data set's name, e.g. live_test2011)")
     add_server_arguments(p.add_argument_group("the child server (not with --url) and the simulation"), d.server,
                          LIVE_SERVER_FLAGS, helps={

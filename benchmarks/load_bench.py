@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -73,6 +74,7 @@ from benchmarks.common import (
     machine,
     prepare_out_dir,
     publish,
+    result_stem,
     run_failed,
 )
 from benchmarks.load_clients import ClientOptions, SessionOutcome, SessionPlan, make_clients
@@ -539,6 +541,17 @@ def itn_comparison(steps: Sequence[dict]) -> list[dict]:
             for s in steps if "itn_off" in s]
 
 
+def _healthz_fields(health) -> dict:
+    """The fields of a ``/healthz`` answer (``(status, body)``; ``{}`` when it was not a 200 with JSON)."""
+    if not health or health[0] != 200:
+        return {}
+    try:
+        fields = json.loads(health[1])
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
 def run_failure(payload: dict) -> str | None:
     """Why a run measured nothing (None: it measured something): no step ran, no session of any
     step connected, or none finalized a word. A run whose steps miss the SLO is a result, not this."""
@@ -558,7 +571,8 @@ def run_failure(payload: dict) -> str | None:
 
 
 def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
-    """Run the ramp; write ``<name>.json`` and ``<name>.png``; return the payload."""
+    """Run the ramp; write ``<name>.json`` and ``<name>.png`` (not when it measured nothing:
+    :func:`run_failure`); return the payload."""
     started = time.monotonic()
     prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")
     corpus = load_corpus(cfg.data)
@@ -601,12 +615,14 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
         )
     if cfg.server.profile:
         notes.append("the server ran under cProfile (slower than normal)")
+    healthz = _healthz_fields(health)
     payload = {
         "server": {
             "url": url if cfg.url else None,
             "started": cfg.url is None,
-            "engine": (server.engine if server else None) or cfg.server.engine,
-            "model": server.model if server else None,
+            # a server given by --url says its own (its /healthz); the bench's --engine is not its
+            "engine": (server.engine if server else healthz.get("engine")) or cfg.server.engine,
+            "model": server.model if server else healthz.get("model"),
             "model_dir": str(cfg.server.model_dir) if cfg.server.model_dir else None,
             "healthz": health[1].strip() if health and health[0] == 200 else None,
         },
@@ -629,7 +645,10 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
         for row in payload["itn_comparison"]:
             notes.append(f"itn on - off at N={row['sessions']}: p95 finalize margin {_signed(row['delta_ms'])} ms "
                          f"({row['p95_margin_ms_off']} ms off, {row['p95_margin_ms_on']} ms on)")
-    publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_load, summary=summary_text)
+    if run_failure(payload) is None:
+        publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_load, summary=summary_text)
+    else:  # measured nothing: shown, but no file (a published one stays), and its caller says why
+        print(summary_text(payload))
     return payload
 
 
@@ -672,7 +691,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                         "runs with itn off and then on and reports on - off of the p95 finalize margin "
                         "(both) (default: %(default)s)")
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
-    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     p.add_argument("--sample-profile", action="store_true",
                    help="sample the started server with py-spy during each step and report where its CPU "
                         "went per finalized word (needs py-spy, in the dev extra)")

@@ -48,6 +48,7 @@ from benchmarks.common import (
     machine,
     prepare_out_dir,
     publish,
+    result_stem,
     run_failed,
 )
 from benchmarks.load_bench import (
@@ -343,7 +344,7 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out-dir", type=Path, default=d.out_dir)
-    p.add_argument("--name", default=d.name, help="result file stem (default: %(default)s)")
+    p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     add_server_arguments(p.add_argument_group("the server started"), d.server, SOAK_SERVER_FLAGS)
 
 

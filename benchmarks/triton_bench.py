@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine, prepare_out_dir, write_result
+from benchmarks.common import RESULTS_DIR, machine, prepare_out_dir, result_stem, write_result
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
 from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 
@@ -299,7 +299,7 @@ def add_triton_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-total-s", type=positive_float, default=540.0, help="time budget of each load ramp")
     p.add_argument("--nice", type=int, default=0, help="niceness of the started Triton server")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--name", default="triton")
+    p.add_argument("--name", type=result_stem, default="triton")
 
 
 def config_from_args(args: argparse.Namespace) -> TritonBenchConfig:

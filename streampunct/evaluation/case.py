@@ -141,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m streampunct.evaluation.case", description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="cased, punctuated text")
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="write the report here (missing folders are made)")
     args = ap.parse_args(argv)
     try:
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
         out = AtomicTextFile(args.json) if args.json else None  # a bad --json fails before the run
     except OSError as e:
         ap.error(f"cannot write --json {args.json}: {e.strerror}")
@@ -151,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         text = read_text(str(args.data))
         if not text.split():
             raise InputError(f"{args.data} holds no words")
+        from streampunct.text.word_labels import split_labeled_line
+
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        if split_labeled_line(first) is not None:
+            raise InputError(f"{args.data} holds word<TAB>LABEL lines (no case to score); the case score "
+                             "reads cased, punctuated text, e.g. data/iwslt2011/test2011_cased.txt")
         p = OfflineDecoder.from_model_dir(args.model)
         try:
             rep = {"model": str(p.info.path if p.info else args.model), "data": str(args.data),
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     except StreampunctError as e:
         if out is not None:
             out.discard()
-        print(f"case_eval: error: {e}", file=sys.stderr)
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
     if out is not None:
         out.file.write(json.dumps(rep, indent=2) + "\n")

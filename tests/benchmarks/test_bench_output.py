@@ -113,6 +113,26 @@ def test_the_engine_bench_checks_its_out_json_first(tmp_path, capsys, monkeypatc
                                        "it is a file, not a folder\n")
 
 
+@pytest.mark.parametrize("name", ["sub/x", "", "..", ".hidden", "a\\b"])
+def test_a_result_name_with_a_folder_in_it_is_a_usage_error_before_the_work(name, capsys, monkeypatch):
+    import benchmarks.load_bench as load_bench
+
+    monkeypatch.setattr(load_bench, "run_load_bench", _never)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "load", "--name", name])
+    assert e.value.code == 2
+    assert "argument --name: must be a file name stem (the results go in --out-dir)" in capsys.readouterr().err
+
+
+def test_the_engine_bench_json_records_when_and_at_which_commit(tmp_path, capsys):
+    from benchmarks.engine_bench import _write_json
+
+    _write_json({"benchmark": "engine", "command": "c", "results": []}, tmp_path / "e.json")
+    written = json.loads((tmp_path / "e.json").read_text())
+    assert written["measured_at"] and "commit" in written and written["results"] == []
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'e.json'}\n"
+
+
 # python -m benchmarks.MODULE ARGV with an output file under a file: a usage error before the work
 MAINS = [
     ("partial_threshold", ["--out", "OUT"], "streampunct.text.word_labels", "read_punctuated_text"),
@@ -152,3 +172,14 @@ def test_results_go_to_the_checkout_or_the_current_directory_never_site_packages
     assert default_results_dir(tmp_path) == tmp_path / "benchmarks" / "results"
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     assert default_results_dir(site) == Path("benchmarks", "results")  # relative: the current directory
+
+
+def test_the_accuracy_table_shows_a_right_context_of_0():
+    from benchmarks.accuracy_bench import format_table
+
+    classes = {"COMMA": 50.0, "PERIOD": 60.0, "QUESTION": 70.0}
+    latency = {"latency_words_mean": 0.0, "latency_words_p95": 0.0, "latency_s_mean": 0.0, "latency_s_p95": 0.0}
+    rows = format_table([{"mode": "offline", "setting": None, "overall_f1": 72.2, "per_class_f1": classes},
+                         {"mode": "right_context", "setting": 0, "overall_f1": 27.3, "per_class_f1": classes,
+                          **latency}]).splitlines()
+    assert rows[1].split()[:3] == ["offline", "-", "72.2"] and rows[2].split()[:3] == ["right_context", "0", "27.3"]

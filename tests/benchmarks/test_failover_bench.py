@@ -232,3 +232,16 @@ def test_a_handshake_refused_with_503_is_retried_on_another_replica(tmp_path):
         stub.shutdown()
         stub.server_close()
     assert refused and set(refused) == {"/v1/stream"}  # leastconn did send handshakes to it
+
+
+def test_the_summary_says_out_of_order_words_close_codes_and_resume_times():
+    from benchmarks.failover_bench import summary_text
+
+    margins = {phase: {"p95": 20.0} for phase in ("before", "during", "after")}
+    text = summary_text({
+        "sessions": 6, "words_sent": 900, "words_lost": 0, "words_duplicated": 0, "words_out_of_order": 0,
+        "sessions_interrupted": 4, "interruptions_by_close_code": {"1006": 2, "1012": 2}, "sessions_resumed": 4,
+        "resume_ms": {"p50": 91.2, "max": 101.6}, "sessions_failed": 0, "longest_caption_gap_ms": 300.0,
+        "margin_ms": margins})
+    assert "0 out of order" in text and "(close codes 1006: 2, 1012: 2)" in text
+    assert "4 resumed (p50 91.2 / max 101.6 ms)" in text

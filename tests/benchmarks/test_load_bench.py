@@ -404,7 +404,7 @@ def test_refused_sessions_fail_the_slo(tmp_path):
     assert any(k.startswith("connect:") for k in step["errors"])
 
 
-def test_a_run_in_which_no_session_connected_exits_1_after_writing_what_it_measured(tmp_path, capsys):
+def test_a_run_in_which_no_session_connected_exits_1_and_writes_nothing(tmp_path, capsys):
     from streampunct.cli import main
 
     url = "ws://127.0.0.1:9/v1/stream"  # nothing listens
@@ -413,9 +413,8 @@ def test_a_run_in_which_no_session_connected_exits_1_after_writing_what_it_measu
     out, err = capsys.readouterr()
     assert err == (f"streampunct bench load: error: no session could connect to {url} (1 tried; "
                    "errors connect:ConnectionRefusedError=1)\n")
-    assert "SLO missed: 1 sessions could not connect" in out and f"wrote {tmp_path / 'load.json'}" in out
-    written = json.loads((tmp_path / "load.json").read_text())
-    assert written["steps"][0]["connected"] == 0
+    assert "SLO missed: 1 sessions could not connect" in out and "wrote" not in out
+    assert not (tmp_path / "load.json").exists()  # a published result is not replaced by an empty one
 
 
 def test_a_run_in_which_no_step_ran_exits_1(tmp_path, capsys):
@@ -641,3 +640,12 @@ def test_proxy_graph_is_a_bert_encoder_with_a_head():
     assert got.shape == (2, 7, 4)
     np.testing.assert_allclose(got[0], want[0], atol=1e-5)
     np.testing.assert_allclose(got[1, :5], want[1, :5], atol=1e-5)
+
+
+def test_a_server_given_by_url_is_recorded_with_the_engine_its_healthz_names():
+    from benchmarks.load_bench import _healthz_fields
+
+    assert _healthz_fields((200, '{"status": "ok", "engine": "fake", "model": "m"}')) == {
+        "status": "ok", "engine": "fake", "model": "m"}
+    assert _healthz_fields((503, '{"engine": "fake"}')) == {}  # not serving: not trusted
+    assert _healthz_fields((200, "ok")) == _healthz_fields(None) == _healthz_fields((200, "[1]")) == {}

@@ -70,8 +70,11 @@ def test_the_command_checks_its_output_and_input_before_the_run(tmp_path, capsys
     data = tmp_path / "cased.txt"
     data.write_text("Hello there. How are you?\n")
     with pytest.raises(SystemExit) as done:
-        main(["--data", str(data), "--json", str(tmp_path / "nowhere" / "r.json"), "--model", str(tmp_path)])
+        main(["--data", str(data), "--json", str(data / "r.json"), "--model", str(tmp_path)])  # under a file
     assert done.value.code == 2 and "cannot write --json" in capsys.readouterr().err
     data.write_text("  \n")
     assert main(["--data", str(data), "--model", str(tmp_path)]) == 2
     assert f"{data} holds no words" in capsys.readouterr().err
+    data.write_text("hello\tCOMMA\nthere\tPERIOD\n")  # an IWSLT labels file has no case to score
+    assert main(["--data", str(data), "--model", str(tmp_path)]) == 2
+    assert "holds word<TAB>LABEL lines (no case to score)" in capsys.readouterr().err
