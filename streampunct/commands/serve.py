@@ -265,7 +265,7 @@ def build_config(args: argparse.Namespace):
     from streampunct.core.options import INT_OPTIONS, OptionError, SessionOptions, check_options
     from streampunct.core.wire import Limits
     from streampunct.errors import InputError
-    from streampunct.server.app import ItnGrammars, ServerConfig
+    from streampunct.server.app import MIN_WORKER_HANG_TIMEOUT_S, ItnGrammars, ServerConfig
     from streampunct.server.batcher import BatcherConfig
     from streampunct.server.http_policy import is_header_token
     from streampunct.text.itn import available as itn_available
@@ -284,6 +284,8 @@ def build_config(args: argparse.Namespace):
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     if args.idle_timeout_s < 0:
         raise InputError("--idle-timeout-s must be >= 0 (0: never)")
+    if 0 < args.worker_hang_timeout_s < MIN_WORKER_HANG_TIMEOUT_S:
+        raise InputError(f"--worker-hang-timeout-s must be at least {MIN_WORKER_HANG_TIMEOUT_S:g}, or 0: never")
     if args.max_frames_per_s < 0:  # the flag's 0 is the config's None
         raise InputError("--max-frames-per-s must be >= 0 (0: no limit)")
     token = args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV)

@@ -692,23 +692,26 @@ class StreamServer:
         elif self._closing or not self.batcher.ready:
             # While shutting down the listener stays open until the sessions are gone (shutdown()),
             # so that new handshakes get this 503 rather than a refused connection.
-            self.metrics.rejected.labels(reason="unavailable").inc()
-            response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (starting or stopping)\n")
+            response = self._unavailable(connection, request, "unavailable", "not serving (starting or stopping)")
         elif self.batcher.engine_failing:  # /healthz says "failing": its windows would fail
-            self.metrics.rejected.labels(reason="unavailable").inc()
-            response = connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "not serving (the engine is failing)\n")
+            response = self._unavailable(connection, request, "unavailable", "not serving (the engine is failing)")
         elif self._at_session_limit():
-            self.metrics.rejected.labels(reason="sessions").inc()
-            response = connection.respond(
-                http.HTTPStatus.SERVICE_UNAVAILABLE,
-                f"session limit reached ({self.config.max_sessions}"
-                + (f" on this worker of {self.config.workers}" if self.config.workers > 1 else "") + ")\n",
-            )
+            response = self._unavailable(
+                connection, request, "sessions", f"session limit reached ({self.config.max_sessions}"
+                + (f" on this worker of {self.config.workers}" if self.config.workers > 1 else "") + ")")
         else:
             return None  # the WebSocket handshake goes on
         if request.method == "HEAD":
             response.body = b""  # Content-Length stays that of the GET
         return response
+
+    def _unavailable(self, connection: ServerConnection, request: Request, reason: str, message: str) -> Response:
+        """A stream refused for now (503: starting, stopping, failing, at the session limit): its
+        metric, one log line, and the response."""
+        self.metrics.rejected.labels(reason=reason).inc()
+        logger.info("refused %s %s from %s: %s (503)", _ascii(request.method), _ascii(request.path.partition("?")[0]),
+                    self._peer(connection, request), message)
+        return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, message + "\n")
 
     def _refuse(self, connection: ServerConnection, request: Request, refusal: Refusal) -> Response:
         """The response, metric and one log line of a refused request (no traceback: it is the client's doing)."""

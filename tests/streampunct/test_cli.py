@@ -412,6 +412,7 @@ def test_serve_refuses_ports_out_of_range(port, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--send-timeout-s", "-1"], "--send-timeout-s must be >= 0 (0: no timeout)"),
     (["--idle-timeout-s", "-1"], "--idle-timeout-s must be >= 0 (0: never)"),
+    (["--worker-hang-timeout-s", "0.5"], "--worker-hang-timeout-s must be at least 1, or 0: never"),
     (["--max-batch", "0"], "--max-batch must be an integer >= 1, not 0"),
     (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0"),
     (["--max-sessions", "0"], "--max-sessions must be an integer >= 1, not 0"),

@@ -100,6 +100,18 @@ async def test_two_authorization_headers_get_400_counted_and_one_log_line(start_
         assert client.ready.session
 
 
+async def test_a_handshake_over_the_session_limit_gets_503_counted_and_one_log_line(start_server, caplog):
+    caplog.set_level(logging.INFO)
+    server = await start_server(max_sessions=1)
+    async with await StreamClient.connect(server.url):
+        reply = await request(server.port, "GET", "/v1/stream", websocket=True)
+    assert reply.status == 503 and b"session limit reached (1)" in reply.body
+    assert rejected(server, "sessions") == 1.0
+    [line] = refusal_lines(caplog)
+    assert "refused GET /v1/stream from 127.0.0.1:" in line.getMessage()
+    assert line.getMessage().endswith(": session limit reached (1) (503)")
+
+
 @pytest.mark.parametrize("headers, message", [
     ([("Origin", "http://127.0.0.1"), ("Origin", "http://evil.example")], b"more than one Origin header"),
     ([("Host", "127.0.0.1")], b"more than one Host header"),
