@@ -19,20 +19,18 @@ Library use: :func:`run_engine_bench`; command line ``streampunct bench engine``
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import git_commit, machine, prepare_out_dir, prepare_out_file, pyplot
+from benchmarks.common import machine, prepare_out_dir, prepare_out_file, pyplot, write_result
 from engines.base import EngineError
 from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
@@ -294,14 +292,11 @@ def run_stream_bench(
 
 
 def _write_json(report: Mapping[str, Any], out_json: str | Path) -> None:
-    """The report as ``out_json``, with the time and commit every result file records; says where."""
-    from streampunct.text.textfile import write_text_atomically
-
+    """The report as ``out_json``, with the time and commit every result file records
+    (:func:`benchmarks.common.write_result`); says where."""
     out_json = prepare_out_file(out_json)
-    record = {"benchmark": report.get("benchmark", "engine"), "command": report.get("command"),
-              "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), **report}
-    write_text_atomically(out_json, json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out_json}")
+    path = write_result(out_json.stem, dict(report), out_json.parent, command=report.get("command"))
+    print(f"wrote {path}")
 
 
 _REPO = Path(__file__).resolve().parents[1]

@@ -69,6 +69,7 @@ from streampunct.core.wire import (
     decode_config,
     decode_server,
     encode,
+    encode_frame,
 )
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
@@ -471,12 +472,12 @@ def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS,
     budget = limits.max_message_bytes
     if budget is None:
         return [cut[i : i + n] for i in range(0, len(cut), n)]
-    base = len(encode(message(())).encode())  # the frame of no words; each word adds its JSON and a comma
+    base = _frame_bytes(message(()))  # the frame of no words; each word adds its JSON and a comma
     out: list[tuple[Word, ...]] = []
     chunk: list[Word] = []
     size = base
     for word in cut:
-        item = len(encode(message((word,))).encode()) - base
+        item = _frame_bytes(message((word,))) - base
         if chunk and (len(chunk) == n or size + 1 + item > budget):
             out.append(tuple(chunk))
             chunk, size = [], base
@@ -485,6 +486,12 @@ def message_words(words: Sequence[Word], limits: Limits = DEFAULT_LIMITS,
     if chunk:
         out.append(tuple(chunk))
     return out
+
+
+def _frame_bytes(message: WordsMessage | HypothesisMessage | ResumeRequest) -> int:
+    """The size of ``message``'s frame as sent (UTF-8 bytes), what ``max_message_bytes`` bounds."""
+    frame = encode_frame(message)
+    return len(frame) if isinstance(frame, bytes) else len(frame.encode())
 
 
 class ConnectError(ClientError):
@@ -942,7 +949,7 @@ class ResumableStream:
         config = decode_config(self.options.to_json())  # the session's options, validated as a config
         request = ResumeRequest(self.n_final, context, config)
         if limits.max_message_bytes is not None:  # the oldest context words go first
-            while request.context and len(encode(request).encode()) > limits.max_message_bytes:
+            while request.context and _frame_bytes(request) > limits.max_message_bytes:
                 request = ResumeRequest(self.n_final, request.context[1:], config)
         await client.send(request)
         reply = await client.recv(timeout=self._connect_options["open_timeout"])

@@ -301,8 +301,7 @@ class Session:
             if reader not in done:  # shutdown: stop reading, finalize what came in
                 reader.cancel()
                 await asyncio.wait({reader})
-                self._emit(self.protocol.finish(loop.time()))
-                self._wake.set()
+                self._finish_input(loop.time())
             elif not reader.result():
                 sent = self._ws.protocol.close_sent  # the close frame this side sent, if any
                 if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:  # websockets' frame limit
@@ -432,6 +431,12 @@ class Session:
             return
         await self._close(CloseCode.INTERNAL_ERROR, reason)
 
+    def _finish_input(self, now: float) -> None:
+        """No more frames will be read (a shutdown, an idle client): every word received is to be
+        finalized, and the driver woken to do it."""
+        self._emit(self.protocol.finish(now))
+        self._wake.set()
+
     # -- reader --------------------------------------------------------------
     async def _read(self) -> bool:
         """Handle client frames; True once the client sent ``end`` or sent nothing for the idle
@@ -457,8 +462,7 @@ class Session:
                 self._ctx.metrics.idle_closes.inc()
                 self._log.info("no frame for %g s: finalizing %d words and closing", self._ctx.idle_timeout_s,
                                protocol.n_words - protocol.n_final)
-                self._emit(protocol.finish(loop.time()))
-                self._wake.set()
+                self._finish_input(loop.time())
                 return True
             before = protocol.n_received
             cpu_at = time.thread_time()
