@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from streampunct.errors import InputError
 
+    if args.a.resolve() == args.b.resolve():
+        ap.error(f"a and b are the same folder ({args.a}): nothing to compare")
     window = None
     if args.window:
         try:

@@ -276,7 +276,9 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     result["simulation"] = score(data.labels, simulated).to_dict()
     if len(served) == len(simulated):
         result["label_agreement"] = round(float(np.mean(np.asarray(served) == np.asarray(simulated))), 5)
-        result["disagreements"] = disagreements(data.words, served, simulated)
+        differ = disagreements(data.words, served, simulated, limit=None)
+        result["disagreements_total"] = len(differ)
+        result["disagreements"] = differ[:DISAGREEMENTS_LISTED]
     print(f"simulation of the same schedules: overall F1 {result['simulation']['overall_f1']:.2f}"
           + (f"; label agreement {100 * result['label_agreement']:.2f}%" if "label_agreement" in result else ""))
     path = write_result(cfg.result_name, result, cfg.out_dir, command=command)
@@ -317,9 +319,12 @@ def format_stability(stability) -> str:
             f"({stability.changes_in_partials} in partials, {stability.changes_at_final} at the final)")
 
 
-def disagreements(words, served, simulated, limit: int = 50) -> list[dict]:
-    """The first ``limit`` words whose label through the server differs from the
-    simulation's: index, word, both label names."""
+DISAGREEMENTS_LISTED = 50  # the JSON lists the first 50; ``disagreements_total`` counts all
+
+
+def disagreements(words, served, simulated, limit: int | None = DISAGREEMENTS_LISTED) -> list[dict]:
+    """The first ``limit`` (all with None) words whose label through the server differs
+    from the simulation's: index, word, both label names."""
     from streampunct.labels import LABELS
 
     return [{"index": k, "word": words[k], "server": LABELS[a], "simulation": LABELS[b]}

@@ -150,6 +150,8 @@ def streaming_runs(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    if not right_contexts:  # nothing to simulate: no engine calls, and no empty progress bars
+        return {}
     if stream_engine is not None:  # cached left context: each stream's windows depend on its past calls
         return {rc: _simulate(_calls(aligner, window, SessionOptions(rc, max_delay_ms), stream_engine), words,
                               _on(stream_engine, aligner.pad_id), words_per_second)

@@ -819,6 +819,8 @@ class StreamServer:
             await connection.close(CloseCode.TRY_AGAIN_LATER, "session limit reached")
             return
         session = Session(connection, self._context, uuid.uuid4().hex[:12])
+        if isinstance(connection, GuardedConnection):
+            connection.session_id = session.id  # its own log lines (a pong flood's abort) name the session
         self.sessions.add(session)
         self._sessions_gone.clear()
         self.metrics.sessions.inc()

@@ -88,6 +88,8 @@ class GuardedConnection(ServerConnection):
         self._on_abort = on_abort
         self._on_unparsed = on_unparsed
         self.aborted_for_unread_output = False
+        #: the server's session id once a session runs on this connection: its log lines name it
+        self.session_id: str | None = None
         self._control_rate = FrameRate(control_frame_rate) if control_frame_rate is not None else None
         self._on_control_held = on_control_held
         self._holds: set[str] = set()  # why reading is paused: "queue" (websockets'), "control"
@@ -193,8 +195,9 @@ class GuardedConnection(ServerConnection):
         buffered = transport.get_write_buffer_size()
         if buffered > self.max_write_buffer:
             self.aborted_for_unread_output = True
+            who = f"session={self.session_id}" if self.session_id else f"connection {self.id}"
             logger.warning("%s: client not reading: %d bytes of answers to its frames (pongs) unsent, "
-                           "over %d; connection aborted", self.id, buffered, self.max_write_buffer)
+                           "over %d; connection aborted", who, buffered, self.max_write_buffer)
             if self._on_abort is not None:
                 self._on_abort(buffered)
             transport.abort()

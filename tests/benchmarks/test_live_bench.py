@@ -71,6 +71,7 @@ def test_live_streams_through_the_shipped_model_agree_with_the_simulation(tmp_pa
     # the int8 engine's windows run alone (batch_rows exact) and no delay bound fires at
     # 40 words/s: the server gives exactly the simulation's labels
     assert result["label_agreement"] == 1.0 and result["disagreements"] == []
+    assert result["disagreements_total"] == 0
     assert 0 < result["server"]["overall_f1"] <= 100
     saved = json.loads((tmp_path / "live_small.json").read_text())
     assert saved["server"]["overall_f1"] == result["server"]["overall_f1"] and "machine" in saved
@@ -84,6 +85,7 @@ def test_disagreements_name_the_words_and_both_labels():
         {"index": 3, "word": "then", "server": "PERIOD", "simulation": "QUESTION"},
     ]
     assert len(disagreements(words, [1] * 5, [0] * 5, limit=2)) == 2
+    assert len(disagreements(words, [1] * 5, [0] * 5, limit=None)) == 5
 
 
 def test_hypotheses_come_before_each_chunk_and_never_before_the_previous_event():

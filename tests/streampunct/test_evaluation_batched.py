@@ -47,6 +47,15 @@ def test_batched_runs_equal_one_call_per_window(batch_size, max_delay_ms):
     assert engine.calls == -(-engine.rows // batch_size)
 
 
+def test_no_right_contexts_run_nothing_and_draw_no_bars(capsys):
+    aligner = FakeAligner()
+    engine = CountingInfer()
+    assert streaming_runs([aligner.word(1, k) for k in range(30)], aligner, WINDOW, engine, [],
+                          progress=True) == {}
+    assert engine.calls == 0
+    assert capsys.readouterr().err == ""  # before: three empty progress bars
+
+
 # -- the tiny runtime model (a real ONNX graph, fp32 and int8) ---------------------
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import socket
 import struct
@@ -240,9 +241,10 @@ def ping_flood(port: int, stop: threading.Event) -> str:
         sock.close()
 
 
-async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_server):
+async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_server, caplog):
     """websockets answers each ping itself, without flow control: unread pongs would pile up in
     the server's memory without end. Past the bound the connection is aborted and counted."""
+    caplog.set_level(logging.INFO, logger="streampunct")
     server = await start_server(max_message_bytes=1024)
     stop = threading.Event()
     flood = asyncio.create_task(asyncio.to_thread(ping_flood, server.port, stop))
@@ -255,6 +257,10 @@ async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_serv
         await asyncio.gather(flood, return_exceptions=True)
     assert ended in ("ConnectionResetError", "BrokenPipeError")
     await until(lambda: not server.sessions)
+    # the abort's line names the session, as its "opened" and "closed" lines do
+    opened = [r.getMessage().split()[0] for r in caplog.records if " opened from 127.0.0.1" in r.getMessage()]
+    aborts = [r.getMessage() for r in caplog.records if "client not reading" in r.getMessage()]
+    assert len(opened) == 1 and len(aborts) == 1 and aborts[0].startswith(f"{opened[0]}: client not reading")
     # a client that reads its pongs is not touched
     async with ws_connect(server.url) as ws:
         for _ in range(200):

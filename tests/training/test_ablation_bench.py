@@ -100,6 +100,16 @@ def test_compare_models_reports_both_scores_and_agreement(tiny_base_model, tiny_
 def test_compare_models_refuses_a_test_set(capsys, tmp_path):
     from benchmarks.compare_models import main as compare_main
 
-    args = ["models/default", "models/default", "--valid", "test2011", "--data-root", str(tmp_path)]
+    args = ["models/default", "models/base", "--valid", "test2011", "--data-root", str(tmp_path)]
     assert compare_main(args) == 2
     assert "test2011 is a test set: never train or select models on it" in capsys.readouterr().err
+
+
+def test_compare_models_refuses_one_folder_twice(capsys):
+    from benchmarks.compare_models import main as compare_main
+
+    # the report is keyed by folder: the same one twice used to print one model and "b - a = +0.00"
+    with pytest.raises(SystemExit) as exit_:
+        compare_main(["models/default", "./models/default/"])
+    assert exit_.value.code == 2
+    assert "a and b are the same folder (models/default): nothing to compare" in capsys.readouterr().err
