@@ -334,3 +334,53 @@ async def test_the_page_counts_words_as_the_server_does_and_resumes_only_what_it
     assert status == ("closed (1012: the server is restarting); not resumed: the server refused or counted "
                       "otherwise a word this page sent")
     assert stats["resumes"] == 0 and stats["reconnects"] == 0
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_after_an_idle_close_the_page_resumes_with_its_next_words(start_server, fake_labels, tmp_path, caplog):
+    """A server's idle timeout finishes a quiet stream's words and closes it (1001, "idle
+    timeout"). Owed nothing, the page waits for its next words and resumes with them: it
+    does not reconnect at once into the same timeout (every session on the server gets
+    words), and the captions still hold every word once, in order."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    import logging
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    caplog.set_level(logging.INFO, logger="streampunct")
+    server = await start_server(idle_timeout_s=0.4)
+    text = "so we went home and then we slept well"
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            # 1.5 words/s: 0.67 s between the page's frames, past the server's 0.4 s
+            driver.get(f"http://127.0.0.1:{server.port}/captions?wps=1.5")
+            js("document.getElementById('text').value = arguments[0]", text)
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.idleCloses") >= 1)
+            parked = driver.find_element(By.ID, "status").text
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
+                                            or "closed" in d.find_element(By.ID, "status").text)
+            return (parked, driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
+                    js("return window.captionStats"))
+        finally:
+            driver.quit()
+
+    parked, status, finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    words = normalize_words(text.split())
+    # read within 0.3 s of the close, when the page's next frame is due: parked, or resuming
+    assert parked in ("idle: every word is final; the stream resumes with the next words",
+                      "reconnecting (1001: the stream was idle too long)…") or parked.startswith("streaming")
+    assert stats["ended"] and status == f"done: {len(words)} words" and stats["errors"] == []
+    assert stats["idleCloses"] >= 1 and stats["reconnects"] == stats["resumes"] >= 1
+    assert finals in [render(words, labels, capitalize=True) for labels in ended_or_final_before(fake_labels(words))]
+    closed = [r.getMessage() for r in caplog.records if re.search(r"^session=\w+ closed: code", r.getMessage())]
+    assert len(closed) == stats["resumes"] + 1
+    # each session's count runs from word 0 (a resumed one's from its start): every resumed
+    # session got words (the first may close before the page's first word, 0.67 s in)
+    counts = [int(re.search(r", (\d+) words, ", line).group(1)) for line in closed]
+    assert counts == sorted(set(counts)) and counts[-1] == len(words)
