@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import unicodedata
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
@@ -189,13 +190,35 @@ def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:
 
 
 def _fit(current: str, tail: str, width: int) -> tuple[str, str]:
-    """Keep the end of ``current + " " + tail`` within ``width`` characters."""
-    over = len(current) + 1 + len(tail) - width
+    """Keep the end of ``current + " " + tail`` within ``width`` terminal columns (a wide
+    character, as in Chinese or Japanese, takes two; a combining mark none)."""
+    over = _columns(current) + 1 + _columns(tail) - width
     if over <= 0:
         return current, tail
-    if over < len(current):
-        return "\u2026" + current[over + 1 :], tail
-    return "", "\u2026" + tail[max(0, len(tail) - width + 1) :]
+    if over < _columns(current):
+        return "\u2026" + _last_columns(current, _columns(current) - over - 1), tail
+    return "", "\u2026" + _last_columns(tail, width - 1)
+
+
+def _char_columns(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _columns(text: str) -> int:
+    return sum(map(_char_columns, text))
+
+
+def _last_columns(text: str, columns: int) -> str:
+    """The longest end of ``text`` within ``columns``, not starting with a mark of the character cut off."""
+    used, start = 0, len(text)
+    while start > 0 and used + _char_columns(text[start - 1]) <= columns:
+        start -= 1
+        used += _char_columns(text[start])
+    while start < len(text) and _char_columns(text[start]) == 0:
+        start += 1
+    return text[start:]
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,18 @@ def test_fit_keeps_the_end_of_the_line():
     assert current == "" and len(tail) <= 20
 
 
+def test_fit_counts_terminal_columns():
+    # a CJK character takes two columns: 30 of them are 60 columns, not 30
+    current, tail = _fit("\u6c49" * 30, "tail", 20)
+    assert tail == "tail" and current == "\u2026" + "\u6c49" * 7  # 1 + 14 + 1 + 4 = 20 columns
+    current, tail = _fit("ok", "\u5b57" * 40, 21)
+    assert current == "" and tail == "\u2026" + "\u5b57" * 10
+    # combining marks take none, and a cut never leaves one without its letter
+    assert _fit("e\u0301" * 10, "x", 12) == ("e\u0301" * 10, "x")
+    current, _ = _fit("e\u0301" * 10, "x", 8)
+    assert current == "\u2026" + "e\u0301" * 5
+
+
 async def test_caption_streams_a_transcript_and_logs_messages(start_server, fake_labels):
     server = await start_server()
     words = "So, this is a test. Is it working? Yes it is working well".split()
