@@ -129,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.format == "srt":
             _check_srt_times(args.transcript, events)
+        if args.format != "text":
+            _report_times_going_back(events, report)
     out = AtomicTextFile(args.out) if args.out else None
     try:
         code = asyncio.run(_caption(args, events, out, report))
@@ -152,6 +154,24 @@ def _check_srt_times(source: str, events) -> None:
     error = srt_time_error(latest + lag)
     if error:
         raise InputError(f"{source}: a cue may end {lag:g} s after the last word time: {error}")
+
+
+def _report_times_going_back(events, report) -> None:
+    """Say so (once) when a committed word starts before the word before it: the cues there are
+    placed by those times, and may be shown for as little as 1 ms."""
+    previous, n = None, 0
+    for event in events:
+        if event.interim:
+            continue
+        for word in event.words:
+            if word.start is not None and previous is not None and word.start < previous.start:
+                report(f"warning: word {n} ({word.w!r}) starts at {word.start:g} s, before the word "
+                       f"before it ({previous.w!r}, {previous.start:g} s): the recognizer's times go back, "
+                       f"and cues there may be shown for as little as 1 ms")
+                return
+            if word.start is not None:
+                previous = word
+            n += 1
 
 
 class _Stdout:

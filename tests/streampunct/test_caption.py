@@ -546,6 +546,22 @@ async def test_srt_of_word_times_at_100_hours_is_refused_before_connecting(start
     assert "cannot be written in SRT" in stderr
 
 
+async def test_subtitles_from_word_times_that_go_back_come_with_a_warning(start_server, tmp_path):
+    server = await start_server()
+    source = tmp_path / "talk.jsonl"
+    times = [("so", 1.0), ("we", 1.4), ("met", 5.0), ("in", 2.0), ("paris", 2.5)]  # "in" goes back
+    source.write_text("".join(f'{{"w": "{w}", "start": {t}, "end": {t + 0.3}}}\n' for w, t in times))
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    assert rc == 0 and "Traceback" not in stderr and stdout.startswith("WEBVTT")
+    warnings = [line for line in stderr.splitlines() if "warning" in line]
+    assert warnings == ["streampunct caption: warning: word 3 ('in') starts at 2 s, before the word before it "
+                        "('met', 5 s): the recognizer's times go back, and cues there may be shown for as "
+                        "little as 1 ms"]
+    source.write_text("".join(f'{{"w": "{w}", "start": {t}, "end": {t + 0.3}}}\n' for w, t in sorted(times, key=lambda x: x[1])))
+    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    assert rc == 0 and "warning" not in stderr
+
+
 @pytest.mark.parametrize("args", [["--speed", "nan"], ["--speed", "inf"], ["--speed", "-1"],
                                   ["--speed", "-1", "--input-format", "text"],
                                   ["--speed", "nan", "--input-format", "words"],
