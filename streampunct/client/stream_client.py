@@ -179,9 +179,12 @@ class StreamClient:
     async def send(
         self, message: ConfigRequest | WordsMessage | HypothesisMessage | FlushRequest | EndRequest | ResumeRequest
     ) -> None:
-        await self.connection.send(encode(message))
+        frame = encode(message)
+        # shown before the await: a send held by backpressure could otherwise be shown after the
+        # server's answer to it (a send that then fails ends the connection, which is shown too)
         if self.on_message is not None:
             self.on_message("send", message)
+        await self.connection.send(frame)
 
     async def send_raw(self, frame: str | bytes) -> None:
         """Send a frame as is (tests use this to send malformed input)."""

@@ -184,3 +184,20 @@ def test_the_caption_view_and_the_transcript_show_the_learned_case():
     plain = io.StringIO()
     CaptionView(plain, live=False, capitalize=False).update(transcript)
     assert plain.getvalue() == "We met John at NASA.\n"
+
+
+async def test_the_message_tap_sees_a_send_before_it_goes_out():
+    """caption --json logs what the tap sees: a send held by backpressure must not be logged
+    after the server's answer to it."""
+    from streampunct.core.wire import FlushRequest, Ready
+
+    seen: list[str] = []
+
+    class Connection:
+        async def send(self, frame):
+            seen.append(f"wire {frame}")
+
+    client = StreamClient(Connection(), Ready("s1", "m", SessionOptions()),
+                          on_message=lambda direction, message: seen.append(f"tap {direction} {message.type}"))
+    await client.send(FlushRequest())
+    assert seen == ["tap send flush", 'wire {"type":"flush"}']
