@@ -799,6 +799,12 @@ def read_cues_jsonl(lines: Iterable[str], source: str = "cues") -> list[Cue]:
             continue
         try:
             record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise InputError(f"{source}:{lineno}: not a cue of caption --format jsonl (a JSON object a line; "
+                             "SRT and WebVTT files are not read here)")
+        try:
             words = tuple(TimedWord(w["w"], ID_TO_MARK.index(w["p"]), float(w["start"]), float(w["end"]))
                           for w in record["words"])
             shown = record.get("pieces") or [{"text": w.w + ID_TO_MARK[w.label], "words": 1} for w in words]

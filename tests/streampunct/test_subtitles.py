@@ -533,6 +533,13 @@ def test_the_cue_checker_names_the_file_and_line_of_a_bad_record(tmp_path, capsy
         main([str(f)])
     assert done.value.code == 2
     assert f"error: {f}:2: not a cue of caption --format jsonl (no 'words')" in capsys.readouterr().err
+    srt = tmp_path / "cues.srt"
+    srt.write_text("1\n00:00:01,000 --> 00:00:02,000\nHello.\n")
+    with pytest.raises(SystemExit):
+        main([str(srt)])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: {srt}:1: not a cue of caption --format jsonl (a JSON object a line; SRT and WebVTT files are "
+        "not read here)")
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.jsonl")])
     assert "no such file" in capsys.readouterr().err
