@@ -57,6 +57,7 @@ from streampunct.core.stream_state import Decision, StreamState, WindowRequest
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
     DEFAULT_LIMITS,
+    MAX_START,
     ClientMessage,
     ConfigApplied,
     ConfigRequest,
@@ -375,16 +376,17 @@ class SessionProtocol:
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
         self._words_seen = True
-        words = []
-        for item in message.words:
-            word = normalize_word(item.w)
-            if not word:
-                continue
+        taken = [(word, item) for item in message.words if (word := normalize_word(item.w))]
+        first = self.state.n_words
+        if taken and first + len(taken) - 1 > MAX_START:
+            # a resume's start near 2**53: indices past it are not exact in every JSON reader
+            return [Error(ErrorCode.BAD_REQUEST, f"words: this message would take word indices past "
+                                                 f"{MAX_START}, the largest exact in JSON; nothing was taken")]
+        for k, (_, item) in enumerate(taken):
             if item.start is not None or item.end is not None:
-                self._times[self.state.n_words + len(words)] = (item.start, item.end)
-            words.append(word)
-        if words:
-            self.state.feed(words, now)
+                self._times[first + k] = (item.start, item.end)
+        if taken:
+            self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
             self._set_hypothesis([])
         return self._owed_partial()

@@ -157,6 +157,19 @@ def test_resume_continues_indices_and_announces_its_options():
     assert replies[-1].type == "end" and replies[-1].words == 42
 
 
+def test_words_past_the_largest_exact_index_are_refused_whole():
+    driver = Driver(SessionOptions(right_context=0))
+    driver.send(ResumeRequest(MAX_START - 1))
+    [error] = driver.send(WordsMessage((Word("t1x1"), Word("t1x2"), Word("t1x3"))))
+    assert error == Error(ErrorCode.BAD_REQUEST, f"words: this message would take word indices past {MAX_START}, "
+                                                 "the largest exact in JSON; nothing was taken")
+    assert driver.protocol.n_words == MAX_START - 1
+    [final] = driver.send(WordsMessage((Word("t1x1"), Word("t1x2", 1.0, 1.5))))  # up to MAX_START itself
+    assert final.start == MAX_START - 1 and [(w.w, w.start) for w in final.words] == [("t1x1", None), ("t1x2", 1.0)]
+    [error] = driver.send(WordsMessage((Word("t1x4"),)))
+    assert error.code is ErrorCode.BAD_REQUEST and driver.protocol.n_words == MAX_START + 1
+
+
 @pytest.mark.parametrize(("last_mark", "capital"), [(".", True), ("?", True), (",", False), ("", False)])
 def test_sentence_start_casing_continues_from_the_context(last_mark, capital):
     driver = Driver(SessionOptions(right_context=0, capitalize=True))
