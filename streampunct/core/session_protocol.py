@@ -430,9 +430,12 @@ class SessionProtocol:
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)
         self.resumed_at = self._sent = request.start
-        # The context ends a sentence (or there is none: the stream starts afresh).
+        # The context ends a sentence (or there is none: the stream starts afresh). Its last
+        # word is the last one normalization keeps, as for the model's context (a word that
+        # normalizes to nothing is no word), from all of the context, not only what is kept.
         ends = (ID_TO_MARK[PERIOD], ID_TO_MARK[QUESTION])
-        self._sentence_start = not request.context or request.context[-1].p in ends
+        last = next((x for x in reversed(request.context) if normalize_word(x.w)), None)
+        self._sentence_start = last is None or last.p in ends
         return [Resumed(request.start, self.options, self._itn_available)]
 
     # -- model calls ---------------------------------------------------------

@@ -120,6 +120,16 @@ def test_a_query_token_with_a_plus_works_escaped_or_raw(query, ok):
     assert policy.authorized(Headers([]), query) is ok
 
 
+def test_the_scheme_is_case_insensitive_and_either_token_right_admits():
+    policy = _policy(auth_token="tok")
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        assert policy.authorized(Headers([("Authorization", f"{scheme} tok")]), "")
+    assert not policy.authorized(Headers([("Authorization", "Basic tok")]), "")
+    assert policy.authorized(Headers([("Authorization", "Bearer tok")]), "token=wrong")
+    assert policy.authorized(Headers([("Authorization", "Bearer wrong")]), "token=tok")
+    assert not policy.authorized(Headers([("Authorization", "Bearer wrong")]), "token=wrong")
+
+
 def test_check_order_and_answers():
     policy = _policy(auth_token="tok")
     own = [("Host", "127.0.0.1:1")]

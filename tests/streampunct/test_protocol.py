@@ -255,3 +255,8 @@ def test_partial_hypothesis_and_final_times_on_the_wire():
         {"w": "so", "p": ",", "start": 0.5, "end": 0.75}, {"w": "well", "p": ".", "end": 2},
     ]
     assert decode_server(encode(final)) == final
+
+
+def test_a_key_given_twice_counts_with_its_last_value():
+    assert decode('{"type": "words", "type": "flush"}') == FlushRequest()
+    assert decode('{"type": "config", "right_context": 9, "right_context": 2}') == ConfigRequest(right_context=2)

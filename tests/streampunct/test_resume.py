@@ -178,6 +178,18 @@ def test_sentence_start_casing_continues_from_the_context(last_mark, capital):
     assert final.text[0].isupper() is capital, final.text
 
 
+@pytest.mark.parametrize(("context", "capital"), [
+    ((("t1x1", "."), ("\U0001f600", "")), True),   # the emoji normalizes to nothing: "t1x1." ends the context
+    ((("t1x1", ""), ("\U0001f600", ".")), False),  # a mark on no word ends no sentence
+    ((("", ""),), True),                             # no word at all: a stream's start
+])
+def test_the_sentence_start_after_a_resume_follows_the_last_word_normalization_keeps(context, capital):
+    driver = Driver(SessionOptions(right_context=0, capitalize=True))
+    driver.send(ResumeRequest(5, ctx(*context)))
+    [final] = driver.send(WordsMessage((Word("t1x3"),)))
+    assert final.text[0].isupper() is capital, final.text
+
+
 def test_resume_without_context_starts_a_sentence():
     driver = Driver(SessionOptions(right_context=0, capitalize=True))
     driver.send(ResumeRequest(5))
