@@ -585,6 +585,9 @@ def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
         except (InputError, OSError, ValueError) as e:  # ValueError: stdin closed
             put(e if not isinstance(e, ValueError) else OSError(str(e)))
             return
+        except Exception as e:  # noqa: BLE001 - whatever it is, the reader waiting on the queue hears of it
+            put(e)
+            return
         put(None)
 
     threading.Thread(target=pump, name="caption-stdin", daemon=True).start()

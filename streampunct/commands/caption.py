@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
 
     if args.transcript == "-":
+        if sys.stdin is None:  # started with stdin closed (`caption - <&-`): nothing will ever come
+            raise InputError("stdin is closed: give a file, or pipe the text in")
         events = stdin_events(args.input_format, max_chunk=args.max_chunk, on_bad_line=args.on_bad_line,
                               report=report)
     else:

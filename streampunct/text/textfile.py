@@ -200,6 +200,8 @@ def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
     decoded by :class:`TextStream` from the bytes of its file descriptor when it has one
     (``sys.stdin``; nothing must have been read from it before), checked by :class:`BinaryCheck`
     either way; raises :class:`InputError` at the first piece of binary data."""
+    if stream is None:  # sys.stdin of a process started with stdin closed (`cmd <&-`)
+        raise InputError(f"{name} is closed: give a file, or pipe the text in")
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # a text-only stream (io.StringIO)

@@ -615,6 +615,24 @@ def test_punctuate_reads_pipes_and_refuses_a_closed_stdin(tmp_path):
     assert closed.returncode == 2 and "stdin is closed" in closed.stderr and "Traceback" not in closed.stderr
 
 
+@pytest.mark.parametrize("fmt", ["auto", "vosk"])
+def test_caption_refuses_a_closed_stdin_at_once(fmt):
+    # it used to print a reader thread's traceback and then wait for ever
+    command = (f"{sys.executable} -m streampunct.cli caption - --input-format {fmt} "
+               "--url ws://127.0.0.1:9/v1/stream <&-")
+    closed = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    assert closed.returncode == 2 and "Traceback" not in closed.stderr
+    assert closed.stderr.strip() == "streampunct caption: error: stdin is closed: give a file, or pipe the text in"
+
+
+def test_a_closed_stdin_is_an_error_for_the_line_reader():
+    from streampunct.errors import InputError
+    from streampunct.text.textfile import text_lines
+
+    with pytest.raises(InputError, match="^stdin is closed: give a file, or pipe the text in$"):
+        next(text_lines(None, "stdin"))
+
+
 def _no_model(monkeypatch):
     """Fail the test if a command gets as far as loading a model."""
     from streampunct.core import decoder
