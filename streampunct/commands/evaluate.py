@@ -68,12 +68,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streampunct.commands.serve import WORKERS_PER_CORE, max_workers
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
     from streampunct.model import load_model_info
     from streampunct.text.textfile import AtomicTextFile
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
+    if args.workers is not None and args.workers > max_workers():
+        raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
+                         "usable core): each engine holds its own weights")
     window = None
     if args.window:  # checked before any work: against the model's word length and positions
         try:

@@ -280,6 +280,9 @@ def build_config(args: argparse.Namespace):
     if args.workers > max_workers():
         raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
                          "usable core): each worker loads its own engines and event loop")
+    if args.engine_workers != "auto" and args.engine_workers > max_workers():
+        raise InputError(f"--engine-workers {args.engine_workers}: at most {max_workers()} on this host "
+                         f"({WORKERS_PER_CORE} per usable core): each engine holds its own weights")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     if args.idle_timeout_s < 0:

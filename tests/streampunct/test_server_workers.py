@@ -514,6 +514,23 @@ def test_workers_are_capped_at_four_per_usable_core(monkeypatch):
     assert build_config(parser.parse_args(["serve", "--workers", "8"])).workers == 8
     with pytest.raises(InputError, match=r"^--workers 9: at most 8 on this host \(4 per usable core\)"):
         build_config(parser.parse_args(["serve", "--workers", "9"]))
+    # so are engines: --engine-workers 1000 loaded engines (23 MB each) until memory ran out
+    assert build_config(parser.parse_args(["serve", "--engine-workers", "8"])).batching.engine_workers == 8
+    with pytest.raises(InputError, match=r"^--engine-workers 9: at most 8 on this host \(4 per usable core\): "
+                                         r"each engine holds its own weights$"):
+        build_config(parser.parse_args(["serve", "--engine-workers", "9"]))
+
+
+def test_evaluate_engines_are_capped_at_four_per_usable_core(monkeypatch, tmp_path):
+    from streampunct.cli import build_parser
+    from streampunct.commands.evaluate import run
+    from streampunct.errors import InputError
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    args = build_parser().parse_args(["evaluate", "--data", str(tmp_path / "none.tsv"), "--workers", "9"])
+    with pytest.raises(InputError, match=r"^--workers 9: at most 8 on this host \(4 per usable core\): "
+                                         r"each engine holds its own weights$"):
+        run(args)  # before the data is read (it does not exist)
 
 
 async def test_sigterm_while_the_workers_load_stops_them_all_with_no_ready_line(tmp_path):
