@@ -277,6 +277,10 @@ def build_config(args: argparse.Namespace):
         raise InputError(flag_names(e.message, args)) from None
     if (args.itn or args.itn_grammars == ItnGrammars.ON) and not itn_available():
         raise InputError("--itn needs the itn extra: pip install -e '.[itn]' in the streampunct checkout")
+    if args.itn_cache and (args.itn or args.itn_grammars != ItnGrammars.OFF) and itn_available():
+        from streampunct.text.itn import grammar_cache
+
+        grammar_cache(Path(args.itn_cache))  # a file or a folder it cannot make: said here, not by a worker
     if args.workers > max_workers():
         raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
                          "usable core): each worker loads its own engines and event loop")

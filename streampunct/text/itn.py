@@ -37,6 +37,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
+import signal
 import threading
 import time
 from collections import OrderedDict
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from streampunct.errors import DependencyError
+from streampunct.errors import DependencyError, InputError
 from streampunct.text.written_form import Phrase, WouldWait, waiting_allowed
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,26 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("pynini", "nemo_text_processing"))
 
 
+def grammar_cache(cache_dir: Path | None = None) -> Path:
+    """The folder the compiled grammars go in, made if need be (``cache_dir``: the user's
+    ``--itn-cache``, else :func:`default_cache_dir`); an :class:`InputError` naming the option
+    when it cannot be made there (a file, no permission), before any worker starts."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("nemo-text-processing")
+    except PackageNotFoundError:
+        release = "unknown"
+    folder = (cache_dir or default_cache_dir()) / f"nemo-text-processing-{release}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        where = f"--itn-cache {cache_dir}" if cache_dir is not None else f"the ITN grammar cache {folder}"
+        raise InputError(f"{where}: cannot make the folder for the compiled grammars there "
+                         f"({e.strerror or e})") from None
+    return folder
+
+
 def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
     """NeMo's English ITN grammars, compiled into ``cache_dir`` once (default:
     :func:`default_cache_dir`); raises :class:`DependencyError` without the extra."""
@@ -162,10 +183,7 @@ def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
         )
     except ImportError as e:
         raise DependencyError(f"{_INSTALL} ({e})") from e
-    from importlib.metadata import version
-
-    folder = (cache_dir or default_cache_dir()) / f"nemo-text-processing-{version('nemo-text-processing')}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = grammar_cache(cache_dir)
     logging.getLogger("NeMo-text-processing").setLevel(logging.WARNING)
     return NemoNormalizer(InverseNormalizer(lang="en", input_case="lower_cased", cache_dir=str(folder)))
 
@@ -446,6 +464,9 @@ _WORKER: NemoNormalizer | None = None
 
 def _worker_init(cache_dir: Path | None) -> None:
     global _WORKER
+    # Ctrl-C in a terminal reaches the whole process group: the server stops its workers
+    # itself (ProcessNormalizer.close), so a worker must not die of it mid-call with a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:  # a server killed outright (SIGKILL, OOM) leaves no worker behind
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="itn-parent-watch", daemon=True).start()

@@ -310,6 +310,24 @@ def test_a_worker_process_exits_with_a_server_killed_outright(nemo):
 
 
 @pytest.mark.slow
+def test_a_worker_process_ignores_ctrl_c_meant_for_its_server(nemo):
+    """Ctrl-C in a terminal signals the whole process group: the server stops its workers
+    itself, and a worker no longer dies of SIGINT mid-call with a KeyboardInterrupt traceback."""
+    import signal
+
+    processes = itn.ProcessNormalizer(workers=1)
+    processes.start()
+    try:
+        (worker,) = processes._pool._processes.values()
+        os.kill(worker.pid, signal.SIGINT)
+        # the same worker answers after it (a dead one would break the pool)
+        assert processes._pool.submit(itn._worker_ready).result(timeout=60) is True
+        assert [w.pid for w in processes._pool._processes.values()] == [worker.pid] and worker.exitcode is None
+    finally:
+        processes.close()
+
+
+@pytest.mark.slow
 async def test_a_server_runs_the_grammars_in_its_worker_process(aligner):
     """serve --itn-grammars on (--itn-workers 1): the grammars load in a worker before the server
     is ready, itn sessions get written numbers, and shutdown stops the worker."""

@@ -658,3 +658,23 @@ async def test_a_supervisor_that_did_not_run_for_a_while_kills_no_worker(tmp_pat
             assert isinstance(await client.recv(timeout=10), Error)
         assert server.proc.returncode is None
         assert "killing it" not in server.log.read_text()
+
+
+@pytest.mark.parametrize("cache", ["file", "/proc/no/such"])
+def test_an_itn_cache_that_cannot_be_made_is_refused_before_any_worker_starts(tmp_path, cache):
+    """It used to fail in the ITN worker processes: three tracebacks and a broken pool."""
+    pytest.importorskip("pynini", reason="needs the itn extra")
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    if cache == "file":
+        cache = tmp_path / "cache.txt"
+        cache.write_text("x")
+    args = build_parser().parse_args(["serve", "--itn", "--itn-cache", str(cache)])
+    why = "Not a directory" if str(cache).endswith(".txt") else "No such file or directory"
+    with pytest.raises(InputError, match=rf"^--itn-cache {cache}: cannot make the folder for the compiled "
+                                         rf"grammars there \({why}\)$"):
+        build_config(args)
+    ok = build_config(build_parser().parse_args(["serve", "--itn", "--itn-cache", str(tmp_path / "new")]))
+    assert ok.itn_cache == tmp_path / "new" and (tmp_path / "new").is_dir()
