@@ -199,15 +199,22 @@ class TritonEngine(EngineBase):
         o = self.options
         deadline = time.monotonic() + o.ready_timeout_s
         last: str = "no answer"
+        said = False
         while True:
+            bound = max(0.5, min(5.0, deadline - time.monotonic()))  # no call outlives the wait by much
             try:
-                if self._client.is_server_ready() and self._client.is_model_ready(o.model_name, o.model_version):
+                if (self._client.is_server_ready(client_timeout=bound)
+                        and self._client.is_model_ready(o.model_name, o.model_version, client_timeout=bound)):
                     return
                 last = f"the server has no ready model {o.model_name!r}"
             except self._exception as e:
                 last = e.message() or str(e)
             if time.monotonic() >= deadline:
                 raise ArtifactError(f"Triton at {o.url} is not ready after {o.ready_timeout_s:.0f} s: {last}")
+            if not said:  # the wait is not silent: a start that seems to hang says what it waits for
+                logger.info("Triton at %s is not ready (%s): waiting up to %.0f s (engine option ready_timeout_s)",
+                            o.url, last, o.ready_timeout_s)
+                said = True
             time.sleep(0.2)
 
     def _run(self, ids: np.ndarray, mask: np.ndarray, outputs: list[str]) -> list[np.ndarray]:

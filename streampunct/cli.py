@@ -128,8 +128,11 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the commands' modules load (the first half second): no traceback either
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return 130
     configure_logging(args.log_level or args._log_level)
     return run_command(args._run, args, f"streampunct {args.command}")
 

@@ -230,13 +230,24 @@ def test_a_missing_client_names_the_extra(monkeypatch):
         registry.load_engine("triton", DEFAULT_MODEL)
 
 
-def test_no_server_is_an_artifact_error_after_the_ready_timeout():
+def test_no_server_is_an_artifact_error_after_the_ready_timeout(caplog):
     pytest.importorskip("tritonclient.grpc")
+    import logging
+    import time
+
     from engines.build.triton_pytriton import free_port
     from engines.registry import load_engine
 
-    with pytest.raises(ArtifactError, match="not ready"):
-        load_engine("triton", DEFAULT_MODEL, url=f"127.0.0.1:{free_port()}", ready_timeout_s=0.5)
+    caplog.set_level(logging.INFO, logger="engines")
+    url = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ArtifactError, match="not ready after 2 s"):
+        load_engine("triton", DEFAULT_MODEL, url=url, ready_timeout_s=2)
+    assert time.monotonic() - started < 30  # each call is bounded too
+    # the wait is said once, when it begins, not only when it gives up
+    waits = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert len(waits) == 1 and waits[0].startswith(f"Triton at {url} is not ready (")
+    assert waits[0].endswith("): waiting up to 2 s (engine option ready_timeout_s)")
 
 
 # -- a real Triton server -----------------------------------------------------------------------

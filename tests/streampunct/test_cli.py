@@ -726,3 +726,14 @@ def test_evaluate_text_refuses_a_word_label_file(tmp_path, capsys, monkeypatch):
     f.write_text("hello\tO\nworld\tPERIOD\n")
     assert main(["evaluate", "--data", str(f), "--text"]) == 2
     assert "a word<TAB>LABEL file, not punctuated text" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
+    from streampunct import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "available_commands", interrupted)
+    assert cli.main(["punctuate", "-"]) == 130
+    assert capsys.readouterr().err == ""
