@@ -95,12 +95,13 @@ def labeled_word(line: str) -> str | None:
     return None if pair is None else normalize_word(pair[0])
 
 
-def read_transcript(path: str | Path) -> list[str]:
-    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped)."""
+def read_transcript(path: str | Path, text: str | None = None) -> list[str]:
+    """Words of a transcript: plain text, or ``word<TAB>LABEL`` lines (labels dropped); ``text``:
+    the file's text when it was read already (read once: its warnings are said once)."""
     path = Path(path)
-    if not path.exists():
+    if text is None and not path.exists():
         raise InputError(f"no such transcript file: {path}")
-    lines = read_text(path).splitlines()  # refuses a directory
+    lines = (read_text(path) if text is None else text).splitlines()  # refuses a directory
     if is_word_label_text(lines, str(path)):
         return parse_word_labels(lines, str(path)).words
     return " ".join(lines).split()
@@ -543,7 +544,7 @@ def read_events(
             fmt = _format_of(first, str(path))
             values = itertools.chain([first], values)
     if fmt == "text":
-        words = read_transcript(path)
+        words = read_transcript(path, text)
         if not words:
             raise InputError(f"{source}: no words")
         return text_events(words, wps=wps, max_chunk=max_chunk, seed=seed)

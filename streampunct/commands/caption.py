@@ -159,13 +159,18 @@ def _check_srt_times(source: str, events) -> None:
 
 
 def _report_times_going_back(events, report) -> None:
-    """Say so (once) when a committed word starts before the word before it: the cues there are
-    placed by those times, and may be shown for as little as 1 ms."""
+    """Say so (once) when a committed word ends before it starts, or starts before the word
+    before it: the cues there are placed by those times, and may be shown for as little as 1 ms."""
     previous, n = None, 0
     for event in events:
         if event.interim:
             continue
         for word in event.words:
+            if word.start is not None and word.end is not None and word.end < word.start:
+                report(f"warning: word {n} ({word.w!r}) ends at {word.end:g} s, before it starts "
+                       f"({word.start:g} s): the recognizer's times go back, and cues there may be shown "
+                       f"for as little as 1 ms")
+                return
             if word.start is not None and previous is not None and word.start < previous.start:
                 report(f"warning: word {n} ({word.w!r}) starts at {word.start:g} s, before the word "
                        f"before it ({previous.w!r}, {previous.start:g} s): the recognizer's times go back, "

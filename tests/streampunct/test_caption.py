@@ -557,6 +557,11 @@ async def test_subtitles_from_word_times_that_go_back_come_with_a_warning(start_
     assert warnings == ["streampunct caption: warning: word 3 ('in') starts at 2 s, before the word before it "
                         "('met', 5 s): the recognizer's times go back, and cues there may be shown for as "
                         "little as 1 ms"]
+    source.write_text('{"w": "so", "start": 5, "end": 1}\n{"w": "we", "start": 6, "end": 6.5}\n')
+    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    assert rc == 0 and [line for line in stderr.splitlines() if "warning" in line] == [
+        "streampunct caption: warning: word 0 ('so') ends at 1 s, before it starts (5 s): the recognizer's "
+        "times go back, and cues there may be shown for as little as 1 ms"]
     source.write_text("".join(f'{{"w": "{w}", "start": {t}, "end": {t + 0.3}}}\n' for w, t in sorted(times, key=lambda x: x[1])))
     rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
     assert rc == 0 and "warning" not in stderr

@@ -500,3 +500,12 @@ async def test_stdin_refuses_a_word_time_that_is_not_finite(monkeypatch):
     assert got == [["so"]]
     assert [line.split(": ", 1)[0] for line in reported] == ["stdin:2", "stdin:3"]
     assert "'end' must be a finite number of seconds" in reported[0] and "got NaN" in reported[0]
+
+
+def test_a_latin1_transcript_is_read_once_and_warned_about_once(tmp_path, caplog):
+    f = tmp_path / "talk.txt"
+    f.write_bytes(b"caf\xe9 is here and there\n")
+    events = read_events(str(f), wps=100)
+    assert [w.w for e in events for w in e.words] == ["caf\u00e9", "is", "here", "and", "there"]
+    assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
+        f"{f} is not UTF-8 (byte 0xe9 at offset 3): read as Windows-1252 (Latin-1)"]
