@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
     p.add_argument(
-        "--right-context", type=non_negative_int, nargs="*", default=[], metavar="N",
+        "--right-context", type=non_negative_int, nargs="+", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",
     )
     p.add_argument(

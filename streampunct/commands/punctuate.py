@@ -125,7 +125,7 @@ def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, ca
 def run(args: argparse.Namespace) -> int:
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.text.itn import load_normalizer
-    from streampunct.text.textfile import AtomicTextFile, utf8_stdout
+    from streampunct.text.textfile import AtomicTextFile, utf8_stdout, write_all
     from streampunct.text.written_form import Lexicon, WrittenForms
 
     segments = read_transcript_lines(args.input)
@@ -151,5 +151,5 @@ def run(args: argparse.Namespace) -> int:
         out.commit()  # whole or not at all
     else:
         assert stdout is not None
-        stdout.write(text + "\n")
+        write_all(stdout, text + "\n")  # a reader gone midway (`| head -c 100`): status 141
     return 0

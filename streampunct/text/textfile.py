@@ -376,6 +376,22 @@ def utf8_stdout() -> TextIO:
     return sys.stdout
 
 
+def write_all(stream: TextIO, text: str) -> None:
+    """Write ``text`` to ``stream`` whole, or raise (``BrokenPipeError`` when the reader went
+    away). On a file descriptor the bytes go out with ``os.write`` until none is left: CPython's
+    buffered writer takes a pipe's partial write (the reader left midway, ``| head -c 100``) as
+    the end of the write and drops the rest without an error."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a text-only stream (io.StringIO)
+        stream.write(text)
+        return
+    stream.flush()
+    view = memoryview(text.encode(stream.encoding or "utf-8"))
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_text_atomically(path: str | Path, text: str) -> None:
     """``path`` holds ``text`` after this, or (when it fails) what it held before."""
     out = AtomicTextFile(path)

@@ -737,3 +737,56 @@ def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatc
     monkeypatch.setattr(cli, "available_commands", interrupted)
     assert cli.main(["punctuate", "-"]) == 130
     assert capsys.readouterr().err == ""
+
+
+def test_evaluate_right_context_needs_a_value(capsys):
+    from streampunct.cli import build_parser
+
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["evaluate", "--right-context"])  # it ran no streaming, as if not given
+    assert done.value.code == 2
+    assert "argument --right-context: expected at least one argument" in capsys.readouterr().err
+    assert build_parser().parse_args(["evaluate", "--data", "x.tsv"]).right_context == []
+
+
+def test_write_all_hears_of_a_reader_gone_midway():
+    """CPython's buffered writer takes a pipe's partial write as the whole (the reader of
+    `punctuate big.txt | head -c 100` left midway): punctuate exited 0 and dropped the rest."""
+    import io
+    import os
+    import threading
+
+    from streampunct.text.textfile import write_all
+
+    read_fd, write_fd = os.pipe()
+    got: list[bytes] = []
+
+    def reader():  # takes 100 bytes once the writer has filled the pipe, then goes away
+        import fcntl
+        import termios
+        import time
+
+        size = fcntl.fcntl(read_fd, 1032)  # F_GETPIPE_SZ
+        deadline = time.monotonic() + 30
+        while fcntl.ioctl(read_fd, termios.FIONREAD, b"\0\0\0\0") != size.to_bytes(4, sys.byteorder):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        got.append(os.read(read_fd, 100))
+        os.close(read_fd)
+
+    stream = io.TextIOWrapper(io.FileIO(write_fd, "w"), encoding="utf-8")
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with pytest.raises(BrokenPipeError):
+            write_all(stream, "x" * 400_000)
+    finally:
+        thread.join(30)
+        try:
+            stream.close()
+        except BrokenPipeError:
+            pass
+    assert got == [b"x" * 100]
+    out = io.StringIO()
+    write_all(out, "all of it")  # a stream without a descriptor: written as it is
+    assert out.getvalue() == "all of it"
