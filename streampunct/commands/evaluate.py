@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
     from streampunct.model import load_model_info
-    from streampunct.text.textfile import AtomicTextFile
+    from streampunct.text.textfile import AtomicTextFile, cannot_write
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     if args.workers is not None and args.workers > max_workers():
@@ -89,8 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if not data.words:
         raise InputError(f"{args.data}: no words to score")
     json_out = None
-    if args.json:  # where the figures go, before any work: a wrong path costs no model run
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+    if args.json is not None:  # where the figures go, before any work: a wrong path costs no model run
+        if not args.json.name:
+            raise InputError(f"--json {str(args.json)!r}: give a file name")
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(cannot_write(args.json, e)) from None
         json_out = AtomicTextFile(args.json)
     try:
         results = _evaluate(args, data, window)

@@ -289,6 +289,24 @@ def _inherited_fd(path: Path) -> int | None:
     return fd
 
 
+def cannot_write(path: str | Path, error: OSError) -> str:
+    """Why ``path`` cannot be written, in words: ``cannot write out/x.txt: no folder out``."""
+    path = Path(path)
+    folder = path.parent
+    missing = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    if isinstance(error, FileNotFoundError) and missing is not None:
+        why = f"no folder {missing}"
+    elif isinstance(error, (NotADirectoryError, FileExistsError)) or (
+            folder.exists() and not folder.is_dir()):
+        blocker = next((p for p in reversed([folder, *folder.parents]) if p.exists() and not p.is_dir()), folder)
+        why = f"{blocker} is a file, not a folder"
+    elif isinstance(error, PermissionError):
+        why = f"no permission to write in {folder}"
+    else:
+        why = error.strerror or str(error)
+    return f"cannot write {path}: {why}"
+
+
 class AtomicTextFile:
     """A text file written whole or not at all: into a temporary file next to ``path``, which
     :meth:`commit` moves over it (``os.replace``) and :meth:`discard` removes. A crash, or an
@@ -313,6 +331,8 @@ class AtomicTextFile:
             regular = stat.S_ISREG(os.stat(self.path).st_mode)
         except FileNotFoundError:
             regular = True  # a new file
+        except NotADirectoryError as e:  # a file where a folder of the path should be
+            raise InputError(cannot_write(self.path, e)) from None
         self._stream = self._fd is not None or not regular  # a descriptor of ours, a FIFO or a device
         self.temp: Path | None = None
         if self._stream:
@@ -323,8 +343,8 @@ class AtomicTextFile:
         self._target = target
         try:
             fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        except OSError as e:  # name the file asked for, not the temporary one
-            raise type(e)(e.errno, e.strerror, str(self.path)) from None
+        except OSError as e:  # name the file asked for, not the temporary one, and why
+            raise InputError(cannot_write(self.path, e)) from None
         self.temp = Path(temp)
         self.file = os.fdopen(fd, "w", encoding="utf-8")
 

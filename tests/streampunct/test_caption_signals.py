@@ -242,11 +242,12 @@ def test_the_out_file_follows_a_link_and_writes_into_a_fifo(tmp_path):
 
 
 def test_an_out_file_in_a_missing_folder_is_named_as_asked(tmp_path):
+    from streampunct.errors import InputError
     from streampunct.text.textfile import AtomicTextFile
 
-    with pytest.raises(FileNotFoundError) as info:
+    with pytest.raises(InputError) as info:
         AtomicTextFile(tmp_path / "nowhere" / "x.txt")
-    assert info.value.filename == str(tmp_path / "nowhere" / "x.txt") and ".tmp" not in str(info.value)
+    assert str(info.value) == f"cannot write {tmp_path}/nowhere/x.txt: no folder {tmp_path}/nowhere"
 
 
 @pytest.mark.parametrize("redirect", [">", ">>"])
