@@ -61,12 +61,15 @@ def _point(kind: str, setting: int | None, report, lat_words, lat_s, secs: float
 
 def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) -> dict:
     from streampunct.core.decoder import OfflineDecoder
+    from streampunct.errors import InputError
     from streampunct.evaluation.accuracy import offline_labels, streaming_labels
     from streampunct.evaluation.scores import evaluate
     from streampunct.text.word_labels import read_word_labels
 
     prepare_out_dir(cfg.out_dir, f"{cfg.name}.json", f"{cfg.name}.png")  # a wrong path fails now, not after the sweeps
     data = read_word_labels(cfg.data)
+    if not data.words:  # refused before any work: all-zero scores would replace a real result
+        raise InputError(f"{cfg.data}: no words to score")
     punct = OfflineDecoder.from_model_dir(cfg.model_dir, engine=cfg.engine)
     points = []
     try:

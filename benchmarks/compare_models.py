@@ -61,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)
-    from streampunct.errors import InputError
+    from engines.base import EngineError
+    from streampunct.errors import StreampunctError
+    from streampunct.model import load_model_info
 
     if args.a.resolve() == args.b.resolve():
         ap.error(f"a and b are the same folder ({args.a}): nothing to compare")
@@ -75,11 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare_out_file(args.json.with_name(args.json.stem + ".json"), ap)  # where write_result puts it
 
     try:
+        for folder in (args.a, args.b):
+            load_model_info(folder)  # a missing or broken model folder, before loading any data
         docs = load_validation_docs(args.valid, data_root(args.data_root), resolve_cache("cache"))
-    except InputError as e:
+        res = compare(args.a, args.b, docs, window)
+    except (StreampunctError, EngineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    res = compare(args.a, args.b, docs, window)
     res["valid"] = args.valid
     for name, m in res["models"].items():
         per = ", ".join(f"{k} {v['f1']:.1f}" for k, v in m["per_class"].items())

@@ -337,8 +337,28 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="result file (default: benchmarks/results/engine.json)")
 
 
+def too_long(seq_lens: Sequence[int], past: int | None) -> str | None:
+    """Why a ``--seq-lens`` value cannot run (None: all can): the encoders have
+    :data:`~streampunct.core.windowing.MAX_POSITIONS` positions (512), and a longer row
+    fails deep in the engine; with ``--stream-past``, the new tokens and the cached ones share them."""
+    from streampunct.core.windowing import MAX_POSITIONS
+
+    longest = max(seq_lens)
+    if past is None and longest > MAX_POSITIONS:
+        return (f"--seq-lens {longest} is longer than the model's {MAX_POSITIONS} positions "
+                f"(at most {MAX_POSITIONS} tokens a row)")
+    if past is not None and longest + past > MAX_POSITIONS:
+        return (f"--seq-lens {longest} with --stream-past {past} is {longest + past} tokens, more than the "
+                f"model's {MAX_POSITIONS} positions (new + cached at most {MAX_POSITIONS})")
+    return None
+
+
 def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     """Run the benchmark from parsed :func:`add_engine_arguments` options."""
+    from streampunct.errors import InputError
+
+    if (why := too_long(args.seq_lens, args.stream_past)) is not None:  # before any engine loads
+        raise InputError(why)
     if args.out_json is not None:  # a wrong path fails now, not after the timings
         out = Path(args.out_json)
         prepare_out_dir(out.parent, out.name, out.with_suffix(".png").name)
@@ -430,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
+    if (why := too_long(args.seq_lens, args.stream_past)) is not None:
+        parser.error(why)
     if args.out_json is not None:
         prepare_out_file(args.out_json, parser)
     return run_engine_from_args(args, command="python -m benchmarks.engine_bench " + " ".join(argv or sys.argv[1:]))

@@ -94,6 +94,7 @@ from benchmarks.server_under_test import (
     server_from_args,
 )
 from streampunct.core.latency import decidable_times
+from streampunct.errors import InputError
 
 #: Default ramp of concurrent sessions.
 DEFAULT_RAMP = (25, 50, 100, 150, 200, 250, 300, 400)
@@ -240,7 +241,7 @@ def load_corpus(path: Path) -> list[str]:
         path = REPO / path
     words = [w for w in (normalize_word(x) for x in read_transcript(path)) if w]
     if not words:
-        raise ValueError(f"{path}: no words")
+        raise InputError(f"{path}: no words to stream")
     return words
 
 

@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the JSON here (default: print only)")
     args = p.parse_args(argv)
 
+    from engines.base import EngineError
     from streampunct.api import Punctuator
+    from streampunct.errors import StreampunctError
     from streampunct.evaluation.accuracy import live_schedule, score
     from streampunct.labels import MARK_TO_LABEL, O
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
@@ -123,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         prepare_out_file(args.out, p)  # a wrong path fails now, not after the grid
     text = args.data.suffix == ".txt" if args.text is None else args.text
-    data = read_punctuated_text(args.data) if text else read_word_labels(args.data)
+    try:
+        data = read_punctuated_text(args.data) if text else read_word_labels(args.data)
+    except StreampunctError as e:
+        p.error(f"--data: {e}")
+    if not data.words:  # nothing to measure: no result, no file
+        p.error(f"--data: {args.data}: no words to score")
     words, gold = data.words[:args.max_words], data.labels[:args.max_words]
     spans = segments(len(words), args.sessions)
     schedules = [live_schedule(words[a:b], words_per_second=args.wps, seed=args.seed + k)
@@ -133,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.data}: {len(words)} words in {len(spans)} streams; hypotheses {args.hypotheses}, "
           f"capitalize {args.capitalize}", flush=True)
     grid, reference = [], None
-    with Punctuator.load(args.model, intra_op_threads=1) as punctuator:
+    try:
+        punctuator = Punctuator.load(args.model, intra_op_threads=1)
+    except (StreampunctError, EngineError) as e:
+        p.error(f"--model: {e}")
+    with punctuator:
         for threshold in args.thresholds:
             t0 = time.perf_counter()
             stability, marks, final_marks = run(punctuator, schedules, threshold, capitalize=args.capitalize)

@@ -349,6 +349,9 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
+    if args.session_s >= args.duration:  # SoakConfig's own check names its fields, not the options
+        raise ValueError(f"--session-s must be shorter than --duration (got --session-s {args.session_s:g}, "
+                         f"--duration {args.duration:g})")
     return SoakConfig(
         server=server_from_args(args), sessions=args.sessions, duration_s=args.duration, session_s=args.session_s,
         words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup, tracemalloc=args.tracemalloc,

@@ -14,6 +14,7 @@ reads defaults from dicts.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -200,8 +201,10 @@ class OptimConfig:
             raise InputError("optim.checkpoint_minutes must be >= 0")
         if self.head_lr < 0:
             raise InputError("optim.head_lr must be >= 0 (0: same as optim.lr)")
-        if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1:
-            raise InputError("optim.lr, optim.batch_size and optim.epochs must be positive")
+        for name in ("lr", "batch_size", "epochs"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:  # NaN is not either
+                raise InputError(f"optim.{name} must be positive, not {value}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise InputError("optim.warmup_ratio must be in [0, 1)")
         if self.stop_step < 0 or self.max_steps < 0:
@@ -419,6 +422,19 @@ class EvalConfig:
                 f"+ 2 * data.max_word_tokens = {need}")
 
 
+def _refuse_non_finite(cfg: Any, where: str = "") -> None:
+    """An :class:`InputError` naming the first float of ``cfg`` (nested tables too) that is NaN
+    or infinite (TOML has ``nan`` and ``inf``; a range check lets NaN through, and torch
+    refuses it only after the data and the model are loaded)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = f"{where}.{f.name}" if where else f.name
+        if dataclasses.is_dataclass(value):
+            _refuse_non_finite(value, key)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{key} must be a finite number, not {value}")
+
+
 def tuning_grid(cfg: EvalConfig, max_word_tokens: int) -> list[Any]:
     """The valid windows of the ``eval.tune_*`` grid, as ``training.window_tuning.window_grid``
     builds them (the rule is ``WindowConfig.validate_for``'s; no torch needed here)."""
@@ -455,6 +471,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self) -> TrainConfig:
+        _refuse_non_finite(self)
         self.data.validate()
         self.model.validate()
         self.optim.validate()
@@ -576,10 +593,15 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     table: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise InputError(f"config file {path} is a folder, not a TOML file")
         if not path.is_file():
             raise InputError(f"no such config file: {path}")
         try:
             table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path}: not a TOML config: not UTF-8 text "
+                             f"(byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
         except tomllib.TOMLDecodeError as e:
             raise InputError(f"{path}: not valid TOML ({e})") from None
     table = apply_overrides(table, list(overrides or []))

@@ -68,7 +68,8 @@ def data_root(configured: str = "") -> Path:
     else:
         root = REPO_ROOT.parent / "shared" / "data"
     if not root.is_dir():
-        raise InputError(f"data folder {root} does not exist: give one (--data-root, data.root in a config, or "
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise InputError(f"data folder {root} {what}: give one (--data-root, data.root in a config, or "
                          f"$STREAMPUNCT_DATA), or build "
                          f"one from the public sources with python -m training.build_data (docs/data.md)")
     return root

@@ -27,6 +27,8 @@ import json
 import logging
 import sys
 import time
+import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -99,6 +101,29 @@ def unlabeled_only_sources(meta: dict) -> set[str]:
     return set(meta.get("unlabeled", [])) - set(meta.get("labelled", []))
 
 
+#: The arrays of a soft-label file (:func:`write_soft_labels`).
+SOFT_LABEL_ARRAYS = ("probs", "labels", "case", "lengths", "text", "names", "meta")
+
+
+def load_soft_label_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of a soft-label file, read whole; an :class:`InputError` naming the file when
+    it is missing or not one (another file, a damaged or foreign ``.npz``), never numpy's error
+    (``np.load`` reads a file it does not recognise as a pickle, and refuses that)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such soft-label file: {path}")
+    not_one = f"{path} is not a soft-label file (an .npz written by python -m training.distill label)"
+    try:
+        with np.load(path, allow_pickle=False) as z:  # a lone .npy array has no `with`: TypeError
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile, zlib.error):
+        raise InputError(not_one) from None
+    missing = [k for k in SOFT_LABEL_ARRAYS if k not in arrays]
+    if missing:
+        raise InputError(f"{not_one}: it has no {', '.join(missing)}")
+    return arrays
+
+
 def read_soft_labels(path: str | Path, *, min_marks_per_100_words: float = 0.0
                      ) -> tuple[list[Document], dict]:
     """Documents with ``soft`` set (float32) and their metadata.
@@ -110,10 +135,7 @@ def read_soft_labels(path: str | Path, *, min_marks_per_100_words: float = 0.0
     """
     from training.data import lacks_human_marks
 
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such soft-label file: {path}")
-    z = np.load(path)
+    z = load_soft_label_arrays(path)
     probs = z["probs"].astype(np.float32)
     labels, case, lengths = z["labels"], z["case"], z["lengths"]
     texts, names = _lines(z["text"]), _lines(z["names"])

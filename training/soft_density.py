@@ -29,19 +29,12 @@ import numpy as np
 from streampunct.errors import InputError
 from streampunct.labels import LABELS
 from training.cli_support import run_tool
-from training.distill import _lines, _utf8, unlabeled_only_sources
+from training.distill import _lines, _utf8, load_soft_label_arrays, unlabeled_only_sources
 
 
 def _source(name: str) -> str:
     """A document's source: its name up to the first colon (``ted:1234`` -> ``ted``)."""
     return name.split(":", 1)[0]
-
-
-def _load(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise InputError(f"no such soft-label file: {path}")
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
 
 
 def _per_100(labels: np.ndarray) -> float:
@@ -96,7 +89,7 @@ def gate(path: Path, *, check: str = "tedx", reference: str = "ted", min_ratio: 
     without ``check``'s documents when check / reference falls below ``min_ratio`` (else a copy)."""
     if (min_ratio is None) != (out is None):
         raise InputError("--min-ratio and --out go together")
-    arrays = _load(path)
+    arrays = load_soft_label_arrays(path)
     per_source = density(arrays)
     for s in (check, reference):
         if s not in per_source:

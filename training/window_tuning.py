@@ -413,6 +413,7 @@ def _score_cache_grid(score: Callable[[str, int | None], float], sets: Sequence[
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m training.window_tuning MODEL_DIR``: tune a runtime model folder on validation data."""
+    from streampunct.commands.argtypes import non_negative_int, positive_int
     from training.data import data_root, load_validation_docs, resolve_cache
 
     ap = argparse.ArgumentParser(prog="python -m training.window_tuning", description=main.__doc__)
@@ -420,9 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--valid", nargs="+", default=None, metavar="SET",
                     help="validation source(s), never a test set: one for the window grids (default "
                          "dev2010); with --stream-cache-tokens, the sets scored (default: dev2010 swda_val)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[62, 94, 126])
-    ap.add_argument("--lefts", type=int, nargs="+", default=[20, 30, 40])
-    ap.add_argument("--rights", type=int, nargs="+", default=[10, 15, 20])
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[62, 94, 126])
+    ap.add_argument("--lefts", type=non_negative_int, nargs="+", default=[20, 30, 40])
+    ap.add_argument("--rights", type=non_negative_int, nargs="+", default=[10, 15, 20])
     ap.add_argument("--tolerance", type=float, default=0.5,
                     help="take the cheapest geometry (largest step) within this many F1 points of the "
                          "best (default 0.5: below the noise of a 17k-word validation set)")

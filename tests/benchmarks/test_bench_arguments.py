@@ -196,3 +196,28 @@ def test_the_configs_refuse_nan_and_out_of_range_values(index):
         cls(**kwargs)
     assert message in str(exc.value)
 
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--seq-lens", "64", "100000"],
+     "--seq-lens 100000 is longer than the model's 512 positions (at most 512 tokens a row)"),
+    (["--seq-lens", "64", "--stream-past", "449"],
+     "--seq-lens 64 with --stream-past 449 is 513 tokens, more than the model's 512 positions "
+     "(new + cached at most 512)"),
+])
+def test_an_engine_bench_row_longer_than_the_model_is_one_line_before_any_engine(argv, message, tmp_path, capsys,
+                                                                                  monkeypatch):
+    import benchmarks.engine_bench as engine_bench
+    from streampunct.cli import main
+
+    for name in ("run_engine_bench", "run_stream_bench", "load_engine"):
+        monkeypatch.setattr(engine_bench, name, lambda *a, **k: pytest.fail("an engine ran"))
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", *argv, "--out-json", str(out)]) == 2
+    assert capsys.readouterr().err == f"streampunct bench: error: {message}\n"
+    with pytest.raises(SystemExit) as exc:  # python -m benchmarks.engine_bench: a usage error
+        _main("engine_bench")([*argv, "--out-json", str(out)])
+    assert exc.value.code == 2 and capsys.readouterr().err.endswith(f": error: {message}\n")
+    assert not out.exists()
+    # the longest a row can be still runs
+    assert engine_bench.too_long([512], None) is None and engine_bench.too_long([64], 448) is None

@@ -183,3 +183,15 @@ def test_the_accuracy_table_shows_a_right_context_of_0():
                          {"mode": "right_context", "setting": 0, "overall_f1": 27.3, "per_class_f1": classes,
                           **latency}]).splitlines()
     assert rows[1].split()[:3] == ["offline", "-", "72.2"] and rows[2].split()[:3] == ["right_context", "0", "27.3"]
+
+
+def test_accuracy_refuses_empty_data_before_the_model_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    import streampunct.core.decoder as decoder
+
+    monkeypatch.setattr(decoder.OfflineDecoder, "from_model_dir", classmethod(_never))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    out = tmp_path / "out"
+    assert main(["bench", "accuracy", "--data", str(empty), "--out-dir", str(out)]) == 2
+    assert capsys.readouterr() == ("", f"streampunct bench: error: {empty}: no words to score\n")
+    assert list(out.iterdir()) == []  # no accuracy.json, no accuracy.png

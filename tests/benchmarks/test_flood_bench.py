@@ -152,3 +152,14 @@ def test_a_flood_whose_session_cannot_connect_exits_1(tmp_path, capsys, monkeypa
     assert run_flood_from_args(p.parse_args(["--engine", "fake"]), command="test") == 1
     assert capsys.readouterr().err == ("streampunct bench flood: error: cannot connect to "
                                        "ws://127.0.0.1:1/v1/stream: [Errno 111] Connect call failed\n")
+
+
+def test_empty_data_is_one_line_before_any_server(tmp_path, capsys, monkeypatch):
+    import benchmarks.flood_bench as flood_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(flood_bench, "ServerProcess", lambda *a, **k: pytest.fail("a server started"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["bench", "flood", "--data", str(empty), "--words", "100", "--out-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"streampunct bench: error: {empty}: no words to stream\n"

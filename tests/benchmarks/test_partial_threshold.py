@@ -35,3 +35,38 @@ def test_a_test_set_is_refused_without_final_report(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--data", "data/iwslt2011/test2011"])
     assert exc.value.code == 2 and "looks like a test set" in capsys.readouterr().err
+
+
+def _usage_error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--final-report"])  # tmp_path names "test": not refused as a test set here
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+def test_a_missing_data_file_is_a_usage_error(tmp_path, capsys):
+    line = _usage_error(capsys, ["--data", str(tmp_path / "nonexist")])
+    assert line == f"python -m benchmarks.partial_threshold: error: --data: no such file: {tmp_path / 'nonexist'}"
+
+
+@pytest.mark.parametrize("name", ["empty.txt", "empty.tsv"])
+def test_empty_data_is_refused_before_the_model_and_writes_nothing(tmp_path, capsys, monkeypatch, name):
+    from streampunct.api import Punctuator
+
+    monkeypatch.setattr(Punctuator, "load", classmethod(lambda *a, **k: pytest.fail("the model was loaded")))
+    empty = tmp_path / name
+    empty.write_text("")
+    out = tmp_path / "pt.json"
+    line = _usage_error(capsys, ["--data", str(empty), "--out", str(out)])
+    assert line == f"python -m benchmarks.partial_threshold: error: --data: {empty}: no words to score"
+    assert not out.exists()
+
+
+def test_a_missing_model_folder_is_a_usage_error(tmp_path, capsys):
+    data = tmp_path / "small.tsv"
+    data.write_text("so\tCOMMA\nwhat\tO\n")
+    line = _usage_error(capsys, ["--data", str(data), "--model", str(tmp_path / "nomodel")])
+    assert line == (f"python -m benchmarks.partial_threshold: error: --model: model folder {tmp_path / 'nomodel'} "
+                    "does not exist")

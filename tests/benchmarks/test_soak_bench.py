@@ -279,3 +279,15 @@ def test_a_soak_in_which_no_session_completed_exits_1(capsys, monkeypatch):
                                        "(errors connect:ConnectionRefusedError=57)\n")
     monkeypatch.setattr(soak_bench, "run_soak_bench", lambda cfg, command=None: payload([(0.0, 1.0)]))
     assert run_soak_from_args(args, command="test") == 0
+
+
+@pytest.mark.parametrize(("argv", "got"), [(["--duration", "5"], "--session-s 60, --duration 5"),
+                                           (["--duration", "10", "--session-s", "10"], "--session-s 10, --duration 10")])
+def test_a_session_longer_than_the_soak_names_the_options(argv, got, capsys, monkeypatch):
+    import benchmarks.soak_bench as soak_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(soak_bench, "run_soak_bench", lambda *a, **k: pytest.fail("the soak ran"))
+    assert main(["bench", "soak", "--engine", "fake", *argv]) == 2
+    assert capsys.readouterr().err == (f"streampunct bench: error: --session-s must be shorter than --duration "
+                                       f"(got {got})\n")

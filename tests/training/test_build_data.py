@@ -246,6 +246,20 @@ def test_train_without_a_data_folder_says_where_to_get_one(tmp_path, capsys):
     assert f"data folder {missing} does not exist" in capsys.readouterr().err
 
 
+def test_a_data_root_that_is_a_file_is_named_a_file(tmp_path, capsys):
+    from training.cli import main as train_main
+
+    a_file = tmp_path / "t.txt"
+    a_file.write_text("hello world\n")
+    with pytest.raises(InputError, match=rf"^data folder {a_file} is a file, not a folder: give one \(--data-root"):
+        data_root(str(a_file))
+    config = Path(__file__).resolve().parents[2] / "training" / "configs" / "ce.toml"
+    assert train_main(["--config", str(config), "--data-root", str(a_file), "--out", str(tmp_path / "ckpt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"streampunct train: error: data folder {a_file} is a file, not a folder: give one ")
+    assert err.count("\n") == 1
+
+
 def test_reference_hashes_cover_every_file_the_trainer_reads():
     from training.data import CASED_FILES, LABELLED_FILES, TED_FILE, UNLABELED_FILES
 

@@ -46,3 +46,43 @@ def test_overrides():
         load_config(CONFIGS / "ce.toml", ["model.head=blstm_crf", "method.loss=focal"])
     with pytest.raises(InputError, match="window"):
         load_config(CONFIGS / "ce.toml", ["eval.window_left=80"])
+
+
+def test_a_config_that_is_a_folder_or_not_text_is_one_line(tmp_path, capsys):
+    from training.cli import main as train_main
+
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    binary = tmp_path / "bin.dat"
+    binary.write_bytes(b"name = 1\n\xff\xfe\x00")
+    with pytest.raises(InputError, match=rf"^config file {folder} is a folder, not a TOML file$"):
+        load_config(folder)
+    assert train_main(["--config", str(binary)]) == 2
+    assert capsys.readouterr().err == (
+        f"streampunct train: error: {binary}: not a TOML config: not UTF-8 text (byte 0xff at offset 9)\n")
+    assert train_main(["--config", str(folder)]) == 2
+    assert capsys.readouterr().err == f"streampunct train: error: config file {folder} is a folder, not a TOML file\n"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("optim.lr=nan", "optim.lr must be a finite number, not nan"),
+    ("optim.lr=inf", "optim.lr must be a finite number, not inf"),
+    ("optim.grad_clip=inf", "optim.grad_clip must be a finite number, not inf"),
+    ("data.noise.share=nan", "data.noise.share must be a finite number, not nan"),
+    ("optim.lr=-1", "optim.lr must be positive, not -1.0"),
+    ("optim.batch_size=0", "optim.batch_size must be positive, not 0"),
+    ("optim.epochs=-2", "optim.epochs must be positive, not -2"),
+])
+def test_a_non_finite_or_non_positive_value_is_refused_naming_it(override, message):
+    with pytest.raises(InputError, match=f"^{message}$"):
+        load_config(CONFIGS / "ce.toml", [override])
+
+
+def test_train_refuses_a_nan_learning_rate_before_loading_anything(tmp_path, capsys):
+    from training.cli import main as train_main
+
+    # no data folder there: the config is refused first, in one line
+    assert train_main(["--config", str(CONFIGS / "ce.toml"), "--set", "optim.lr=nan",
+                       "--data-root", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == "streampunct train: error: optim.lr must be a finite number, not nan\n"
+    assert not (tmp_path / "out").exists()

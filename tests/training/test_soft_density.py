@@ -84,3 +84,28 @@ def test_bad_requests_are_refused_with_what_is_wrong(tmp_path, capsys, args, mes
 def test_a_missing_file_is_an_error(tmp_path, capsys):
     assert main([str(tmp_path / "none.npz")]) == 2
     assert "no such soft-label file" in capsys.readouterr().err
+
+
+def _not_soft_labels(tmp_path, kind):
+    path = tmp_path / f"{kind}.npz"
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)  # numpy would read it as a pickle, and refuse
+    elif kind == "npy":
+        np.save(tmp_path / "a.npy", np.zeros(3))
+        (tmp_path / "a.npy").rename(path)
+    elif kind == "truncated":
+        path.write_bytes(_file(tmp_path, tedx_marks=1).read_bytes()[:200])
+    else:  # an .npz of other arrays
+        np.savez(path, probs=np.zeros(3), names=np.zeros(2))
+    return path
+
+
+@pytest.mark.parametrize(("kind", "why"), [("binary", ""), ("npy", ""), ("truncated", ""),
+                                           ("foreign", ": it has no labels, case, lengths, text, meta")])
+def test_a_file_that_is_no_soft_label_file_is_one_line(tmp_path, capsys, kind, why):
+    path = _not_soft_labels(tmp_path, kind)
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err == (f"error: {path} is not a soft-label file "
+                                       f"(an .npz written by python -m training.distill label){why}\n")
+    with pytest.raises(ValueError, match="is not a soft-label file"):  # training reads it the same way
+        read_soft_labels(path)

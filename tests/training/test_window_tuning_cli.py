@@ -107,3 +107,13 @@ def test_valid_arguments_still_tune(tmp_path, capsys, monkeypatch):
     assert main([str(folder), "--stream-lefts", "20", "84", "--valid", "swda_val", "--data-root", str(tmp_path)]) == 0
     assert calls[-1] == (folder, ["doc"], [20, 84], {"set_name": "swda_val", "tolerance": 0.5})
     assert "chosen stream_window: {'left': 20}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--sizes", "0"], "argument --sizes: must be >= 1, got 0"),
+    (["--sizes", "62", "-4"], "argument --sizes: must be >= 1, got -4"),
+    (["--lefts", "-1"], "argument --lefts: must be >= 0, got -1"),
+    (["--rights", "-2"], "argument --rights: must be >= 0, got -2"),
+])
+def test_a_window_size_below_1_or_a_negative_overlap_is_a_usage_error(tmp_path, capsys, no_data, argv, line):
+    assert usage_error(capsys, [str(model_folder(tmp_path / "m")), *argv]) == f"{PROG}{line}"
