@@ -207,7 +207,16 @@ def _checkpoint_source(ckpt: Path) -> _Source:
             f"build-engine loads checkpoints with the training package ({e}); "
             f"install with: {extra_hint('train')}"
         ) from e
-    module, _ = load_checkpoint(ckpt)
+    from engines.base import EngineError
+    from streampunct.errors import StreampunctError
+
+    try:
+        module, _ = load_checkpoint(ckpt)
+    except (StreampunctError, EngineError):
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers, safetensors, torch: a damaged or foreign file
+        why = (str(e).strip().splitlines() or [""])[0]
+        raise ModelError(f"--model {ckpt}: cannot load the checkpoint ({type(e).__name__}: {why})") from None
     files = [p for p in ckpt.rglob("*") if p.is_file()]
     return _Source(module, load_model_info(ckpt), sha256_files(files, ckpt), ckpt / "tokenizer.json")
 
@@ -318,8 +327,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         raise InputError("--out DIR is required: the folder to build" +
                          (" (the TensorRT folder of this model folder)" if from_graph else ""))
-    if from_graph and args.out.resolve() == ckpt.resolve():
-        raise InputError(f"--out {args.out} is the folder the model is read from: write the TensorRT folder elsewhere")
+    if args.out.resolve() == ckpt.resolve():  # before any work: the build would write into its own source
+        raise InputError(f"--out {args.out} is the folder the model is read from: write the "
+                         f"{'TensorRT ' if from_graph else 'built '}folder elsewhere")
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out {args.out} is a file, not a folder")
     if not from_graph and not (ckpt / "tokenizer.json").is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
     parity_path: Path | None = args.parity_data or default_parity_data()

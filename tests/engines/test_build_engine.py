@@ -165,6 +165,36 @@ def test_cli_needs_a_tokenizer(checkpoint, tmp_path, capsys):
     assert "has no tokenizer.json" in capsys.readouterr().err
 
 
+def test_cli_refuses_to_build_into_its_checkpoint_or_a_file(checkpoint, tmp_path, capsys):
+    from streampunct.cli import main
+
+    ckpt, loaded = checkpoint
+    before = sorted(p.name for p in ckpt.iterdir())
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(ckpt), "--precision", "fp32"]) == 2
+    assert capsys.readouterr().err == (f"streampunct build-engine: error: --out {ckpt} is the folder the model is "
+                                       "read from: write the built folder elsewhere\n")
+    (tmp_path / "file").write_text("x")
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.endswith(f"--out {tmp_path / 'file'} is a file, not a folder\n")
+    assert loaded == [] and sorted(p.name for p in ckpt.iterdir()) == before  # nothing loaded, nothing written
+
+
+def test_cli_names_a_checkpoint_it_cannot_load(checkpoint, tmp_path, capsys, monkeypatch):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+
+    def damaged(path):  # what transformers raises for a config.json that is not JSON
+        raise OSError(f"It looks like the config file at '{path}/config.json' is not a valid JSON file.\nmore")
+
+    monkeypatch.setattr(sys.modules["training.checkpoint"], "load_checkpoint", damaged)
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (
+        f"streampunct build-engine: error: --model {ckpt}: cannot load the checkpoint (OSError: It looks like the "
+        f"config file at '{ckpt}/config.json' is not a valid JSON file.)\n")
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_refuses_a_built_model_folder(checkpoint, tmp_path, capsys):
     from streampunct.cli import main
 
