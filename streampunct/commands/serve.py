@@ -145,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
                             "engine runs one (onnxruntime, torch); off: every window "
                             "encodes its left context (docs/server.md, \"Cached left context\")")
-    batch.add_argument("--stream-cache-tokens", type=int, default=None, metavar="N",
+    batch.add_argument("--stream-cache-tokens", type=positive_int, default=None, metavar="N",
                        help="cached tokens per session with cached left context (default: the model "
                             "folder's stream_cache_tokens, 60 for the shipped model): fewer trade accuracy "
                             "for capacity")
@@ -230,12 +230,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "York'), '#' comments; applies in every session, under its own config.lexicon")
 
 
+#: Config fields whose option is named otherwise (a repeatable flag takes one value a time).
+_FIELD_FLAGS = {"trusted_proxies": "trusted_proxy"}
+
+
 def flag_names(message: str, args: argparse.Namespace) -> str:
     """``message`` with the names of the config fields that are options (``max_batch``) written as
     their flags (``--max-batch``): the configs check their own fields, the user knows the flags."""
 
     def flag(match: re.Match) -> str:
         name = match.group(1) or match.group(2)
+        name = _FIELD_FLAGS.get(name, name)
         return "--" + name.replace("_", "-") if name in vars(args) else match.group(0)
 
     # a name in quotes ('right_context', as the options' rules write it) loses them

@@ -317,7 +317,7 @@ class ServerConfig:
                              f"{self.workers}")
         for value in self.trusted_proxies:
             if canonical_ip(value) is None:
-                raise ValueError(f"trusted_proxies must be IP addresses, not {value!r}")
+                raise ValueError(f"trusted_proxies: {value!r} is not an IP address")
         require_finite(self, "send_timeout_s", "ping_interval_s", "close_timeout_s", "shutdown_timeout_s",
                        "max_frames_per_s", "worker_hang_timeout_s", "idle_timeout_s")
         if self.worker_hang_timeout_s is not None and self.worker_hang_timeout_s < MIN_WORKER_HANG_TIMEOUT_S:

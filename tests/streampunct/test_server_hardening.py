@@ -834,8 +834,21 @@ async def test_log_lines_name_the_client_behind_a_trusted_proxy(start_server, ca
 def test_a_trusted_proxy_must_be_an_ip_address():
     from streampunct.server.app import ServerConfig
 
-    with pytest.raises(ValueError, match="trusted_proxies must be IP addresses, not 'proxy.local'"):
+    with pytest.raises(ValueError, match="^trusted_proxies: 'proxy.local' is not an IP address$"):
         ServerConfig(trusted_proxies=("proxy.local",))
+
+
+def test_serve_names_the_flags_of_bad_proxies_and_cache_lengths(capsys):
+    from streampunct.cli import build_parser
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    parser = build_parser()
+    with pytest.raises(InputError, match="^--trusted-proxy: 'notanip' is not an IP address$"):
+        build_config(parser.parse_args(["serve", "--trusted-proxy", "notanip"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--stream-cache-tokens", "0"])
+    assert "argument --stream-cache-tokens: must be >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("fields, message", [
