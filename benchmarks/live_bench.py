@@ -201,10 +201,12 @@ def read_live_data(cfg: LiveBenchConfig):
 def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
     from benchmarks.partial_stability import partial_stability, total
     from engines.registry import engine_threads
-    from streampunct.client.stream_client import Transcript
+    from streampunct.client.stream_client import Transcript, check_url
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.evaluation.accuracy import live_schedule, schedule_labels, score
 
+    if cfg.url is not None:
+        check_url(cfg.url)  # a malformed --url: one line, before 60 sessions try it
     prepare_out_dir(cfg.out_dir, f"{cfg.result_name}.json")
     data = read_live_data(cfg)
     spans = segments(len(data.words), cfg.sessions)

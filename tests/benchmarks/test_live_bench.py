@@ -202,3 +202,12 @@ def test_a_failed_session_is_returned_and_a_bug_keeps_its_traceback(monkeypatch)
     assert outcomes[0] == ("ok", []) and isinstance(outcomes[1], ConnectError)
     with pytest.raises(KeyError):
         asyncio.run(live_bench._run_sessions("ws://x", ["ok", "bug"], None))
+
+
+def test_a_malformed_url_is_refused_before_any_session(tmp_path):
+    from streampunct.client.stream_client import ConnectError
+
+    cfg = LiveBenchConfig(url="junk", out_dir=tmp_path / "out", data=tmp_path / "missing.tsv")
+    with pytest.raises(ConnectError, match=r"^'junk' is not a WebSocket URL \(expected ws://HOST:PORT/v1/stream\)$"):
+        run_live_bench(cfg, command="test")
+    assert not (tmp_path / "out").exists()  # refused before the data is read or a folder made
