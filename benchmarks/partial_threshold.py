@@ -24,7 +24,7 @@ For each threshold P it counts, on the messages each stream gave, in order
 
 Finals do not depend on P: their labels are checked equal to P = 0's, and
 scored against the gold labels once. Tune P on validation (the default data
-is dev2010); a test set (a path naming ``test``) is refused unless
+is dev2010); a test set (a file named ``*test*``) is refused unless
 ``--final-report`` says the threshold was chosen already. The JSON goes to
 ``--out`` (nothing under ``benchmarks/results``). The grid and the choice are
 in docs/formatting.md, "Interim stability".
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from streampunct.labels import MARK_TO_LABEL, O
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
-    if "test" in str(args.data).lower() and not args.final_report:
+    if "test" in args.data.name.lower() and not args.final_report:  # the file's name, not its folders
         p.error(f"{args.data} looks like a test set: tune on validation; --final-report to report a chosen P")
     if args.out is not None:
         prepare_out_file(args.out, p)  # a wrong path fails now, not after the grid

@@ -37,6 +37,18 @@ def test_a_test_set_is_refused_without_final_report(capsys):
     assert exc.value.code == 2 and "looks like a test set" in capsys.readouterr().err
 
 
+def test_only_the_file_name_says_test_set(tmp_path, capsys):
+    # a folder named like a test (pytest's own tmp_path) is not a test set: it fails later, on the data
+    folder = tmp_path / "tests_of_mine"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", str(folder / "dev.tsv")])
+    assert exc.value.code == 2 and "looks like a test set" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--data", str(folder / "mrda_test.txt")])
+    assert "looks like a test set" in capsys.readouterr().err
+
+
 def _usage_error(capsys, argv) -> str:
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--final-report"])  # tmp_path names "test": not refused as a test set here
