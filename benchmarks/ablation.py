@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import prepare_out_file, write_result
+from benchmarks.common import prepare_out_file, run_module, write_result
 from engines.model_meta import has_model_meta, read_model_meta
 from streampunct.text.word_labels import read_word_labels
 
@@ -142,4 +142,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.ablation"))

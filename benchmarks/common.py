@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -150,3 +151,12 @@ def pyplot():
         print(f"matplotlib is not installed: no plot ({extra_hint('train')})")
         return None
     return plt
+
+
+def run_module(main: Callable[[], int | None], prog: str) -> int:
+    """``python -m benchmarks.NAME``: ``main()`` behind the CLI's error boundary
+    (:func:`streampunct.cli.run_command`), as ``streampunct bench`` runs it: the project's
+    errors, engine errors and wrong paths are one line (``PROG: error: ...``) and status 2."""
+    from streampunct.cli import run_command
+
+    return run_command(lambda _args: main(), None, prog)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import prepare_out_file, write_result
+from benchmarks.common import prepare_out_file, run_module, write_result
 from streampunct.core.windowing import WindowConfig
 from streampunct.evaluation.scores import evaluate
 
@@ -98,4 +98,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.compare_models"))

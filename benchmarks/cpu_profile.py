@@ -161,4 +161,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from benchmarks.common import run_module
+
+    raise SystemExit(run_module(main, "python -m benchmarks.cpu_profile"))

@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import machine, prepare_out_dir, prepare_out_file, pyplot, write_result
+from benchmarks.common import (
+    machine,
+    prepare_out_dir,
+    prepare_out_file,
+    pyplot,
+    run_module,
+    write_result,
+)
 from engines.base import EngineError
 from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
@@ -458,4 +465,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.engine_bench"))

@@ -48,7 +48,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS_DIR, prepare_out_dir, result_stem, write_result
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    prepare_out_dir,
+    result_stem,
+    run_module,
+    write_result,
+)
 from benchmarks.load_bench import (
     LoadBenchConfig,
     _quantiles_ms,
@@ -610,4 +617,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.failover_bench"))

@@ -377,4 +377,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks.common import run_module
+
+    raise SystemExit(run_module(main, "python -m benchmarks.flood_bench"))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, prepare_out_file
+from benchmarks.common import machine, prepare_out_file, run_module
 from engines.build.parity import ParityWindows, compare_logits, run_windows
 from engines.ort_engine import OrtEngine, OrtOptions
 from streampunct.evaluation.scores import evaluate
@@ -130,4 +130,4 @@ def cased_text_to_word_labels(source: Path, target: Path) -> Path:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.int8_accuracy"))

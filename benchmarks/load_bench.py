@@ -734,4 +734,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks.common import run_module
+
+    raise SystemExit(run_module(main, "python -m benchmarks.load_bench"))

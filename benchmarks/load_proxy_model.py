@@ -25,7 +25,6 @@ import json
 import math
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -196,4 +195,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks.common import run_module
+
+    raise SystemExit(run_module(main, "python -m benchmarks.load_proxy_model"))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import prepare_out_file, write_result
+from benchmarks.common import prepare_out_file, run_module, write_result
 from streampunct.labels import LABELS
 from streampunct.labels import mark_rates as rates
 from training.data import CAPTION_TRAINING_DRAW, HELD_OUT_CAPTION_WORDS
@@ -91,4 +91,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.mark_rate"))

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import prepare_out_file
+from benchmarks.common import prepare_out_file, run_module
 from benchmarks.live_bench import segments, with_hypotheses
 from benchmarks.partial_stability import EarlyMarks, Stability, early_marks, partial_stability
 
@@ -176,4 +176,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.partial_threshold"))

@@ -146,4 +146,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from benchmarks.common import run_module
+
+    raise SystemExit(run_module(lambda: main(sys.argv[1:]), "python -m benchmarks.server_tracemalloc"))

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import machine, prepare_out_file
+from benchmarks.common import machine, prepare_out_file, run_module
 from benchmarks.engine_bench import (
     BenchSettings,
     _stream_feed,
@@ -174,4 +174,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.torch_engine_bench"))

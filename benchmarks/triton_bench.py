@@ -33,7 +33,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine, prepare_out_dir, result_stem, write_result
+from benchmarks.common import (
+    RESULTS_DIR,
+    machine,
+    prepare_out_dir,
+    result_stem,
+    run_module,
+    write_result,
+)
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
 from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 
@@ -333,4 +340,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_module(main, "python -m benchmarks.triton_bench"))

@@ -163,3 +163,17 @@ def test_empty_data_is_one_line_before_any_server(tmp_path, capsys, monkeypatch)
     empty.write_text("")
     assert main(["bench", "flood", "--data", str(empty), "--words", "100", "--out-dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"streampunct bench: error: {empty}: no words to stream\n"
+
+
+@pytest.mark.parametrize("module", ["flood_bench", "load_bench", "soak_bench"])
+def test_the_module_entry_points_keep_the_clis_error_boundary(tmp_path, module):
+    """python -m benchmarks.X (the docs' "same options") is one line too, not a traceback."""
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    got = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--data", str(empty),
+                          "--out-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr
+    assert got.stderr.strip().splitlines()[-1] == f"python -m benchmarks.{module}: error: {empty}: no words to stream"

@@ -417,7 +417,6 @@ def test_serve_refuses_ports_out_of_range(port, capsys):
     (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0"),
     (["--max-sessions", "0"], "--max-sessions must be an integer >= 1, not 0"),
     (["--max-message-bytes", "10"], "--max-message-bytes must be an integer >= 1024, not 10"),
-    (["--stream-cache-tokens", "0"], "--stream-cache-tokens must be an integer >= 1 or None, not 0"),
 ])
 def test_serve_config_errors_name_the_flags(argv, message):
     from streampunct.commands import serve
