@@ -207,16 +207,15 @@ def _checkpoint_source(ckpt: Path) -> _Source:
             f"build-engine loads checkpoints with the training package ({e}); "
             f"install with: {extra_hint('train')}"
         ) from e
-    from engines.base import EngineError
-    from streampunct.errors import StreampunctError
-
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - transformers needs it
+        SafetensorError = ValueError  # noqa: N806
     try:
         module, _ = load_checkpoint(ckpt)
-    except (StreampunctError, EngineError):
-        raise
-    except Exception as e:  # noqa: BLE001 - transformers, safetensors, torch: a damaged or foreign file
+    except (OSError, ValueError, SafetensorError) as e:  # transformers, safetensors: a damaged or foreign file
         why = (str(e).strip().splitlines() or [""])[0]
-        raise ModelError(f"--model {ckpt}: cannot load the checkpoint ({type(e).__name__}: {why})") from None
+        raise ModelError(f"--model {ckpt}: cannot load the checkpoint ({type(e).__name__}: {why})") from e
     files = [p for p in ckpt.rglob("*") if p.is_file()]
     return _Source(module, load_model_info(ckpt), sha256_files(files, ckpt), ckpt / "tokenizer.json")
 
@@ -327,8 +326,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         raise InputError("--out DIR is required: the folder to build" +
                          (" (the TensorRT folder of this model folder)" if from_graph else ""))
-    if args.out.resolve() == ckpt.resolve():  # before any work: the build would write into its own source
-        raise InputError(f"--out {args.out} is the folder the model is read from: write the "
+    if args.out.resolve().is_relative_to(ckpt.resolve()):  # before any work: it would write into its source
+        where = "the folder" if args.out.resolve() == ckpt.resolve() else "inside the folder"
+        raise InputError(f"--out {args.out} is {where} the model is read from: write the "
                          f"{'TensorRT ' if from_graph else 'built '}folder elsewhere")
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out {args.out} is a file, not a folder")

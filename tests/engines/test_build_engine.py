@@ -173,10 +173,43 @@ def test_cli_refuses_to_build_into_its_checkpoint_or_a_file(checkpoint, tmp_path
     assert main(["build-engine", "--model", str(ckpt), "--out", str(ckpt), "--precision", "fp32"]) == 2
     assert capsys.readouterr().err == (f"streampunct build-engine: error: --out {ckpt} is the folder the model is "
                                        "read from: write the built folder elsewhere\n")
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(ckpt / "built")]) == 2
+    assert capsys.readouterr().err.endswith(f"--out {ckpt / 'built'} is inside the folder the model is read from: "
+                                            "write the built folder elsewhere\n")
     (tmp_path / "file").write_text("x")
     assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "file")]) == 2
     assert capsys.readouterr().err.endswith(f"--out {tmp_path / 'file'} is a file, not a folder\n")
     assert loaded == [] and sorted(p.name for p in ckpt.iterdir()) == before  # nothing loaded, nothing written
+
+
+def test_cli_names_a_truncated_safetensors_file(checkpoint, tmp_path, capsys, monkeypatch):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+    (ckpt / "head.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # cut in its header
+
+    def load(path):  # reads the head as training.checkpoint does
+        return safetensors_torch.load_file(str(path / "head.safetensors")), {}
+
+    monkeypatch.setattr(sys.modules["training.checkpoint"], "load_checkpoint", load)
+    assert main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"streampunct build-engine: error: --model {ckpt}: cannot load the checkpoint "
+                          "(SafetensorError: ") and "Traceback" not in err
+
+
+def test_cli_keeps_the_traceback_of_a_fault(checkpoint, tmp_path, monkeypatch):
+    from streampunct.cli import main
+
+    ckpt, _ = checkpoint
+
+    def broken(path):  # a bug, not a damaged file: it must not read as one
+        raise KeyError("head")
+
+    monkeypatch.setattr(sys.modules["training.checkpoint"], "load_checkpoint", broken)
+    with pytest.raises(KeyError):
+        main(["build-engine", "--model", str(ckpt), "--out", str(tmp_path / "o")])
 
 
 def test_cli_names_a_checkpoint_it_cannot_load(checkpoint, tmp_path, capsys, monkeypatch):
