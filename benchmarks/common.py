@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engines.deps import extra_hint
 from engines.host import cpu_features, git_commit, machine  # noqa: F401 (the benchmarks' names)
+from streampunct.text.textfile import file_in_the_way
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ def prepare_out_dir(out_dir: Path | str | None, *files: str) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), out_dir)
+        blocker = file_in_the_way(out_dir) or out_dir
         where = "it is a file" if blocker == out_dir else f"{blocker} is a file"
         raise NotADirectoryError(f"cannot write results into {out_dir}: {where}, not a folder") from None
     except PermissionError:

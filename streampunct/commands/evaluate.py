@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise InputError(cannot_write(args.json, e)) from None
+            raise cannot_write(args.json, e) from None
         json_out = AtomicTextFile(args.json)
     try:
         results = _evaluate(args, data, window)

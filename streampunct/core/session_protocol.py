@@ -375,13 +375,14 @@ class SessionProtocol:
         return self._settle()
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
-        self._words_seen = True
         taken = [(word, item) for item in message.words if (word := normalize_word(item.w))]
         first = self.state.n_words
         if taken and first + len(taken) - 1 > MAX_START:
             # a resume's start near 2**53: indices past it are not exact in every JSON reader
+            # (refused as a malformed message is: the stream is as before, a config still allowed)
             return [Error(ErrorCode.BAD_REQUEST, f"words: this message would take word indices past "
                                                  f"{MAX_START}, the largest exact in JSON; nothing was taken")]
+        self._words_seen = True
         for k, (_, item) in enumerate(taken):
             if item.start is not None or item.end is not None:
                 self._times[first + k] = (item.start, item.end)

@@ -22,6 +22,7 @@ a temporary file in the same folder, moved over the target at the end.
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import logging
 import os
@@ -289,22 +290,34 @@ def _inherited_fd(path: Path) -> int | None:
     return fd
 
 
-def cannot_write(path: str | Path, error: OSError) -> str:
-    """Why ``path`` cannot be written, in words: ``cannot write out/x.txt: no folder out``."""
+def file_in_the_way(folder: Path) -> Path | None:
+    """The file that stands where ``folder`` or one of its parents should be (None: none does)."""
+    return next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+
+
+#: The errors of a wrong output path (a usage error): no such folder, a file in the way, no permission.
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM})
+
+
+def cannot_write(path: str | Path, error: OSError) -> InputError | OSError:
+    """A wrong output path as an :class:`InputError` that says why in words (``cannot write
+    out/x.txt: no folder out``); any other ``error`` (a full disk, a read-only file system)
+    as it is, a fault that keeps its traceback."""
+    if error.errno not in _PATH_ERRNOS:
+        return error
     path = Path(path)
-    folder = path.parent
-    missing = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
-    if isinstance(error, FileNotFoundError) and missing is not None:
-        why = f"no folder {missing}"
-    elif isinstance(error, (NotADirectoryError, FileExistsError)) or (
-            folder.exists() and not folder.is_dir()):
-        blocker = next((p for p in reversed([folder, *folder.parents]) if p.exists() and not p.is_dir()), folder)
+    folders = list(reversed([path.parent, *path.parent.parents]))  # from the root down
+    blocker = file_in_the_way(path.parent)
+    missing = next((p for p in folders if not p.exists()), None)
+    if blocker is not None:
         why = f"{blocker} is a file, not a folder"
-    elif isinstance(error, PermissionError):
-        why = f"no permission to write in {folder}"
+    elif missing is not None and error.errno == errno.ENOENT:
+        why = f"no folder {missing}"
+    elif error.errno in (errno.EACCES, errno.EPERM):
+        why = f"no permission to write in {next((p for p in reversed(folders) if p.exists()), path.parent)}"
     else:
         why = error.strerror or str(error)
-    return f"cannot write {path}: {why}"
+    return InputError(f"cannot write {path}: {why}")
 
 
 class AtomicTextFile:
@@ -332,7 +345,7 @@ class AtomicTextFile:
         except FileNotFoundError:
             regular = True  # a new file
         except NotADirectoryError as e:  # a file where a folder of the path should be
-            raise InputError(cannot_write(self.path, e)) from None
+            raise cannot_write(self.path, e) from None
         self._stream = self._fd is not None or not regular  # a descriptor of ours, a FIFO or a device
         self.temp: Path | None = None
         if self._stream:
@@ -343,8 +356,8 @@ class AtomicTextFile:
         self._target = target
         try:
             fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        except OSError as e:  # name the file asked for, not the temporary one, and why
-            raise InputError(cannot_write(self.path, e)) from None
+        except OSError as e:  # name the file asked for (a link: the file it points to), not the temporary one
+            raise cannot_write(target if target != Path(os.path.abspath(self.path)) else self.path, e) from None
         self.temp = Path(temp)
         self.file = os.fdopen(fd, "w", encoding="utf-8")
 

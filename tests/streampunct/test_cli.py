@@ -810,3 +810,23 @@ def test_write_all_hears_of_a_reader_gone_midway():
     out = io.StringIO()
     write_all(out, "all of it")  # a stream without a descriptor: written as it is
     assert out.getvalue() == "all of it"
+
+
+def test_cannot_write_says_why_for_wrong_paths_and_keeps_other_faults(tmp_path):
+    import errno
+
+    from streampunct.errors import InputError
+    from streampunct.text.textfile import cannot_write
+
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "ro").mkdir()
+    cases = {
+        (tmp_path / "a" / "b" / "x.txt", errno.ENOENT): f"no folder {tmp_path}/a",
+        (tmp_path / "f" / "b" / "x.txt", errno.ENOTDIR): f"{tmp_path}/f is a file, not a folder",
+        (tmp_path / "ro" / "new" / "x.txt", errno.EACCES): f"no permission to write in {tmp_path}/ro",
+    }
+    for (path, code), why in cases.items():
+        error = cannot_write(path, OSError(code, os.strerror(code)))
+        assert isinstance(error, InputError) and str(error) == f"cannot write {path}: {why}"
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert cannot_write(tmp_path / "x.txt", full) is full  # a fault, not a wrong path: its traceback stays

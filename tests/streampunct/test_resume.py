@@ -164,6 +164,8 @@ def test_words_past_the_largest_exact_index_are_refused_whole():
     assert error == Error(ErrorCode.BAD_REQUEST, f"words: this message would take word indices past {MAX_START}, "
                                                  "the largest exact in JSON; nothing was taken")
     assert driver.protocol.n_words == MAX_START - 1
+    [applied] = driver.send(ConfigRequest(right_context=0))  # nothing was taken: options may still change
+    assert isinstance(applied, ConfigApplied)
     [final] = driver.send(WordsMessage((Word("t1x1"), Word("t1x2", 1.0, 1.5))))  # up to MAX_START itself
     assert final.start == MAX_START - 1 and [(w.w, w.start) for w in final.words] == [("t1x1", None), ("t1x2", 1.0)]
     [error] = driver.send(WordsMessage((Word("t1x4"),)))
