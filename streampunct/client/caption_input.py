@@ -569,7 +569,7 @@ def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
     """Lines of stdin, read by a daemon thread (a blocked read must not keep the process alive),
     decoded and checked as text files are (:func:`streampunct.text.textfile.text_lines`: binary
     input is refused with the message ``punctuate`` gives); None at the end, or the error
-    (:class:`InputError`, or the ``OSError`` of a failed read)."""
+    (:class:`InputError`, the ``OSError`` of a failed read, or whatever else stopped the reader)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | Exception | None] = asyncio.Queue()
 

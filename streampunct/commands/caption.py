@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.client.caption_input import read_events, stdin_events
     from streampunct.client.stream_client import check_url
     from streampunct.errors import InputError
-    from streampunct.text.textfile import AtomicTextFile, utf8_stdout
+    from streampunct.text.textfile import STDIN_CLOSED, AtomicTextFile, utf8_stdout
 
     if args.out == "-":
         raise InputError("--out -: the captions already go to stdout; --out names a file")
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.transcript == "-":
         if sys.stdin is None:  # started with stdin closed (`caption - <&-`): nothing will ever come
-            raise InputError("stdin is closed: give a file, or pipe the text in")
+            raise InputError(STDIN_CLOSED)
         events = stdin_events(args.input_format, max_chunk=args.max_chunk, on_bad_line=args.on_bad_line,
                               report=report)
     else:

@@ -68,16 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.commands.serve import WORKERS_PER_CORE, max_workers
+    from streampunct.commands.serve import check_worker_count
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
     from streampunct.model import load_model_info
     from streampunct.text.textfile import AtomicTextFile, cannot_write
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
-    if args.workers is not None and args.workers > max_workers():
-        raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
-                         "usable core): each engine holds its own weights")
+    if args.workers is not None:
+        check_worker_count("--workers", args.workers, "each engine holds its own weights")
     window = None
     if args.window:  # checked before any work: against the model's word length and positions
         try:

@@ -259,6 +259,16 @@ def max_workers() -> int:
     return WORKERS_PER_CORE * usable_cores()
 
 
+def check_worker_count(what: str, n: int, why: str) -> None:
+    """An :class:`InputError` when ``n`` processes or engines (``what``: the option) are more than
+    :func:`max_workers`: a typo such as 400 is refused before anything loads."""
+    from streampunct.errors import InputError
+
+    if n > max_workers():
+        raise InputError(f"{what} {n}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
+                         f"usable core): {why}")
+
+
 def build_config(args: argparse.Namespace):
     """The :class:`ServerConfig` for parsed arguments (the CLI boundary).
 
@@ -286,12 +296,10 @@ def build_config(args: argparse.Namespace):
         from streampunct.text.itn import grammar_cache
 
         grammar_cache(Path(args.itn_cache))  # a file or a folder it cannot make: said here, not by a worker
-    if args.workers > max_workers():
-        raise InputError(f"--workers {args.workers}: at most {max_workers()} on this host ({WORKERS_PER_CORE} per "
-                         "usable core): each worker loads its own engines and event loop")
-    if args.engine_workers != "auto" and args.engine_workers > max_workers():
-        raise InputError(f"--engine-workers {args.engine_workers}: at most {max_workers()} on this host "
-                         f"({WORKERS_PER_CORE} per usable core): each engine holds its own weights")
+    check_worker_count("--workers", args.workers, "each worker loads its own engines and event loop")
+    if args.engine_workers != "auto":  # engines of every worker process: they all hold their weights
+        what = "--engine-workers" if args.workers == 1 else f"--workers {args.workers} x --engine-workers"
+        check_worker_count(what, args.workers * args.engine_workers, "each engine holds its own weights")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")
     if args.idle_timeout_s < 0:

@@ -196,13 +196,17 @@ class TextStream:
             return bytes(data[:e.start]).decode("utf-8") + self._decoder.decode(bytes(data[e.start:]), final)
 
 
+#: What a command that reads stdin says when it was started with stdin closed (``cmd <&-``).
+STDIN_CLOSED = "stdin is closed: give a file, or pipe the text in"
+
+
 def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
     """Lines of a text stream (with their line ends; the last one may have none) as they come,
     decoded by :class:`TextStream` from the bytes of its file descriptor when it has one
     (``sys.stdin``; nothing must have been read from it before), checked by :class:`BinaryCheck`
     either way; raises :class:`InputError` at the first piece of binary data."""
     if stream is None:  # sys.stdin of a process started with stdin closed (`cmd <&-`)
-        raise InputError(f"{name} is closed: give a file, or pipe the text in")
+        raise InputError(STDIN_CLOSED)
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # a text-only stream (io.StringIO)
@@ -259,7 +263,7 @@ def read_text(source: str | Path) -> str:
     """Decoded text of a file, or of stdin when ``source`` is ``"-"``."""
     if str(source) == "-":
         if sys.stdin is None:  # started with stdin closed (`cmd <&-`)
-            raise InputError("stdin is closed: give a file, or pipe the text in")
+            raise InputError(STDIN_CLOSED)
         return decode_text(sys.stdin.buffer.read(), "stdin")
     path = require_file(source)
     try:

@@ -243,11 +243,36 @@ def test_no_server_is_an_artifact_error_after_the_ready_timeout(caplog):
     started = time.monotonic()
     with pytest.raises(ArtifactError, match="not ready after 2 s"):
         load_engine("triton", DEFAULT_MODEL, url=url, ready_timeout_s=2)
-    assert time.monotonic() - started < 30  # each call is bounded too
+    assert time.monotonic() - started < 30
     # the wait is said once, when it begins, not only when it gives up
     waits = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
     assert len(waits) == 1 and waits[0].startswith(f"Triton at {url} is not ready (")
     assert waits[0].endswith("): waiting up to 2 s (engine option ready_timeout_s)")
+
+
+def test_each_readiness_call_is_bounded_by_the_wait(monkeypatch):
+    """A server that accepts the connection and never answers must not hold a call past the
+    wait: every readiness call carries a client_timeout within what is left of it."""
+    grpc = pytest.importorskip("tritonclient.grpc")
+    from engines.registry import load_engine
+
+    bounds: list[float] = []
+
+    class SilentClient:
+        def __init__(self, url):
+            pass
+
+        def is_server_ready(self, client_timeout=None):
+            bounds.append(client_timeout)
+            return False
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(grpc, "InferenceServerClient", SilentClient)
+    with pytest.raises(ArtifactError, match="not ready after 1 s"):
+        load_engine("triton", DEFAULT_MODEL, url="127.0.0.1:1", ready_timeout_s=1)
+    assert bounds and all(b is not None and 0.5 <= b <= 5.0 for b in bounds)
 
 
 # -- a real Triton server -----------------------------------------------------------------------
