@@ -153,10 +153,11 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("pynini", "nemo_text_processing"))
 
 
-def grammar_cache(cache_dir: Path | None = None) -> Path:
+def grammar_cache(cache_dir: Path | None = None, *, option: str = "--itn-cache") -> Path:
     """The folder the compiled grammars go in, made if need be (``cache_dir``: the user's
     ``--itn-cache``, else :func:`default_cache_dir`); an :class:`InputError` naming the option
-    when it cannot be made there (a file, no permission), before any worker starts."""
+    (``option``: the API's ``itn_cache``) when it cannot be made there (a file, no permission),
+    before any worker starts."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -167,13 +168,13 @@ def grammar_cache(cache_dir: Path | None = None) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        where = f"--itn-cache {cache_dir}" if cache_dir is not None else f"the ITN grammar cache {folder}"
+        where = f"{option} {cache_dir}" if cache_dir is not None else f"the ITN grammar cache {folder}"
         raise InputError(f"{where}: cannot make the folder for the compiled grammars there "
                          f"({e.strerror or e})") from None
     return folder
 
 
-def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
+def load_normalizer(cache_dir: Path | None = None, *, option: str = "--itn-cache") -> NemoNormalizer:
     """NeMo's English ITN grammars, compiled into ``cache_dir`` once (default:
     :func:`default_cache_dir`); raises :class:`DependencyError` without the extra."""
     try:
@@ -183,7 +184,7 @@ def load_normalizer(cache_dir: Path | None = None) -> NemoNormalizer:
         )
     except ImportError as e:
         raise DependencyError(f"{_INSTALL} ({e})") from e
-    folder = grammar_cache(cache_dir)
+    folder = grammar_cache(cache_dir, option=option)
     logging.getLogger("NeMo-text-processing").setLevel(logging.WARNING)
     return NemoNormalizer(InverseNormalizer(lang="en", input_case="lower_cased", cache_dir=str(folder)))
 

@@ -521,3 +521,14 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
         assert words == spoken.split()
         whole = formatter.render(words, labels, (), sentence_start=True, phrases=formatter.phrases(words, labels))
         assert " ".join(f.text for f in finals if f.text) == whole, spoken
+
+
+def test_the_api_names_its_own_argument_for_a_cache_it_cannot_make(tmp_path):
+    pytest.importorskip("pynini", reason="needs the itn extra")
+    from streampunct.api import written_forms
+    from streampunct.errors import InputError
+
+    cache = tmp_path / "cache.txt"
+    cache.write_text("x")
+    with pytest.raises(InputError, match=rf"^itn_cache {cache}: cannot make the folder for the compiled grammars"):
+        written_forms(itn=True, itn_cache=cache)
