@@ -672,8 +672,13 @@ class SessionProtocol:
         out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
             target, what = self._until.popleft()
-            if what is _Until.FLUSHED or not self.finished:
-                out += self._held_text()
+            held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
+            out += held
+            if held and what is _Until.FLUSHED and self.options.partials and self._idle():
+                # the partial shown at the pause carried the held words' text, which that final
+                # has just written: a partial of no words replaces it, or a client that shows
+                # the finals' texts and then the latest partial's would show those words twice
+                out += self._idle_partial()
             if what is _Until.FLUSHED:
                 out.append(Flushed(target))
             elif not self.finished:

@@ -347,6 +347,30 @@ def test_at_a_pause_a_partial_shows_the_words_a_final_held(itn):
 
 
 @pytest.mark.parametrize("defer", [False, True])
+def test_a_flush_that_writes_the_held_words_clears_the_partial_that_showed_them(defer):
+    """The partial of the pause showed "new" (held for "new york"); the flush writes "new" in a
+    final of no words. A client that shows the finals' texts, then the latest partial's when it
+    starts at the next word (caption's rule), showed "i love new new": a partial of no words
+    and no text now follows that final, before ``flushed``."""
+    from streampunct.client.stream_client import Transcript
+    from streampunct.core.wire import Flushed, FlushRequest
+
+    options = SessionOptions(right_context=0, max_delay_ms=60_000, partials=True, itn=defer,
+                             lexicon=(("new york", "New York"),))
+    driver = Driver(options, defer_written=defer)
+    driver.send(WordsMessage((Word("i"), Word("love"), Word("new"))))
+    driver.send(FlushRequest())
+    out = _resolved(driver.out) if defer else driver.out
+    assert out[-3:] == [Final(3, (), "new"), Partial(3, (), "", ()), Flushed(3)]
+    transcript = Transcript()
+    for message in out:
+        transcript.apply(message)
+    follows = transcript.partial_start == transcript.n_final and transcript.partial_text
+    assert " ".join([t for _, _, t in transcript.texts if t] + ([transcript.partial_text] if follows else [])) == (
+        "i love new")
+
+
+@pytest.mark.parametrize("defer", [False, True])
 def test_one_partial_shows_the_held_words_when_a_hypothesis_change_waits_too(defer):
     # the hypothesis "i love new" becomes words: the final holds "new", and the partial the
     # cleared hypothesis is owed is the one that shows it (not a second, empty one after it)
