@@ -533,8 +533,12 @@ class FinalTexts:
         phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
-        if crossing is None and (context or paused):
-            crossing = self._open_lexicon_phrase(span, all_words)
+        if context or paused:
+            # a longer entry begun before it wins: with "united states" in the lexicon too, "the
+            # united states" before "of" is held from "the" (for "the united states of america")
+            opened = self._open_lexicon_phrase(span, all_words)
+            if opened is not None and (crossing is None or opened.start < crossing.start):
+                crossing = opened
         if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
         if crossing is None and (paused or context[:1] and context[0] in _GOES_ON + _TIME_LETTERS + _TIME_LINKS
