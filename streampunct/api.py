@@ -570,7 +570,8 @@ def written_forms(*, itn: bool = False, lexicon: Iterable[Sequence[str]] = (),
     from streampunct.text.itn import load_normalizer
 
     pairs = _lexicon(lexicon)
-    return WrittenForms(Lexicon(pairs), load_normalizer(Path(itn_cache) if itn_cache else None, option="itn_cache") if itn else None)
+    normalizer = load_normalizer(Path(itn_cache) if itn_cache else None, option="itn_cache") if itn else None
+    return WrittenForms(Lexicon(pairs), normalizer)
 
 
 def _lexicon(pairs: Iterable[Sequence[str]] | None) -> tuple[tuple[str, str], ...]:

@@ -166,15 +166,14 @@ def _report_times_going_back(events, report) -> None:
         if event.interim:
             continue
         for word in event.words:
+            why = None
             if word.start is not None and word.end is not None and word.end < word.start:
-                report(f"warning: word {n} ({word.w!r}) ends at {word.end:g} s, before it starts "
-                       f"({word.start:g} s): the recognizer's times go back, and cues there may be shown "
-                       f"for as little as 1 ms")
-                return
-            if word.start is not None and previous is not None and word.start < previous.start:
-                report(f"warning: word {n} ({word.w!r}) starts at {word.start:g} s, before the word "
-                       f"before it ({previous.w!r}, {previous.start:g} s): the recognizer's times go back, "
-                       f"and cues there may be shown for as little as 1 ms")
+                why = f"ends at {word.end:g} s, before it starts ({word.start:g} s)"
+            elif word.start is not None and previous is not None and word.start < previous.start:
+                why = f"starts at {word.start:g} s, before the word before it ({previous.w!r}, {previous.start:g} s)"
+            if why is not None:
+                report(f"warning: word {n} ({word.w!r}) {why}: the recognizer's times go back, and cues "
+                       "there may be shown for as little as 1 ms")
                 return
             if word.start is not None:
                 previous = word

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
     from streampunct.errors import InputError
     from streampunct.model import load_model_info
-    from streampunct.text.textfile import AtomicTextFile, cannot_write
+    from streampunct.text.textfile import output_file
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
     if args.workers is not None:
@@ -91,11 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:  # where the figures go, before any work: a wrong path costs no model run
         if not args.json.name:
             raise InputError(f"--json {str(args.json)!r}: give a file name")
-        try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise cannot_write(args.json, e) from None
-        json_out = AtomicTextFile(args.json)
+        json_out = output_file(args.json)
     try:
         results = _evaluate(args, data, window)
         if json_out is not None:

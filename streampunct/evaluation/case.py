@@ -136,7 +136,7 @@ def evaluate_case(punctuator, text: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.errors import InputError, StreampunctError
-    from streampunct.text.textfile import AtomicTextFile, read_text
+    from streampunct.text.textfile import output_file, read_text
 
     ap = argparse.ArgumentParser(prog="python -m streampunct.evaluation.case", description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="cased, punctuated text")
@@ -144,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the report here (missing folders are made)")
     args = ap.parse_args(argv)
     try:
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-        out = AtomicTextFile(args.json) if args.json else None  # a bad --json fails before the run
-    except OSError as e:
-        ap.error(f"cannot write --json {args.json}: {e.strerror}")
+        out = output_file(args.json, option="--json") if args.json else None  # a bad --json fails before the run
+    except InputError as e:  # no folder, a file in the way, no permission
+        ap.error(str(e))
+    except OSError as e:  # a folder at --json
+        ap.error(f"cannot write --json {args.json}: {e.strerror or e}")
     try:
         text = read_text(str(args.data))
         if not text.split():

@@ -158,13 +158,9 @@ def grammar_cache(cache_dir: Path | None = None, *, option: str = "--itn-cache")
     ``--itn-cache``, else :func:`default_cache_dir`); an :class:`InputError` naming the option
     (``option``: the API's ``itn_cache``) when it cannot be made there (a file, no permission),
     before any worker starts."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import version
 
-    try:
-        release = version("nemo-text-processing")
-    except PackageNotFoundError:
-        release = "unknown"
-    folder = (cache_dir or default_cache_dir()) / f"nemo-text-processing-{release}"
+    folder = (cache_dir or default_cache_dir()) / f"nemo-text-processing-{version('nemo-text-processing')}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -303,10 +303,11 @@ def file_in_the_way(folder: Path) -> Path | None:
 _PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM})
 
 
-def cannot_write(path: str | Path, error: OSError) -> InputError | OSError:
+def cannot_write(path: str | Path, error: OSError, *, option: str | None = None) -> InputError | OSError:
     """A wrong output path as an :class:`InputError` that says why in words (``cannot write
-    out/x.txt: no folder out``); any other ``error`` (a full disk, a read-only file system)
-    as it is, a fault that keeps its traceback."""
+    out/x.txt: no folder out``; with ``option``, ``cannot write --json out/x.txt: ...``); any
+    other ``error`` (a full disk, a read-only file system) as it is, a fault that keeps its
+    traceback."""
     if error.errno not in _PATH_ERRNOS:
         return error
     path = Path(path)
@@ -321,7 +322,7 @@ def cannot_write(path: str | Path, error: OSError) -> InputError | OSError:
         why = f"no permission to write in {next((p for p in reversed(folders) if p.exists()), path.parent)}"
     else:
         why = error.strerror or str(error)
-    return InputError(f"cannot write {path}: {why}")
+    return InputError(f"cannot write {option + ' ' if option else ''}{path}: {why}")
 
 
 class AtomicTextFile:
@@ -339,7 +340,8 @@ class AtomicTextFile:
     ``file`` is the open temporary file (UTF-8), or a buffer for a path that is not a file.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, option: str | None = None) -> None:
+        """``option``: the option that named ``path`` (``--json``), for the message of a wrong one."""
         self.path = Path(path)
         if self.path.is_dir():
             raise IsADirectoryError(f"{self.path} is a directory")
@@ -349,7 +351,7 @@ class AtomicTextFile:
         except FileNotFoundError:
             regular = True  # a new file
         except NotADirectoryError as e:  # a file where a folder of the path should be
-            raise cannot_write(self.path, e) from None
+            raise cannot_write(self.path, e, option=option) from None
         self._stream = self._fd is not None or not regular  # a descriptor of ours, a FIFO or a device
         self.temp: Path | None = None
         if self._stream:
@@ -361,7 +363,8 @@ class AtomicTextFile:
         try:
             fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         except OSError as e:  # name the file asked for (a link: the file it points to), not the temporary one
-            raise cannot_write(target if target != Path(os.path.abspath(self.path)) else self.path, e) from None
+            raise cannot_write(target if target != Path(os.path.abspath(self.path)) else self.path, e,
+                               option=option) from None
         self.temp = Path(temp)
         self.file = os.fdopen(fd, "w", encoding="utf-8")
 
@@ -411,6 +414,17 @@ def utf8_stdout() -> TextIO:
             and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(encoding="utf-8")
     return sys.stdout
+
+
+def output_file(path: str | Path, *, option: str | None = None) -> AtomicTextFile:
+    """An :class:`AtomicTextFile` at ``path``, its missing folders made first; a wrong path is
+    :func:`cannot_write`'s one-line :class:`InputError` (``option``: the option that named it)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise cannot_write(path, e, option=option) from None
+    return AtomicTextFile(path, option=option)
 
 
 def write_all(stream: TextIO, text: str) -> None:

@@ -834,3 +834,17 @@ def test_cannot_write_says_why_for_wrong_paths_and_keeps_other_faults(tmp_path):
         assert isinstance(error, InputError) and str(error) == f"cannot write {path}: {why}"
     full = OSError(errno.ENOSPC, "No space left on device")
     assert cannot_write(tmp_path / "x.txt", full) is full  # a fault, not a wrong path: its traceback stays
+
+
+def test_output_file_makes_its_folders_and_names_the_option_of_a_wrong_path(tmp_path):
+    from streampunct.errors import InputError
+    from streampunct.text.textfile import output_file
+
+    out = output_file(tmp_path / "new" / "deeper" / "r.json", option="--json")
+    out.file.write("{}\n")
+    out.commit()
+    assert (tmp_path / "new" / "deeper" / "r.json").read_text() == "{}\n"
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError) as error:
+        output_file(tmp_path / "f" / "r.json", option="--json")
+    assert str(error.value) == f"cannot write --json {tmp_path}/f/r.json: {tmp_path}/f is a file, not a folder"
