@@ -19,8 +19,11 @@ a :class:`Stream` drives the same sans-I/O
 drives, with the same streaming window geometry, the same engine (loaded by
 :func:`engines.registry.load_engine`) and the same cached left context
 (``stream_cache``, as ``serve --stream-cache``), so for the same words in the
-same chunks it gives the server's finals. Every window runs alone, as
-``serve --batch-rows exact`` (the default) runs them.
+same chunks it gives the server's finals. Every window runs alone, as ``serve
+--batch-rows alone`` runs them; the server's default (``exact``) pads windows of
+several streams into one call where the engine's rows are independent (the shipped
+graphs), which is exact up to rounding: now and then a label of a busy server's
+stream differs (docs/server.md, "Batch rows").
 
 Time. A stream has no thread and no timer: it does its work inside the call
 that asks for it. Every method takes ``now``, a time in seconds on the
@@ -59,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Engine, EngineError, StreamEngine
-from engines.registry import StreamCacheMode
+from engines.registry import BACKENDS, StreamCacheMode
 from streampunct.core.alignment import Aligner
 from streampunct.core.decoder import OfflineDecoder
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_calls
@@ -151,6 +154,8 @@ class Punctuator:
             lexicon: ``(spoken, written)`` pairs applied in every text, as ``serve --lexicon``.
             engine_options: the backend's options (e.g. ``intra_op_threads=1``).
         """
+        if not isinstance(engine, str) or engine not in BACKENDS:
+            raise InputError(f"engine must be one of {', '.join(BACKENDS)}, not {engine!r}")
         try:
             stream_cache = StreamCacheMode(stream_cache)
         except ValueError:
@@ -208,6 +213,14 @@ class Punctuator:
         if missing:
             raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
                             "from engines.base.EngineBase for the defaults)")
+        if stream_engine is not None:
+            missing = [a for a in ("infer_stream", "stream_shape") if not hasattr(stream_engine, a)]
+            if missing:
+                raise TypeError(f"the stream engine does not declare {', '.join(missing)} (the StreamEngine "
+                                "protocol: derive from engines.base.StreamEngineBase)")
+        if not isinstance(aligner, Aligner):
+            raise InputError(f"aligner must be a streampunct.core.alignment.Aligner (Aligner.from_file of "
+                             f"the model's tokenizer.json), not {type(aligner).__name__}")
         for arg, value in (("window", window), ("stream_window", stream_window)):
             if value is not None and not isinstance(value, WindowConfig):
                 raise InputError(f"{arg} must be a streampunct.core.windowing.WindowConfig or None, "

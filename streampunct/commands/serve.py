@@ -147,8 +147,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "encodes its left context (docs/server.md, \"Cached left context\")")
     batch.add_argument("--stream-cache-tokens", type=positive_int, default=None, metavar="N",
                        help="cached tokens per session with cached left context (default: the model "
-                            "folder's stream_cache_tokens, 60 for the shipped model): fewer trade accuracy "
-                            "for capacity")
+                            "folder's stream_cache_tokens, 60 for the shipped model; at most the window's "
+                            "positions are kept): fewer trade accuracy for capacity")
     batch.add_argument("--batch-rows", choices=choices(BatchRows), default=str(BatcherConfig.batch_rows),
                        help="how an engine worker runs the windows of a batch: 'padded' (one call, padded to "
                             "the longest), 'alone' (one call per window) or 'exact': alone where the engine's "

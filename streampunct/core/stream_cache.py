@@ -125,7 +125,9 @@ class KVCache:
         if max_positions < 8:
             raise ValueError("max_positions must be >= 8")
         self.shape = shape
-        self.capacity = capacity
+        # every cached token has a position before ``max_positions`` (a new base starts
+        # past it), so a larger capacity could never be used: it is not allocated either
+        self.capacity = min(capacity, max_positions)
         self.max_positions = max_positions
         # no cached tokens: the past of every full call (zero-size, so one array serves all)
         self._no_past = _no_past(shape)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
+from streampunct.errors import InputError
 from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER
 
 #: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
@@ -403,8 +404,12 @@ def join_texts(texts: Iterable[str]) -> str:
     """Finals' texts (or pieces of them) as one text: a space between them, but none before a text
     that starts with a clitic ("'s", "n't") after a word with no mark, as the subtitles join them
     ("New York" + "'s" = "New York's")."""
+    if isinstance(texts, str):
+        raise InputError("join_texts takes several texts (finals' .text), not one str")
     out = ""
     for text in texts:
+        if not isinstance(text, str):
+            raise InputError(f"join_texts takes str texts, not {type(text).__name__}")
         if not text:
             continue
         first = text.split(maxsplit=1)[0].rstrip(",.?!;:").lower()

@@ -20,6 +20,7 @@ from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.evaluation.accuracy import Event, schedule_labels
 from streampunct.labels import ID_TO_MARK
 from streampunct.model import DEFAULT_MODEL_DIR
+from streampunct.text.normalize import join_texts
 from tests.streampunct.conftest import (
     SCHEDULE_VOCAB,
     TEST_WINDOW,
@@ -606,3 +607,25 @@ def test_punctuate_checks_its_options_and_a_closed_punctuator_says_so(aligner):
     for call in (lambda: p.punctuate("hello"), p.stream):
         with pytest.raises(InputError, match="this Punctuator is closed"):
             call()
+
+
+def test_an_unknown_engine_name_is_a_bad_argument_before_anything_loads(tmp_path):
+    # a folder that is not a model: the engine name is refused before the folder is read
+    for engine in (None, 5, "ONNXRUNTIME"):
+        with pytest.raises(InputError, match=f"engine must be one of onnxruntime, .*not {engine!r}"):
+            Punctuator.load(tmp_path, engine=engine)
+
+
+def test_from_engine_refuses_an_aligner_or_stream_engine_it_cannot_use(aligner):
+    with pytest.raises(InputError, match="aligner must be a streampunct.core.alignment.Aligner .*not NoneType"):
+        Punctuator.from_engine(FakeEngine(), None, window=TEST_WINDOW)
+    with pytest.raises(TypeError, match="stream engine does not declare infer_stream, stream_shape"):
+        Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW, stream_engine=object())
+
+
+def test_join_texts_takes_texts_not_one_text():
+    assert join_texts(["Hello.", "", "New York", "'s here."]) == "Hello. New York's here."
+    with pytest.raises(InputError, match="not one str"):
+        join_texts("abc")
+    with pytest.raises(InputError, match="str texts, not NoneType"):
+        join_texts([None, "a"])

@@ -235,6 +235,33 @@ def test_positions_never_pass_a_window_and_the_cache_stays_bounded(aligner):
     assert cache.cached_calls > 5 * cache.full_calls
 
 
+def test_a_capacity_past_the_positions_is_the_positions(aligner):
+    # every cached token sits before max_positions, so a larger capacity could hold no more:
+    # a stream asking for a billion tokens makes the same calls as one asking for the positions,
+    # and its buffer is no larger (it was allocated whole: "Unable to allocate 6.98 TiB")
+    runs = []
+    for capacity in (TEST_WINDOW.size + 2, 10**9):
+        state = StreamState(aligner, TEST_WINDOW, SessionOptions(right_context=2, max_delay_ms=10**9))
+        cache = new_cache(SHAPE, TEST_WINDOW, capacity)
+        rng, t, calls = random.Random(5), 0.0, []
+        while state.n_final < 150:
+            t += 1.0
+            state.feed([rng.choice(VOCAB) for _ in range(rng.randint(1, 4))], t)
+            while state.in_flight is None and (request := state.next_request(t)) is not None:
+                call = cache.plan(request)
+                calls.append((call.input_ids.tolist(), call.position_ids.tolist(), call.past.copy()))
+                _finish(cache, request, call, np.zeros((len(call.input_ids), 4), np.float32))
+                state.apply(request, np.zeros((len(request.input_ids), 4), np.float32))
+        runs.append((calls, cache))
+    (small, small_cache), (huge, huge_cache) = runs
+    assert huge_cache.capacity == small_cache.capacity == TEST_WINDOW.size + 2
+    assert huge_cache._buf.shape == small_cache._buf.shape
+    assert max(c[2].shape[3] for c in huge) > TEST_WINDOW.left
+    for (ids_a, pos_a, past_a), (ids_b, pos_b, past_b) in zip(small, huge, strict=True):
+        assert (ids_a, pos_a) == (ids_b, pos_b)
+        np.testing.assert_array_equal(past_a, past_b)
+
+
 @settings(max_examples=60, deadline=None)
 @given(capacity=st.integers(1, 12),
        keeps=st.lists(st.tuples(st.booleans(), st.integers(1, 20)), min_size=1, max_size=40))
