@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import prepare_out_file, run_module, write_result
+from benchmarks.common import REPO, prepare_out_file, run_module, write_result
 from engines.model_meta import has_model_meta, read_model_meta
 from streampunct.text.word_labels import read_word_labels
 
@@ -122,7 +122,7 @@ def markdown(results: Sequence[dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.ablation", description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", metavar="NAME=FOLDER")
-    ap.add_argument("--data", type=Path, nargs="+", default=[Path(s) for s in DEFAULT_SETS],
+    ap.add_argument("--data", type=Path, nargs="+", default=[REPO / s for s in DEFAULT_SETS],
                     help="labelled test files (default: test2011 and test2011asr)")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)

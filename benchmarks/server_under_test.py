@@ -35,8 +35,13 @@ from streampunct.commands.argtypes import (
 )
 from streampunct.core.options import SessionOptions
 from streampunct.core.wire import DEFAULT_LIMITS
+from streampunct.errors import StreampunctError
 from streampunct.server.batcher import BatchRows
 
+
+class ServerStartError(StreampunctError, RuntimeError):
+    """The server a bench starts did not become ready (it exited, or timed out): one line
+    and its log's tail at the CLI's error boundary, as any of the project's errors."""
 
 @dataclass(frozen=True)
 class ServerUnderTest:
@@ -311,7 +316,7 @@ class ServerProcess:
                 common += ["--itn-workers", str(s.itn_workers)]
         argv = [*python, "-m", "streampunct.cli", "--log-level", "WARNING", "serve", *common, "--engine", s.engine]
         if s.model_dir is not None:
-            argv += ["--model", str(s.model_dir)]
+            argv += ["--model", str(Path(s.model_dir).expanduser().absolute())]  # the server runs in its tree
         for option in (*fake_engine_options(s), *s.engine_options):
             argv += ["--engine-option", option]
         return argv
@@ -320,7 +325,7 @@ class ServerProcess:
         """Start it and wait until it is ready; returns its WebSocket URL."""
         root = Path(self.server.server_src).resolve() if self.server.server_src is not None else REPO
         if not (root / "streampunct" / "cli.py").is_file():
-            raise RuntimeError(f"--server-src {root}: not a streampunct source tree (no streampunct/cli.py)")
+            raise ServerStartError(f"--server-src {root}: not a streampunct source tree (no streampunct/cli.py)")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -336,13 +341,13 @@ class ServerProcess:
                 self.model, self.engine, self.url = match.group(1), match.group(2), match.group(3)
                 return self.url
             if self.proc.poll() is not None:
-                raise RuntimeError(
+                raise ServerStartError(
                     f"the server exited with code {self.proc.returncode} before it was ready:\n"
                     + self.log_tail()
                 )
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"the server was not ready after {self.server.startup_timeout_s:.0f}s:\n{self.log_tail()}")
+        raise ServerStartError(f"the server was not ready after {self.server.startup_timeout_s:.0f}s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 25) -> str:
         try:

@@ -34,7 +34,7 @@ from engines.base import EngineError
 from engines.build.stream_graph import build_stream_artifact
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import read_sidecar, sha256_files
-from streampunct.errors import InputError
+from streampunct.errors import InputError, ModelError
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             print(add_stream_graph_from_graph(args.paths[0], args.base_model))
         else:
             print(add_stream_graph(*args.paths))
-    except (InputError, EngineError) as e:  # the folder or checkpoint refused: one line, exit status 2
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    except (InputError, ModelError, EngineError) as e:  # the folder or checkpoint refused: one line, status 2
+        hint = ""
+        if isinstance(e, ModelError) and args.from_graph and not args.base_model:
+            hint = " (is the graph of another encoder? --base-model names the folder whose config it matches)"
+        p.exit(2, f"{p.prog}: error: {e}{hint}\n")
     return 0
 
 

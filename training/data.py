@@ -213,9 +213,7 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
         return load_cased_text(root / CASED_FILES[source], cache, source,
                                lines_per_doc=CHUNKED_LINES.get(source, 0))
     else:
-        path = Path(source)
-        if not path.is_absolute():
-            path = REPO_ROOT / path
+        path = Path(source).expanduser().absolute()  # from the current directory
         _check_allowed(path)  # a test set is refused by name, whether or not it is there
         if not path.exists():
             names = ["ted", *LABELLED_FILES, *CASED_FILES]
@@ -238,8 +236,7 @@ def source_paths(source: str, root: Path, *, unlabeled: bool = False) -> Path:
         return root / LABELLED_FILES[source]
     if source in CASED_FILES:
         return root / CASED_FILES[source]
-    path = Path(source)
-    return path if path.is_absolute() else REPO_ROOT / path
+    return Path(source).expanduser().absolute()
 
 
 def cap_words(docs: list[Document], max_words: int, seed: int) -> list[Document]:

@@ -17,8 +17,8 @@ from training.trainer import RunResult
 def default_out_dir(cfg: TrainConfig) -> Path:
     from training.data import REPO_ROOT
 
-    out = Path(cfg.out) if cfg.out else Path("checkpoints") / cfg.name
-    return out if out.is_absolute() else REPO_ROOT / out
+    # a folder the command is given is taken from the current directory; the default is the repo's
+    return Path(cfg.out).expanduser().absolute() if cfg.out else REPO_ROOT / "checkpoints" / cfg.name
 
 
 def run(cfg: TrainConfig, out_dir: Path | None = None, *, resume: bool = False) -> RunResult:

@@ -37,7 +37,7 @@ from streampunct.core.windowing import WindowConfig
 from streampunct.labels import LABELS
 from training.checkpoint import checkpoint_aligner, load_checkpoint
 from training.config import TrainConfig
-from training.data import REPO_ROOT, Document, load_unlabeled
+from training.data import Document, load_unlabeled
 from training.evaluation import RuntimeModel, document_logits, is_runtime_model, validate
 from training.model import resolve_base_model
 from training.pipeline import file_hashes, prepare, supervised_trainer
@@ -91,9 +91,7 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
 
     # 1. teacher
     if st.teacher:
-        teacher_dir = Path(st.teacher)
-        if not teacher_dir.is_absolute():
-            teacher_dir = REPO_ROOT / teacher_dir
+        teacher_dir = Path(st.teacher).expanduser().absolute()  # from the current directory
         # Scored with the same window as the students, for a fair comparison.
         window = WindowConfig(cfg.eval.window_size, cfg.eval.window_left, cfg.eval.window_right)
         if is_runtime_model(teacher_dir):

@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -211,3 +213,17 @@ def test_a_malformed_url_is_refused_before_any_session(tmp_path):
     with pytest.raises(ConnectError, match=r"^'junk' is not a WebSocket URL \(expected ws://HOST:PORT/v1/stream\)$"):
         run_live_bench(cfg, command="test")
     assert not (tmp_path / "out").exists()  # refused before the data is read or a folder made
+
+
+def test_a_relative_model_folder_reaches_the_server_and_its_failure_is_one_line(tmp_path):
+    # the child server runs in the source tree: a relative --model given here must still name
+    # this folder, and a server that cannot start is an error line, not a traceback
+    (tmp_path / "m").mkdir()
+    (tmp_path / "tiny.tsv").write_text("hello\tO\nworld\tPERIOD\n")
+    done = subprocess.run([sys.executable, "-m", "streampunct.cli", "bench", "live", "--model", "m",
+                           "--data", "tiny.tsv", "--sessions", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "streampunct bench: error: the server exited with code 2 before it was ready:" in done.stderr
+    assert f"{tmp_path / 'm'} is not a streampunct model folder: no streampunct.json" in done.stderr

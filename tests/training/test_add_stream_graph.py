@@ -9,6 +9,7 @@ import training.checkpoint
 import training.onnx_import
 from engines.base import TensorSpec
 from engines.sidecar import new_sidecar, write_sidecar
+from streampunct.errors import ModelError
 from training.add_stream_graph import checkpoint_source, main
 
 PROG = "python -m training.add_stream_graph: error: "
@@ -73,3 +74,14 @@ def test_other_refusals_are_one_line_too(tmp_path, capsys, nothing_loaded):
     bare = model_folder(tmp_path / "bare", "int8", sidecar=False)
     err = refused(capsys, [str(ckpt), str(bare)])
     assert "no sidecar model.int8.onnx.json" in err  # the engines' ArtifactError
+
+
+def test_a_graph_of_another_encoder_is_one_line_that_names_base_model(tmp_path, capsys, monkeypatch):
+    # the import of a graph that the default encoder's config does not match is a ModelError
+    def mismatch(*a, **k):
+        raise ModelError(f"{tmp_path}/model.int8.onnx: parameters missing ['encoder.encoder.layer.2.x']")
+
+    monkeypatch.setattr(training.onnx_import, "import_runtime_model", mismatch)
+    folder = model_folder(tmp_path / "int8", "int8")
+    err = refused(capsys, ["--from-graph", str(folder)])
+    assert "parameters missing" in err and "--base-model names the folder whose config it matches" in err

@@ -86,3 +86,17 @@ def test_an_unknown_labelled_source_lists_the_names_and_points_to_unlabeled(tiny
         load_labelled("mrda", tiny_data_root, tmp_path)
     with pytest.raises(InputError, match="labelled source 'nonsense' is neither a name"):
         load_labelled("nonsense", tiny_data_root, tmp_path)
+
+
+def test_relative_paths_a_command_is_given_are_taken_from_the_current_directory(tiny_data_root, tmp_path,
+                                                                                  monkeypatch):
+    from training.config import TrainConfig
+    from training.data import REPO_ROOT, load_labelled, source_paths
+    from training.run import default_out_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.tsv").write_text("hello\tO\nthere\tPERIOD\n")
+    assert load_labelled("mine.tsv", tiny_data_root, tmp_path / "cache")[0].words == ["hello", "there"]
+    assert source_paths("mine.tsv", tiny_data_root) == tmp_path / "mine.tsv"
+    assert default_out_dir(TrainConfig(name="x", out="runs/x")) == tmp_path / "runs" / "x"
+    assert default_out_dir(TrainConfig(name="x")) == REPO_ROOT / "checkpoints" / "x"  # the default is the repo's
