@@ -21,6 +21,8 @@ def _number(kind: type, ok: Callable[[float], bool], what: str) -> Callable[[str
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {noun} {what}, got {text!r}") from None
         if value != value or not ok(value):  # NaN is never in range
+            if kind is float and not math.isfinite(value) and not what.startswith(("finite", "in [")):
+                raise argparse.ArgumentTypeError(f"must be a finite number {what}, got {text}")
             raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
         return value
 

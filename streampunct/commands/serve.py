@@ -298,7 +298,8 @@ def build_config(args: argparse.Namespace):
         grammar_cache(Path(args.itn_cache))  # a file or a folder it cannot make: said here, not by a worker
     check_worker_count("--workers", args.workers, "each worker loads its own engines and event loop")
     if args.engine_workers != "auto":  # engines of every worker process: they all hold their weights
-        what = "--engine-workers" if args.workers == 1 else f"--workers {args.workers} x --engine-workers"
+        what = "--engine-workers" if args.workers == 1 else \
+            f"--workers {args.workers} x --engine-workers {args.engine_workers} ="
         check_worker_count(what, args.workers * args.engine_workers, "each engine holds its own weights")
     if args.send_timeout_s < 0:  # the flag's 0 is the config's None
         raise InputError("--send-timeout-s must be >= 0 (0: no timeout)")

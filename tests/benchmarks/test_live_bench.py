@@ -137,7 +137,7 @@ def test_live_streams_with_partials_report_their_interim_stability(tmp_path, cap
 @pytest.mark.parametrize("argv, message", [
     (["--sessions", "0"], "argument --sessions: must be >= 1, got 0"),
     (["--wps", "-1"], "argument --wps: must be > 0, got -1"),
-    (["--wps", "nan"], "argument --wps: must be > 0, got nan"),
+    (["--wps", "nan"], "argument --wps: must be a finite number > 0, got nan"),
 ])
 def test_bad_sessions_or_speech_rate_are_one_line_usage_errors(argv, message, capsys, monkeypatch):
     """As the other benches: argparse refuses them (exit 2, one line, not a traceback) before any server."""

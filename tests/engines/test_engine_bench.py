@@ -126,7 +126,7 @@ def test_a_folder_without_a_streaming_graph_is_refused(folder):
     (["--precisions", "fp3"], "argument --precisions: invalid choice: 'fp3'"),
     (["--threads", "0"], "argument --threads: must be >= 1, got 0"),
     (["--min-seconds", "-1"], "argument --min-seconds: must be >= 0, got -1"),
-    (["--min-seconds", "nan"], "argument --min-seconds: must be >= 0, got nan"),
+    (["--min-seconds", "nan"], "argument --min-seconds: must be a finite number >= 0, got nan"),
     (["--batch-sizes", "1", "0"], "argument --batch-sizes: must be >= 1, got 0"),
     (["--seq-lens", "0"], "argument --seq-lens: must be >= 1, got 0"),
     (["--decode-batch", "0"], "argument --decode-batch: must be >= 1, got 0"),

@@ -580,6 +580,8 @@ async def test_bad_speed_and_json_with_subtitles_are_usage_errors(tmp_path, args
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("streampunct caption: error: ")
     assert ("--speed" in last) if args[0] == "--speed" else ("--json goes with --format text only" in last)
+    if args[:2] in (["--speed", "nan"], ["--speed", "inf"]):  # why it is refused: not the sign
+        assert last.endswith(f"argument --speed: must be a finite number >= 0, got {args[1]}")
 
 
 # -- message sizes and server errors (CLI audit) -----------------------------------

@@ -529,10 +529,11 @@ def test_evaluate_refuses_bad_windows_before_any_work(window, message, tmp_path,
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("wps", ["0", "-1", "nan"])
-def test_bench_accuracy_refuses_a_speech_rate_that_is_not_positive(wps, capsys):
-    assert "argument --wps: must be > 0" in _fails_as_usage(["bench", "accuracy", "--data", "x", "--wps", wps],
-                                                            capsys)
+@pytest.mark.parametrize("wps, why", [("0", "must be > 0"), ("-1", "must be > 0"),
+                                      ("nan", "must be a finite number > 0"), ("inf", "must be a finite number > 0")])
+def test_bench_accuracy_refuses_a_speech_rate_that_is_not_positive(wps, why, capsys):
+    assert f"argument --wps: {why}, got {wps}" in _fails_as_usage(["bench", "accuracy", "--data", "x", "--wps", wps],
+                                                                  capsys)
 
 
 @pytest.mark.parametrize("argv", [["punctuate", "{dir}"], ["caption", "{dir}"], ["evaluate", "--data", "{dir}"],

@@ -521,7 +521,7 @@ def test_workers_are_capped_at_four_per_usable_core(monkeypatch):
         build_config(parser.parse_args(["serve", "--engine-workers", "9"]))
     # every worker process loads its engines: --workers 8 --engine-workers 8 would be 64
     assert build_config(parser.parse_args(["serve", "--workers", "2", "--engine-workers", "4"])).workers == 2
-    with pytest.raises(InputError, match=r"^--workers 2 x --engine-workers 10: at most 8 on this host"):
+    with pytest.raises(InputError, match=r"^--workers 2 x --engine-workers 5 = 10: at most 8 on this host"):
         build_config(parser.parse_args(["serve", "--workers", "2", "--engine-workers", "5"]))
 
 
