@@ -31,7 +31,7 @@
 # STREAM_CACHE (auto: cached left context, as the server runs on torch since 2026-11-29; off:
 # whole windows, as the 2026-11-27 figures were taken). DEVICE=cpu PY=.venv/bin/python OUT=DIR
 # runs a stage here on the CPU with small settings (sessions 5 10, base 2 4, 2 workers, 5 s
-# steps, 30 s of load; each still overridable), to check the script, after `KEEP_MODELS=1
+# steps, 90 s of load; each still overridable), to check the script, after `KEEP_MODELS=1
 # bash scripts/gpu_torch_bench.sh prepare` (it downloads the websockets wheel); KEEP_MODELS=1 prepare
 # packs without moving models/ aside (to look at the sizes). The engine's cached calls are also
 # timed by benchmarks.torch_engine_bench.
@@ -45,7 +45,7 @@ LIMIT=$(( 62 * 1024 * 1024 ))  # bytes per call, under the 64 MiB limit
 stage="${1:?usage: gpu_torch_bench.sh prepare|a|b|unpack DIR_A DIR_B|restore}"
 DEVICE="${DEVICE:-cuda}"
 if [[ $DEVICE == cpu ]]; then  # a check of the script here: small settings unless given
-  LOAD_S="${LOAD_S:-30}" DURATION="${DURATION:-5}" WORKERS="${WORKERS:-2}"
+  LOAD_S="${LOAD_S:-90}" DURATION="${DURATION:-5}" WORKERS="${WORKERS:-2}"
   SESSIONS_DEFAULT="${SESSIONS_DEFAULT:-5 10}" SESSIONS_BASE="${SESSIONS_BASE:-2 4}"
 fi
 LOAD_S="${LOAD_S:-200}"
