@@ -20,8 +20,9 @@ nothing itself:
 - **A worker that dies** (any exit the supervisor did not ask for) is not restarted: the
   supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
   service (systemd, Kubernetes, a shell loop) sees the failure. **A worker that hangs** is
-  treated the same way: once ready, each worker's event loop tells the supervisor it is alive
-  every ``worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT`` seconds; one silent for
+  treated the same way: each worker tells the supervisor it is alive every
+  ``worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT`` seconds (from a thread while it starts,
+  so that a stopped process is found then too; from its event loop once ready); one silent for
   ``worker_hang_timeout_s`` (a loop blocked in a call that never returns, a stopped process) is
   killed (SIGKILL), since the kernel would go on handing it a share of the new connections and a
   balancer's ``/healthz`` probe reaches only the worker the kernel picks. A worker that fails to start
@@ -49,6 +50,7 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -275,7 +277,8 @@ class _Supervisor:
         self.failed = False
         self.failed_to_start: set[int] = set()  # workers that reported their startup error
         self.error: BaseException | None = None  # the first startup error a worker reported
-        self.heard: dict[int, float] = {}  # a ready worker's last heartbeat (monotonic)
+        self.heard: dict[int, float] = {}  # a worker's last heartbeat (monotonic), from its first
+        self.ready: set[int] = set()
         self.hung: set[int] = set()  # workers killed for silence
 
     def forward(self, sig: int, frame: object = None) -> None:
@@ -310,6 +313,7 @@ class _Supervisor:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=worker_main, args=(spec, writer), name=f"streampunct-worker-{i}")
                 proc.start()
+                logger.info("worker %d (pid %d) started", i, proc.pid)
                 writer.close()
                 self.procs.append(proc)
                 self.conns[reader] = i
@@ -363,10 +367,11 @@ class _Supervisor:
                 conn.close()
                 return
             if message[0] == "alive":
-                if i in self.heard:
+                if i not in self.hung:
                     self.heard[i] = time.monotonic()
             elif message[0] == "ready":
                 ready[i] = Ready(*message[1:])
+                self.ready.add(i)
                 self.heard[i] = time.monotonic()
                 logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
                 if len(ready) == self.n and self.deadline is None:
@@ -387,9 +392,9 @@ class _Supervisor:
         return 0.0 if timeout is None else timeout / HEARTBEATS_PER_TIMEOUT
 
     def _kill_hung(self) -> None:
-        """SIGKILL each ready worker whose heartbeat is over ``worker_hang_timeout_s`` late (not once
-        the workers are stopping: the stop's own deadline bounds that); its exit then drains the
-        others as any unexpected exit does (:meth:`_exited`)."""
+        """SIGKILL each worker whose heartbeat is over ``worker_hang_timeout_s`` late, ready or
+        still starting (not once the workers are stopping: the stop's own deadline bounds that);
+        its exit then drains the others as any unexpected exit does (:meth:`_exited`)."""
         timeout = self.config.worker_hang_timeout_s
         if timeout is None or self.deadline is not None:
             return
@@ -405,8 +410,9 @@ class _Supervisor:
             except OSError:
                 pass
             self.hung.add(i)
-            logger.error("worker %d (pid %d) has not answered for %.0fs (worker_hang_timeout_s %g); "
-                         "killing it", i, proc.pid, now - heard, timeout)
+            logger.error("worker %d (pid %d) has not answered for %.0fs%s (worker_hang_timeout_s %g); "
+                         "killing it", i, proc.pid, now - heard, "" if i in self.ready else " while starting",
+                         timeout)
             _kill_group(proc.pid)
 
     def _cleanup_group(self, i: int) -> None:
@@ -498,12 +504,15 @@ def worker_main(spec: bytes, conn: Connection) -> None:
     """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
     over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``."""
     global _early_stop
+    global _starting
     os.setpgid(0, 0)  # a group of its own: the supervisor kills it with its children (_kill_group)
+    config, setup = pickle.loads(spec)
+    if config.worker_hang_timeout_s is not None:
+        _starting = _StartupBeats(conn, config.worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT)
     _early_stop = asyncio.Event()
     for sig in STOP_SIGNALS:
         signal.signal(sig, _early_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the supervisor (start())
-    config, setup = pickle.loads(spec)
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder and os.path.isfile(os.path.join(folder, METRICS_LOCK)):
         _hold_metrics_dir(folder)  # held until this process ends: its files are in use till then
@@ -524,18 +533,57 @@ def worker_main(spec: bytes, conn: Connection) -> None:
             payload: bytes | str = pickle.dumps(e)
         except Exception:
             payload = f"{type(e).__name__}: {e}"
+        _stop_startup_beats()
         try:
             conn.send(("failed", payload))
         except OSError:
             pass
         raise SystemExit(1) from None
     finally:
+        _stop_startup_beats()
         for sig in STOP_SIGNALS:  # a late signal (a second Ctrl-C) must not break the exit
             signal.signal(sig, _early_signal)
         conn.close()
 
 
+class _StartupBeats:
+    """A starting worker's heartbeats, from a thread: until its loop beats (:func:`_ready`), a
+    process that stops (a frozen host, SIGSTOP) while it loads is found as a ready one is. A load
+    that blocks the loop is not taken for a hang: engines may hold the GIL while they build."""
+
+    def __init__(self, conn: Connection, every_s: float) -> None:
+        self._conn, self._every_s = conn, every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streampunct-startup-beats", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._conn.send(("alive",))
+            except OSError:  # the supervisor is gone
+                return
+            if self._done.wait(self._every_s):
+                return
+
+    def stop(self) -> None:
+        """No beat after this returns: the pipe is the caller's again."""
+        self._done.set()
+        self._thread.join()
+
+
+_starting: _StartupBeats | None = None
+
+
+def _stop_startup_beats() -> None:
+    global _starting
+    if _starting is not None:
+        _starting.stop()
+        _starting = None
+
+
 def _ready(server: StreamServer, conn: Connection) -> None:
+    _stop_startup_beats()  # the loop beats from here
     loop = asyncio.get_running_loop()
     parent = multiprocessing.parent_process()
     if parent is not None:  # the supervisor gone (killed): drain and exit

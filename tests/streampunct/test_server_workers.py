@@ -682,3 +682,22 @@ def test_an_itn_cache_that_cannot_be_made_is_refused_before_any_worker_starts(tm
         build_config(args)
     ok = build_config(build_parser().parse_args(["serve", "--itn", "--itn-cache", str(tmp_path / "new")]))
     assert ok.itn_cache == tmp_path / "new" and (tmp_path / "new").is_dir()
+
+
+async def test_a_worker_stopped_while_it_loads_is_found_too(tmp_path):
+    # Worker 0 listens (the kernel hands it connections) and then stops before its engine is warm:
+    # its startup thread's beats stop with it, so it is killed as a ready one would be, instead of
+    # holding its share of the connections with no ready line ever.
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1.5",
+                       "--engine-option", "batch_ms=4000", "--engine-option", "sleep=true") as server:
+        async with asyncio.timeout(60):
+            while not re.search(r"\[worker 0\] .*server listening", server.log.read_text()):
+                await asyncio.sleep(0.05)
+        pid = int(re.search(r"worker 0 \(pid (\d+)\) started", server.log.read_text()).group(1))
+        os.kill(pid, signal.SIGSTOP)
+        assert await asyncio.wait_for(server.proc.wait(), 60) == 1
+        log = server.log.read_text()
+        assert re.search(rf"worker 0 \(pid {pid}\) has not answered for \d+s while starting "
+                         r"\(worker_hang_timeout_s 1.5\); killing it", log), log
+        assert "ready on ws://" not in log
+        assert not _running(pid)
