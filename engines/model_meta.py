@@ -37,6 +37,9 @@ readers apply the defaults named here):
     a number >= 0 (default 0): the truecasing head's CAPITALIZED becomes lower
     where its logit beats lower's by less (``streampunct.labels.case_classes``;
     tuned on validation by ``python -m training.case_margin``).
+``tokenizer_sha256``
+    the SHA-256 of the folder's ``tokenizer.json`` when it was built: loading
+    checks it (a tokenizer of another model gives wrong labels silently).
 
 The writer sorts keys and indents by two, as the shipped folders are written;
 reading a file and writing it back gives the same JSON object.
@@ -82,6 +85,7 @@ class ModelMeta:
     stream_cache_tokens: int | None = None
     stream_cache: bool | None = None
     case_margin: float | None = None
+    tokenizer_sha256: str | None = None
     record: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -95,6 +99,10 @@ class ModelMeta:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 return f"{name} must be a string, not {value!r}"
+        digest = self.tokenizer_sha256
+        if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                       and all(c in "0123456789abcdef" for c in digest)):
+            return f"tokenizer_sha256 must be 64 lowercase hex digits, not {digest!r}"
         if self.labels is not None and not all(isinstance(x, str) for x in self.labels):
             return f"labels must be a list of strings, not {list(self.labels)!r}"
         if self.label_position is not None and self.label_position not in LABEL_POSITIONS:

@@ -16,6 +16,7 @@ for ``--stream-cache on``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,15 @@ class ModelInfo:
         return float(self.meta.case_margin or 0.0)
 
     def aligner(self) -> Aligner:
+        tokenizer = self.path / "tokenizer.json"
+        want = self.meta.tokenizer_sha256
+        if want is not None and tokenizer.is_file():
+            if hashlib.sha256(tokenizer.read_bytes()).hexdigest() != want:
+                raise ModelError(f"{tokenizer} is not the tokenizer {self.path} was built with (its sha256 "
+                                 f"differs from streampunct.json's tokenizer_sha256): restore it, or rebuild "
+                                 f"the folder")
         return Aligner.from_file(
-            self.path / "tokenizer.json",
+            tokenizer,
             label_position=self.label_position,  # type: ignore[arg-type]
             max_word_tokens=self.max_word_tokens,
         )

@@ -84,6 +84,7 @@ def save_checkpoint(directory: str | Path, model: nn.Module, tokenizer: Aligner 
     meta["head_config"] = head_config(model)
     meta.setdefault("base_model", "")
     meta["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    meta.pop("tokenizer_sha256", None)  # a folder's, not this copy's (build-engine records its own)
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise ValueError(f"checkpoint metadata lacks {', '.join(missing)}")

@@ -48,7 +48,7 @@ from engines.build.parity import ParityReport, ParityWindows, compare_logits, pa
 from engines.build.tensorrt_build import TrtBuildOptions
 from engines.build.torch_engine import TorchEngine
 from engines.model_meta import write_model_meta
-from engines.sidecar import read_sidecar, write_sidecar
+from engines.sidecar import read_sidecar, sha256_file, write_sidecar
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +318,10 @@ def build_model_folder(
     for name, source in (copy_files or {}).items():
         shutil.copyfile(source, out_dir / name)
         written.append(out_dir / name)
-    written.append(write_model_meta(out_dir, {**model_metadata, "artifact": final.name}))
+    meta = {**model_metadata, "artifact": final.name}
+    if (out_dir / "tokenizer.json").is_file():  # loading checks it: a swapped tokenizer mislabels silently
+        meta["tokenizer_sha256"] = sha256_file(out_dir / "tokenizer.json")
+    written.append(write_model_meta(out_dir, meta))
     return BuildReport(
         out_dir, final, tuple(written), export, parity, vs_onnx,
         parity_source or "random token ids", vs_source, source_graph, source_windows,

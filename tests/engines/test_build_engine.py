@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import types
@@ -31,6 +32,7 @@ def test_builds_an_int8_folder_with_parity(tmp_path, tiny_module, tiny_windows):
     info = json.loads((out / "streampunct.json").read_text())
     assert info["artifact"] == "model.int8.onnx" and info["encoder"] == "tiny-bert"
     assert info["labels"] == LABELS and info["window"] == METADATA["window"]
+    assert info["tokenizer_sha256"] == hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
     fp32 = read_sidecar(out / "model.onnx").parity
     assert fp32["reference"] == "torch" and fp32["data"] == "tiny words"
     assert fp32["max_rel_diff"] < 1e-4 and fp32["label_agreement"] == 1.0

@@ -629,3 +629,18 @@ def test_join_texts_takes_texts_not_one_text():
         join_texts("abc")
     with pytest.raises(InputError, match="str texts, not NoneType"):
         join_texts([None, "a"])
+
+
+def test_a_tokenizer_that_is_not_the_folders_is_refused(tmp_path, shipped):
+    # models/base's tokenizer in a copy of the default loaded and gave "Hello How are you I am Fine."
+    import shutil
+
+    folder = tmp_path / "default"
+    shutil.copytree(DEFAULT_MODEL_DIR, folder)
+    shutil.copyfile(DEFAULT_MODEL_DIR.parent / "base" / "tokenizer.json", folder / "tokenizer.json")
+    with pytest.raises(ModelError, match=r"tokenizer.json is not the tokenizer .* was built with \(its sha256 "
+                                         r"differs from streampunct.json's tokenizer_sha256\): restore it"):
+        Punctuator.load(folder)
+    shutil.copyfile(DEFAULT_MODEL_DIR / "tokenizer.json", folder / "tokenizer.json")
+    with Punctuator.load(folder) as restored:
+        assert restored.punctuate("hello how are you") == shipped.punctuate("hello how are you")
