@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,11 @@ from typing import Any
 from engines.build.onnx_export import MIN_EXPORT_OPSET
 from engines.build.parity import ParityWindows
 from engines.deps import extra_hint
-from engines.model_meta import has_model_meta
+from engines.model_meta import METADATA_FILE, has_model_meta
 from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 from streampunct.errors import DependencyError, InputError, ModelError
 from streampunct.model import load_model_info
+from streampunct.text.textfile import cannot_write
 from streampunct.text.word_labels import read_word_labels
 
 NAME = "build-engine"
@@ -306,11 +309,42 @@ def _parity_words(path: Path, args: argparse.Namespace) -> list:
     return data.words[: args.parity_lines + args.calibration_windows * _LINES_PER_WINDOW]
 
 
-def _run(args: argparse.Namespace) -> int:
-    from engines.base import DependencyMissing
-    from engines.build.builder import BuildConfig, build_model_folder
-    from engines.build.tensorrt_build import TrtBuildOptions
+#: The files a build writes into its folder (what a rebuild there replaces; others, such as a
+#: model card, stay).
+_BUILT_FILE = re.compile(r"model(\.[\w-]+)*\.(onnx|plan)(\.json)?|tokenizer\.json|" + re.escape(METADATA_FILE))
 
+
+def _stage_folder(out: Path) -> Path:
+    """The folder a build writes before it becomes ``out`` (:func:`_publish`): beside it, so
+    that the move is a rename; one that an interrupted build left is removed first."""
+    stage = out.parent / f".{out.name}.building"
+    try:
+        if stage.exists():
+            shutil.rmtree(stage)
+        stage.mkdir(parents=True)
+    except OSError as e:
+        raise cannot_write(out, e, option="--out") from None
+    return stage
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """Make the whole build in ``stage`` the folder ``out``: a rename where ``out`` is new; else
+    ``out``'s streampunct.json goes first (until the new one is in, the folder does not load as a
+    model), then the files an earlier build left (no stale graph beside the new ones), and the new
+    files come in with streampunct.json last. A build that stopped before this left ``out`` as it was."""
+    if not out.exists():
+        stage.rename(out)
+        return
+    (out / METADATA_FILE).unlink(missing_ok=True)
+    for path in out.iterdir():
+        if path.is_file() and _BUILT_FILE.fullmatch(path.name):
+            path.unlink()
+    for path in sorted(stage.iterdir(), key=lambda p: p.name == METADATA_FILE):
+        os.replace(path, out / path.name)
+    stage.rmdir()
+
+
+def _run(args: argparse.Namespace) -> int:
     ckpt: Path = args.model
     if args.triton_repo is not None and args.out is None and is_built_model_folder(ckpt):
         if args.graph_only:
@@ -332,6 +366,9 @@ def _run(args: argparse.Namespace) -> int:
                          f"{'TensorRT ' if from_graph else 'built '}folder elsewhere")
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out {args.out} is a file, not a folder")
+    if args.out.is_dir() and all((args.out / name).is_file() for name in CHECKPOINT_FILES):
+        raise InputError(f"--out {args.out} is a training checkpoint: the build would replace its "
+                         f"streampunct.json and tokenizer.json; write the built folder elsewhere")
     if not from_graph and not (ckpt / "tokenizer.json").is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
     parity_path: Path | None = args.parity_data or default_parity_data()
@@ -353,6 +390,20 @@ def _run(args: argparse.Namespace) -> int:
                          "pass --parity-data word<TAB>LABEL file")
 
     words = _parity_words(parity_path, args) if parity_path is not None else []
+    stage = _stage_folder(args.out)  # before the heavy work: an --out that cannot be written is said now
+    try:
+        return _build(args, ckpt, stage, from_graph=from_graph, emulate=emulate, precision=precision,
+                      needs_calibration=needs_calibration, parity_path=parity_path, words=words)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # published (gone) or not: the out folder is as it was
+
+
+def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: bool, emulate: bool,
+           precision: str, needs_calibration: bool, parity_path: Path | None, words: list) -> int:
+    """Build into ``stage``, then publish it as ``args.out`` (:func:`_publish`)."""
+    from engines.base import DependencyMissing
+    from engines.build.builder import BuildConfig, build_model_folder
+    from engines.build.tensorrt_build import TrtBuildOptions
 
     source = _graph_source(ckpt, "emulate" if emulate else "float") if from_graph else _checkpoint_source(ckpt)
     info = source.info
@@ -399,7 +450,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = build_model_folder(
             source.module,
-            args.out,
+            stage,
             config=config,
             model_metadata=_model_metadata(source),
             source_sha256=source.source_sha256,
@@ -414,26 +465,27 @@ def _run(args: argparse.Namespace) -> int:
         missing = (getattr(e.__cause__, "name", None) or "").split(".")[0]
         if args.backend != "tensorrt" or args.graph_only or missing not in ("tensorrt", "pycuda"):
             raise
-        graphs = ", ".join(sorted(p.name for p in args.out.glob("*.onnx")))
+        graphs = ", ".join(sorted(p.name for p in stage.glob("*.onnx")))
+        _publish(stage, args.out)  # the graphs the message points to
         raise DependencyError(f"{e}. The graphs before the builder are in {args.out} ({graphs or 'none'}); "
                               "--graph-only stops there, with parity figures") from e
     what = "graph for" if args.graph_only else "from"
-    print(f"built {args.backend} {precision} {what} {ckpt}")
-    for line in report.summary_lines():
-        print(line)
+    lines = [f"built {args.backend} {precision} {what} {ckpt} into {args.out}", *report.summary_lines()]
     if args.graph_only:
-        print(f"stopped before the TensorRT builder (--graph-only): {report.artifact.name} is the graph it "
-              "takes; run the same command without --graph-only on the GPU host")
+        lines.append(f"stopped before the TensorRT builder (--graph-only): {report.artifact.name} is the graph "
+                     "it takes; run the same command without --graph-only on the GPU host")
     if args.backend == "onnxruntime" and precision in ("int8", "int4") and not args.no_stream_graph:
         from engines.build.stream_graph import build_stream_artifact
 
         try:
-            stream = build_stream_artifact(source.module, args.out, source_sha256=source.source_sha256,
+            stream = build_stream_artifact(source.module, stage, source_sha256=source.source_sha256,
                                            quantize_embeddings=args.quantize_embeddings)
         except TypeError as e:  # neither a BERT- nor an MPNet-layout encoder
-            print(f"no streaming graph: {e}")
+            lines.append(f"no streaming graph: {e}")
         else:
-            print(f"streaming graph (cached left context): {stream}")
+            lines.append(f"streaming graph (cached left context): {args.out / stream.name}")
+    _publish(stage, args.out)  # the folder is whole: only now does it replace what was there
+    print("\n".join(lines))
     if args.triton_repo is not None:
         write_triton_repo_from_args(args.out, args)
     return 0
