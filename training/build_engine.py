@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,23 @@ def check_build_arguments(args: argparse.Namespace) -> None:
     check_tensorrt_installed(args)
 
 
+def ignored_options(args: argparse.Namespace, precision: str, needs_calibration: bool) -> list[str]:
+    """The options given (not at their defaults) that this build does not use."""
+    ort_quantized = args.backend == "onnxruntime" and precision in ("int8", "int4")
+    unused = {
+        "--max-batch": args.backend != "tensorrt" and args.max_batch != 32,
+        "--max-len": args.backend != "tensorrt" and args.max_len != 256,
+        "--timing-cache": args.backend != "tensorrt" and args.timing_cache is not None,
+        "--workspace-gb": args.backend != "tensorrt" and args.workspace_gb != 4.0,
+        "--calibration-windows": not needs_calibration and args.calibration_windows != 64,
+        "--no-per-channel": args.no_per_channel and not (ort_quantized and precision == "int8"),
+        "--full-range": args.full_range and not (ort_quantized and precision == "int8"),
+        "--quantize-embeddings": args.quantize_embeddings and not ort_quantized,
+        "--no-stream-graph": args.no_stream_graph and not ort_quantized,
+    }
+    return [name for name, given in unused.items() if given]
+
+
 def check_tensorrt_installed(args: argparse.Namespace) -> None:
     """``--backend tensorrt`` without ``--graph-only`` needs the TensorRT packages: refused before
     the export rather than after it."""
@@ -389,6 +407,10 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.backend} {precision} needs validation text for calibration: "
                          "pass --parity-data word<TAB>LABEL file")
 
+    ignored = ignored_options(args, precision, needs_calibration)
+    if ignored:
+        print(f"streampunct build-engine: warning: {', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} "
+              f"nothing in this {args.backend} {precision} build; ignored", file=sys.stderr)
     words = _parity_words(parity_path, args) if parity_path is not None else []
     stage = _stage_folder(args.out)  # before the heavy work: an --out that cannot be written is said now
     try:
@@ -493,8 +515,6 @@ def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: boo
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m training.build_engine``: the same command without the CLI frame."""
-    import sys
-
     from streampunct.cli import command_main
 
     return command_main(sys.modules[__name__], argv)

@@ -82,3 +82,13 @@ def test_an_out_it_must_not_write_into_is_refused_before_the_checkpoint_loads(ch
     assert build("--model", checkpoint, "--out", tmp_path / "afile" / "sub") == 2
     assert capsys.readouterr().err.strip().endswith(
         f"error: cannot write --out {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file, not a folder")
+
+
+def test_options_a_build_does_not_use_are_named_in_a_warning(checkpoint, tmp_path, capsys):
+    assert build("--model", checkpoint, "--out", tmp_path / "a", "--precision", "int4", "--max-len", "16",
+                 "--workspace-gb", "1", "--full-range", "--quantize-embeddings") == 0
+    err = capsys.readouterr().err
+    assert ("streampunct build-engine: warning: --max-len, --workspace-gb, --full-range do nothing in this "
+            "onnxruntime int4 build; ignored") in err
+    assert build("--model", checkpoint, "--out", tmp_path / "b", "--precision", "fp32") == 0
+    assert "warning" not in capsys.readouterr().err
