@@ -40,7 +40,7 @@ from streampunct.text.textfile import cannot_write
 from streampunct.text.word_labels import read_word_labels
 
 NAME = "build-engine"
-HELP = ("export a trained checkpoint to ONNX Runtime (fp32/int8/int4) or TensorRT (fp16/int8), or a built "
+HELP = ("export a trained checkpoint to ONNX Runtime (fp32/fp16/int8/int4) or TensorRT (fp16/int8), or a built "
         "model folder's own graph to TensorRT, with parity figures")
 
 log = logging.getLogger(__name__)
