@@ -298,6 +298,20 @@ def load_validation_docs(source: str, root: Path, cache: Path, *, max_words: int
     return docs
 
 
+def check_unlabeled(sources: Sequence[str], root: Path) -> list[Path]:
+    """The files of unlabeled ``sources``; an :class:`InputError` for a test set or a file that
+    is not there (before any work that needs them)."""
+    paths = []
+    for source in sources:
+        path = source_paths(source, root, unlabeled=True)
+        _check_allowed(path)
+        if not path.is_file():
+            names = ", ".join(UNLABELED_FILES)
+            raise InputError(f"no such unlabeled file: {path} (data.unlabeled takes {names} or a text file)")
+        paths.append(path)
+    return paths
+
+
 def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: int,
                    exclude: Collection[str] = ()) -> list[Document]:
     """Unpunctuated transcripts, one document a line (TEDx: one talk a line); documents named in
@@ -311,11 +325,7 @@ def load_unlabeled(sources: Sequence[str], root: Path, *, max_words: int, seed: 
     from streampunct.text.convert import text_to_word_labels
 
     groups: list[tuple[str, str]] = []
-    for source in sources:
-        path = source_paths(source, root, unlabeled=True)
-        _check_allowed(path)
-        if not path.is_file():
-            raise InputError(f"no such unlabeled file: {path}")
+    for source, path in zip(sources, check_unlabeled(sources, root), strict=True):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]

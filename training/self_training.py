@@ -37,11 +37,11 @@ from streampunct.core.windowing import WindowConfig
 from streampunct.labels import LABELS
 from training.checkpoint import checkpoint_aligner, load_checkpoint
 from training.config import TrainConfig
-from training.data import Document, load_unlabeled
+from training.data import Document, check_unlabeled, load_unlabeled
 from training.evaluation import RuntimeModel, document_logits, is_runtime_model, validate
 from training.model import resolve_base_model
 from training.pipeline import file_hashes, prepare, supervised_trainer
-from training.trainer import RunResult
+from training.trainer import RunResult, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,20 @@ def _finished(run_dir: Path) -> bool:
 
 
 def _result_of(run_dir: Path) -> RunResult:
+    """A finished teacher's result, without running it again. Its resume state gives the best F1
+    unrounded and the random state its run ended with, which is restored: the students of a
+    resumed run start from the same draws as those of a run that never stopped."""
+    import torch
+
     meta = read_model_meta(run_dir / "best")
-    return RunResult(run_dir / "best", meta.get("validation")["overall_f1"], meta.get("validation"), 0,
-                     meta.get("window"))
+    f1 = meta.get("validation")["overall_f1"]
+    state = run_dir / "state.pt"
+    if state.is_file():
+        payload = torch.load(state, map_location="cpu", weights_only=False)
+        f1 = payload["state"]["best_f1"]
+        if "rng" in payload:
+            set_rng_state(payload["rng"])
+    return RunResult(run_dir / "best", f1, meta.get("validation"), 0, meta.get("window"))
 
 
 def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) -> RunResult:
@@ -88,6 +99,9 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = prepare(cfg)
     record: dict = {"rounds": []}
+    # what the rounds need is checked now, not after the teacher's hours of training
+    check_unlabeled(cfg.data.unlabeled, setup.root)
+    student_base = resolve_base_model(st.student_base_model or cfg.model.base_model)
 
     # 1. teacher
     if st.teacher:
@@ -120,7 +134,6 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
     # 2-4. rounds
     unlabeled = load_unlabeled(cfg.data.unlabeled, setup.root, max_words=cfg.data.max_unlabeled_words,
                                seed=cfg.optim.seed)
-    student_base = resolve_base_model(st.student_base_model or cfg.model.base_model)
 
     hashes = file_hashes(list(cfg.data.unlabeled), setup.root, unlabeled=True)
     for it in range(1, st.max_iterations + 1):

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import random
 import signal
 import time
@@ -191,6 +192,10 @@ class MetricsLog:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
+    def reset(self) -> None:
+        """Start the log afresh: a run that starts from step 0 keeps no earlier attempt's records."""
+        self.path.unlink(missing_ok=True)
+
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (written after the resume state the run
         continues from), so a resumed run's log reads as one run."""
@@ -202,7 +207,8 @@ class MetricsLog:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the kill
-            if rec.get("type") == "done" or rec.get("step", -1) > step:
+            # what finish() writes (the tuned windows, done) comes again when the resumed run ends
+            if rec.get("type") in ("done", "window_tuning") or rec.get("step", -1) > step:
                 continue
             kept.append(line)
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -239,6 +245,8 @@ class TrainState:
     bad_evals: int = 0
     stopped: bool = False
     words_seen: int = 0
+    #: the step of the last validation (-1: none; a state written before this field: unknown)
+    evaluated_step: int = -1
 
 
 class Trainer:
@@ -312,7 +320,14 @@ class Trainer:
     def load_state(self) -> bool:
         if not self.state_path.is_file():
             return False
-        payload = torch.load(self.state_path, map_location=self.device, weights_only=False)
+        try:
+            payload = torch.load(self.state_path, map_location=self.device, weights_only=False)
+            if not isinstance(payload, dict) or "state" not in payload:
+                raise ValueError("not a resume state")
+        except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, KeyError) as e:
+            detail = " ".join(str(e).split())[:200] or type(e).__name__
+            raise InputError(f"cannot resume {self.state_path}: the file is damaged ({detail}); remove it to "
+                             f"start the run over, or train into another --out") from e
         if "config" in payload:  # resume states written before the config record: unchecked
             check_resume_config(payload["config"], self.cfg.to_dict(), self.state_path)
         try:
@@ -349,6 +364,7 @@ class Trainer:
         v = validate(self.model, self.aligner, self.valid_docs, self.window,
                      batch_size=self.cfg.eval.batch_size)
         s = self.state
+        s.evaluated_step = s.step
         improved = v.overall_f1 > s.best_f1
         extra = {}
         if self.caption_docs:  # no labels: how densely it marks ASR text (benchmarks.mark_rate)
@@ -423,6 +439,7 @@ class Trainer:
         resumed = resume and self.load_state()  # first: a refused resume leaves config.toml as it was
         (self.out_dir / "config.toml").write_text(config_to_toml(cfg), encoding="utf-8")
         if not resumed:
+            self.log.reset()  # a new run's log, whatever an earlier attempt left (one killed before its state)
             self.log.write("start", config=cfg.to_dict(), steps=self.total_steps,
                            steps_per_epoch=self.steps_per_epoch)
         s = self.state  # after load_state, which replaces it
@@ -440,7 +457,7 @@ class Trainer:
             sums: dict[str, float] = {}
             counts: dict[str, int] = {}  # per key: some keys exist only for one task's batches
             tokens, t_log = 0, time.perf_counter()
-            evaluated_here = False
+            epoch_done = True  # unless the run ends before the epoch's last batch
             for i, batch in enumerate(self.stream(s.epoch)):
                 if i < skip:
                     continue
@@ -457,7 +474,6 @@ class Trainer:
                 self.scheduler.step()
                 s.step += 1
                 s.batch_in_epoch = i + 1
-                evaluated_here = False
                 tokens += int(batch.attention_mask.sum())
                 s.words_seen += batch.n_labelled
                 logs["loss"] = float(loss.detach())
@@ -476,7 +492,6 @@ class Trainer:
                     sums, counts, tokens, t_log = {}, {}, 0, time.perf_counter()
                 if o.eval_every and s.step % o.eval_every == 0:
                     self.evaluate()
-                    evaluated_here = True
                     self.model.train()
                 due = o.checkpoint_every and s.step % o.checkpoint_every == 0 or \
                     o.checkpoint_minutes and time.monotonic() - self._last_save >= 60 * o.checkpoint_minutes
@@ -490,13 +505,19 @@ class Trainer:
                     self.log.write("interrupted", step=s.step, signal=self._stop_signal)
                     raise TrainingInterrupted(s.step, self.state_path)
                 if s.stopped or s.step >= self.end_step:
+                    epoch_done = False  # even after its last batch: a resumed run's loop closes it
                     break
             bar.close()
-            if not evaluated_here:
+            if s.evaluated_step != s.step:
                 self.evaluate()
                 self.model.train()
-            s.epoch += 1
-            s.batch_in_epoch = 0
+            if epoch_done:  # a run ended mid-epoch (stop_step, max_steps) continues it when extended
+                s.epoch += 1
+                s.batch_in_epoch = 0
+            self.save_state()
+        if s.step > 0 and s.evaluated_step != s.step and not s.stopped:
+            # stopped by a signal in its last step, before that step's validation: it comes now
+            self.evaluate()
             self.save_state()
         elapsed = time.perf_counter() - t_start
         result = self.finish(elapsed)

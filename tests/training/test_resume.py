@@ -172,3 +172,57 @@ def test_resume_state_without_a_config_record_still_fails_cleanly(tiny_base_mode
     _, t = _two_steps(tiny_base_model, tiny_data_root, out, "model.case_head=true")
     with pytest.raises(InputError, match="do not fit the model"):
         t.fit(resume=True)
+
+
+def _valid_steps(out):
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["type"] == "valid"]
+
+
+def test_a_stop_in_the_last_step_still_validates_that_step_on_resume(tiny_base_model, tiny_data_root, tmp_path):
+    # the stop came before the end-of-run validation; the resumed run's loop had no step left to run
+    whole = tmp_path / "whole"
+    trainer_for(tiny_base_model, tiny_data_root, whole).fit()
+    cut = tmp_path / "cut"
+    t = trainer_for(tiny_base_model, tiny_data_root, cut)
+    t.on_step = lambda state: state.step == 12 and os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted, match="interrupted at step 12"):
+        t.fit()
+    trainer_for(tiny_base_model, tiny_data_root, cut).fit(resume=True)
+    assert _valid_steps(cut) == _valid_steps(whole) and _valid_steps(cut)[-1] == 12
+
+
+def test_a_run_ended_by_stop_step_continues_its_epoch_when_resumed(tiny_base_model, tiny_data_root, tmp_path):
+    # stop_step ended the run mid-epoch; --resume without it went on from the next epoch's start
+    whole = tmp_path / "whole"
+    trainer_for(tiny_base_model, tiny_data_root, whole).fit()
+    cut = tmp_path / "cut"
+    cfg = tiny_config(tiny_base_model, tiny_data_root, cut, *EXTRA, "optim.stop_step=5")
+    supervised_trainer(prepare(cfg), cut).fit()
+    assert trainer_for(tiny_base_model, tiny_data_root, cut).fit(resume=True).steps == 12
+    a, b = final_weights(whole), final_weights(cut)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_a_damaged_resume_state_is_one_line(tiny_base_model, tiny_data_root, tmp_path):
+    from streampunct.errors import InputError
+
+    out = tmp_path / "run"
+    _two_steps(tiny_base_model, tiny_data_root, out)[1].fit()
+    state = out / "state.pt"
+    for damage in (state.read_bytes()[:100], b"garbage", b""):
+        state.write_bytes(damage)
+        with pytest.raises(InputError, match=rf"^cannot resume {state}: the file is damaged \(.*\); remove it"):
+            _two_steps(tiny_base_model, tiny_data_root, out)[1].fit(resume=True)
+
+
+def test_a_run_that_starts_over_keeps_no_earlier_attempts_records(tiny_base_model, tiny_data_root, tmp_path):
+    # killed before its first resume state: --resume starts over, and its log is one run's
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"type": "start"}\n{"type": "train", "step": 1}\n')
+    _two_steps(tiny_base_model, tiny_data_root, out)[1].fit(resume=True)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records].count("start") == 1
+    assert [r["step"] for r in records if r["type"] == "train"] == [1, 2]

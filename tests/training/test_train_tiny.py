@@ -1,6 +1,7 @@
 """End-to-end runs of a tiny randomly initialised model on a few hundred synthetic words."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -422,3 +423,40 @@ def test_stream_cache_tuning_of_a_folder_with_a_streaming_graph(tiny_base_model,
         assert engine.cache_tokens == choice.tokens  # what serve and evaluate --live now keep
     finally:
         engine.close()
+
+
+def test_self_training_checks_what_its_rounds_need_before_the_teacher_trains(tiny_base_model, tiny_data_root,
+                                                                            tmp_path):
+    from streampunct.errors import InputError, ModelError
+
+    base = ['method.kind="self_training"', "method.self_training.max_iterations=1", "optim.max_steps=2"]
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "a", *base, 'data.unlabeled=["nosuch"]')
+    with pytest.raises(InputError, match="no such unlabeled file: .*nosuch \\(data.unlabeled takes tedx, "):
+        run(cfg)
+    cfg = tiny_config(tiny_base_model, tiny_data_root, tmp_path / "b", *base,
+                      f'method.self_training.student_base_model="{tmp_path / "gone"}"')
+    with pytest.raises(ModelError, match="gone is not a Hugging Face model folder"):
+        run(cfg)
+    assert not (tmp_path / "a" / "teacher").exists() and not (tmp_path / "b" / "teacher").exists()
+
+
+def test_a_resumed_self_training_run_after_its_teacher_gives_the_same_students(tiny_base_model, tiny_data_root,
+                                                                               tmp_path):
+    # the student's draws follow the teacher's run: a resume that skips the finished teacher
+    # restores the random state that run ended with
+    import torch
+
+    base = ['method.kind="self_training"', "method.self_training.max_iterations=1", "optim.max_steps=4",
+            "model.dropout=0.1"]
+    run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "whole", *base))
+    cut = tmp_path / "cut"
+    run(tiny_config(tiny_base_model, tiny_data_root, cut, *base))
+    shutil.rmtree(cut / "student_1")  # as if killed before the student's first resume state
+    (cut / "self_training.json").unlink()
+    run(tiny_config(tiny_base_model, tiny_data_root, cut, *base), resume=True)
+    a = torch.load(tmp_path / "whole" / "student_1" / "state.pt", weights_only=False)["model"]
+    b = torch.load(cut / "student_1" / "state.pt", weights_only=False)["model"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert json.loads((cut / "self_training.json").read_text())["teacher"]["overall_f1"] == \
+        json.loads((tmp_path / "whole" / "self_training.json").read_text())["teacher"]["overall_f1"]
