@@ -428,12 +428,19 @@ class Trainer:
         except ValueError:  # not the main thread: no signal handling
             handlers = {}
         try:
-            return self._fit(resume=resume)
+            elapsed = self._fit(resume=resume)
         finally:
             for sig, h in handlers.items():
                 signal.signal(sig, h)
+        # The state is written: a stop asked for since (in the last validation) stops here, and
+        # one during the window tuning at once (the caller's handlers); --resume tunes again.
+        if self._stop_signal is not None:
+            self.log.write("interrupted", step=self.state.step, signal=self._stop_signal)
+            raise TrainingInterrupted(self.state.step, self.state_path)
+        return self.finish(elapsed)
 
-    def _fit(self, *, resume: bool = False) -> RunResult:
+    def _fit(self, *, resume: bool = False) -> float:
+        """The training loop; its wall seconds."""
         cfg = self.cfg
         self.out_dir.mkdir(parents=True, exist_ok=True)
         resumed = resume and self.load_state()  # first: a refused resume leaves config.toml as it was
@@ -519,9 +526,7 @@ class Trainer:
             # stopped by a signal in its last step, before that step's validation: it comes now
             self.evaluate()
             self.save_state()
-        elapsed = time.perf_counter() - t_start
-        result = self.finish(elapsed)
-        return result
+        return time.perf_counter() - t_start
 
     def finish(self, elapsed: float) -> RunResult:
         meta = read_metadata(self.best_dir)

@@ -43,7 +43,7 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(tiny_base_model, ti
     with pytest.raises(TrainingInterrupted, match="interrupted at step 5"):
         t.fit()
     assert torch.load(cut / "state.pt", weights_only=False)["state"]["step"] == 5
-    assert signal.getsignal(signal.SIGTERM) is not t._on_signal  # handler restored
+    assert signal.getsignal(signal.SIGTERM) != t._on_signal  # handler restored
 
     resumed = trainer_for(tiny_base_model, tiny_data_root, cut).fit(resume=True)
     assert resumed.steps == 12
@@ -226,3 +226,17 @@ def test_a_run_that_starts_over_keeps_no_earlier_attempts_records(tiny_base_mode
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["type"] for r in records].count("start") == 1
     assert [r["step"] for r in records if r["type"] == "train"] == [1, 2]
+
+
+def test_the_window_tuning_after_the_loop_runs_under_the_callers_signal_handlers(tiny_base_model, tiny_data_root,
+                                                                                 tmp_path, monkeypatch):
+    # a SIGTERM there was taken for "stop after this step" and then ignored for the whole grid;
+    # the state is written by then, so the caller's handlers (a plain stop) apply, and --resume tunes
+    out = tmp_path / "run"
+    _, t = _two_steps(tiny_base_model, tiny_data_root, out)
+    seen = []
+    finish = t.finish
+    monkeypatch.setattr(t, "finish", lambda elapsed: seen.append(signal.getsignal(signal.SIGTERM)) or finish(elapsed))
+    t.fit()
+    assert len(seen) == 1 and seen[0] != t._on_signal
+    assert torch.load(out / "state.pt", weights_only=False)["state"]["step"] == 2
