@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import InvalidMessage
+from websockets.exceptions import InvalidMessage, ProtocolError
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 
@@ -87,6 +87,8 @@ class GuardedConnection(ServerConnection):
         self.max_write_buffer = max_write_buffer
         self._on_abort = on_abort
         self._on_unparsed = on_unparsed
+        self._unparsed_reported = False
+        self._response_sent = False
         self.aborted_for_unread_output = False
         #: the server's session id once a session runs on this connection: its log lines name it
         self.session_id: str | None = None
@@ -110,12 +112,11 @@ class GuardedConnection(ServerConnection):
 
         def send_response_unless_ended(response: Response) -> None:
             if not self.protocol.eof_sent:
+                self._response_sent = True
                 send_response(response)
                 return
             # bytes behind the request ended the connection already: nothing can be sent
-            if self._on_unparsed is not None:
-                self._on_unparsed(self, InvalidMessage("bytes behind the request that are not frames "
-                                                       "(a second request behind the first)"))
+            self._report_unparsed(_BYTES_BEHIND)
             self.transport.abort()
 
         self.protocol.send_response = send_response_unless_ended  # type: ignore[method-assign]
@@ -130,8 +131,20 @@ class GuardedConnection(ServerConnection):
                 self._on_handshake_timeout(self)
             raise
         error = self.protocol.handshake_exc
-        if self.request is None and error is not None and self._on_unparsed is not None \
-                and not isinstance(error.__cause__, EOFError):
+        if self.request is None and error is not None:
+            if _bare_lf(error):
+                self._report_unparsed(InvalidMessage("a line ends in LF alone (HTTP lines end in CRLF)"))
+            elif not isinstance(error.__cause__, EOFError):  # EOF: a TCP health check, not reported
+                self._report_unparsed(error)
+        elif self.request is not None and not self._response_sent \
+                and isinstance(self.protocol.parser_exc, ProtocolError):
+            # bytes behind the request failed as frames and ended the connection before its
+            # answer went out (a second request behind the first)
+            self._report_unparsed(_BYTES_BEHIND)
+
+    def _report_unparsed(self, error: Exception) -> None:
+        if self._on_unparsed is not None and not self._unparsed_reported:
+            self._unparsed_reported = True
             self._on_unparsed(self, error)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -208,6 +221,20 @@ class GuardedConnection(ServerConnection):
                 self._control_held_at = self.loop.time()
                 self._hold("control")
                 self._control_timer = self.loop.call_later(wait, self._control_released)
+
+
+_BYTES_BEHIND = InvalidMessage("bytes behind the request that are not frames (a second request behind the first)")
+
+
+def _bare_lf(error: BaseException) -> bool:
+    """Whether websockets gave up on a request for a line without CRLF (bare LF endings),
+    which it reports as an EOFError, as it does a client that closed before a whole request."""
+    cause = error.__cause__
+    while cause is not None:
+        if isinstance(cause, EOFError) and str(cause) == "line without CRLF":
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def _nothing() -> None:

@@ -107,6 +107,16 @@ async def test_serve_engine_fake_starts_and_answers_a_stream(tmp_path, aligner):
         with await asyncio.to_thread(urllib.request.urlopen, health_url, timeout=10) as response:
             health = json.loads(response.read())
         assert (health["status"], health["engine"], health["model"]) == ("ok", "fake", "fake-cost-model")
+        # a second request pipelined behind the first: unanswered, and (on the served loop, where
+        # the bytes behind end the connection before the first is answered) counted and logged
+        port = int(url.split(":")[2].split("/")[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        metrics_url = url.replace("ws://", "http://").replace("/v1/stream", "/metrics")
+        with await asyncio.to_thread(urllib.request.urlopen, metrics_url, timeout=10) as response:
+            assert 'streampunct_handshakes_rejected_total{reason="malformed"} 1.0' in response.read().decode()
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 20) == 0
     finally:
@@ -120,4 +130,5 @@ async def test_serve_engine_fake_starts_and_answers_a_stream(tmp_path, aligner):
     assert re.search(r"event loop: \w+; frames' JSON: \w+; auth token off; at most \d+ sessions, \d+ bytes a "
                      r"frame; drain: \w+", text), text
     assert "SIGTERM received; shutting down" in text
+    assert ": bytes behind the request that are not frames (a second request behind the first)" in text
     assert re.search(r"server closed, \d+\.\ds after the shutdown began", text), text

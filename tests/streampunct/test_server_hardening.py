@@ -529,6 +529,7 @@ async def raw_exchange(port: int, data: bytes) -> bytes:
     (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414),
     (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello", None),
     (b"GET /h\xffz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),
+    (b"GET /healthz HTTP/1.1\nHost: 127.0.0.1\n\n", None),  # bare LF: was taken for a client that closed
 ])
 async def test_requests_websockets_refuses_unparsed_are_counted_logged_and_name_the_worker(
         start_server, caplog, data, status):
