@@ -532,7 +532,7 @@ class StreamServer:
                     on_unparsed=self._unparsed,
                     headers={WORKER_HEADER: str(self.config.worker)} if self.config.workers > 1 else None,
                     control_frame_rate=self.config.max_frames_per_s, on_control_held=self._control_held,
-                    on_count=self.metrics.connections.inc, handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
+                    on_count=self._connections_changed, handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
                     on_handshake_timeout=self._handshake_timed_out, live=self._tcp_connections),
                 open_timeout=HANDSHAKE_TIMEOUT_S,
                 ping_interval=self.config.ping_interval_s,
@@ -753,6 +753,11 @@ class StreamServer:
         """A connection held its socket ``seconds`` for its pings and pongs (``--max-frames-per-s``)."""
         self.metrics.input_throttled.inc()
         self.metrics.input_wait.labels(reason="throttled").inc(seconds)
+
+    def _connections_changed(self, delta: int) -> None:
+        self.metrics.connections.inc(delta)
+        if delta < 0:  # what a connection held (a handshake's buffers) is given back, engine or not
+            self.batcher.note_freed()
 
     def _unparsed(self, connection: ServerConnection, error: Exception) -> None:
         """Counts and logs a request websockets refused while parsing it (414, 431, or closed

@@ -447,6 +447,16 @@ class Batcher:
             return None
         return max(self._next_trim, self._last_batch_end + (self.config.trim_interval_s or 0.0))
 
+    def note_freed(self) -> None:
+        """Memory was freed outside the engine (a connection went): the allocator is trimmed once
+        the interval allows, whether or not a batch comes (connections that never reach a session,
+        unfinished handshakes of a megabyte each, left their memory with the heaps)."""
+        if self._trim is None or self._trim_pending:
+            return
+        self._trim_pending = True
+        if self._arrived is not None:
+            self._arrived.set()  # an idle collector computes the trim's time again
+
     async def _run_trim(self, worker: _Worker) -> None:
         """Give the allocator's free memory back, on ``worker``'s thread (it holds no batch)."""
         assert self._trim is not None

@@ -40,6 +40,11 @@ from streampunct.server.ws_release import close_parser
 
 logger = logging.getLogger(__name__)
 
+#: The most bytes a request's head (request line and headers) may take in all. websockets' own
+#: limits (8 KB a line, 128 headers) let each connection still in its handshake hold about a
+#: megabyte; real handshakes take a few kilobytes (big cookies: tens).
+MAX_REQUEST_HEAD_BYTES = 64 * 1024
+
 
 class GuardedConnection(ServerConnection):
     """A :class:`ServerConnection` aborted when its unsent output passes ``max_write_buffer``
@@ -89,6 +94,7 @@ class GuardedConnection(ServerConnection):
         self._on_unparsed = on_unparsed
         self._unparsed_reported = False
         self._response_sent = False
+        self._head_bytes = 0  # read before the request was whole
         self.aborted_for_unread_output = False
         #: the server's session id once a session runs on this connection: its log lines name it
         self.session_id: str | None = None
@@ -205,6 +211,12 @@ class GuardedConnection(ServerConnection):
         transport = self.transport
         if self.aborted_for_unread_output or transport.is_closing():
             return
+        if self.request is None and self.protocol.handshake_exc is None:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_REQUEST_HEAD_BYTES:
+                self._report_unparsed(InvalidMessage(f"a request head over {MAX_REQUEST_HEAD_BYTES} bytes"))
+                transport.abort()
+                return
         buffered = transport.get_write_buffer_size()
         if buffered > self.max_write_buffer:
             self.aborted_for_unread_output = True

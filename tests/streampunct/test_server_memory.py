@@ -77,6 +77,29 @@ async def test_an_idle_engine_trims_once_on_its_worker_thread_and_again_after_ne
         await batcher.close()
 
 
+async def test_memory_freed_outside_the_engine_is_trimmed_without_a_batch(fake_engine_cls):
+    # connections that never reach a session (unfinished handshakes of a megabyte each) left
+    # their memory with the heaps until a session's batch came: the server says when they go
+    recorder = TrimRecorder()
+    batcher = Batcher(lambda: fake_engine_cls(), pad_id=0, trim=recorder,
+                      config=BatcherConfig(max_wait_ms=0, trim_interval_s=0.05))
+    await batcher.start()
+    try:
+        await until(lambda: batcher._idle_trim_at() is None)  # the start's own trim, if any, is done
+        n = batcher.trims
+        batcher.note_freed()
+        await recorder.reach(n + 1)
+        await until(lambda: batcher.trims == n + 1)
+        assert set(recorder.threads) == {"streampunct-engine_0"} and batcher._idle_trim_at() is None
+        batcher.note_freed()
+        batcher.note_freed()  # one trim for what was freed since the last
+        await recorder.reach(n + 2)
+        await until(lambda: batcher.trims == n + 2)
+        assert batcher._idle_trim_at() is None and len(recorder.threads) == n + 2
+    finally:
+        await batcher.close()
+
+
 async def test_a_busy_engine_trims_between_batches(fake_engine_cls):
     # Requests follow each other closer than the trim interval: the engine is never idle for it,
     # so the trims are the under-load ones, taken between two batches on the worker's thread.
