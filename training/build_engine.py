@@ -290,7 +290,9 @@ def ignored_options(args: argparse.Namespace, precision: str, needs_calibration:
     """The options given (not at their defaults) that this build does not use."""
     ort_quantized = args.backend == "onnxruntime" and precision in ("int8", "int4")
     unused = {
-        "--max-batch": args.backend != "tensorrt" and args.max_batch != 32,
+        # a Triton repository's plan entry takes --max-batch from any build
+        "--max-batch": args.backend != "tensorrt" and args.max_batch != 32
+        and (args.triton_repo is None or args.no_triton_plan),
         "--max-len": args.backend != "tensorrt" and args.max_len != 256,
         "--timing-cache": args.backend != "tensorrt" and args.timing_cache is not None,
         "--workspace-gb": args.backend != "tensorrt" and args.workspace_gb != 4.0,
@@ -328,14 +330,16 @@ def _parity_words(path: Path, args: argparse.Namespace) -> list:
 
 
 #: The files a build writes into its folder (what a rebuild there replaces; others, such as a
-#: model card, stay).
+#: model card, stay; the stage is a folder).
 _BUILT_FILE = re.compile(r"model(\.[\w-]+)*\.(onnx|plan)(\.json)?|tokenizer\.json|" + re.escape(METADATA_FILE))
 
 
 def _stage_folder(out: Path) -> Path:
-    """The folder a build writes before it becomes ``out`` (:func:`_publish`): beside it, so
-    that the move is a rename; one that an interrupted build left is removed first."""
-    stage = out.parent / f".{out.name}.building"
+    """The folder a build writes before it becomes ``out`` (:func:`_publish`), on ``out``'s file
+    system so that its files move by renames: inside ``out`` when it exists (it may be a mount
+    point or a link to another disk), else beside it; one that an interrupted build left is
+    removed first."""
+    stage = out / ".building" if out.is_dir() else out.parent / f".{out.name}.building"
     try:
         if stage.exists():
             shutil.rmtree(stage)
@@ -350,7 +354,7 @@ def _publish(stage: Path, out: Path) -> None:
     ``out``'s streampunct.json goes first (until the new one is in, the folder does not load as a
     model), then the files an earlier build left (no stale graph beside the new ones), and the new
     files come in with streampunct.json last. A build that stopped before this left ``out`` as it was."""
-    if not out.exists():
+    if stage.parent != out:
         stage.rename(out)
         return
     (out / METADATA_FILE).unlink(missing_ok=True)

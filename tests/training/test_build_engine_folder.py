@@ -3,6 +3,7 @@ stale graph beside the new ones, and an --out it must not write into is refused 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 
@@ -42,7 +43,7 @@ def test_a_rebuild_replaces_the_build_and_keeps_what_is_not_its_own(checkpoint, 
     # the int4 graphs of the first build are gone: nothing picks a stale graph by its name
     assert names == {"model.onnx", "model.onnx.json", "tokenizer.json", "streampunct.json", "MODEL_CARD.md"}
     assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.onnx"
-    assert not (tmp_path / ".model.building").exists()
+    assert not (tmp_path / ".model.building").exists() and not (out / ".building").exists()
     assert f"built onnxruntime fp32 from {checkpoint} into {out}" in capsys.readouterr().out
 
 
@@ -58,7 +59,7 @@ def test_an_interrupted_build_leaves_the_folder_as_it_was(checkpoint, tmp_path, 
 
     monkeypatch.setattr(engines.build.stream_graph, "build_stream_artifact", interrupted)
     assert build("--model", checkpoint, "--out", out, "--precision", "int4") == 130
-    assert snapshot(out) == before and not (tmp_path / ".model.building").exists()
+    assert snapshot(out) == before and not (out / ".building").exists()
     fresh = tmp_path / "fresh"
     assert build("--model", checkpoint, "--out", fresh) == 130
     assert not fresh.exists()  # no folder that loads as if whole
@@ -92,3 +93,24 @@ def test_options_a_build_does_not_use_are_named_in_a_warning(checkpoint, tmp_pat
             "onnxruntime int4 build; ignored") in err
     assert build("--model", checkpoint, "--out", tmp_path / "b", "--precision", "fp32") == 0
     assert "warning" not in capsys.readouterr().err
+    from training.build_engine import add_arguments, ignored_options
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model", "m", "--out", "o", "--triton-repo", "tr", "--max-batch", "8"])
+    assert ignored_options(args, "int8", False) == []  # the repository's plan entry takes it
+
+
+def test_an_out_on_another_file_system_is_built_beside_its_files(checkpoint, tmp_path):
+    # a stage beside a linked --out (a mount, a link to another disk) could not be renamed into
+    # it (EXDEV) after the old files were gone: the stage is inside an existing --out
+    from training.build_engine import _stage_folder
+
+    out = tmp_path / "model"
+    out.mkdir()
+    assert _stage_folder(out) == out / ".building" and (out / ".building").is_dir()
+    fresh = tmp_path / "fresh"
+    assert _stage_folder(fresh) == tmp_path / ".fresh.building"
+    assert build("--model", checkpoint, "--out", out, "--precision", "fp32") == 0
+    assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.onnx"
+    assert not (out / ".building").exists()
