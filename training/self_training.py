@@ -41,7 +41,7 @@ from training.data import Document, check_unlabeled, load_unlabeled
 from training.evaluation import RuntimeModel, document_logits, is_runtime_model, validate
 from training.model import resolve_base_model
 from training.pipeline import file_hashes, prepare, supervised_trainer
-from training.trainer import RunResult, set_rng_state
+from training.trainer import RunResult, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +78,14 @@ def _finished(run_dir: Path) -> bool:
 
 
 def _result_of(run_dir: Path) -> RunResult:
-    """A finished teacher's result, without running it again. Its resume state gives the best F1
-    unrounded and the random state its run ended with, which is restored: the students of a
-    resumed run start from the same draws as those of a run that never stopped."""
-    import torch
-
+    """A finished teacher's result, without running it again; its best F1 unrounded, from the
+    run's ``done`` record (the checkpoint's metadata rounds it)."""
     meta = read_model_meta(run_dir / "best")
     f1 = meta.get("validation")["overall_f1"]
-    state = run_dir / "state.pt"
-    if state.is_file():
-        payload = torch.load(state, map_location="cpu", weights_only=False)
-        f1 = payload["state"]["best_f1"]
-        if "rng" in payload:
-            set_rng_state(payload["rng"])
+    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record.get("type") == "done" and record.get("best_f1") is not None:
+            f1 = record["best_f1"]
     return RunResult(run_dir / "best", f1, meta.get("validation"), 0, meta.get("window"))
 
 
@@ -158,6 +153,9 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
                                   "pseudo_labels": dist, "alpha": st.alpha, "beta1": st.beta1,
                                   "beta2": st.beta2},
                 "data_hashes": {**setup.data_hashes, **hashes}}
+        # each round's draws from its own seed: a resume that skips the finished teacher (or an
+        # earlier round) builds the student a run that never stopped builds
+        seed_everything(cfg.optim.seed + it)
         trainer = supervised_trainer(setup, run_dir, docs=[*setup.train_docs, *pseudo],
                                      base_path=student_base, metadata=meta)
         result = trainer.fit(resume=resume)

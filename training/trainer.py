@@ -340,7 +340,10 @@ class Trainer:
                              f"config ({detail}); train into another --out, or resume with the saved "
                              f"config") from e
         self.scheduler.load_state_dict(payload["scheduler"])
-        self.state = TrainState(**payload["state"])
+        saved = dict(payload["state"])
+        if "evaluated_step" not in saved:  # written before the field: an epoch's end follows its validation
+            saved["evaluated_step"] = saved["step"] if saved.get("batch_in_epoch") == 0 else -1
+        self.state = TrainState(**saved)
         if "rng" in payload:
             rng = payload["rng"]
             rng["torch"] = rng["torch"].cpu()
@@ -522,6 +525,10 @@ class Trainer:
                 s.epoch += 1
                 s.batch_in_epoch = 0
             self.save_state()
+            if self._stop_signal is not None and s.step < self.end_step and not s.stopped:
+                # asked during the epoch's validation: stop here rather than after one more step
+                self.log.write("interrupted", step=s.step, signal=self._stop_signal)
+                raise TrainingInterrupted(s.step, self.state_path)
         if s.step > 0 and s.evaluated_step != s.step and not s.stopped:
             # stopped by a signal in its last step, before that step's validation: it comes now
             self.evaluate()

@@ -440,14 +440,17 @@ def test_self_training_checks_what_its_rounds_need_before_the_teacher_trains(tin
     assert not (tmp_path / "a" / "teacher").exists() and not (tmp_path / "b" / "teacher").exists()
 
 
+@pytest.mark.parametrize("tune", [False, True])
 def test_a_resumed_self_training_run_after_its_teacher_gives_the_same_students(tiny_base_model, tiny_data_root,
-                                                                               tmp_path):
-    # the student's draws follow the teacher's run: a resume that skips the finished teacher
-    # restores the random state that run ended with
+                                                                               tmp_path, tune):
+    # a resume that skips the finished teacher built a different student (its draws followed the
+    # teacher's run, window tuning included): each round now draws from its own seed
     import torch
 
     base = ['method.kind="self_training"', "method.self_training.max_iterations=1", "optim.max_steps=4",
             "model.dropout=0.1"]
+    if tune:
+        base += ["eval.tune_windows=true", "eval.tune_sizes=[30]", "eval.tune_lefts=[4,6]", "eval.tune_rights=[2,4]"]
     run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "whole", *base))
     cut = tmp_path / "cut"
     run(tiny_config(tiny_base_model, tiny_data_root, cut, *base))
