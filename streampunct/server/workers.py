@@ -21,8 +21,9 @@ nothing itself:
   supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
   service (systemd, Kubernetes, a shell loop) sees the failure. **A worker that hangs** is
   treated the same way: each worker tells the supervisor it is alive every
-  ``worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT`` seconds (from a thread while it starts,
-  so that a stopped process is found then too; from its event loop once ready); one silent for
+  ``worker_hang_timeout_s / HEARTBEATS_PER_TIMEOUT`` seconds (from its event loop once ready;
+  from a thread while it starts, so that a stopped process is found then too, judged on
+  ``STARTUP_HANG_FACTOR`` timeouts since a load may hold the GIL); one silent for
   ``worker_hang_timeout_s`` (a loop blocked in a call that never returns, a stopped process) is
   killed (SIGKILL), since the kernel would go on handing it a share of the new connections and a
   balancer's ``/healthz`` probe reaches only the worker the kernel picks. A worker that fails to start
@@ -45,6 +46,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import select
 import shutil
 import signal
 import socket
@@ -69,6 +71,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between the supervisor's looks at its deadline (it wakes at once for the workers' news).
 POLL_S = 1.0
+#: A starting worker is judged on this many hang timeouts: its beats come from a thread, which
+#: a load that holds the GIL (ONNX Runtime builds its sessions so) holds up for that long.
+STARTUP_HANG_FACTOR = 4
 #: Heartbeats a worker sends within ``ServerConfig.worker_hang_timeout_s``: one late or lost
 #: beat (a busy loop, a slow host) is far from a hang.
 HEARTBEATS_PER_TIMEOUT = 6
@@ -401,7 +406,8 @@ class _Supervisor:
         now = time.monotonic()
         for i, heard in list(self.heard.items()):
             proc = self.procs[i]
-            if i in self.hung or proc.exitcode is not None or now - heard < timeout:
+            limit = timeout if i in self.ready else STARTUP_HANG_FACTOR * timeout
+            if i in self.hung or proc.exitcode is not None or now - heard < limit:
                 continue
             conn = next((c for c, k in self.conns.items() if k == i), None)
             try:
@@ -548,8 +554,9 @@ def worker_main(spec: bytes, conn: Connection) -> None:
 
 class _StartupBeats:
     """A starting worker's heartbeats, from a thread: until its loop beats (:func:`_ready`), a
-    process that stops (a frozen host, SIGSTOP) while it loads is found as a ready one is. A load
-    that blocks the loop is not taken for a hang: engines may hold the GIL while they build."""
+    process that stops (a frozen host, SIGSTOP) while it loads is found as a ready one is. The
+    thread needs the GIL, which a load may hold for a while (ONNX Runtime builds its sessions
+    holding it): a starting worker is judged on ``STARTUP_HANG_FACTOR`` hang timeouts."""
 
     def __init__(self, conn: Connection, every_s: float) -> None:
         self._conn, self._every_s = conn, every_s
@@ -558,10 +565,14 @@ class _StartupBeats:
         self._thread.start()
 
     def _run(self) -> None:
+        fd = self._conn.fileno()
         while True:
             try:
-                self._conn.send(("alive",))
-            except OSError:  # the supervisor is gone
+                # a beat only when the pipe has room (a message this small is written whole):
+                # a supervisor that does not read must not block the join in _ready
+                if select.select([], [fd], [], 0)[1]:
+                    self._conn.send(("alive",))
+            except (OSError, ValueError):  # the supervisor is gone, or the pipe closed
                 return
             if self._done.wait(self._every_s):
                 return

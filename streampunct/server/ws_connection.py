@@ -122,7 +122,7 @@ class GuardedConnection(ServerConnection):
                 send_response(response)
                 return
             # bytes behind the request ended the connection already: nothing can be sent
-            self._report_unparsed(_BYTES_BEHIND)
+            self._report_unparsed(_bytes_behind())
             self.transport.abort()
 
         self.protocol.send_response = send_response_unless_ended  # type: ignore[method-assign]
@@ -146,7 +146,7 @@ class GuardedConnection(ServerConnection):
                 and isinstance(self.protocol.parser_exc, ProtocolError):
             # bytes behind the request failed as frames and ended the connection before its
             # answer went out (a second request behind the first)
-            self._report_unparsed(_BYTES_BEHIND)
+            self._report_unparsed(_bytes_behind())
 
     def _report_unparsed(self, error: Exception) -> None:
         if self._on_unparsed is not None and not self._unparsed_reported:
@@ -235,7 +235,8 @@ class GuardedConnection(ServerConnection):
                 self._control_timer = self.loop.call_later(wait, self._control_released)
 
 
-_BYTES_BEHIND = InvalidMessage("bytes behind the request that are not frames (a second request behind the first)")
+def _bytes_behind() -> InvalidMessage:
+    return InvalidMessage("bytes behind the request that are not frames (a second request behind the first)")
 
 
 def _bare_lf(error: BaseException) -> bool:
