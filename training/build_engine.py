@@ -496,7 +496,8 @@ def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: boo
         raise DependencyError(f"{e}. The graphs before the builder are in {args.out} ({graphs or 'none'}); "
                               "--graph-only stops there, with parity figures") from e
     what = "graph for" if args.graph_only else "from"
-    lines = [f"built {args.backend} {precision} {what} {ckpt} into {args.out}", *report.summary_lines()]
+    lines = [f"built {args.backend} {precision} {what} {ckpt} into {args.out}",
+             *(line.replace(str(stage), str(args.out)) for line in report.summary_lines())]  # where it will be
     if args.graph_only:
         lines.append(f"stopped before the TensorRT builder (--graph-only): {report.artifact.name} is the graph "
                      "it takes; run the same command without --graph-only on the GPU host")
