@@ -4,6 +4,7 @@ allocator's free memory is given back (issue 41, "Memory"; docs/server.md, "Memo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import threading
 import weakref
@@ -58,12 +59,21 @@ def test_the_allocator_functions_answer_on_any_libc():
         BatcherConfig(trim_interval_s=0)
 
 
-async def test_an_idle_engine_trims_once_on_its_worker_thread_and_again_after_new_batches(fake_engine_cls):
+@contextlib.asynccontextmanager
+async def trimming_batcher(fake_engine_cls):
+    """A started batcher whose trims (every 0.05 s at most) a :class:`TrimRecorder` records."""
     recorder = TrimRecorder()
     batcher = Batcher(lambda: fake_engine_cls(), pad_id=0, trim=recorder,
                       config=BatcherConfig(max_wait_ms=0, trim_interval_s=0.05))
     await batcher.start()
     try:
+        yield batcher, recorder
+    finally:
+        await batcher.close()
+
+
+async def test_an_idle_engine_trims_once_on_its_worker_thread_and_again_after_new_batches(fake_engine_cls):
+    async with trimming_batcher(fake_engine_cls) as (batcher, recorder):
         await batcher.infer(seq(3))
         await recorder.reach(1)  # idle a trim interval after the batch
         await until(lambda: batcher.trims == 1)
@@ -73,18 +83,12 @@ async def test_an_idle_engine_trims_once_on_its_worker_thread_and_again_after_ne
         await recorder.reach(2)
         await until(lambda: batcher.trims == 2)
         assert recorder.threads == ["streampunct-engine_0"] * 2
-    finally:
-        await batcher.close()
 
 
 async def test_memory_freed_outside_the_engine_is_trimmed_without_a_batch(fake_engine_cls):
     # connections that never reach a session (unfinished handshakes of a megabyte each) left
     # their memory with the heaps until a session's batch came: the server says when they go
-    recorder = TrimRecorder()
-    batcher = Batcher(lambda: fake_engine_cls(), pad_id=0, trim=recorder,
-                      config=BatcherConfig(max_wait_ms=0, trim_interval_s=0.05))
-    await batcher.start()
-    try:
+    async with trimming_batcher(fake_engine_cls) as (batcher, recorder):
         await until(lambda: batcher._idle_trim_at() is None)  # the start's own trim, if any, is done
         n = batcher.trims
         batcher.note_freed()
@@ -96,8 +100,6 @@ async def test_memory_freed_outside_the_engine_is_trimmed_without_a_batch(fake_e
         await recorder.reach(n + 2)
         await until(lambda: batcher.trims == n + 2)
         assert batcher._idle_trim_at() is None and len(recorder.threads) == n + 2
-    finally:
-        await batcher.close()
 
 
 async def test_a_busy_engine_trims_between_batches(fake_engine_cls):
