@@ -43,6 +43,7 @@ class ServerStartError(StreampunctError, RuntimeError):
     """The server a bench starts did not become ready (it exited, or timed out): one line
     and its log's tail at the CLI's error boundary, as any of the project's errors."""
 
+
 @dataclass(frozen=True)
 class ServerUnderTest:
     """The server a bench starts: ``streampunct serve`` on a model folder, or with ``engine="fake"``

@@ -228,3 +228,24 @@ def update_model_meta(model_dir: str | Path, **changes: Any) -> ModelMeta:
     meta = read_model_meta(model_dir).replace(**changes)
     write_model_meta(model_dir, meta)
     return meta
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def tokenizer_sha256(model_dir: str | Path) -> str:
+    """The ``tokenizer_sha256`` of a folder's ``tokenizer.json`` (its contents' SHA-256)."""
+    from engines.sidecar import sha256_file
+
+    return sha256_file(Path(model_dir) / TOKENIZER_FILE)
+
+
+def check_tokenizer(model_dir: str | Path, meta: ModelMeta) -> None:
+    """An :class:`ArtifactError` when the folder's ``tokenizer.json`` is not the one ``meta``
+    recorded (``tokenizer_sha256``; nothing to check where it recorded none or there is no file)."""
+    tokenizer = Path(model_dir) / TOKENIZER_FILE
+    if meta.tokenizer_sha256 is not None and tokenizer.is_file() \
+            and tokenizer_sha256(model_dir) != meta.tokenizer_sha256:
+        raise ArtifactError(f"{tokenizer} is not the tokenizer {model_dir} was built with (its sha256 "
+                            f"differs from streampunct.json's tokenizer_sha256): restore it, or rebuild "
+                            f"the folder")

@@ -16,14 +16,19 @@ for ``--stream-cache on``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engines.base import ArtifactError
-from engines.model_meta import METADATA_FILE, ModelMeta, read_model_meta
+from engines.model_meta import (
+    METADATA_FILE,
+    TOKENIZER_FILE,
+    ModelMeta,
+    check_tokenizer,
+    read_model_meta,
+)
 from engines.registry import own_model
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
@@ -93,15 +98,12 @@ class ModelInfo:
         return float(self.meta.case_margin or 0.0)
 
     def aligner(self) -> Aligner:
-        tokenizer = self.path / "tokenizer.json"
-        want = self.meta.tokenizer_sha256
-        if want is not None and tokenizer.is_file():
-            if hashlib.sha256(tokenizer.read_bytes()).hexdigest() != want:
-                raise ModelError(f"{tokenizer} is not the tokenizer {self.path} was built with (its sha256 "
-                                 f"differs from streampunct.json's tokenizer_sha256): restore it, or rebuild "
-                                 f"the folder")
+        try:
+            check_tokenizer(self.path, self.meta)
+        except ArtifactError as e:
+            raise ModelError(str(e)) from None
         return Aligner.from_file(
-            tokenizer,
+            self.path / TOKENIZER_FILE,
             label_position=self.label_position,  # type: ignore[arg-type]
             max_word_tokens=self.max_word_tokens,
         )

@@ -47,8 +47,8 @@ from engines.build.onnx_export import (
 from engines.build.parity import ParityReport, ParityWindows, compare_logits, parity_on_windows
 from engines.build.tensorrt_build import TrtBuildOptions
 from engines.build.torch_engine import TorchEngine
-from engines.model_meta import write_model_meta
-from engines.sidecar import read_sidecar, sha256_file, write_sidecar
+from engines.model_meta import TOKENIZER_FILE, tokenizer_sha256, write_model_meta
+from engines.sidecar import read_sidecar, write_sidecar
 
 logger = logging.getLogger(__name__)
 
@@ -319,8 +319,8 @@ def build_model_folder(
         shutil.copyfile(source, out_dir / name)
         written.append(out_dir / name)
     meta = {**model_metadata, "artifact": final.name}
-    if (out_dir / "tokenizer.json").is_file():  # loading checks it: a swapped tokenizer mislabels silently
-        meta["tokenizer_sha256"] = sha256_file(out_dir / "tokenizer.json")
+    if (out_dir / TOKENIZER_FILE).is_file():  # loading checks it: a swapped tokenizer mislabels silently
+        meta["tokenizer_sha256"] = tokenizer_sha256(out_dir)
     written.append(write_model_meta(out_dir, meta))
     return BuildReport(
         out_dir, final, tuple(written), export, parity, vs_onnx,

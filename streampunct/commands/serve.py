@@ -138,8 +138,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batch.add_argument("--worker-hang-timeout-s", type=non_negative_float, default=ServerConfig.worker_hang_timeout_s,
                        metavar="S",
                        help="with --workers: a worker that has not answered the supervisor for S seconds (its "
-                            "event loop once ready; the process while it loads, for 4 S) is killed, the others drain and serve exits with status 1, as when a "
-                            "worker dies; at least 1, or 0: never (default: %(default)s)")
+                            "event loop once ready; the process while it loads, for 4 S) is killed, the others "
+                            "drain and serve exits with status 1, as when a worker dies; at least 1, or 0: never "
+                            "(default: %(default)s)")
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "

@@ -283,7 +283,7 @@ class _Supervisor:
         self.failed_to_start: set[int] = set()  # workers that reported their startup error
         self.error: BaseException | None = None  # the first startup error a worker reported
         self.heard: dict[int, float] = {}  # a worker's last heartbeat (monotonic), from its first
-        self.ready: set[int] = set()
+        self.ready: dict[int, Ready] = {}  # what each ready worker said
         self.hung: set[int] = set()  # workers killed for silence
 
     def forward(self, sig: int, frame: object = None) -> None:
@@ -328,7 +328,6 @@ class _Supervisor:
             self._stop(self.stop_signal)
 
     def run(self, sockets: list[socket.socket], on_ready: Callable[[Ready], None] | None) -> int:
-        ready: dict[int, Ready] = {}
         alive = {proc.sentinel: i for i, proc in enumerate(self.procs)}
         passed = time.monotonic()
         while alive:
@@ -343,7 +342,7 @@ class _Supervisor:
             passed = now
             for event in events:
                 if isinstance(event, Connection):
-                    self._receive(event, ready, sockets, on_ready)
+                    self._receive(event, sockets, on_ready)
                 else:
                     i = alive.pop(event)
                     self._exited(i)
@@ -358,7 +357,7 @@ class _Supervisor:
             raise self.error
         return 1 if self.failed else 0
 
-    def _receive(self, conn: Connection, ready: dict[int, Ready], sockets: list[socket.socket],
+    def _receive(self, conn: Connection, sockets: list[socket.socket],
                  on_ready: Callable[[Ready], None] | None) -> None:
         """Every message waiting on a worker's pipe (its heartbeats may have piled up)."""
         i = self.conns[conn]
@@ -375,15 +374,14 @@ class _Supervisor:
                 if i not in self.hung:
                     self.heard[i] = time.monotonic()
             elif message[0] == "ready":
-                ready[i] = Ready(*message[1:])
-                self.ready.add(i)
+                self.ready[i] = Ready(*message[1:])
                 self.heard[i] = time.monotonic()
                 logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
-                if len(ready) == self.n and self.deadline is None:
+                if len(self.ready) == self.n and self.deadline is None:
                     for sock in sockets:  # every worker listens: the port is held by them
                         sock.close()
                     if on_ready is not None:
-                        on_ready(ready[0])
+                        on_ready(self.ready[0])
             elif message[0] == "failed":
                 self.failed_to_start.add(i)  # it exits by itself: no signal, no second report
                 self.failed = True
@@ -509,8 +507,7 @@ def _early_signal(sig: int, frame: object) -> None:
 def worker_main(spec: bytes, conn: Connection) -> None:
     """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
     over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``."""
-    global _early_stop
-    global _starting
+    global _early_stop, _starting
     os.setpgid(0, 0)  # a group of its own: the supervisor kills it with its children (_kill_group)
     config, setup = pickle.loads(spec)
     if config.worker_hang_timeout_s is not None:
