@@ -170,10 +170,14 @@ def run(args: argparse.Namespace) -> int:
         raise ModelError(str(e)) from e
 
 
+def is_checkpoint_folder(folder: Path) -> bool:
+    """A training checkpoint: the encoder's config.json and head.safetensors."""
+    return all((folder / name).is_file() for name in CHECKPOINT_FILES)
+
+
 def is_built_model_folder(folder: Path) -> bool:
     """A runtime model folder (streampunct.json and a graph or plan), not a training checkpoint."""
-    return (folder.is_dir() and has_model_meta(folder)
-            and not all((folder / name).is_file() for name in CHECKPOINT_FILES)
+    return (folder.is_dir() and has_model_meta(folder) and not is_checkpoint_folder(folder)
             and any(p.suffix in (".onnx", ".plan") for p in folder.iterdir()))
 
 
@@ -287,22 +291,23 @@ def check_build_arguments(args: argparse.Namespace) -> None:
 
 
 def ignored_options(args: argparse.Namespace, precision: str, needs_calibration: bool) -> list[str]:
-    """The options given (not at their defaults) that this build does not use."""
+    """The options given (not at their defaults, as :func:`add_arguments` sets them) that this
+    build does not use."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    tensorrt = args.backend == "tensorrt"
     ort_quantized = args.backend == "onnxruntime" and precision in ("int8", "int4")
-    unused = {
+    ort_int8 = ort_quantized and precision == "int8"
+    used = {
         # a Triton repository's plan entry takes --max-batch from any build
-        "--max-batch": args.backend != "tensorrt" and args.max_batch != 32
-        and (args.triton_repo is None or args.no_triton_plan),
-        "--max-len": args.backend != "tensorrt" and args.max_len != 256,
-        "--timing-cache": args.backend != "tensorrt" and args.timing_cache is not None,
-        "--workspace-gb": args.backend != "tensorrt" and args.workspace_gb != 4.0,
-        "--calibration-windows": not needs_calibration and args.calibration_windows != 64,
-        "--no-per-channel": args.no_per_channel and not (ort_quantized and precision == "int8"),
-        "--full-range": args.full_range and not (ort_quantized and precision == "int8"),
-        "--quantize-embeddings": args.quantize_embeddings and not ort_quantized,
-        "--no-stream-graph": args.no_stream_graph and not ort_quantized,
+        "max_batch": tensorrt or (args.triton_repo is not None and not args.no_triton_plan),
+        "max_len": tensorrt, "timing_cache": tensorrt, "workspace_gb": tensorrt,
+        "calibration_windows": needs_calibration,
+        "no_per_channel": ort_int8, "full_range": ort_int8,
+        "quantize_embeddings": ort_quantized, "no_stream_graph": ort_quantized,
     }
-    return [name for name, given in unused.items() if given]
+    return ["--" + dest.replace("_", "-") for dest, use in used.items()
+            if not use and getattr(args, dest) != defaults.get_default(dest)]
 
 
 def check_tensorrt_installed(args: argparse.Namespace) -> None:
@@ -388,7 +393,7 @@ def _run(args: argparse.Namespace) -> int:
                          f"{'TensorRT ' if from_graph else 'built '}folder elsewhere")
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out {args.out} is a file, not a folder")
-    if args.out.is_dir() and all((args.out / name).is_file() for name in CHECKPOINT_FILES):
+    if args.out.is_dir() and is_checkpoint_folder(args.out):
         raise InputError(f"--out {args.out} is a training checkpoint: the build would replace its "
                          f"streampunct.json and tokenizer.json; write the built folder elsewhere")
     if not from_graph and not (ckpt / "tokenizer.json").is_file():

@@ -213,7 +213,7 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
         return load_cased_text(root / CASED_FILES[source], cache, source,
                                lines_per_doc=CHUNKED_LINES.get(source, 0))
     else:
-        path = Path(source).expanduser().absolute()  # from the current directory
+        path = source_paths(source, root)  # a file: from the current directory
         _check_allowed(path)  # a test set is refused by name, whether or not it is there
         if not path.exists():
             names = ["ted", *LABELLED_FILES, *CASED_FILES]

@@ -70,23 +70,22 @@ def label_distribution(docs: Sequence[Document]) -> dict[str, int]:
     return {name: int(c) for name, c in zip(LABELS, counts, strict=True)}
 
 
-def _finished(run_dir: Path) -> bool:
+def _done_record(run_dir: Path) -> dict | None:
+    """The ``done`` record of a finished run (None: it has not finished)."""
     metrics = run_dir / "metrics.jsonl"
     if not has_model_meta(run_dir / "best") or not metrics.is_file():
-        return False
-    return any(json.loads(line).get("type") == "done" for line in metrics.read_text().splitlines())
+        return None
+    records = (json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines())
+    return next((r for r in records if r.get("type") == "done"), None)
 
 
-def _result_of(run_dir: Path) -> RunResult:
+def _result_of(run_dir: Path, done: dict) -> RunResult:
     """A finished teacher's result, without running it again; its best F1 unrounded, from the
     run's ``done`` record (the checkpoint's metadata rounds it)."""
     meta = read_model_meta(run_dir / "best")
-    f1 = meta.get("validation")["overall_f1"]
-    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record.get("type") == "done" and record.get("best_f1") is not None:
-            f1 = record["best_f1"]
-    return RunResult(run_dir / "best", f1, meta.get("validation"), 0, meta.get("window"))
+    f1 = done.get("best_f1")
+    return RunResult(run_dir / "best", meta.get("validation")["overall_f1"] if f1 is None else f1,
+                     meta.get("validation"), 0, meta.get("window"))
 
 
 def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) -> RunResult:
@@ -119,8 +118,8 @@ def run_self_training(cfg: TrainConfig, out_dir: Path, *, resume: bool = False) 
     else:
         teacher_cfg = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, kind="supervised"))
         run_dir = out_dir / "teacher"
-        if resume and _finished(run_dir):
-            best = _result_of(run_dir)
+        if resume and (done := _done_record(run_dir)) is not None:
+            best = _result_of(run_dir, done)
         else:
             best = supervised_trainer(setup, run_dir, cfg=teacher_cfg).fit(resume=resume)
     record["teacher"] = {"dir": str(best.best_dir), "overall_f1": best.best_f1}

@@ -438,9 +438,13 @@ class Trainer:
         # The state is written: a stop asked for since (in the last validation) stops here, and
         # one during the window tuning at once (the caller's handlers); --resume tunes again.
         if self._stop_signal is not None:
-            self.log.write("interrupted", step=self.state.step, signal=self._stop_signal)
-            raise TrainingInterrupted(self.state.step, self.state_path)
+            self._interrupted()
         return self.finish(elapsed)
+
+    def _interrupted(self) -> None:
+        """Stop for the signal received, its resume state written: log it, raise."""
+        self.log.write("interrupted", step=self.state.step, signal=self._stop_signal)
+        raise TrainingInterrupted(self.state.step, self.state_path)
 
     def _fit(self, *, resume: bool = False) -> float:
         """The training loop; its wall seconds."""
@@ -512,8 +516,7 @@ class Trainer:
                 if self._stop_signal is not None:
                     bar.close()
                     self.save_state()
-                    self.log.write("interrupted", step=s.step, signal=self._stop_signal)
-                    raise TrainingInterrupted(s.step, self.state_path)
+                    self._interrupted()
                 if s.stopped or s.step >= self.end_step:
                     epoch_done = False  # even after its last batch: a resumed run's loop closes it
                     break
@@ -526,9 +529,7 @@ class Trainer:
                 s.batch_in_epoch = 0
             self.save_state()
             if self._stop_signal is not None and s.step < self.end_step and not s.stopped:
-                # asked during the epoch's validation: stop here rather than after one more step
-                self.log.write("interrupted", step=s.step, signal=self._stop_signal)
-                raise TrainingInterrupted(s.step, self.state_path)
+                self._interrupted()  # asked during the epoch's validation: here, not one step later
         if s.step > 0 and s.evaluated_step != s.step and not s.stopped:
             # stopped by a signal in its last step, before that step's validation: it comes now
             self.evaluate()
