@@ -44,7 +44,7 @@ MODEL_ENV = "STREAMPUNCT_MODEL"
 def default_model_dir() -> Path:
     """The model folder used when none is given: ``$STREAMPUNCT_MODEL`` as it is set now (an
     empty value counts as unset), else the shipped :data:`DEFAULT_MODEL_DIR`."""
-    return Path(os.environ.get(MODEL_ENV) or DEFAULT_MODEL_DIR)
+    return Path(os.environ.get(MODEL_ENV) or DEFAULT_MODEL_DIR).expanduser()
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,8 @@ def load_model_info(model_dir: str | Path | None = None, *, backend: str | None 
         own = own_model(backend, model_dir)
         if own is not None:
             return _own_model_info(backend, *own)
-    path = Path(model_dir) if model_dir is not None else default_model_dir()
+    # "~" is expanded here as a shell would (the Python API and a quoted $STREAMPUNCT_MODEL)
+    path = Path(model_dir).expanduser() if model_dir is not None else default_model_dir()
     meta_path = path / METADATA_FILE
     if path.exists() and not path.is_dir():
         raise ModelError(f"model folder {path} is not a folder (a model is a folder with streampunct.json)")

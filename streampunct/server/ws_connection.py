@@ -26,6 +26,7 @@ TCP slows that client alone.
 from __future__ import annotations
 
 import asyncio
+import http
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,7 +53,7 @@ class GuardedConnection(ServerConnection):
 
     Requests that websockets refuses while parsing them, before ``process_request``
     sees them (a request line over 8 KB: 414; a header line over 8 KB or more than
-    128 headers: 431; a body, chunked encoding, bytes that are not ASCII, a second
+    128 headers, or a head over :data:`MAX_REQUEST_HEAD_BYTES` in all: 431; a body, chunked encoding, bytes that are not ASCII, a second
     request behind the first: closed without an answer) are reported to
     ``on_unparsed(connection, error)`` once the handshake is over, and their
     responses carry ``headers`` (``X-Streampunct-Worker``), as every other answer
@@ -148,6 +149,17 @@ class GuardedConnection(ServerConnection):
             # answer went out (a second request behind the first)
             self._report_unparsed(_bytes_behind())
 
+    def _refuse_head(self) -> None:
+        """A request head over :data:`MAX_REQUEST_HEAD_BYTES`: answered 431, as websockets answers
+        one header line over its limit, then closed; nothing more is read."""
+        text = f"request head over {MAX_REQUEST_HEAD_BYTES} bytes"
+        self._report_unparsed(InvalidMessage(f"a {text}"))
+        self._response_sent = True
+        response = self.protocol.reject(http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"{text.capitalize()}.\n")
+        self.transport.pause_reading()
+        self.transport.write(response.serialize())
+        self.transport.close()  # after the answer is written
+
     def _report_unparsed(self, error: Exception) -> None:
         if self._on_unparsed is not None and not self._unparsed_reported:
             self._unparsed_reported = True
@@ -214,8 +226,7 @@ class GuardedConnection(ServerConnection):
         if self.request is None and self.protocol.handshake_exc is None:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_REQUEST_HEAD_BYTES:
-                self._report_unparsed(InvalidMessage(f"a request head over {MAX_REQUEST_HEAD_BYTES} bytes"))
-                transport.abort()
+                self._refuse_head()
                 return
         buffered = transport.get_write_buffer_size()
         if buffered > self.max_write_buffer:

@@ -361,6 +361,24 @@ def test_streampunct_model_is_read_when_a_model_is_loaded_and_empty_is_unset(tmp
     assert default_model_dir() == DEFAULT_MODEL_DIR
 
 
+def test_a_model_folder_under_home_is_found_from_a_tilde(tmp_path, monkeypatch):
+    """``Punctuator.load("~/m")`` and ``STREAMPUNCT_MODEL=~/m`` (quoted, so no shell expanded it)
+    name the folder under the home folder, not a folder called "~"."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelError) as e:
+        Punctuator.load("~/m")
+    assert str(e.value).startswith(f"model folder {tmp_path / 'm'} does not exist")
+    monkeypatch.setenv("STREAMPUNCT_MODEL", "~/m")
+    from streampunct.model import default_model_dir
+
+    assert default_model_dir() == tmp_path / "m"
+    shipped = DEFAULT_MODEL_DIR.parent / DEFAULT_MODEL_DIR.name
+    if (shipped / "streampunct.json").is_file():
+        (tmp_path / "m").symlink_to(shipped)
+        assert Punctuator.load("~/m").name == Punctuator.load(shipped).name
+
+
 @pytest.mark.parametrize("folder", [5, ["models/default"]])
 def test_a_model_folder_that_is_not_a_path_is_a_model_error(folder):
     with pytest.raises(ModelError, match=f"a model folder is a path, not {type(folder).__name__}"):
