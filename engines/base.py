@@ -39,8 +39,10 @@ so it has its own root; the CLI turns these into its own errors)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import threading
 import types
 import typing
 from collections.abc import Mapping
@@ -92,6 +94,33 @@ class InferenceError(EngineError):
 
 class CudaError(InferenceError):
     """A CUDA driver call failed."""
+
+
+class LoadCancelled(EngineError):
+    """An engine's load was given up: its owner shut down while it waited (:func:`load_cancel`)."""
+
+
+_load = threading.local()
+
+
+@contextlib.contextmanager
+def cancellable_load(cancel: threading.Event) -> typing.Iterator[None]:
+    """Engines built in this thread within the block give their load up (:class:`LoadCancelled`)
+    when ``cancel`` is set while they wait, e.g. for a remote server to become ready, so that
+    an owner that shuts down (the server's Ctrl-C) is not held by the wait."""
+    previous = getattr(_load, "cancel", None)
+    _load.cancel = cancel
+    try:
+        yield
+    finally:
+        _load.cancel = previous
+
+
+def load_cancel() -> threading.Event:
+    """The event that cancels loads in this thread (:func:`cancellable_load`); one never set
+    outside such a block. An engine that waits while it loads waits on it, not in sleeps."""
+    cancel = getattr(_load, "cancel", None)
+    return cancel if cancel is not None else threading.Event()
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,10 @@ from engines.base import (
     HeadLogits,
     InferenceError,
     IOSpec,
+    LoadCancelled,
     TensorSpec,
     check_batch,
+    load_cancel,
     make_options,
 )
 from engines.deps import require
@@ -198,6 +200,7 @@ class TritonEngine(EngineBase):
         """Poll until the server and the model are ready, at most ``ready_timeout_s``."""
         o = self.options
         deadline = time.monotonic() + o.ready_timeout_s
+        cancel = load_cancel()
         last: str = "no answer"
         said = False
         while True:
@@ -215,7 +218,8 @@ class TritonEngine(EngineBase):
                 logger.info("Triton at %s is not ready (%s): waiting up to %.0f s (engine option ready_timeout_s)",
                             o.url, last, o.ready_timeout_s)
                 said = True
-            time.sleep(0.2)
+            if cancel.wait(0.2):  # the server shuts down: it need not wait for the rest
+                raise LoadCancelled(f"Triton at {o.url}: gave up waiting for it to be ready (shutting down)")
 
     def _run(self, ids: np.ndarray, mask: np.ndarray, outputs: list[str]) -> list[np.ndarray]:
         """One request (padded to ``min_len`` / ``pad_multiple``; outputs unpadded)."""

@@ -63,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -72,7 +73,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from engines.base import Engine
+from engines.base import Engine, cancellable_load
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_work
 from streampunct.core.options import require_int
 from streampunct.core.session_protocol import OVERLOAD_EPISODE_GAP_S
@@ -252,6 +253,7 @@ class Batcher:
         self._not_full: asyncio.Event | None = None
         self._collector: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing = threading.Event()  # set at close: engines still loading give up their wait
         self._last_full: float | None = None  # when a request last met a full queue (the loop's clock)
         self.ready = False
         if trim is allocator.trim and not allocator.can_trim():
@@ -299,6 +301,7 @@ class Batcher:
                 logger.info("engine %s warmed up in %.3fs (%d worker%s)", self.engine_name,
                             time.perf_counter() - t0, len(self._workers), "s" if len(self._workers) > 1 else "")
         except BaseException:
+            self._closing.set()
             await self._close_engines()
             raise
         for worker in self._workers:
@@ -320,6 +323,7 @@ class Batcher:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self.ready = False
         if self._probe is not None:
             self._probe.cancel()
@@ -341,8 +345,10 @@ class Batcher:
         await self._close_engines()
 
     def _build_engine(self, worker: _Worker) -> None:
-        """In ``worker``'s thread: build its engine."""
-        worker.engine = self._engine_factory()
+        """In ``worker``'s thread: build its engine (a load that waits gives up once the batcher
+        closes: :func:`engines.base.cancellable_load`)."""
+        with cancellable_load(self._closing):
+            worker.engine = self._engine_factory()
 
     async def _close_engines(self) -> None:
         """Close each engine in its own thread (after the batch it may still run, or the build

@@ -250,6 +250,34 @@ def test_no_server_is_an_artifact_error_after_the_ready_timeout(caplog):
     assert waits[0].endswith("): waiting up to 2 s (engine option ready_timeout_s)")
 
 
+def test_the_ready_wait_gives_up_when_its_load_is_cancelled():
+    """A server shut down (Ctrl-C) while Triton is not ready yet exits at once, not after the
+    rest of ready_timeout_s: the wait ends when its load is cancelled (engines.base.cancellable_load)."""
+    pytest.importorskip("tritonclient.grpc")
+    import threading
+
+    from engines.base import LoadCancelled, cancellable_load
+    from engines.build.triton_pytriton import free_port
+    from engines.registry import load_engine
+
+    cancel, outcome = threading.Event(), []
+    url = f"127.0.0.1:{free_port()}"
+
+    def load():
+        with cancellable_load(cancel):
+            try:
+                load_engine("triton", DEFAULT_MODEL, url=url, ready_timeout_s=600)
+            except LoadCancelled as e:
+                outcome.append(str(e))
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    cancel.set()  # at any point of the wait: its next poll gives up
+    thread.join(30)
+    assert not thread.is_alive()
+    assert outcome == [f"Triton at {url}: gave up waiting for it to be ready (shutting down)"]
+
+
 def test_each_readiness_call_is_bounded_by_the_wait(monkeypatch):
     """A server that accepts the connection and never answers must not hold a call past the
     wait: every readiness call carries a client_timeout within what is left of it."""

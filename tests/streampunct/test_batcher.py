@@ -206,6 +206,38 @@ async def test_an_engine_still_building_when_start_is_cancelled_is_closed():
     assert len(made) == 1 and closed == made
 
 
+async def test_a_load_that_waits_gives_up_when_the_batcher_closes():
+    """An engine whose load waits (Triton not ready yet) waits on :func:`engines.base.load_cancel`:
+    closing the batcher (the server's Ctrl-C) ends the wait, instead of holding the shutdown
+    for the rest of it."""
+    from engines.base import LoadCancelled, load_cancel
+
+    waiting = threading.Event()
+    assert not load_cancel().is_set()  # outside a batcher's load: an event never set
+
+    def factory():
+        waiting.set()
+        if load_cancel().wait(HANDOFF_TIMEOUT):
+            raise LoadCancelled("gave up")
+        raise AssertionError("the load was not cancelled")
+
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig())
+    start = asyncio.create_task(batcher.start())
+    assert await asyncio.to_thread(waiting.wait, HANDOFF_TIMEOUT)
+    start.cancel()
+    await asyncio.wait_for(batcher.close(), HANDOFF_TIMEOUT)
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    # a load that fails on its own (not cancelled) still fails start with its error
+    batcher = Batcher(factory, pad_id=PAD, config=BatcherConfig())
+    start = asyncio.create_task(batcher.start())
+    assert await asyncio.to_thread(waiting.wait, HANDOFF_TIMEOUT)
+    closing = asyncio.create_task(batcher.close())
+    with pytest.raises(LoadCancelled, match="gave up"):
+        await asyncio.wait_for(start, HANDOFF_TIMEOUT)
+    await closing
+
+
 async def test_cancelled_request_leaves_the_queue():
     engine = GatedEngine()
     batcher, _ = await started(engine, max_batch=1, max_wait_ms=0)
