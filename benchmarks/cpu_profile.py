@@ -124,7 +124,9 @@ def py_spy_command(pid: int, seconds: float, out: Path, rate: int = 100) -> list
     beside = Path(sys.executable).parent / "py-spy"  # the interpreter's environment, on PATH or not
     exe = str(beside) if beside.is_file() else shutil.which("py-spy")
     if exe is None:
-        raise RuntimeError("py-spy is not installed: pip install -e '.[dev]' (or pip install py-spy)")
+        from streampunct.errors import DependencyError  # a one-line error at the command line
+
+        raise DependencyError("py-spy is not installed: pip install -e '.[dev]' (or pip install py-spy)")
     return [exe, "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-r", str(rate), "-f", "raw",
             "--threads", "--nonblocking", "--subprocesses", "-o", str(out)]
 

@@ -43,6 +43,7 @@ from benchmarks.common import (
 )
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
 from benchmarks.server_under_test import ServerProcess, ServerUnderTest
+from streampunct.errors import DependencyError
 
 DEFAULT_OUT = RESULTS_DIR / "triton"
 
@@ -217,7 +218,7 @@ def run_triton_bench(cfg: TritonBenchConfig, *, command: str | None = None) -> d
             if cfg.triton_url is None:
                 python = server_python()
                 if python is None:
-                    raise RuntimeError("no PyTriton environment with numpy < 2: run bash scripts/setup_triton_server.sh "
+                    raise DependencyError("no PyTriton environment with numpy < 2: run bash scripts/setup_triton_server.sh "
                                        "or pass --triton-url of a running Triton server")
                 triton = PyTritonProcess(cfg.model_dir, python=python, log_path=workdir / "triton.log",
                                          max_batch=cfg.triton_max_batch, max_queue_delay_us=cfg.triton_queue_delay_us,

@@ -55,3 +55,17 @@ def test_a_file_that_is_not_collapsed_stacks_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(f)])
     assert e.value.code == 2 and "no sample count" in capsys.readouterr().err
+
+
+def test_no_py_spy_is_a_dependency_error_that_says_what_to_install(monkeypatch, tmp_path):
+    """`bench load --sample-profile` without py-spy: one line at the command line, not a traceback."""
+    import shutil
+    import sys
+
+    from benchmarks.cpu_profile import py_spy_command
+    from streampunct.errors import DependencyError
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(DependencyError, match=r"py-spy is not installed: pip install -e '\.\[dev\]'"):
+        py_spy_command(1, 1.0, tmp_path / "out")
