@@ -75,9 +75,35 @@ def data_root(configured: str = "") -> Path:
     return root
 
 
-def resolve_cache(cache_dir: str) -> Path:
+#: The stage of ``python -m training.build_data`` that writes each named file of the data folder.
+_BUILD_STAGES = {"iwslt2011_che/": "iwslt", "cased_spoken/ted_iwslt_dev2010": "dev2010", "ted_talks/": "ted",
+                 "unlabeled/tedx": "tedx", "cased_spoken/": "spoken", "unlabeled/": "spoken"}
+
+
+def named_file(root: Path, relative: str, source: str) -> Path:
+    """``root / relative``, the file of the named source ``source``; an :class:`InputError` that
+    names the build stage that writes it when the data folder lacks it."""
+    path = root / relative
+    if not path.is_file():
+        stage = next(stage for prefix, stage in _BUILD_STAGES.items() if relative.startswith(prefix))
+        raise InputError(f"data folder {root} has no {relative} (source {source!r}): build it with "
+                         f"python -m training.build_data --sources SRC --out {root} --only {stage} (docs/data.md)")
+    return path
+
+
+#: The environment variable that moves the default cache folder (``data.cache_dir`` ``cache``).
+CACHE_ENV = "STREAMPUNCT_CACHE"
+
+
+def resolve_cache(cache_dir: str = "cache") -> Path:
+    """The folder converted data are cached in, made if need be: ``cache_dir`` (config
+    ``data.cache_dir``; relative to the repository); the default ``cache`` is ``$STREAMPUNCT_CACHE``
+    when set (for every tool that converts data: train, the checkpoint report, window tuning,
+    distillation, the recipe), else the repository's git-ignored ``cache/``."""
     path = Path(cache_dir)
-    if not path.is_absolute():
+    if cache_dir == "cache" and os.environ.get(CACHE_ENV):
+        path = Path(os.environ[CACHE_ENV]).expanduser().absolute()
+    elif not path.is_absolute():
         path = REPO_ROOT / path
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -157,7 +183,7 @@ def load_ted_talks(root: Path, cache: Path) -> list[Document]:
     from streampunct.text.convert import text_to_word_labels_cased
     from streampunct.text.word_labels import iter_ted_talks
 
-    src = root / TED_FILE
+    src = named_file(root, TED_FILE, "ted")
     key = f"ted_{_sha256(src)[:12]}_{_converter_fingerprint()}"
 
     def build() -> list[Document]:
@@ -208,9 +234,9 @@ def load_labelled(source: str, root: Path, cache: Path) -> list[Document]:
     if source == "ted":
         return load_ted_talks(root, cache)
     if source in LABELLED_FILES:
-        path = root / LABELLED_FILES[source]
+        path = named_file(root, LABELLED_FILES[source], source)
     elif source in CASED_FILES:
-        return load_cased_text(root / CASED_FILES[source], cache, source,
+        return load_cased_text(named_file(root, CASED_FILES[source], source), cache, source,
                                lines_per_doc=CHUNKED_LINES.get(source, 0))
     else:
         path = source_paths(source, root)  # a file: from the current directory
@@ -305,6 +331,8 @@ def check_unlabeled(sources: Sequence[str], root: Path) -> list[Path]:
     for source in sources:
         path = source_paths(source, root, unlabeled=True)
         _check_allowed(path)
+        if source in UNLABELED_FILES:
+            named_file(root, UNLABELED_FILES[source], source)
         if not path.is_file():
             names = ", ".join(UNLABELED_FILES)
             raise InputError(f"no such unlabeled file: {path} (data.unlabeled takes {names} or a text file)")

@@ -24,7 +24,7 @@ from pathlib import Path
 from engines.deps import extra_hint
 from streampunct.errors import DependencyError
 from streampunct.text.normalize import normalize_word
-from training.data import IGNORE, TED_FILE, Document
+from training.data import IGNORE, TED_FILE, Document, named_file
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def load_pos_docs(root: Path, cache: Path, *, max_words: int, seed: int
     nlp = load_spacy()
     tagset = tuple(nlp.get_pipe("tagger").labels)
     tag_id = {t: i for i, t in enumerate(tagset)}
-    src = root / TED_FILE
+    src = named_file(root, TED_FILE, "ted")
     key = hashlib.sha256(f"{src.stat().st_size}:{max_words}:{seed}:{CACHE_VERSION}:{nlp.meta['version']}"
                          .encode()).hexdigest()[:12]
     path = cache / f"pos_ted_{key}.jsonl.gz"

@@ -88,6 +88,40 @@ def test_an_unknown_labelled_source_lists_the_names_and_points_to_unlabeled(tiny
         load_labelled("nonsense", tiny_data_root, tmp_path)
 
 
+@pytest.mark.parametrize(("source", "relative", "stage"), [
+    ("dev2012", "iwslt2011_che/dev2012", "iwslt"),
+    ("dev2010", "cased_spoken/ted_iwslt_dev2010_cased.txt", "dev2010"),
+    ("swda", "cased_spoken/swda_train_cased.txt", "spoken"),
+    ("ted", "ted_talks/ted.jsonl.gz", "ted"),
+    ("tedx", "unlabeled/tedx_autocaptions.txt.gz", "tedx"),
+    ("mrda", "unlabeled/mrda_train.txt", "spoken"),
+])
+def test_a_data_folder_without_a_named_file_names_the_stage_that_builds_it(tmp_path, source, relative, stage):
+    """A folder built in part (``build_data --only iwslt``) or empty: the missing file, the source
+    and the build command, not a bare "No such file or directory"."""
+    from streampunct.errors import InputError
+    from training.data import check_unlabeled, load_labelled
+
+    root = tmp_path / "data"
+    root.mkdir()
+    load = (lambda: check_unlabeled([source], root)) if source in ("tedx", "mrda") else (
+        lambda: load_labelled(source, root, tmp_path))
+    with pytest.raises(InputError) as e:
+        load()
+    assert str(e.value) == (f"data folder {root} has no {relative} (source {source!r}): build it with "
+                            f"python -m training.build_data --sources SRC --out {root} --only {stage} (docs/data.md)")
+
+
+def test_streampunct_cache_moves_the_default_cache_only(tmp_path, monkeypatch):
+    from training.data import REPO_ROOT, resolve_cache
+
+    monkeypatch.delenv("STREAMPUNCT_CACHE", raising=False)
+    assert resolve_cache() == REPO_ROOT / "cache"
+    monkeypatch.setenv("STREAMPUNCT_CACHE", str(tmp_path / "c"))
+    assert resolve_cache() == resolve_cache("cache") == tmp_path / "c" and (tmp_path / "c").is_dir()
+    assert resolve_cache(str(tmp_path / "mine")) == tmp_path / "mine"  # a folder the config names wins
+
+
 def test_relative_paths_a_command_is_given_are_taken_from_the_current_directory(tiny_data_root, tmp_path,
                                                                                   monkeypatch):
     from training.config import TrainConfig
