@@ -3,7 +3,10 @@
     python -m engines.build.weight_codes A.onnx B.onnx [--json OUT]
 
 Compares the stored quantized tables of two graphs of the same architecture
-and precision, in graph order (the tables' names may differ between exports):
+and precision, paired by op and shape, in graph order within each (the tables'
+names, and the order of the embeddings, may differ between exports: a plain and
+a streaming graph); a model folder stands for the graph ONNX Runtime serves
+from it:
 int4 (``MatMulNBits`` weights, ``GatherBlockQuantized`` embeddings; two codes a
 byte) or int8 (``MatMulInteger`` weights, quantized embedding tables).
 
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.base import GraphPrepError
+from engines.base import EngineError, GraphPrepError
 
 # op -> (input index of its quantized table, bits a code)
 QUANTIZED_OPS = {"MatMulNBits": (1, 4), "GatherBlockQuantized": (0, 4), "MatMulInteger": (1, 8), "Gather": (0, 8),
@@ -39,6 +42,7 @@ def quantized_tables(path: str | Path) -> list[tuple[str, int, np.ndarray]]:
     import onnx
     from onnx import numpy_helper
 
+    path = _graph_path(path)
     model = onnx.load(str(path))
     init = {i.name: i for i in model.graph.initializer}
     tables = []
@@ -60,27 +64,54 @@ def quantized_tables(path: str | Path) -> list[tuple[str, int, np.ndarray]]:
     return tables
 
 
+def _graph_path(path: str | Path) -> Path:
+    """``path``, or the graph ONNX Runtime serves from a model folder (``streampunct.json``'s
+    ``artifact``, else the default names); :class:`GraphPrepError` when neither is there."""
+    path = Path(path)
+    if path.is_dir():
+        from engines.registry import resolve_artifact
+
+        try:
+            return resolve_artifact("onnxruntime", path)
+        except EngineError as e:
+            raise GraphPrepError(f"{path} is a folder, not a graph, and not a model folder: {e}") from None
+    if not path.is_file():
+        raise GraphPrepError(f"no graph at {path}")
+    return path
+
+
 def _identical_codes(bits: int, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
     if bits == 4:
         return int(np.count_nonzero((a & 15) == (b & 15)) + np.count_nonzero((a >> 4) == (b >> 4))), 2 * a.size
     return int(np.count_nonzero(a == b)), a.size
 
 
+def _by_kind(tables: list[tuple[str, int, np.ndarray]]) -> dict[tuple[str, tuple[int, ...]], list[tuple[int, np.ndarray]]]:
+    """Tables grouped by (op, shape) (ops that store the same table as one), each group in node order."""
+    groups: dict[tuple[str, tuple[int, ...]], list[tuple[int, np.ndarray]]] = {}
+    for op, bits, table in tables:
+        groups.setdefault((SAME_TABLE.get(op, op), table.shape), []).append((bits, table))
+    return groups
+
+
 def code_identity(a: str | Path, b: str | Path) -> dict:
     """The share of identical weight codes of two quantized graphs, overall and per op type."""
     ta, tb = quantized_tables(a), quantized_tables(b)
-    if len(ta) != len(tb):
-        raise GraphPrepError(f"{a} has {len(ta)} quantized tables, {b} has {len(tb)}: not the same architecture "
-                             "and precision")
+    ga, gb = _by_kind(ta), _by_kind(tb)
+    if {k: len(v) for k, v in ga.items()} != {k: len(v) for k, v in gb.items()}:
+        def differing(x: dict, y: dict) -> str:
+            return ", ".join(f"{len(v)} {op} {list(shape)}" for (op, shape), v in x.items()
+                             if len(v) != len(y.get((op, shape), []))) or "none of them"
+
+        raise GraphPrepError(f"{a} has {differing(ga, gb)} where {b} has {differing(gb, ga)}: not the same "
+                             "architecture and precision")
     per_op: dict[str, list[int]] = {}
-    for i, ((op_a, bits, va), (op_b, _, vb)) in enumerate(zip(ta, tb, strict=True)):
-        op_a, op_b = SAME_TABLE.get(op_a, op_a), SAME_TABLE.get(op_b, op_b)
-        if op_a != op_b or va.shape != vb.shape:
-            raise GraphPrepError(f"table {i}: {op_a} {va.shape} against {op_b} {vb.shape}: not the same architecture")
-        same, n = _identical_codes(bits, va, vb)
-        counts = per_op.setdefault(op_a, [0, 0])
-        counts[0] += same
-        counts[1] += n
+    for kind, tables in ga.items():
+        for (bits, va), (_, vb) in zip(tables, gb[kind], strict=True):
+            same, n = _identical_codes(bits, va, vb)
+            counts = per_op.setdefault(kind[0], [0, 0])
+            counts[0] += same
+            counts[1] += n
     same, total = (sum(c[i] for c in per_op.values()) for i in (0, 1))
     return {"a": str(a), "b": str(b), "tables": len(ta), "codes": total, "identical": same,
             "identical_share": same / total,

@@ -122,3 +122,35 @@ def test_int8_graphs_compare_byte_codes(folder):
     b = folder / "b.int8.onnx"
     quantize_int8_dynamic(other, b)
     assert code_identity(a, b)["per_op"]["MatMulInteger"]["identical_share"] < 0.3
+
+
+def test_tables_pair_by_op_and_shape_whatever_the_embeddings_order(folder, tmp_path):
+    """A plain and a streaming graph of one int4 folder with quantized embeddings store their
+    embedding tables in different node orders (word, position, type against type first): they
+    pair by op and shape, not by position."""
+    a = folder / "emb.int4.onnx"
+    quantize_int4_weights(folder / "model.onnx", a, Int4Options(quantize_embeddings=True))
+    model = onnx.load(str(a))
+    nodes = list(model.graph.node)
+    gathers = [k for k, n in enumerate(nodes) if n.op_type == "GatherBlockQuantized"]
+    shapes = {k: tuple(i.dims) for k in gathers for i in model.graph.initializer if i.name == nodes[k].input[0]}
+    assert len(gathers) >= 2 and len(set(shapes.values())) >= 2
+    first, last = gathers[0], gathers[-1]
+    nodes[first], nodes[last] = nodes[last], nodes[first]  # both read graph inputs: still in topological order
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    b = tmp_path / "reordered.int4.onnx"
+    onnx.save(model, str(b))
+    same = code_identity(a, b)
+    assert same["identical_share"] == 1.0 and "GatherBlockQuantized" in same["per_op"]
+
+
+def test_a_folder_stands_for_its_graph_and_a_plain_folder_is_refused(folder, tmp_path, capsys):
+    """`weight_codes OLD NEW` with model folders, as the docs write it: each folder's default graph
+    (here an fp32 one: refused for that, not with a traceback)."""
+    with pytest.raises(GraphPrepError, match=r"model\.onnx: no stored int4 or int8 weight tables"):
+        code_identity(folder, folder)
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path), str(folder)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path} is a folder, not a graph, and not a model folder")
