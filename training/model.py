@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,6 +19,9 @@ from torch import nn
 from streampunct.errors import DependencyError, ModelError
 from streampunct.labels import CASE_LABELS, LABELS
 from training.heads import build_head
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +47,18 @@ def resolve_base_model(base_model: str) -> Path:
     return path
 
 
-def load_encoder(path: str | Path, *, random_init: bool = False, dropout: float | None = None
+def load_encoder(path: str | Path | PretrainedConfig, *, random_init: bool = False, dropout: float | None = None
                  ) -> nn.Module:
-    """A Hugging Face encoder from a local folder (no network), optionally randomly initialised."""
-    from transformers import AutoConfig, AutoModel
+    """A Hugging Face encoder from a local folder (no network), optionally randomly initialised;
+    or, randomly initialised, of a configuration (:func:`engines.graph_weights.encoder_config`'s)."""
+    from transformers import AutoConfig, AutoModel, PretrainedConfig
 
-    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    if isinstance(path, PretrainedConfig):
+        if not random_init:
+            raise ValueError("an encoder built from a configuration has no weights: random_init=True")
+        config = path
+    else:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     if dropout is not None and hasattr(config, "hidden_dropout_prob"):
         config.hidden_dropout_prob = dropout
     # The pooler is unused; encoders that have one (BERT, RoBERTa, MPNet) can skip it.
@@ -124,7 +134,7 @@ class TwoHeadExport(nn.Module):
         return self.model.forward_heads(input_ids, attention_mask)
 
 
-def build_model(base_model: str | Path, *, head: str = "linear", dropout: float = 0.1,
+def build_model(base_model: str | Path | PretrainedConfig, *, head: str = "linear", dropout: float = 0.1,
                 lstm_input: int = 120, lstm_hidden: int = 120, random_init: bool = False,
                 num_labels: int = len(LABELS), case_head: bool = False) -> PunctuationModel:
     encoder = load_encoder(base_model, random_init=random_init, dropout=dropout)

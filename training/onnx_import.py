@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from engines.base import ArtifactError
-from engines.graph_weights import graph_state_dict
+from engines.graph_weights import encoder_config, graph_state_dict, load_graph
 from streampunct.errors import InputError, ModelError
 from training.cli_support import run_tool
 
@@ -83,8 +83,21 @@ def import_runtime_model(model_dir: str | Path, dest: str | Path, *, base_model:
         raise InputError(f"only linear heads can be imported (this model has {head!r})")
     state = onnx_state_dict(graph, dither=dither, seed=seed)
     case_head = any(k.startswith("case_head.") for k in state)
-    # Every parameter comes from the graph: only the base model's config is needed.
-    model = build_model(resolve_base_model(base_model), case_head=case_head, random_init=True)
+    # Every parameter comes from the graph: only the encoder's configuration is needed, read
+    # from the graph (as the torch serving backend reads it) unless a base model is given.
+    if base_model:
+        model = build_model(resolve_base_model(base_model), case_head=case_head, random_init=True)
+    else:
+        from transformers import AutoConfig
+
+        try:
+            config = encoder_config(load_graph(graph), state, str(graph))
+        except ArtifactError as e:
+            raise ModelError(f"{e} (give the encoder's folder with --base-model)") from None
+        # dropout for the training this checkpoint continues (the graph's config has none): BERT's and
+        # MPNet's own 0.1
+        config |= {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+        model = build_model(AutoConfig.for_model(**config), case_head=case_head, random_init=True)
     expected = {k for k in model.state_dict() if not k.endswith("position_ids")}
     missing = sorted(expected - state.keys())
     extra = sorted(state.keys() - expected)
@@ -107,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.onnx_import", description=__doc__.split("\n")[0])
     ap.add_argument("model_dir", help="runtime model folder (model.int8.onnx or model.int4.onnx + streampunct.json)")
     ap.add_argument("dest", help="checkpoint folder to write")
-    ap.add_argument("--base-model", default="", help="encoder folder whose config the graph matches")
+    ap.add_argument("--base-model", default="",
+                    help="encoder folder whose config the graph matches (default: the config read from the graph)")
     ap.add_argument("--dither", type=float, default=0.0,
                     help="uniform noise of +-D quantization steps on each de-quantized weight (0-0.5; 0.5 "
                          "keeps a later export with the same quantization from rounding training away)")

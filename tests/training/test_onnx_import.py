@@ -59,6 +59,26 @@ def test_import_recovers_every_parameter(tiny_base_model, tmp_path, case_head, q
     assert float((a == b).float().mean()) >= 0.9
 
 
+def test_without_a_base_model_the_encoder_config_comes_from_the_graph(tiny_base_model, tmp_path):
+    """training.md's `onnx_import models/default OUT` gives no --base-model: the encoder's shape is
+    read from the graph (as the torch backend reads it), so a 5-layer model does not need a
+    5-layer base folder; the checkpoint is the one a matching base model gives."""
+    import json
+
+    runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=False)
+    given = import_runtime_model(tmp_path / "rt", tmp_path / "given", base_model=str(tiny_base_model))
+    derived = import_runtime_model(tmp_path / "rt", tmp_path / "derived")
+    base = json.loads((tiny_base_model / "config.json").read_text())
+    config = json.loads((derived / "config.json").read_text())
+    for key in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "layer_norm_eps"):
+        assert config[key] == base[key], key
+    a, _ = load_checkpoint(given)
+    b, _ = load_checkpoint(derived)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
 def test_import_recovers_an_int4_graph(tiny_base_model, tmp_path):
     """models/base ships 4-bit weights and embeddings (MatMulNBits, GatherBlockQuantized) only."""
     original = runtime_folder(tiny_base_model, tmp_path / "rt", case_head=True, quantize_embeddings=True,
