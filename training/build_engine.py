@@ -379,7 +379,9 @@ def _run(args: argparse.Namespace) -> int:
         write_triton_repo_from_args(ckpt, args)
         return 0
     if not ckpt.is_dir():
-        raise InputError(f"--model {ckpt} is not a checkpoint folder")
+        what = "is a file, not a checkpoint folder" if ckpt.exists() else "does not exist"
+        raise InputError(f"--model {ckpt} {what} (a training checkpoint: streampunct train writes OUT/best; "
+                         "with --backend tensorrt also a built model folder)")
     check_build_arguments(args)
     from_graph = args.backend == "tensorrt" and is_built_model_folder(ckpt)
     if not from_graph:
@@ -515,7 +517,8 @@ def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: boo
         except TypeError as e:  # neither a BERT- nor an MPNet-layout encoder
             lines.append(f"no streaming graph: {e}")
         else:
-            lines.append(f"streaming graph (cached left context): {args.out / stream.name}")
+            lines.append(f"streaming graph (cached left context): {args.out / stream.name} "
+                         f"({stream.stat().st_size / 1e6:.2f} MB)")
     _publish(stage, args.out)  # the folder is whole: only now does it replace what was there
     print("\n".join(lines))
     if args.triton_repo is not None:

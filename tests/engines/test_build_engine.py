@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import types
 
@@ -125,7 +126,9 @@ def test_cli_builds_folder_and_prints_parity(checkpoint, tmp_path, capsys):
     assert len(sidecar.source_sha256) == 64
     assert sidecar.source_sha256 == read_sidecar(out / "model.onnx").source_sha256
     # the streaming graph (cached left context) comes with it, from the same checkpoint
-    assert f"streaming graph (cached left context): {out}/model.stream.int8.onnx" in printed
+    size = (out / "model.stream.int8.onnx").stat().st_size / 1e6
+    assert re.search(rf"streaming graph \(cached left context\): {re.escape(str(out))}/model\.stream\.int8\.onnx "
+                     rf"\({size:.2f} MB\)\n", printed)
     assert info["stream_artifact"] == "model.stream.int8.onnx"
     assert read_sidecar(out / "model.stream.int8.onnx").source_sha256 == sidecar.source_sha256
 
@@ -155,6 +158,20 @@ def test_cli_refuses_test_sets(checkpoint, tmp_path, capsys):
                "--parity-data", str(test_file)])
     assert rc == 2
     assert "test sets are for final evaluation only" in capsys.readouterr().err
+
+
+def test_cli_says_when_the_model_folder_does_not_exist(tmp_path, capsys):
+    """release.sh's build before its train step: the folder is not there, which is not "not a
+    checkpoint folder"."""
+    from streampunct.cli import main
+
+    (tmp_path / "file").touch()
+    for model, what in ((tmp_path / "gone" / "best", "does not exist"),
+                        (tmp_path / "file", "is a file, not a checkpoint folder")):
+        assert main(["build-engine", "--model", str(model), "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"streampunct build-engine: error: --model {model} {what} (a training checkpoint: streampunct train "
+            "writes OUT/best; with --backend tensorrt also a built model folder)")
 
 
 def test_cli_needs_a_tokenizer(checkpoint, tmp_path, capsys):
