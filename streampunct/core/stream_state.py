@@ -409,10 +409,15 @@ class StreamState:
         lay, ids, lo = self._layout_with_hypothesis()
         total = len(lay)
         first = self._requested - lo
-        # Keep the end of the tail if it is longer than one window can hold.
+        # Keep the end of the tail if it is longer than one window can hold (its left context
+        # counted: it is measured from the first word's label token, so a long first word
+        # takes more than ``left`` tokens before the tail).
         while lay.ends[total - 1] - lay.starts[first] > self.window.size - self.window.left and first < total - 1:
             first += 1
         w = select_window(lay, first, total - 1, total, self.window)
+        while lay.ends[total - 1] - w.token_start > self.window.size and first < total - 1:
+            first += 1
+            w = select_window(lay, first, total - 1, total, self.window)
         a, b = w.token_start, lay.ends[total - 1]
         request_ids = np.asarray([self.aligner.cls_id, *ids[a:b], self.aligner.sep_id], dtype=np.int64)
         positions = np.asarray(lay.label_pos[first:total], dtype=np.int64) - a + 1
@@ -473,8 +478,7 @@ class StreamState:
         if request.partial:
             hyp_labels = [0] * request.hypothesis_from + [int(x) for x in labels[n_committed:]]
             self.last_hypothesis = list(zip(request.hypothesis, hyp_labels, strict=True))
-            # Drop provisional labels for words finalized meanwhile.
-            self.last_partial = [d for d in decisions if d.index >= self.n_final]
+            self.last_partial = self._whole_tail([d for d in decisions if d.index >= self.n_final])
             return []
         if request.first_word != self.n_final:
             raise AssertionError("finals out of order")  # guarded by one request in flight
@@ -486,6 +490,18 @@ class StreamState:
         if self.last_partial and self.last_partial[0].index < self.n_final:
             self.last_partial = [d for d in self.last_partial if d.index >= self.n_final]
         return decisions
+
+    def _whole_tail(self, fresh: list[Decision]) -> list[Decision]:
+        """A partial's decisions from the first non-final word on: ``fresh`` (the last window's,
+        none finalized meanwhile) after the words of a tail longer than one window, which keep
+        the provisional labels an earlier partial gave them (``O`` where none did), so that a
+        partial always covers the whole not-yet-final tail (protocol: ``start .. N-1``)."""
+        first_fresh = fresh[0].index if fresh else self.n_words
+        if first_fresh <= self.n_final:
+            return fresh
+        earlier = {d.index: d for d in self.last_partial}
+        return [earlier.get(i) or Decision(i, self.words[i - self._base], 0)
+                for i in range(self.n_final, first_fresh)] + fresh
 
     def abort(self, request: WindowRequest) -> None:
         """The model call failed: forget it; its words will be requested again."""

@@ -203,6 +203,45 @@ def test_partial_covers_undecided_tail_and_is_replaced():
     assert [d.index for d in state.last_partial] == [3, 4, 5]
 
 
+@settings(max_examples=200, deadline=None)
+@given(events=events, rc=st.integers(0, 40), delay_ms=st.integers(0, 30_000))
+def test_a_partial_covers_the_whole_undecided_tail_however_long(events, rc, delay_ms):
+    """protocol.md: a partial is the not-yet-final tail ``start .. N-1``, however long (a large
+    right_context and delay make tails longer than one window)."""
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=rc, max_delay_ms=delay_ms))
+    now, n = 0.0, 0
+    for kind, arg in events:
+        if kind == "words" and arg:
+            state.feed([aligner.word(k, n + i) for i, k in enumerate(arg)], now)
+            n += len(arg)
+        elif kind == "wait":
+            now += arg
+        elif kind == "flush":
+            state.flush(now)
+        run_requests(state, now, partial=True)
+        if state.last_partial:
+            assert [d.index for d in state.last_partial] == list(range(state.n_final, state.n_words))
+            assert [d.word for d in state.last_partial] == list(state.words[state.n_final - state._base:])
+
+
+def test_a_tail_longer_than_one_window_keeps_its_earlier_labels():
+    """The words before the last window keep the labels of the partial that last labeled them,
+    O where none did (they came in one message longer than a window)."""
+    aligner = FakeAligner()
+    state = StreamState(aligner, WINDOW, SessionOptions(right_context=1000, max_delay_ms=600_000))
+    model = [fake_label(aligner.word_ids(aligner.word(1, k))[0]) for k in range(80)]  # context-free labels
+    state.feed([aligner.word(1, k) for k in range(20)], 0.0)
+    assert run_requests(state, 0.0, partial=True) == []
+    assert [(d.index, d.label) for d in state.last_partial] == list(enumerate(model[:20]))  # one window
+    state.feed([aligner.word(1, 20 + k) for k in range(60)], 1.0)  # 80 one-token words: over a window
+    assert run_requests(state, 1.0, partial=True) == []
+    tail = state.last_partial
+    assert [d.index for d in tail] == list(range(80))
+    fresh = 80 - (WINDOW.size - WINDOW.left)  # the last window holds size - left tokens of the tail
+    assert [d.label for d in tail] == model[:20] + [O] * (fresh - 20) + model[fresh:]
+
+
 def test_left_context_comes_from_earlier_words():
     aligner = FakeAligner()
     state = StreamState(aligner, WINDOW, SessionOptions(right_context=0))
