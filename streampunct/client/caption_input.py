@@ -55,8 +55,10 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import random
 import re
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -565,11 +567,25 @@ def _scaled(events: list[AsrEvent], speed: float) -> list[AsrEvent]:
     return out
 
 
-def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
-    """Lines of stdin, read by a daemon thread (a blocked read must not keep the process alive),
-    decoded and checked as text files are (:func:`streampunct.text.textfile.text_lines`: binary
-    input is refused with the message ``punctuate`` gives); None at the end, or the error
-    (:class:`InputError`, the ``OSError`` of a failed read, or whatever else stopped the reader)."""
+def is_live_input(path: str) -> bool:
+    """Whether ``path`` is read as it is written, as stdin is: ``-``, or a pipe, socket or character
+    device given by name (``<(asr ...)``, a named pipe, ``/dev/stdin``), which has no end to read to
+    before the stream starts."""
+    if path == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+def _stdin_lines(path: str = "-") -> asyncio.Queue[str | Exception | None]:
+    """Lines of stdin (or of the live input ``path``, opened in the reader), read by a daemon
+    thread (a blocked read must not keep the process alive), decoded and checked as text files
+    are (:func:`streampunct.text.textfile.text_lines`: binary input is refused with the message
+    ``punctuate`` gives); None at the end, or the error (:class:`InputError`, the ``OSError`` of
+    a failed open or read, or whatever else stopped the reader)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | Exception | None] = asyncio.Queue()
 
@@ -579,9 +595,16 @@ def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
         except RuntimeError:  # the loop is closed: the stream is over (an interrupted caption)
             raise SystemExit from None  # ends this thread quietly
 
+    def lines() -> Iterator[str]:
+        if path == "-":
+            yield from text_lines(sys.stdin, "stdin")
+            return
+        with open(path, "rb") as f:  # a pipe's open waits for its writer: here, not on the loop
+            yield from text_lines(f, path)
+
     def pump() -> None:
         try:
-            for line in text_lines(sys.stdin, "stdin"):
+            for line in lines():
                 put(line)
         except (InputError, OSError, ValueError) as e:  # ValueError: stdin closed
             put(e if not isinstance(e, ValueError) else OSError(str(e)))
@@ -596,8 +619,9 @@ def _stdin_lines() -> asyncio.Queue[str | Exception | None]:
 
 
 async def stdin_events(input_format: str = "auto", max_chunk: int | None = None, *, on_bad_line: str = "stop",
-                       report: Callable[[str], None] | None = None) -> AsyncIterator[AsrEvent]:
-    """Events read from stdin as they come (an ASR process piping JSON or text).
+                       report: Callable[[str], None] | None = None, path: str = "-") -> AsyncIterator[AsrEvent]:
+    """Events read from stdin as they come (an ASR process piping JSON or text); or from the live
+    input ``path`` (:func:`is_live_input`: a pipe or device given by name), read the same way.
 
     A line of plain text is committed as it is read, in chunks of at most
     ``max_chunk`` words (None: the whole line in one); a ``word<TAB>LABEL`` line
@@ -625,7 +649,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
     held: list[str] = []  # lines read while the format is not known
     start = ""  # the first non-blank character
     previous: float | None = None
-    lines = _stdin_lines()
+    name = "stdin" if path == "-" else path
+    lines = _stdin_lines(path)
     while True:
         line = await lines.get()
         if isinstance(line, Exception):  # binary input, a failed read
@@ -644,7 +669,7 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
             if start and start not in ("{", "["):
                 fmt, values = "text", []
             elif values:
-                fmt = _format_of(values[0], "stdin")
+                fmt = _format_of(values[0], name)
             if fmt == "text":
                 for event in text_events(held):
                     yield event
@@ -652,7 +677,7 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
                 held = []
         if fmt not in (None, "text"):
             for value in values:
-                for event in _value_events(fmt, value, "stdin", previous, on_bad_line, report):
+                for event in _value_events(fmt, value, name, previous, on_bad_line, report):
                     previous = event.at if event.at is not None else previous
                     yield AsrEvent(None, event.words, event.interim)
         if line is None:

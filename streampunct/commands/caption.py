@@ -1,13 +1,16 @@
 """``streampunct caption``: stream a transcript or ASR output to a server; live captions or subtitles.
 
-Stopping it: the first SIGINT (Ctrl-C) or SIGTERM stops reading the input and
+Stopping it: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP stops reading the input and
 ends the stream with ``end``; the command waits at most ``--end-timeout-s``
 (default :data:`~streampunct.client.caption.END_GRACE_S`, 5 s) for the finals
 of every word sent, writes everything final (captions, subtitles, ``--out``)
-and exits with 128 + the signal's number: 130 after SIGINT, 143 after SIGTERM.
-A second signal stops waiting at once; what is final is still written. The
-``--out`` file is written whole or not at all (a temporary file in the same
-folder, moved over it at the end), so a crash leaves what was there before.
+and exits with 128 + the signal's number: 130 after SIGINT, 143 after SIGTERM,
+129 after SIGHUP (the terminal closed: captions on it are a closed stdout,
+below; nohup's ignored SIGHUP stays ignored). A second signal stops waiting at
+once; what is final is still written. The ``--out`` file is written whole or
+not at all (a temporary file in the same folder, moved over it at the end),
+so a crash leaves what was there before, and so does a run stopped before any
+word was final.
 
 A closed stdout (``caption ... | head``) is taken as the first signal is: no
 more is written to stdout, the stream is ended (at once when there is no
@@ -47,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         positive_int,
     )
 
-    parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text)")
+    parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text); "
+                                           "a pipe given by name (<(asr ...), a FIFO) is read as it comes, as stdin")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                         help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "
                              "whisper (segments, with words or without: then a segment's time is shared by "
@@ -101,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streampunct.client.caption_input import read_events, stdin_events
+    from streampunct.client.caption_input import is_live_input, read_events, stdin_events
     from streampunct.client.stream_client import check_url
     from streampunct.errors import InputError
     from streampunct.text.textfile import STDIN_CLOSED, AtomicTextFile, utf8_stdout
@@ -119,11 +123,11 @@ def run(args: argparse.Namespace) -> int:
     def report(line: str) -> None:
         print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
 
-    if args.transcript == "-":
-        if sys.stdin is None:  # started with stdin closed (`caption - <&-`): nothing will ever come
+    if is_live_input(args.transcript):  # stdin, or a pipe given by name (`<(asr ...)`): as it comes
+        if args.transcript == "-" and sys.stdin is None:  # started with stdin closed (`caption - <&-`)
             raise InputError(STDIN_CLOSED)
         events = stdin_events(args.input_format, max_chunk=args.max_chunk, on_bad_line=args.on_bad_line,
-                              report=report)
+                              report=report, path=args.transcript)
     else:
         events = read_events(
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
@@ -180,6 +184,23 @@ def _report_times_going_back(events, report) -> None:
             n += 1
 
 
+def _to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: writes (the flush at exit) go nowhere."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _isatty(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 class _Stdout:
     """Stdout for the run: the first write or flush that finds it closed (``BrokenPipeError``,
     ``| head``) calls ``on_close`` once; from then on writes go nowhere (and file descriptor 1 to
@@ -194,13 +215,12 @@ class _Stdout:
         if self.closed_pipe:
             return
         self.closed_pipe = True
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self.stream.fileno())
-            os.close(null)
-        except (OSError, ValueError):
-            pass
+        _to_devnull(self.stream)
         self.on_close()
+
+    def close_pipe(self) -> None:
+        """Taken as closed from now on (the terminal hung up), as a closed pipe is."""
+        self._broken()
 
     def write(self, text: str) -> int:
         if not self.closed_pipe:
@@ -262,6 +282,23 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
             interrupt.abort()
 
     stdout = _Stdout(sys.stdout, on_closed_stdout)
+
+    def on_hangup() -> None:
+        # The terminal closed (an ssh session, a window): as SIGTERM, but the terminal's streams
+        # are gone. Captions on it are closed stdout (nothing to wait for without --out); what
+        # goes to a file or a pipe is still written.
+        second = interrupt.stopped  # after a Ctrl-C, say: a second signal, which stops at once
+        signals.append(signal.SIGHUP)
+        if _isatty(sys.stderr):
+            _to_devnull(sys.stderr)
+        if stdout.isatty():
+            stdout.close_pipe()  # as `| head` does: on_closed_stdout stops the run, or ends it
+        if second or not interrupt.stopped:
+            interrupt.stop()
+
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:  # nohup: ignored, as it asks
+        loop.add_signal_handler(hangup, on_hangup)
     subtitles = None
     view = None
     if args.format != "text":
@@ -298,6 +335,12 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         print(f"streampunct caption: error: {args.transcript if args.transcript != '-' else 'stdin'}: "
               "no words", file=sys.stderr)
         return 2
+    if out is not None and not result.transcript.n_final:
+        # stopped (or cut off) before any final: an existing --out keeps what it held
+        out.discard()
+        if result.interrupted or closed_early is not None:
+            report(f"no word was final: --out {args.out} left as it was")
+        out = None
     if out is not None:
         if args.format == "text":
             written = join_texts([text for _, _, text in result.transcript.texts])  # as the server sent it

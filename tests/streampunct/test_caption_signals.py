@@ -176,6 +176,100 @@ async def test_an_abort_writes_what_is_final_at_once(start_server, tmp_path, fak
     assert no_temporary_files(tmp_path)
 
 
+@pytest.mark.parametrize("stdout_tty", [False, True])
+async def test_sighup_writes_every_final_word_as_sigterm_does(start_server, tmp_path, fake_labels, stdout_tty):
+    """The terminal closed (an ssh session dropped): SIGHUP. It used to kill the client, and
+    --out kept its old content while the captions sat in a hidden temporary file. Now it is
+    SIGTERM's stop: every word sent is finalized into --out, status 129; captions on a
+    terminal are not written to it any more (it is gone), nor are the messages on stderr."""
+    import pty
+
+    server = await start_server()
+    out = tmp_path / "t.txt"
+    out.write_text("old notes\n")
+    terminal = pty.openpty() if stdout_tty else None
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url, "--out", str(out),
+        "--right-context", "3", "--max-delay-ms", "600000",
+        stdin=asyncio.subprocess.PIPE, stdout=terminal[1] if terminal else asyncio.subprocess.PIPE,
+        stderr=terminal[1] if terminal else asyncio.subprocess.PIPE)
+    try:
+        words = "so this is the story of how it all began".split()
+        proc.stdin.write((" ".join(words) + "\n").encode())
+        await proc.stdin.drain()
+        await until(lambda: words_in(server) == len(words) and words_finalized(server) == len(words) - 3)
+        proc.send_signal(signal.SIGHUP)
+        if terminal:
+            os.close(terminal[1])
+            proc.stdin.close()
+            rc = await asyncio.wait_for(proc.wait(), 30)
+            os.close(terminal[0])
+            stderr = ""
+        else:
+            rc, _, stderr = await finish(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert rc == 129, stderr
+    assert words_finalized(server) == len(words)
+    assert out.read_text() == render(words, ended(fake_labels(words)), capitalize=True) + "\n"
+    if not terminal:
+        assert f"interrupted by SIGHUP: {len(words)} words final" in stderr and "Traceback" not in stderr
+    assert no_temporary_files(tmp_path)
+
+
+async def test_a_stop_before_any_final_leaves_the_out_file_as_it_was(start_server, tmp_path):
+    """Ctrl-C twice before the server finalized anything (its engine held): --out keeps what it
+    held, instead of an empty file (an SRT or text file) or a bare WEBVTT header."""
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()  # after the warm-up
+    out = tmp_path / "t.vtt"
+    out.write_text("WEBVTT\n\n00:00.000 --> 00:01.000\nAn older cue.\n")
+    before = out.read_text()
+    try:
+        async with caption_process("-", "--url", server.url, "--out", str(out), "--format", "vtt",
+                                   "--right-context", "1", "--max-delay-ms", "600000", "--no-partials") as proc:
+            proc.stdin.write(b"one two three\n")
+            await proc.stdin.drain()
+            await until(lambda: words_in(server) == 3)
+            proc.send_signal(signal.SIGINT)
+            await stderr_line(proc, "SIGINT: ending the stream")
+            proc.send_signal(signal.SIGINT)
+            rc, _, stderr = await finish(proc)
+    finally:
+        engine.open()
+    assert rc == 130, stderr
+    assert out.read_text() == before
+    assert f"no word was final: --out {out} left as it was" in stderr and "Traceback" not in stderr
+    assert no_temporary_files(tmp_path)
+
+
+async def test_a_pipe_given_by_name_is_streamed_as_it_comes(start_server, tmp_path, fake_labels):
+    """``caption <(asr ...)``: a FIFO read as stdin is, line by line, not read to its end (which
+    never comes while the ASR runs) before anything is sent."""
+    server = await start_server()
+    fifo = tmp_path / "asr"
+    os.mkfifo(fifo)
+    out = tmp_path / "t.txt"
+    async with caption_process(str(fifo), "--url", server.url, "--out", str(out), "--right-context", "1",
+                               "--max-delay-ms", "600000", "--no-partials") as proc:
+        writer = await asyncio.to_thread(open, fifo, "w")  # waits for the client's reader
+        try:
+            writer.write("hello there how are you\n")
+            writer.flush()
+            await until(lambda: words_in(server) == 5)  # sent while the pipe is still open
+            writer.write("fine thanks\n")
+            writer.flush()
+        finally:
+            writer.close()
+        rc, _, stderr = await finish(proc)
+    assert rc == 0, stderr
+    words = "hello there how are you fine thanks".split()
+    assert out.read_text() == render(words, ended(fake_labels(words)), capitalize=True) + "\n"
+
+
 async def test_a_failed_run_leaves_the_out_file_as_it_was(tmp_path):
     """Nothing to write (the server cannot be reached): --out keeps what it held, no temporary file stays."""
     source = tmp_path / "talk.txt"
