@@ -348,11 +348,11 @@ class _SubtitleHold:
             self._timer = None
 
 
-async def _until_aborted(awaitable, interrupt: Interrupt) -> tuple[bool, object]:
+async def _until_aborted(awaitable, interrupt: Interrupt, *, on_stop: bool = False) -> tuple[bool, object]:
     """Run ``awaitable`` to its end, ``(True, its result)`` (its exception is raised), or until
-    ``interrupt`` aborts: then it is cancelled and ``(False, None)`` comes back."""
+    ``interrupt`` aborts (``on_stop``: stops): then it is cancelled and ``(False, None)`` comes back."""
     task = asyncio.ensure_future(awaitable)
-    aborted = asyncio.ensure_future(interrupt.aborting.wait())
+    aborted = asyncio.ensure_future((interrupt.stopping if on_stop else interrupt.aborting).wait())
     try:
         await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -480,7 +480,8 @@ async def caption(
     if interrupt is None:
         stream = await connecting
     else:
-        connected, stream = await _until_aborted(connecting, interrupt)
+        # nothing is sent before the connection is up: a stop has no finals to wait for
+        connected, stream = await _until_aborted(connecting, interrupt, on_stop=True)
         if not connected:
             interrupt.cancel()
             raise Interrupted("stopped before the connection was up; nothing was sent")
@@ -581,7 +582,9 @@ async def caption(
         unsent = f", {len(stream.pending)} words without a final" if stream.pending else ""
         kept = f"{transcript.n_final} final words kept{unsent}"
         if resume_failed is not None:
-            why = f"the connection was lost and the stream could not be resumed: {resume_failed}"
+            # the notice said why on ``errors`` already (notice()): not twice
+            why = ("the connection was lost and the stream could not be resumed"
+                   + (" (above)" if errors is not None else f": {resume_failed}"))
         else:
             code = stream.close_code
             why = ("the connection was lost before the stream ended" if code == 1006 else

@@ -465,6 +465,27 @@ async def test_caption_says_a_dropped_connection_was_lost(start_server, tmp_path
         in stderr
 
 
+async def test_a_resume_that_fails_is_explained_once(start_server):
+    """The server went away for good: the client's notice says why the resume failed; the
+    closing error points to it instead of repeating it."""
+    server = await start_server()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url,
+        "--right-context", "3", "--max-delay-ms", "600000", "--reconnect-attempts", "1",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    proc.stdin.write(b"so this is\n")
+    await proc.stdin.drain()
+    await until(lambda: sum(s.protocol.n_words for s in server.sessions) >= 3, timeout=20)
+    await server.shutdown()  # 1001, and nothing listens any more: the resume cannot connect
+    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    stderr = stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in stderr
+    assert stderr.count("cannot connect") == 1, stderr
+    assert "could not resume (1 attempts in " in stderr
+    assert "error: the connection was lost and the stream could not be resumed (above); 3 final words kept" in stderr
+
+
 async def test_caption_keeps_everything_when_the_server_shuts_down(start_server, tmp_path, fake_labels):
     """Without resuming (--reconnect-attempts 0), a server shutdown ends the stream: what
     came is kept, and the command says why it stopped."""

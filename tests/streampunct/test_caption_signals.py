@@ -270,6 +270,35 @@ async def test_a_pipe_given_by_name_is_streamed_as_it_comes(start_server, tmp_pa
     assert out.read_text() == render(words, ended(fake_labels(words)), capitalize=True) + "\n"
 
 
+async def test_a_stop_while_connecting_ends_at_once(tmp_path):
+    """A server that took the TCP connection and never answers the handshake (stopped with
+    SIGSTOP, say): Ctrl-C ends the run at once, since nothing was sent, instead of waiting
+    --end-timeout-s for finals that cannot come."""
+    accepted = asyncio.Event()
+    held = []
+
+    async def hold(reader, writer):
+        held.append(writer)
+        accepted.set()
+
+    listener = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    source = tmp_path / "talk.txt"
+    source.write_text("hello there\n")
+    try:
+        async with caption_process(str(source), "--url", f"ws://127.0.0.1:{port}/v1/stream",
+                                   "--end-timeout-s", "60") as proc:
+            await asyncio.wait_for(accepted.wait(), 30)
+            proc.send_signal(signal.SIGINT)
+            rc, _, stderr = await finish(proc, timeout=8)  # under websockets' 10 s opening timeout
+    finally:
+        for writer in held:
+            writer.close()
+        listener.close()
+    assert rc == 130, stderr
+    assert "stopped before the connection was up; nothing was sent" in stderr and "Traceback" not in stderr
+
+
 async def test_a_failed_run_leaves_the_out_file_as_it_was(tmp_path):
     """Nothing to write (the server cannot be reached): --out keeps what it held, no temporary file stays."""
     source = tmp_path / "talk.txt"
