@@ -34,7 +34,6 @@ from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from engines.base import EngineError
 from streampunct import __version__
 from streampunct.errors import StreampunctError
 
@@ -105,6 +104,9 @@ PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirect
 def run_command(run, args: argparse.Namespace, prog: str) -> int:
     """Run one subcommand; the project's and the engines' own errors, and wrong paths, become a
     one-line message and status 2; anything else keeps its traceback."""
+    # here, not at import: numpy loads with it, and main() guards that time against Ctrl-C
+    from engines.base import EngineError
+
     try:
         return int(run(args) or 0)
     except (StreampunctError, EngineError, *PATH_ERRORS) as e:

@@ -849,3 +849,16 @@ def test_output_file_makes_its_folders_and_names_the_option_of_a_wrong_path(tmp_
     with pytest.raises(InputError) as error:
         output_file(tmp_path / "f" / "r.json", option="--json")
     assert str(error.value) == f"cannot write --json {tmp_path}/f/r.json: {tmp_path}/f is a file, not a folder"
+
+
+def test_importing_the_cli_loads_no_numpy():
+    """Until main() runs (and guards against Ctrl-C), the console script imports the CLI
+    module only: numpy and the engines load inside main, so a Ctrl-C in the first moments
+    exits 130 without a traceback, and `--help` starts fast."""
+    import subprocess
+    import sys
+
+    code = "import sys, streampunct.cli; print(sorted(m for m in ('numpy', 'engines') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
