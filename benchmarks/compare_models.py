@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for folder in (args.a, args.b):
             load_model_info(folder)  # a missing or broken model folder, before loading any data
-        docs = load_validation_docs(args.valid, data_root(args.data_root), resolve_cache())
+        docs = load_validation_docs(args.valid, data_root(args.data_root), resolve_cache("cache"))
         res = compare(args.a, args.b, docs, window)
     except (StreampunctError, EngineError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"no TEDx caption talk in {root} is held out: the training draw "
                  f"({TRAINING_DRAW.get('max_words', 0):,} words) takes them all; a data folder with more "
                  "caption text is needed")
-    dev = load_validation_docs("dev2010", root, resolve_cache())
+    dev = load_validation_docs("dev2010", root, resolve_cache("cache"))
     gold = np.asarray([x for d in dev for x in d.labels], dtype=np.int64)
     result: dict = {"captions_words": sum(map(len, captions)), "dev2010_gold": rates(gold), "models": {}}
     print(f"dev2010 gold: {result['dev2010_gold']['marks_per_100_words']} marks per 100 words")

@@ -453,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sets = list(dict.fromkeys(args.valid or STREAM_CACHE_SETS))
             require_stream_graph(args.model)  # before loading any data
             stream_cache_grid(args.stream_cache_tokens)
-            root, cache = data_root(args.data_root or ""), resolve_cache()
+            root, cache = data_root(args.data_root or ""), resolve_cache("cache")
             docs_by_set = {s: load_validation_docs(s, root, cache) for s in sets}
             choice = tune_stream_cache(args.model, docs_by_set, args.stream_cache_tokens)
             state = "enabled" if choice.enabled else (f"NOT enabled (\"stream_cache\": false; "
@@ -474,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"(each size must be >= left + right + 2 x {info.max_word_tokens}, its words' "
                          "most tokens, and overlaps >= 0)")
         valid = args.valid[0] if args.valid else "dev2010"
-        docs = load_validation_docs(valid, data_root(args.data_root or ""), resolve_cache())
+        docs = load_validation_docs(valid, data_root(args.data_root or ""), resolve_cache("cache"))
         if args.stream_lefts:
             chosen = tune_stream_left(args.model, docs, args.stream_lefts, set_name=valid,
                                       tolerance=args.tolerance)
