@@ -519,11 +519,33 @@ def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: boo
         else:
             lines.append(f"streaming graph (cached left context): {args.out / stream.name} "
                          f"({stream.stat().st_size / 1e6:.2f} MB)")
+            if parity is not None:
+                lines.append(_stream_parity(stage, stream, parity))
     _publish(stage, args.out)  # the folder is whole: only now does it replace what was there
     print("\n".join(lines))
     if args.triton_repo is not None:
         write_triton_repo_from_args(args.out, args)
     return 0
+
+
+def _stream_parity(folder: Path, stream: Path, windows: ParityWindows) -> str:
+    """The streaming graph against the folder's default artifact on the parity windows, each run
+    whole (the streaming graph with no cache) and alone (as the server runs rows): the summary's
+    line for it."""
+    from engines.build.parity import parity_on_windows
+    from engines.registry import load_engine, load_stream_engine, resolve_artifact
+
+    whole = load_engine("onnxruntime", folder)
+    try:
+        streaming = load_stream_engine("onnxruntime", folder)
+        try:
+            report = parity_on_windows(whole.infer, streaming.infer, windows, batch_size=1)
+        finally:
+            streaming.close()
+    finally:
+        whole.close()
+    return (f"  {stream.name:<20} vs {resolve_artifact('onnxruntime', folder).name} (whole windows, one a call): "
+            f"label agreement {100 * report.label_agreement:.2f}% of {report.n_labels}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -129,6 +129,11 @@ def test_cli_builds_folder_and_prints_parity(checkpoint, tmp_path, capsys):
     size = (out / "model.stream.int8.onnx").stat().st_size / 1e6
     assert re.search(rf"streaming graph \(cached left context\): {re.escape(str(out))}/model\.stream\.int8\.onnx "
                      rf"\({size:.2f} MB\)\n", printed)
+    # and its labels against the folder's graph, both on whole windows, one a call
+    agreement = re.search(r"  model\.stream\.int8\.onnx +vs model\.int8\.onnx \(whole windows, one a call\): "
+                          r"label agreement ([\d.]+)% of 200\n", printed)
+    assert agreement is not None, printed
+    assert float(agreement.group(1)) >= 95.0
     assert info["stream_artifact"] == "model.stream.int8.onnx"
     assert read_sidecar(out / "model.stream.int8.onnx").source_sha256 == sidecar.source_sha256
 
