@@ -148,6 +148,11 @@ def test_slo_failures_name_every_reason():
     ok = {"sessions": 10, "connected": 10, "check": {"lost": 0, "duplicated": 0, "out_of_order": 0,
           "mismatched": 0}, "margin_ms": {"p95": 99.0}}
     assert slo_failures(ok, 100.0) == []
+    # sessions the server cut short (a shutdown mid-step: 1001) or answered with errors fail it,
+    # though every word they sent got its final; a profiler's failure does not
+    cut = {**ok, "errors": {"close:1001": 3, "overloaded": 1, "py-spy": 1}}
+    assert slo_failures(cut, 100.0) == ["session errors: close:1001 x3, overloaded x1"]
+    assert slo_failures({**ok, "errors": {"py-spy": 1}}, 100.0) == []
 
 
 def test_ramp_refinement_and_best():
