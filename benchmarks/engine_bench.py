@@ -366,6 +366,11 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
 
     if (why := too_long(args.seq_lens, args.stream_past)) is not None:  # before any engine loads
         raise InputError(why)
+    if not Path(args.model).is_dir():
+        raise InputError(f"no model folder at {args.model}: pass --model DIR")
+    decode = str(args.decode_data) != "none"
+    if decode and args.stream_past is None and not Path(args.decode_data).is_file():  # not after the sweep
+        raise InputError(f"--decode-data {args.decode_data}: no such file (none: skip the offline decode)")
     if args.out_json is not None:  # a wrong path fails now, not after the timings
         out = Path(args.out_json)
         prepare_out_dir(out.parent, out.name, out.with_suffix(".png").name)
@@ -384,18 +389,18 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
         if args.out_json is not None:
             _write_json(report, args.out_json)
         return 0
-    decode = str(args.decode_data) != "none"
     report = run_engine_bench(
-        args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens,
-        None if decode else args.out_json, engine_options=options,
-        settings=BenchSettings(min_seconds=args.min_seconds), command=command,
+        args.model, args.backends, args.precisions, args.batch_sizes, args.seq_lens, None,
+        engine_options=options, settings=BenchSettings(min_seconds=args.min_seconds), command=command,
     )
+    if not report["results"]:  # every backend and precision skipped (above): nothing measured, nothing written
+        print("error: nothing was measured (every backend and precision was skipped)", file=sys.stderr)
+        return 1
     if decode:
         report["offline_decode"] = _offline_decode(args.model, args.decode_data, args.decode_batch,
                                                    ort_options)
-        if args.out_json is not None:
-            _write_json(report, args.out_json)
-    if args.out_json is not None and report["results"]:
+    if args.out_json is not None:
+        _write_json(report, args.out_json)
         plot_engine(report, Path(args.out_json).with_suffix(".png"))
     return 0
 

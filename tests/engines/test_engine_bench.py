@@ -143,3 +143,33 @@ def test_bad_options_are_one_line_usage_errors_before_any_work(argv, message, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith(f"streampunct bench engine: error: {message}")
+
+
+def test_a_missing_model_or_decode_file_is_refused_before_the_sweep(folder, tmp_path, capsys, monkeypatch):
+    """Both were found out late: a missing folder gave a report of skipped cells and status 0,
+    a missing --decode-data exited 2 only after timing every shape."""
+    import benchmarks.engine_bench as engine_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(engine_bench, "run_engine_bench", lambda *a, **k: pytest.fail("the sweep ran"))
+    assert main(["bench", "engine", "--model", str(tmp_path / "nomodel")]) == 2
+    assert capsys.readouterr().err.strip() == (f"streampunct bench: error: no model folder at "
+                                               f"{tmp_path / 'nomodel'}: pass --model DIR")
+    assert main(["bench", "engine", "--model", str(folder), "--decode-data", str(tmp_path / "nofile")]) == 2
+    assert capsys.readouterr().err.strip() == (f"streampunct bench: error: --decode-data "
+                                               f"{tmp_path / 'nofile'}: no such file (none: skip the offline decode)")
+
+
+def test_a_run_that_measured_nothing_exits_1_and_writes_nothing(tmp_path, capsys):
+    """A folder with no artifact of the precision asked for: every cell skipped."""
+    from streampunct.cli import main
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "r" / "engine.json"
+    assert main(["bench", "engine", "--model", str(empty), "--backends", "onnxruntime", "--precisions", "int8",
+                 "--decode-data", "none", "--min-seconds", "0", "--out-json", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "skipped onnxruntime/int8" in captured.out
+    assert captured.err.strip() == "error: nothing was measured (every backend and precision was skipped)"
+    assert not out.exists()
