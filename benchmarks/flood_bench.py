@@ -351,7 +351,9 @@ def run_flood_from_args(args: argparse.Namespace, *, command: str | None = None)
     cfg = bench_config(config_from_args, args)
     try:
         payload = run_flood_bench(cfg, command=command)
-    except (RuntimeError, TimeoutError) as e:
+    except TimeoutError:  # the flood did not end in time: it measured nothing
+        return run_failed("flood", f"the flood did not end within --timeout-s {cfg.timeout_s:g} s")
+    except RuntimeError as e:
         raise InputError(f"flood failed: {e}") from None
     except ConnectError as e:  # its one session could not connect: nothing measured, as bench load
         return run_failed("flood", str(e))

@@ -154,6 +154,21 @@ def test_a_flood_whose_session_cannot_connect_exits_1(tmp_path, capsys, monkeypa
                                        "ws://127.0.0.1:1/v1/stream: [Errno 111] Connect call failed\n")
 
 
+def test_a_flood_that_does_not_end_in_time_exits_1_naming_the_timeout(capsys, monkeypatch):
+    """The TimeoutError of --timeout-s has no message: it was "error: flood failed: " and status 2."""
+    import benchmarks.flood_bench as flood_bench
+
+    def too_slow(cfg, command=None):
+        raise TimeoutError
+
+    monkeypatch.setattr(flood_bench, "run_flood_bench", too_slow)
+    p = argparse.ArgumentParser()
+    add_flood_arguments(p)
+    assert run_flood_from_args(p.parse_args(["--engine", "fake", "--timeout-s", "0.5"]), command="test") == 1
+    assert capsys.readouterr().err == ("streampunct bench flood: error: the flood did not end within "
+                                       "--timeout-s 0.5 s\n")
+
+
 def test_empty_data_is_one_line_before_any_server(tmp_path, capsys, monkeypatch):
     import benchmarks.flood_bench as flood_bench
     from streampunct.cli import main
