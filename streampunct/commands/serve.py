@@ -292,7 +292,9 @@ def build_config(args: argparse.Namespace):
     except OptionError as e:
         raise InputError(flag_names(e.message, args)) from None
     if (args.itn or args.itn_grammars == ItnGrammars.ON) and not itn_available():
-        raise InputError("--itn needs the itn extra: pip install -e '.[itn]' in the streampunct checkout")
+        flag = "--itn" if args.itn else "--itn-grammars on"
+        raise InputError(f"{flag} needs the itn extra: pip install -e '.[itn]' in the streampunct checkout "
+                         "(pip install '.[itn]' where it is installed from a copy, as in a container)")
     if args.itn_cache and (args.itn or args.itn_grammars != ItnGrammars.OFF) and itn_available():
         from streampunct.text.itn import grammar_cache
 

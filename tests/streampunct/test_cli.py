@@ -862,3 +862,16 @@ def test_importing_the_cli_loads_no_numpy():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["--itn"], "--itn"), (["--itn-grammars", "on"], "--itn-grammars on")])
+def test_serve_without_the_itn_extra_names_the_flag_that_needs_it(monkeypatch, argv, flag):
+    import streampunct.text.itn as itn
+    from streampunct.commands.serve import build_config
+    from streampunct.errors import InputError
+
+    monkeypatch.setattr(itn, "available", lambda: False)
+    with pytest.raises(InputError) as e:
+        build_config(build_parser().parse_args(["serve", *argv]))
+    assert str(e.value) == (f"{flag} needs the itn extra: pip install -e '.[itn]' in the streampunct checkout "
+                            "(pip install '.[itn]' where it is installed from a copy, as in a container)")
