@@ -72,6 +72,8 @@ def read_phrases(path: Path) -> list[PhraseCase]:
     """``category<TAB>spoken<TAB>written`` lines; ``#`` lines are comments."""
     from streampunct.errors import InputError
 
+    if not path.is_file():
+        raise InputError(f"--data {path}: no such file")
     cases = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
@@ -208,6 +210,10 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
     if write:
         prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
     cases = read_phrases(cfg.data)
+    from streampunct.text.itn import available, grammar_cache
+
+    if cfg.itn_cache is not None and available():  # a file, a folder it cannot make: here, not in a worker
+        grammar_cache(Path(cfg.itn_cache))
     options = SessionOptions(right_context=cfg.right_context, max_delay_ms=cfg.max_delay_ms,
                              capitalize=cfg.capitalize)
     schedules = [live_schedule(normalize_words(c.spoken.split()), words_per_second=cfg.words_per_second,

@@ -69,3 +69,18 @@ def test_written_tokens_set_marks_and_sentence_starts_aside():
     assert written_tokens("it costs $25, then we left on Monday") == written_tokens("It costs $25. Then we "
                                                                                       "left on Monday.")
     assert written_tokens("on monday") != written_tokens("on Monday")
+
+
+def test_a_missing_data_file_or_an_unusable_grammar_cache_is_one_line(tmp_path):
+    """`bench itn --data nofile` said a raw "[Errno 2]"; `--itn-cache FILE` failed in the grammar
+    worker with two tracebacks (BrokenProcessPool)."""
+    from benchmarks.itn_bench import ItnBenchConfig, read_phrases, run_itn_bench
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match=f"^--data {tmp_path / 'nofile'}: no such file$"):
+        read_phrases(tmp_path / "nofile")
+    pytest.importorskip("pynini", reason="needs the itn extra")
+    (tmp_path / "file").write_text("")
+    cfg = ItnBenchConfig(itn_cache=tmp_path / "file", out_dir=tmp_path / "out")
+    with pytest.raises(InputError, match=f"^--itn-cache {tmp_path / 'file'}: cannot make the folder"):
+        run_itn_bench(cfg)
