@@ -119,6 +119,11 @@ class SoakConfig:
             check_non_negative(warmup_s=self.warmup_s)
         if self.session_s >= self.duration_s:
             raise ValueError("session_s must be shorter than duration_s")
+        if self.duration_s < min_duration_s(self.session_s):
+            raise ValueError(f"duration_s must be at least {min_duration_s(self.session_s):g} s for session_s "
+                             f"{self.session_s:g}, or no session may start")
+        if self.warmup_s is not None and self.warmup_s >= self.duration_s:
+            raise ValueError("warmup_s must be shorter than duration_s")
         self.load_config()  # what every session plans with: refused now, not inside the sessions
 
     @property
@@ -145,6 +150,13 @@ class SoakTotals:
     words_sent: int = 0
     check: FinalsCheck = field(default_factory=FinalsCheck)
     errors: Counter = field(default_factory=Counter)
+
+
+def min_duration_s(session_s: float) -> float:
+    """The shortest soak in which every slot starts a session (:func:`_session_loop`): its spread
+    start (up to ``min(session_s, 10)``), the 3 s kept for the last finals, and the shortest
+    session it starts (``min(session_s, 5)``)."""
+    return min(session_s, 10.0) + 3.0 + min(session_s, 5.0)
 
 
 async def _session_loop(
@@ -316,7 +328,8 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
     }
     if growth is not None:
         payload["tracemalloc_growth"] = growth
-    publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_soak, summary=summary_text)
+    if run_failure(payload) is None:  # a soak that measured nothing writes nothing (as bench load)
+        publish(cfg.name, payload, cfg.out_dir, command=command, plot=plot_soak, summary=summary_text)
     return payload
 
 
@@ -351,6 +364,12 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
     if args.session_s >= args.duration:  # SoakConfig's own check names its fields, not the options
         raise ValueError(f"--session-s must be shorter than --duration (got --session-s {args.session_s:g}, "
+                         f"--duration {args.duration:g})")
+    if args.duration < min_duration_s(args.session_s):
+        raise ValueError(f"--duration must be at least {min_duration_s(args.session_s):g} s for --session-s "
+                         f"{args.session_s:g}, or no session may start (got --duration {args.duration:g})")
+    if args.warmup is not None and args.warmup >= args.duration:
+        raise ValueError(f"--warmup must be shorter than --duration (got --warmup {args.warmup:g}, "
                          f"--duration {args.duration:g})")
     return SoakConfig(
         server=server_from_args(args), sessions=args.sessions, duration_s=args.duration, session_s=args.session_s,

@@ -291,3 +291,22 @@ def test_a_session_longer_than_the_soak_names_the_options(argv, got, capsys, mon
     assert main(["bench", "soak", "--engine", "fake", *argv]) == 2
     assert capsys.readouterr().err == (f"streampunct bench: error: --session-s must be shorter than --duration "
                                        f"(got {got})\n")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--duration", "8", "--session-s", "4"],
+     "--duration must be at least 11 s for --session-s 4, or no session may start (got --duration 8)"),
+    (["--duration", "60", "--session-s", "10", "--warmup", "60"],
+     "--warmup must be shorter than --duration (got --warmup 60, --duration 60)"),
+])
+def test_a_soak_that_cannot_start_a_session_or_measure_after_warm_up_is_refused(argv, message, capsys,
+                                                                                 monkeypatch):
+    """Both ran before: the first started no session and wrote its files, the second printed
+    'after warm-up (30s) None MB'."""
+    import benchmarks.soak_bench as soak_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(soak_bench, "run_soak_bench", lambda *a, **k: pytest.fail("the soak ran"))
+    assert main(["bench", "soak", "--engine", "fake", *argv]) == 2
+    assert capsys.readouterr().err == f"streampunct bench: error: {message}\n"
+    assert soak_bench.min_duration_s(60) == 18.0 and soak_bench.min_duration_s(4) == 11.0
