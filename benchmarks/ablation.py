@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks.common import REPO, prepare_out_file, run_module, write_result
 from engines.model_meta import has_model_meta, read_model_meta
+from streampunct.errors import InputError
 from streampunct.text.word_labels import read_word_labels
 
 DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
@@ -34,10 +35,10 @@ DEFAULT_SETS = ("data/iwslt2011/test2011", "data/iwslt2011/test2011asr")
 def _parse_model(spec: str) -> tuple[str, Path]:
     name, sep, folder = spec.partition("=")
     if not sep or not name or not folder:
-        raise SystemExit(f"error: model {spec!r} must be NAME=FOLDER")
+        raise InputError(f"model {spec!r} must be NAME=FOLDER")
     path = Path(folder)
     if not has_model_meta(path):
-        raise SystemExit(f"error: {path} is not a model folder or checkpoint (no streampunct.json)")
+        raise InputError(f"{path} is not a model folder or checkpoint (no streampunct.json)")
     return name, path
 
 
@@ -103,19 +104,24 @@ def _f1(rec: dict | None, cls: str | None = None) -> str:
     return f"{rec['per_class'][cls]['f1']:.1f}"
 
 
-def markdown(results: Sequence[dict]) -> str:
-    rows = ["| model | dev2010 at training (its meta) | test2011 | test2011asr | test2011 COMMA / PERIOD / QUESTION F1 "
-            "| CRF Viterbi test2011 / asr |",
-            "|---|---:|---:|---:|---|---|"]
+def markdown(results: Sequence[dict], sets: Sequence[str] = ("test2011", "test2011asr")) -> str:
+    """A row per model: its training-time validation, overall F1 on each of ``sets`` (the data
+    files' names, in the order given), then the first set's per-class F1 and, for CRF heads,
+    the Viterbi F1 on each set."""
+    first = sets[0]
+    rows = [f"| model | dev2010 at training (its meta) | {' | '.join(sets)} | {first} COMMA / PERIOD / QUESTION F1 "
+            f"| CRF Viterbi {' / '.join(sets)} |",
+            "|---|---:|" + "---:|" * len(sets) + "---|---|"]
     for r in results:
-        ref, asr = r["test"].get("test2011"), r["test"].get("test2011asr")
+        recs = [r["test"].get(name) for name in sets]
+        ref = recs[0]
         per = " / ".join(_f1(ref, c) for c in ("COMMA", "PERIOD", "QUESTION")) if ref else ""
         vit = ""
         if ref and "viterbi" in ref:
-            vit = f"{_f1(ref['viterbi'])} / {_f1(asr.get('viterbi')) if asr else ''}"
+            vit = " / ".join(_f1(rec.get("viterbi")) if rec else "" for rec in recs)
         val = r.get("validation") or {}
-        rows.append(f"| {r['name']} | {val.get('overall_f1', float('nan')):.1f} | {_f1(ref)} | {_f1(asr)} "
-                    f"| {per} | {vit} |")
+        rows.append(f"| {r['name']} | {val.get('overall_f1', float('nan')):.1f} | "
+                    f"{' | '.join(_f1(rec) for rec in recs)} | {per} | {vit} |")
     return "\n".join(rows)
 
 
@@ -131,9 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = [_parse_model(m) for m in args.models]
     for d in args.data:
         if not d.is_file():
-            raise SystemExit(f"error: no such data file: {d}")
+            raise InputError(f"no such data file: {d}")
     results = [score_model(name, path, args.data) for name, path in models]
-    print(markdown(results))
+    print(markdown(results, [Path(d).name for d in args.data]))
     if args.json:
         command = " ".join(["python -m benchmarks.ablation", *(argv if argv is not None else sys.argv[1:])])
         path = write_result(args.json.stem, {"models": results}, args.json.parent, command=command)

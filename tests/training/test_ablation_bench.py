@@ -50,8 +50,10 @@ def test_scores_a_crf_checkpoint_with_argmax_and_viterbi(tiny_base_model, tiny_d
     finally:
         p.close()
     assert m["test"]["test_a"]["overall_f1"] == pytest.approx(round(evaluate(gold, pred).overall_f1, 2))
-    table = capsys.readouterr().out
-    assert "| tiny |" in table and table.count("\n") >= 2
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| model | dev2010 at training (its meta) | test_a | test_b | test_a COMMA")
+    a, b = m["test"]["test_a"]["overall_f1"], m["test"]["test_b"]["overall_f1"]
+    assert table[2].startswith(f"| tiny | {m['validation']['overall_f1']:.1f} | {a:.1f} | {b:.1f} | ")
 
 
 def test_markdown_rows_follow_the_input_order():
@@ -66,13 +68,20 @@ def test_markdown_rows_follow_the_input_order():
     assert lines[3].startswith("| a | 50.0 | 50.0 | 45.0 |")
 
 
-def test_bad_model_arguments_are_clear_errors(tmp_path):
-    with pytest.raises(SystemExit, match="must be NAME=FOLDER"):
+def test_bad_model_arguments_are_clear_errors(tmp_path, capsys):
+    from benchmarks.common import run_module
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match="must be NAME=FOLDER"):
         main(["checkpoints/x"])
-    with pytest.raises(SystemExit, match="no streampunct.json"):
+    with pytest.raises(InputError, match="no streampunct.json"):
         main([f"x={tmp_path}"])
+    # `python -m benchmarks.ablation`: one line and status 2, as its error boundary promises
+    assert run_module(lambda: main([f"x={tmp_path}"]), "python -m benchmarks.ablation") == 2
+    assert capsys.readouterr().err == (f"python -m benchmarks.ablation: error: {tmp_path} is not a model folder "
+                                       "or checkpoint (no streampunct.json)\n")
     (tmp_path / "streampunct.json").write_text("{}")
-    with pytest.raises(SystemExit, match="no such data file"):
+    with pytest.raises(InputError, match="no such data file"):
         main([f"x={tmp_path}", "--data", str(tmp_path / "missing")])
 
 
