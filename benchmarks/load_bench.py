@@ -80,7 +80,7 @@ from benchmarks.common import (
 from benchmarks.load_clients import ClientOptions, SessionOutcome, SessionPlan, make_clients
 from benchmarks.load_finals import FinalsCheck, check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
-from benchmarks.load_report import format_step, plot_load, profile_top, summary_text
+from benchmarks.load_report import format_step, plot_load, profile_top, summary_text, target_verdict
 from benchmarks.load_search import best_sessions, next_refinement, slo_failures
 from benchmarks.server_under_test import (
     SERVER_FLAGS,
@@ -631,7 +631,7 @@ def run_load_bench(cfg: LoadBenchConfig, *, command: str | None = None) -> dict:
         "slo": {"p95_margin_ms": cfg.slo_p95_ms, "lost_words": 0, "duplicated_words": 0},
         "max_sessions_meeting_slo": best,
         "target_sessions": cfg.target_sessions,
-        "target_met": best is not None and best >= cfg.target_sessions,
+        "target_met": target_verdict(steps, best, cfg.target_sessions),  # None: not tested
         "stopped": stopped,
         "steps": steps,
         "load_average_before": [round(x, 2) for x in load_before],

@@ -654,3 +654,44 @@ def test_a_server_given_by_url_is_recorded_with_the_engine_its_healthz_names():
         "status": "ok", "engine": "fake", "model": "m"}
     assert _healthz_fields((503, '{"engine": "fake"}')) == {}  # not serving: not trusted
     assert _healthz_fields((200, "ok")) == _healthz_fields(None) == _healthz_fields((200, "[1]")) == {}
+
+
+def test_a_target_above_every_step_run_is_not_tested_not_missed():
+    from benchmarks.load_report import target_verdict
+
+    met = [{"sessions": n, "slo_met": True} for n in (10, 20)]
+    assert target_verdict(met, 20, 150) is None  # the ramp stopped below 150 with every step met
+    assert target_verdict(met, 20, 20) is True
+    assert target_verdict([*met, {"sessions": 40, "slo_met": False}], 20, 150) is False
+    assert target_verdict([{"sessions": 200, "slo_met": True}], 200, 150) is True
+
+
+def test_the_profile_top_leaves_the_loops_idle_wait_out(tmp_path):
+    """With uvloop the loop's waits are the own time of the frame that runs it (asyncio's
+    Runner.run): that is idle, not cost."""
+    import asyncio
+    import cProfile
+    import time
+
+    from benchmarks.load_report import profile_top
+
+    def busy():
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+
+    async def main():
+        busy()
+        await asyncio.sleep(0.3)
+
+    profile = cProfile.Profile()
+    profile.enable()
+    asyncio.run(main())
+    profile.disable()
+    path = tmp_path / "server.prof"
+    profile.dump_stats(str(path))
+    top = profile_top(path)
+    names = [r["function"] for r in top]
+    assert any("(busy)" in n for n in names)
+    assert not any(n.startswith("runners.py:") and n.endswith("(run)") for n in names)
+    assert sum(r["tottime_s"] for r in top) < 0.25  # the 0.3 s asleep is not in it
