@@ -110,6 +110,9 @@ class ServerUnderTest:
                            fake_token_us=self.fake_token_us)
         check_positive(startup_timeout_s=self.startup_timeout_s)
         self.session_options().check(DEFAULT_LIMITS)  # the options' rules, as serve checks them (ValueError)
+        if self.server_src is not None and not (Path(self.server_src) / "streampunct" / "cli.py").is_file():
+            # when parsed, not after the output folder and the data are ready
+            raise ValueError(f"--server-src {self.server_src}: not a streampunct source tree (no streampunct/cli.py)")
 
     def to_json(self, names: Iterable[str] | None = None) -> dict:
         """The fields ``names`` (all: None), JSON-ready (paths as strings, tuples as lists)."""

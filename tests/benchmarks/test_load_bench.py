@@ -695,3 +695,15 @@ def test_the_profile_top_leaves_the_loops_idle_wait_out(tmp_path):
     assert any("(busy)" in n for n in names)
     assert not any(n.startswith("runners.py:") and n.endswith("(run)") for n in names)
     assert sum(r["tottime_s"] for r in top) < 0.25  # the 0.3 s asleep is not in it
+
+
+def test_a_server_src_that_is_no_source_tree_is_refused_when_parsed(tmp_path, capsys, monkeypatch):
+    import benchmarks.load_bench as load_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(load_bench, "run_load_bench", lambda *a, **k: pytest.fail("the bench ran"))
+    assert main(["bench", "load", "--engine", "fake", "--server-src", str(tmp_path / "gone"),
+                 "--out-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"streampunct bench: error: --server-src {tmp_path / 'gone'}: not a "
+                                       "streampunct source tree (no streampunct/cli.py)\n")
+    assert not (tmp_path / "out").exists()
