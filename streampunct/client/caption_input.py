@@ -568,16 +568,16 @@ def _scaled(events: list[AsrEvent], speed: float) -> list[AsrEvent]:
 
 
 def is_live_input(path: str) -> bool:
-    """Whether ``path`` is read as it is written, as stdin is: ``-``, or a pipe, socket or character
-    device given by name (``<(asr ...)``, a named pipe, ``/dev/stdin``), which has no end to read to
-    before the stream starts."""
+    """Whether ``path`` is read as it is written, as stdin is: ``-``, or a pipe or character device
+    given by name (``<(asr ...)``, a named pipe, ``/dev/stdin`` on a pipe or terminal), which has
+    no end to read to before the stream starts. (A Unix socket cannot be opened by name.)"""
     if path == "-":
         return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def _stdin_lines(path: str = "-") -> asyncio.Queue[str | Exception | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import signal
 import sys
@@ -121,7 +122,11 @@ def run(args: argparse.Namespace) -> int:
     check_url(args.url)  # a malformed --url: one line, before any input is read
 
     def report(line: str) -> None:
-        print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
+        try:
+            print(f"streampunct caption: {line}", file=sys.stderr, flush=True)
+        except OSError as e:  # a terminal that hung up (SIGHUP follows): nobody reads it
+            if not _gone(e):
+                raise
 
     if is_live_input(args.transcript):  # stdin, or a pipe given by name (`<(asr ...)`): as it comes
         if args.transcript == "-" and sys.stdin is None:  # started with stdin closed (`caption - <&-`)
@@ -201,15 +206,23 @@ def _isatty(stream: TextIO | None) -> bool:
         return False
 
 
+def _gone(error: OSError) -> bool:
+    """Whether a write failed because its reader is gone: a closed pipe (EPIPE), or a terminal
+    that hung up (EIO: the kernel turns a hung-up tty's writes into errors before SIGHUP comes)."""
+    return isinstance(error, BrokenPipeError) or error.errno == errno.EIO
+
+
 class _Stdout:
     """Stdout for the run: the first write or flush that finds it closed (``BrokenPipeError``,
-    ``| head``) calls ``on_close`` once; from then on writes go nowhere (and file descriptor 1 to
-    /dev/null, so that the flush at exit does not fail again)."""
+    ``| head``, or a terminal that hung up) calls ``on_close`` once; from then on writes go
+    nowhere (and file descriptor 1 to /dev/null, so that the flush at exit does not fail again)."""
 
     def __init__(self, stream: TextIO, on_close) -> None:
         self.stream = stream
         self.on_close = on_close
         self.closed_pipe = False
+        #: whether it was a terminal when the run began (a hung-up terminal is none any more)
+        self.was_tty = _isatty(stream)
 
     def _broken(self) -> None:
         if self.closed_pipe:
@@ -226,7 +239,9 @@ class _Stdout:
         if not self.closed_pipe:
             try:
                 self.stream.write(text)
-            except BrokenPipeError:
+            except OSError as e:
+                if not _gone(e):
+                    raise
                 self._broken()
         return len(text)
 
@@ -234,11 +249,13 @@ class _Stdout:
         if not self.closed_pipe:
             try:
                 self.stream.flush()
-            except BrokenPipeError:
+            except OSError as e:
+                if not _gone(e):
+                    raise
                 self._broken()
 
     def isatty(self) -> bool:
-        return not self.closed_pipe and self.stream.isatty()
+        return not self.closed_pipe and self.was_tty
 
 
 async def _caption(args: argparse.Namespace, events, out, report) -> int:
@@ -283,13 +300,18 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
 
     stdout = _Stdout(sys.stdout, on_closed_stdout)
 
+    stderr_tty = _isatty(sys.stderr)  # now: once the terminal hangs up, it is no tty any more
+
     def on_hangup() -> None:
         # The terminal closed (an ssh session, a window): as SIGTERM, but the terminal's streams
         # are gone. Captions on it are closed stdout (nothing to wait for without --out); what
         # goes to a file or a pipe is still written.
-        second = interrupt.stopped  # after a Ctrl-C, say: a second signal, which stops at once
+        # After a Ctrl-C, say, this is a second signal, which stops at once. A stop that came
+        # from the terminal's stdout failing (EIO: the kernel hangs the terminal up first) was
+        # this hangup itself.
+        second = bool(signals) or (interrupt.stopped and not stdout.was_tty)
         signals.append(signal.SIGHUP)
-        if _isatty(sys.stderr):
+        if stderr_tty:
             _to_devnull(sys.stderr)
         if stdout.isatty():
             stdout.close_pipe()  # as `| head` does: on_closed_stdout stops the run, or ends it
@@ -336,10 +358,9 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
               "no words", file=sys.stderr)
         return 2
     if out is not None and not result.transcript.n_final:
-        # stopped (or cut off) before any final: an existing --out keeps what it held
+        # stopped, cut off or refused before any final: an existing --out keeps what it held
         out.discard()
-        if result.interrupted or closed_early is not None:
-            report(f"no word was final: --out {args.out} left as it was")
+        report(f"no word was final: --out {args.out} left as it was")
         out = None
     if out is not None:
         if args.format == "text":

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 #: limits (8 KB a line, 128 headers) let each connection still in its handshake hold about a
 #: megabyte; real handshakes take a few kilobytes (big cookies: tens).
 MAX_REQUEST_HEAD_BYTES = 64 * 1024
+#: How long a connection refused for its head's size (431) may go on sending before it is closed.
+REFUSED_LINGER_S = 2.0
 
 
 class GuardedConnection(ServerConnection):
@@ -96,6 +98,8 @@ class GuardedConnection(ServerConnection):
         self._unparsed_reported = False
         self._response_sent = False
         self._head_bytes = 0  # read before the request was whole
+        self._refused = False  # answered 431 (_refuse_head)
+        self._linger: asyncio.TimerHandle | None = None
         self.aborted_for_unread_output = False
         #: the server's session id once a session runs on this connection: its log lines name it
         self.session_id: str | None = None
@@ -155,10 +159,17 @@ class GuardedConnection(ServerConnection):
         text = f"request head over {MAX_REQUEST_HEAD_BYTES} bytes"
         self._report_unparsed(InvalidMessage(f"a {text}"))
         self._response_sent = True
+        self._refused = True  # what comes from now on is read and dropped
         response = self.protocol.reject(http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"{text.capitalize()}.\n")
-        self.transport.pause_reading()
-        self.transport.write(response.serialize())
-        self.transport.close()  # after the answer is written
+        transport = self.transport
+        transport.write(response.serialize())
+        # A lingering close, as web servers do: a client still sending its head would get a
+        # reset, which discards the answer, if the socket closed with its bytes unread. So the
+        # answer goes out with a FIN, the rest is read and dropped, and the connection closes
+        # when the client closes it, or after REFUSED_LINGER_S.
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._linger = self.loop.call_later(REFUSED_LINGER_S, transport.close)
 
     def _report_unparsed(self, error: Exception) -> None:
         if self._on_unparsed is not None and not self._unparsed_reported:
@@ -178,6 +189,9 @@ class GuardedConnection(ServerConnection):
         self.recv_messages.resume = lambda: self._release("queue")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self._control_timer is not None:
             self._control_timer.cancel()
             self._control_timer = None
@@ -219,6 +233,8 @@ class GuardedConnection(ServerConnection):
             self._control_rate.take(self.loop.time())
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:  # answered 431: the rest of the head is dropped (_refuse_head)
+            return
         super().data_received(data)
         transport = self.transport
         if self.aborted_for_unread_output or transport.is_closing():

@@ -176,51 +176,63 @@ async def test_an_abort_writes_what_is_final_at_once(start_server, tmp_path, fak
     assert no_temporary_files(tmp_path)
 
 
-@pytest.mark.parametrize("stdout_tty", [False, True, "nohup"])
-async def test_sighup_writes_every_final_word_as_sigterm_does(start_server, tmp_path, fake_labels, stdout_tty):
+@pytest.mark.parametrize("how", ["signal", "nohup", "hangup", "hangup-stderr-file"])
+async def test_sighup_writes_every_final_word_as_sigterm_does(start_server, tmp_path, fake_labels, how):
     """The terminal closed (an ssh session dropped): SIGHUP. It used to kill the client, and
     --out kept its old content while the captions sat in a hidden temporary file. Now it is
-    SIGTERM's stop: every word sent is finalized into --out, status 129; captions on a
-    terminal are not written to it any more (it is gone), nor are the messages on stderr.
-    Under nohup (SIGHUP ignored) it stays ignored: the run goes on to the input's end."""
+    SIGTERM's stop: every word sent is finalized into --out, status 129.
+
+    ``hangup``: a real one. The client leads a session whose controlling terminal (its stdout)
+    is a pty, and the pty's other end closes: the kernel makes the terminal's writes fail (EIO)
+    and then sends SIGHUP; captions and messages on it go nowhere, the rest is written. Under
+    nohup (SIGHUP ignored) it stays ignored: the run goes on to the input's end."""
+    import fcntl
     import pty
+    import termios
 
-    ignored = stdout_tty == "nohup"
-    stdout_tty = stdout_tty is True
+    ignored = how == "nohup"
+    hangup = how.startswith("hangup")
     hup = signal.SIG_IGN if ignored else signal.SIG_DFL  # whatever the test runner's own is
-
     server = await start_server()
     out = tmp_path / "t.txt"
     out.write_text("old notes\n")
-    terminal = pty.openpty() if stdout_tty else None
+    master, terminal = pty.openpty() if hangup else (None, None)
+    err_file = open(tmp_path / "stderr.txt", "wb") if how == "hangup-stderr-file" else None
+
+    def child_setup():
+        signal.signal(signal.SIGHUP, hup)
+        if hangup:  # a session of its own, the pty its controlling terminal (as a login shell's)
+            os.setsid()
+            fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url, "--out", str(out),
         "--right-context", "3", "--max-delay-ms", "600000",
-        stdin=asyncio.subprocess.PIPE, stdout=terminal[1] if terminal else asyncio.subprocess.PIPE,
-        stderr=terminal[1] if terminal else asyncio.subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, hup))
+        stdin=asyncio.subprocess.PIPE, stdout=terminal if hangup else asyncio.subprocess.PIPE,
+        stderr=err_file or (terminal if hangup else asyncio.subprocess.PIPE), preexec_fn=child_setup)
     try:
         words = "so this is the story of how it all began".split()
         proc.stdin.write((" ".join(words) + "\n").encode())
         await proc.stdin.drain()
         await until(lambda: words_in(server) == len(words) and words_finalized(server) == len(words) - 3)
-        proc.send_signal(signal.SIGHUP)
-        if terminal:
-            os.close(terminal[1])
-            proc.stdin.close()
+        if hangup:
+            os.close(terminal)
+            os.close(master)  # the terminal goes away
             rc = await asyncio.wait_for(proc.wait(), 30)
-            os.close(terminal[0])
-            stderr = ""
+            stderr = (tmp_path / "stderr.txt").read_text() if err_file else ""
         else:
+            proc.send_signal(signal.SIGHUP)
             rc, _, stderr = await finish(proc)
     finally:
+        if err_file:
+            err_file.close()
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
     assert rc == (0 if ignored else 129), stderr
     assert words_finalized(server) == len(words)
     assert out.read_text() == render(words, ended(fake_labels(words)), capitalize=True) + "\n"
-    if not terminal:
+    if how != "hangup":
         assert ("interrupted by SIGHUP" in stderr) != ignored and "Traceback" not in stderr
     assert no_temporary_files(tmp_path)
 

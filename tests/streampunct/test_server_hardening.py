@@ -555,6 +555,34 @@ async def test_requests_websockets_refuses_unparsed_are_counted_logged_and_name_
     assert rejected(server, "malformed") == 1.0 and len(refusal_lines(caplog)) == 1
 
 
+async def test_an_oversize_head_sent_in_pieces_still_gets_its_431(start_server, caplog):
+    """A client still sending its head when the server refuses it: closing with its bytes unread
+    would reset the connection and discard the answer; the server reads on (and drops) until the
+    client closes, so the 431 arrives."""
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for k in range(9):  # 72 KB, 8 KB a write: past the limit
+            writer.write(b"X-%d: %s\r\n" % (k, b"a" * 8000))
+            await writer.drain()
+        async with asyncio.timeout(TIMEOUT):
+            first = await reader.readexactly(1)  # the server has answered...
+            for k in range(9, 20):  # ...while the client still sends its head
+                writer.write(b"X-%d: %s\r\n" % (k, b"a" * 8000))
+                await writer.drain()
+            head = first + await reader.readuntil(b"\r\n\r\n")
+            body = await reader.readexactly(int(Reply(head).headers["content-length"]))
+            assert await reader.read() == b""  # then the server's end is closed
+    finally:
+        writer.close()
+    assert Reply(head).status == 431 and body == b"Request head over 65536 bytes.\n"
+    await until(lambda: rejected(server, "malformed") == 1.0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+    assert (await request(server.port)).status == 200
+
+
 @pytest.mark.parametrize(("behind", "status"), [
     (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", None),  # a second request: not frames
     (b"\x00" * 70_000, None),  # a frame no client may send
