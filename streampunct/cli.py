@@ -20,7 +20,9 @@ the user gave: not found, permission denied, a directory, already there) is
 one line ``streampunct COMMAND: error: ...`` and status 2 too. Any other
 exception is a fault of the program or the machine (a broken pipe, a full
 disk, a bug) and keeps its traceback; a closed pipe on the output (``| head``)
-ends the command quietly with status 141.
+ends the command quietly with status 141. Ctrl-C, SIGTERM and SIGHUP (unless
+ignored, as under nohup) stop a command the same way, cleaning up as it does
+(an ``--out`` file stays as it was), with status 130, 143 and 129.
 """
 
 from __future__ import annotations
@@ -101,12 +103,48 @@ def build_parser() -> argparse.ArgumentParser:
 PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as Ctrl-C's KeyboardInterrupt is, so that a command cleans up
+    the same way (an ``--out`` file's temporary copy removed, servers and workers stopped) and
+    exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _stop_signals() -> dict[int, object]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while a command runs,
+    where they would kill the process at once (their default; an ignored one, as under nohup,
+    stays ignored; a command with an event loop sets its own). The handlers they had, to
+    restore."""
+    import signal
+    import threading
+
+    previous: dict[int, object] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _terminated)
+    return previous
+
+
 def run_command(run, args: argparse.Namespace, prog: str) -> int:
     """Run one subcommand; the project's and the engines' own errors, and wrong paths, become a
-    one-line message and status 2; anything else keeps its traceback."""
+    one-line message and status 2; anything else keeps its traceback. Ctrl-C, SIGTERM and
+    SIGHUP end it with 128 + the signal's number (130, 143, 129)."""
+    import signal
+
     # here, not at import: numpy loads with it, and main() guards that time against Ctrl-C
     from engines.base import EngineError
 
+    previous = _stop_signals()
     try:
         return int(run(args) or 0)
     except (StreampunctError, EngineError, *PATH_ERRORS) as e:
@@ -118,8 +156,11 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
         except (OSError, ValueError):
             pass
         return 128 + 13  # killed by SIGPIPE
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def configure_logging(level: str) -> None:

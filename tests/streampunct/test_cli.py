@@ -875,3 +875,38 @@ def test_serve_without_the_itn_extra_names_the_flag_that_needs_it(monkeypatch, a
         build_config(build_parser().parse_args(["serve", *argv]))
     assert str(e.value) == (f"{flag} needs the itn extra: pip install -e '.[itn]' in the streampunct checkout "
                             "(pip install '.[itn]' where it is installed from a copy, as in a container)")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stop_signal_mid_run_keeps_the_out_file_and_leaves_no_temporary_file(tmp_path, sig):
+    """`timeout`, systemd and CI stop a job with SIGTERM; a closed terminal sends SIGHUP. Both
+    killed punctuate at once before: status -15, and an empty hidden temporary file beside
+    --out. Now they end it as Ctrl-C does: --out as it was, no temporary file, 128 + signal."""
+    import signal
+    import subprocess
+    import time
+
+    words = " ".join(f"word{i % 97}" for i in range(200_000))
+    source = tmp_path / "big.txt"
+    source.write_text(words + "\n")
+    out = tmp_path / "big.out"
+    out.write_text("the older output\n")
+    proc = subprocess.Popen([sys.executable, "-m", "streampunct.cli", "punctuate", str(source), "--out", str(out),
+                             "--engine", "fake"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]:  # its --out is open
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + getattr(signal, sig), err.decode()
+    assert b"Traceback" not in err
+    assert out.read_text() == "the older output\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
