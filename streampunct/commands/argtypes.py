@@ -61,3 +61,27 @@ def lexicon_file(path: str) -> tuple[tuple[str, str], ...]:
         return parse_lexicon_tsv(read_text(path), source=path)
     except (InputError, ValueError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _option_value(text: str) -> object:
+    """An ``--engine-option`` value: the text, which the backend converts to its option's type
+    (``engines.base.OptionText``: ``providers=A,B`` a list, ``model_version=1`` a string);
+    a non-finite number as the float, which no option takes (refused here)."""
+    from engines.base import OptionText
+
+    try:
+        number = float(text)
+    except ValueError:
+        return OptionText(text)
+    return number if not math.isfinite(number) else OptionText(text)
+
+
+def engine_option(text: str) -> tuple[str, object]:
+    """``--engine-option KEY=VALUE`` (serve, punctuate, evaluate): the backend's option, as a pair."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    parsed = _option_value(value)
+    if isinstance(parsed, float) and not math.isfinite(parsed):  # no backend's cost or count is nan/inf
+        raise argparse.ArgumentTypeError(f"expected a finite number in {text!r}")
+    return key, parsed

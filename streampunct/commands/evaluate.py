@@ -14,7 +14,13 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
-    from streampunct.commands.argtypes import choices, int_between, non_negative_int, positive_int
+    from streampunct.commands.argtypes import (
+        choices,
+        engine_option,
+        int_between,
+        non_negative_int,
+        positive_int,
+    )
     from streampunct.core.options import SessionOptions
     from streampunct.core.wire import DEFAULT_LIMITS
 
@@ -22,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
+    p.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append", default=[],
+                   help="extra backend option (repeatable), as serve takes it: e.g. intra_op_threads=2, or "
+                        "url=HOST:PORT for --engine triton")
     p.add_argument(
         "--right-context", type=non_negative_int, nargs="+", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",
@@ -47,11 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     # within what a server takes by default (a session asking for more gets bad_request there)
     p.add_argument("--live-right-context", type=int_between(0, DEFAULT_LIMITS.max_right_context),
-                   default=SessionOptions.right_context, metavar="N",
-                   help="right_context of the live stream (default: the server's, %(default)s)")
+                   default=None, metavar="N",
+                   help=f"right_context of the live stream (--live; default: the server's, "
+                        f"{SessionOptions.right_context})")
     p.add_argument("--live-max-delay-ms", type=int_between(0, DEFAULT_LIMITS.max_delay_ms),
-                   default=SessionOptions.max_delay_ms, metavar="MS",
-                   help="max_delay_ms of the live stream (default: the server's, %(default)s)")
+                   default=None, metavar="MS",
+                   help=f"max_delay_ms of the live stream (--live; default: the server's, "
+                        f"{SessionOptions.max_delay_ms})")
     p.add_argument("--window", type=int, nargs=3, default=None, metavar=("W", "L", "R"),
                    help="override the model's window geometry (offline and streaming): W content tokens "
                         "(at most 510), L + R + two words of context within them")
@@ -75,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.text.textfile import output_file
     from streampunct.text.word_labels import read_punctuated_text, read_word_labels
 
+    if not args.live and (args.live_right_context is not None or args.live_max_delay_ms is not None):
+        given = "--live-right-context" if args.live_right_context is not None else "--live-max-delay-ms"
+        raise InputError(f"{given} sets the live stream's options: add --live")
     if args.workers is not None:
         check_worker_count("--workers", args.workers, "each engine holds its own weights")
     window = None
@@ -91,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:  # where the figures go, before any work: a wrong path costs no model run
         if not args.json.name:
             raise InputError(f"--json {str(args.json)!r}: give a file name")
+        if str(args.json) == "-":  # not a file named "-"
+            raise InputError("--json -: the tables already go to stdout; --json names a file")
         json_out = output_file(args.json)
     try:
         results = _evaluate(args, data, window)
@@ -122,7 +138,7 @@ def _evaluate(args: argparse.Namespace, data, window) -> dict:
     # N of them use N cores. One thread or two gives the same logits (each window runs alone).
     workers = args.workers or (physical_cores() if engine_threads(args.engine, 1) else 1)
     parallel = workers > 1 and bool(args.right_context)
-    options = engine_threads(args.engine, 1) if parallel else {}
+    options = (engine_threads(args.engine, 1) if parallel else {}) | dict(args.engine_option)  # the user's win
     punct = OfflineDecoder.from_model_dir(args.model, engine=args.engine, window=window, **options)
     extra: list = []
     try:
@@ -174,7 +190,10 @@ def _evaluate(args: argparse.Namespace, data, window) -> dict:
             print(rep.table())
             results["streaming"][str(rc)] = rep.to_dict() | {"model_calls": run_.model_calls}
         if args.live:
-            options = SessionOptions(right_context=args.live_right_context, max_delay_ms=args.live_max_delay_ms)
+            defaults = SessionOptions()
+            options = SessionOptions(
+                right_context=defaults.right_context if args.live_right_context is None else args.live_right_context,
+                max_delay_ms=defaults.max_delay_ms if args.live_max_delay_ms is None else args.live_max_delay_ms)
             t0 = time.perf_counter()
             labels = schedule_labels(live_schedule(data.words), punct.aligner, punct.stream_window,
                                      punct.engine.infer, options, stream_engine=stream_engine)

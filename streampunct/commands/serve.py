@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import re
 
@@ -15,27 +14,6 @@ HELP = "run the streaming punctuation WebSocket server"
 TOKEN_ENV = "STREAMPUNCT_AUTH_TOKEN"
 
 
-def _option_value(text: str) -> object:
-    """An ``--engine-option`` value: the text, which the backend converts to its option's type
-    (``engines.base.OptionText``: ``providers=A,B`` a list, ``model_version=1`` a string);
-    a non-finite number as the float, which no option takes (refused here)."""
-    from engines.base import OptionText
-
-    try:
-        number = float(text)
-    except ValueError:
-        return OptionText(text)
-    return number if not math.isfinite(number) else OptionText(text)
-
-
-def _engine_option(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    parsed = _option_value(value)
-    if isinstance(parsed, float) and not math.isfinite(parsed):  # no backend's cost or count is nan/inf
-        raise argparse.ArgumentTypeError(f"expected a finite number in {text!r}")
-    return key, parsed
 
 
 def _engine_workers(text: str) -> int | str:
@@ -73,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
     from streampunct.commands.argtypes import (
         choices,
+        engine_option,
         finite_float,
         lexicon_file,
         non_negative_float,
@@ -92,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),
                         help="inference backend (fake: synthetic labels at a chosen cost, no model needed; "
                              "default: %(default)s)")
-    parser.add_argument("--engine-option", metavar="KEY=VALUE", type=_engine_option, action="append",
+    parser.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append",
                         default=[], help="extra backend option (repeatable), e.g. intra_op_threads=2, "
                                          "or the fake engine's batch_ms=0.5, token_us=20, sleep=true")
     parser.add_argument("--event-loop", choices=choices(EventLoop), default=str(ServerConfig.event_loop),

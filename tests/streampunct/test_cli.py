@@ -910,3 +910,39 @@ def test_a_stop_signal_mid_run_keeps_the_out_file_and_leaves_no_temporary_file(t
     assert b"Traceback" not in err
     assert out.read_text() == "the older output\n"
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("command", ["punctuate", "evaluate"])
+def test_punctuate_and_evaluate_pass_engine_options_to_the_backend(tmp_path, capsys, command):
+    """As serve does: `--engine triton --engine-option url=HOST:PORT` could not be said before."""
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip("no shipped model")
+    words = tmp_path / "words.tsv"
+    words.write_text("hello\tO\nworld\tPERIOD\n")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world\n")
+    source = [str(text)] if command == "punctuate" else ["--data", str(words)]
+    assert main([command, *source, "--engine-option", "nokey=1"]) == 2
+    assert capsys.readouterr().err.startswith(f"streampunct {command}: error: unknown option(s) nokey for the "
+                                              "onnxruntime backend; valid: allow_spinning")
+
+
+def test_evaluate_json_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    words = tmp_path / "words.tsv"
+    words.write_text("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", str(words), "--json", "-"]) == 2
+    assert capsys.readouterr().err.strip() == ("streampunct evaluate: error: --json -: the tables already go to "
+                                               "stdout; --json names a file")
+    assert not (tmp_path / "-").exists()
+
+
+def test_evaluate_live_options_without_live_are_refused(tmp_path, capsys):
+    """They were silently ignored: the run scored no live stream at all."""
+    words = tmp_path / "words.tsv"
+    words.write_text("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", str(words), "--live-right-context", "8"]) == 2
+    assert capsys.readouterr().err.strip() == ("streampunct evaluate: error: --live-right-context sets the live "
+                                               "stream's options: add --live")
