@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from streampunct.core.decoder import OfflineDecoder
 
 NAME = "punctuate"
-HELP = "punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline decoder"
+HELP = ("punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline "
+        "decoder; words are normalized as the server's are (lowercase, punctuation and symbols at a word's "
+        "edges dropped; a word of symbols alone is kept)")
 LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 
