@@ -445,17 +445,23 @@ async def test_open_client_refuses_a_malformed_url_with_a_connect_error(url):
     assert not info.value.retryable
 
 
-async def test_caption_says_a_dropped_connection_was_lost(start_server, tmp_path):
-    """A connection dropped with no close frame (1006) is said to be lost, not closed by the server."""
-    server = await start_server()
+async def _three_words_streaming(server, reconnect_attempts: int) -> asyncio.subprocess.Process:
+    """A ``caption -`` whose three words the server holds (none final: right context 3)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url,
-        "--right-context", "3", "--max-delay-ms", "600000", "--reconnect-attempts", "0",
+        "--right-context", "3", "--max-delay-ms", "600000", "--reconnect-attempts", str(reconnect_attempts),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     proc.stdin.write(b"so this is\n")
     await proc.stdin.drain()
     await until(lambda: sum(s.protocol.n_words for s in server.sessions) >= 3, timeout=20)
+    return proc
+
+
+async def test_caption_says_a_dropped_connection_was_lost(start_server, tmp_path):
+    """A connection dropped with no close frame (1006) is said to be lost, not closed by the server."""
+    server = await start_server()
+    proc = await _three_words_streaming(server, 0)
     for session in server.sessions:
         session._ws.transport.abort()  # no close frame
     _, stderr = await asyncio.wait_for(proc.communicate(), 20)
@@ -469,14 +475,7 @@ async def test_a_resume_that_fails_is_explained_once(start_server):
     """The server went away for good: the client's notice says why the resume failed; the
     closing error points to it instead of repeating it."""
     server = await start_server()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", server.url,
-        "--right-context", "3", "--max-delay-ms", "600000", "--reconnect-attempts", "1",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    proc.stdin.write(b"so this is\n")
-    await proc.stdin.drain()
-    await until(lambda: sum(s.protocol.n_words for s in server.sessions) >= 3, timeout=20)
+    proc = await _three_words_streaming(server, 1)
     await server.shutdown()  # 1001, and nothing listens any more: the resume cannot connect
     _, stderr = await asyncio.wait_for(proc.communicate(), 30)
     stderr = stderr.decode()
