@@ -877,6 +877,15 @@ def test_serve_without_the_itn_extra_names_the_flag_that_needs_it(monkeypatch, a
                             "(pip install '.[itn]' where it is installed from a copy, as in a container)")
 
 
+def _default_stop_signals() -> None:
+    """In a child: the stop signals at their defaults, whatever the test runner's are (a job run
+    in the background of a script ignores SIGINT, one under nohup SIGHUP, and children inherit it)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
 def test_a_stop_signal_mid_run_keeps_the_out_file_and_leaves_no_temporary_file(tmp_path, sig):
@@ -894,7 +903,7 @@ def test_a_stop_signal_mid_run_keeps_the_out_file_and_leaves_no_temporary_file(t
     out.write_text("the older output\n")
     proc = subprocess.Popen([sys.executable, "-m", "streampunct.cli", "punctuate", str(source), "--out", str(out),
                              "--engine", "fake"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            preexec_fn=_default_stop_signals)
     try:
         deadline = time.monotonic() + 60
         while not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]:  # its --out is open
