@@ -204,6 +204,18 @@ def two_front_ends(cfg: TritonBenchConfig, triton_url: str, triton, workdir: Pat
     return {"front_ends": 2, "steps": rows}
 
 
+#: How long a bench waits for a Triton server it was given (--triton-url): one that runs already.
+EXTERNAL_READY_S = 10.0
+
+
+def _check_external(model_dir: Path, url: str) -> None:
+    """A Triton server given by ``--triton-url`` serves the model now (an ``ArtifactError`` within
+    :data:`EXTERNAL_READY_S` otherwise), before the local labels and load steps run."""
+    from engines.registry import load_engine
+
+    load_engine("triton", model_dir, url=url, ready_timeout_s=EXTERNAL_READY_S).close()
+
+
 def run_triton_bench(cfg: TritonBenchConfig, *, command: str | None = None) -> dict:
     from engines.build.triton_pytriton import PyTritonProcess, server_python
 
@@ -232,6 +244,7 @@ def run_triton_bench(cfg: TritonBenchConfig, *, command: str | None = None) -> d
             else:
                 url = cfg.triton_url
                 payload["triton"] = {"server": "external", "url": url}
+                _check_external(cfg.model_dir, url)
             if cfg.data is not None:
                 print(f"labels on {cfg.data}: local engine vs Triton", flush=True)
                 payload["labels"] = compare_labels(cfg.model_dir, cfg.data, url, local_threads=cfg.local_threads)

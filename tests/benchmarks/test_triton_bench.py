@@ -68,3 +68,20 @@ def test_labels_of_a_short_file_through_triton_equal_the_local_engines(tmp_path)
     assert payload["labels"]["n_words"] == len(words)
     assert payload["labels"]["labels_differ"] == 0 and payload["labels"]["cases_differ"] == 0
     assert json.loads((tmp_path / "t.json").read_text())["labels"]["labels_differ"] == 0
+
+
+def test_an_external_triton_that_does_not_answer_is_refused_before_any_work(tmp_path, monkeypatch):
+    """--triton-url with nothing listening ran the local engine's labels first, then waited the
+    engine's 60 s: now EXTERNAL_READY_S, before anything else."""
+    pytest.importorskip("tritonclient.grpc")
+    import benchmarks.triton_bench as triton_bench
+    from engines.base import ArtifactError
+    from engines.build.triton_pytriton import free_port
+
+    monkeypatch.setattr(triton_bench, "EXTERNAL_READY_S", 1.0)
+    monkeypatch.setattr(triton_bench, "compare_labels", lambda *a, **k: pytest.fail("the labels ran"))
+    url = f"127.0.0.1:{free_port()}"
+    cfg = TritonBenchConfig(model_dir=DEFAULT_MODEL, triton_url=url, out_dir=tmp_path)
+    with pytest.raises(ArtifactError, match=f"Triton at {url} is not ready after 1 s"):
+        run_triton_bench(cfg)
+    assert not list(tmp_path.glob("*.json"))
