@@ -18,7 +18,8 @@ def slo_failures(step: Mapping, slo_p95_ms: float) -> list[str]:
     # a session the server closed early (a shutdown: close 1001), or that got an error frame
     # (overloaded, internal) or ran out of time, was not served: the step fails even when
     # every word it sent got its final (the profiler's own failure is not the server's)
-    errors = {k: v for k, v in (step.get("errors") or {}).items() if k != "py-spy" and v}
+    errors = {k: v for k, v in (step.get("errors") or {}).items()
+              if k != "py-spy" and not k.startswith("connect:") and v}  # refused connections: above
     if errors:
         reasons.append("session errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errors.items())))
     p95 = step["margin_ms"]["p95"]

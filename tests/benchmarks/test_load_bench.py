@@ -153,6 +153,8 @@ def test_slo_failures_name_every_reason():
     cut = {**ok, "errors": {"close:1001": 3, "overloaded": 1, "py-spy": 1}}
     assert slo_failures(cut, 100.0) == ["session errors: close:1001 x3, overloaded x1"]
     assert slo_failures({**ok, "errors": {"py-spy": 1}}, 100.0) == []
+    refused = {**ok, "connected": 9, "errors": {"connect:ConnectionRefusedError": 1}}
+    assert slo_failures(refused, 100.0) == ["1 sessions could not connect"]  # said once
 
 
 def test_ramp_refinement_and_best():
