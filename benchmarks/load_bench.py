@@ -372,8 +372,10 @@ async def run_step(
     wall = time.perf_counter() - wall0
     # the client's CPU: its sessions' loops, and this process's own when they ran elsewhere
     client_cpu = ran.cpu_s + (time.process_time() - parent_cpu0 if clients.processes > 1 else 0.0)
-    cpu1 = server.cpu_seconds() if server else None
+    # the loops' interval inside the whole's (read after it at the start, before it here), so
+    # that the loops' share cannot exceed the whole by the time between the two reads
     loop_cpu1 = server.loop_cpu_seconds() if server else None
+    cpu1 = server.cpu_seconds() if server else None
     machine1 = machine_cpu_busy()
     after = await http_get(url, "/metrics")
 

@@ -490,7 +490,8 @@ def test_real_server_subprocess_with_fake_engine(tmp_path):
     high = 1000 * (cores + 0.0005) * (wall + 0.05) / words + 0.0005
     assert low <= server["cpu_ms_per_word"] <= high
     # the event loop (main thread) is part of the whole: the engine's thread and others are not in it
-    assert 0 < server["loop_cpu_ms_per_word"] <= server["cpu_ms_per_word"] + 0.001
+    # (read as whole clock ticks of 10 ms, a thread's and the process's apart: one tick of slack)
+    assert 0 < server["loop_cpu_ms_per_word"] <= server["cpu_ms_per_word"] + 1000 * 0.01 / words + 0.001
     assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
     assert json.loads(payload["server"]["healthz"])["status"] == "ok"
     assert (tmp_path / "load_test.png").is_file()
