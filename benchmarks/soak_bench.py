@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -118,12 +119,14 @@ class SoakConfig:
         if self.warmup_s is not None:
             check_non_negative(warmup_s=self.warmup_s)
         if self.session_s >= self.duration_s:
-            raise ValueError("session_s must be shorter than duration_s")
+            raise ValueError(f"session_s must be shorter than duration_s (got session_s {self.session_s:g}, "
+                             f"duration_s {self.duration_s:g})")
         if self.duration_s < min_duration_s(self.session_s):
             raise ValueError(f"duration_s must be at least {min_duration_s(self.session_s):g} s for session_s "
-                             f"{self.session_s:g}, or no session may start")
+                             f"{self.session_s:g}, or no session may start (got duration_s {self.duration_s:g})")
         if self.warmup_s is not None and self.warmup_s >= self.duration_s:
-            raise ValueError("warmup_s must be shorter than duration_s")
+            raise ValueError(f"warmup_s must be shorter than duration_s (got warmup_s {self.warmup_s:g}, "
+                             f"duration_s {self.duration_s:g})")
         self.load_config()  # what every session plans with: refused now, not inside the sessions
 
     @property
@@ -362,20 +365,20 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
-    if args.session_s >= args.duration:  # SoakConfig's own check names its fields, not the options
-        raise ValueError(f"--session-s must be shorter than --duration (got --session-s {args.session_s:g}, "
-                         f"--duration {args.duration:g})")
-    if args.duration < min_duration_s(args.session_s):
-        raise ValueError(f"--duration must be at least {min_duration_s(args.session_s):g} s for --session-s "
-                         f"{args.session_s:g}, or no session may start (got --duration {args.duration:g})")
-    if args.warmup is not None and args.warmup >= args.duration:
-        raise ValueError(f"--warmup must be shorter than --duration (got --warmup {args.warmup:g}, "
-                         f"--duration {args.duration:g})")
-    return SoakConfig(
-        server=server_from_args(args), sessions=args.sessions, duration_s=args.duration, session_s=args.session_s,
-        words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup, tracemalloc=args.tracemalloc,
-        data=args.data, seed=args.seed, out_dir=args.out_dir, name=args.name,
-    )
+    server = server_from_args(args)
+    try:
+        return SoakConfig(
+            server=server, sessions=args.sessions, duration_s=args.duration, session_s=args.session_s,
+            words_per_second=args.wps, sample_s=args.sample_s, warmup_s=args.warmup, tracemalloc=args.tracemalloc,
+            data=args.data, seed=args.seed, out_dir=args.out_dir, name=args.name,
+        )
+    except ValueError as e:  # SoakConfig's checks name its fields: the user gave the options
+        raise ValueError(re.sub(r"\b(duration_s|session_s|warmup_s)\b", lambda m: _SOAK_FLAGS[m.group(1)],
+                                str(e))) from None
+
+
+#: SoakConfig's fields that its command line names otherwise.
+_SOAK_FLAGS = {"duration_s": "--duration", "session_s": "--session-s", "warmup_s": "--warmup"}
 
 
 def run_soak_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
