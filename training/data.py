@@ -329,10 +329,11 @@ def check_unlabeled(sources: Sequence[str], root: Path) -> list[Path]:
     is not there (before any work that needs them)."""
     paths = []
     for source in sources:
+        if source in UNLABELED_FILES:  # a named source: the data folder's file, or which stage builds it
+            paths.append(named_file(root, UNLABELED_FILES[source], source))
+            continue
         path = source_paths(source, root, unlabeled=True)
-        _check_allowed(path)
-        if source in UNLABELED_FILES:
-            named_file(root, UNLABELED_FILES[source], source)
+        _check_allowed(path)  # a test set is refused by name, whether or not it is there
         if not path.is_file():
             names = ", ".join(UNLABELED_FILES)
             raise InputError(f"no such unlabeled file: {path} (data.unlabeled takes {names} or a text file)")

@@ -85,3 +85,11 @@ def engine_option(text: str) -> tuple[str, object]:
     if isinstance(parsed, float) and not math.isfinite(parsed):  # no backend's cost or count is nan/inf
         raise argparse.ArgumentTypeError(f"expected a finite number in {text!r}")
     return key, parsed
+
+
+def add_engine_option(parser: argparse.ArgumentParser, help: str = (
+        "extra backend option (repeatable), as serve takes it: e.g. intra_op_threads=2, or url=HOST:PORT "
+        "for --engine triton")) -> None:
+    """``--engine-option KEY=VALUE``, repeatable (:func:`engine_option`), into ``engine_option``."""
+    parser.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append", default=[],
+                        help=help)

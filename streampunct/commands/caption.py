@@ -224,16 +224,13 @@ class _Stdout:
         #: whether it was a terminal when the run began (a hung-up terminal is none any more)
         self.was_tty = _isatty(stream)
 
-    def _broken(self) -> None:
+    def close_pipe(self) -> None:
+        """Closed from now on (a write found the pipe closed, or the terminal hung up)."""
         if self.closed_pipe:
             return
         self.closed_pipe = True
         _to_devnull(self.stream)
         self.on_close()
-
-    def close_pipe(self) -> None:
-        """Taken as closed from now on (the terminal hung up), as a closed pipe is."""
-        self._broken()
 
     def write(self, text: str) -> int:
         if not self.closed_pipe:
@@ -242,7 +239,7 @@ class _Stdout:
             except OSError as e:
                 if not _gone(e):
                     raise
-                self._broken()
+                self.close_pipe()
         return len(text)
 
     def flush(self) -> None:
@@ -252,7 +249,7 @@ class _Stdout:
             except OSError as e:
                 if not _gone(e):
                     raise
-                self._broken()
+                self.close_pipe()
 
     def isatty(self) -> bool:
         return not self.closed_pipe and self.was_tty

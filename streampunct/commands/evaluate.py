@@ -15,8 +15,8 @@ HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
     from streampunct.commands.argtypes import (
+        add_engine_option,
         choices,
-        engine_option,
         int_between,
         non_negative_int,
         positive_int,
@@ -28,9 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
-    p.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append", default=[],
-                   help="extra backend option (repeatable), as serve takes it: e.g. intra_op_threads=2, or "
-                        "url=HOST:PORT for --engine triton")
+    add_engine_option(p)
     p.add_argument(
         "--right-context", type=non_negative_int, nargs="+", default=[], metavar="N",
         help="also simulate streaming at these right contexts (words)",

@@ -20,15 +20,13 @@ LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import engine_option, lexicon_file
+    from streampunct.commands.argtypes import add_engine_option, lexicon_file
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
     p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
-    p.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append", default=[],
-                   help="extra backend option (repeatable), as serve takes it: e.g. intra_op_threads=2, or "
-                        "url=HOST:PORT for --engine triton")
+    add_engine_option(p)
     p.add_argument("--capitalize", action="store_true",
                    help="capitalize sentence starts and 'I'; a model with a truecasing head also writes "
                         "the case it learned (names, acronyms)")

@@ -50,8 +50,8 @@ def resolve_engine_workers(value: int | str, engine: str, workers: int = 1) -> i
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS, StreamCacheMode
     from streampunct.commands.argtypes import (
+        add_engine_option,
         choices,
-        engine_option,
         finite_float,
         lexicon_file,
         non_negative_float,
@@ -71,9 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),
                         help="inference backend (fake: synthetic labels at a chosen cost, no model needed; "
                              "default: %(default)s)")
-    parser.add_argument("--engine-option", metavar="KEY=VALUE", type=engine_option, action="append",
-                        default=[], help="extra backend option (repeatable), e.g. intra_op_threads=2, "
-                                         "or the fake engine's batch_ms=0.5, token_us=20, sleep=true")
+    add_engine_option(parser, "extra backend option (repeatable), e.g. intra_op_threads=2, "
+                              "or the fake engine's batch_ms=0.5, token_us=20, sleep=true")
     parser.add_argument("--event-loop", choices=choices(EventLoop), default=str(ServerConfig.event_loop),
                         help="the server's event loop: uvloop, asyncio's own, or auto: uvloop where it is "
                              "installed, else asyncio (default: %(default)s)")

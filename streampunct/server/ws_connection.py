@@ -55,8 +55,9 @@ class GuardedConnection(ServerConnection):
 
     Requests that websockets refuses while parsing them, before ``process_request``
     sees them (a request line over 8 KB: 414; a header line over 8 KB or more than
-    128 headers, or a head over :data:`MAX_REQUEST_HEAD_BYTES` in all: 431; a body, chunked encoding, bytes that are not ASCII, a second
-    request behind the first: closed without an answer) are reported to
+    128 headers, or a head over :data:`MAX_REQUEST_HEAD_BYTES` in all: 431; a body,
+    chunked encoding, bytes that are not ASCII, a second request behind the first:
+    closed without an answer) are reported to
     ``on_unparsed(connection, error)`` once the handshake is over, and their
     responses carry ``headers`` (``X-Streampunct-Worker``), as every other answer
     does. A connection closed before it sent a whole request (a TCP health
@@ -155,7 +156,8 @@ class GuardedConnection(ServerConnection):
 
     def _refuse_head(self) -> None:
         """A request head over :data:`MAX_REQUEST_HEAD_BYTES`: answered 431, as websockets answers
-        one header line over its limit, then closed; nothing more is read."""
+        one header line over its limit; what the client still sends is read and dropped until it
+        closes, or :data:`REFUSED_LINGER_S` pass."""
         text = f"request head over {MAX_REQUEST_HEAD_BYTES} bytes"
         self._report_unparsed(InvalidMessage(f"a {text}"))
         self._response_sent = True
