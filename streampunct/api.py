@@ -85,8 +85,9 @@ from streampunct.errors import EngineFailedError, InputError, ModelError
 from streampunct.labels import PARTIAL_MARK_THRESHOLD, check_partial_mark_threshold
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.text.normalize import (
+    Affix,
     is_symbol_word,
-    offline_words,
+    offline_tokens,
     render,
     render_with_symbols,
 )
@@ -269,7 +270,7 @@ class Punctuator:
         grammars are loaded) writes numbers as digits; the lexicon always applies.
         """
         self._check_open()
-        tokens = offline_words(_strings(_items(text, "text")))
+        tokens, affixes = offline_tokens(_strings(_items(text, "text")))
         if not tokens:
             return ""
         words = [t for t in tokens if not is_symbol_word(t)]  # symbol words (emoji): not the model's
@@ -286,12 +287,15 @@ class Punctuator:
         except Exception as e:
             raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
 
-        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool) -> str:
+        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool,
+                         run_affixes: list[Affix] | None) -> str:
             if formatter.active:
-                return formatter.render(run, run_labels, run_cases or (), sentence_start=start)
-            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases)
+                return formatter.render(run, run_labels, run_cases or (), sentence_start=start,
+                                        affixes=run_affixes or ())
+            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases,
+                          affixes=run_affixes)
 
-        return render_with_symbols(tokens, labels, render_words, cases=cases)
+        return render_with_symbols(tokens, labels, render_words, cases=cases, affixes=affixes)
 
     def stream(
         self,

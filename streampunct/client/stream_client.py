@@ -73,7 +73,13 @@ from streampunct.core.wire import (
 )
 from streampunct.errors import StreampunctError
 from streampunct.labels import ID_TO_MARK
-from streampunct.text.normalize import normalize_word, render, written_length
+from streampunct.text.normalize import (
+    normalize_word,
+    render,
+    sending_form,
+    split_affixes,
+    written_length,
+)
 from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
 logger = logging.getLogger(__name__)
@@ -358,7 +364,18 @@ _RESYNC_SPAN = 16
 
 def _spelled(core: str, words: list[str], k: int) -> list[str] | None:
     """The pieces of ``core`` that spell ``words[k], words[k + 1], ...`` (a word and the clitics
-    joined to it), or None when ``core`` is not those words written out."""
+    joined to it), or None when ``core`` is not those words written out; the input's symbols
+    written around them (``$1,000``, ``C++``) go with the first and the last piece."""
+    pieces = _spelled_exactly(core, words, k)
+    if pieces is None:
+        before, inner, after = split_affixes(core)
+        if inner != core and (pieces := _spelled_exactly(inner, words, k)) is not None:
+            pieces[0] = before + pieces[0]
+            pieces[-1] += after
+    return pieces
+
+
+def _spelled_exactly(core: str, words: list[str], k: int) -> list[str] | None:
     pieces: list[str] = []
     pos = 0
     while k + len(pieces) < len(words) and pos < len(core):
@@ -661,9 +678,10 @@ class ResumableStream:
         async for message in stream:      # final, partial, flushed, error, resumed, end
             ...
 
-    Words are sent normalized (:func:`~streampunct.text.normalize.normalize_word`, empty
-    ones dropped), so that the client counts word indices as the server does,
-    and kept until their final arrives. Iterate the messages while sending:
+    Words are sent normalized (:func:`~streampunct.text.normalize.sending_form`: empty
+    ones dropped, the symbols the server writes back in ``text`` kept: ``$1,000``), so
+    that the client counts word indices as the server does, and kept until their final
+    arrives. Iterate the messages while sending:
     the iteration notices a lost connection (a drop, or a close with a code of
     :data:`RESUME_CLOSE_CODES`), reconnects with backoff (:class:`Reconnect`),
     sends ``resume`` with the last final words as context and the session's
@@ -784,14 +802,14 @@ class ResumableStream:
         return True
 
     async def send_words(self, words: Sequence[str | Word]) -> list[Word]:
-        """Send committed words; returns them as sent (normalized, empty ones dropped), in order:
-        they take the indices ``n_sent``, ``n_sent + 1``, ..."""
+        """Send committed words; returns them as sent (normalized with their symbols, empty ones
+        dropped), in order: they take the indices ``n_sent``, ``n_sent + 1``, ..."""
         self._check_open()
         client, limits = self._client, self.limits
         out = []
         for item in words:
             word = item if isinstance(item, Word) else Word(item)
-            w = normalize_word(word.w[: limits.max_word_chars])
+            w = sending_form(word.w[: limits.max_word_chars])
             if w:
                 out.append(Word(w, word.start, word.end))
         self._pending.extend(out)
@@ -866,7 +884,7 @@ class ResumableStream:
             words = message.words
             pending = list(itertools.islice(self._pending, len(words)))
             if not self._untracked and (
-                    message.start != self.n_final or [w.w for w in words] != [w.w for w in pending]):
+                    message.start != self.n_final or [w.w for w in words] != [normalize_word(w.w) for w in pending]):
                 self._untracked = (f"the server's final for words {message.start}.. does not match the "
                                    f"words sent from {self.n_final} on")
             self.n_final = message.start + len(words)

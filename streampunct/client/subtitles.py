@@ -68,7 +68,7 @@ from typing import TextIO
 
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
-from streampunct.text.normalize import CLITICS, render, written_length
+from streampunct.text.normalize import CLITICS, render, split_affixes, written_length
 
 
 @dataclass(frozen=True)
@@ -450,8 +450,16 @@ class CueBuilder:
 
 
 def _spells(token: str, words: Sequence[TimedWord], j: int) -> int:
-    """How many words from ``j`` the token spells letter for letter (its marks aside); 0: none."""
+    """How many words from ``j`` the token spells letter for letter (its marks aside, and the
+    input's symbols written around them: ``$1,000``); 0: none."""
     core = _core(token)
+    n = _spells_core(core, words, j)
+    if not n and (inner := split_affixes(core)[1]) != core:
+        n = _spells_core(inner, words, j)
+    return n
+
+
+def _spells_core(core: str, words: Sequence[TimedWord], j: int) -> int:
     pos, k = 0, j
     while k < len(words) and pos < len(core):
         n = written_length(core, pos, words[k].w.lower())

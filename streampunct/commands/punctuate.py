@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 from streampunct.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from streampunct.core.decoder import OfflineDecoder
+    from streampunct.text.normalize import Affix
 
 NAME = "punctuate"
 HELP = ("punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline "
@@ -45,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def read_transcript_lines(source: str) -> list[list[str]]:
     """Normalized words of each line of a plain-text transcript (blank lines give ``[]``).
+    :func:`read_transcript_segments` without the symbols around the words."""
+    return [tokens for tokens, _ in read_transcript_segments(source)]
+
+
+def read_transcript_segments(source: str) -> list[tuple[list[str], list[Affix]]]:
+    """Normalized words of each line of a plain-text transcript (blank lines give ``[]``), and
+    the symbols around each (``$1,000``: :func:`streampunct.text.normalize.offline_tokens`).
 
     A ``word<TAB>LABEL`` file (every non-blank line one; see
     :func:`streampunct.text.word_labels.is_word_label_text`) is one segment (one line). Text is decoded by
@@ -54,18 +64,18 @@ def read_transcript_lines(source: str) -> list[list[str]]:
     (:func:`streampunct.text.normalize.offline_words`): it is written back in
     its place, with no mark, and the model does not see it.
     """
-    from streampunct.text.normalize import offline_words
+    from streampunct.text.normalize import offline_tokens
     from streampunct.text.textfile import read_text, split_lines
     from streampunct.text.word_labels import is_word_label_text, labeled_pair
 
     lines = split_lines(read_text(source))
     name = "stdin" if source == "-" else source
     if is_word_label_text(lines, name):
-        segments = [offline_words(labeled_pair(line, name, n)[0]
-                                  for n, line in enumerate(lines, 1) if line.strip())]
+        segments = [offline_tokens(labeled_pair(line, name, n)[0]
+                                   for n, line in enumerate(lines, 1) if line.strip())]
     else:
-        segments = [offline_words(line.split()) for line in lines]
-    if not any(segments):
+        segments = [offline_tokens(line.split()) for line in lines]
+    if not any(tokens for tokens, _ in segments):
         raise InputError("no words in the input (it is empty or holds only punctuation)")
     return segments
 
@@ -79,7 +89,7 @@ def read_transcript_words(source: str) -> list[str]:
 
 
 def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, capitalize: bool = False,
-                    formatter=None) -> list[str]:
+                    formatter=None, affixes: Sequence[Sequence[Affix]] | None = None) -> list[str]:
     """Each line punctuated as its own segment; blank lines stay blank.
 
     With ``capitalize`` a line opens a sentence after a line that ended one,
@@ -90,19 +100,26 @@ def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, ca
     :func:`read_transcript_lines`) are not sent to the model: the words around
     them are punctuated as if they were not there, and they are written in
     their place, as they are, with no mark
-    (:func:`streampunct.text.normalize.render_with_symbols`).
+    (:func:`streampunct.text.normalize.render_with_symbols`). ``affixes`` (from
+    :func:`read_transcript_segments`): the symbols written around each line's words.
     """
     from streampunct.labels import PERIOD, QUESTION
-    from streampunct.text.normalize import is_symbol_word, render, render_with_symbols
+    from streampunct.text.normalize import NO_AFFIX, is_symbol_word, render, render_with_symbols
 
-    def render_words(words: list[str], labels: list[int], cases: list[int] | None, sentence_start: bool) -> str:
+    def render_words(words: list[str], labels: list[int], cases: list[int] | None, sentence_start: bool,
+                     word_affixes: list[Affix] | None = None) -> str:
         if formatter is not None and formatter.active:
-            return formatter.render(words, labels, cases or (), sentence_start=sentence_start)
-        return render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases)
+            return formatter.render(words, labels, cases or (), sentence_start=sentence_start,
+                                    affixes=word_affixes or ())
+        return render(words, labels, capitalize=capitalize, sentence_start=sentence_start, cases=cases,
+                      affixes=word_affixes)
 
+    if affixes is not None and len(affixes) != len(segments):
+        raise ValueError(f"{len(segments)} segments but {len(affixes)} lists of affixes")
     out = []
     sentence_start = True
-    for tokens in segments:
+    for n, tokens in enumerate(segments):
+        line_affixes = list(affixes[n]) if affixes is not None else None
         if not tokens:
             out.append("")
             sentence_start = True
@@ -117,9 +134,11 @@ def punctuate_lines(segments: list[list[str]], punctuator: OfflineDecoder, *, ca
         else:
             labels = punctuator.punctuate(words)
         if len(words) == len(tokens):
-            out.append(render_words(words, labels, cases, sentence_start))
+            shown = line_affixes if line_affixes and any(a != NO_AFFIX for a in line_affixes) else None
+            out.append(render_words(words, labels, cases, sentence_start, shown))
         else:
-            out.append(render_with_symbols(tokens, labels, render_words, cases=cases, sentence_start=sentence_start))
+            out.append(render_with_symbols(tokens, labels, render_words, cases=cases, sentence_start=sentence_start,
+                                           affixes=line_affixes))
         if labels:
             sentence_start = labels[-1] in (PERIOD, QUESTION)
     return out
@@ -131,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     from streampunct.text.textfile import AtomicTextFile, utf8_stdout, write_all
     from streampunct.text.written_form import Lexicon, WrittenForms
 
-    segments = read_transcript_lines(args.input)
+    read = read_transcript_segments(args.input)
+    segments, affixes = [tokens for tokens, _ in read], [line for _, line in read]
     # where the text goes, before any work: a wrong --out, or a closed stdout, costs no model run
     out = AtomicTextFile(args.out) if args.out not in (None, "-") else None
     try:
@@ -141,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         punctuator = OfflineDecoder.from_model_dir(args.model, engine=args.engine, **dict(args.engine_option))
         try:
             text = "\n".join(punctuate_lines(segments, punctuator, capitalize=args.capitalize,
-                                             formatter=formatter))
+                                             formatter=formatter, affixes=affixes))
         finally:
             punctuator.close()
         if out is not None:

@@ -23,8 +23,9 @@ from streampunct.errors import InputError
 from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.text.normalize import (
+    Affix,
     is_symbol_word,
-    offline_words,
+    offline_tokens,
     render,
     render_with_symbols,
 )
@@ -194,7 +195,7 @@ class OfflineDecoder:
         ``capitalize``, a model with a truecasing head writes names and acronyms too. A word
         made only of symbols (emoji) is written back as it is, in its place, with no mark, and
         the model does not see it (:func:`streampunct.text.normalize.offline_words`)."""
-        tokens = offline_words(text.split())
+        tokens, affixes = offline_tokens(text.split())
         words = [t for t in tokens if not is_symbol_word(t)]
         if not tokens:
             raise InputError("no words in the input (empty, or only punctuation)")
@@ -206,10 +207,12 @@ class OfflineDecoder:
         else:
             labels = self.punctuate(words)
 
-        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool) -> str:
-            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases)
+        def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool,
+                         run_affixes: list[Affix] | None) -> str:
+            return render(run, run_labels, capitalize=capitalize, sentence_start=start, cases=run_cases,
+                          affixes=run_affixes)
 
-        return render_with_symbols(tokens, labels, render_words, cases=cases)
+        return render_with_symbols(tokens, labels, render_words, cases=cases, affixes=affixes)
 
     @property
     def has_stream_graph(self) -> bool:

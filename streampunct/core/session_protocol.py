@@ -88,7 +88,7 @@ from streampunct.labels import (
     QUESTION,
     check_partial_mark_threshold,
 )
-from streampunct.text.normalize import normalize_word, normalize_words, render
+from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render, surface_affixes
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
 #: An overload episode of a session ends when none of its calls met a full queue for this
@@ -235,6 +235,10 @@ class SessionProtocol:
         self._sentence_start = True  # the next final word opens a sentence
         self._until: deque[tuple[int, _Until]] = deque()
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
+        # index -> the input's symbols around the word, shown in ``text`` (only words that have some)
+        self._affixes: dict[int, Affix] = {}
+        # the hypothesis's words and their symbols (a partial for an older hypothesis shows none)
+        self._hypothesis_affixes: tuple[tuple[str, ...], list[Affix]] = ((), [])
         self._partial_owed = False  # a hypothesis change still waits for its partial
         self._last_overload: float | None = None  # when a call of this session last met a full queue
         # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
@@ -338,7 +342,10 @@ class SessionProtocol:
         if isinstance(message, WordsMessage):
             return self._words(message, now)
         if isinstance(message, HypothesisMessage):
-            self._set_hypothesis(normalize_words(w.w for w in message.words))
+            taken = [(word, item.w) for item in message.words if (word := normalize_word(item.w))]
+            words = [word for word, _ in taken]
+            self._hypothesis_affixes = (tuple(words), [_affix(word, raw) for word, raw in taken])
+            self._set_hypothesis(words)
             return self._owed_partial()
         if isinstance(message, ConfigRequest):
             return self._configure(message)
@@ -383,9 +390,11 @@ class SessionProtocol:
             return [Error(ErrorCode.BAD_REQUEST, f"words: this message would take word indices past "
                                                  f"{MAX_START}, the largest exact in JSON; nothing was taken")]
         self._words_seen = True
-        for k, (_, item) in enumerate(taken):
+        for k, (word, item) in enumerate(taken):
             if item.start is not None or item.end is not None:
                 self._times[first + k] = (item.start, item.end)
+            if (affix := _affix(word, item.w)) is not NO_AFFIX:
+                self._affixes[first + k] = affix
         if taken:
             self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
@@ -538,13 +547,13 @@ class SessionProtocol:
 
     # -- output --------------------------------------------------------------
     def _render(self, words: Sequence[str], labels: Sequence[int], sentence_start: bool,
-                cases: Sequence[int | None] = ()) -> str:
+                cases: Sequence[int | None] = (), affixes: list[Affix] | None = None) -> str:
         """``cases``: a truecasing head's classes (learned case with ``capitalize``; None or
-        missing entries fall back to the rules)."""
+        missing entries fall back to the rules); ``affixes``: the input's symbols around each word."""
         learned = list(cases) + [None] * (len(words) - len(cases))
         has = any(c is not None for c in learned)
         return render(words, labels, capitalize=self.options.capitalize, sentence_start=sentence_start,
-                      cases=[LOWER if c is None else c for c in learned] if has else None)
+                      cases=[LOWER if c is None else c for c in learned] if has else None, affixes=affixes)
 
     def _final_texts(self) -> FinalTexts | None:
         """The written-form renderer for the current options (None: plain rendering)."""
@@ -563,17 +572,19 @@ class SessionProtocol:
             for d in decisions
         )
         words, labels, cases = [d.word for d in decisions], [d.label for d in decisions], [d.case for d in decisions]
+        affixes = [self._affixes.pop(d.index, NO_AFFIX) for d in decisions] if self._affixes else None
         texts = self._final_texts()
         sentence_start = self._sentence_start
         self._sent = decisions[-1].index + 1
         self._sentence_start = decisions[-1].label in (PERIOD, QUESTION)
         if texts is None:
-            return Final(decisions[0].index, marked, self._render(words, labels, sentence_start, cases))
+            return Final(decisions[0].index, marked, self._render(words, labels, sentence_start, cases, affixes))
         # written forms, whole across finals (streampunct.text.written_form.FinalTexts)
         context = self.state.right_context(decisions[-1].index)
         paused = not context and not self.state.decided_by_flush(decisions[-1].index)
         return self._written_text(Final(decisions[0].index, marked, ""), texts, lambda: texts.final(
-            words, labels, cases, sentence_start=sentence_start, context=context, paused=paused))
+            words, labels, cases, sentence_start=sentence_start, context=context, paused=paused,
+            affixes=affixes or ()))
 
     def _written_text(self, message: Final | Partial, texts: FinalTexts,
                       compute: Callable[[], str]) -> Final | Partial | WrittenText:
@@ -597,6 +608,7 @@ class SessionProtocol:
         texts = self._final_texts()
         sentence_start = self._sentence_start and start == self._sent
         cases = [d.case for d in decisions]
+        affixes = self._partial_affixes(decisions, [w for w, _ in hypothesis])
         partial = Partial(
             start,
             tuple(PunctuatedWord(d.word, ID_TO_MARK[d.label]) for d in decisions),
@@ -604,10 +616,20 @@ class SessionProtocol:
             tuple(PunctuatedWord(w, ID_TO_MARK[label]) for w, label in hypothesis),
         )
         if texts is None:
-            return [replace(partial, text=self._render(words, labels, sentence_start, cases))]
+            return [replace(partial, text=self._render(words, labels, sentence_start, cases, affixes))]
         follows = start == self._sent  # the words a final held back for a phrase come first
         return [self._written_text(partial, texts, lambda: texts.partial(
-            words, labels, cases, sentence_start=sentence_start, follows_finals=follows))]
+            words, labels, cases, sentence_start=sentence_start, follows_finals=follows,
+            affixes=affixes or ()))]
+
+    def _partial_affixes(self, decisions: Sequence[Decision], hypothesis: list[str]) -> list[Affix] | None:
+        """The input's symbols around a partial's words, then its hypothesis's (None: none)."""
+        shown, hypothesis_affixes = self._hypothesis_affixes
+        hypothesis_affixes = hypothesis_affixes if hypothesis and tuple(hypothesis) == shown else []
+        if not self._affixes and not any(a is not NO_AFFIX for a in hypothesis_affixes):
+            return None
+        return ([self._affixes.get(d.index, NO_AFFIX) for d in decisions]
+                + (hypothesis_affixes or [NO_AFFIX] * len(hypothesis)))
 
     def _owed_partial(self) -> list[ServerMessage | WrittenText]:
         """A partial of no words when a hypothesis was cleared and nothing is left to label
@@ -686,3 +708,9 @@ class SessionProtocol:
                 if self.end_received:
                     out.append(Ended(self.state.n_words))
         return out
+
+
+def _affix(word: str, raw: str) -> Affix:
+    """The symbols around ``raw`` that its normalized form ``word`` lost (most words have none:
+    the cheap test first)."""
+    return NO_AFFIX if raw == word or raw.isalpha() else surface_affixes(raw)

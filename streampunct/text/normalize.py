@@ -9,10 +9,15 @@ Offline (``streampunct punctuate``), a word made only of symbols (emoji,
 :func:`offline_words`): it is not sent to the model, takes no mark, and is
 written back in its place (:func:`render_with_symbols`). The stream drops it
 as before (its words take indices that client and server must count alike).
+
+The symbols at an ordinary word's edges (``$1,000``, ``50%``, ``c++``) are not the
+model's, but ``text`` writes them back around the word (:func:`surface_affixes`,
+:func:`render`), in the stream and offline.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
@@ -70,7 +75,8 @@ def drop_invisible(word: str) -> str:
     ZWNJ after a virama (Indic conjuncts), and ZWNJ between two Arabic-script
     letters (Persian and Urdu words such as U+0645 U+06CC U+200C U+062E).
     Emoji are stripped as symbols anyway, so the ZWJ of an emoji sequence
-    goes too (offline, a word made only of symbols is kept: :func:`symbol_word`).
+    goes too (offline, a word made only of symbols is kept: :func:`symbol_word`;
+    around a word, they are written back in ``text``: :func:`surface_affixes`).
     """
     if word.isascii():
         return word if word.isprintable() else "".join(ch for ch in word if ch.isprintable())
@@ -146,6 +152,12 @@ def _strip_edges(w: str) -> str:
     that belong to it (an emoji's variation selector U+FE0F, a keycap's U+20E3: a character
     in an enclosing mark is a symbol too, as in :func:`symbol_word`). A leading apostrophe
     stays before a letter or digit (``'s``, ``'cause``)."""
+    start, end = _edge_span(w)
+    return w[start:end]
+
+
+def _edge_span(w: str) -> tuple[int, int]:
+    """Where :func:`_strip_edges` cuts ``w``: ``w[start:end]`` is what it keeps."""
     start, end = 0, len(w)
     while start < end:
         ch = w[start]
@@ -169,7 +181,93 @@ def _strip_edges(w: str) -> str:
         if not junk and not any(unicodedata.category(m) == "Me" for m in w[j:end]):
             break
         end = j - 1
-    return w[start:end]
+    return start, end
+
+
+#: A word's symbols that ``text`` shows around its normalized form: (before, after).
+Affix = tuple[str, str]
+NO_AFFIX: Affix = ("", "")
+#: Letters joined by dots ("u.s", "e.g", "a.m"): such a word keeps a final dot in ``text``.
+_DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+
+
+def surface_affixes(word: str) -> Affix:
+    """The symbols at the edges of an ASR word that :func:`normalize_word` strips and
+    ``text`` shows again around the word: ``$1,000`` -> ``("$", "")``, ``50%`` ->
+    ``("", "%")``, ``c++`` -> ``("", "++")``, ``#metoo`` -> ``("#", "")``, ``great👍`` ->
+    ``("", "👍")``.
+
+    Symbols are those of :func:`symbol_word` (Unicode categories So, Sm, Sc, Sk, with their
+    marks, and the punctuation that stands for a word: ``%``, ``&``, ``#``, ``@``...); the
+    marks and quotes around them are dropped as from every word (``"$5,"`` -> ``$``). Two
+    more characters are kept: a ``-`` right before a leading digit (``-5``), and the final dot
+    of letters joined by dots (``u.s.`` -> ``("", ".")``), which a period after the word
+    does not double (:func:`render`). A word made only of symbols has none (it is no word
+    in a stream; offline it is a symbol word). Each side is cut to ``MAX_WORD_CHARS``.
+    """
+    w = fix_mojibake(drop_invisible(word)).translate(_APOSTROPHES)
+    start, end = _edge_span(w)
+    if start == end or (start == 0 and end == len(w)):
+        return NO_AFFIX
+    before, after = _symbols(w[:start]), _symbols(w[end:])
+    if w[start - 1 : start] == "-" and w[start].isdigit():
+        before += "-"
+    if not after and w[end : end + 1] == "." and _DOTTED.fullmatch(w[start:end]):
+        after = "."
+    return (before[-MAX_WORD_CHARS:], after[:MAX_WORD_CHARS]) if before or after else NO_AFFIX
+
+
+def affix_of(raw: str, word: str) -> Affix:
+    """:func:`surface_affixes` of ``raw``, whose normalized form is ``word`` (most words have
+    none: the cheap tests first)."""
+    return NO_AFFIX if raw == word or raw.isalpha() else surface_affixes(raw)
+
+
+def sending_form(word: str) -> str:
+    """``word`` as a client sends it: normalized (:func:`normalize_word`) with the symbols that
+    ``text`` shows around it kept (:func:`surface_affixes`: ``$1,000``, ``c++``, ``u.s.``);
+    ``""`` when it normalizes to nothing. The server reads it as it reads ``word``."""
+    w = normalize_word(word)
+    if not w:
+        return ""
+    before, after = affix_of(word, w)
+    return before + w + after
+
+
+def split_affixes(token: str) -> tuple[str, str, str]:
+    """``token`` (a piece of ``text``, its mark stripped) as (symbols before, the rest, symbols
+    after): what :func:`render` wrote around a word from :func:`surface_affixes` (``$1,000``
+    -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-5`` -> ``("-", "5", "")``).
+    Clients match the rest to the word (:func:`written_length`)."""
+    start, end = 0, len(token)
+    while start < end and _is_symbol(token[start]):
+        start += 1
+        while start < end and _is_mark(token[start]):
+            start += 1
+    if token[start : start + 1] == "-" and token[start + 1 : start + 2].isdigit():
+        start += 1
+    while end > start:
+        j = end  # the last cluster starts at its base, token[j - 1]
+        while j > start and _is_mark(token[j - 1]):
+            j -= 1
+        if j == start or not _is_symbol(token[j - 1]):
+            break
+        end = j - 1
+    return token[:start], token[start:end], token[end:]
+
+
+def _symbols(edge: str) -> str:
+    """The symbol clusters (a symbol and its marks) of ``edge``, in order."""
+    out: list[str] = []
+    k = 0
+    while k < len(edge):
+        j = k + 1
+        while j < len(edge) and _is_mark(edge[j]):
+            j += 1
+        if _symbol_cluster(edge[k:j]):
+            out.append(edge[k:j])
+        k = j
+    return "".join(out)
 
 
 def normalize_words(words: Iterable[str]) -> list[str]:
@@ -258,51 +356,67 @@ def is_symbol_word(token: str) -> bool:
 def offline_words(words: Iterable[str]) -> list[str]:
     """:func:`normalize_words`, but a word made only of symbols is kept as :func:`symbol_word`
     shows it (the offline rule): the model's words and symbol words, in order."""
-    out = []
+    return offline_tokens(words)[0]
+
+
+def offline_tokens(words: Iterable[str]) -> tuple[list[str], list[Affix]]:
+    """:func:`offline_words`, and the symbols around each (:func:`surface_affixes`; a symbol
+    word has none), for :func:`render_with_symbols`."""
+    tokens: list[str] = []
+    affixes: list[Affix] = []
     for word in words:
-        w = symbol_word(word) or normalize_word(word)
+        symbols = symbol_word(word)
+        w = symbols or normalize_word(word)
         if w:
-            out.append(w)
-    return out
+            tokens.append(w)
+            affixes.append(NO_AFFIX if symbols else affix_of(word, w))
+    return tokens, affixes
 
 
 def render_with_symbols(
     tokens: Sequence[str],
     labels: Sequence[int],
-    render_words: Callable[[list[str], list[int], list[int] | None, bool], str],
+    render_words: Callable[[list[str], list[int], list[int] | None, bool, list[Affix] | None], str],
     *,
     cases: Sequence[int] | None = None,
     sentence_start: bool = True,
+    affixes: Sequence[Affix] | None = None,
 ) -> str:
     """Text of :func:`offline_words` tokens: each symbol word in its place, as it is, with no mark.
 
     ``labels`` (and ``cases``) are those of the model's words alone, punctuated
-    as if the symbol words were not there. ``render_words(words, labels,
-    cases, sentence_start)`` writes each run of model words between symbol
+    as if the symbol words were not there; ``affixes`` (:func:`offline_tokens`), if given,
+    those of every token. ``render_words(words, labels, cases, sentence_start,
+    affixes)`` writes each run of model words between symbol
     words (:func:`render`, or a formatter's); a run opens a sentence when the
     run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
     """
+    if affixes is not None and len(affixes) != len(tokens):
+        raise ValueError(f"{len(tokens)} tokens but {len(affixes)} affixes")
     pieces: list[str] = []
     run: list[str] = []
+    run_affixes: list[Affix] = []
     k = 0
 
     def flush() -> None:
-        nonlocal k, sentence_start, run
+        nonlocal k, sentence_start, run, run_affixes
         if run:
             n = len(run)
             run_labels = list(labels[k : k + n])
             run_cases = list(cases[k : k + n]) if cases else None
-            pieces.append(render_words(run, run_labels, run_cases, sentence_start))
+            shown = run_affixes if any(a != NO_AFFIX for a in run_affixes) else None
+            pieces.append(render_words(run, run_labels, run_cases, sentence_start, shown))
             sentence_start = run_labels[-1] in (PERIOD, QUESTION)
             k += n
-            run = []
+            run, run_affixes = [], []
 
-    for token in tokens:
+    for i, token in enumerate(tokens):
         if is_symbol_word(token):
             flush()
             pieces.append(token)
         else:
             run.append(token)
+            run_affixes.append(affixes[i] if affixes is not None else NO_AFFIX)
     flush()
     if k != len(labels):
         raise ValueError(f"{k} words but {len(labels)} labels")
@@ -365,6 +479,7 @@ def render(
     join_clitics: bool = True,
     cases: Sequence[int] | None = None,
     verbatim: Sequence[bool] | None = None,
+    affixes: Sequence[Affix] | None = None,
 ) -> str:
     """Words with their punctuation as text.
 
@@ -377,8 +492,12 @@ def render(
     head's class per word) overrides the rules where it says a word is not
     lowercase (names, acronyms); the rules still open sentences and write "I".
     ``verbatim`` marks words shown exactly as given (written forms such as
-    "$25" or "iPhone": no case rule touches them).
+    "$25" or "iPhone": no case rule touches them). ``affixes`` (:func:`surface_affixes`)
+    are the symbols written around each word that is not verbatim (``$1,000``, ``50%``);
+    a period after an affix that ends with a dot (``U.S.``) is not written twice.
     """
+    if affixes is not None and len(affixes) != len(words):
+        raise ValueError(f"{len(words)} words but {len(affixes)} affixes")
     if len(words) != len(labels) or (cases is not None and len(cases) != len(words)):
         raise ValueError(f"{len(words)} words but {len(labels)} labels"
                          + (f" and {len(cases)} case classes" if cases is not None else ""))
@@ -392,10 +511,16 @@ def render(
             shown = apply_case(word, cases[k])  # the model's truecasing head
         elif capitalize and (starts_sentence or _is_pronoun_i(word)):
             shown = _capitalize(word)
+        mark = ID_TO_MARK[label]
+        if affixes is not None and affixes[k] != NO_AFFIX and not (verbatim is not None and verbatim[k]):
+            before, after = affixes[k]
+            shown = before + shown + after
+            if label == PERIOD and after.endswith("."):
+                mark = ""
         if join_clitics and parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
-            parts[-1] += shown + ID_TO_MARK[label]
+            parts[-1] += shown + mark
         else:
-            parts.append(shown + ID_TO_MARK[label])
+            parts.append(shown + mark)
         starts_sentence = label in (PERIOD, QUESTION)
     return " ".join(parts)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
-from streampunct.text.normalize import normalize_word, render
+from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render
 from streampunct.text.textfile import split_lines
 
 #: Most words in a lexicon's spoken phrase.
@@ -318,10 +318,13 @@ class Formatter:
         return out
 
     def render(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None] = (),
-               *, sentence_start: bool, phrases: Sequence[Phrase] | None = None) -> str:
+               *, sentence_start: bool, phrases: Sequence[Phrase] | None = None,
+               affixes: Sequence[Affix] = ()) -> str:
         """``words`` with their marks as text, each phrase in its written form.
 
         ``cases``: a truecasing head's classes (None or missing: the rules).
+        ``affixes``: the input's symbols around each word (missing: none), written around
+        the words outside phrases (a phrase is written as its form says).
         ``phrases`` default to :meth:`phrases` of the words themselves.
         A phrase is written as its form says (no sentence capital is added);
         its last word's mark follows it, except a period after a form that
@@ -335,6 +338,7 @@ class Formatter:
         marks: list[int] = []
         kinds: list[int] = []
         verbatim: list[bool] = []
+        shown_affixes: list[Affix] = []
         i = 0
         for p in [*(q for q in phrases if q.text), Phrase(len(words), len(words), "")]:
             for k in range(i, p.start):
@@ -342,15 +346,18 @@ class Formatter:
                 marks.append(labels[k])
                 kinds.append(LOWER if learned[k] is None else learned[k])
                 verbatim.append(False)
+                shown_affixes.append(affixes[k] if k < len(affixes) else NO_AFFIX)
             if p.end > p.start:
                 last = labels[p.end - 1]
                 shown.append(p.text[:-1] if last == PERIOD and p.text.endswith(".") else p.text)
                 marks.append(last)
                 kinds.append(LOWER)
                 verbatim.append(True)
+                shown_affixes.append(NO_AFFIX)
             i = p.end
         return render(shown, marks, capitalize=self.capitalize, sentence_start=sentence_start,
-                      cases=kinds if has_case else None, verbatim=verbatim)
+                      cases=kinds if has_case else None, verbatim=verbatim,
+                      affixes=shown_affixes if any(a != NO_AFFIX for a in shown_affixes) else None)
 
 
 @dataclass(frozen=True)
@@ -358,6 +365,7 @@ class _Held:
     word: str
     label: int
     case: int | None
+    affix: Affix = NO_AFFIX
 
 
 class FinalTexts:
@@ -519,15 +527,19 @@ class FinalTexts:
         return len(self._held)
 
     def final(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
-              *, sentence_start: bool, context: Sequence[str], paused: bool = False) -> str:
+              *, sentence_start: bool, context: Sequence[str], paused: bool = False,
+              affixes: Sequence[Affix] = ()) -> str:
         """The ``text`` of a final of ``words``; ``sentence_start``: the first of them opens a
         sentence; ``context``: the words received after them and not final; ``paused``: its
         last word was decided by a delay deadline with no word after it yet (not a flush or
-        the end), so that a form the grammars read as unfinished there is held."""
+        the end), so that a form the grammars read as unfinished there is held. ``affixes``:
+        the input's symbols around each of ``words`` (:meth:`Formatter.render`)."""
         if not self._held:
             self._held_sentence_start = sentence_start
-        span = self._held + [_Held(w, label, c) for w, label, c in
-                             zip(words, labels, list(cases) + [None] * (len(words) - len(cases)), strict=True)]
+        n_new = len(words)
+        span = self._held + [_Held(w, label, c, a) for w, label, c, a in zip(
+            words, labels, list(cases) + [None] * (n_new - len(cases)),
+            list(affixes) + [NO_AFFIX] * (n_new - len(affixes)), strict=True)]
         n = len(span)
         all_words = [h.word for h in span] + list(context)
         phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
@@ -561,6 +573,7 @@ class FinalTexts:
         text = self.formatter.render(
             [h.word for h in span[:cut]], [h.label for h in span[:cut]], [h.case for h in span[:cut]],
             sentence_start=self._held_sentence_start, phrases=[p for p in phrases if p.end <= cut],
+            affixes=[h.affix for h in span[:cut]],
         )
         if 0 < cut:
             self._held_sentence_start = span[cut - 1].label in (PERIOD, QUESTION)
@@ -572,9 +585,10 @@ class FinalTexts:
         return text
 
     def partial(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
-                *, sentence_start: bool, follows_finals: bool = True) -> str:
+                *, sentence_start: bool, follows_finals: bool = True, affixes: Sequence[Affix] = ()) -> str:
         """The ``text`` of a partial: the held words (when the partial's words follow the
-        last final word: ``follows_finals``), then ``words`` (provisional and hypothesis)."""
+        last final word: ``follows_finals``), then ``words`` (provisional and hypothesis),
+        with ``affixes`` around them (:meth:`Formatter.render`)."""
         held = self._held if follows_finals else []
         learned = list(cases) + [None] * (len(words) - len(cases))
         all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)
@@ -582,6 +596,7 @@ class FinalTexts:
             all_words, all_labels, [h.case for h in held] + learned,
             sentence_start=self._held_sentence_start if held else sentence_start,
             phrases=self._phrases(all_words, all_labels) if follows_finals else None,
+            affixes=[h.affix for h in held] + list(affixes),
         )
 
 

@@ -124,6 +124,20 @@ async def test_words_are_normalized_and_echoed(start_server):
     assert messages[-1] == Ended(4)
 
 
+async def test_the_symbols_around_words_come_back_in_text(start_server):
+    """``$1,000``, ``50%`` and ``c++`` keep their symbols in ``text``; ``words`` and the indices
+    are those of the normalized words (a word of symbols alone takes none)."""
+    server = await start_server()
+    async with await StreamClient.connect(server.url) as client:
+        await client.send_raw(json.dumps({"type": "words", "words": ["Paid", "$1,000,", "👍", "50%", "C++"]}))
+        transcript, messages = await finish(client)
+    assert transcript.words == ["paid", "1,000", "50", "c"]
+    finals = [m for m in messages if isinstance(m, Final)]
+    tokens = [t.rstrip(",.?") for f in finals for t in f.text.split()]
+    assert tokens == ["paid", "$1,000", "50%", "c++"]
+    assert messages[-1] == Ended(4)
+
+
 async def test_flush_finalizes_everything_before_flushed(start_server, fake_labels):
     server = await start_server()
     async with await StreamClient.connect(server.url, right_context=50, max_delay_ms=600_000) as client:

@@ -83,8 +83,8 @@ def test_offline_words_keep_symbol_words_and_normalize_the_others():
 
 
 def test_the_words_around_a_symbol_are_rendered_as_if_it_were_absent():
-    def plain(words, labels, cases, start):
-        return render(words, labels, capitalize=True, sentence_start=start, cases=cases)
+    def plain(words, labels, cases, start, affixes):
+        return render(words, labels, capitalize=True, sentence_start=start, cases=cases, affixes=affixes)
 
     tokens = ["pizza", "🍕", "ok", "so", "🎉", "🎉", "what", "now"]
     labels = [PERIOD, COMMA, O, O, QUESTION]

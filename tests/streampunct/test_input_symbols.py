@@ -1,0 +1,203 @@
+"""The symbols around an input word (``$1,000``, ``50%``, ``c++``, ``u.s.``): the model reads the
+normalized word, ``words`` keep it, and ``text`` writes the symbols back around it, in the
+stream and offline (docs/protocol.md, "Notes on this implementation")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streampunct.client.stream_client import written_forms
+from streampunct.client.subtitles import FinalPieces, TimedWord
+from streampunct.core.wire import (
+    EndRequest,
+    Final,
+    HypothesisMessage,
+    Partial,
+    PunctuatedWord,
+    SessionOptions,
+    Word,
+    WordsMessage,
+)
+from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
+from streampunct.model import DEFAULT_MODEL_DIR
+from streampunct.text.normalize import (
+    NO_AFFIX,
+    normalize_word,
+    offline_tokens,
+    render,
+    sending_form,
+    surface_affixes,
+)
+from tests.streampunct.test_session_written import Driver as WrittenDriver
+from tests.streampunct.test_symbol_words import Recorder
+
+AFFIX_CASES = [
+    ("$1,000", "1,000", ("$", "")),
+    ("50%", "50", ("", "%")),
+    ("50%,", "50", ("", "%")),  # the mark goes, the symbol stays
+    ("c++", "c", ("", "++")),
+    ("C#", "c", ("", "#")),
+    ("#metoo", "metoo", ("#", "")),
+    ("@john", "john", ("@", "")),
+    ("great👍", "great", ("", "👍")),
+    ("brand™", "brand", ("", "™")),  # as typed, not NFKC's "tm"
+    ('"$5,"', "5", ("$", "")),  # quotes and marks around the symbols go
+    ("($1,000)", "1,000", ("$", "")),
+    ("-5", "5", ("-", "")),  # a minus before a digit
+    ("u.s.", "u.s", ("", ".")),  # the final dot of letters joined by dots
+    ("U.S.,", "u.s", ("", ".")),
+    ("e.g.", "e.g", ("", ".")),
+    ("hello,", "hello", NO_AFFIX),
+    ("end.", "end", NO_AFFIX),  # a sentence's period is a mark, not a dot of the word
+    ("3.5.", "3.5", NO_AFFIX),  # digits joined by dots are not letters
+    ("-hello", "hello", NO_AFFIX),  # a dash before a letter is a mark
+    ("it's", "it's", NO_AFFIX),
+    ("$", "", NO_AFFIX),  # only symbols: no word (offline, a symbol word)
+    ("👍", "", NO_AFFIX),
+    ("...", "", NO_AFFIX),
+]
+
+
+@pytest.mark.parametrize(("raw", "normalized", "affixes"), AFFIX_CASES)
+def test_the_symbols_around_a_word(raw, normalized, affixes):
+    assert normalize_word(raw) == normalized
+    assert surface_affixes(raw) == affixes
+    assert sending_form(raw) == (affixes[0] + normalized + affixes[1] if normalized else "")
+
+
+WORDISH = st.text(st.sampled_from("ab1,.'-$%+#@()\"!?é™👍\u0301\ufe0f ."), max_size=8)
+
+
+@given(WORDISH)
+def test_what_a_client_sends_reads_as_the_word_itself(raw):
+    """The server reads a client's ``sending_form`` as it reads the word: the same normalized
+    word (so both count indices alike) and the same symbols."""
+    sent = sending_form(raw)
+    assert normalize_word(sent) == normalize_word(raw)
+    if sent:
+        assert surface_affixes(sent) == surface_affixes(raw)
+        assert sending_form(sent) == sent
+
+
+@given(WORDISH, st.sampled_from([O, COMMA, PERIOD, QUESTION]))
+def test_a_client_finds_the_word_in_the_text_the_server_writes(raw, label):
+    word = normalize_word(raw)
+    if not word:
+        return
+    before, after = surface_affixes(raw)
+    text = render([word], [label], affixes=[(before, after)])
+    assert text.startswith(before + word + after)
+    final = Final(0, (PunctuatedWord(word, ID_TO_MARK[label]),), text)
+    assert written_forms(final) == [(before + word + after).rstrip(",.?")]
+
+
+def test_render_writes_the_symbols_around_the_word_and_its_mark_after_them():
+    words = ["it", "costs", "1,000", "in", "the", "u.s", "c", "50"]
+    affixes = [NO_AFFIX, NO_AFFIX, ("$", ""), NO_AFFIX, NO_AFFIX, ("", "."), ("", "++"), ("", "%")]
+    labels = [O, O, COMMA, O, O, PERIOD, O, QUESTION]
+    assert render(words, labels, capitalize=True, affixes=affixes) == "It costs $1,000, in the u.s. C++ 50%?"
+    # a word written verbatim (a written form) is shown as its form says, without them
+    assert render(["1,000"], [O], affixes=[("$", "")], verbatim=[True]) == "1,000"
+    with pytest.raises(ValueError, match="1 words but 2 affixes"):
+        render(["a"], [O], affixes=[NO_AFFIX, NO_AFFIX])
+
+
+def _stream(driver, raw_words: list[str]) -> None:
+    for w in raw_words:
+        driver.send(WordsMessage((Word(w),)))
+    driver.send(EndRequest())
+
+
+def test_a_stream_writes_the_symbols_back_and_keeps_words_and_indices():
+    from tests.streampunct.test_session_protocol import Driver
+
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    raw = ["t1x1", "$t1x2", "t1x3%,", "👍", "t1x4++", "t1x5"]
+    _stream(driver, raw)
+    finals = driver.of(Final)
+    words = [w for f in finals for w in f.words]
+    # the symbol-only word takes no index, as before; the others keep their normalized w
+    assert [w.w for w in words] == ["t1x1", "t1x2", "t1x3", "t1x4", "t1x5"]
+    assert [f.start for f in finals] == list(range(5))
+    texts = [f.text for f in finals]
+    marks = [w.p for w in words]
+    assert texts == [f"t1x1{marks[0]}", f"$t1x2{marks[1]}", f"t1x3%{marks[2]}", f"t1x4++{marks[3]}",
+                     f"t1x5{marks[4]}"]
+
+
+def test_partials_show_the_symbols_of_words_and_of_the_hypothesis():
+    from tests.streampunct.test_session_protocol import Driver
+
+    driver = Driver(SessionOptions(right_context=3, max_delay_ms=60_000, partials=True))
+    driver.send(WordsMessage((Word("$t1x1"), Word("t1x2"))))
+    [partial] = driver.send(HypothesisMessage((Word("#t1x3"), Word("t1x4%"))))
+    assert isinstance(partial, Partial)
+    assert [w.w for w in partial.words] == ["t1x1", "t1x2"]
+    assert [w.w for w in partial.hypothesis] == ["t1x3", "t1x4"]
+    tokens = [t.rstrip(",.?") for t in partial.text.split()]
+    assert tokens == ["$t1x1", "t1x2", "#t1x3", "t1x4%"]
+
+
+def test_with_written_forms_the_symbols_stay_outside_phrases():
+    driver = WrittenDriver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.stream("we paid $100 in new york today")
+    text = " ".join(f.text for f in driver.finals() if f.text)
+    assert text == "we paid $100 in New York, today."
+    assert [w.w for f in driver.finals() for w in f.words][2] == "100"
+
+
+def test_a_client_matches_the_written_symbols_to_their_words():
+    final = Final(3, (PunctuatedWord("1,000", ","), PunctuatedWord("c", ""), PunctuatedWord("u.s", ".")),
+                  "$1,000, C++ U.S.")
+    assert written_forms(final) == ["$1,000", "C++", "U.S"]
+    pieces = FinalPieces()
+    words = [TimedWord("1,000", COMMA, 0.0, 0.5), TimedWord("c", O, 0.5, 1.0), TimedWord("u.s", PERIOD, 1.0, 1.5)]
+    got = pieces.add(words, final.text) + pieces.close()
+    assert [(p.text, [w.w for w in p.words], p.written) for p in got] == [
+        ("$1,000,", ["1,000"], False), ("C++", ["c"], False), ("U.S.", ["u.s"], False)]
+
+
+def test_offline_the_symbols_are_written_back_and_the_model_reads_the_words():
+    from streampunct.commands.punctuate import punctuate_lines
+
+    tokens, affixes = offline_tokens("I paid $1,000 for C++ 👍 in the U.S.".split())
+    assert tokens == ["i", "paid", "1,000", "for", "c", "👍", "in", "the", "u.s"]
+    model = Recorder()
+    assert punctuate_lines([tokens], model, capitalize=True, affixes=[affixes]) == [
+        "I paid $1,000 for c++ 👍 in the u.s."]
+    assert model.calls == [["i", "paid", "1,000", "for", "c", "in", "the", "u.s"]]
+    with pytest.raises(ValueError, match="1 segments but 0 lists"):
+        punctuate_lines([tokens], model, affixes=[])
+
+
+def test_punctuate_command_keeps_the_symbols(tmp_path, capsys, monkeypatch):
+    """``streampunct punctuate`` end to end, with the Recorder as the model."""
+    from streampunct.cli import main
+    from streampunct.core import decoder
+
+    monkeypatch.setattr(decoder.OfflineDecoder, "from_model_dir", classmethod(lambda cls, *a, **k: _Closing()))
+    source = tmp_path / "in.txt"
+    source.write_text("it costs $5 or 50% more\nwe use c++\n", encoding="utf-8")
+    assert main(["punctuate", str(source)]) == 0
+    assert capsys.readouterr().out == "it costs $5 or 50% more.\nwe use c++.\n"
+
+
+class _Closing(Recorder):
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "streampunct.json").is_file(), reason="needs the shipped model")
+def test_the_shipped_model_through_the_python_api():
+    from streampunct.api import Punctuator
+
+    with Punctuator.load(DEFAULT_MODEL_DIR) as punctuator:
+        text = punctuator.punctuate("we paid $1,000 for c++ books at 50% off")
+        stream = punctuator.stream(right_context=2)
+        finals = stream.push("we paid $1,000 for c++ books at 50% off".split()) + stream.end()
+    assert "$1,000" in text and "++" in text and "50%" in text
+    assert [w.w for f in finals for w in f.words][2:5] == ["1,000", "for", "c"]
+    streamed = " ".join(f.text for f in finals)
+    assert "$1,000" in streamed and "++" in streamed and "50%" in streamed
