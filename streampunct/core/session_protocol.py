@@ -88,7 +88,7 @@ from streampunct.labels import (
     QUESTION,
     check_partial_mark_threshold,
 )
-from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render, surface_affixes
+from streampunct.text.normalize import NO_AFFIX, Affix, affix_of, normalize_word, render
 from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
 
 #: An overload episode of a session ends when none of its calls met a full queue for this
@@ -344,7 +344,7 @@ class SessionProtocol:
         if isinstance(message, HypothesisMessage):
             taken = [(word, item.w) for item in message.words if (word := normalize_word(item.w))]
             words = [word for word, _ in taken]
-            self._hypothesis_affixes = (tuple(words), [_affix(word, raw) for word, raw in taken])
+            self._hypothesis_affixes = (tuple(words), [affix_of(raw, word) for word, raw in taken])
             self._set_hypothesis(words)
             return self._owed_partial()
         if isinstance(message, ConfigRequest):
@@ -393,7 +393,7 @@ class SessionProtocol:
         for k, (word, item) in enumerate(taken):
             if item.start is not None or item.end is not None:
                 self._times[first + k] = (item.start, item.end)
-            if (affix := _affix(word, item.w)) is not NO_AFFIX:
+            if (affix := affix_of(item.w, word)) is not NO_AFFIX:
                 self._affixes[first + k] = affix
         if taken:
             self.state.feed([word for word, _ in taken], now)
@@ -708,9 +708,3 @@ class SessionProtocol:
                 if self.end_received:
                     out.append(Ended(self.state.n_words))
         return out
-
-
-def _affix(word: str, raw: str) -> Affix:
-    """The symbols around ``raw`` that its normalized form ``word`` lost (most words have none:
-    the cheap test first)."""
-    return NO_AFFIX if raw == word or raw.isalpha() else surface_affixes(raw)
