@@ -227,6 +227,7 @@ class SessionProtocol:
         self.end_received = False
         self.finished = False
         self._finishing = False  # end or shutdown: no more partials
+        self._handed_off = False  # the stream goes on elsewhere: nothing more is decided here
         self._words_seen = False
         self._accepted = False  # a message was accepted (``resume`` must come first)
         self.resumed_at: int | None = None  # ``start`` of an accepted ``resume``
@@ -454,6 +455,8 @@ class SessionProtocol:
         cache plan when the protocol has a stream cache; None while one is in flight or
         when there is nothing to do. Run it anywhere (:func:`streampunct.core.engine_call.run_calls`,
         :meth:`streampunct.server.batcher.Batcher.run`), then :meth:`apply` or :meth:`abort` it."""
+        if self._handed_off:
+            return None
         if self._end_at is not None:
             # The partial owed before ``end``, after the finals already due then (decided by
             # right context or delay before ``end``); the words ``end`` decides wait for it, so
@@ -471,7 +474,7 @@ class SessionProtocol:
 
     def next_deadline(self) -> float | None:
         """When the next word becomes final by ``max_delay_ms`` (for the caller's timer)."""
-        if self._end_at is not None:
+        if self._end_at is not None or self._handed_off:
             return None  # ``end`` decides every word once the owed partial is out
         return self.state.next_deadline()
 
@@ -657,6 +660,15 @@ class SessionProtocol:
         sentence_start = self._sentence_start
         return [self._written_text(message, texts, lambda: texts.partial(
             [], [], [], sentence_start=sentence_start, follows_finals=True))]
+
+    def hand_off(self) -> list[ServerMessage | WrittenText]:
+        """The stream goes on elsewhere (``serve --drain resume``): no more decisions here, and
+        the text of the words a final held for a phrase, as a final of no words (nothing when
+        none are held). Those words are final: the server that resumes the stream gets them as
+        context and never writes them, so they are written now, as spoken so far."""
+        self._finishing = self._handed_off = True
+        self._partial_owed = False
+        return self._held_text()
 
     def _held_text(self) -> list[ServerMessage | WrittenText]:
         """At a flush or the end, once every word is final: the text of the words a final held

@@ -284,6 +284,30 @@ async def test_a_stream_that_fails_at_every_resume_gives_up(start_server, aligne
     assert stream.pending[0].w == "xylophone"  # kept: nothing is dropped silently
 
 
+async def test_a_drained_server_writes_the_words_held_for_a_phrase_before_1012(start_server):
+    """``serve --drain resume`` with a lexicon: "new" is final, its text held for "new york";
+    the drained server writes it in a final of no words before closing with 1012, so the
+    finals' texts lose no word (the resuming server gets "new" as context only)."""
+    from streampunct.client.stream_client import StreamClient
+
+    server = await start_server(drain="resume")
+    client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=600_000,
+                                        lexicon=[("new york", "New York")])
+    await client.send_words("we flew to new york".split())
+    finals: list[Final] = []
+    while not finals or finals[-1].start + len(finals[-1].words) < 4:
+        if isinstance(message := await client.recv(timeout=10), Final):
+            finals.append(message)
+    assert [w.w for f in finals for w in f.words] == ["we", "flew", "to", "new"]
+    written = " ".join(f.text for f in finals if f.text).split()
+    assert [t.rstrip(",.?") for t in written] == ["we", "flew", "to"]  # "new": held
+    await server.shutdown()
+    rest = [m async for m in client]
+    assert rest == [Final(4, (), "new" + finals[-1].words[-1].p)]
+    assert client.close_code == 1012
+    await client.close()
+
+
 async def test_no_resume_with_zero_attempts(start_server):
     server = await start_server(drain="resume")
     stream = await ResumableStream.connect(server.url, right_context=5, reconnect=Reconnect(attempts=0))

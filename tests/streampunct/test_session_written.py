@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streampunct.core.options import SessionOptions
-from streampunct.core.session_protocol import SessionProtocol
+from streampunct.core.session_protocol import SessionProtocol, nothing_to_send
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
     DEFAULT_LIMITS,
@@ -256,6 +256,25 @@ def test_words_held_at_a_pause_are_written_by_a_flush_or_the_end_with_no_words_a
     last = out[-1]
     assert last == (Flushed(2) if closing == "flush" else Ended(2))
     assert out.index(finals[-1]) == len(out) - 2  # the text first, then flushed / end
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_hand_off_writes_the_words_held_for_a_phrase(defer):
+    """``serve --drain resume``: "new" is final and held for "new york"; the stream goes on
+    elsewhere, whose server gets "new" as context and never writes it, so the hand-off writes
+    it now, in a final of no words; with nothing held, nothing is sent."""
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), defer_written=defer)
+    for w in "we flew to new york".split():
+        driver.send(WordsMessage((Word(w),)))
+    finals = [(f.start, [w.w for w in f.words], f.text) for f in _resolved(driver.out) if isinstance(f, Final)]
+    assert finals[-1] == (3, ["new"], "")  # held: "new york" goes on
+    assert [(m.start, m.words, m.text) for m in _resolved(driver.protocol.hand_off())] == [(4, (), "new")]
+    assert driver.protocol.next_request(driver.now + 100) is None  # nothing more is decided here
+
+    quiet = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), defer_written=defer)
+    for w in "we flew to".split():
+        quiet.send(WordsMessage((Word(w),)))
+    assert [m for m in _resolved(quiet.protocol.hand_off()) if not nothing_to_send(m)] == []
 
 
 @pytest.mark.parametrize("defer", [False, True])
