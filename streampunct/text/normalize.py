@@ -22,7 +22,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 from streampunct.errors import InputError
-from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER
+from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER, O
 
 #: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
 #: right single quote, both UTF-8 bytes read as cp1252.
@@ -187,8 +187,13 @@ def _edge_span(w: str) -> tuple[int, int]:
 #: A word's symbols that ``text`` shows around its normalized form: (before, after).
 Affix = tuple[str, str]
 NO_AFFIX: Affix = ("", "")
-#: Letters joined by dots ("u.s", "e.g", "a.m"): such a word keeps a final dot in ``text``.
-_DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+#: Short groups of letters joined by dots ("u.s", "e.g", "ph.d"): such a word keeps a final dot
+#: in ``text`` (not "www.example.com", whose final dot is a sentence's).
+_DOTTED = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
+#: Most characters of symbols kept on one side of a word (whole symbols: an emoji is not cut).
+MAX_AFFIX_CHARS = 32
+#: Most marks kept after one symbol (a variation selector, a keycap; not a pile of accents).
+_MAX_SYMBOL_MARKS = 4
 
 
 def surface_affixes(word: str) -> Affix:
@@ -198,23 +203,74 @@ def surface_affixes(word: str) -> Affix:
     ``("", "👍")``.
 
     Symbols are those of :func:`symbol_word` (Unicode categories So, Sm, Sc, Sk, with their
-    marks, and the punctuation that stands for a word: ``%``, ``&``, ``#``, ``@``...); the
-    marks and quotes around them are dropped as from every word (``"$5,"`` -> ``$``). Two
-    more characters are kept: a ``-`` right before a leading digit (``-5``), and the final dot
-    of letters joined by dots (``u.s.`` -> ``("", ".")``), which a period after the word
-    does not double (:func:`render`). A word made only of symbols has none (it is no word
-    in a stream; offline it is a symbol word). Each side is cut to ``MAX_WORD_CHARS``.
+    marks, and the punctuation that stands for a word: ``%``, ``&``, ``#``, ``@``...), kept
+    as typed (an emoji's joiners too: ``👩‍💻``) but for a full-width form that NFKC folds to
+    one symbol (``％`` -> ``%``); the marks and quotes around them are dropped as from every
+    word (``"$5,"`` -> ``$``). Before a number, a minus and a decimal point are kept too
+    (``-$5``, ``$.99``, ``-.5``); after letters joined by dots, the final dot (``u.s.`` ->
+    ``("", ".")``, ``Ph.D.``), which a period after the word does not double
+    (:func:`render`). A word made only of symbols has none (it is no word in a stream;
+    offline it is a symbol word). Each side keeps whole symbols, at most
+    ``MAX_AFFIX_CHARS`` characters, those nearest the word.
     """
-    w = fix_mojibake(drop_invisible(word)).translate(_APOSTROPHES)
+    w = word.translate(_APOSTROPHES)
     start, end = _edge_span(w)
     if start == end or (start == 0 and end == len(w)):
         return NO_AFFIX
-    before, after = _symbols(w[:start]), _symbols(w[end:])
-    if w[start - 1 : start] == "-" and w[start].isdigit():
-        before += "-"
-    if not after and w[end : end + 1] == "." and _DOTTED.fullmatch(w[start:end]):
-        after = "."
-    return (before[-MAX_WORD_CHARS:], after[:MAX_WORD_CHARS]) if before or after else NO_AFFIX
+    core = w[start:end]
+    before = _symbols(w[:start], number=core[0].isdigit())
+    after = _symbols(w[end:])
+    if w[end : end + 1] == "." and _DOTTED.fullmatch(core):
+        after.insert(0, ".")
+    if not before and not after:
+        return NO_AFFIX
+    return "".join(_cut(before[::-1])[::-1]), "".join(_cut(after))
+
+
+def _cut(clusters: list[str]) -> list[str]:
+    """The first of ``clusters`` that fit in ``MAX_AFFIX_CHARS`` characters."""
+    out, size = [], 0
+    for cluster in clusters:
+        size += len(cluster)
+        if size > MAX_AFFIX_CHARS:
+            break
+        out.append(cluster)
+    return out
+
+
+def _symbols(edge: str, *, number: bool = False) -> list[str]:
+    """The symbols of ``edge`` (one side of a word, outside what normalization keeps), in order,
+    each with its marks (at most ``_MAX_SYMBOL_MARKS``); a ZWJ between two symbols joins them.
+    With ``number`` (the word starts with a digit), a ``-`` (once) and a ``.`` right before
+    the word too."""
+    out: list[str] = []
+    k, symbol_end, joined, minus = 0, -1, False, False
+    while k < len(edge):
+        ch = edge[k]
+        if ch == _ZWJ:
+            joined = symbol_end == k
+            k += 1
+            continue
+        j = k + 1
+        while j < len(edge) and _is_mark(edge[j]):
+            j += 1
+        cluster = edge[k : min(j, k + 1 + _MAX_SYMBOL_MARKS)]
+        if not ch.isspace() and _symbol_cluster(cluster):  # a keycap on a space is none
+            if len(cluster) == 1 and len(folded := unicodedata.normalize("NFKC", cluster)) == 1 and _is_symbol(folded):
+                cluster = folded  # a full-width "％" as "%"
+            if joined:
+                out[-1] += _ZWJ + cluster
+            else:
+                out.append(cluster)
+            symbol_end = j
+        elif number and ch == "-" and not minus:
+            out.append("-")
+            minus = True
+        elif number and ch == "." and j == len(edge):
+            out.append(".")
+        joined = False
+        k = j
+    return out
 
 
 def affix_of(raw: str, word: str) -> Affix:
@@ -226,48 +282,36 @@ def affix_of(raw: str, word: str) -> Affix:
 def sending_form(word: str) -> str:
     """``word`` as a client sends it: normalized (:func:`normalize_word`) with the symbols that
     ``text`` shows around it kept (:func:`surface_affixes`: ``$1,000``, ``c++``, ``u.s.``);
-    ``""`` when it normalizes to nothing. The server reads it as it reads ``word``."""
+    ``""`` when it normalizes to nothing. The server reads it as the same normalized word."""
     w = normalize_word(word)
     if not w:
         return ""
     before, after = affix_of(word, w)
-    return before + w + after
+    sent = before + w + after
+    return sent if sent == w or normalize_word(sent) == w else w  # (odd marks at the edges: the word alone)
 
 
 def split_affixes(token: str) -> tuple[str, str, str]:
     """``token`` (a piece of ``text``, its mark stripped) as (symbols before, the rest, symbols
     after): what :func:`render` wrote around a word from :func:`surface_affixes` (``$1,000``
-    -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-5`` -> ``("-", "5", "")``).
+    -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-$.5`` -> ``("-$.", "5", "")``).
     Clients match the rest to the word (:func:`written_length`)."""
     start, end = 0, len(token)
-    while start < end and _is_symbol(token[start]):
-        start += 1
-        while start < end and _is_mark(token[start]):
-            start += 1
-    if token[start : start + 1] == "-" and token[start + 1 : start + 2].isdigit():
-        start += 1
+    while start < end:
+        j = start + 1  # the cluster: the character and the marks after it
+        while j < end and _is_mark(token[j]):
+            j += 1
+        if not (_symbol_cluster(token[start:j]) or token[start] in "-.\u200d"):
+            break
+        start = j
     while end > start:
         j = end  # the last cluster starts at its base, token[j - 1]
         while j > start and _is_mark(token[j - 1]):
             j -= 1
-        if j == start or not _is_symbol(token[j - 1]):
+        if j == start or not (_symbol_cluster(token[j - 1 : end]) or token[j - 1] in ".\u200d"):
             break
         end = j - 1
     return token[:start], token[start:end], token[end:]
-
-
-def _symbols(edge: str) -> str:
-    """The symbol clusters (a symbol and its marks) of ``edge``, in order."""
-    out: list[str] = []
-    k = 0
-    while k < len(edge):
-        j = k + 1
-        while j < len(edge) and _is_mark(edge[j]):
-            j += 1
-        if _symbol_cluster(edge[k:j]):
-            out.append(edge[k:j])
-        k = j
-    return "".join(out)
 
 
 def normalize_words(words: Iterable[str]) -> list[str]:
@@ -503,6 +547,7 @@ def render(
                          + (f" and {len(cases)} case classes" if cases is not None else ""))
     parts: list[str] = []
     starts_sentence = sentence_start
+    previous = O  # the label of the word before: a clitic joins a word with no mark
     for k, (word, label) in enumerate(zip(words, labels, strict=True)):
         shown = word
         if verbatim is not None and verbatim[k]:
@@ -517,11 +562,12 @@ def render(
             shown = before + shown + after
             if label == PERIOD and after.endswith("."):
                 mark = ""
-        if join_clitics and parts and word in CLITICS and not parts[-1].endswith(tuple(ID_TO_MARK[1:])):
+        if join_clitics and parts and word in CLITICS and previous == O:
             parts[-1] += shown + mark
         else:
             parts.append(shown + mark)
         starts_sentence = label in (PERIOD, QUESTION)
+        previous = label
     return " ".join(parts)
 
 
