@@ -610,7 +610,7 @@ class SessionProtocol:
         labels = [d.label for d in decisions] + [label for _, label in hypothesis]
         texts = self._final_texts()
         sentence_start = self._sentence_start and start == self._sent
-        cases = [d.case for d in decisions]
+        cases = [d.case for d in decisions] + self.state.last_hypothesis_cases  # learned case, the hypothesis's too
         affixes = self._partial_affixes(decisions, [w for w, _ in hypothesis])
         partial = Partial(
             start,

@@ -195,6 +195,8 @@ class StreamState:
         self._hypothesis_ids: list[tuple[int, ...]] = []
         self._hypothesis_version = 0
         self.last_hypothesis: list[tuple[str, int]] = []
+        # the truecasing head's class of each of them (None: no head, or not labeled)
+        self.last_hypothesis_cases: list[int | None] = []
 
     # -- input ---------------------------------------------------------------
     @property
@@ -478,6 +480,8 @@ class StreamState:
         if request.partial:
             hyp_labels = [0] * request.hypothesis_from + [int(x) for x in labels[n_committed:]]
             self.last_hypothesis = list(zip(request.hypothesis, hyp_labels, strict=True))
+            self.last_hypothesis_cases = [None] * request.hypothesis_from + (
+                [None] * (len(labels) - n_committed) if cases is None else [int(c) for c in cases[n_committed:]])
             self.last_partial = self._whole_tail([d for d in decisions if d.index >= self.n_final])
             return []
         if request.first_word != self.n_final:
@@ -534,7 +538,7 @@ class StreamState:
         self._hypothesis_ids = [self.aligner.word_ids(w) for w in words]
         self._hypothesis_version += 1
         if not words:
-            self.last_hypothesis = []
+            self.last_hypothesis, self.last_hypothesis_cases = [], []
 
     def _layout_with_hypothesis(self) -> tuple[TokenLayout, list[int], int]:
         """Token layout and ids of the words a partial window may use, hypothesis appended.

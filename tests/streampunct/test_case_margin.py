@@ -194,6 +194,22 @@ def test_the_python_api_streams_with_its_margin(aligner):
     assert p.punctuate(" ".join(WORDS)) == WITH_MARGIN
 
 
+def test_hypothesis_words_take_the_learned_case_a_final_gives_them(aligner):
+    """A partial writes "John" and "NASA" in the hypothesis as the finals will, not "john" and
+    "nasa" (the case head labels the hypothesis's words in the partial's window too)."""
+    from streampunct.api import Punctuator
+
+    p = Punctuator.from_engine(ChosenEngine(aligner), aligner, case_margin=MARGIN)
+    stream = p.stream(right_context=2, max_delay_ms=600_000, partials=True, clock=lambda: 0.0)
+    stream.push(WORDS[:7])
+    stream.hypothesis(WORDS[7:])
+    partial = stream.partial
+    assert [w.w for w in partial.hypothesis] == ["john", "said", "nasa"]
+    assert partial.text.endswith("John said NASA")
+    finals = stream.push(WORDS[7:]) + stream.end()
+    assert " ".join(f.text for f in finals).endswith("John said NASA.")
+
+
 async def test_a_server_session_drops_weak_capitals_mid_sentence_and_keeps_sentence_starts(aligner):
     from streampunct.client.stream_client import StreamClient
     from streampunct.server.app import ServerConfig, ServerRuntime, serve
