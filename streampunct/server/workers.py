@@ -202,21 +202,31 @@ def supervise(
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # the workers inherit it (spawn)
     supervisor = _Supervisor(config, workers, port, setup)
     previous = {sig: signal.signal(sig, supervisor.forward) for sig in STOP_SIGNALS}
+    left = False  # the workers were left to drain by themselves
     try:
         supervisor.start()
         return supervisor.run(sockets, on_ready)
+    except KeyboardInterrupt:
+        # Raised, not forwarded: SIGHUP (cli.Terminated: a closed terminal, a dropped ssh session).
+        # The supervisor ends at once; its workers drain by themselves, as after a SIGKILL of it,
+        # rather than be killed with their sessions' words.
+        supervisor.leave()
+        left = True
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for sock in sockets:
             sock.close()
-        supervisor.kill_all()
+        if not left:
+            supervisor.kill_all()
         if saved_env is None:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
         os.close(metrics_lock)
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        if not left:  # else the next supervisor removes it once no worker holds it
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 #: The supervisor's metric files' folder, in the temporary directory: ``PREFIX<random>``.
@@ -449,6 +459,11 @@ class _Supervisor:
             self._stop(signal.SIGTERM)
         else:
             logger.error("worker %d (pid %d) exited with %s", i, proc.pid, _exit_status(code))
+
+    def leave(self) -> None:
+        """Tell every worker to drain (SIGTERM) and wait for none of them."""
+        logger.warning("the supervisor ends at once; its %d workers drain by themselves", self.n)
+        self._stop(signal.SIGTERM)
 
     def kill_all(self) -> None:
         for proc in self.procs:

@@ -450,7 +450,7 @@ class ProcessNormalizer:
             for sentinel in multiprocessing.connection.wait(list(running), left):
                 running.pop(sentinel)
         for process in running.values():
-            process.terminate()
+            process.kill()  # it ignores SIGTERM (_worker_init)
         if running:
             multiprocessing.connection.wait(list(running), 1.0)
 
@@ -461,9 +461,12 @@ _WORKER: NemoNormalizer | None = None
 
 def _worker_init(cache_dir: Path | None) -> None:
     global _WORKER
-    # Ctrl-C in a terminal reaches the whole process group: the server stops its workers
-    # itself (ProcessNormalizer.close), so a worker must not die of it mid-call with a traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in a terminal reaches the whole process group, and a service manager's stop
+    # (systemd's KillMode=control-group) or a hangup every process of it: the server stops its
+    # workers itself (ProcessNormalizer.close) once its sessions' texts are written, so a worker
+    # must not die of them mid-call (the draining sessions' numbers would stay spoken)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:  # a server killed outright (SIGKILL, OOM) leaves no worker behind
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="itn-parent-watch", daemon=True).start()

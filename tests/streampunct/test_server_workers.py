@@ -127,6 +127,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _default_stop_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def worker_of(client: StreamClient) -> int:
     return int(client.connection.response.headers[WORKER_HEADER])
 
@@ -139,6 +144,7 @@ async def serving(tmp_path: Path, *args: str, workers: int = 2, env: dict[str, s
             sys.executable, "-m", "streampunct.cli", "serve", "--engine", "fake", "--port", "0",
             "--workers", str(workers), "--engine-option", "batch_ms=1", *args,
             stdout=asyncio.subprocess.PIPE, stderr=out, cwd=REPO, env={**os.environ, **(env or {})},
+            preexec_fn=_default_stop_signals,  # not the SIG_IGN of a background (nohup) test run
         )
     server = Server(proc, log)
     try:
@@ -570,6 +576,22 @@ async def test_workers_whose_supervisor_is_killed_drain_and_exit(tmp_path):
         assert transcript.words == WORDS and client.close_code == 1001
         await until(lambda: not any(_running(h["pid"]) for h in health.values()), timeout=20)
         assert server.log.read_text().count("the supervisor is gone; shutting down") == 2
+
+
+async def test_sighup_ends_the_supervisor_at_once_and_the_workers_drain(tmp_path):
+    """A closed terminal or a dropped ssh session (SIGHUP): the supervisor exits at once with 129,
+    and its workers drain (every word final, 1001) instead of being killed with their words."""
+    async with serving(tmp_path) as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        clients = [await pending_stream(server, w) for w in (0, 1)]
+        server.proc.send_signal(signal.SIGHUP)
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 129
+        for client in clients:
+            transcript = await read_to_close(client)
+            assert transcript.words == WORDS and client.close_code == 1001
+        await until(lambda: not any(_running(h["pid"]) for h in health.values()), timeout=20)
+        assert "its 2 workers drain by themselves" in server.log.read_text()
 
 
 def test_live_gauges_are_written_when_a_single_server_keeps_values_in_files(monkeypatch):
