@@ -122,6 +122,7 @@ class Punctuator:
         self._closed = False
         self._cache_tokens = stream_cache_tokens
         self._has_stream_cache = stream_engine is not None
+        self._has_case = decoder.has_case  # as loaded (a closed engine may not say)
 
     @classmethod
     def load(
@@ -212,13 +213,14 @@ class Punctuator:
         """
         missing = [a for a in ("infer", *Engine.__annotations__) if not hasattr(engine, a)]  # the declared ones
         if missing:
-            raise TypeError(f"the engine does not declare {', '.join(missing)} (the Engine protocol: derive "
-                            "from engines.base.EngineBase for the defaults)")
+            raise InputError(f"the engine ({type(engine).__name__}) does not declare {', '.join(missing)} "
+                             "(the Engine protocol: derive from engines.base.EngineBase for the defaults)")
         if stream_engine is not None:
             missing = [a for a in ("infer_stream", "stream_shape") if not hasattr(stream_engine, a)]
             if missing:
-                raise TypeError(f"the stream engine does not declare {', '.join(missing)} (the StreamEngine "
-                                "protocol: derive from engines.base.StreamEngineBase)")
+                raise InputError(f"the stream engine ({type(stream_engine).__name__}) does not declare "
+                                 f"{', '.join(missing)} (the StreamEngine protocol: derive from "
+                                 "engines.base.StreamEngineBase)")
         if not isinstance(aligner, Aligner):
             raise InputError(f"aligner must be a streampunct.core.alignment.Aligner (Aligner.from_file of "
                              f"the model's tokenizer.json), not {type(aligner).__name__}")
@@ -252,7 +254,7 @@ class Punctuator:
     @property
     def has_case(self) -> bool:
         """The model has a truecasing head (``capitalize`` then writes names and acronyms too)."""
-        return self._decoder.has_case
+        return self._has_case
 
     @property
     def stream_cache(self) -> bool:
@@ -389,8 +391,9 @@ class Stream:
     Attributes:
         options: the session options.
         partial: with ``partials``, the latest provisional labels of the words not
-            yet final (and of the hypothesis), else None (and None once the stream
-            is finished).
+            yet final (and of the hypothesis), else None: None too once a final has
+            overtaken it (until the next partial: at a pause, every word final, none
+            comes) and once the stream is finished.
     """
 
     def __init__(self, punctuator: Punctuator, options: SessionOptions, clock: Callable[[], float], *,
@@ -509,10 +512,11 @@ class Stream:
         while (call := protocol.next_call(now)) is not None:
             try:
                 output = self._run(call)
+                messages = protocol.apply(call, output)  # checks the output first (its shape)
             except Exception as e:
-                protocol.abort(call)
+                protocol.abort(call)  # asked for again by the next call
                 raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
-            self._owed += self._collect(protocol.apply(call, output))
+            self._owed += self._collect(messages)
         if protocol.finished:
             self.partial = None
         finals, self._owed = self._owed, []
@@ -528,6 +532,8 @@ class Stream:
         for message in messages:
             if isinstance(message, Final):
                 finals.append(message)
+                if self.partial is not None and message.start + len(message.words) > self.partial.start:
+                    self.partial = None  # overtaken: its words are final now (a new one may follow)
             elif isinstance(message, Partial):
                 self.partial = message
         return finals

@@ -20,7 +20,13 @@ from engines.registry import StreamCacheMode, load_engine, load_stream_engine, s
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import TokenLayout, WindowConfig, pad_batch, plan_offline
 from streampunct.errors import InputError
-from streampunct.labels import case_classes, check_case_margin, end_of_stream_label
+from streampunct.labels import (
+    CASE_LABELS,
+    LABELS,
+    case_classes,
+    check_case_margin,
+    end_of_stream_label,
+)
 from streampunct.model import ModelInfo, load_model_info
 from streampunct.text.normalize import (
     Affix,
@@ -31,6 +37,8 @@ from streampunct.text.normalize import (
 )
 
 InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: The classes an engine's logits have a token: punctuation, and a truecasing head's after them.
+_CLASSES = (len(LABELS), len(LABELS) + len(CASE_LABELS))
 
 
 def decode_offline(
@@ -71,6 +79,10 @@ def decode_offline(
             seqs.append(seq)
         input_ids, mask = pad_batch(seqs, aligner.pad_id)
         logits = np.asarray(infer(input_ids, mask), dtype=np.float32)
+        if logits.ndim != 3 or logits.shape[:2] != input_ids.shape or logits.shape[2] not in _CLASSES:
+            raise ValueError(f"the engine's logits have shape {logits.shape} for input of shape {input_ids.shape}: "
+                             f"expected {[*input_ids.shape, len(LABELS)]} ({len(LABELS) + len(CASE_LABELS)} "
+                             "classes with a truecasing head)")
         if out is None:
             out = np.zeros((len(words), logits.shape[-1]), dtype=np.float32)
         for row, w in enumerate(chunk):

@@ -121,7 +121,7 @@ class StreamCalls:
         state labels the words (:meth:`StreamState.apply`; new finals, or none for a partial)."""
         if call.request is not self.state.in_flight:
             raise ValueError("apply() got a call that is not in flight for this stream")
-        heads = call.heads(output)
+        heads = self.state.checked_heads(call.request, call.heads(output))  # before the cache keeps any
         if call.stream is not None:
             if self.cache is None:
                 raise ValueError("a streaming call for a stream without a cache")

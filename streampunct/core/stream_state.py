@@ -56,6 +56,7 @@ from streampunct.core.options import SessionOptions
 from streampunct.core.windowing import TokenLayout, WindowConfig, select_window
 from streampunct.labels import (
     CAPITALIZED,
+    CASE_LABELS,
     LABELS,
     LOWER,
     PARTIAL_MARK_THRESHOLD,
@@ -442,6 +443,26 @@ class StreamState:
         return WindowRequest(ids, positions, self._base + first, partial, token_start=self._token_base + a,
                              decide_from=lay.starts[first] - a + 1, decide_to=lay.ends[last] - a + 1)
 
+    @staticmethod
+    def checked_heads(request: WindowRequest, logits: HeadLogits | np.ndarray) -> HeadLogits:
+        """``logits`` as :class:`~engines.base.HeadLogits`; ValueError unless they cover the
+        request's tokens with the punctuation classes (and a case head's 4, if any)."""
+        heads = logits if isinstance(logits, HeadLogits) else HeadLogits(logits, None)
+        punctuation, case = np.asarray(heads.punctuation), heads.case
+        if punctuation.ndim != 2 or punctuation.shape[0] < len(request.input_ids):
+            raise ValueError(
+                f"logits of shape {punctuation.shape} do not cover the request's "
+                f"{len(request.input_ids)} tokens"
+            )
+        if punctuation.shape[1] != len(LABELS):
+            raise ValueError(f"punctuation logits have {punctuation.shape[1]} classes, not {len(LABELS)} "
+                             "(a truecasing head's logits come apart: HeadLogits)")
+        if case is not None and (np.ndim(case) != 2 or np.shape(case)[0] < len(request.input_ids)
+                                 or np.shape(case)[1] != len(CASE_LABELS)):
+            raise ValueError(f"case logits of shape {np.shape(case)} do not cover the request's "
+                             f"{len(request.input_ids)} tokens with {len(CASE_LABELS)} classes")
+        return heads
+
     def apply(self, request: WindowRequest, logits: HeadLogits | np.ndarray) -> list[Decision]:
         """Take the model's logits for ``request``; return new finals.
 
@@ -454,16 +475,8 @@ class StreamState:
         """
         if request is not self._in_flight:
             raise ValueError("apply() got a request that is not in flight for this stream")
-        heads = logits if isinstance(logits, HeadLogits) else HeadLogits(logits, None)
+        heads = self.checked_heads(request, logits)
         punctuation = heads.punctuation
-        if punctuation.ndim != 2 or punctuation.shape[0] < len(request.input_ids):
-            raise ValueError(
-                f"logits of shape {punctuation.shape} do not cover the request's "
-                f"{len(request.input_ids)} tokens"
-            )
-        if punctuation.shape[1] != len(LABELS):
-            raise ValueError(f"punctuation logits have {punctuation.shape[1]} classes, not {len(LABELS)} "
-                             "(a truecasing head's logits come apart: HeadLogits)")
         self._in_flight = None
         labels = np.argmax(punctuation[request.positions], axis=-1)
         cases = None if heads.case is None else case_classes(heads.case[request.positions], self.case_margin)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -203,8 +204,12 @@ def test_an_engine_that_does_not_declare_its_capabilities_is_refused_by_name(ali
         def infer(self, input_ids, attention_mask):
             raise AssertionError("not called")
 
-    with pytest.raises(TypeError, match="does not declare name, has_case, rows_independent"):
+    with pytest.raises(InputError, match=r"engine \(Bare\) does not declare name, has_case, rows_independent"):
         Punctuator.from_engine(Bare(), aligner, window=TEST_WINDOW)
+    with pytest.raises(InputError, match=r"engine \(NoneType\) does not declare infer"):
+        Punctuator.from_engine(None, aligner)
+    with pytest.raises(InputError, match=r"stream engine \(FakeEngine\) does not declare infer_stream"):
+        Punctuator.from_engine(FakeEngine(), aligner, stream_engine=FakeEngine())
 
 
 # -- time -----------------------------------------------------------------------------
@@ -637,7 +642,7 @@ def test_an_unknown_engine_name_is_a_bad_argument_before_anything_loads(tmp_path
 def test_from_engine_refuses_an_aligner_or_stream_engine_it_cannot_use(aligner):
     with pytest.raises(InputError, match="aligner must be a streampunct.core.alignment.Aligner .*not NoneType"):
         Punctuator.from_engine(FakeEngine(), None, window=TEST_WINDOW)
-    with pytest.raises(TypeError, match="stream engine does not declare infer_stream, stream_shape"):
+    with pytest.raises(InputError, match=r"stream engine \(object\) does not declare infer_stream, stream_shape"):
         Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW, stream_engine=object())
 
 
@@ -662,3 +667,58 @@ def test_a_tokenizer_that_is_not_the_folders_is_refused(tmp_path, shipped):
     shutil.copyfile(DEFAULT_MODEL_DIR / "tokenizer.json", folder / "tokenizer.json")
     with Punctuator.load(folder) as restored:
         assert restored.punctuate("hello how are you") == shipped.punctuate("hello how are you")
+
+
+# -- what a probe of the API found --------------------------------------------------------
+
+
+def test_a_partial_that_a_final_overtook_is_gone(aligner):
+    """At a pause (a flush, a delay deadline) every word becomes final and no new partial comes:
+    ``Stream.partial`` is None then, not the stale partial of words now final."""
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    for lexicon in ((), [("new york", "New York")]):
+        s = p.stream(right_context=3, max_delay_ms=2000, partials=True, lexicon=lexicon)
+        s.push(["i", "love", "cats"], now=0.0)
+        assert s.partial is not None and [w.w for w in s.partial.words] == ["i", "love", "cats"]
+        assert [w.w for f in s.flush(now=0.1) for w in f.words] == ["i", "love", "cats"]
+        assert s.partial is None
+        s.push(["and", "dogs"], now=1.0)
+        assert s.partial is not None and s.partial.start == 3
+        s.poll(now=3.5)  # both decided by their delay
+        assert s.n_final == 5
+        if lexicon:  # the written forms' partial of no words at a pause (protocol.md): nothing held
+            assert (s.partial.start, s.partial.words, s.partial.text) == (5, (), "")
+        else:
+            assert s.partial is None
+
+
+class WrongClassesEngine(FakeEngine):
+    """Logits with a class too many, until ``fixed``."""
+
+    fixed = False
+
+    def infer(self, input_ids, attention_mask):
+        logits = super().infer(input_ids, attention_mask)
+        return logits if self.fixed else np.concatenate([logits, logits[..., :1]], axis=-1)
+
+
+def test_an_engine_with_the_wrong_number_of_classes_fails_clearly_and_the_stream_goes_on(aligner):
+    engine = WrongClassesEngine()
+    p = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=1, max_delay_ms=NO_DELAY)
+    with pytest.raises(EngineFailedError, match="punctuation logits have 5 classes, not 4"):
+        s.push(["so", "this", "is", "it"], now=0.0)
+    with pytest.raises(EngineFailedError, match=r"logits have shape \(\d+, \d+, 5\)"):
+        p.punctuate("so this is it")
+    engine.fixed = True  # the call failed, not the stream: its words are asked for again
+    finals = s.end(now=1.0)
+    assert [w.w for f in finals for w in f.words] == ["so", "this", "is", "it"] and s.finished
+    assert p.punctuate("so this is it")
+
+
+@pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "streampunct.json").is_file(), reason="needs the shipped model")
+def test_has_case_is_the_same_after_close():
+    p = Punctuator.load(DEFAULT_MODEL_DIR)
+    assert p.has_case  # the shipped model has a truecasing head
+    p.close()
+    assert p.has_case  # a closed ONNX Runtime engine no longer says
