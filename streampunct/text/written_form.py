@@ -488,18 +488,30 @@ class FinalTexts:
                 (trailing and span[last - 1].label == COMMA):
             return None
         if not self._number([span[last - 1].word]):
+            before_and = (span[-1].word if trailing else context[:1] and context[0]) == "and"
             form = next((p for p in phrases if p.end == last and p.text), None)  # "$2" before "and"
+            if form is None and before_and:  # the words after it may hide it from the grammars
+                form = self._form_before(span, last)
             if form is None:
                 return None
-            before_and = (span[-1].word if trailing else context[:1] and context[0]) == "and"
             whole_units = paused and not trailing and form.text[:1] in _CURRENCY and "." not in form.text
             return Phrase(form.start, n, "") if before_and or whole_units else None
         s = last - 1
         while s > 0 and (self._number([span[s - 1].word]) or span[s - 1].word in _GOES_ON) and \
                 span[s - 1].label not in (PERIOD, QUESTION):
             s -= 1
+        if 0 < s < last and span[s].word == "and" and span[s - 1].label not in (PERIOD, QUESTION) and (
+                (money := self._form_before(span, s)) is not None and money.text[:1] in _CURRENCY):
+            s = money.start  # "one hundred dollars and forty" (cents may follow): held from "one"
         ending = next((p for p in phrases if p.end == last), None)
         return Phrase(s if ending is None else min(s, ending.start), n, "")
+
+    def _form_before(self, span: Sequence[_Held], end: int) -> Phrase | None:
+        """The written form that ``span[:end]`` ends with, read without the words after it (which
+        may hide it: "one hundred dollars and forty" has no reading until "cents" comes)."""
+        words = [h.word for h in span[:end]]
+        return next((p for p in self._phrases(words, [h.label for h in span[:end]]) if p.end == end and p.text),
+                    None)
 
     def _open_lexicon_phrase(self, span: Sequence[_Held], all_words: Sequence[str]) -> Phrase | None:
         """A lexicon phrase that the words after the final's may still complete: the words
@@ -545,6 +557,14 @@ class FinalTexts:
         phrases = self._phrases(all_words, [h.label for h in span] + [None] * len(context), until=n)
         cut = n
         crossing = next((p for p in phrases if p.start < n < p.end), None)
+        if crossing is None and "and" in context[1:]:
+            # the words after an "and" in the context may hide a form that the final's words begin
+            # ("one hundred and ninety six" | "dollars and forty", no reading until "cents"): read
+            # the context up to it too
+            near = all_words[:n + context.index("and", 1)]
+            found = self._phrases(near, [h.label for h in span] + [None] * (len(near) - n), until=n)
+            if (crossed := next((p for p in found if p.start < n < p.end), None)) is not None:
+                phrases, crossing = found, crossed
         if context or paused:
             # a longer entry begun before it wins: with "united states" in the lexicon too, "the
             # united states" before "of" is held from "the" (for "the united states of america")
@@ -566,6 +586,17 @@ class FinalTexts:
                 (p for p in phrases if p.start < crossing.start < p.end), None)) is not None:
             # held from inside a form ("five two" of "one dollar five two": "$1.05"): from its start
             crossing = Phrase(inside.start, crossing.end, "")
+        if crossing is not None and 0 < crossing.start < n and self._number([span[crossing.start].word]):
+            # a comma does not end a number ("three hundred, six dollars" goes on as "$306"): the
+            # number words before the held ones are held with them, unless a sentence ends there
+            s = crossing.start
+            while s > 0 and span[s - 1].label not in (PERIOD, QUESTION) and (self._number([span[s - 1].word]) or (
+                    span[s - 1].word in _GOES_ON and s > 1 and self._number([span[s - 2].word]))):
+                s -= 1
+            while crossing is not None and s < crossing.start and (inside := next(
+                    (p for p in phrases if p.start < s < p.end), None)) is not None:
+                s = inside.start
+            crossing = Phrase(s, crossing.end, "")
         if crossing is not None and n - crossing.start <= MAX_HELD_WORDS:
             cut = crossing.start
         elif crossing is not None:  # too long to hold: written as far as it goes now
