@@ -23,6 +23,7 @@ final that finalizes the phrase's last word writes the whole phrase
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -164,6 +165,9 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
         shown = " ".join(written.split())
         if not shown or not all(ch.isprintable() or ch in _JOINERS for ch in shown):
             raise ValueError(f"lexicon[{i}]: the written form must be printable text, not {written!r}")
+        if not any(ch not in _JOINERS and unicodedata.category(ch)[0] != "M" for ch in shown):
+            # joiners or marks alone show nothing: the phrase would vanish from the text
+            raise ValueError(f"lexicon[{i}]: the written form {written!r} shows nothing")
         key = " ".join(words)
         if key in seen:
             raise ValueError(f"lexicon[{i}]: the spoken phrase {key!r} is already lexicon[{seen[key]}]")

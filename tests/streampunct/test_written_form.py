@@ -56,6 +56,8 @@ def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
     (["a", "  "], "lexicon[0]: the written form must be printable text"),
     (["a", "x\x07y"], "lexicon[0]: the written form must be printable text"),
     (["a", "x\u202ey"], "lexicon[0]: the written form must be printable text"),  # a bidi control
+    (["a", "\u200d"], "lexicon[0]: the written form '\\u200d' shows nothing"),  # a joiner alone
+    (["a", "\u0301"], "lexicon[0]: the written form '\u0301' shows nothing"),  # a mark with no letter
     ([" ".join(["w"] * (MAX_LEXICON_PHRASE_WORDS + 1)), "x"],
      f"the spoken phrase has {MAX_LEXICON_PHRASE_WORDS + 1} words; the limit is {MAX_LEXICON_PHRASE_WORDS}"),
     (["a" * 257, "x"], "lexicon[0] is longer than 256 characters"),
