@@ -590,9 +590,13 @@ class FinalTexts:
                 (p for p in phrases if p.start < crossing.start < p.end), None)) is not None:
             # held from inside a form ("five two" of "one dollar five two": "$1.05"): from its start
             crossing = Phrase(inside.start, crossing.end, "")
-        if crossing is not None and 0 < crossing.start < n and self._number([span[crossing.start].word]):
-            # a comma does not end a number ("three hundred, six dollars" goes on as "$306"): the
-            # number words before the held ones are held with them, unless a sentence ends there
+        if crossing is not None and 0 < crossing.start < n and (self._number([span[crossing.start].word]) or (
+                span[crossing.start].word in _GOES_ON + _TIME_LETTERS + _TIME_LINKS
+                and self._number([span[crossing.start - 1].word]))):
+            # a comma does not end a number ("three hundred, six dollars" goes on as "$306"), and a
+            # lexicon phrase held from a word that goes on with one ("five" + "a" of "a b c") may
+            # turn out to be its rest ("a m": "5 a.m."): the number words before the held ones are
+            # held with them, unless a sentence ends there
             s = crossing.start
             while s > 0 and span[s - 1].label not in (PERIOD, QUESTION) and (self._number([span[s - 1].word]) or (
                     span[s - 1].word in _GOES_ON and s > 1 and self._number([span[s - 2].word]))):

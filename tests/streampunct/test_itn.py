@@ -531,6 +531,26 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
         assert " ".join(f.text for f in finals if f.text) == whole, spoken
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("lexicon", "chunks", "written"), [
+    ([("a b c", "ABC")], [["we", "left", "at", "five", "a"], ["m", "today"]], "5 a.m."),
+    ([("and so on", "etc.")], [["it", "costs", "one", "hundred", "and"], ["five", "dollars"]], "$105"),
+])
+def test_a_lexicon_phrase_a_number_goes_on_with_does_not_cut_the_number(nemo, lexicon, chunks, written):
+    """A final ending in a word that opens a lexicon entry ("a" of "a b c", "and" of "and so
+    on") holds it for the entry, and the number before it with it: the next words may be the
+    number's rest ("a m", "five dollars"), as offline reads them."""
+    from streampunct import Punctuator
+    from streampunct.model import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "streampunct.json").is_file():
+        pytest.skip(f"no model at {DEFAULT_MODEL_DIR}")
+    p = Punctuator.load(itn=True, capitalize=False)
+    s = p.stream(right_context=0, max_delay_ms=600_000, itn=True, capitalize=False, lexicon=lexicon)
+    finals = [f for c in chunks for f in s.push(c)] + s.end()
+    assert written in " ".join(f.text for f in finals if f.text)
+
+
 def test_the_api_names_its_own_argument_for_a_cache_it_cannot_make(tmp_path):
     pytest.importorskip("pynini", reason="needs the itn extra")
     from streampunct.api import written_forms
