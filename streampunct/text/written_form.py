@@ -399,6 +399,7 @@ class FinalTexts:
         # (words, text) of the form the written text ends with, when all its words are in
         # _written: the next words may go on with it (_continued)
         self._last_form: tuple[int, str] | None = None
+        self._seeded = False  # a resume's context is to be read for a form it ends with (_read_seed)
 
     def _phrases(self, words: Sequence[str], labels: Sequence[int | None], until: int | None = None) -> list[Phrase]:
         """The phrases of ``words`` (which follow the words written so far), found with
@@ -532,10 +533,22 @@ class FinalTexts:
 
     def seed(self, words: Sequence[str], labels: Sequence[int]) -> None:
         """Take ``words`` (with their ``labels``), written before this stream's first final
-        elsewhere (a resume's context), as the words already written: left context only,
-        never written again, and no form for the next words to go on with."""
+        elsewhere (a resume's context), as the words already written: left context, never
+        written again; a form they end with ("three thirty": "3:30") is one the next words may
+        go on with ("p m": "p.m."), as on an unbroken stream (read by the first text written,
+        where the grammars may be searched: :meth:`_read_seed`)."""
         self._written = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)][-LEFT_CONTEXT_WORDS:]
         self._last_form = None
+        self._seeded = bool(self._written)
+
+    def _read_seed(self) -> None:
+        """The form a resume's context ends with (:meth:`seed`), once."""
+        if not self._seeded:
+            return
+        words, labels = [h.word for h in self._written], [h.label for h in self._written]
+        ending = next((p for p in self.formatter.phrases(words, labels) if p.end == len(words) and p.text), None)
+        self._last_form = None if ending is None else (len(words) - ending.start, ending.text)
+        self._seeded = False  # (after the search: one that must wait is run again)
 
     @property
     def held(self) -> int:
@@ -550,6 +563,7 @@ class FinalTexts:
         last word was decided by a delay deadline with no word after it yet (not a flush or
         the end), so that a form the grammars read as unfinished there is held. ``affixes``:
         the input's symbols around each of ``words`` (:meth:`Formatter.render`)."""
+        self._read_seed()
         if not self._held:
             self._held_sentence_start = sentence_start
         n_new = len(words)
@@ -628,6 +642,7 @@ class FinalTexts:
         """The ``text`` of a partial: the held words (when the partial's words follow the
         last final word: ``follows_finals``), then ``words`` (provisional and hypothesis),
         with ``affixes`` around them (:meth:`Formatter.render`)."""
+        self._read_seed()
         held = self._held if follows_finals else []
         learned = list(cases) + [None] * (len(words) - len(cases))
         all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)

@@ -551,6 +551,24 @@ def test_a_lexicon_phrase_a_number_goes_on_with_does_not_cut_the_number(nemo, le
     assert written in " ".join(f.text for f in finals if f.text)
 
 
+@pytest.mark.slow
+def test_a_resumed_stream_takes_the_rest_of_a_form_its_context_ends_with(nemo):
+    """docs/protocol.md, "Across finals": a resume's context that ends in a form ("three thirty":
+    "3:30", written on the old connection) is one the next words go on with ("p m": "p.m."), as
+    on an unbroken stream; words that go on with it otherwise stay spoken, as before."""
+    from streampunct.core.wire import ConfigRequest, PunctuatedWord, ResumeRequest, SessionOptions
+    from streampunct.text.written_form import Lexicon, WrittenForms
+    from tests.streampunct.test_session_written import Driver
+
+    for context, words, written in [("we meet at three thirty", "p m on friday", "p.m. on friday"),
+                                    ("it costs twenty", "five dollars today", "five dollars today")]:
+        driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), written=WrittenForms(Lexicon(), nemo))
+        given = tuple(PunctuatedWord(w, "") for w in context.split())
+        driver.send(ResumeRequest(len(given), given, ConfigRequest(itn=True)))
+        driver.stream(words)
+        assert " ".join(f.text for f in driver.finals() if f.text).rstrip(".") == written
+
+
 def test_the_api_names_its_own_argument_for_a_cache_it_cannot_make(tmp_path):
     pytest.importorskip("pynini", reason="needs the itn extra")
     from streampunct.api import written_forms
