@@ -599,18 +599,23 @@ class SessionProtocol:
 
     def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial
-        hypothesis = self.state.last_hypothesis
+        hypothesis, hypothesis_cases = self.state.last_hypothesis, self.state.last_hypothesis_cases
         if not decisions and not request.hypothesis and not self._partial_owed:
             return []
         if request.hypothesis == self.state.hypothesis:
             self._partial_owed = False
         labeled = len(request.positions) - (len(request.hypothesis) - request.hypothesis_from)
+        if hypothesis and request.hypothesis != self.state.hypothesis and decisions and (
+                decisions[-1].index >= request.first_word + labeled):
+            # words came while the call ran (the ASR committed its hypothesis) and cleared its
+            # hypothesis: they show as the tail's words, not a second time as its hypothesis
+            hypothesis, hypothesis_cases = [], []
         start = decisions[0].index if decisions else max(self._sent, request.first_word + labeled)
         words = [d.word for d in decisions] + [w for w, _ in hypothesis]
         labels = [d.label for d in decisions] + [label for _, label in hypothesis]
         texts = self._final_texts()
         sentence_start = self._sentence_start and start == self._sent
-        cases = [d.case for d in decisions] + self.state.last_hypothesis_cases  # learned case, the hypothesis's too
+        cases = [d.case for d in decisions] + hypothesis_cases  # learned case, the hypothesis's too
         affixes = self._partial_affixes(decisions, [w for w, _ in hypothesis])
         partial = Partial(
             start,

@@ -203,6 +203,23 @@ def test_hypothesis_is_punctuated_in_partials_and_cleared_by_words():
     assert cleared == Partial(driver.protocol.n_final, (), "", ())
 
 
+def test_words_that_commit_a_hypothesis_while_its_partial_runs_show_once():
+    """``hypothesis [a]``, ``hypothesis [a, b]``, then ``words [a, b]`` while the partial of the
+    first runs: that partial shows the committed words, not "a" again as its hypothesis (the
+    words message cleared it)."""
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=2, max_delay_ms=60_000, partials=True))
+    a, b = words((1, 1), (1, 2))
+    protocol.receive(HypothesisMessage((Word(a),)), 0.0)
+    request = protocol.next_request(0.0)
+    assert request is not None and request.partial and request.hypothesis == (a,)
+    protocol.receive(HypothesisMessage((Word(a), Word(b))), 0.1)
+    protocol.receive(WordsMessage((Word(a), Word(b))), 0.2)
+    [partial] = protocol.apply(request, context_infer(request.input_ids))
+    assert isinstance(partial, Partial) and [w.w for w in partial.words] == [a, b] and partial.hypothesis == ()
+    assert len(partial.text.split()) == 2  # each word once
+
+
 def test_no_partials_for_hypotheses_when_partials_are_off():
     driver = Driver(SessionOptions(right_context=2, partials=False))
     driver.send(WordsMessage((Word("t1x1"),)))
