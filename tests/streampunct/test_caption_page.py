@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from streampunct.text.normalize import normalize_word, normalize_words, render
+from streampunct.text.normalize import normalize_word, normalize_words, render, surface_affixes
 from tests.streampunct.fakes import ended_or_final_before, until
 from tests.streampunct.tcp_proxy import TcpProxy
 from tests.streampunct.test_server_protocol import http_get
@@ -388,3 +388,32 @@ async def test_after_an_idle_close_the_page_resumes_with_its_next_words(start_se
     # session got words (the first may close before the page's first word, 0.67 s in)
     counts = [int(re.search(r", (\d+) words, ", line).group(1)) for line in closed]
     assert counts == sorted(set(counts)) and counts[-1] == len(words)
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="needs chromium and chromedriver")
+async def test_the_page_keeps_the_symbols_around_words(start_server, tmp_path):
+    """Typed "$1,000", "50%" and "c++" keep their symbols in the captions (the page sends the
+    words as typed; the server writes the symbols back), and the words are counted as before."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = await start_server()
+    typed = "so we paid $1,000, a 50% rise, for c++ books"
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            driver.get(f"http://127.0.0.1:{server.port}/captions?wps=40")
+            js("document.getElementById('text').value = arguments[0]", typed)
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended"))
+            return driver.find_element(By.ID, "finals").text, js("return window.captionStats")
+        finally:
+            driver.quit()
+
+    finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    assert stats["errors"] == [] and stats["resumes"] == 0
+    expected = render(normalize_words(typed.split()), [0] * 10, affixes=[surface_affixes(w) for w in typed.split()])
+    assert [t.rstrip(",.?").lower() for t in finals.split()] == expected.split()  # "$1,000" ... "50%" ... "c++"
