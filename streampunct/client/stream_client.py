@@ -711,6 +711,7 @@ class ResumableStream:
         self.n_final = 0
         self._pending: deque[Word] = deque()  # sent, without a final; the first has index n_final
         self._context: deque[PunctuatedWord] = deque(maxlen=CONTEXT_KEEP)
+        self._held = 0  # the last final's ``held``
         self._flushes: deque[int] = deque()  # words sent before each unanswered flush
         self._hypothesis: tuple[Word, ...] = ()
         self._hypothesis_version = 0
@@ -891,6 +892,7 @@ class ResumableStream:
             for _ in range(min(len(words), len(self._pending))):
                 self._pending.popleft()
             self._context.extend(PunctuatedWord(w.w, w.p) for w in words)
+            self._held = message.held  # final words no text wrote yet (a resume passes them on)
         elif isinstance(message, Flushed):
             if self._flushes:
                 self._flushes.popleft()
@@ -965,13 +967,15 @@ class ResumableStream:
         """Send ``resume`` on a new connection and take its answer."""
         limits = client.ready.limits or DEFAULT_LIMITS
         wanted = DEFAULT_CONTEXT_WORDS if limits.max_context_words is None else limits.max_context_words
-        n = min(wanted, limits.max_words_per_message, len(self._context), self.n_final)
+        # the words the last final left held (written forms) go too: the new connection writes them
+        n = min(max(wanted, self._held), limits.max_words_per_message, len(self._context), self.n_final)
         context = tuple(itertools.islice(self._context, len(self._context) - n, None)) if n > 0 else ()
         config = decode_config(self.options.to_json())  # the session's options, validated as a config
-        request = ResumeRequest(self.n_final, context, config)
+        request = ResumeRequest(self.n_final, context, config, min(self._held, len(context)))
         if limits.max_message_bytes is not None:  # the oldest context words go first
             while request.context and _frame_bytes(request) > limits.max_message_bytes:
-                request = ResumeRequest(self.n_final, request.context[1:], config)
+                request = ResumeRequest(self.n_final, request.context[1:], config,
+                                        min(request.held, len(request.context) - 1))
         await client.send(request)
         reply = await client.recv(timeout=self._connect_options["open_timeout"])
         if isinstance(reply, Error):

@@ -113,7 +113,7 @@ class WrittenText:
     ``message`` is the message to send, decided in full but for its ``text``
     (``""`` here); :meth:`resolve` writes the text (pure: no I/O, no clock, but
     it runs the ITN grammars, milliseconds to tens of them) and returns the
-    message with it. The texts of one session share the words a final held
+    message with it (and a final's ``held``). The texts of one session share the words a final held
     back for a phrase (:class:`~streampunct.text.written_form.FinalTexts`), so they
     must be resolved one at a time, each after the one before it returned, in
     the order the protocol returned them (anything else raises
@@ -123,7 +123,8 @@ class WrittenText:
 
     __slots__ = ("message", "_compute", "_seq", "_order")
 
-    def __init__(self, message: Final | Partial, compute: Callable[[], str], seq: int, order: list[int]) -> None:
+    def __init__(self, message: Final | Partial, compute: Callable[[], Final | Partial], seq: int,
+                 order: list[int]) -> None:
         self.message = message
         self._compute = compute
         self._seq = seq
@@ -135,15 +136,15 @@ class WrittenText:
         after it depend on the words it holds."""
         if not isinstance(self.message, Partial):
             raise TypeError("only a partial's text may be discarded")
-        self.message = Partial(self.message.start, (), "", ())
-        self._compute = str
+        empty = self.message = Partial(self.message.start, (), "", ())
+        self._compute = lambda: empty
 
     def resolve(self) -> Final | Partial:
         if self._order[0] != self._seq:
             raise RuntimeError(f"written text {self._seq} resolved out of order (next: {self._order[0]})")
-        text = self._compute()
+        written = self._compute()
         self._order[0] += 1
-        return replace(self.message, text=text)
+        return written
 
     def resolve_now(self) -> Final | Partial | WouldWait:
         """:meth:`resolve` when it needs no grammar search (no number word near its words, or
@@ -254,6 +255,7 @@ class SessionProtocol:
         # a resume's context words and labels: the written forms' left context ("in" before
         # "two thousand and twelve": the year 2012)
         self._resumed_written: list[tuple[str, int]] = []
+        self._resumed_held = 0  # of which the last ones no final wrote (resume's ``held``)
         self._defer_written = defer_written
         self._written_seq = 0  # WrittenText handed out
         self._written_order = [0]  # the next one to resolve
@@ -433,10 +435,14 @@ class SessionProtocol:
         if request.config is not None:
             self.options = self._served(request.config.apply_to(self.options))
         keep = self._limits.max_context_words
+        keep = max(keep or 0, request.held)  # the words no final wrote, whatever the limit
         given = request.context[-keep:] if keep else ()
         marked = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in given) if w]
         context = [w for w, _ in marked]
         self._resumed_written = marked
+        # the context's last words no final wrote (the old connection's last ``held``): written here
+        self._resumed_held = sum(1 for x in given[max(0, len(given) - request.held):]
+                                 if normalize_word(x.w)) if request.held else 0
         self._calls = self._new_calls()
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)
@@ -565,7 +571,8 @@ class SessionProtocol:
             formatter = self._written.formatter(itn=o.itn, lexicon=o.lexicon, capitalize=o.capitalize)
             self._texts = FinalTexts(formatter) if formatter.active else None
             if self._texts is not None and self._resumed_written:
-                self._texts.seed([w for w, _ in self._resumed_written], [label for _, label in self._resumed_written])
+                self._texts.seed([w for w, _ in self._resumed_written], [label for _, label in self._resumed_written],
+                                 held=self._resumed_held)
             self._texts_options = o
         return self._texts
 
@@ -591,11 +598,18 @@ class SessionProtocol:
 
     def _written_text(self, message: Final | Partial, texts: FinalTexts,
                       compute: Callable[[], str]) -> Final | Partial | WrittenText:
-        """``message`` with its text, or a :class:`WrittenText` when the caller writes it."""
+        """``message`` with its text (a final with the words left held), or a :class:`WrittenText`
+        when the caller writes it."""
+
+        def write() -> Final | Partial:
+            text = compute()
+            return replace(message, text=text, held=texts.held) if isinstance(message, Final) else (
+                replace(message, text=text))
+
         if self._defer_written and texts.formatter.normalizer is not None:
             self._written_seq += 1
-            return WrittenText(message, compute, self._written_seq - 1, self._written_order)
-        return replace(message, text=compute())
+            return WrittenText(message, write, self._written_seq - 1, self._written_order)
+        return write()
 
     def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial

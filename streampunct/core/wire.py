@@ -206,11 +206,14 @@ class ResumeRequest:
         start: the index the next word sent takes (the first word without a final).
         context: the last final words before ``start`` (``w``, ``p``), oldest first.
         config: the options of the old connection (None: the server's defaults).
+        held: how many of the context's last words no final's text wrote (the last final's
+            ``held``, an extension): the new connection writes them first.
     """
 
     start: int
     context: tuple[PunctuatedWord, ...] = ()
     config: ConfigRequest | None = None
+    held: int = 0
     type: str = field(default="resume", init=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -219,6 +222,8 @@ class ResumeRequest:
         }
         if self.config is not None:
             out["config"] = {k: v for k, v in self.config.to_json().items() if k != "type"}
+        if self.held:
+            out["held"] = self.held
         return out
 
 
@@ -306,9 +311,21 @@ class _LabeledSpan:
 
 @dataclass(frozen=True)
 class Final(_LabeledSpan):
-    """Words ``start .. start+len(words)-1`` are final."""
+    """Words ``start .. start+len(words)-1`` are final.
 
+    ``held`` (an extension, sent only when not 0): with written forms, how many of the
+    stream's last final words no final's ``text`` has written yet (held for a phrase that may
+    go on); a client that resumes the stream passes it on in ``resume`` so that the new
+    connection writes them (docs/protocol.md, "Resume")."""
+
+    held: int = 0
     type: str = field(default="final", init=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.held:
+            out["held"] = self.held
+        return out
 
 
 @dataclass(frozen=True)
@@ -552,7 +569,10 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
             config = decode_config(obj["config"], limits)
         except ProtocolError as e:
             raise ProtocolError(e.code, f"resume: config: {e.message}") from None
-    return ResumeRequest(start, tuple(context), config)
+    held = obj.get("held", 0)
+    if type(held) is not int or not 0 <= held <= len(context):
+        raise _bad(f"resume: 'held' must be an integer from 0 to the {len(context)} context words, not {held!r}")
+    return ResumeRequest(start, tuple(context), config, held)
 
 
 # -- decoding server messages (client side) -------------------------------------
@@ -610,7 +630,9 @@ def decode_server(text: str | bytes) -> ServerMessage:
     kind = obj["type"]
     try:
         if kind == "final":
-            return Final(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str))
+            held = obj.get("held", 0)
+            return Final(_field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str),
+                         held if type(held) is int and held > 0 else 0)
         if kind == "partial":
             return Partial(
                 _field(obj, "start", int), _punctuated(_field(obj, "words", list)), _field(obj, "text", str),

@@ -531,13 +531,18 @@ class FinalTexts:
             return None
         return Phrase(s, len(all_words), "")
 
-    def seed(self, words: Sequence[str], labels: Sequence[int]) -> None:
-        """Take ``words`` (with their ``labels``), written before this stream's first final
-        elsewhere (a resume's context), as the words already written: left context, never
-        written again; a form they end with ("three thirty": "3:30") is one the next words may
-        go on with ("p m": "p.m."), as on an unbroken stream (read by the first text written,
-        where the grammars may be searched: :meth:`_read_seed`)."""
-        self._written = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)][-LEFT_CONTEXT_WORDS:]
+    def seed(self, words: Sequence[str], labels: Sequence[int], *, held: int = 0) -> None:
+        """Take ``words`` (with their ``labels``), final before this stream's first final
+        elsewhere (a resume's context): the last ``held`` of them no final wrote, and are held
+        here (the next final or flush writes them first); the others were written, left
+        context, never written again; a form they end with ("three thirty": "3:30") is one the
+        next words may go on with ("p m": "p.m."), as on an unbroken stream (read by the first
+        text written, where the grammars may be searched: :meth:`_read_seed`)."""
+        given = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)]
+        cut = len(given) - max(0, min(held, len(given), MAX_HELD_WORDS))
+        self._written = given[:cut][-LEFT_CONTEXT_WORDS:]
+        self._held = given[cut:]
+        self._held_sentence_start = not self._written or self._written[-1].label in (PERIOD, QUESTION)
         self._last_form = None
         self._seeded = bool(self._written)
 

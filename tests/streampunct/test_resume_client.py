@@ -308,6 +308,34 @@ async def test_a_drained_server_writes_the_words_held_for_a_phrase_before_1012(s
     await client.close()
 
 
+async def test_a_resumed_stream_writes_the_words_a_lost_connection_held(start_server):
+    """The connection drops while "new" is final but held for "new york": the client passes the
+    last final's ``held`` on in ``resume``, and the new connection writes "new" with the phrase,
+    so the finals' texts show every word once."""
+    server = await start_server()
+    proxy = await TcpProxy(server.port).start()
+    notices: list[ResumeNotice] = []
+    try:
+        stream = await ResumableStream.connect(proxy.url(), right_context=1, max_delay_ms=600_000,
+                                               lexicon=[("new york", "New York")], reconnect=FAST,
+                                               on_notice=notices.append)
+        reader = Reader(stream)
+        await stream.send_words("we flew to new york".split())
+        await reader.until(lambda: stream.n_final >= 4)
+        assert reader.finals()[-1].held == 1  # "new": final, its text held
+        assert proxy.drop() == 1
+        await reader.until(lambda: bool(notices))
+        await stream.send_words(["today"])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    finals = reader.finals()
+    assert [w.w for f in finals for w in f.words] == "we flew to new york today".split()
+    written = " ".join(f.text for f in finals if f.text).split()
+    assert [t.rstrip(",.?") for t in written] == ["we", "flew", "to", "New", "York", "today"]
+
+
 async def test_no_resume_with_zero_attempts(start_server):
     server = await start_server(drain="resume")
     stream = await ResumableStream.connect(server.url, right_context=5, reconnect=Reconnect(attempts=0))

@@ -24,12 +24,15 @@ from streampunct.core.wire import (
     HypothesisMessage,
     Limits,
     Partial,
+    ProtocolError,
     PunctuatedWord,
     Resumed,
     ResumeRequest,
     Word,
     WordsMessage,
+    decode,
     decode_server,
+    encode,
 )
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD
 from streampunct.text.written_form import Lexicon, Phrase, WrittenForms, normalize_lexicon
@@ -543,6 +546,31 @@ def test_a_resume_context_is_the_written_forms_left_context():
     driver.send(ResumeRequest(3, context, ConfigRequest(itn=True)))
     driver.stream("five dollars today")
     assert " ".join(f.text for f in driver.finals() if f.text) == "five dollars today."
+
+
+def test_a_final_says_how_many_words_it_left_held_and_a_resume_writes_them():
+    """``final.held`` (an extension): "new" is final, its text held for "new york". A connection
+    lost then loses it, unless the client passes ``held`` on in ``resume``: the new connection
+    holds those context words and writes them first, with the phrase when it completes."""
+    driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    for w in "we flew to new york".split():
+        driver.send(WordsMessage((Word(w),)))
+    last = driver.finals()[-1]
+    assert [w.w for w in last.words] == ["new"] and last.text == "" and last.held == 1
+    assert json.loads(encode(last))["held"] == 1
+    assert "held" not in json.loads(encode(driver.finals()[0]))  # sent only when not 0
+    context = tuple(PunctuatedWord(w.w, w.p) for f in driver.finals() for w in f.words)
+
+    resumed = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    resumed.send(ResumeRequest(len(context), context, ConfigRequest(), held=last.held))
+    resumed.stream("york today")
+    assert " ".join(f.text for f in resumed.finals() if f.text) == "New York, today."
+    plain = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))  # a client that does not pass it on
+    plain.send(ResumeRequest(len(context), context, ConfigRequest()))
+    plain.stream("york today")
+    assert " ".join(f.text for f in plain.finals() if f.text) == "york, today."
+    with pytest.raises(ProtocolError, match="'held' must be an integer from 0 to the 2 context words, not 3"):
+        decode(json.dumps({"type": "resume", "start": 2, "context": [{"w": "a", "p": ""}] * 2, "held": 3}))
 
 
 def test_no_itn_no_lexicon_renders_as_before():
