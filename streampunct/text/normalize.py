@@ -275,8 +275,15 @@ def _symbols(edge: str, *, number: bool = False) -> list[str]:
 
 def affix_of(raw: str, word: str) -> Affix:
     """:func:`surface_affixes` of ``raw``, whose normalized form is ``word`` (most words have
-    none: the cheap tests first)."""
-    return NO_AFFIX if raw == word or raw.isalpha() else surface_affixes(raw)
+    none: the cheap tests first); none when the word written with them would not normalize
+    to ``word`` (odd marks or invisible characters at its edges: "\u200d\u0301@1"), so that
+    a client finds the word inside them."""
+    if raw == word or raw.isalpha():
+        return NO_AFFIX
+    affix = surface_affixes(raw)
+    if affix is not NO_AFFIX and normalize_word(affix[0] + word + affix[1]) != word:
+        return NO_AFFIX
+    return affix
 
 
 def sending_form(word: str) -> str:
@@ -287,8 +294,7 @@ def sending_form(word: str) -> str:
     if not w:
         return ""
     before, after = affix_of(word, w)
-    sent = before + w + after
-    return sent if sent == w or normalize_word(sent) == w else w  # (odd marks at the edges: the word alone)
+    return before + w + after
 
 
 def split_affixes(token: str) -> tuple[str, str, str]:

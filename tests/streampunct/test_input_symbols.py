@@ -24,6 +24,7 @@ from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
 from streampunct.model import DEFAULT_MODEL_DIR
 from streampunct.text.normalize import (
     NO_AFFIX,
+    affix_of,
     normalize_word,
     offline_tokens,
     render,
@@ -98,7 +99,7 @@ def test_a_client_finds_the_word_in_the_text_the_server_writes(raw, label):
     word = normalize_word(raw)
     if not word:
         return
-    before, after = surface_affixes(raw)
+    before, after = affix_of(raw, word)  # as the server takes them
     text = render([word], [label], affixes=[(before, after)])
     assert text.startswith(before + word + after)
     final = Final(0, (PunctuatedWord(word, ID_TO_MARK[label]),), text)
