@@ -166,6 +166,8 @@ class Punctuator:
         capitalize = _bool("capitalize", capitalize)
         stream_cache_tokens = _cache_tokens(stream_cache_tokens)
         written = written_forms(itn=_bool("itn", itn), lexicon=lexicon, itn_cache=itn_cache)
+        if isinstance(model_dir, str) and not model_dir.strip():  # Path("") would be the current folder
+            raise InputError("model_dir is empty: give a model folder, or None for the shipped model")
         info = load_model_info(model_dir)
         try:
             decoder = OfflineDecoder.from_model_dir(info.path, engine=engine, **engine_options)
@@ -331,6 +333,7 @@ class Punctuator:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except ValueError as e:
             raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
+        right_context, max_delay_ms = _plain_int(right_context), _plain_int(max_delay_ms)
         given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": partials,
                  "capitalize": capitalize, "itn": itn, "lexicon": _as_list(lexicon)}
         try:  # the options' rules within the server's limits, as for a session's config message
@@ -548,6 +551,14 @@ def _seconds(value: object) -> int | float | None:
         except (TypeError, ValueError, OverflowError):
             return None
     return value if finite_number(value) else None  # type: ignore[return-value]
+
+
+def _plain_int(value: object) -> object:
+    """An integer of another kind (numpy's ``int64``: ``numbers.Integral``, not a bool) as a
+    Python int; anything else as it is, for the options' checks to judge."""
+    if not isinstance(value, int | bool) and isinstance(value, numbers.Integral):
+        return int(value)
+    return value
 
 
 def _cache_tokens(value: object) -> int | None:

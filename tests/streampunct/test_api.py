@@ -722,3 +722,14 @@ def test_has_case_is_the_same_after_close():
     assert p.has_case  # the shipped model has a truecasing head
     p.close()
     assert p.has_case  # a closed ONNX Runtime engine no longer says
+
+
+def test_numpy_integers_are_options_and_an_empty_model_folder_is_refused(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(right_context=np.int64(2), max_delay_ms=np.int32(500))
+    assert s.options.right_context == 2 and s.options.max_delay_ms == 500
+    assert type(s.options.right_context) is int
+    with pytest.raises(InputError, match="right_context"):
+        p.stream(right_context=np.float64(2.5))
+    with pytest.raises(InputError, match="model_dir is empty"):
+        Punctuator.load("")
