@@ -275,14 +275,17 @@ def _symbols(edge: str, *, number: bool = False) -> list[str]:
 
 def affix_of(raw: str, word: str) -> Affix:
     """:func:`surface_affixes` of ``raw``, whose normalized form is ``word`` (most words have
-    none: the cheap tests first); none when the word written with them would not normalize
-    to ``word`` (odd marks or invisible characters at its edges: "\u200d\u0301@1"), so that
-    a client finds the word inside them."""
+    none: the cheap tests first); none when the word written with them would not read back
+    as ``word`` with them (odd marks or invisible characters at its edges: "\u200d\u0301@1",
+    "-'\u200d1"), so that a client finds the word inside them and sends what the server
+    reads alike (:func:`sending_form`)."""
     if raw == word or raw.isalpha():
         return NO_AFFIX
     affix = surface_affixes(raw)
-    if affix is not NO_AFFIX and normalize_word(affix[0] + word + affix[1]) != word:
-        return NO_AFFIX
+    if affix is not NO_AFFIX:
+        shown = affix[0] + word + affix[1]
+        if normalize_word(shown) != word or surface_affixes(shown) != affix:
+            return NO_AFFIX
     return affix
 
 
