@@ -77,8 +77,7 @@ from streampunct.text.normalize import (
     normalize_word,
     render,
     sending_form,
-    split_affixes,
-    written_length,
+    spelled_pieces,
 )
 from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
@@ -346,7 +345,7 @@ def written_forms(message: Final) -> list[str]:
     out: list[str] = []
     k = t = 0
     while k < len(words):
-        spelled = _spelled(cores[t], words, k) if t < len(cores) else None
+        spelled = spelled_pieces(cores[t], words, k) if t < len(cores) else None
         if spelled is not None:
             out.extend(spelled)
             k, t = k + len(spelled), t + 1
@@ -362,31 +361,6 @@ def written_forms(message: Final) -> list[str]:
 _RESYNC_SPAN = 16
 
 
-def _spelled(core: str, words: list[str], k: int) -> list[str] | None:
-    """The pieces of ``core`` that spell ``words[k], words[k + 1], ...`` (a word and the clitics
-    joined to it), or None when ``core`` is not those words written out; the input's symbols
-    written around them (``$1,000``, ``C++``) go with the first and the last piece."""
-    pieces = _spelled_exactly(core, words, k)
-    if pieces is None:
-        before, inner, after = split_affixes(core)
-        if inner != core and (pieces := _spelled_exactly(inner, words, k)) is not None:
-            pieces[0] = before + pieces[0]
-            pieces[-1] += after
-    return pieces
-
-
-def _spelled_exactly(core: str, words: list[str], k: int) -> list[str] | None:
-    pieces: list[str] = []
-    pos = 0
-    while k + len(pieces) < len(words) and pos < len(core):
-        n = written_length(core, pos, words[k + len(pieces)])
-        if n < 0:
-            return None
-        pieces.append(core[pos : pos + n])
-        pos += n
-    return pieces if pieces and pos == len(core) else None
-
-
 def _resync(cores: list[str], words: list[str], k: int, t: int) -> tuple[int, int]:
     """The nearest ``(word, token)`` after a mismatch at ``(k, t)`` from which a token spells
     the words again: fewest words and tokens skipped, and of those, more words than tokens (a
@@ -396,7 +370,7 @@ def _resync(cores: list[str], words: list[str], k: int, t: int) -> tuple[int, in
         for skipped in range(min(cost, _RESYNC_SPAN), 0, -1):  # words skipped; the rest are tokens
             k2, t2 = k + skipped, t + cost - skipped
             if cost - skipped <= _RESYNC_SPAN and k2 < len(words) and t2 < len(cores) and (
-                    _spelled(cores[t2], words, k2) is not None):
+                    spelled_pieces(cores[t2], words, k2) is not None):
                 return k2, t2
     return len(words), len(cores)
 

@@ -68,7 +68,7 @@ from typing import TextIO
 
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
-from streampunct.text.normalize import CLITICS, render, split_affixes, written_length
+from streampunct.text.normalize import CLITICS, render, spelled_pieces
 
 
 @dataclass(frozen=True)
@@ -449,25 +449,11 @@ class CueBuilder:
 # -- pieces from the finals' text ---------------------------------------------------------------
 
 
-def _spells(token: str, words: Sequence[TimedWord], j: int) -> int:
-    """How many words from ``j`` the token spells letter for letter (its marks aside, and the
-    input's symbols written around them: ``$1,000``); 0: none."""
-    core = _core(token)
-    n = _spells_core(core, words, j)
-    if not n and (inner := split_affixes(core)[1]) != core:
-        n = _spells_core(inner, words, j)
-    return n
-
-
-def _spells_core(core: str, words: Sequence[TimedWord], j: int) -> int:
-    pos, k = 0, j
-    while k < len(words) and pos < len(core):
-        n = written_length(core, pos, words[k].w.lower())
-        if n < 0:
-            return 0
-        pos += n
-        k += 1
-    return k - j if pos == len(core) and k > j else 0
+def _spells(token: str, words: Sequence[str], j: int) -> int:
+    """How many words from ``j`` (lowercase) the token writes (:func:`spelled_pieces`: its
+    marks aside, the input's symbols around them: ``$1,000``); 0: none."""
+    pieces = spelled_pieces(_core(token), words, j)
+    return len(pieces) if pieces else 0
 
 
 class FinalPieces:
@@ -542,7 +528,8 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
     token joins the group before it (with that group's written form before it, when it is
     a match: "$3" "million" + "dollars"), a group with a token but no word the one after."""
     n, m = len(tokens), len(words)
-    spell = [[_spells(tokens[i], words, j) for j in range(m)] for i in range(n)]
+    lowered = [w.w.lower() for w in words]
+    spell = [[_spells(tokens[i], lowered, j) for j in range(m)] for i in range(n)]
     # best[i][j]: most words matched in tokens[i:], words[j:]
     best = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):

@@ -61,7 +61,7 @@ def read_transcript_segments(source: str) -> list[tuple[list[str], list[Affix]]]
     its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
     replaced); binary input and input without words raise InputError. A word
     made only of symbols (emoji) is kept as it is
-    (:func:`streampunct.text.normalize.offline_words`): it is written back in
+    (:func:`streampunct.text.normalize.offline_tokens`): it is written back in
     its place, with no mark, and the model does not see it.
     """
     from streampunct.text.normalize import offline_tokens

@@ -206,7 +206,7 @@ class OfflineDecoder:
         """Punctuate raw text (any existing punctuation and casing is dropped first). With
         ``capitalize``, a model with a truecasing head writes names and acronyms too. A word
         made only of symbols (emoji) is written back as it is, in its place, with no mark, and
-        the model does not see it (:func:`streampunct.text.normalize.offline_words`)."""
+        the model does not see it (:func:`streampunct.text.normalize.offline_tokens`)."""
         tokens, affixes = offline_tokens(text.split())
         words = [t for t in tokens if not is_symbol_word(t)]
         if not tokens:

@@ -6,7 +6,7 @@ turns them into the model's form and back into readable text.
 
 Offline (``streampunct punctuate``), a word made only of symbols (emoji,
 ``™``, ``€``, ``+``, ``&``, ``%``) is kept as it is (:func:`symbol_word`,
-:func:`offline_words`): it is not sent to the model, takes no mark, and is
+:func:`offline_tokens`): it is not sent to the model, takes no mark, and is
 written back in its place (:func:`render_with_symbols`). The stream drops it
 as before (its words take indices that client and server must count alike).
 
@@ -158,27 +158,39 @@ def _strip_edges(w: str) -> str:
 
 def _edge_span(w: str) -> tuple[int, int]:
     """Where :func:`_strip_edges` cuts ``w``: ``w[start:end]`` is what it keeps."""
+    return _edge_clusters(w, _junk_first, _junk_last)
+
+
+def _junk_first(w: str, start: int, j: int) -> bool:
+    ch = w[start]
+    if ch == "'" and start + 1 < len(w) and w[start + 1].isalnum():
+        return False
+    return _is_edge_junk(ch) or ch.isspace() or any(unicodedata.category(m) == "Me" for m in w[start + 1 : j])
+
+
+def _junk_last(w: str, start: int, end: int) -> bool:
+    base = w[start]
+    return _is_edge_junk(base) or base.isspace() or any(unicodedata.category(m) == "Me" for m in w[start + 1 : end])
+
+
+def _edge_clusters(w: str, strip_first: Callable[[str, int, int], bool],
+                   strip_last: Callable[[str, int, int], bool]) -> tuple[int, int]:
+    """``(start, end)``: ``w`` without the clusters (a character and the marks after it) at its
+    edges that the predicates strip, each asked ``(w, cluster start, cluster end)`` in turn
+    from the outside in; marks with no base before them end the walk from the end."""
     start, end = 0, len(w)
     while start < end:
-        ch = w[start]
-        if ch == "'" and start + 1 < end and w[start + 1].isalnum():
-            break
-        j = start + 1  # the cluster: the character and the marks after it
+        j = start + 1
         while j < end and _is_mark(w[j]):
             j += 1
-        junk = _is_edge_junk(ch) or ch.isspace()
-        if not junk and not any(unicodedata.category(m) == "Me" for m in w[start + 1 : j]):
+        if not strip_first(w, start, j):
             break
         start = j
     while end > start:
         j = end  # the last cluster starts at its base, w[j - 1]
         while j > start and _is_mark(w[j - 1]):
             j -= 1
-        if j == start:  # marks with no base: not a symbol's
-            break
-        base = w[j - 1]
-        junk = _is_edge_junk(base) or base.isspace()
-        if not junk and not any(unicodedata.category(m) == "Me" for m in w[j:end]):
+        if j == start or not strip_last(w, j - 1, end):
             break
         end = j - 1
     return start, end
@@ -305,22 +317,16 @@ def split_affixes(token: str) -> tuple[str, str, str]:
     after): what :func:`render` wrote around a word from :func:`surface_affixes` (``$1,000``
     -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-$.5`` -> ``("-$.", "5", "")``).
     Clients match the rest to the word (:func:`written_length`)."""
-    start, end = 0, len(token)
-    while start < end:
-        j = start + 1  # the cluster: the character and the marks after it
-        while j < end and _is_mark(token[j]):
-            j += 1
-        if not (_symbol_cluster(token[start:j]) or token[start] in "-.\u200d"):
-            break
-        start = j
-    while end > start:
-        j = end  # the last cluster starts at its base, token[j - 1]
-        while j > start and _is_mark(token[j - 1]):
-            j -= 1
-        if j == start or not (_symbol_cluster(token[j - 1 : end]) or token[j - 1] in ".\u200d"):
-            break
-        end = j - 1
+    start, end = _edge_clusters(token, _symbol_first, _symbol_last)
     return token[:start], token[start:end], token[end:]
+
+
+def _symbol_first(w: str, start: int, j: int) -> bool:
+    return _symbol_cluster(w[start:j]) or w[start] in "-.\u200d"
+
+
+def _symbol_last(w: str, start: int, end: int) -> bool:
+    return _symbol_cluster(w[start:end]) or w[start] in ".\u200d"
 
 
 def normalize_words(words: Iterable[str]) -> list[str]:
@@ -402,19 +408,15 @@ def symbol_word(word: str) -> str:
 
 
 def is_symbol_word(token: str) -> bool:
-    """``token`` (from :func:`offline_words`) is a symbol word, not one of the model's words."""
+    """``token`` (from :func:`offline_tokens`) is a symbol word, not one of the model's words."""
     return bool(token) and symbol_word(token) == token
 
 
-def offline_words(words: Iterable[str]) -> list[str]:
-    """:func:`normalize_words`, but a word made only of symbols is kept as :func:`symbol_word`
-    shows it (the offline rule): the model's words and symbol words, in order."""
-    return offline_tokens(words)[0]
-
-
 def offline_tokens(words: Iterable[str]) -> tuple[list[str], list[Affix]]:
-    """:func:`offline_words`, and the symbols around each (:func:`surface_affixes`; a symbol
-    word has none), for :func:`render_with_symbols`."""
+    """:func:`normalize_words`, but a word made only of symbols is kept as :func:`symbol_word`
+    shows it (the offline rule): the model's words and symbol words, in order; and the symbols
+    around each (:func:`surface_affixes`; a symbol word has none), for
+    :func:`render_with_symbols`."""
     tokens: list[str] = []
     affixes: list[Affix] = []
     for word in words:
@@ -435,7 +437,7 @@ def render_with_symbols(
     sentence_start: bool = True,
     affixes: Sequence[Affix] | None = None,
 ) -> str:
-    """Text of :func:`offline_words` tokens: each symbol word in its place, as it is, with no mark.
+    """Text of :func:`offline_tokens` tokens: each symbol word in its place, as it is, with no mark.
 
     ``labels`` (and ``cases``) are those of the model's words alone, punctuated
     as if the symbol words were not there; ``affixes`` (:func:`offline_tokens`), if given,
@@ -505,6 +507,33 @@ def written_length(text: str, pos: int, word: str) -> int:
     if text[pos : pos + len(word)].lower() == word:
         return len(word)
     return next((len(f) for f in case_forms(word) if text.startswith(f, pos)), -1)
+
+
+def spelled_pieces(core: str, words: Sequence[str], k: int = 0) -> list[str] | None:
+    """The pieces of ``core`` (a token of ``text``, its mark stripped) that write ``words[k],
+    words[k + 1], ...`` (a word and the clitics joined to it, :func:`written_length`), or None
+    when ``core`` is not those words written out. The input's symbols that :func:`render`
+    wrote around them (``$1,000``, ``C++``: :func:`split_affixes`) go with the first and the
+    last piece. Clients match a final's ``text`` back to its words with it."""
+    pieces = _spelled_exactly(core, words, k)
+    if pieces is None:
+        before, inner, after = split_affixes(core)
+        if inner != core and (pieces := _spelled_exactly(inner, words, k)) is not None:
+            pieces[0] = before + pieces[0]
+            pieces[-1] += after
+    return pieces
+
+
+def _spelled_exactly(core: str, words: Sequence[str], k: int) -> list[str] | None:
+    pieces: list[str] = []
+    pos = 0
+    while k + len(pieces) < len(words) and pos < len(core):
+        n = written_length(core, pos, words[k + len(pieces)])
+        if n < 0:
+            return None
+        pieces.append(core[pos : pos + n])
+        pos += n
+    return pieces if pieces and pos == len(core) else None
 
 
 def _is_pronoun_i(word: str) -> bool:

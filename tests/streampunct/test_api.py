@@ -190,10 +190,10 @@ def test_punctuate_is_the_punctuate_commands_decoder(shipped):
     assert shipped.punctuate(words) == shipped.punctuate(text)
     assert shipped.punctuate(" ,. ") == ""
     # symbol words (emoji) as the command writes them: kept in place, unmarked, unseen by the model
-    from streampunct.text.normalize import offline_words
+    from streampunct.text.normalize import offline_tokens
 
     emoji = "pizza 🍕 ok hello 😀 there"
-    assert shipped.punctuate(emoji) == punctuate_lines([offline_words(emoji.split())], shipped._decoder,
+    assert shipped.punctuate(emoji) == punctuate_lines([offline_tokens(emoji.split())[0]], shipped._decoder,
                                                        capitalize=True)[0]
     assert "🍕" in shipped.punctuate(emoji) and "😀" in shipped.punctuate(emoji.split())
     assert shipped.punctuate("🍕") == "🍕"

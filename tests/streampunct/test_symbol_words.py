@@ -12,7 +12,7 @@ from streampunct.model import DEFAULT_MODEL_DIR
 from streampunct.text.normalize import (
     is_symbol_word,
     normalize_word,
-    offline_words,
+    offline_tokens,
     render,
     render_with_symbols,
     symbol_word,
@@ -73,9 +73,9 @@ def test_the_stream_keeps_letters_their_marks_and_inner_symbols(word, normalized
     assert normalize_word(normalized) == normalized
 
 
-def test_offline_words_keep_symbol_words_and_normalize_the_others():
-    assert offline_words(["Pizza,", "🍕", "OK!", "...", "\u200e™", "don't"]) == ["pizza", "🍕", "ok", "™", "don't"]
-    assert offline_words(["rock", "&", "roll", "fifty", "%", "of", "--"]) == ["rock", "&", "roll", "fifty", "%", "of"]
+def test_offline_tokens_keep_symbol_words_and_normalize_the_others():
+    assert offline_tokens(["Pizza,", "🍕", "OK!", "...", "\u200e™", "don't"])[0] == ["pizza", "🍕", "ok", "™", "don't"]
+    assert offline_tokens(["rock", "&", "roll", "fifty", "%", "of", "--"])[0] == ["rock", "&", "roll", "fifty", "%", "of"]
     # no word the model reads is taken for a symbol word
     assert not any(is_symbol_word(normalize_word(w)) for w in ["a+b", "x", "r&d", "l'été", "5%"])
     # the stream's normalization is unchanged: symbol words become empty
