@@ -575,7 +575,7 @@ def render(
     lowercase (names, acronyms); the rules still open sentences and write "I".
     ``verbatim`` marks words shown exactly as given (written forms such as
     "$25" or "iPhone": no case rule touches them). ``affixes`` (:func:`surface_affixes`)
-    are the symbols written around each word that is not verbatim (``$1,000``, ``50%``);
+    are the symbols written around each word (``$1,000``, ``50%``);
     a period after an affix that ends with a dot (``U.S.``) is not written twice.
     """
     if affixes is not None and len(affixes) != len(words):
@@ -595,7 +595,7 @@ def render(
         elif capitalize and (starts_sentence or _is_pronoun_i(word)):
             shown = _capitalize(word)
         mark = ID_TO_MARK[label]
-        if affixes is not None and affixes[k] != NO_AFFIX and not (verbatim is not None and verbatim[k]):
+        if affixes is not None and affixes[k] != NO_AFFIX:
             before, after = affixes[k]
             shown = before + shown + after
             if label == PERIOD and after.endswith("."):

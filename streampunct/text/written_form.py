@@ -328,7 +328,8 @@ class Formatter:
 
         ``cases``: a truecasing head's classes (None or missing: the rules).
         ``affixes``: the input's symbols around each word (missing: none), written around
-        the words outside phrases (a phrase is written as its form says).
+        it; around a phrase, those before its first word and after its last (``c++`` with
+        the lexicon's ``c`` -> ``C`` is ``C++``), unless its form already has them there.
         ``phrases`` default to :meth:`phrases` of the words themselves.
         A phrase is written as its form says (no sentence capital is added);
         its last word's mark follows it, except a period after a form that
@@ -357,11 +358,21 @@ class Formatter:
                 marks.append(last)
                 kinds.append(LOWER)
                 verbatim.append(True)
-                shown_affixes.append(NO_AFFIX)
+                shown_affixes.append(_form_affix(p.text, affixes[p.start] if p.start < len(affixes) else NO_AFFIX,
+                                                 affixes[p.end - 1] if p.end - 1 < len(affixes) else NO_AFFIX))
             i = p.end
         return render(shown, marks, capitalize=self.capitalize, sentence_start=sentence_start,
                       cases=kinds if has_case else None, verbatim=verbatim,
                       affixes=shown_affixes if any(a != NO_AFFIX for a in shown_affixes) else None)
+
+
+def _form_affix(form: str, first: Affix, last: Affix) -> Affix:
+    """The input's symbols written around a phrase's form: those before its first word and
+    after its last, each side unless the form already shows it there ("$" before "$25")."""
+    before, after = first[0], last[1]
+    before = "" if form.startswith(before) else before
+    after = "" if form.endswith(after) else after
+    return (before, after) if before or after else NO_AFFIX
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,10 @@ from streampunct.text.normalize import (
     sending_form,
     surface_affixes,
 )
+from streampunct.text.written_form import Formatter, Lexicon, normalize_lexicon
 from tests.streampunct.test_session_written import Driver as WrittenDriver
 from tests.streampunct.test_symbol_words import Recorder
+from tests.streampunct.written_fakes import FakeNormalizer
 
 AFFIX_CASES = [
     ("$1,000", "1,000", ("$", "")),
@@ -111,8 +113,9 @@ def test_render_writes_the_symbols_around_the_word_and_its_mark_after_them():
     affixes = [NO_AFFIX, NO_AFFIX, ("$", ""), NO_AFFIX, NO_AFFIX, ("", "."), ("", "++"), ("", "%")]
     labels = [O, O, COMMA, O, O, PERIOD, O, QUESTION]
     assert render(words, labels, capitalize=True, affixes=affixes) == "It costs $1,000, in the u.s. C++ 50%?"
-    # a word written verbatim (a written form) is shown as its form says, without them
-    assert render(["1,000"], [O], affixes=[("$", "")], verbatim=[True]) == "1,000"
+    # a word written verbatim (a written form) keeps its case, and the symbols its caller gives
+    assert render(["C"], [O], capitalize=True, affixes=[("", "++")], verbatim=[True]) == "C++"
+    assert render(["iPhone"], [PERIOD], capitalize=True, affixes=[("#", "")], verbatim=[True]) == "#iPhone."
     # a clitic joins the word before it when that word has no mark, whatever its symbols
     assert render(["the", "u.s", "'s", "economy"], [O, O, O, PERIOD], capitalize=True,
                   affixes=[NO_AFFIX, ("", "."), NO_AFFIX, NO_AFFIX]) == "The u.s.'s economy."
@@ -163,6 +166,21 @@ def test_with_written_forms_the_symbols_stay_outside_phrases():
     text = " ".join(f.text for f in driver.finals() if f.text)
     assert text == "we paid $100 in New York, today."
     assert [w.w for f in driver.finals() for w in f.words][2] == "100"
+
+
+def test_a_lexicon_phrase_keeps_the_symbols_around_its_words():
+    # "c++" with the lexicon's c -> C used to be written "C": the form replaced the symbols
+    driver = WrittenDriver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.stream("we met at #nasa++ in #new york% today")
+    text = " ".join(f.text for f in driver.finals() if f.text)
+    assert text == "we met at #NASA++ in #New York%, today."
+    assert [w.w for f in driver.finals() for w in f.words][3:7] == ["nasa", "in", "new", "york"]
+    # a form that already shows the symbol does not get it twice; inner words' symbols go
+    formatter = Formatter(Lexicon(normalize_lexicon([("dollar sign", "$"), ("c sharp", "C#")])),
+                          FakeNormalizer(), True)
+    words, labels = ["a", "dollar", "sign", "c", "sharp"], [O, O, COMMA, O, PERIOD]
+    affixes = [NO_AFFIX, ("$", ""), ("", "%"), ("@", "#"), ("", "#")]
+    assert formatter.render(words, labels, affixes=affixes, sentence_start=True) == "A $%, @C#."
 
 
 def test_a_client_matches_the_written_symbols_to_their_words():
