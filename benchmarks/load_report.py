@@ -31,7 +31,10 @@ def format_step(s: Mapping) -> str:
         parts.append(f"server cpu {srv['cpu_cores']:.2f}")
     if srv.get("cpu_ms_per_word") is not None:
         loop = srv.get("loop_cpu_ms_per_word")
-        parts.append(f"cpu/word {srv['cpu_ms_per_word']:.2f} ms" + (f" (loop {loop:.2f})" if loop is not None else ""))
+        every = srv.get("cpu_ms_per_finalized_word")
+        notes = ([f"loop {loop:.2f}"] if loop is not None else []) + (
+            [f"per word finalized {every:.2f}"] if every is not None else [])
+        parts.append(f"cpu/word {srv['cpu_ms_per_word']:.2f} ms" + (f" ({'; '.join(notes)})" if notes else ""))
     if "itn_wait_ms" in srv:
         w = srv["itn_wait_ms"]
         parts.append(f"itn waits {w['texts']} p50/p95 {f(w['p50'])}/{f(w['p95'])} ms")

@@ -482,13 +482,19 @@ def test_real_server_subprocess_with_fake_engine(tmp_path):
     assert server["words_in"] == step["words_sent"] and server["words_finalized"] == step["words_sent"]
     assert server["engine_calls"] >= 1 and server["batch_size"]["mean"] >= 1
     assert server["cpu_cores"] > 0 and server["rss_mb"] > 0
-    # CPU per finalized word: the server's CPU over the step divided by the words it finalized.
+    # CPU per timed word: the server's CPU over the step divided by the timed words (the
+    # prefill's CPU in it); per finalized word: divided by every word the server finalized.
     # The step's figures are rounded (cores to 0.001, wall to 0.1 s); at a few thousandths of a
     # core that rounding alone moves the product by several percent, so bound it exactly.
     cores, wall, words = server["cpu_cores"], step["wall_s"], step["words_timed"]
     low = 1000 * max(cores - 0.0005, 0.0) * (wall - 0.05) / words - 0.0005
     high = 1000 * (cores + 0.0005) * (wall + 0.05) / words + 0.0005
     assert low <= server["cpu_ms_per_word"] <= high
+    every = server["words_finalized"]
+    assert every > words  # the prefill is finalized in the step too
+    low_all = 1000 * max(cores - 0.0005, 0.0) * (wall - 0.05) / every - 0.0005
+    high_all = 1000 * (cores + 0.0005) * (wall + 0.05) / every + 0.0005
+    assert low_all <= server["cpu_ms_per_finalized_word"] <= high_all
     # the event loop (main thread) is part of the whole: the engine's thread and others are not in it
     # (read as whole clock ticks of 10 ms, a thread's and the process's apart: one tick of slack)
     assert 0 < server["loop_cpu_ms_per_word"] <= server["cpu_ms_per_word"] + 1000 * 0.01 / words + 0.001
@@ -657,6 +663,20 @@ def test_a_server_given_by_url_is_recorded_with_the_engine_its_healthz_names():
         "status": "ok", "engine": "fake", "model": "m"}
     assert _healthz_fields((503, '{"engine": "fake"}')) == {}  # not serving: not trusted
     assert _healthz_fields((200, "ok")) == _healthz_fields(None) == _healthz_fields((200, "[1]")) == {}
+
+
+def test_the_step_line_shows_cpu_per_timed_word_and_per_word_finalized():
+    from benchmarks.load_report import format_step
+
+    q = {"p50": 10.0, "p95": 20.0, "p99": 30.0, "max": 40.0, "mean": 12.0}
+    step = {"sessions": 200, "margin_ms": q, "latency_ms": q, "finalized_wps": 500.0, "offered_wps": 500.0,
+            "server": {"cpu_ms_per_word": 1.37, "loop_cpu_ms_per_word": 0.42, "cpu_ms_per_finalized_word": 0.71},
+            "client": {"cpu_cores": 0.1, "send_lag_ms": q, "behind": 0},
+            "check": {"lost": 0, "duplicated": 0, "out_of_order": 0, "mismatched": 0},
+            "errors": {}, "slo_met": True, "slo_failures": []}
+    assert "cpu/word 1.37 ms (loop 0.42; per word finalized 0.71)" in format_step(step)
+    del step["server"]["cpu_ms_per_finalized_word"]
+    assert "cpu/word 1.37 ms (loop 0.42) |" in format_step(step)
 
 
 def test_a_target_above_every_step_run_is_not_tested_not_missed():
