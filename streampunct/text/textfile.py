@@ -4,8 +4,10 @@
 Windows editors write UTF-8 with a BOM or UTF-16; a wrong path can point at
 a binary; older tools write Latin-1. Text is decoded by its BOM (UTF-32,
 UTF-16, UTF-8); without one, as UTF-16 when every other byte is NUL (a
-BOM-less UTF-16 file), else as UTF-8, else (not valid UTF-8) as Windows-1252,
-the superset of Latin-1 that such files use, with a warning that says so.
+BOM-less UTF-16 file), else as UTF-8, each byte that is not part of valid
+UTF-8 read as Windows-1252 (the superset of Latin-1 that older tools write),
+with a warning that says so: a Latin-1 file reads as Latin-1, and a UTF-8
+file with a few pasted Windows bytes (smart quotes) keeps its UTF-8 accents.
 Input that still holds NUL bytes or mostly control characters is refused
 with an :class:`~streampunct.errors.InputError`.
 
@@ -79,9 +81,9 @@ def _decode_without_bom(raw: bytes, name: str) -> str:
     except UnicodeDecodeError as e:
         if b"\x00" in raw:
             return raw.decode("utf-8", errors="replace")  # binary: refused below
-        logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1)",
-                       name, raw[e.start], e.start)
-        return raw.decode("cp1252", errors=_LATIN1_FALLBACK)
+        logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
+                       "(Latin-1)", name, raw[e.start], e.start)
+        return raw.decode("utf-8", errors=_CP1252_BYTES)
 
 
 def _as_latin1(error: UnicodeError) -> tuple[str, int]:
@@ -92,6 +94,17 @@ def _as_latin1(error: UnicodeError) -> tuple[str, int]:
 
 _LATIN1_FALLBACK = "streampunct-latin1"
 codecs.register_error(_LATIN1_FALLBACK, _as_latin1)
+
+
+def _as_cp1252(error: UnicodeError) -> tuple[str, int]:
+    """UTF-8's error handler for a text that is not all UTF-8: the bytes that are not read as
+    Windows-1252 (Latin-1 where it leaves one undefined)."""
+    assert isinstance(error, UnicodeDecodeError)
+    return error.object[error.start:error.end].decode("cp1252", errors=_LATIN1_FALLBACK), error.end
+
+
+_CP1252_BYTES = "streampunct-cp1252-bytes"
+codecs.register_error(_CP1252_BYTES, _as_cp1252)
 
 
 class BinaryCheck:
@@ -138,8 +151,8 @@ class TextStream:
     The encoding is chosen from the first piece (at least 4 bytes, or a whole
     line, so that a short first line is not held back): a byte-order mark,
     else UTF-16 when every other byte is NUL, else
-    UTF-8; at the first byte that is not UTF-8 the rest is read as
-    Windows-1252 (with a warning), since what came before is already out.
+    UTF-8, each byte that is not valid UTF-8 read as Windows-1252 (with a
+    warning at the first), as a whole file is read.
     Every piece goes through the same :class:`BinaryCheck` as a whole file.
     """
 
@@ -190,9 +203,9 @@ class TextStream:
             if b"\x00" in data:
                 self.check.add("\x00")  # binary: refused
             self._utf8 = False
-            logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1) "
-                           "from there", self.name, data[e.start], offset - pending + e.start)
-            self._decoder = codecs.getincrementaldecoder("cp1252")(errors=_LATIN1_FALLBACK)
+            logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
+                           "(Latin-1)", self.name, data[e.start], offset - pending + e.start)
+            self._decoder = codecs.getincrementaldecoder("utf-8")(errors=_CP1252_BYTES)
             return bytes(data[:e.start]).decode("utf-8") + self._decoder.decode(bytes(data[e.start:]), final)
 
 

@@ -27,6 +27,8 @@ TEXTS = [
     "utf-16 with a BOM\n".encode("utf-16"),
     "utf-16 little endian, no BOM\n".encode("utf-16-le"),
     "plain ascii then caf\u00e9 in Latin-1\n".encode("cp1252"),
+    "caf\u00e9 in UTF-8, then ".encode() + "\u201cWindows\u201d caf\u00e9\n".encode("cp1252") + "na\u00efve\n".encode(),
+    "ends inside a sequence caf\u00e9".encode()[:-1],  # a lead byte with no end: read as Windows-1252
 ]
 
 
