@@ -29,6 +29,7 @@ from engines.deps import require
 from engines.registry import StreamCacheMode
 from streampunct.commands.argtypes import (
     choices,
+    model_folder,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -138,7 +139,7 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
     """ServerUnderTest field -> (flag, add_argument keywords) with ``d``'s defaults."""
     cache_default = d.stream_cache or "the server's, auto"
     return {
-        "model_dir": ("--model", dict(type=Path, default=d.model_dir,
+        "model_dir": ("--model", dict(type=model_folder, default=d.model_dir,
                                       help="model folder (default: the shipped model)")),
         "engine": ("--engine", dict(default=d.engine, help="onnxruntime, tensorrt, torch, or fake (synthetic "
                                                            "engine, no model needed) (default: %(default)s)")),

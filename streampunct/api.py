@@ -61,6 +61,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from engines.base import Engine, EngineError, StreamEngine
 from engines.registry import BACKENDS, StreamCacheMode
 from streampunct.core.alignment import Aligner
@@ -289,7 +291,7 @@ class Punctuator:
             elif words:
                 labels = self._decoder.punctuate(words)
         except Exception as e:
-            raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
+            raise self._failed(e) from e
 
         def render_words(run: list[str], run_labels: list[int], run_cases: list[int] | None, start: bool,
                          run_affixes: list[Affix] | None) -> str:
@@ -334,8 +336,8 @@ class Punctuator:
         except ValueError as e:
             raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
         right_context, max_delay_ms = _plain_int(right_context), _plain_int(max_delay_ms)
-        given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": partials,
-                 "capitalize": capitalize, "itn": itn, "lexicon": _as_list(lexicon)}
+        given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": _plain_bool(partials),
+                 "capitalize": _plain_bool(capitalize), "itn": _plain_bool(itn), "lexicon": _as_list(lexicon)}
         try:  # the options' rules within the server's limits, as for a session's config message
             checked = check_options({k: v for k, v in given.items() if v is not None}, DEFAULT_LIMITS)
         except OptionError as e:
@@ -361,6 +363,13 @@ class Punctuator:
     def _check_open(self) -> None:
         if self._closed:
             raise InputError("this Punctuator is closed (close() was called); load another")
+
+    def _failed(self, error: Exception) -> InputError | EngineFailedError:
+        """What a failed model call raises: :class:`InputError` when :meth:`close` ran during it
+        (another thread's; the engine went with it), else :class:`EngineFailedError`."""
+        if self._closed:
+            return InputError("this Punctuator was closed (close() was called) during the call")
+        return EngineFailedError(f"inference failed: {type(error).__name__}: {error}")
 
     def __enter__(self) -> Punctuator:
         return self
@@ -518,7 +527,7 @@ class Stream:
                 messages = protocol.apply(call, output)  # checks the output first (its shape)
             except Exception as e:
                 protocol.abort(call)  # asked for again by the next call
-                raise EngineFailedError(f"inference failed: {type(e).__name__}: {e}") from e
+                raise self._punctuator._failed(e) from e
             self._owed += self._collect(messages)
         if protocol.finished:
             self.partial = None
@@ -564,12 +573,19 @@ def _plain_int(value: object) -> object:
 def _cache_tokens(value: object) -> int | None:
     if value is None:
         return None
+    value = _plain_int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {value!r}")
     return value
 
 
+def _plain_bool(value: object) -> object:
+    """numpy's True and False as Python's (as its integers are taken); anything else as it is."""
+    return bool(value) if isinstance(value, np.bool_) else value
+
+
 def _bool(name: str, value: object) -> bool:
+    value = _plain_bool(value)
     try:
         return check_bool_option(name, value)
     except OptionError as e:

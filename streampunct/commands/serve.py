@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices,
         finite_float,
         lexicon_file,
+        model_folder,
         non_negative_float,
         port,
         positive_int,
@@ -65,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.server.batcher import BatcherConfig, BatchRows
     from streampunct.server.event_loop import EventLoop
 
-    parser.add_argument("--model", metavar="DIR", default=None,
+    parser.add_argument("--model", metavar="DIR", default=None, type=model_folder,
                         help="model folder (default: $STREAMPUNCT_MODEL, else the shipped models/default; "
                              "--engine fake needs none and takes only its tokenizer)")
     parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),

@@ -733,3 +733,69 @@ def test_numpy_integers_are_options_and_an_empty_model_folder_is_refused(aligner
         p.stream(right_context=np.float64(2.5))
     with pytest.raises(InputError, match="model_dir is empty"):
         Punctuator.load("")
+
+
+def test_numpy_booleans_are_flags_and_numpy_integers_cache_sizes(aligner):
+    p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
+    s = p.stream(capitalize=np.True_, partials=np.False_)
+    assert s.options.capitalize is True and s.options.partials is False
+    assert p.punctuate("so what", capitalize=np.False_) == p.punctuate("so what", capitalize=False) == "so what?"
+    with pytest.raises(InputError, match="'capitalize' must be true or false"):
+        p.stream(capitalize=np.int64(1))  # a number is not a flag, numpy's or Python's
+    with Punctuator.load(DEFAULT_MODEL_DIR, stream_cache_tokens=np.int64(32)) as shipped:
+        assert shipped.stream().push(["hello"]) == []
+
+
+def test_a_call_that_close_overtakes_raises_input_error_not_engine_failure(aligner):
+    """close() from another thread while a model call runs: the call raises InputError (the
+    punctuator is closed, the stream cannot go on), not EngineFailedError (which says it can)."""
+    import threading
+
+    class Blocking(FakeEngine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.release, self.closed = threading.Event(), threading.Event(), False
+
+        def _wait(self) -> None:
+            self.entered.set()
+            assert self.release.wait(30)
+            if self.closed:
+                raise RuntimeError("engine is closed")
+
+        def infer(self, input_ids, attention_mask):
+            self._wait()
+            return super().infer(input_ids, attention_mask)
+
+        def infer_heads(self, input_ids, attention_mask):
+            self._wait()
+            return super().infer_heads(input_ids, attention_mask)
+
+        def close(self) -> None:
+            self.closed = True
+
+    for call in ("punctuate", "stream"):
+        engine = Blocking()
+        p = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
+        result: list[BaseException | str] = []
+
+        def run(p=p, call=call) -> None:
+            try:
+                if call == "punctuate":
+                    p.punctuate("so what now")
+                else:
+                    s = p.stream()
+                    s.push(["so", "what"])
+                    s.end()
+                result.append("finished")
+            except BaseException as e:  # noqa: BLE001 - the test reports what was raised
+                result.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert engine.entered.wait(30), result
+        p.close()
+        engine.release.set()
+        t.join(30)
+        [error] = result
+        assert isinstance(error, InputError) and not isinstance(error, EngineFailedError), (call, error)
+        assert "closed (close() was called) during the call" in str(error)

@@ -967,3 +967,14 @@ def test_evaluate_live_options_without_live_are_refused(tmp_path, capsys):
     assert main(["evaluate", "--data", str(words), "--live-right-context", "8"]) == 2
     assert capsys.readouterr().err.strip() == ("streampunct evaluate: error: --live-right-context sets the live "
                                                "stream's options: add --live")
+
+
+@pytest.mark.parametrize("argv", [
+    ["punctuate", "--model", "", "in.txt"],
+    ["serve", "--model", ""],
+    ["evaluate", "--model", "", "--data", "x"],
+    ["bench", "load", "--model", ""],
+])
+def test_an_empty_model_folder_is_a_usage_error(argv, capsys):
+    # --model "$UNSET" used to read the current folder as the model
+    assert _fails_as_usage(argv, capsys).endswith("argument --model: expected a model folder, got an empty string")
