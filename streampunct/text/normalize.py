@@ -445,6 +445,9 @@ def render_with_symbols(
     affixes)`` writes each run of model words between symbol
     words (:func:`render`, or a formatter's); a run opens a sentence when the
     run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
+    A unit after a word (a currency sign, ``%``, ``°``: :func:`_unit_symbol`) takes that
+    word's mark after it: ``the rate is 50 %`` is written ``The rate is 50 %.``, not
+    ``50. %``.
     """
     if affixes is not None and len(affixes) != len(tokens):
         raise ValueError(f"{len(tokens)} tokens but {len(affixes)} affixes")
@@ -452,30 +455,52 @@ def render_with_symbols(
     run: list[str] = []
     run_affixes: list[Affix] = []
     k = 0
+    held = ""  # the mark of the run before the units that follow it, written after them
 
-    def flush() -> None:
-        nonlocal k, sentence_start, run, run_affixes
+    def flush(hold: bool = False) -> None:
+        nonlocal k, sentence_start, run, run_affixes, held
         if run:
             n = len(run)
             run_labels = list(labels[k : k + n])
             run_cases = list(cases[k : k + n]) if cases else None
             shown = run_affixes if any(a != NO_AFFIX for a in run_affixes) else None
+            ends_sentence = run_labels[-1] in (PERIOD, QUESTION)
+            if hold:
+                held, run_labels[-1] = ID_TO_MARK[run_labels[-1]], O
             pieces.append(render_words(run, run_labels, run_cases, sentence_start, shown))
-            sentence_start = run_labels[-1] in (PERIOD, QUESTION)
+            sentence_start = ends_sentence
             k += n
             run, run_affixes = [], []
 
+    def let_go() -> None:
+        nonlocal held
+        if held:
+            pieces[-1] += held
+            held = ""
+
     for i, token in enumerate(tokens):
         if is_symbol_word(token):
-            flush()
+            if _unit_symbol(token) and (run or held):
+                flush(hold=True)  # the units after a word take its mark ("50 %.")
+            else:
+                flush()
+                let_go()
             pieces.append(token)
         else:
+            let_go()
             run.append(token)
             run_affixes.append(affixes[i] if affixes is not None else NO_AFFIX)
     flush()
+    let_go()
     if k != len(labels):
         raise ValueError(f"{k} words but {len(labels)} labels")
     return " ".join(pieces)
+
+
+def _unit_symbol(token: str) -> bool:
+    """A symbol word that reads as a unit of the word before it: a currency sign (``€``,
+    ``$``), a percent or per-mille sign, a degree sign."""
+    return unicodedata.category(token[0]) == "Sc" or token[0] in "%\u2030\u2031\u00b0\u2103\u2109"
 
 
 def _capitalize(word: str) -> str:

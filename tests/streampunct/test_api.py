@@ -778,7 +778,7 @@ def test_a_call_that_close_overtakes_raises_input_error_not_engine_failure(align
         p = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW)
         result: list[BaseException | str] = []
 
-        def run(p=p, call=call) -> None:
+        def run(p=p, call=call, result=result) -> None:
             try:
                 if call == "punctuate":
                     p.punctuate("so what now")

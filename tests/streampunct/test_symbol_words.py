@@ -93,6 +93,12 @@ def test_the_words_around_a_symbol_are_rendered_as_if_it_were_absent():
     assert render_with_symbols(["do", "🍕", "n't"], [O, PERIOD], plain) == "Do 🍕 n't."  # no clitic joined across
     with pytest.raises(ValueError):
         render_with_symbols(["pizza", "🍕"], [O, O], plain)
+    # a unit after a word takes its mark after it ("50. %" read wrong), an emoji does not
+    assert render_with_symbols(["rate", "50", "%"], [O, PERIOD], plain) == "Rate 50 %."
+    assert render_with_symbols(["it", "is", "5", "€", "%", "ok"], [O, O, PERIOD, PERIOD], plain) == "It is 5 € %. Ok."
+    assert render_with_symbols(["5", "€", "🍕", "so"], [COMMA, QUESTION], plain) == "5 €, 🍕 so?"
+    assert render_with_symbols(["20", "°", "out"], [COMMA, PERIOD], plain) == "20 °, out."
+    assert render_with_symbols(["great", "👍"], [PERIOD], plain) == "Great. 👍"
 
 
 class Recorder:
