@@ -215,8 +215,8 @@ class TritonEngine(EngineBase):
             if time.monotonic() >= deadline:
                 raise ArtifactError(f"Triton at {o.url} is not ready after {o.ready_timeout_s:.0f} s: {last}")
             if not said:  # the wait is not silent: a start that seems to hang says what it waits for
-                logger.info("Triton at %s is not ready (%s): waiting up to %.0f s (engine option ready_timeout_s)",
-                            o.url, last, o.ready_timeout_s)
+                logger.warning("Triton at %s is not ready (%s): waiting up to %.0f s (engine option ready_timeout_s)",
+                               o.url, last, o.ready_timeout_s)
                 said = True
             if cancel.wait(0.2):  # the server shuts down: it need not wait for the rest
                 raise LoadCancelled(f"Triton at {o.url}: gave up waiting for it to be ready (shutting down)")
