@@ -189,6 +189,18 @@ def _report_times_going_back(events, report) -> None:
             n += 1
 
 
+def _rushed_cues(cues) -> tuple[int, int] | None:
+    """``(short, all)`` when most of three or more cues are shown under 0.8 s and no word had a
+    time of its own (plain text, timed by when it arrived); None otherwise."""
+    from streampunct.client.subtitles import cue_stats
+
+    words = [w for cue in cues for w in cue.words]
+    if len(cues) < 3 or any(w.end != w.start for w in words):
+        return None
+    stats = cue_stats(cues)
+    return (stats.short, stats.cues) if 2 * stats.short > stats.cues else None
+
+
 def _to_devnull(stream: TextIO) -> None:
     """Point ``stream``'s file descriptor at /dev/null: writes (the flush at exit) go nowhere."""
     try:
@@ -372,6 +384,11 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
     options = result.options
     print(f"latency: right_context {options.right_context}, max_delay_ms {options.max_delay_ms}: "
           f"{result.latency.format()}", file=sys.stderr)
+    rushed = _rushed_cues(subtitles.cues) if subtitles is not None and args.format != "jsonl" else None
+    if rushed is not None:
+        report(f"warning: {rushed[0]} of {rushed[1]} cues are shown under 0.8 s: their words, plain text timed "
+               "by when it was sent, came faster than speech (stdin is sent as it comes, a named file at --wps); "
+               "give the file by name at --wps 2.5, or send word times (JSONL)")
     refused = lost_words_errors(result.transcript)
     if refused:
         print(f"streampunct caption: error: the server answered {len(refused)} error(s) (above); "

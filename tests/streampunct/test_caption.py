@@ -295,6 +295,29 @@ async def test_caption_srt_from_plain_text_uses_arrival_times(start_server, tmp_
     assert all(s.end > s.start for s in subs)
     assert all(a.end <= b.start for a, b in zip(subs, subs[1:], strict=False))
     assert [s.index for s in subs] == list(range(1, len(subs) + 1))
+    assert "warning: " in stderr and "cues are shown under 0.8 s: their words, plain text timed" in stderr
+
+
+async def test_subtitles_of_text_piped_in_at_once_come_with_a_warning(start_server, tmp_path):
+    srt = pytest.importorskip("srt", reason="needs srt (the dev extra)")
+    server = await start_server()
+    text = ". ".join(" ".join(f"word{(i + j) % 9}" for j in range(8)) for i in range(8)) + "\n"
+    rc, stdout, stderr = await run_cli("-", "--url", server.url, "--format", "srt", stdin=text.encode())
+    assert rc == 0, stderr
+    subs = list(srt.parse(stdout))
+    short = sum((s.end - s.start).total_seconds() < 0.8 for s in subs[:-1])
+    warning = [line for line in stderr.splitlines() if "cues are shown under 0.8 s" in line]
+    assert len(subs) >= 3 and 2 * short > len(subs)
+    assert warning == [f"streampunct caption: warning: {short} of {len(subs)} cues are shown under 0.8 s: their "
+                       "words, plain text timed by when it was sent, came faster than speech (stdin is sent as "
+                       "it comes, a named file at --wps); give the file by name at --wps 2.5, or send word times "
+                       "(JSONL)"]
+    # paced text, or words with times of their own: no warning
+    source = tmp_path / "talk.jsonl"
+    source.write_text("".join(f'{{"w": "word{i % 9}", "start": {0.4 * i}, "end": {0.4 * i + 0.3}}}\n'
+                              for i in range(40)))
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "srt", "--speed", "0")
+    assert rc == 0 and "cues are shown under" not in stderr, stderr
 
 
 async def test_caption_sends_vosk_partials_as_hypotheses(start_server, tmp_path, fake_labels):
