@@ -15,7 +15,7 @@
 (double-overlap windows over the whole text; the last word ends a sentence).
 A stream sees less context than that (its windows end a few words past the
 word decided), so for the same words the two differ on a few marks in a hundred
-words (2-5% of 974 test2011 words in a probe, 2026-11-30).
+words (2-5% of the marks of 1,000 words in a probe, 2026-11-30).
 :meth:`Punctuator.stream` is the server's latency contract without a server:
 a :class:`Stream` drives the same sans-I/O
 :class:`~streampunct.core.session_protocol.SessionProtocol` a server session
