@@ -113,7 +113,8 @@ def normalize_word(word: str) -> str:
     is ``""`` when nothing but punctuation was there. Words longer than
     ``MAX_WORD_CHARS`` are cut to that length. Invisible characters are
     dropped first (:func:`drop_invisible`: controls, format characters such as
-    bidi controls and zero-width spaces, lone surrogates). A normalized word
+    bidi controls and zero-width spaces, lone surrogates), and a word of
+    combining marks alone (``"\u0301"``, ``"\ufe0f"``) is ``""``. A normalized word
     normalizes to itself (clients send words normalized; the server normalizes
     them again and must count them alike).
     """
@@ -140,6 +141,8 @@ def _normalize_once(word: str) -> str:
     w = _strip_edges(w.lower())
     if any(ch.isspace() for ch in w):
         w = "".join(w.split())
+    if w and all(_is_mark(ch) for ch in w):
+        return ""  # marks with no letter to carry them show nothing
     return w[:MAX_WORD_CHARS]
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
-from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render
+from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render, symbol_word
 from streampunct.text.textfile import split_lines
 
 #: Most words in a lexicon's spoken phrase.
@@ -155,6 +155,11 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
         changed = next((x for x in spoken.split() if _changed_word(x)), None)
         if changed is not None:
             raise ValueError(f"lexicon[{i}]: the spoken word {changed!r} would match {_changed_word(changed)!r}; "
+                             "spell it as it is said")
+        symbols = next((x for x in spoken.split() if symbol_word(x)), None)
+        if symbols is not None:
+            # a stream drops a word of symbols: "c ++" would be stored as "c" and match every "c"
+            raise ValueError(f"lexicon[{i}]: the spoken word {symbols!r} is only symbols, which a stream drops; "
                              "spell it as it is said")
         words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
         if not words:

@@ -100,6 +100,14 @@ def test_invisible_characters_are_dropped_inside_and_at_the_edges(char):
     assert normalize_word(f"{char}don't{char}") == "don't"
 
 
+@pytest.mark.parametrize("marks", ["\u0301", "\ufe0f", "\u20e3", "\u034f", "\U000e0100", "\u0488", "\u0301" * 3])
+def test_a_word_of_marks_alone_is_empty(marks):
+    # it used to take an index and a mark: "So, \u0301, OK." in a caption
+    assert normalize_word(marks) == normalize_word(f"({marks}),") == ""
+    if unicodedata.category(marks[0]) != "Me":  # a letter in an enclosing mark is a symbol (a keycap)
+        assert normalize_word(f"e{marks}") != ""  # on a letter they stay (NFKC composes what it can)
+
+
 def test_a_right_to_left_override_cannot_reverse_a_word():
     assert normalize_word("price\u202e0001\u202c") == "price0001"
     assert normalize_word("\u2067evil\u2069") == "evil"

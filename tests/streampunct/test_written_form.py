@@ -66,6 +66,10 @@ def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
     (["c++", "C++"], "lexicon[0]: the spoken word 'c++' would match 'c'; spell it as it is said"),
     (["learn c#", "learn C#"], "lexicon[0]: the spoken word 'c#' would match 'c'"),
     ([".net", ".NET"], "lexicon[0]: the spoken word '.net' would match 'net'"),
+    # a stream drops a word of symbols: "c ++" was stored as "c", and "$ five" as "five"
+    (["c ++", "C++"], "lexicon[0]: the spoken word '++' is only symbols, which a stream drops; spell it as it is"),
+    (["$ five", "$5"], "lexicon[0]: the spoken word '$' is only symbols"),
+    (["\U0001f355 pizza", "x"], "lexicon[0]: the spoken word '\U0001f355' is only symbols"),
 ])
 def test_normalize_lexicon_refuses_bad_pairs(pair, message):
     with pytest.raises(ValueError, match=None) as e:
