@@ -436,13 +436,13 @@ class SessionProtocol:
             self.options = self._served(request.config.apply_to(self.options))
         keep = self._limits.max_context_words
         keep = max(keep or 0, request.held)  # the words no final wrote, whatever the limit
-        given = request.context[-keep:] if keep else ()
-        marked = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in given) if w]
+        # the context's words: items that normalize to nothing are none (and not counted)
+        words = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in request.context) if w]
+        marked = words[-keep:] if keep else []
         context = [w for w, _ in marked]
         self._resumed_written = marked
         # the context's last words no final wrote (the old connection's last ``held``): written here
-        self._resumed_held = sum(1 for x in given[max(0, len(given) - request.held):]
-                                 if normalize_word(x.w)) if request.held else 0
+        self._resumed_held = min(request.held, len(marked))
         self._calls = self._new_calls()
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)

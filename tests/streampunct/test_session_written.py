@@ -565,6 +565,11 @@ def test_a_final_says_how_many_words_it_left_held_and_a_resume_writes_them():
     resumed.send(ResumeRequest(len(context), context, ConfigRequest(), held=last.held))
     resumed.stream("york today")
     assert " ".join(f.text for f in resumed.finals() if f.text) == "New York, today."
+    # held counts the context's words: an item that normalizes to nothing is none
+    padded = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    padded.send(ResumeRequest(len(context), (*context, PunctuatedWord("...", "")), ConfigRequest(), held=1))
+    padded.stream("york today")
+    assert " ".join(f.text for f in padded.finals() if f.text) == "New York, today."
     plain = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))  # a client that does not pass it on
     plain.send(ResumeRequest(len(context), context, ConfigRequest()))
     plain.stream("york today")
