@@ -26,11 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
     from benchmarks.triton_bench import add_triton_arguments
-    from streampunct.commands.argtypes import model_folder, non_negative_int, positive_float
+    from streampunct.commands.argtypes import non_negative_int, positive_float
+    from streampunct.model import model_folder_argument
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")
-    a.add_argument("--model", type=model_folder, default=None, help="model folder (default: shipped model)")
+    a.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: shipped model)")
     a.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
                    help="labeled word<TAB>LABEL file (default: data/iwslt2011/test2011)")
     a.add_argument("--right-context", type=non_negative_int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N",

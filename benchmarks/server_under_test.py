@@ -29,7 +29,6 @@ from engines.deps import require
 from engines.registry import StreamCacheMode
 from streampunct.commands.argtypes import (
     choices,
-    model_folder,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -37,6 +36,7 @@ from streampunct.commands.argtypes import (
 from streampunct.core.options import SessionOptions
 from streampunct.core.wire import DEFAULT_LIMITS
 from streampunct.errors import StreampunctError
+from streampunct.model import model_folder_argument
 from streampunct.server.batcher import BatchRows
 
 
@@ -139,7 +139,7 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
     """ServerUnderTest field -> (flag, add_argument keywords) with ``d``'s defaults."""
     cache_default = d.stream_cache or "the server's, auto"
     return {
-        "model_dir": ("--model", dict(type=model_folder, default=d.model_dir,
+        "model_dir": ("--model", dict(type=model_folder_argument, default=d.model_dir,
                                       help="model folder (default: the shipped model)")),
         "engine": ("--engine", dict(default=d.engine, help="onnxruntime, tensorrt, torch, or fake (synthetic "
                                                            "engine, no model needed) (default: %(default)s)")),

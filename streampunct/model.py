@@ -16,6 +16,7 @@ for ``--stream-cache on``.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,14 @@ class ModelInfo:
             label_position=self.label_position,  # type: ignore[arg-type]
             max_word_tokens=self.max_word_tokens,
         )
+
+
+def model_folder_argument(text: str) -> Path:
+    """A ``--model DIR`` argument (argparse's ``type``): a folder's path, not an empty string
+    (``--model "$UNSET"`` would read the current folder as the model)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a model folder, got an empty string")
+    return Path(text)
 
 
 def load_model_info(model_dir: str | Path | None = None, *, backend: str | None = None) -> ModelInfo:

@@ -10,7 +10,6 @@ import argparse
 import math
 from collections.abc import Callable
 from enum import StrEnum
-from pathlib import Path
 
 
 def _number(kind: type, ok: Callable[[float], bool], what: str) -> Callable[[str], int | float]:
@@ -38,14 +37,6 @@ non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
 finite_float = _number(float, math.isfinite, "finite (not nan or inf)")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
-
-
-def model_folder(text: str) -> Path:
-    """``--model DIR``: a folder's path, not an empty string (``--model ""`` from an unset
-    variable would read the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a model folder, got an empty string")
-    return Path(text)
 
 
 def int_between(low: int, high: int) -> Callable[[str], int | float]:

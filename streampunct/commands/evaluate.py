@@ -18,14 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_engine_option,
         choices,
         int_between,
-        model_folder,
         non_negative_int,
         positive_int,
     )
     from streampunct.core.options import SessionOptions
     from streampunct.core.wire import DEFAULT_LIMITS
+    from streampunct.model import model_folder_argument
 
-    p.add_argument("--model", type=model_folder, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")

@@ -23,10 +23,11 @@ LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import add_engine_option, lexicon_file, model_folder
+    from streampunct.commands.argtypes import add_engine_option, lexicon_file
+    from streampunct.model import model_folder_argument
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
-    p.add_argument("--model", type=model_folder, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
     add_engine_option(p)

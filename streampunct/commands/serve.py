@@ -54,7 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices,
         finite_float,
         lexicon_file,
-        model_folder,
         non_negative_float,
         port,
         positive_int,
@@ -62,11 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     from streampunct.core.options import SessionOptions
     from streampunct.core.wire import Limits
+    from streampunct.model import model_folder_argument
     from streampunct.server.app import DrainMode, ItnGrammars, ServerConfig
     from streampunct.server.batcher import BatcherConfig, BatchRows
     from streampunct.server.event_loop import EventLoop
 
-    parser.add_argument("--model", metavar="DIR", default=None, type=model_folder,
+    parser.add_argument("--model", metavar="DIR", default=None, type=model_folder_argument,
                         help="model folder (default: $STREAMPUNCT_MODEL, else the shipped models/default; "
                              "--engine fake needs none and takes only its tokenizer)")
     parser.add_argument("--engine", default=ServerConfig.engine, choices=list(BACKENDS),

@@ -134,14 +134,14 @@ def evaluate_case(punctuator, text: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streampunct.commands.argtypes import model_folder
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.errors import InputError, StreampunctError
+    from streampunct.model import model_folder_argument
     from streampunct.text.textfile import output_file, read_text
 
     ap = argparse.ArgumentParser(prog="python -m streampunct.evaluation.case", description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="cased, punctuated text")
-    ap.add_argument("--model", type=model_folder, default=None, help="model folder (default: the shipped model)")
+    ap.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     ap.add_argument("--json", type=Path, default=None, help="write the report here (missing folders are made)")
     args = ap.parse_args(argv)
     try:
