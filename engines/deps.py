@@ -39,12 +39,13 @@ def extra_hint(extra: str) -> str:
     return f"pip install -e '.[{extra}]' in the streampunct checkout"
 
 
-def install_hint(module: str) -> str:
-    """The pip command that provides an import name."""
-    extra, package = _INSTALL.get(module.split(".")[0], (None, module))
+def install_hint(module: str, *more: str) -> str:
+    """The pip command that provides import names (the extra of the first, and every package)."""
+    extra, _ = _INSTALL.get(module.split(".")[0], (None, module))
+    packages = list(dict.fromkeys(_INSTALL.get(m.split(".")[0], (None, m))[1] for m in (module, *more)))
     if extra is None:
-        return f"pip install {package}"
-    return f"{extra_hint(extra)} (or: pip install '{package}')"
+        return f"pip install {' '.join(packages)}"
+    return f"{extra_hint(extra)} (or: pip install {' '.join(repr(p) for p in packages)})"
 
 
 def is_installed(module: str) -> bool:

@@ -6,7 +6,7 @@ Artifact choice in a model folder (first that applies):
 2. the ``"artifact"`` key of ``streampunct.json``, when its file type suits the
    backend (``.onnx`` for onnxruntime, ``.plan`` for tensorrt);
 3. the backend's defaults in order: onnxruntime ``model.int8.onnx`` then
-   ``model.onnx``; tensorrt ``model.fp16.plan`` then ``model.int8.plan``.
+   ``model.onnx``; tensorrt ``model.fp16.plan``, ``model.int8.plan``, then ``model.fp32.plan``.
 
 The torch backend (engines.torch_backend) serves the folder's ONNX graph, as
 onnxruntime would choose it (but the fp32 ``model.onnx`` beside an fp16 or Q/DQ graph
@@ -115,7 +115,7 @@ BACKENDS: dict[str, Backend] = {
         ),
         Backend(
             "tensorrt", "engines.tensorrt_engine", ("tensorrt", "pycuda"),
-            (".plan",), ("model.fp16.plan", "model.int8.plan"),
+            (".plan",), ("model.fp16.plan", "model.int8.plan", "model.fp32.plan"),
         ),
         # the folder's ONNX graph's weights, run in torch (fp16 on CUDA): engines.torch_backend
         Backend(
@@ -158,7 +158,7 @@ def require_backend(name: str) -> Backend:
         raise DependencyMissing(
             f"the {name} engine backend needs {', '.join(missing)}, which "
             f"{'is' if len(missing) == 1 else 'are'} not installed; install with: "
-            f"{install_hint(missing[0])}"
+            f"{install_hint(*missing)}"
         )
     return backend
 
@@ -337,5 +337,5 @@ def _module(b: Backend) -> Any:
     except ImportError as e:
         raise DependencyMissing(
             f"the {b.name} engine backend failed to import ({e}); install with: "
-            f"{install_hint(b.requires[0])}"
+            f"{install_hint(*b.requires)}"
         ) from e

@@ -63,7 +63,12 @@ release2_base() {  # $r2dir/models/base: release 2's folder, from git
 }
 
 train() {
-  compgen -G "$start/model*.safetensors" >/dev/null || { echo "no checkpoint $start: run scripts/gpu_release.sh (docs/training.md)" >&2; exit 3; }
+  compgen -G "$start/model*.safetensors" >/dev/null || {
+    echo "no checkpoint $start: run scripts/gpu_release.sh on a GPU, or on the CPU start from the shipped" \
+         "graph (python -m training.onnx_import models/$model OUT, then START=OUT; models/$model/MODEL_CARD.md," \
+         "\"What a clone can rebuild\")" >&2
+    exit 3
+  }
   if [[ $model == default ]]; then
     # the repair's soft labels: models/base (the CPU teacher) on 200k words of TEDx captions
     [[ -f cache/soft/v6_captions_base.npz ]] || _py -m training.distill label --teacher models/base \

@@ -322,7 +322,7 @@ def check_tensorrt_installed(args: argparse.Namespace) -> None:
         from engines.deps import install_hint
 
         raise DependencyError(f"--backend tensorrt builds a plan with {', '.join(missing)}, not installed here "
-                              f"(install with: {install_hint(missing[0])}); --graph-only stops before the "
+                              f"(install with: {install_hint(*missing)}); --graph-only stops before the "
                               "builder, with the graph it takes and parity figures, on a host without TensorRT")
 
 
