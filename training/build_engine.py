@@ -444,7 +444,9 @@ def _build(args: argparse.Namespace, ckpt: Path, stage: Path, *, from_graph: boo
     parity = calibration = None
     if parity_path is None:
         log.warning("no validation text (no --parity-data, no dev2012 under $STREAMPUNCT_DATA or "
-                    "../shared/data): parity is measured on random token ids")
+                    "../shared/data): parity is measured on random token ids, which read as no text, so "
+                    "its label agreement says little (and the source graph is not compared); pass "
+                    "--parity-data word<TAB>LABEL file for figures that do")
         parity_source = ""
     else:
         aligner = info.aligner()
