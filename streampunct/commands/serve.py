@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 
 NAME = "serve"
 HELP = "run the streaming punctuation WebSocket server"
@@ -400,8 +401,9 @@ def run(args: argparse.Namespace) -> int:
     if config.workers > 1:
         return _supervise(config, args)
     limit_malloc_arenas()  # before the engine's threads allocate
-    run_server(config, on_ready=announce)
-    return 0
+    stopped_by = run_server(config, on_ready=announce)
+    hangup = getattr(signal, "SIGHUP", None)
+    return 128 + hangup if hangup is not None and stopped_by == hangup else 0  # a closed terminal: 129
 
 
 def _supervise(config, args: argparse.Namespace) -> int:

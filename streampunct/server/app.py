@@ -913,27 +913,33 @@ async def run_until_signalled(
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
     stop: asyncio.Event | None = None,
-) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down gracefully (the CLI's main loop).
+) -> signal.Signals | None:
+    """Serve until SIGINT, SIGTERM or SIGHUP, then shut down gracefully (the CLI's main loop);
+    the signal that stopped it (None: ``stop`` was set).
 
+    SIGHUP (a closed terminal, a dropped ssh session) drains as SIGTERM does, unless it is
+    ignored (``nohup``), and the CLI then exits with 129.
     ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
     ``stop``: an event that, set, shuts down as the signals do (they set it; a worker of
     ``serve --workers`` sets it when its supervisor is gone).
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
-    received: list[str] = []
+    received: list[signal.Signals] = []
 
     def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
+        received.append(sig)
         stop.set()
 
-    for sig in STOP_SIGNALS:
+    hangup = getattr(signal, "SIGHUP", None)
+    handled = (*STOP_SIGNALS, *([hangup] if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN
+                                else []))
+    for sig in handled:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         server = await serve(config, runtime)
     except BaseException:
-        for sig in STOP_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
         raise
     try:
@@ -947,11 +953,12 @@ async def run_until_signalled(
             await stopped
         else:
             loading.cancel()
-        logger.info("%s; shutting down", f"{received[0]} received" if received else "told to stop")
+        logger.info("%s; shutting down", f"{received[0].name} received" if received else "told to stop")
     finally:
         await server.shutdown()
-        for sig in STOP_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
+    return received[0] if received else None
 
 
 def run_server(
@@ -960,8 +967,9 @@ def run_server(
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
     stop: asyncio.Event | None = None,
-) -> None:
+) -> signal.Signals | None:
     """:func:`run_until_signalled` on a new event loop of ``config.event_loop`` (uvloop or
-    asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made."""
+    asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made.
+    The signal that stopped it, as that returns."""
     with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
-        runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop))
+        return runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop))

@@ -38,13 +38,21 @@ SERVER_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def _default_stop_signals() -> None:
+    """In the child: the stop signals at their defaults, whatever the test runner's (a job in the
+    background of a script ignores SIGINT, one under nohup SIGHUP, and children inherit it)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 async def test_signal_finalizes_pending_words_then_closes_1001(tmp_path, minilm_tokenizer_path, sig):
+    """SIGHUP (a closed terminal) too: it closed every client with 1011 and cut their words."""
     script = tmp_path / "server.py"
     script.write_text(SERVER_SCRIPT)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(script), str(minilm_tokenizer_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_default_stop_signals,
     )
     try:
         port = int(await asyncio.wait_for(proc.stdout.readline(), 30))

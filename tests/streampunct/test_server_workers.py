@@ -594,6 +594,22 @@ async def test_sighup_ends_the_supervisor_at_once_and_the_workers_drain(tmp_path
         assert "its 2 workers drain by themselves" in server.log.read_text()
 
 
+async def test_sighup_drains_a_single_server_which_exits_129(tmp_path):
+    """Without --workers too: SIGHUP closed every client with 1011 and cut its words; now the
+    server drains as after SIGTERM (every word final, 1001) and exits with 129."""
+    async with serving(tmp_path, workers=1) as server:
+        await server.ready_line()
+        client = await StreamClient.connect(server.url, right_context=100, max_delay_ms=600_000)
+        await client.send_words(WORDS)
+        await client.send_raw('{"type": "barrier"}')
+        assert isinstance(await client.recv(timeout=10), Error)
+        server.proc.send_signal(signal.SIGHUP)
+        transcript = await read_to_close(client)
+        assert transcript.words == WORDS and client.close_code == 1001
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 129
+        assert "SIGHUP received; shutting down" in server.log.read_text()
+
+
 def test_live_gauges_are_written_when_a_single_server_keeps_values_in_files(monkeypatch):
     """A single server started with ``$PROMETHEUS_MULTIPROC_DIR`` set (prometheus-client keeps its
     values in files): the backlog and queue gauges show their values, not 0."""
