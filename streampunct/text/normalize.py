@@ -448,8 +448,8 @@ def render_with_symbols(
     affixes)`` writes each run of model words between symbol
     words (:func:`render`, or a formatter's); a run opens a sentence when the
     run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
-    A unit after a word (a currency sign, ``%``, ``°``: :func:`_unit_symbol`) takes that
-    word's mark after it: ``the rate is 50 %`` is written ``The rate is 50 %.``, not
+    A unit after a word (``%``, ``°``, a currency sign that no number follows:
+    :func:`_unit_symbol`) takes that word's mark after it: ``the rate is 50 %`` is written ``The rate is 50 %.``, not
     ``50. %``.
     """
     if affixes is not None and len(affixes) != len(tokens):
@@ -483,7 +483,8 @@ def render_with_symbols(
 
     for i, token in enumerate(tokens):
         if is_symbol_word(token):
-            if _unit_symbol(token) and (run or held):
+            after = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if _unit_symbol(token, after) and (run or held):
                 flush(hold=True)  # the units after a word take its mark ("50 %.")
             else:
                 flush()
@@ -500,10 +501,12 @@ def render_with_symbols(
     return " ".join(pieces)
 
 
-def _unit_symbol(token: str) -> bool:
-    """A symbol word that reads as a unit of the word before it: a currency sign (``€``,
-    ``$``), a percent or per-mille sign, a degree sign."""
-    return unicodedata.category(token[0]) == "Sc" or token[0] in "%\u2030\u2031\u00b0\u2103\u2109"
+def _unit_symbol(token: str, after: str) -> bool:
+    """A symbol word that reads as a unit of the word before it: a percent or per-mille sign,
+    a degree sign, or a currency sign that no number follows (``5 €``, not ``$ 20``)."""
+    if unicodedata.category(token[0]) == "Sc":
+        return not after[:1].isdigit()
+    return token[0] in "%\u2030\u2031\u00b0\u2103\u2109"
 
 
 def _capitalize(word: str) -> str:

@@ -4,10 +4,12 @@
 Windows editors write UTF-8 with a BOM or UTF-16; a wrong path can point at
 a binary; older tools write Latin-1. Text is decoded by its BOM (UTF-32,
 UTF-16, UTF-8); without one, as UTF-16 when every other byte is NUL (a
-BOM-less UTF-16 file), else as UTF-8, each byte that is not part of valid
-UTF-8 read as Windows-1252 (the superset of Latin-1 that older tools write),
-with a warning that says so: a Latin-1 file reads as Latin-1, and a UTF-8
-file with a few pasted Windows bytes (smart quotes) keeps its UTF-8 accents.
+BOM-less UTF-16 file), else as UTF-8. At the first byte that is not UTF-8
+(with a warning): when UTF-8 letters of more than one byte came before it, the
+text is UTF-8 with a few pasted Windows bytes (smart quotes), and each byte
+that is not part of valid UTF-8 is read as Windows-1252 (the superset of
+Latin-1 that older tools write), so its UTF-8 accents stay; when none did, the
+rest is read as Windows-1252 (a Latin-1 file).
 Input that still holds NUL bytes or mostly control characters is refused
 with an :class:`~streampunct.errors.InputError`.
 
@@ -81,9 +83,18 @@ def _decode_without_bom(raw: bytes, name: str) -> str:
     except UnicodeDecodeError as e:
         if b"\x00" in raw:
             return raw.decode("utf-8", errors="replace")  # binary: refused below
-        logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
-                       "(Latin-1)", name, raw[e.start], e.start)
-        return raw.decode("utf-8", errors=_CP1252_BYTES)
+        if _has_multibyte(raw[:e.start]):
+            logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
+                           "(Latin-1)", name, raw[e.start], e.start)
+            return raw.decode("utf-8", errors=_CP1252_BYTES)
+        logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1)",
+                       name, raw[e.start], e.start)
+        return raw.decode("cp1252", errors=_LATIN1_FALLBACK)
+
+
+def _has_multibyte(utf8: bytes) -> bool:
+    """Valid UTF-8 ``utf8`` holds a character of more than one byte."""
+    return any(b >= 0x80 for b in utf8)
 
 
 def _as_latin1(error: UnicodeError) -> tuple[str, int]:
@@ -151,8 +162,9 @@ class TextStream:
     The encoding is chosen from the first piece (at least 4 bytes, or a whole
     line, so that a short first line is not held back): a byte-order mark,
     else UTF-16 when every other byte is NUL, else
-    UTF-8, each byte that is not valid UTF-8 read as Windows-1252 (with a
-    warning at the first), as a whole file is read.
+    UTF-8, and at the first byte that is not, as a whole file is read: each
+    such byte as Windows-1252 when UTF-8 letters of more than one byte came
+    before it, else the rest as Windows-1252 (with a warning either way).
     Every piece goes through the same :class:`BinaryCheck` as a whole file.
     """
 
@@ -162,6 +174,7 @@ class TextStream:
         self._head = b""  # bytes before the encoding is known
         self._decoder: codecs.IncrementalDecoder | None = None
         self._utf8 = False  # UTF-8 so far (falls back to Windows-1252)
+        self._multibyte = False  # a character of more than one byte has come (it was UTF-8 then)
         self._offset = 0  # bytes given to the decoder
 
     def feed(self, raw: bytes, final: bool = False) -> str:
@@ -197,16 +210,24 @@ class TextStream:
             return self._decoder.decode(raw, final)
         pending = len(self._decoder.getstate()[0])
         try:
-            return self._decoder.decode(raw, final)
+            text = self._decoder.decode(raw, final)
         except UnicodeDecodeError as e:
             data = e.object  # the bytes held back from the piece before, then this piece
             if b"\x00" in data:
                 self.check.add("\x00")  # binary: refused
             self._utf8 = False
-            logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
-                           "(Latin-1)", self.name, data[e.start], offset - pending + e.start)
-            self._decoder = codecs.getincrementaldecoder("utf-8")(errors=_CP1252_BYTES)
+            where = offset - pending + e.start
+            if self._multibyte or _has_multibyte(bytes(data[:e.start])):
+                logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): such bytes read as Windows-1252 "
+                               "(Latin-1)", self.name, data[e.start], where)
+                self._decoder = codecs.getincrementaldecoder("utf-8")(errors=_CP1252_BYTES)
+            else:
+                logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1) "
+                               "from there", self.name, data[e.start], where)
+                self._decoder = codecs.getincrementaldecoder("cp1252")(errors=_LATIN1_FALLBACK)
             return bytes(data[:e.start]).decode("utf-8") + self._decoder.decode(bytes(data[e.start:]), final)
+        self._multibyte = self._multibyte or any(ord(ch) >= 0x80 for ch in text)
+        return text
 
 
 #: What a command that reads stdin says when it was started with stdin closed (``cmd <&-``).

@@ -161,6 +161,11 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
             # a stream drops a word of symbols: "c ++" would be stored as "c" and match every "c"
             raise ValueError(f"lexicon[{i}]: the spoken word {symbols!r} is only symbols, which a stream drops; "
                              "spell it as it is said")
+        unseen = next((x for x in spoken.split() if not normalize_word(x)
+                       and not all(unicodedata.category(c)[0] == "P" for c in x)), None)
+        if unseen is not None:  # marks with no letter, invisible characters: a stream drops them too
+            raise ValueError(f"lexicon[{i}]: the spoken word {unseen!r} shows no letter, which a stream drops; "
+                             "spell it as it is said")
         words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
         if not words:
             raise ValueError(f"lexicon[{i}]: the spoken phrase {spoken!r} has no words")
@@ -373,8 +378,9 @@ class Formatter:
 
 def _form_affix(form: str, first: Affix, last: Affix) -> Affix:
     """The input's symbols written around a phrase's form: those before its first word and
-    after its last, each side unless the form already shows it there ("$" before "$25")."""
-    before, after = first[0], last[1]
+    after its last, each side unless the form already shows it there ("$" before "$25"). An
+    abbreviation's final dot ("u.s." -> "United States") belongs to the spoken form: it goes."""
+    before, after = first[0], last[1].removesuffix(".")
     before = "" if form.startswith(before) else before
     after = "" if form.endswith(after) else after
     return (before, after) if before or after else NO_AFFIX

@@ -508,4 +508,4 @@ def test_a_latin1_transcript_is_read_once_and_warned_about_once(tmp_path, caplog
     events = read_events(str(f), wps=100)
     assert [w.w for e in events for w in e.words] == ["caf\u00e9", "is", "here", "and", "there"]
     assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
-        f"{f} is not UTF-8 (byte 0xe9 at offset 3): such bytes read as Windows-1252 (Latin-1)"]
+        f"{f} is not UTF-8 (byte 0xe9 at offset 3): read as Windows-1252 (Latin-1)"]

@@ -110,7 +110,7 @@ def test_a_latin1_file_keeps_its_accents_and_says_how_it_was_read(tmp_path, capl
     f.write_bytes("na\u00efve caf\u00e9 \u201cquoted\u201d\n".encode("cp1252"))
     with caplog.at_level("WARNING", logger="streampunct.text.textfile"):
         assert read_transcript_lines(str(f)) == [["na\u00efve", "caf\u00e9", "quoted"]]
-    assert f"{f} is not UTF-8 (byte 0xef at offset 2): such bytes read as Windows-1252 (Latin-1)" in caplog.text
+    assert f"{f} is not UTF-8 (byte 0xef at offset 2): read as Windows-1252 (Latin-1)" in caplog.text
 
 
 def test_a_utf8_file_with_pasted_windows_quotes_keeps_its_utf8_accents(tmp_path, caplog):

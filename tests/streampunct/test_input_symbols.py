@@ -181,6 +181,11 @@ def test_a_lexicon_phrase_keeps_the_symbols_around_its_words():
     words, labels = ["a", "dollar", "sign", "c", "sharp"], [O, O, COMMA, O, PERIOD]
     affixes = [NO_AFFIX, ("$", ""), ("", "%"), ("@", "#"), ("", "#")]
     assert formatter.render(words, labels, affixes=affixes, sentence_start=True) == "A $%, @C#."
+    # an abbreviation's dot belongs to the spoken form: "u.s." -> "United States", not "States."
+    formatter = Formatter(Lexicon(normalize_lexicon([("u.s", "United States")])), FakeNormalizer(), True)
+    tokens, affixes = offline_tokens("the u.s. economy".split())
+    assert formatter.render(tokens, [O, O, PERIOD], affixes=affixes, sentence_start=True) == (
+        "The United States economy.")
 
 
 def test_a_client_matches_the_written_symbols_to_their_words():

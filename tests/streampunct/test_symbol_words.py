@@ -99,6 +99,9 @@ def test_the_words_around_a_symbol_are_rendered_as_if_it_were_absent():
     assert render_with_symbols(["5", "€", "🍕", "so"], [COMMA, QUESTION], plain) == "5 €, 🍕 so?"
     assert render_with_symbols(["20", "°", "out"], [COMMA, PERIOD], plain) == "20 °, out."
     assert render_with_symbols(["great", "👍"], [PERIOD], plain) == "Great. 👍"
+    # a currency sign before a number is that number's, not a unit of the word before it
+    assert render_with_symbols(["great", "$", "20", "it", "is"], [PERIOD, O, O, PERIOD], plain) == "Great. $ 20 it is."
+    assert render_with_symbols(["well", "$", "5", "ok"], [COMMA, O, PERIOD], plain) == "Well, $ 5 ok."
 
 
 class Recorder:

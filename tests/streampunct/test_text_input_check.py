@@ -29,7 +29,15 @@ TEXTS = [
     "plain ascii then caf\u00e9 in Latin-1\n".encode("cp1252"),
     "caf\u00e9 in UTF-8, then ".encode() + "\u201cWindows\u201d caf\u00e9\n".encode("cp1252") + "na\u00efve\n".encode(),
     "ends inside a sequence caf\u00e9".encode()[:-1],  # a lead byte with no end: read as Windows-1252
+    "\u00ab \u00c9T\u00c9\u00a0\u00bb ok\n".encode("cp1252"),  # Latin-1 whose "\u00c9\u00a0" is valid UTF-8
 ]
+
+
+def test_a_latin1_file_reads_as_latin1_and_a_utf8_one_keeps_its_accents():
+    latin1 = "\u00ab \u00c9T\u00c9\u00a0\u00bb ok\n"
+    assert decode_text(latin1.encode("cp1252")) == latin1  # read byte by byte, "\u00c9\u00a0" would be "\u0260"
+    mixed = "caf\u00e9 ".encode() + "\u201cquoted\u201d \u00c9T\u00c9\n".encode("cp1252")
+    assert decode_text(mixed) == "caf\u00e9 \u201cquoted\u201d \u00c9T\u00c9\n"
 
 
 def streamed(raw: bytes, step: int) -> str:

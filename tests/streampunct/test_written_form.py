@@ -70,6 +70,7 @@ def test_normalize_lexicon_normalizes_spoken_words_and_keeps_the_written_form():
     (["c ++", "C++"], "lexicon[0]: the spoken word '++' is only symbols, which a stream drops; spell it as it is"),
     (["$ five", "$5"], "lexicon[0]: the spoken word '$' is only symbols"),
     (["\U0001f355 pizza", "x"], "lexicon[0]: the spoken word '\U0001f355' is only symbols"),
+    (["c \u0301", "C++"], "lexicon[0]: the spoken word '\u0301' shows no letter, which a stream drops"),
 ])
 def test_normalize_lexicon_refuses_bad_pairs(pair, message):
     with pytest.raises(ValueError, match=None) as e:
