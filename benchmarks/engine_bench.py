@@ -41,6 +41,7 @@ from benchmarks.common import (
 from engines.base import EngineError
 from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
+from streampunct.model import model_folder_argument
 
 #: (backend, precision) -> artifact file name in the model folder.
 ARTIFACTS: dict[tuple[str, str], str] = {
@@ -316,7 +317,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
     from streampunct.commands.argtypes import non_negative_float, non_negative_int, positive_int
 
-    parser.add_argument("--model", type=Path, default=_REPO / "models" / "default",
+    parser.add_argument("--model", type=model_folder_argument, default=_REPO / "models" / "default",
                         help="model folder (default: the shipped models/default)")
     parser.add_argument("--backends", nargs="+", default=None, metavar="NAME", choices=list(BACKENDS),
                         help=f"any of {', '.join(BACKENDS)} (default: every installed one of onnxruntime, "

@@ -73,6 +73,7 @@ from benchmarks.server_under_test import (
 )
 from engines.registry import engine_threads, physical_cores
 from streampunct.core.options import SessionOptions
+from streampunct.model import model_folder_argument
 
 HAPROXY_TEMPLATE = REPO / "deploy" / "haproxy.cfg"
 
@@ -560,7 +561,7 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions", type=positive_int, default=d.sessions,
                    help=f"concurrent real-time sessions (default {d.sessions})")
     p.add_argument("--engine", default=d.engine, help="replicas' engine backend, or fake (default: onnxruntime)")
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine-workers", type=positive_int, default=d.engine_workers,
                    help=f"serve --engine-workers of each replica (default {d.engine_workers})")
     p.add_argument("--drain", choices=choices(DrainMode), default=d.drain,

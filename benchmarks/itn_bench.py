@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from benchmarks.common import RESULTS_DIR, percentile, prepare_out_dir, write_result
 from streampunct.core.options import SessionOptions
+from streampunct.model import model_folder_argument
 
 if TYPE_CHECKING:
     from streampunct.server.app import ServerRuntime
@@ -300,7 +301,7 @@ def add_itn_arguments(p: argparse.ArgumentParser) -> None:
     d = ItnBenchConfig()
     p.add_argument("--data", type=Path, default=d.data,
                    help="category<TAB>spoken<TAB>written sentences (default: %(default)s)")
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default=d.engine, help="engine backend (default: %(default)s)")
     p.add_argument("--itn-cache", type=Path, default=None, help="compiled grammars (default: ~/.cache/streampunct/itn)")
     p.add_argument("--wps", type=positive_float, default=d.words_per_second, help="words/s (default: %(default)s)")

@@ -41,6 +41,7 @@ from pathlib import Path
 from benchmarks.common import prepare_out_file, run_module
 from benchmarks.live_bench import segments, with_hypotheses
 from benchmarks.partial_stability import EarlyMarks, Stability, early_marks, partial_stability
+from streampunct.model import model_folder_argument
 
 DEV2010 = Path("../shared/data/cased_spoken/ted_iwslt_dev2010_cased.txt")
 THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from streampunct.commands.argtypes import positive_float, positive_int, unit_interval
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.partial_threshold", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped model)")
+    p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--data", type=Path, default=DEV2010,
                    help="punctuated text (--text) or a word<TAB>LABEL file (default: dev2010, %(default)s)")
     p.add_argument("--text", action=argparse.BooleanOptionalAction, default=None,

@@ -35,6 +35,7 @@ from benchmarks.engine_bench import (
     _token_ids,
     _vocab_size,
 )
+from streampunct.model import model_folder_argument
 
 
 def device_record(engine_or_device: Any) -> dict[str, Any]:
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from streampunct.text.textfile import write_text_atomically
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.torch_engine_bench", description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, default=Path("models/default"), help="model folder (default: %(default)s)")
+    p.add_argument("--model", type=model_folder_argument, default=Path("models/default"), help="model folder (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--precision", default="auto", help="auto, fp32 or fp16 (default: %(default)s)")
     p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32, 128], metavar="B")

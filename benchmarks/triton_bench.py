@@ -44,6 +44,7 @@ from benchmarks.common import (
 from benchmarks.load_bench import LoadBenchConfig, load_corpus, run_load_bench, run_step
 from benchmarks.server_under_test import ServerProcess, ServerUnderTest
 from streampunct.errors import DependencyError
+from streampunct.model import model_folder_argument
 
 DEFAULT_OUT = RESULTS_DIR / "triton"
 
@@ -298,7 +299,7 @@ def summary_text(payload: dict) -> str:
 def add_triton_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 
-    p.add_argument("--model", type=Path, required=True, help="model folder (an fp32 graph makes labels comparable)")
+    p.add_argument("--model", type=model_folder_argument, required=True, help="model folder (an fp32 graph makes labels comparable)")
     p.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
                    help="labelled words for the label comparison (default: %(default)s)")
     p.add_argument("--no-labels", action="store_true", help="skip the label comparison")

@@ -35,7 +35,7 @@ from engines.deps import extra_hint
 from engines.model_meta import METADATA_FILE, has_model_meta
 from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 from streampunct.errors import DependencyError, InputError, ModelError
-from streampunct.model import load_model_info
+from streampunct.model import load_model_info, model_folder_argument
 from streampunct.text.textfile import cannot_write
 from streampunct.text.word_labels import read_word_labels
 
@@ -66,7 +66,7 @@ def opset_number(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, type=Path, metavar="CKPT",
+    parser.add_argument("--model", required=True, type=model_folder_argument, metavar="CKPT",
                         help="training checkpoint folder (encoder + head.safetensors + streampunct.json); "
                              "with --backend tensorrt also a built model folder (models/default, models/base): "
                              "the model is rebuilt from its graph's weights, de-quantized")

@@ -974,6 +974,9 @@ def test_evaluate_live_options_without_live_are_refused(tmp_path, capsys):
     ["serve", "--model", ""],
     ["evaluate", "--model", "", "--data", "x"],
     ["bench", "load", "--model", ""],
+    ["bench", "itn", "--model", ""],
+    ["bench", "engine", "--model", ""],
+    ["build-engine", "--model", "", "--out", "x"],
 ])
 def test_an_empty_model_folder_is_a_usage_error(argv, capsys):
     # --model "$UNSET" used to read the current folder as the model
