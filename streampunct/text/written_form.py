@@ -142,8 +142,8 @@ def waiting_allowed() -> bool:
 def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
     """Lexicon pairs in their effective form: the spoken side as normalized words joined by
     one space, the written side stripped. Raises ``ValueError`` naming the bad entry: among
-    others a spoken word that normalizing changes beyond case and the marks around it
-    (:func:`_changed_word`) and a spoken phrase given twice."""
+    others a spoken word that a stream would read otherwise (:func:`_misread_word`) and a
+    spoken phrase given twice."""
     out = []
     seen: dict[str, int] = {}
     for i, pair in enumerate(pairs):
@@ -152,20 +152,9 @@ def normalize_lexicon(pairs: Iterable[Sequence[str]]) -> tuple[tuple[str, str], 
         spoken, written = pair
         if len(spoken) > MAX_LEXICON_ENTRY_CHARS or len(written) > MAX_LEXICON_ENTRY_CHARS:
             raise ValueError(f"lexicon[{i}] is longer than {MAX_LEXICON_ENTRY_CHARS} characters")
-        changed = next((x for x in spoken.split() if _changed_word(x)), None)
-        if changed is not None:
-            raise ValueError(f"lexicon[{i}]: the spoken word {changed!r} would match {_changed_word(changed)!r}; "
-                             "spell it as it is said")
-        symbols = next((x for x in spoken.split() if symbol_word(x)), None)
-        if symbols is not None:
-            # a stream drops a word of symbols: "c ++" would be stored as "c" and match every "c"
-            raise ValueError(f"lexicon[{i}]: the spoken word {symbols!r} is only symbols, which a stream drops; "
-                             "spell it as it is said")
-        unseen = next((x for x in spoken.split() if not normalize_word(x)
-                       and not all(unicodedata.category(c)[0] == "P" for c in x)), None)
-        if unseen is not None:  # marks with no letter, invisible characters: a stream drops them too
-            raise ValueError(f"lexicon[{i}]: the spoken word {unseen!r} shows no letter, which a stream drops; "
-                             "spell it as it is said")
+        for x in spoken.split():
+            if (misread := _misread_word(x)) is not None:
+                raise ValueError(f"lexicon[{i}]: the spoken word {x!r} {misread}; spell it as it is said")
         words = [w for w in (normalize_word(x) for x in spoken.split()) if w]
         if not words:
             raise ValueError(f"lexicon[{i}]: the spoken phrase {spoken!r} has no words")
@@ -191,15 +180,25 @@ _OPEN_MARKS = "\"([{\u201c\u00ab"
 _CLOSE_MARKS = "\")]}\u201d\u00bb.,;:!?'\u2019"
 
 
-def _changed_word(word: str) -> str | None:
-    """What ``word`` matches when normalizing changes it beyond case and the marks around it
-    (``c++`` and ``c#`` are stored as ``c``, ``.net`` as ``net``: every "c" would be written as
-    the entry); None when it does not (or it is only punctuation)."""
-    core = word.lstrip(_OPEN_MARKS).rstrip(_CLOSE_MARKS)
+def _misread_word(word: str) -> str | None:
+    """Why a stream would not read the spoken ``word`` as it is written, or None when it
+    would (or it is only punctuation, which is dropped around every word):
+
+    - normalizing changes it beyond case and the marks around it (``c++`` and ``c#`` are
+      stored as ``c``, ``.net`` as ``net``: every "c" would be written as the entry);
+    - it is only symbols, or shows no letter (marks alone), which a stream drops (``c ++``
+      would be stored as ``c``)."""
     normalized = normalize_word(word)
+    if not normalized:
+        if symbol_word(word):
+            return "is only symbols, which a stream drops"
+        if not all(unicodedata.category(c)[0] == "P" for c in word):
+            return "shows no letter, which a stream drops"
+        return None
+    core = word.lstrip(_OPEN_MARKS).rstrip(_CLOSE_MARKS)
     # letters around the core keep its own edges from being stripped: case, Unicode forms
     # and apostrophes are normalized as in every word, nothing is dropped
-    return None if not normalized or normalized == normalize_word(f"x{core}x")[1:-1] else normalized
+    return None if normalized == normalize_word(f"x{core}x")[1:-1] else f"would match {normalized!r}"
 
 
 class Lexicon:
