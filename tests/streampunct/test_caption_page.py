@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 
@@ -83,6 +84,21 @@ async def test_captions_appear_in_headless_chromium(start_server, fake_labels, t
     assert any(mark in finals for mark in ".,?") and finals[0].isupper()
     assert stats["errors"] == [] and stats["partialsWithHypothesis"] > 0
     assert n_final == str(len(words)) and p50.endswith("ms")
+
+
+@contextlib.contextmanager
+def _started_page(profile, url: str, text: str):
+    """Headless Chromium on the caption page at ``url``, ``text`` pasted and started; quit after."""
+    from selenium.webdriver.common.by import By
+
+    driver = _headless_chromium(profile)
+    try:
+        driver.get(url)
+        driver.execute_script("document.getElementById('text').value = arguments[0]", text)
+        driver.find_element(By.ID, "start").click()
+        yield driver
+    finally:
+        driver.quit()
 
 
 def _headless_chromium(profile):
@@ -353,21 +369,15 @@ async def test_after_an_idle_close_the_page_resumes_with_its_next_words(start_se
     text = "so we went home and then we slept well"
 
     def drive():
-        driver = _headless_chromium(tmp_path / "profile")
-        js = driver.execute_script
-        try:
-            # 1.5 words/s: 0.67 s between the page's frames, past the server's 0.4 s
-            driver.get(f"http://127.0.0.1:{server.port}/captions?wps=1.5")
-            js("document.getElementById('text').value = arguments[0]", text)
-            driver.find_element(By.ID, "start").click()
+        # 1.5 words/s: 0.67 s between the page's frames, past the server's 0.4 s
+        with _started_page(tmp_path / "profile", f"http://127.0.0.1:{server.port}/captions?wps=1.5", text) as driver:
+            js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.idleCloses") >= 1)
             parked = driver.find_element(By.ID, "status").text
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
                                             or "closed" in d.find_element(By.ID, "status").text)
             return (parked, driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
                     js("return window.captionStats"))
-        finally:
-            driver.quit()
 
     parked, status, finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
     words = normalize_words(text.split())
@@ -402,16 +412,10 @@ async def test_the_page_keeps_the_symbols_around_words(start_server, tmp_path):
     typed = "so we paid $1,000, a 50% rise, for c++ books"
 
     def drive():
-        driver = _headless_chromium(tmp_path / "profile")
-        js = driver.execute_script
-        try:
-            driver.get(f"http://127.0.0.1:{server.port}/captions?wps=40")
-            js("document.getElementById('text').value = arguments[0]", typed)
-            driver.find_element(By.ID, "start").click()
+        with _started_page(tmp_path / "profile", f"http://127.0.0.1:{server.port}/captions?wps=40", typed) as driver:
+            js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended"))
             return driver.find_element(By.ID, "finals").text, js("return window.captionStats")
-        finally:
-            driver.quit()
 
     finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
     assert stats["errors"] == [] and stats["resumes"] == 0
