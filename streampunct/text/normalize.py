@@ -449,8 +449,8 @@ def render_with_symbols(
     words (:func:`render`, or a formatter's); a run opens a sentence when the
     run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
     A unit after a word (``%``, ``°``, a currency sign that no number follows:
-    :func:`_unit_symbol`) takes that word's mark after it: ``the rate is 50 %`` is written ``The rate is 50 %.``, not
-    ``50. %``.
+    :func:`_unit_symbol`) takes that word's mark after it: ``the rate is 50 %`` is
+    written ``The rate is 50 %.``, not ``50. %``.
     """
     if affixes is not None and len(affixes) != len(tokens):
         raise ValueError(f"{len(tokens)} tokens but {len(affixes)} affixes")
