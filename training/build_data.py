@@ -574,8 +574,8 @@ def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGE
           ted_archive: bool = True) -> dict:
     """Build the data folder ``out`` from the source copies under ``sources``; returns the manifest.
 
-    Every source the chosen stages read is looked up before anything is written, so a missing
-    one fails at once (InputError naming the repository and commit to clone).
+    Every source the chosen stages read is looked up before anything is written, so missing
+    ones fail at once (one InputError naming each repository and commit to clone).
     """
     sources, out = Path(sources), Path(out)
     if not sources.is_dir():
@@ -590,7 +590,18 @@ def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGE
                 paths = TED_FOLDERS[:1]
             have = needed.setdefault(key, [])
             have.extend(p for p in paths if p not in have)
-    trees = {key: open_source(sources, key, paths) for key, paths in needed.items()}
+    trees: dict[str, SourceTree] = {}
+    problems = []
+    for key, paths in needed.items():  # every missing source is named at once, not one per run
+        try:
+            trees[key] = open_source(sources, key, paths)
+        except InputError as e:
+            problems.append(str(e))
+    if len(problems) == 1:
+        raise InputError(problems[0])
+    if problems:
+        raise InputError(f"{len(problems)} sources are missing or incomplete:\n" +
+                         "\n".join(f"  - {p}" for p in problems))
     b = Build(out, trees, TED_FOLDERS if ted_archive else TED_FOLDERS[:1])
     out.mkdir(parents=True, exist_ok=True)
     actions: dict[str, Callable[[], None]] = {"iwslt": b.iwslt, "dev2010": b.dev2010, "spoken": b.spoken,

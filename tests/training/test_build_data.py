@@ -196,6 +196,24 @@ def test_a_missing_source_names_the_repository_and_commit(sources, tmp_path, cap
     assert (out / "iwslt2011_che" / "dev2012").is_file()
 
 
+def test_every_missing_source_is_named_in_one_error(sources, tmp_path, capsys):
+    """A new user fetching the sources learns all that is missing from one run, not one per run."""
+    shutil.rmtree(sources["dir"] / "Maptask-Corpus")
+    (sources["dir"] / "Punctuation_Restorator" / "data" / "train2012").unlink()
+    out = tmp_path / "data"
+    with pytest.raises(InputError) as e:
+        build(sources["dir"], out)
+    lines = str(e.value).splitlines()
+    assert lines[0] == "2 sources are missing or incomplete:"
+    assert lines[1].startswith("  - al-yakubovich/Punctuation_Restorator at ") and "has no data/train2012" in lines[1]
+    assert lines[2].startswith(f"  - source NathanDuran/Maptask-Corpus @ {REPOS['maptask'].commit[:12]} not found")
+    assert len(lines) == 3
+    assert not out.exists()
+
+    assert main(["--sources", str(sources["dir"]), "--out", str(out)]) == 2
+    assert "2 sources are missing or incomplete:" in capsys.readouterr().err
+
+
 def test_a_source_without_the_expected_file_says_which(sources, tmp_path):
     (sources["dir"] / "Punctuation_Restorator" / "data" / "train2012").unlink()
     with pytest.raises(InputError, match="al-yakubovich/Punctuation_Restorator at .* has no data/train2012"):
