@@ -190,8 +190,9 @@ def _report_times_going_back(events, report) -> None:
 
 
 def _rushed_cues(cues) -> tuple[int, int] | None:
-    """``(short, all)`` when most of three or more cues are shown under 0.8 s and no word had a
-    time of its own (plain text, timed by when it arrived); None otherwise."""
+    """``(short, all)`` when most of three or more cues are shown under 0.8 s and no word had an
+    end time of its own (plain text, timed by when it arrived, or JSON words with a ``start``
+    alone); None otherwise."""
     from streampunct.client.subtitles import cue_stats
 
     words = [w for cue in cues for w in cue.words]
@@ -386,9 +387,9 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
           f"{result.latency.format()}", file=sys.stderr)
     rushed = _rushed_cues(subtitles.cues) if subtitles is not None and args.format != "jsonl" else None
     if rushed is not None:
-        report(f"warning: {rushed[0]} of {rushed[1]} cues are shown under 0.8 s: their words, plain text timed "
-               "by when it was sent, came faster than speech (stdin is sent as it comes, a named file at --wps); "
-               "give the file by name at --wps 2.5, or send word times (JSONL)")
+        report(f"warning: {rushed[0]} of {rushed[1]} cues are shown under 0.8 s: their words came faster than "
+               "speech, with no end times (plain text is timed by when it was sent: stdin as it comes, a named "
+               "file at --wps); give a text file by name at --wps 2.5, or send word times with an end (JSONL)")
     refused = lost_words_errors(result.transcript)
     if refused:
         print(f"streampunct caption: error: the server answered {len(refused)} error(s) (above); "

@@ -295,7 +295,7 @@ async def test_caption_srt_from_plain_text_uses_arrival_times(start_server, tmp_
     assert all(s.end > s.start for s in subs)
     assert all(a.end <= b.start for a, b in zip(subs, subs[1:], strict=False))
     assert [s.index for s in subs] == list(range(1, len(subs) + 1))
-    assert "warning: " in stderr and "cues are shown under 0.8 s: their words, plain text timed" in stderr
+    assert "warning: " in stderr and "cues are shown under 0.8 s: their words came faster than speech" in stderr
 
 
 async def test_subtitles_of_text_piped_in_at_once_come_with_a_warning(start_server, tmp_path):
@@ -309,9 +309,16 @@ async def test_subtitles_of_text_piped_in_at_once_come_with_a_warning(start_serv
     warning = [line for line in stderr.splitlines() if "cues are shown under 0.8 s" in line]
     assert len(subs) >= 3 and 2 * short > len(subs)
     assert warning == [f"streampunct caption: warning: {short} of {len(subs)} cues are shown under 0.8 s: their "
-                       "words, plain text timed by when it was sent, came faster than speech (stdin is sent as "
-                       "it comes, a named file at --wps); give the file by name at --wps 2.5, or send word times "
-                       "(JSONL)"]
+                       "words came faster than speech, with no end times (plain text is timed by when it was "
+                       "sent: stdin as it comes, a named file at --wps); give a text file by name at --wps 2.5, "
+                       "or send word times with an end (JSONL)"]
+    # JSON words with a start alone, 50 a second: the same warning, which names no input as the cause
+    source = tmp_path / "starts.jsonl"
+    source.write_text("".join(f'{{"w": "word{i % 9}", "start": {0.02 * i}}}\n' for i in range(64)))
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "srt", "--speed", "0")
+    assert rc == 0, stderr
+    assert [line.split(": their ")[1] for line in stderr.splitlines() if "cues are shown under" in line] == \
+        [warning[0].split(": their ")[1]]
     # paced text, or words with times of their own: no warning
     source = tmp_path / "talk.jsonl"
     source.write_text("".join(f'{{"w": "word{i % 9}", "start": {0.4 * i}, "end": {0.4 * i + 0.3}}}\n'
