@@ -129,6 +129,9 @@ WORKER_HEADER = "X-Streampunct-Worker"
 REJECT_REASONS = ("malformed", "host", "method", "origin", "auth", "unavailable", "sessions", "timeout")
 #: Seconds a connection has to complete its handshake (websockets' ``open_timeout``).
 HANDSHAKE_TIMEOUT_S = 10.0
+#: The close reason (1001) of a stream still open when ``shutdown_timeout_s`` ran out: its words
+#: may not all be final (a complete drain closes with "server shutting down").
+DRAIN_CUT_SHORT_REASON = "server shutting down: drain timed out before every word was final"
 
 
 class DrainMode(StrEnum):
@@ -632,8 +635,8 @@ class StreamServer:
             self._close_listener()
             logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
                            self.config.shutdown_timeout_s)
-            await asyncio.gather(*(
-                close_within(c, CloseCode.GOING_AWAY, "server shutting down", self.config.close_timeout_s)
+            await asyncio.gather(*(  # the reason tells a drain cut short from a complete one
+                close_within(c, CloseCode.GOING_AWAY, DRAIN_CUT_SHORT_REASON, self.config.close_timeout_s)
                 for c in list(self._ws.connections)
             ))
             await self._ws.wait_closed()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -198,6 +199,42 @@ async def test_a_resume_drain_hands_off_a_stream_whose_client_already_sent_end(s
                         frames.append(frame)
             assert ws.close_code == 1012
         assert not any('"final"' in f for f in frames)
+    finally:
+        engine.open()
+        if stopping is not None:
+            await stopping
+
+
+async def test_a_drain_cut_short_by_the_shutdown_timeout_says_so_in_its_close_reason(start_server, caplog):
+    """A complete drain closes with 1001 "server shutting down"; one that ``shutdown_timeout_s``
+    cuts short (the engine still holds the stream's window) closes with 1001 and a reason that
+    tells the client its words may not all be final."""
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed
+
+    from streampunct.server.app import DRAIN_CUT_SHORT_REASON
+    from tests.streampunct.fakes import GatedEngine
+
+    engine = GatedEngine(open=True)  # the warm-up passes
+    server = await start_server(engine=engine, shutdown_timeout_s=0.2, close_timeout_s=2.0)
+    engine.close_gate()
+    stopping = None
+    try:
+        async with ws_connect(server.url) as ws:
+            await ws.recv()  # ready
+            await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in SCHEDULE_VOCAB[:12]]}))
+            await ws.send(json.dumps({"type": "flush"}))
+            await engine.wait_entered(1)  # a window is at the engine; no word is final yet
+            with caplog.at_level(logging.WARNING, logger="streampunct.server.app"):
+                stopping = asyncio.create_task(server.shutdown())
+                frames = []
+                async with asyncio.timeout(10):
+                    with contextlib.suppress(ConnectionClosed):
+                        async for frame in ws:
+                            frames.append(frame)
+            assert (ws.close_code, ws.close_reason) == (1001, DRAIN_CUT_SHORT_REASON)
+        assert not any('"final"' in f for f in frames)
+        assert any("sessions still open after 0.2s; closing them" in r.getMessage() for r in caplog.records)
     finally:
         engine.open()
         if stopping is not None:
