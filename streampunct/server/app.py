@@ -852,8 +852,19 @@ class StreamServer:
                 self._sessions_gone.set()
             self.metrics.sessions.dec()
             logger.info("session=%s closed: code %s, %.1f s, %d words, %d final, %d errors sent", session.id,
-                        connection.close_code, time.monotonic() - opened, session.protocol.n_words,
+                        session_close_code(connection), time.monotonic() - opened, session.protocol.n_words,
                         session.protocol.n_final, session.errors_sent, extra={"session": session.id})
+
+
+def session_close_code(connection) -> str:
+    """The close code a session ended with, for its log line: the server's own when it closed
+    first, also when the client never answered (websockets' ``close_code`` is then 1006: a
+    client that stops reading, closed with 1013, would be logged as 1006); else the client's."""
+    protocol = connection.protocol
+    sent, received = protocol.close_sent, protocol.close_rcvd
+    if sent is not None and not protocol.close_rcvd_then_sent:
+        return str(sent.code) if received is not None else f"{sent.code} (the client did not answer)"
+    return str(connection.close_code)
 
 
 @functools.cache

@@ -919,3 +919,25 @@ def test_message_limits_are_checked(fields, message):
 
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         Limits(**fields)
+
+
+def test_the_session_log_gives_the_close_code_the_server_sent_when_the_client_never_answered():
+    """A client that stops reading is closed with 1013 and never answers the close: websockets'
+    ``close_code`` is then 1006, which the session's log line used to give."""
+    from types import SimpleNamespace
+
+    from websockets.frames import Close
+
+    from streampunct.server.app import session_close_code
+
+    def connection(sent, received, received_first, close_code):
+        protocol = SimpleNamespace(close_sent=sent, close_rcvd=received, close_rcvd_then_sent=received_first)
+        return SimpleNamespace(protocol=protocol, close_code=close_code)
+
+    assert session_close_code(connection(Close(1013, "not reading"), None, None, 1006)) == \
+        "1013 (the client did not answer)"
+    assert session_close_code(connection(Close(1000, ""), Close(1000, ""), False, 1000)) == "1000"
+    # the client closed first (its own code; the server echoed it)
+    assert session_close_code(connection(Close(4001, ""), Close(4001, "bye"), True, 4001)) == "4001"
+    # the connection dropped: no close frame either way
+    assert session_close_code(connection(None, None, None, 1006)) == "1006"
