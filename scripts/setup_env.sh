@@ -17,6 +17,16 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+# An install that finished records what it installed (this script, pyproject.toml, the torch pin
+# and index) in .venv; the same request again is done at once, without the package index, so
+# scripts/test.sh reruns offline. SETUP_FORCE=1 installs again.
+stamp=".venv/.streampunct-setup-$profile"
+want="$(cat scripts/setup_env.sh pyproject.toml | sha256sum | cut -d' ' -f1) torch=${TORCH_VERSION:-2.13.0} index=${TORCH_INDEX_URL-unset}"
+if [ -z "${SETUP_FORCE:-}" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "setup_env: .venv already holds the '$profile' install (SETUP_FORCE=1 installs again)" >&2
+  exit 0
+fi
+rm -f "$stamp"
 pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
 
@@ -59,3 +69,4 @@ if [ "$profile" = "dev" ]; then
 else
   pip install -q -e .
 fi
+echo "$want" > "$stamp"

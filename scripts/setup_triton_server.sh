@@ -14,6 +14,14 @@ if [ ! -x cache/triton-server/bin/python ]; then
   mkdir -p cache
   "$PY" -m venv cache/triton-server
 fi
+stamp=cache/triton-server/.streampunct-setup  # as in setup_env.sh: a finished install is not redone
+want="$(sha256sum < scripts/setup_triton_server.sh | cut -d' ' -f1)"
+if [ -z "${SETUP_FORCE:-}" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "setup_triton_server: cache/triton-server is ready (SETUP_FORCE=1 installs again)" >&2
+  exit 0
+fi
+rm -f "$stamp"
 cache/triton-server/bin/python -m pip install -q --upgrade pip
 cache/triton-server/bin/python -m pip install -q "numpy<2" "onnxruntime>=1.18" "nvidia-pytriton==0.7.0"
 cache/triton-server/bin/python -c "import numpy, onnxruntime, pytriton; print('triton server env:', 'numpy', numpy.__version__, 'onnxruntime', onnxruntime.__version__)"
+echo "$want" > "$stamp"
