@@ -169,73 +169,61 @@ def test_serve_takes_the_drain_mode():
         ServerConfig(drain="later")
 
 
-@pytest.mark.parametrize("read_end_first", [False, True])
-async def test_a_resume_drain_hands_off_a_stream_whose_client_already_sent_end(start_server, read_end_first):
-    """``--drain resume`` closes every stream with 1012 at once, also one whose client has sent
-    ``end`` and waits for the last finals: they are decided where it resumes, not here until
-    the shutdown timeout (a 1001 cut partway through them)."""
+async def drain_with_a_window_at_the_engine(start_server, last: str, *, read_end_first: bool = False,
+                                            **config) -> tuple[list[str], int | None, str | None]:
+    """Shut down a server (``config``) while its engine holds one stream's window: 12 words and
+    ``last`` (``end`` or ``flush``) sent, no word final yet. The frames the client read after
+    that, and its close code and reason."""
     from websockets.asyncio.client import connect as ws_connect
     from websockets.exceptions import ConnectionClosed
 
     from tests.streampunct.fakes import GatedEngine, until
 
     engine = GatedEngine(open=True)  # the warm-up passes
-    server = await start_server(engine=engine, drain="resume", shutdown_timeout_s=30.0)
+    server = await start_server(engine=engine, **config)
     engine.close_gate()
     stopping = None
+    frames: list[str] = []
     try:
         async with ws_connect(server.url) as ws:
             await ws.recv()  # ready
             await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in SCHEDULE_VOCAB[:12]]}))
-            await ws.send(json.dumps({"type": "end"}))
+            await ws.send(json.dumps({"type": last}))
             await engine.wait_entered(1)  # a window is at the engine; no word is final yet
             if read_end_first:  # the session has read the end and only finishes its words
                 await until(lambda: all(session.protocol.end_received for session in server.sessions))
             stopping = asyncio.create_task(server.shutdown())
-            frames = []
             async with asyncio.timeout(10):
                 with contextlib.suppress(ConnectionClosed):
                     async for frame in ws:
                         frames.append(frame)
-            assert ws.close_code == 1012
-        assert not any('"final"' in f for f in frames)
+        return frames, ws.close_code, ws.close_reason
     finally:
         engine.open()
         if stopping is not None:
             await stopping
+
+
+@pytest.mark.parametrize("read_end_first", [False, True])
+async def test_a_resume_drain_hands_off_a_stream_whose_client_already_sent_end(start_server, read_end_first):
+    """``--drain resume`` closes every stream with 1012 at once, also one whose client has sent
+    ``end`` and waits for the last finals: they are decided where it resumes, not here until
+    the shutdown timeout (a 1001 cut partway through them)."""
+    frames, code, _ = await drain_with_a_window_at_the_engine(
+        start_server, "end", read_end_first=read_end_first, drain="resume", shutdown_timeout_s=30.0)
+    assert code == 1012
+    assert not any('"final"' in f for f in frames)
 
 
 async def test_a_drain_cut_short_by_the_shutdown_timeout_says_so_in_its_close_reason(start_server, caplog):
     """A complete drain closes with 1001 "server shutting down"; one that ``shutdown_timeout_s``
     cuts short (the engine still holds the stream's window) closes with 1001 and a reason that
     tells the client its words may not all be final."""
-    from websockets.asyncio.client import connect as ws_connect
-    from websockets.exceptions import ConnectionClosed
-
     from streampunct.server.app import DRAIN_CUT_SHORT_REASON
-    from tests.streampunct.fakes import GatedEngine
 
-    engine = GatedEngine(open=True)  # the warm-up passes
-    server = await start_server(engine=engine, shutdown_timeout_s=0.2, close_timeout_s=2.0)
-    engine.close_gate()
-    stopping = None
-    try:
-        async with ws_connect(server.url) as ws:
-            await ws.recv()  # ready
-            await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in SCHEDULE_VOCAB[:12]]}))
-            await ws.send(json.dumps({"type": "flush"}))
-            await engine.wait_entered(1)  # a window is at the engine; no word is final yet
-            with caplog.at_level(logging.WARNING, logger="streampunct.server.app"):
-                stopping = asyncio.create_task(server.shutdown())
-                frames = []
-                async with asyncio.timeout(10):
-                    with contextlib.suppress(ConnectionClosed):
-                        async for frame in ws:
-                            frames.append(frame)
-            assert (ws.close_code, ws.close_reason) == (1001, DRAIN_CUT_SHORT_REASON)
-        assert not any('"final"' in f for f in frames)
-        assert any("sessions still open after 0.2s; closing them" in r.getMessage() for r in caplog.records)
-    finally:
-        engine.open()
-        if stopping is not None:
-            await stopping
+    with caplog.at_level(logging.WARNING, logger="streampunct.server.app"):
+        frames, code, reason = await drain_with_a_window_at_the_engine(
+            start_server, "flush", shutdown_timeout_s=0.2, close_timeout_s=2.0)
+    assert (code, reason) == (1001, DRAIN_CUT_SHORT_REASON)
+    assert not any('"final"' in f for f in frames)
+    assert any("sessions still open after 0.2s; closing them" in r.getMessage() for r in caplog.records)
