@@ -942,6 +942,7 @@ class ResumableStream:
         limits = client.ready.limits or DEFAULT_LIMITS
         wanted = DEFAULT_CONTEXT_WORDS if limits.max_context_words is None else limits.max_context_words
         # the words the last final left held (written forms) go too: the new connection writes them
+        # (``held`` is sent even when 0: a resume without it has the server infer them)
         n = min(max(wanted, self._held), limits.max_words_per_message, len(self._context), self.n_final)
         context = tuple(itertools.islice(self._context, len(self._context) - n, None)) if n > 0 else ()
         config = decode_config(self.options.to_json())  # the session's options, validated as a config
@@ -949,7 +950,7 @@ class ResumableStream:
         if limits.max_message_bytes is not None:  # the oldest context words go first
             while request.context and _frame_bytes(request) > limits.max_message_bytes:
                 request = ResumeRequest(self.n_final, request.context[1:], config,
-                                        min(request.held, len(request.context) - 1))
+                                        min(request.held or 0, len(request.context) - 1))
         await client.send(request)
         reply = await client.recv(timeout=self._connect_options["open_timeout"])
         if isinstance(reply, Error):

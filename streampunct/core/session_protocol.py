@@ -89,7 +89,13 @@ from streampunct.labels import (
     check_partial_mark_threshold,
 )
 from streampunct.text.normalize import NO_AFFIX, Affix, affix_of, normalize_word, render
-from streampunct.text.written_form import FinalTexts, WouldWait, WrittenForms, without_waiting
+from streampunct.text.written_form import (
+    MAX_HELD_WORDS,
+    FinalTexts,
+    WouldWait,
+    WrittenForms,
+    without_waiting,
+)
 
 #: An overload episode of a session ends when none of its calls met a full queue for this
 #: long; the next one gets ``overloaded`` again (protocol.md: "once per overload episode").
@@ -255,7 +261,7 @@ class SessionProtocol:
         # a resume's context words and labels: the written forms' left context ("in" before
         # "two thousand and twelve": the year 2012)
         self._resumed_written: list[tuple[str, int]] = []
-        self._resumed_held = 0  # of which the last ones no final wrote (resume's ``held``)
+        self._resumed_held: int | None = 0  # of which the last ones no final wrote (resume's ``held``)
         self._defer_written = defer_written
         self._written_seq = 0  # WrittenText handed out
         self._written_order = [0]  # the next one to resolve
@@ -434,15 +440,18 @@ class SessionProtocol:
         self._accepted = True
         if request.config is not None:
             self.options = self._served(request.config.apply_to(self.options))
-        keep = self._limits.max_context_words
-        keep = max(keep or 0, request.held)  # the words no final wrote, whatever the limit
+        # the model's left context, and the words no final wrote, whatever the limit; not told
+        # (held None), the written forms read as many as a held phrase may have
+        keep = max(self._limits.max_context_words or 0, request.held or 0)
+        keep_written = max(keep, MAX_HELD_WORDS) if request.held is None else keep
         # the context's words: items that normalize to nothing are none (and not counted)
         words = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in request.context) if w]
-        marked = words[-keep:] if keep else []
-        context = [w for w, _ in marked]
+        marked = words[-keep_written:] if keep_written else []
+        context = [w for w, _ in marked[-keep:]] if keep else []
         self._resumed_written = marked
         # the context's last words no final wrote (the old connection's last ``held``): written here
-        self._resumed_held = min(request.held, len(marked))
+        # (None: inferred from the words that follow, by the first text written: FinalTexts.seed)
+        self._resumed_held = None if request.held is None else min(request.held, len(marked))
         self._calls = self._new_calls()
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)
@@ -572,7 +581,7 @@ class SessionProtocol:
             self._texts = FinalTexts(formatter) if formatter.active else None
             if self._texts is not None and self._resumed_written:
                 self._texts.seed([w for w, _ in self._resumed_written], [label for _, label in self._resumed_written],
-                                 held=self._resumed_held)
+                                 held=self._resumed_held, right_context=o.right_context)
             self._texts_options = o
         return self._texts
 
@@ -681,13 +690,14 @@ class SessionProtocol:
             [], [], [], sentence_start=sentence_start, follows_finals=True))]
 
     def hand_off(self) -> list[ServerMessage | WrittenText]:
-        """The stream goes on elsewhere (``serve --drain resume``): no more decisions here, and
-        the text of the words a final held for a phrase, as a final of no words (nothing when
-        none are held). Those words are final: the server that resumes the stream gets them as
-        context and never writes them, so they are written now, as spoken so far."""
+        """The stream goes on elsewhere (``serve --drain resume``): no more decisions here. The
+        words a final held for a phrase are not written here: the server that resumes the
+        stream writes them, with the phrase when the words sent again complete it (told by
+        resume's ``held``, or inferred from those words: :meth:`FinalTexts.seed`). Nothing is
+        left to send (the list is empty)."""
         self._finishing = self._handed_off = True
         self._partial_owed = False
-        return self._held_text()
+        return []
 
     def _held_text(self) -> list[ServerMessage | WrittenText]:
         """At a flush or the end, once every word is final: the text of the words a final held

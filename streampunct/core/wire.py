@@ -207,13 +207,16 @@ class ResumeRequest:
         context: the last final words before ``start`` (``w``, ``p``), oldest first.
         config: the options of the old connection (None: the server's defaults).
         held: how many of the context's last words no final's text wrote (the last final's
-            ``held``, an extension): the new connection writes them first.
+            ``held``, an extension): the new connection writes them first. None (not sent, as
+            by a client that knows only the protocol): the server infers them from the words
+            that follow (:meth:`~streampunct.text.written_form.FinalTexts.seed`); this
+            project's clients always send it.
     """
 
     start: int
     context: tuple[PunctuatedWord, ...] = ()
     config: ConfigRequest | None = None
-    held: int = 0
+    held: int | None = None
     type: str = field(default="resume", init=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -222,7 +225,7 @@ class ResumeRequest:
         }
         if self.config is not None:
             out["config"] = {k: v for k, v in self.config.to_json().items() if k != "type"}
-        if self.held:
+        if self.held is not None:
             out["held"] = self.held
         return out
 
@@ -569,8 +572,8 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
             config = decode_config(obj["config"], limits)
         except ProtocolError as e:
             raise ProtocolError(e.code, f"resume: config: {e.message}") from None
-    held = obj.get("held", 0)
-    if type(held) is not int or not 0 <= held <= len(context):
+    held = obj.get("held")
+    if held is not None and (type(held) is not int or not 0 <= held <= len(context)):
         raise _bad(f"resume: 'held' must be an integer from 0 to the {len(context)} context words, not {held!r}")
     return ResumeRequest(start, tuple(context), config, held)
 

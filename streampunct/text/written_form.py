@@ -421,6 +421,8 @@ class FinalTexts:
         # _written: the next words may go on with it (_continued)
         self._last_form: tuple[int, str] | None = None
         self._seeded = False  # a resume's context is to be read for a form it ends with (_read_seed)
+        self._infer: list[_Held] | None = None  # a resume's context whose held words are to be inferred
+        self._infer_right_context = 0
 
     def _phrases(self, words: Sequence[str], labels: Sequence[int | None], until: int | None = None) -> list[Phrase]:
         """The phrases of ``words`` (which follow the words written so far), found with
@@ -552,23 +554,63 @@ class FinalTexts:
             return None
         return Phrase(s, len(all_words), "")
 
-    def seed(self, words: Sequence[str], labels: Sequence[int], *, held: int = 0) -> None:
+    def seed(self, words: Sequence[str], labels: Sequence[int], *, held: int | None = 0,
+             right_context: int = 0) -> None:
         """Take ``words`` (with their ``labels``), final before this stream's first final
         elsewhere (a resume's context): the last ``held`` of them no final wrote, and are held
         here (the next final or flush writes them first); the others were written, left
         context, never written again; a form they end with ("three thirty": "3:30") is one the
         next words may go on with ("p m": "p.m."), as on an unbroken stream (read by the first
-        text written, where the grammars may be searched: :meth:`_read_seed`)."""
+        text written, where the grammars may be searched: :meth:`_read_seed`).
+
+        ``held`` None (a client that does not pass the last final's ``held`` on): the first
+        text written infers it from the ``right_context`` (the session's) words that follow
+        the context (:meth:`_inferred_held`): the words a final would have held for a phrase
+        that those words go on with."""
         given = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)]
-        cut = len(given) - max(0, min(held, len(given), MAX_HELD_WORDS))
+        self._infer = given[-MAX_HELD_WORDS - LEFT_CONTEXT_WORDS:] if held is None else None
+        self._infer_right_context = right_context
+        cut = len(given) - max(0, min(held or 0, len(given), MAX_HELD_WORDS))
         self._written = given[:cut][-LEFT_CONTEXT_WORDS:]
         self._held = given[cut:]
         self._held_sentence_start = not self._written or self._written[-1].label in (PERIOD, QUESTION)
         self._last_form = None
         self._seeded = bool(self._written)
 
-    def _read_seed(self) -> None:
-        """The form a resume's context ends with (:meth:`seed`), once."""
+    def _inferred_held(self, given: list[_Held], following: Sequence[str]) -> int:
+        """How many of a resume's last context words (``given``) the old connection's final left
+        held, as far as the words that follow them (``following``: received since, final or
+        not) tell: what a final of its last words would hold with the first ``right_context``
+        of them (:meth:`seed`) as its right context. Exact for a final decided by its right
+        context from words sent one a message (the words a client re-sends after a resume
+        start with that right context); a final that held words at a pause for words that did
+        not come, or whose words a flush wrote, cannot be told from one that wrote them:
+        counted as written."""
+        following = following[:self._infer_right_context]
+        if not following or not given:
+            return 0
+        probe = FinalTexts(self.formatter)
+        t = min(len(given), MAX_HELD_WORDS)
+        before, tail = given[:-t], given[-t:]
+        probe.seed([h.word for h in before], [h.label for h in before])
+        probe.final([h.word for h in tail], [h.label for h in tail], [],
+                    sentence_start=not before or before[-1].label in (PERIOD, QUESTION), context=following)
+        return probe.held
+
+    def _read_seed(self, following: Sequence[str] = ()) -> None:
+        """The form a resume's context ends with (:meth:`seed`), once; with ``held`` to infer,
+        the words held (``following``: the words after the context known now)."""
+        if self._infer is not None:
+            if not following:  # no word after the context yet: nothing to tell them by
+                return
+            given = self._infer
+            k = self._inferred_held(given, following)
+            self._infer = None  # (after the search: one that must wait is run again)
+            if k:
+                self._written = given[:-k][-LEFT_CONTEXT_WORDS:]
+                self._held = given[-k:]
+                self._held_sentence_start = not self._written or self._written[-1].label in (PERIOD, QUESTION)
+                self._seeded = bool(self._written)
         if not self._seeded:
             return
         words, labels = [h.word for h in self._written], [h.label for h in self._written]
@@ -589,7 +631,7 @@ class FinalTexts:
         last word was decided by a delay deadline with no word after it yet (not a flush or
         the end), so that a form the grammars read as unfinished there is held. ``affixes``:
         the input's symbols around each of ``words`` (:meth:`Formatter.render`)."""
-        self._read_seed()
+        self._read_seed([*words, *context])
         if not self._held:
             self._held_sentence_start = sentence_start
         n_new = len(words)
@@ -668,7 +710,7 @@ class FinalTexts:
         """The ``text`` of a partial: the held words (when the partial's words follow the
         last final word: ``follows_finals``), then ``words`` (provisional and hypothesis),
         with ``affixes`` around them (:meth:`Formatter.render`)."""
-        self._read_seed()
+        self._read_seed(words if follows_finals else ())
         held = self._held if follows_finals else []
         learned = list(cases) + [None] * (len(words) - len(cases))
         all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)

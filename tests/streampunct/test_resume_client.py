@@ -8,6 +8,7 @@ chooses and can cut open ones.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Callable
 
@@ -284,15 +285,19 @@ async def test_a_stream_that_fails_at_every_resume_gives_up(start_server, aligne
     assert stream.pending[0].w == "xylophone"  # kept: nothing is dropped silently
 
 
-async def test_a_drained_server_writes_the_words_held_for_a_phrase_before_1012(start_server):
+async def test_a_drained_server_leaves_the_words_held_for_a_phrase_to_the_server_that_resumes(start_server):
     """``serve --drain resume`` with a lexicon: "new" is final, its text held for "new york";
-    the drained server writes it in a final of no words before closing with 1012, so the
-    finals' texts lose no word (the resuming server gets "new" as context only)."""
+    the drained server closes with 1012 and writes nothing more. A client that knows only
+    the protocol resumes on another server without ``held``: that server infers it from the
+    words sent again ("york ...") and writes "New York", so the texts show every word once."""
+    from websockets.asyncio.client import connect as ws_connect
+
     from streampunct.client.stream_client import StreamClient
+    from streampunct.core.wire import decode_server
 
     server = await start_server(drain="resume")
-    client = await StreamClient.connect(server.url, right_context=1, max_delay_ms=600_000,
-                                        lexicon=[("new york", "New York")])
+    options = {"right_context": 1, "max_delay_ms": 600_000}
+    client = await StreamClient.connect(server.url, **options, lexicon=[("new york", "New York")])
     await client.send_words("we flew to new york".split())
     finals: list[Final] = []
     while not finals or finals[-1].start + len(finals[-1].words) < 4:
@@ -302,10 +307,23 @@ async def test_a_drained_server_writes_the_words_held_for_a_phrase_before_1012(s
     written = " ".join(f.text for f in finals if f.text).split()
     assert [t.rstrip(",.?") for t in written] == ["we", "flew", "to"]  # "new": held
     await server.shutdown()
-    rest = [m async for m in client]
-    assert rest == [Final(4, (), "new" + finals[-1].words[-1].p)]
+    assert [m async for m in client] == []
     assert client.close_code == 1012
     await client.close()
+
+    other = await start_server()
+    async with ws_connect(other.url) as ws:
+        await ws.recv()  # ready
+        context = [{"w": w.w, "p": w.p} for f in finals for w in f.words]
+        await ws.send(json.dumps({"type": "resume", "start": 4, "context": context,
+                                  "config": {**options, "lexicon": [["new york", "New York"]]}}))
+        assert json.loads(await ws.recv())["type"] == "resumed"
+        await ws.send(json.dumps({"type": "words", "words": ["york", "today"]}))
+        await ws.send(json.dumps({"type": "end"}))
+        after = [m for m in [decode_server(f) async for f in ws] if isinstance(m, Final)]
+    assert [w.w for f in after for w in f.words] == ["york", "today"]
+    written += " ".join(f.text for f in after if f.text).split()
+    assert [t.rstrip(",.?") for t in written] == ["we", "flew", "to", "New", "York", "today"]
 
 
 async def test_a_resumed_stream_writes_the_words_a_lost_connection_held(start_server):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streampunct.core.options import SessionOptions
-from streampunct.core.session_protocol import SessionProtocol, nothing_to_send
+from streampunct.core.session_protocol import SessionProtocol
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
     DEFAULT_LIMITS,
@@ -262,22 +262,25 @@ def test_words_held_at_a_pause_are_written_by_a_flush_or_the_end_with_no_words_a
 
 
 @pytest.mark.parametrize("defer", [False, True])
-def test_a_hand_off_writes_the_words_held_for_a_phrase(defer):
+def test_a_hand_off_leaves_the_words_held_for_a_phrase_to_the_server_that_resumes(defer):
     """``serve --drain resume``: "new" is final and held for "new york"; the stream goes on
-    elsewhere, whose server gets "new" as context and never writes it, so the hand-off writes
-    it now, in a final of no words; with nothing held, nothing is sent."""
+    elsewhere. The hand-off writes nothing: the server that resumes writes "new" with the
+    phrase, told by resume's ``held`` or inferring it from the words sent again ("york ..."),
+    so a client that knows only the protocol shows "New York" too, not "new" twice."""
     driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), defer_written=defer)
     for w in "we flew to new york".split():
         driver.send(WordsMessage((Word(w),)))
-    finals = [(f.start, [w.w for w in f.words], f.text) for f in _resolved(driver.out) if isinstance(f, Final)]
-    assert finals[-1] == (3, ["new"], "")  # held: "new york" goes on
-    assert [(m.start, m.words, m.text) for m in _resolved(driver.protocol.hand_off())] == [(4, (), "new")]
+    finals = [f for f in _resolved(driver.out) if isinstance(f, Final)]
+    assert (finals[-1].start, [w.w for w in finals[-1].words], finals[-1].text) == (3, ["new"], "")
+    assert driver.protocol.hand_off() == []
     assert driver.protocol.next_request(driver.now + 100) is None  # nothing more is decided here
-
-    quiet = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), defer_written=defer)
-    for w in "we flew to".split():
-        quiet.send(WordsMessage((Word(w),)))
-    assert [m for m in _resolved(quiet.protocol.hand_off()) if not nothing_to_send(m)] == []
+    context = tuple(PunctuatedWord(w.w, w.p) for f in finals for w in f.words)
+    for held in (finals[-1].held, None):
+        resumed = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), defer_written=defer)
+        resumed.send(ResumeRequest(len(context), context, ConfigRequest(), held=held))
+        resumed.stream("york today")
+        shown = [f.text for f in finals + [f for f in _resolved(resumed.out) if isinstance(f, Final)] if f.text]
+        assert " ".join(shown) == "we flew to New York, today."
 
 
 @pytest.mark.parametrize("defer", [False, True])
@@ -539,13 +542,24 @@ def test_resume_with_written_options():
 
 
 def test_a_resume_context_is_the_written_forms_left_context():
-    # the context ends with "twenty": "five dollars" goes on with it ("$25"), so it is written
-    # as spoken, not read alone as "$5" (the context's own text was written elsewhere)
+    # the context ends with "twenty", which the old connection wrote (held=0): "five dollars" goes
+    # on with it ("$25"), so it is written as spoken, not read alone as "$5"
     driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
     context = tuple(PunctuatedWord(w, "") for w in ("it", "costs", "twenty"))
-    driver.send(ResumeRequest(3, context, ConfigRequest(itn=True)))
+    driver.send(ResumeRequest(3, context, ConfigRequest(itn=True), held=0))
     driver.stream("five dollars today")
     assert " ".join(f.text for f in driver.finals() if f.text) == "five dollars today."
+    # not told (a client that knows only the protocol): a final whose right context was "five"
+    # held "twenty", so this one writes it with the phrase
+    inferred = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    inferred.send(ResumeRequest(3, context, ConfigRequest(itn=True)))
+    inferred.stream("five dollars today")
+    assert " ".join(f.text for f in inferred.finals() if f.text) == "$25 today."
+    # words that do not go on with a phrase: nothing held
+    other = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    other.send(ResumeRequest(3, context, ConfigRequest(itn=True)))
+    other.stream("people came today")
+    assert " ".join(f.text for f in other.finals() if f.text) == "people came today."
 
 
 def test_a_final_says_how_many_words_it_left_held_and_a_resume_writes_them():
@@ -570,10 +584,18 @@ def test_a_final_says_how_many_words_it_left_held_and_a_resume_writes_them():
     padded.send(ResumeRequest(len(context), (*context, PunctuatedWord("...", "")), ConfigRequest(), held=1))
     padded.stream("york today")
     assert " ".join(f.text for f in padded.finals() if f.text) == "New York, today."
-    plain = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))  # a client that does not pass it on
+    told_none = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))  # held 0: "new" was written
+    told_none.send(ResumeRequest(len(context), context, ConfigRequest(), held=0))
+    told_none.stream("york today")
+    assert " ".join(f.text for f in told_none.finals() if f.text) == "york, today."
+    # a client that does not pass it on (it knows only the protocol): inferred from "york"
+    plain = Driver(SessionOptions(right_context=1, max_delay_ms=60_000))
     plain.send(ResumeRequest(len(context), context, ConfigRequest()))
     plain.stream("york today")
-    assert " ".join(f.text for f in plain.finals() if f.text) == "york, today."
+    assert " ".join(f.text for f in plain.finals() if f.text) == "New York, today."
+    assert "held" not in json.loads(encode(ResumeRequest(2, context)))
+    assert json.loads(encode(ResumeRequest(2, context, held=0)))["held"] == 0
+    assert decode(json.dumps({"type": "resume", "start": 2, "context": []})).held is None
     with pytest.raises(ProtocolError, match="'held' must be an integer from 0 to the 2 context words, not 3"):
         decode(json.dumps({"type": "resume", "start": 2, "context": [{"w": "a", "p": ""}] * 2, "held": 3}))
 
@@ -1004,3 +1026,47 @@ async def test_a_client_leaving_does_not_cancel_a_search_another_session_shares(
         release.set()
         await server.shutdown()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+RESUME_PIECES = ["it costs", "twenty five dollars", "seven hundred", "twenty", "today", "ok", "we flew to",
+                 "new york", "new", "the united states of america", "the united states", "of", "and", "york"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=st.lists(st.sampled_from(RESUME_PIECES), min_size=1, max_size=10), cut=st.integers(0, 30),
+       right_context=st.integers(1, 3), tell=st.booleans(), itn=st.booleans())
+def test_a_stream_cut_after_any_final_and_resumed_shows_the_text_of_the_unbroken_one(
+        pieces, cut, right_context, tell, itn):
+    """A connection lost after the finals up to some word, and the stream resumed on a new one
+    (the context: every final word; the rest sent again): the texts of the finals before the
+    cut and after it read as those of the unbroken stream, whether the client passes the last
+    final's ``held`` on or leaves the server to infer it (a client that knows only the
+    protocol), with numbers and lexicon phrases held across the cut."""
+    words = " ".join(pieces).split()
+    lexicon = (*LONG_LEXICON, ("new york", "New York"), ("united states", "U.S."))
+    options = SessionOptions(right_context=right_context, max_delay_ms=60_000, itn=itn, lexicon=lexicon)
+    written = WrittenForms(SERVER_LEXICON, NumberWordsNormalizer())
+    whole = Driver(options, written=written)
+    for w in words:
+        whole.send(WordsMessage((Word(w),)))
+    whole.send(EndRequest())
+    unbroken = " ".join(f.text for f in whole.finals() if f.text)
+
+    before = Driver(options, written=written)
+    finals: list[Final] = []
+    for w in words:
+        before.send(WordsMessage((Word(w),)))
+        finals = before.finals()
+        if len(finals) > cut:
+            break
+    finals = finals[:cut + 1] if len(finals) > cut else finals
+    context = tuple(PunctuatedWord(x.w, x.p) for f in finals for x in f.words)
+    after = Driver(options, written=written)
+    held = finals[-1].held if tell and finals else (0 if tell else None)
+    after.send(ResumeRequest(len(context), context, ConfigRequest(right_context=right_context, max_delay_ms=60_000,
+                                                                  itn=itn, lexicon=lexicon), held=held))
+    for w in words[len(context):]:
+        after.send(WordsMessage((Word(w),)))
+    after.send(EndRequest())
+    assert [x.w for f in finals + after.finals() for x in f.words] == words
+    assert " ".join(f.text for f in finals + after.finals() if f.text) == unbroken
