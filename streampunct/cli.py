@@ -17,10 +17,12 @@ raised on purpose while running (:class:`~streampunct.errors.StreampunctError`,
 the engines' own :class:`~engines.base.EngineError`, which is not one since
 ``engines`` does not import ``streampunct``, or an ``OSError`` about a path
 the user gave: not found, permission denied, a directory, already there) is
-one line ``streampunct COMMAND: error: ...`` and status 2 too. Any other
-exception is a fault of the program or the machine (a broken pipe, a full
-disk, a bug) and keeps its traceback; a closed pipe on the output (``| head``)
-ends the command quietly with status 141. Ctrl-C, SIGTERM and SIGHUP (unless
+one line ``streampunct COMMAND: error: ...`` and status 2 too. An output the
+machine cannot take (a full disk, a file-size limit, a quota, a read-only file
+system: :data:`~streampunct.text.textfile.WRITE_ERRNOS`) is one line ``... error: cannot write FILE: why``
+and status 1, an ``--out`` file left as it was. Any other exception is a fault
+of the program or the machine (a bug) and keeps its traceback; a closed pipe on
+the output (``| head``) ends the command quietly with status 141. Ctrl-C, SIGTERM and SIGHUP (unless
 ignored, as under nohup) stop a command the same way, cleaning up as it does
 (an ``--out`` file stays as it was), with status 130, 143 and 129.
 """
@@ -151,16 +153,30 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as a shell tool does
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
-        except (OSError, ValueError):
-            pass
+        _stdout_to_devnull()
         return 128 + 13  # killed by SIGPIPE
+    except OSError as e:
+        from streampunct.text.textfile import WRITE_ERRNOS, write_error_message
+
+        if e.errno not in WRITE_ERRNOS:
+            raise
+        if not e.filename:  # stdout (a full disk under `> file`): nothing more goes there
+            _stdout_to_devnull()
+        print(f"{prog}: error: {write_error_message(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:
         return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null, so that the flush at exit does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def configure_logging(level: str) -> None:

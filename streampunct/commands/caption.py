@@ -228,12 +228,16 @@ def _gone(error: OSError) -> bool:
 class _Stdout:
     """Stdout for the run: the first write or flush that finds it closed (``BrokenPipeError``,
     ``| head``, or a terminal that hung up) calls ``on_close`` once; from then on writes go
-    nowhere (and file descriptor 1 to /dev/null, so that the flush at exit does not fail again)."""
+    nowhere (and file descriptor 1 to /dev/null, so that the flush at exit does not fail again).
+    A write the machine refuses (a full disk under ``> file``) does the same and is kept as
+    ``error``: the run stops as at a closed pipe, ``--out`` gets what is final, and the
+    command says why and exits 1."""
 
     def __init__(self, stream: TextIO, on_close) -> None:
         self.stream = stream
         self.on_close = on_close
         self.closed_pipe = False
+        self.error: OSError | None = None
         #: whether it was a terminal when the run began (a hung-up terminal is none any more)
         self.was_tty = _isatty(stream)
 
@@ -245,14 +249,21 @@ class _Stdout:
         _to_devnull(self.stream)
         self.on_close()
 
+    def _failed(self, e: OSError) -> None:
+        from streampunct.text.textfile import WRITE_ERRNOS
+
+        if not _gone(e):
+            if e.errno not in WRITE_ERRNOS:
+                raise e
+            self.error = e
+        self.close_pipe()
+
     def write(self, text: str) -> int:
         if not self.closed_pipe:
             try:
                 self.stream.write(text)
             except OSError as e:
-                if not _gone(e):
-                    raise
-                self.close_pipe()
+                self._failed(e)
         return len(text)
 
     def flush(self) -> None:
@@ -260,9 +271,7 @@ class _Stdout:
             try:
                 self.stream.flush()
             except OSError as e:
-                if not _gone(e):
-                    raise
-                self.close_pipe()
+                self._failed(e)
 
     def isatty(self) -> bool:
         return not self.closed_pipe and self.was_tty
@@ -377,6 +386,12 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
             written = join_texts([text for _, _, text in result.transcript.texts])  # as the server sent it
             out.file.write(written + "\n")
         out.commit()
+    if stdout.error is not None:  # a full disk under `> file`: --out has what was final
+        from streampunct.text.textfile import write_error_message
+
+        print(f"streampunct caption: error: {write_error_message(stdout.error)}"
+              f"{f' (--out {args.out} has what was final by then)' if out is not None else ''}", file=sys.stderr)
+        return 1
     if stdout.closed_pipe and not signals:  # `| head`: quietly, as the CLI ends on a closed pipe
         return 128 + signal.SIGPIPE
     if closed_early is not None and not result.interrupted:

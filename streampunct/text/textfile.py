@@ -36,7 +36,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from streampunct.errors import InputError
 
@@ -359,6 +359,53 @@ def cannot_write(path: str | Path, error: OSError, *, option: str | None = None)
     return InputError(f"cannot write {option + ' ' if option else ''}{path}: {why}")
 
 
+#: Writes the machine refused (a full disk, a file-size limit, a quota, a read-only file system):
+#: the CLI says :func:`write_error_message` in one line and exits 1.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+
+
+def write_error_message(error: OSError) -> str:
+    """``cannot write FILE: why`` (stdout when the error names no file)."""
+    return f"cannot write {error.filename or 'stdout'}: {error.strerror or error}"
+
+
+class _NamedWriter:
+    """A text file whose write errors (a full disk, a file-size limit) name ``path``, the file
+    the user asked for, not the temporary one that is written (or none)."""
+
+    def __init__(self, file: TextIO, path: Path) -> None:
+        self._file = file
+        self._path = path
+
+    def _named(self, e: OSError) -> OSError:
+        return type(e)(e.errno, e.strerror, str(self._path)) if e.errno is not None else e
+
+    def write(self, text: str) -> int:
+        try:
+            return self._file.write(text)
+        except OSError as e:
+            raise self._named(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except OSError as e:
+            raise self._named(e) from None
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except OSError as e:
+            raise self._named(e) from None
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __getattr__(self, name: str):
+        return getattr(self._file, name)
+
+
 class AtomicTextFile:
     """A text file written whole or not at all: into a temporary file next to ``path``, which
     :meth:`commit` moves over it (``os.replace``) and :meth:`discard` removes. A crash, or an
@@ -400,10 +447,21 @@ class AtomicTextFile:
             raise cannot_write(target if target != Path(os.path.abspath(self.path)) else self.path, e,
                                option=option) from None
         self.temp = Path(temp)
-        self.file = os.fdopen(fd, "w", encoding="utf-8")
+        self.file = cast(TextIO, _NamedWriter(os.fdopen(fd, "w", encoding="utf-8"), self.path))
 
     def commit(self) -> None:
-        """Move what was written over ``path`` (or, for a FIFO or device, write it there)."""
+        """Move what was written over ``path`` (or, for a FIFO or device, write it there). A write
+        the machine refuses (a full disk, a file-size limit) leaves ``path`` as it was, the
+        temporary file removed, and raises that ``OSError`` with ``path`` as its file name."""
+        try:
+            self._commit()
+        except OSError as e:
+            self.discard()
+            if e.errno is not None and (e.filename is None or str(e.filename) == str(self.temp)):
+                raise type(e)(e.errno, e.strerror, str(self.path)) from None
+            raise
+
+    def _commit(self) -> None:
         if self._stream:
             if not self.file.closed:
                 text = self.file.getvalue()
@@ -432,8 +490,12 @@ class AtomicTextFile:
         os.replace(self.temp, self._target)
 
     def discard(self) -> None:
-        """Drop what was written; ``path`` stays as it was."""
-        self.file.close()
+        """Drop what was written; ``path`` stays as it was (also when closing the temporary
+        file fails: its last buffered writes on a full disk)."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
         if self.temp is not None:
             self.temp.unlink(missing_ok=True)
 

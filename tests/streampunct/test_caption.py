@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sys
 
 import pytest
@@ -853,3 +854,52 @@ async def test_a_refused_connection_asks_whether_a_server_runs_there():
         port = s.getsockname()[1]
     with pytest.raises(ConnectError, match=r"; is a server running there\? \(streampunct serve\)$"):
         await open_client(f"ws://127.0.0.1:{port}/v1/stream")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+async def test_a_full_disk_under_stdout_stops_the_run_and_keeps_out(start_server, tmp_path):
+    """``caption ... --out talk.srt > /dev/full``: stdout refuses the first cue; the run stops as at
+    a closed pipe, ``--out`` gets what was final by then, and the error is one line, status 1."""
+    srt = pytest.importorskip("srt", reason="needs srt (the dev extra)")
+    server = await start_server()
+    source = tmp_path / "talk.txt"
+    source.write_text(" ".join(f"word{i % 9}" for i in range(120)), encoding="utf-8")
+    out = tmp_path / "talk.srt"
+    out.write_text("old\n", encoding="utf-8")
+    with open("/dev/full", "w") as full:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streampunct.cli", "caption", str(source), "--url", server.url, "--format", "srt",
+            "--wps", "100", "--out", str(out), stdout=full, stderr=asyncio.subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert stderr.decode().splitlines()[-1] == (
+        f"streampunct caption: error: cannot write stdout: No space left on device (--out {out} has what was "
+        "final by then)")
+    cues = list(srt.parse(out.read_text(encoding="utf-8")))
+    assert cues and all(c.content.split() for c in cues)
+
+
+async def test_an_out_file_over_the_file_size_limit_stays_as_it_was(start_server, tmp_path):
+    """``--out`` written as cues come, over ``ulimit -f``: the file keeps what it held, no temporary
+    file is left, and the error names it in one line, status 1."""
+    resource = pytest.importorskip("resource")
+    server = await start_server()
+    source = tmp_path / "talk.txt"
+    source.write_text(" ".join(f"word{i % 9}" for i in range(400)), encoding="utf-8")
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    out = folder / "talk.srt"
+    out.write_text("old\n", encoding="utf-8")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", str(source), "--url", server.url, "--format", "srt",
+        "--wps", "200", "--out", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=limit)
+    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert stderr.decode().splitlines()[-1] == f"streampunct caption: error: cannot write {out}: File too large"
+    assert out.read_text(encoding="utf-8") == "old\n"
+    assert [p.name for p in folder.iterdir()] == ["talk.srt"]

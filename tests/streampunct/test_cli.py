@@ -374,10 +374,52 @@ def test_a_wrong_path_is_one_line_and_a_machine_fault_keeps_its_traceback(capsys
         "streampunct evaluate: error: [Errno 2] No such file or directory: 'out/x.json'\n")
 
     def disk_full(args):
-        raise OSError(28, "No space left on device")
+        raise OSError(28, "No space left on device", "out/x.json")
 
-    with pytest.raises(OSError, match="No space left"):
-        cli.run_command(disk_full, None, "streampunct evaluate")
+    assert cli.run_command(disk_full, None, "streampunct evaluate") == 1
+    assert capsys.readouterr().err == "streampunct evaluate: error: cannot write out/x.json: No space left on device\n"
+
+    def io_error(args):  # a fault of the machine that is not a refused write: its traceback
+        raise OSError(5, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output error"):
+        cli.run_command(io_error, None, "streampunct evaluate")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_under_the_output_is_one_line_and_status_1(tmp_path):
+    """``> /dev/full`` or ``--out /dev/full``: what a full disk does, said in one line (no
+    traceback), status 1."""
+    source = tmp_path / "t.txt"
+    source.write_text("hello how are you i am fine\n", encoding="utf-8")
+    command = [sys.executable, "-m", "streampunct.cli", "punctuate", str(source)]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (1, "streampunct punctuate: error: cannot write stdout: "
+                                                 "No space left on device\n")
+    proc = subprocess.run([*command, "--out", "/dev/full"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (1, "streampunct punctuate: error: cannot write /dev/full: "
+                                                 "No space left on device\n")
+
+
+def test_an_out_file_over_the_file_size_limit_stays_as_it_was(tmp_path):
+    """A file-size limit (``ulimit -f``) stops the write of ``--out``: the file keeps what it held,
+    no temporary file is left beside it, and the error names it in one line."""
+    resource = pytest.importorskip("resource")
+    source = tmp_path / "t.txt"
+    source.write_text("hello how are you i am fine " * 400 + "\n", encoding="utf-8")
+    out = tmp_path / "out" / "t.txt"
+    out.parent.mkdir()
+    out.write_text("old\n", encoding="utf-8")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    proc = subprocess.run([sys.executable, "-m", "streampunct.cli", "punctuate", str(source), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert (proc.returncode, proc.stderr) == (1, f"streampunct punctuate: error: cannot write {out}: File too large\n")
+    assert out.read_text(encoding="utf-8") == "old\n"
+    assert [p.name for p in out.parent.iterdir()] == ["t.txt"]
 
 
 def test_a_closed_output_pipe_ends_the_command_quietly():
