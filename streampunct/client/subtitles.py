@@ -597,6 +597,15 @@ def srt_time_error(seconds: float) -> str | None:
             "use --format vtt, or word times counted from the start of the stream")
 
 
+def negative_time_error(seconds: float, fmt: str) -> str | None:
+    """Why a word time cannot be placed in ``fmt`` subtitles (a time before 0: their
+    timestamps start at 00:00:00), or None."""
+    if seconds >= 0 or fmt not in ("srt", "vtt"):
+        return None
+    return (f"a word time of {seconds:g} s cannot be written in {fmt.upper()} (its timestamps start at 0); "
+            "send word times counted from the start of the stream")
+
+
 def vtt_escape(text: str) -> str:
     """Cue text as WebVTT reads it back: ``&``, ``<`` and ``>`` escaped (so a ``-->`` is too)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -665,6 +674,8 @@ class SubtitleWriter:
 
     def _cue(self, cue: Cue) -> None:
         error = srt_time_error(cue.end) if self.format == "srt" else None
+        earliest = min((w.start for w in cue.words if w.start is not None), default=0.0)
+        error = error or negative_time_error(earliest, self.format)
         if error:
             raise InputError(f"subtitle cue {self.count + 1}: {error}")
         self.cues.append(cue)

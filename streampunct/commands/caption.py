@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.commands.argtypes import (
         lexicon_file,
         non_negative_float,
+        non_negative_int,
         positive_float,
         positive_int,
     )
@@ -72,8 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=non_negative_float, default=1.0,
                         help="files with timestamps: replay at this many times real time, 0 = at once "
                              "(default: %(default)s)")
-    parser.add_argument("--right-context", type=int, default=None, help="session right_context (default: server's)")
-    parser.add_argument("--max-delay-ms", type=int, default=None, help="session max_delay_ms (default: server's)")
+    parser.add_argument("--right-context", type=non_negative_int, default=None,
+                        help="session right_context (default: server's)")
+    parser.add_argument("--max-delay-ms", type=non_negative_int, default=None,
+                        help="session max_delay_ms (default: server's)")
     parser.add_argument("--partials", action=argparse.BooleanOptionalAction, default=True,
                         help="show the provisional tail (default: on)")
     parser.add_argument("--capitalize", action=argparse.BooleanOptionalAction, default=True,
@@ -138,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
             args.transcript, input_format=args.input_format, wps=args.wps, max_chunk=args.max_chunk,
             seed=args.seed, speed=args.speed, on_bad_line=args.on_bad_line, report=report,
         )
-        if args.format == "srt":
-            _check_srt_times(args.transcript, events)
+        if args.format in ("srt", "vtt"):
+            _check_subtitle_times(args.transcript, events, args.format)
         if args.format != "text":
             _report_times_going_back(events, report)
     out = AtomicTextFile(args.out) if args.out else None
@@ -152,15 +155,22 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _check_srt_times(source: str, events) -> None:
-    """Refuse a file whose cues SRT cannot write (100 hours or later) before anything is sent: a
-    cue ends at most ``max_lag_s`` after its last word (:class:`~streampunct.client.subtitles.SubtitleWriter`),
-    so the latest word time plus that is checked. From stdin the subtitle writer refuses the
-    first such cue."""
-    from streampunct.client.subtitles import CueLimits, srt_time_error
+def _check_subtitle_times(source: str, events, fmt: str) -> None:
+    """Refuse a file whose cues ``fmt`` (srt or vtt) cannot write before anything is sent: a word
+    time before 0 (subtitle timestamps start there), or for SRT a cue at 100 hours or later (a
+    cue ends at most ``max_lag_s`` after its last word:
+    :class:`~streampunct.client.subtitles.SubtitleWriter`, so the latest word time plus that
+    is checked). From stdin the subtitle writer refuses the first such cue."""
+    from streampunct.client.subtitles import CueLimits, negative_time_error, srt_time_error
     from streampunct.errors import InputError
 
-    latest = max((t for e in events for w in e.words for t in (w.start, w.end) if t is not None), default=0.0)
+    times = [(t, w.w) for e in events for w in e.words for t in (w.start, w.end) if t is not None]
+    earliest = min(times, default=(0.0, ""))
+    if (error := negative_time_error(earliest[0], fmt)) is not None:
+        raise InputError(f"{source}: word {earliest[1]!r}: {error}")
+    if fmt != "srt":
+        return
+    latest = max((t for t, _ in times), default=0.0)
     lag = CueLimits().max_lag_s
     error = srt_time_error(latest + lag)
     if error:

@@ -903,3 +903,25 @@ async def test_an_out_file_over_the_file_size_limit_stays_as_it_was(start_server
     assert stderr.decode().splitlines()[-1] == f"streampunct caption: error: cannot write {out}: File too large"
     assert out.read_text(encoding="utf-8") == "old\n"
     assert [p.name for p in folder.iterdir()] == ["talk.srt"]
+
+
+@pytest.mark.parametrize("fmt", ["srt", "vtt"])
+async def test_subtitles_of_negative_word_times_are_refused(start_server, tmp_path, fmt):
+    """Word times before 0 (an offset clock) cannot be subtitle timestamps: they used to be
+    clamped to 0, every cue shown for 1 ms. A file is refused before connecting; from stdin,
+    at the first such cue."""
+    source = tmp_path / "talk.jsonl"
+    source.write_text("".join(f'{{"w": "word{i}", "start": {-100 + 0.4 * i}, "end": {-100 + 0.4 * i + 0.3}}}\n'
+                              for i in range(30)))
+    rc, stdout, stderr = await run_cli(str(source), "--url", "ws://127.0.0.1:9/v1/stream", "--format", fmt)
+    assert (rc, stdout) == (2, "") and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"streampunct caption: error: {source}: word 'word0': a word time of -100 s cannot be written in "
+        f"{fmt.upper()} (its timestamps start at 0); send word times counted from the start of the stream")
+    server = await start_server()
+    rc, stdout, stderr = await run_cli("-", "--url", server.url, "--format", fmt, stdin=source.read_bytes())
+    assert rc == 2 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("streampunct caption: error: subtitle cue 1: a word time of -")
+    # jsonl cues carry the times as they are
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "jsonl", "--speed", "0")
+    assert rc == 0, stderr

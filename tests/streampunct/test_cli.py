@@ -1023,3 +1023,13 @@ def test_evaluate_live_options_without_live_are_refused(tmp_path, capsys):
 def test_an_empty_model_folder_is_a_usage_error(argv, capsys):
     # --model "$UNSET" used to read the current folder as the model
     assert _fails_as_usage(argv, capsys).endswith("argument --model: expected a model folder, got an empty string")
+
+
+@pytest.mark.parametrize("option", ["--right-context", "--max-delay-ms"])
+def test_caption_refuses_a_negative_latency_option_before_connecting(option, capsys):
+    """Like every other bad number, a usage error (status 2) before anything is sent, not the
+    server's bad_request after connecting."""
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["caption", "talk.txt", option, "-1"])
+    assert e.value.code == 2
+    assert f"argument {option}: must be >= 0, got -1" in capsys.readouterr().err
