@@ -77,6 +77,7 @@ from streampunct.core.wire import (
     Resumed,
     ResumeRequest,
     ServerMessage,
+    Word,
     WordsMessage,
     decode,
 )
@@ -88,7 +89,15 @@ from streampunct.labels import (
     QUESTION,
     check_partial_mark_threshold,
 )
-from streampunct.text.normalize import NO_AFFIX, Affix, affix_of, normalize_word, render
+from streampunct.text.normalize import (
+    NO_AFFIX,
+    Affix,
+    affix_of,
+    normalize_word,
+    render,
+    symbol_word,
+    unit_symbol,
+)
 from streampunct.text.written_form import (
     MAX_HELD_WORDS,
     FinalTexts,
@@ -245,6 +254,8 @@ class SessionProtocol:
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
         # index -> the input's symbols around the word, shown in ``text`` (only words that have some)
         self._affixes: dict[int, Affix] = {}
+        self._pending_symbols: list[str] = []  # symbol words waiting for the next word (_words_with_symbols)
+        self._trailing_symbols: dict[int, list[str]] = {}  # those a flush or the end left after word N
         # the hypothesis's words and their symbols (a partial for an older hypothesis shows none)
         self._hypothesis_affixes: tuple[tuple[str, ...], list[Affix]] = ((), [])
         self._partial_owed = False  # a hypothesis change still waits for its partial
@@ -359,6 +370,7 @@ class SessionProtocol:
         if isinstance(message, ConfigRequest):
             return self._configure(message)
         if isinstance(message, FlushRequest):
+            self._place_pending_symbols()
             self.state.flush(now)
             self._until.append((self.state.n_words, _Until.FLUSHED))
             return self._settle()
@@ -383,6 +395,7 @@ class SessionProtocol:
             now, end_of_stream, self._end_at = self._end_at, True, None
         self._finishing = True
         self._partial_owed = False
+        self._place_pending_symbols()
         if end_of_stream:
             self.state.end(now)
         else:
@@ -392,6 +405,12 @@ class SessionProtocol:
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
         taken = [(word, item) for item in message.words if (word := normalize_word(item.w))]
+        if self._pending_symbols or (len(taken) < len(message.words)
+                                     and any(symbol_word(item.w) for item in message.words)):
+            return self._words_with_symbols(message, taken, now)
+        return self._take(taken, now)
+
+    def _take(self, taken: list[tuple[str, Word]], now: float) -> list[ServerMessage]:
         first = self.state.n_words
         if taken and first + len(taken) - 1 > MAX_START:
             # a resume's start near 2**53: indices past it are not exact in every JSON reader
@@ -409,6 +428,57 @@ class SessionProtocol:
         if self.state.hypothesis:  # every words message clears the hypothesis
             self._set_hypothesis([])
         return self._owed_partial()
+
+    def _words_with_symbols(self, message: WordsMessage, taken: list[tuple[str, Word]],
+                            now: float) -> list[ServerMessage]:
+        """:meth:`_words` for a message with words made only of symbols ("&", "😀", a "%" or a
+        "€" of its own), or after one that ended with such words. They take no index (they
+        normalize to nothing: no word for the model or the indices), but ``text`` shows them
+        where they stood, as offline text does
+        (:func:`~streampunct.text.normalize.render_with_symbols`): a unit after a word
+        (:func:`~streampunct.text.normalize.unit_symbol`: "50 %") after that word, with its
+        mark after it, when that word is not final yet; any other before the next word
+        ("rock & roll", "$ 20"), or, when a flush or the end comes first, in a final of no
+        words after those before it (:meth:`_place_pending_symbols`)."""
+        items = list(message.words)
+        first = self.state.n_words
+        prefixes: dict[int, list[str]] = {0: self._pending_symbols} if self._pending_symbols else {}
+        suffixes: dict[int, list[str]] = {}  # position among the words taken (-1: the word before them)
+        k = 0  # words taken so far
+        for i, item in enumerate(items):
+            if normalize_word(item.w):
+                k += 1
+                continue
+            if not (symbols := symbol_word(item.w)):
+                continue
+            after = next((x.w for x in items[i + 1:] if normalize_word(x.w) or symbol_word(x.w)), "")
+            last_open = k > 0 or (first > self._sent and not prefixes.get(0))
+            if k not in prefixes and last_open and unit_symbol(symbols, normalize_word(after) or after):
+                suffixes.setdefault(k - 1, []).append(symbols)
+            else:
+                prefixes.setdefault(k, []).append(symbols)
+        out = self._take(taken, now)
+        if taken and self.state.n_words == first:  # refused (indices past MAX_START): nothing taken
+            return out
+        for k, symbols in suffixes.items():
+            self._attach(first + k, after=symbols)
+        self._pending_symbols = prefixes.pop(len(taken), [])  # before the next word to come
+        for k, symbols in prefixes.items():
+            self._attach(first + k, before=symbols)
+        return out
+
+    def _attach(self, index: int, *, before: Sequence[str] = (), after: Sequence[str] = ()) -> None:
+        """Show ``before`` and ``after`` (symbol words) around word ``index`` in ``text``."""
+        a, b = self._affixes.get(index, NO_AFFIX)
+        self._affixes[index] = ("".join(f"{x} " for x in before) + a, b + "".join(f" {x}" for x in after))
+
+    def _place_pending_symbols(self) -> None:
+        """At a flush or the end: symbols waiting for a next word are shown after the words
+        received so far, in a final of no words once those are final (:meth:`_settle`; offline,
+        "ok &" is written "ok. &")."""
+        if self._pending_symbols:
+            self._trailing_symbols.setdefault(self.state.n_words, []).extend(self._pending_symbols)
+        self._pending_symbols = []
 
     def _set_hypothesis(self, words: Sequence[str]) -> None:
         self.state.set_hypothesis(words)
@@ -737,6 +807,8 @@ class SessionProtocol:
             target, what = self._until.popleft()
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held
+            if symbols := self._trailing_symbols.pop(target, None):  # after every word before them
+                out.append(Final(self._sent, (), " ".join(symbols)))
             if held and what is _Until.FLUSHED and self.options.partials and self._idle():
                 # the partial shown at the pause carried the held words' text, which that final
                 # has just written: a partial of no words replaces it, or a client that shows

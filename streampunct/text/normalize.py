@@ -449,7 +449,7 @@ def render_with_symbols(
     words (:func:`render`, or a formatter's); a run opens a sentence when the
     run before it ended one, so ``pizza 🍕 ok`` is written ``Pizza 🍕 ok.``.
     A unit after a word (``%``, ``°``, a currency sign that no number follows:
-    :func:`_unit_symbol`) takes that word's mark after it: ``the rate is 50 %`` is
+    :func:`unit_symbol`) takes that word's mark after it: ``the rate is 50 %`` is
     written ``The rate is 50 %.``, not ``50. %``.
     """
     if affixes is not None and len(affixes) != len(tokens):
@@ -484,7 +484,7 @@ def render_with_symbols(
     for i, token in enumerate(tokens):
         if is_symbol_word(token):
             after = tokens[i + 1] if i + 1 < len(tokens) else ""
-            if _unit_symbol(token, after) and (run or held):
+            if unit_symbol(token, after) and (run or held):
                 flush(hold=True)  # the units after a word take its mark ("50 %.")
             else:
                 flush()
@@ -501,7 +501,7 @@ def render_with_symbols(
     return " ".join(pieces)
 
 
-def _unit_symbol(token: str, after: str) -> bool:
+def unit_symbol(token: str, after: str) -> bool:
     """A symbol word that reads as a unit of the word before it: a percent or per-mille sign,
     a degree sign, or a currency sign that no number follows (``5 €``, not ``$ 20``)."""
     if unicodedata.category(token[0]) == "Sc":

@@ -241,13 +241,16 @@ def test_a_late_call_gives_the_labels_of_a_call_on_time(aligner):
 
 
 def test_an_emoji_with_its_variation_selector_takes_no_index_and_no_sentence_capital(aligner):
-    """"❤️" (U+2764 U+FE0F) and "™" are symbol words: dropped, so "hello" opens the sentence."""
+    """"❤️" (U+2764 U+FE0F) and "™" are symbol words: no index, so "hello" opens the sentence;
+    the text shows them before it. The last "™" comes after "love" is final: the end shows it
+    in a final of no words."""
     p = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW)
     s = p.stream(right_context=0, max_delay_ms=NO_DELAY)
     finals = s.push(["\u2764\ufe0f", "™", "hello", "love\u2764\ufe0f", "\u2122"], now=0.0) + s.end(now=0.1)
     assert [w.w for f in finals for w in f.words] == ["hello", "love"]
     assert [f.start for f in finals][0] == 0
-    assert finals[0].text.startswith("Hello")
+    assert finals[0].text.startswith("\u2764\ufe0f ™ Hello")
+    assert (finals[-1].start, finals[-1].words, finals[-1].text) == (2, (), "\u2122")
 
 
 def test_a_now_earlier_than_one_given_counts_as_that_one(aligner):

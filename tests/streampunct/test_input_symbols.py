@@ -5,7 +5,7 @@ stream and offline (docs/protocol.md, "Notes on this implementation")."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streampunct.client.stream_client import written_forms
@@ -28,11 +28,14 @@ from streampunct.text.normalize import (
     normalize_word,
     offline_tokens,
     render,
+    render_with_symbols,
     sending_form,
     surface_affixes,
 )
 from streampunct.text.written_form import Formatter, Lexicon, normalize_lexicon
+from tests.streampunct.test_session_protocol import Driver as ProtocolDriver
 from tests.streampunct.test_session_written import Driver as WrittenDriver
+from tests.streampunct.test_session_written import send_in_chunks
 from tests.streampunct.test_symbol_words import Recorder
 from tests.streampunct.written_fakes import FakeNormalizer
 
@@ -138,12 +141,13 @@ def test_a_stream_writes_the_symbols_back_and_keeps_words_and_indices():
     _stream(driver, raw)
     finals = driver.of(Final)
     words = [w for f in finals for w in f.words]
-    # the symbol-only word takes no index, as before; the others keep their normalized w
+    # the symbol-only word takes no index; the others keep their normalized w
     assert [w.w for w in words] == ["t1x1", "t1x2", "t1x3", "t1x4", "t1x5"]
     assert [f.start for f in finals] == list(range(5))
     texts = [f.text for f in finals]
     marks = [w.p for w in words]
-    assert texts == [f"t1x1{marks[0]}", f"$t1x2{marks[1]}", f"t1x3%{marks[2]}", f"t1x4++{marks[3]}",
+    # ... and the text shows it where it stood, before the next word (as offline text does)
+    assert texts == [f"t1x1{marks[0]}", f"$t1x2{marks[1]}", f"t1x3%{marks[2]}", f"👍 t1x4++{marks[3]}",
                      f"t1x5{marks[4]}"]
 
 
@@ -241,3 +245,29 @@ def test_the_shipped_model_through_the_python_api():
     assert [w.w for f in finals for w in f.words][2:5] == ["1,000", "for", "c"]
     streamed = " ".join(f.text for f in finals)
     assert "$1,000" in streamed and "++" in streamed and "50%" in streamed
+
+
+STREAM_SYMBOL_INPUT = ["t1x1", "t1x2", "t1x3", "t1x4", "&", "😀", "%", "+", "°", "t1x7", "$t1x5", "t1x6%"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(raw=st.lists(st.sampled_from(STREAM_SYMBOL_INPUT), min_size=1, max_size=20),
+       chunks=st.lists(st.integers(1, 4), min_size=1, max_size=6), right_context=st.integers(1, 3))
+def test_a_stream_shows_symbol_words_where_offline_text_does(raw, chunks, right_context):
+    """Words made only of symbols take no index in a stream, but its ``text`` shows them where
+    offline text does (:func:`render_with_symbols`: a unit after the word before it, with that
+    word's mark after it; any other before the word after it), whatever the chunking, given
+    the same labels. (A currency sign that ends a message is read as a unit: the stream cannot
+    see whether a number follows; none here.)"""
+    driver = ProtocolDriver(SessionOptions(right_context=right_context, max_delay_ms=60_000))
+    send_in_chunks(driver, raw, chunks)
+    finals = driver.of(Final)
+    tokens, affixes = offline_tokens(raw)
+    labels = [ID_TO_MARK.index(w.p) for f in finals for w in f.words]
+    assert [w.w for f in finals for w in f.words] == [t for t in tokens if normalize_word(t)]
+
+    def render_words(words, run_labels, cases, sentence_start, run_affixes):
+        return render(words, run_labels, sentence_start=sentence_start, affixes=run_affixes)
+
+    offline = render_with_symbols(tokens, labels, render_words, affixes=affixes)
+    assert " ".join(f.text for f in finals if f.text) == offline

@@ -564,7 +564,7 @@ def test_a_resumed_stream_takes_the_rest_of_a_form_its_context_ends_with(nemo):
                                     ("it costs twenty", "five dollars today", "five dollars today")]:
         driver = Driver(SessionOptions(right_context=1, max_delay_ms=60_000), written=WrittenForms(Lexicon(), nemo))
         given = tuple(PunctuatedWord(w, "") for w in context.split())
-        driver.send(ResumeRequest(len(given), given, ConfigRequest(itn=True)))
+        driver.send(ResumeRequest(len(given), given, ConfigRequest(itn=True), held=0))  # all written
         driver.stream(words)
         assert " ".join(f.text for f in driver.finals() if f.text).rstrip(".") == written
 

@@ -126,7 +126,7 @@ async def test_words_are_normalized_and_echoed(start_server):
 
 async def test_the_symbols_around_words_come_back_in_text(start_server):
     """``$1,000``, ``50%`` and ``c++`` keep their symbols in ``text``; ``words`` and the indices
-    are those of the normalized words (a word of symbols alone takes none)."""
+    are those of the normalized words (a word of symbols alone takes none; text shows it)."""
     server = await start_server()
     async with await StreamClient.connect(server.url) as client:
         await client.send_raw(json.dumps({"type": "words", "words": ["Paid", "$1,000,", "👍", "50%", "C++"]}))
@@ -134,7 +134,7 @@ async def test_the_symbols_around_words_come_back_in_text(start_server):
     assert transcript.words == ["paid", "1,000", "50", "c"]
     finals = [m for m in messages if isinstance(m, Final)]
     tokens = [t.rstrip(",.?") for f in finals for t in f.text.split()]
-    assert tokens == ["paid", "$1,000", "50%", "c++"]
+    assert tokens == ["paid", "$1,000", "👍", "50%", "c++"]  # the symbol word where it stood
     assert messages[-1] == Ended(4)
 
 

@@ -429,7 +429,7 @@ def test_no_pause_partial_while_words_or_a_hypothesis_remain_or_at_a_flush():
 LONG_LEXICON = (("the united states of america", "the USA"), ("department of motor vehicles", "DMV"))
 
 
-def _send_in_chunks(driver: Driver, words: list[str], chunks: list[int]) -> None:
+def send_in_chunks(driver, words: list[str], chunks: list[int]) -> None:
     """``words`` in messages of the sizes in ``chunks`` (repeated), then ``end``."""
     i = 0
     for size in chunks * len(words):
@@ -450,7 +450,7 @@ def test_an_entry_inside_a_longer_one_does_not_break_it(chunks, right_context):
     lexicon = (*LONG_LEXICON, ("united states", "U.S."))
     words = "one the united states of america and the united states is big ok".split()
     driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, lexicon=lexicon))
-    _send_in_chunks(driver, words, chunks)
+    send_in_chunks(driver, words, chunks)
     assert " ".join(f.text for f in driver.finals() if f.text) == "one the USA and the U.S. is big ok."
 
 
@@ -462,7 +462,7 @@ def test_a_lexicon_phrase_longer_than_the_right_context_is_written_whatever_the_
     does not depend on how the client cut the words into messages."""
     words = "we drove across the united states of america to the department of motor vehicles ok".split()
     driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, lexicon=LONG_LEXICON))
-    _send_in_chunks(driver, words, chunks)
+    send_in_chunks(driver, words, chunks)
     assert " ".join(f.text for f in driver.finals() if f.text) == (
         "we drove across the USA to the DMV ok.")
     assert [w.w for f in driver.finals() for w in f.words] == words
