@@ -431,8 +431,9 @@ def _vosk_events(obj: Any, where: str, previous: float | None) -> list[AsrEvent]
 def _spread(tokens: Sequence[str], start: float | None, end: float | None) -> tuple[Word, ...]:
     """The words of a segment without word timestamps: its time shared in proportion to their
     characters, in order (each word within the segment, none before the one before it); a segment
-    missing a time gives its words the times it has."""
-    if start is None or end is None or not tokens:
+    missing a time, or ending before it starts, gives its words the times it has (so that
+    ``caption`` warns of times that go back, as for such a word)."""
+    if start is None or end is None or not tokens or end < start:
         return tuple(Word(w, start, end) for w in tokens)
     span, total = max(0.0, end - start), sum(len(w) for w in tokens)
     words, done = [], 0

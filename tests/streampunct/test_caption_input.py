@@ -126,6 +126,21 @@ def test_json_lines_of_segments_without_words_are_whisper(tmp_path, words):
     assert detect_format('{"text": "so"}') == "vosk"  # Vosk's result without words
 
 
+def test_a_segment_that_ends_before_it_starts_gives_its_words_its_times(tmp_path):
+    """Not a span of 0 s (cues of 1 ms, said nowhere): the words keep the times, and caption's
+    check of times that go back names the first of them."""
+    from streampunct.commands.caption import _report_times_going_back
+
+    source = tmp_path / "segments.jsonl"
+    source.write_text('{"start": 4.0, "end": 3.0, "text": " so today"}\n', encoding="utf-8")
+    events = read_events(str(source), speed=0)
+    assert [(w.w, w.start, w.end) for e in events for w in e.words] == [("so", 4.0, 3.0), ("today", 4.0, 3.0)]
+    reported: list[str] = []
+    _report_times_going_back(events, reported.append)
+    assert reported == ["warning: word 0 ('so') ends at 3 s, before it starts (4 s): the recognizer's times go "
+                        "back, and cues there may be shown for as little as 1 ms"]
+
+
 @pytest.mark.parametrize(("segment", "reason"), [
     ('{"start": 0, "end": 1, "text": null}', "a segment's 'text' must be a string"),
     ('{"start": 0, "end": 1, "text": 5, "words": null}', "a segment's 'text' must be a string"),
