@@ -78,6 +78,7 @@ from streampunct.text.normalize import (
     render,
     sending_form,
     spelled_pieces,
+    symbol_word,
 )
 from streampunct.text.written_form import ITN_UNAVAILABLE, normalize_lexicon
 
@@ -778,18 +779,23 @@ class ResumableStream:
 
     async def send_words(self, words: Sequence[str | Word]) -> list[Word]:
         """Send committed words; returns them as sent (normalized with their symbols, empty ones
-        dropped), in order: they take the indices ``n_sent``, ``n_sent + 1``, ..."""
+        dropped), in order: they take the indices ``n_sent``, ``n_sent + 1``, ... A word made
+        only of symbols ("&", an emoji) is sent too, where it stood, for the server's ``text``
+        to show, but takes no index and is not returned (nor sent again after a resume)."""
         self._check_open()
         client, limits = self._client, self.limits
-        out = []
+        out, sending = [], []
         for item in words:
             word = item if isinstance(item, Word) else Word(item)
             w = sending_form(word.w[: limits.max_word_chars])
             if w:
                 out.append(Word(w, word.start, word.end))
+                sending.append(out[-1])
+            elif symbols := symbol_word(word.w[: limits.max_word_chars]):
+                sending.append(Word(symbols, word.start, word.end))
         self._pending.extend(out)
         self._hypothesis = ()  # every words message clears it
-        for chunk in message_words(out, limits) or [()]:
+        for chunk in message_words(sending, limits) or [()]:
             if not await self._send(client, WordsMessage(chunk)):
                 break
         return out

@@ -489,3 +489,21 @@ async def test_messages_of_an_unknown_type_are_skipped(start_server):
         await stream.send_words(["hi"])
         await reader.finish()
     assert [m.type for m in reader.messages] == ["final", "end"] and reader.transcript.words == ["hi"]
+
+
+async def test_symbol_words_are_sent_for_the_text_but_take_no_index(start_server):
+    """``send_words(["rock", "&", "roll", "😀"])``: "&" and "😀" go to the server, whose text shows
+    them where they stood, but take no index: the words returned, kept until final and sent
+    again after a resume are those with one."""
+    from streampunct.core.wire import Ended
+
+    server = await start_server()
+    stream = await ResumableStream.connect(server.url, right_context=1, max_delay_ms=600_000)
+    reader = Reader(stream)
+    sent = await stream.send_words(["we", "love", "rock", "&", "roll", "😀"])
+    assert [w.w for w in sent] == ["we", "love", "rock", "roll"] and stream.n_sent == 4
+    await stream.end()
+    await reader.finish()
+    assert reader.transcript.words == ["we", "love", "rock", "roll"] and reader.messages[-1] == Ended(4)
+    tokens = [t.rstrip(",.?") for f in reader.finals() for t in f.text.split()]
+    assert tokens == ["we", "love", "rock", "&", "roll", "😀"]
