@@ -99,6 +99,7 @@ from streampunct.text.normalize import (
     unit_symbol,
 )
 from streampunct.text.written_form import (
+    LEFT_CONTEXT_WORDS,
     MAX_HELD_WORDS,
     FinalTexts,
     WouldWait,
@@ -510,10 +511,11 @@ class SessionProtocol:
         self._accepted = True
         if request.config is not None:
             self.options = self._served(request.config.apply_to(self.options))
-        # the model's left context, and the words no final wrote, whatever the limit; not told
-        # (held None), the written forms read as many as a held phrase may have
+        # the model's left context, and the words no final wrote, whatever the limit; the
+        # written forms read those and the words written before them (not told, held None: as
+        # many as a held phrase may have)
         keep = max(self._limits.max_context_words or 0, request.held or 0)
-        keep_written = max(keep, MAX_HELD_WORDS) if request.held is None else keep
+        keep_written = max(keep, (MAX_HELD_WORDS if request.held is None else request.held) + LEFT_CONTEXT_WORDS)
         # the context's words: items that normalize to nothing are none (and not counted)
         words = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in request.context) if w]
         marked = words[-keep_written:] if keep_written else []
@@ -786,6 +788,7 @@ class SessionProtocol:
 
         if self._defer_written and texts.formatter.normalizer is not None:
             return [self._written_text(message, texts, compute)]  # held or not: known once written
+        texts.read_seed_at_end()
         return [replace(message, text=compute())] if texts.held else []
 
     def _held_partial(self) -> list[ServerMessage | WrittenText]:

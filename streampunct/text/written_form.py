@@ -578,30 +578,34 @@ class FinalTexts:
         self._seeded = bool(self._written)
 
     def _inferred_held(self, given: list[_Held], following: Sequence[str]) -> int:
-        """How many of a resume's last context words (``given``) the old connection's final left
+        """How many of a resume's last context words (``given``) the old connection's finals left
         held, as far as the words that follow them (``following``: received since, final or
-        not) tell: what a final of its last words would hold with the first ``right_context``
-        of them (:meth:`seed`) as its right context. Exact for a final decided by its right
-        context from words sent one a message (the words a client re-sends after a resume
-        start with that right context); a final that held words at a pause for words that did
-        not come, or whose words a flush wrote, cannot be told from one that wrote them:
-        counted as written."""
-        following = following[:self._infer_right_context]
-        if not following or not given:
+        not) tell: the context's last words replayed one final a word, each with the next
+        ``right_context`` words (:meth:`seed`) as its right context (none: a final at a pause,
+        as at right context 0). Exact for a stream of one word a message decided by its right
+        context; a final that held words at a pause for words that did not come, or whose words
+        a flush wrote, cannot be told from one that wrote them."""
+        if not given:
             return 0
+        r = self._infer_right_context
         probe = FinalTexts(self.formatter)
         t = min(len(given), MAX_HELD_WORDS)
         before, tail = given[:-t], given[-t:]
         probe.seed([h.word for h in before], [h.label for h in before])
-        probe.final([h.word for h in tail], [h.label for h in tail], [],
-                    sentence_start=not before or before[-1].label in (PERIOD, QUESTION), context=following)
+        rest = [h.word for h in tail] + list(following)
+        sentence_start = not before or before[-1].label in (PERIOD, QUESTION)
+        for i, h in enumerate(tail):
+            context = rest[i + 1:i + 1 + r]
+            probe.final([h.word], [h.label], [], sentence_start=sentence_start, context=context, paused=not context)
+            sentence_start = h.label in (PERIOD, QUESTION)
         return probe.held
 
-    def _read_seed(self, following: Sequence[str] = ()) -> None:
+    def _read_seed(self, following: Sequence[str] = (), *, ending: bool = False) -> None:
         """The form a resume's context ends with (:meth:`seed`), once; with ``held`` to infer,
-        the words held (``following``: the words after the context known now)."""
+        the words held (``following``: the words after the context known now; ``ending``: a
+        flush or the end writes what is held, and no word may follow)."""
         if self._infer is not None:
-            if not following:  # no word after the context yet: nothing to tell them by
+            if not following and not ending:  # no word after the context yet: nothing to tell them by
                 return
             given = self._infer
             k = self._inferred_held(given, following)
@@ -623,6 +627,11 @@ class FinalTexts:
         """Final words whose text no final has carried yet."""
         return len(self._held)
 
+    def read_seed_at_end(self) -> None:
+        """A flush or the end with no word after a resume's context: the words it held are
+        inferred now (:meth:`seed`), so that :attr:`held` counts them."""
+        self._read_seed(ending=True)
+
     def final(self, words: Sequence[str], labels: Sequence[int], cases: Sequence[int | None],
               *, sentence_start: bool, context: Sequence[str], paused: bool = False,
               affixes: Sequence[Affix] = ()) -> str:
@@ -631,7 +640,7 @@ class FinalTexts:
         last word was decided by a delay deadline with no word after it yet (not a flush or
         the end), so that a form the grammars read as unfinished there is held. ``affixes``:
         the input's symbols around each of ``words`` (:meth:`Formatter.render`)."""
-        self._read_seed([*words, *context])
+        self._read_seed([*words, *context], ending=not words and not context)
         if not self._held:
             self._held_sentence_start = sentence_start
         n_new = len(words)

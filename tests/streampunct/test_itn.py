@@ -578,3 +578,47 @@ def test_the_api_names_its_own_argument_for_a_cache_it_cannot_make(tmp_path):
     cache.write_text("x")
     with pytest.raises(InputError, match=rf"^itn_cache {cache}: cannot make the folder for the compiled grammars"):
         written_forms(itn=True, itn_cache=cache)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right_context", [0, 1, 2])
+def test_a_resume_without_held_writes_each_word_once_with_the_grammars(nemo, right_context):
+    """A client that knows only the protocol resumes without ``held``: the server infers it by
+    replaying the context's last finals. A form the old connection wrote whole ("ten past
+    seven" before "i") is not written again, and a number it held ("twenty" before "five
+    dollars") is written with the words sent again, at right context 0 too (found by a probe)."""
+    from streampunct.core.wire import (
+        ConfigRequest,
+        EndRequest,
+        PunctuatedWord,
+        ResumeRequest,
+        SessionOptions,
+        Word,
+        WordsMessage,
+    )
+    from streampunct.text.written_form import Lexicon, WrittenForms
+    from tests.streampunct.test_session_written import Driver
+
+    options = SessionOptions(right_context=right_context, max_delay_ms=60_000, itn=True)
+    for text, cut in [("good went ten past seven i fifty percent", 6),
+                      ("it costs twenty five dollars today", 3)]:
+        words = text.split()
+
+        def run(driver: Driver, items: list[str]) -> list:
+            for w in items:
+                driver.send(WordsMessage((Word(w),)))
+            return driver.finals()
+
+        whole = Driver(options, written=WrittenForms(Lexicon(), nemo))
+        run(whole, words)
+        whole.send(EndRequest())
+        unbroken = " ".join(f.text for f in whole.finals() if f.text)
+        before = Driver(options, written=WrittenForms(Lexicon(), nemo))
+        finals = [f for f in run(before, words[:cut + right_context]) if f.start < cut or not f.words]
+        finals = [f for f in finals if f.start + len(f.words) <= cut]
+        context = tuple(PunctuatedWord(x.w, x.p) for f in finals for x in f.words)
+        after = Driver(options, written=WrittenForms(Lexicon(), nemo))
+        after.send(ResumeRequest(len(context), context, ConfigRequest(right_context=right_context, itn=True)))
+        run(after, words[len(context):])
+        after.send(EndRequest())
+        assert " ".join(f.text for f in finals + after.finals() if f.text) == unbroken, (text, right_context)
