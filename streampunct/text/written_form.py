@@ -59,6 +59,10 @@ _HOUR_FRACTIONS = ("half", "quarter")
 #: Final words already written that the next phrases see as left context (a cue such as
 #: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
 LEFT_CONTEXT_WORDS = 3
+#: How many of a resume's last context words :meth:`FinalTexts._inferred_held` replays (a held
+#: phrase longer than that is taken as written from there): with the grammars, 16 words cost
+#: about 60 ms once per such resume, 32 about 150 ms.
+INFER_REPLAY_WORDS = 16
 
 
 @dataclass(frozen=True)
@@ -589,7 +593,7 @@ class FinalTexts:
             return 0
         r = self._infer_right_context
         probe = FinalTexts(self.formatter)
-        t = min(len(given), MAX_HELD_WORDS)
+        t = min(len(given), INFER_REPLAY_WORDS)
         before, tail = given[:-t], given[-t:]
         probe.seed([h.word for h in before], [h.label for h in before])
         rest = [h.word for h in tail] + list(following)
