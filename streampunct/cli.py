@@ -160,8 +160,9 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
 
         if e.errno not in WRITE_ERRNOS:
             raise
-        if not e.filename:  # stdout (a full disk under `> file`): nothing more goes there
-            _stdout_to_devnull()
+        if e.filename == "stdout" or (not e.filename and _stdout_fails()):
+            _stdout_to_devnull()  # a full disk under `> file`: nothing more goes there
+            e.filename = "stdout"
         print(f"{prog}: error: {write_error_message(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
@@ -169,6 +170,15 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stdout_fails() -> bool:
+    """Whether stdout cannot take what it holds (the write that failed was stdout's)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        return True
+    return False
 
 
 def _stdout_to_devnull() -> None:

@@ -265,6 +265,7 @@ class _Stdout:
         if not _gone(e):
             if e.errno not in WRITE_ERRNOS:
                 raise e
+            e.filename = e.filename or "stdout"
             self.error = e
         self.close_pipe()
 

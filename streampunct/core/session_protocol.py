@@ -114,6 +114,10 @@ OVERLOAD_EPISODE_GAP_S = 5.0
 #: Flushes waiting for their words past which the protocol takes no more input
 #: (:meth:`SessionProtocol.wants_input`, with a ``max_backlog``).
 MAX_PENDING_FLUSHES = 64
+#: The most symbol words in a row (between two words, or before a flush) that ``text`` shows; the
+#: rest are dropped, as they were before symbol words were shown (they take no index, and would
+#: otherwise be held without bound: no backlog counts them).
+MAX_SYMBOL_RUN = 8
 
 
 class _Until(enum.Enum):
@@ -251,12 +255,12 @@ class SessionProtocol:
         self._resumed_from: tuple[int, list[str], float] | None = None  # its cut: start, context, time
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
-        self._until: deque[tuple[int, _Until]] = deque()
+        # (words before it, what, symbol words a flush or the end left after them: _place_pending_symbols)
+        self._until: deque[tuple[int, _Until, list[str]]] = deque()
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
         # index -> the input's symbols around the word, shown in ``text`` (only words that have some)
         self._affixes: dict[int, Affix] = {}
         self._pending_symbols: list[str] = []  # symbol words waiting for the next word (_words_with_symbols)
-        self._trailing_symbols: dict[int, list[str]] = {}  # those a flush or the end left after word N
         # the hypothesis's words and their symbols (a partial for an older hypothesis shows none)
         self._hypothesis_affixes: tuple[tuple[str, ...], list[Affix]] = ((), [])
         self._partial_owed = False  # a hypothesis change still waits for its partial
@@ -371,9 +375,9 @@ class SessionProtocol:
         if isinstance(message, ConfigRequest):
             return self._configure(message)
         if isinstance(message, FlushRequest):
-            self._place_pending_symbols()
+            symbols = self._place_pending_symbols()
             self.state.flush(now)
-            self._until.append((self.state.n_words, _Until.FLUSHED))
+            self._until.append((self.state.n_words, _Until.FLUSHED, symbols))
             return self._settle()
         if isinstance(message, EndRequest):
             self.end_received = True
@@ -396,12 +400,12 @@ class SessionProtocol:
             now, end_of_stream, self._end_at = self._end_at, True, None
         self._finishing = True
         self._partial_owed = False
-        self._place_pending_symbols()
+        symbols = self._place_pending_symbols()
         if end_of_stream:
             self.state.end(now)
         else:
             self.state.flush(now)
-        self._until.append((self.state.n_words, _Until.DONE))
+        self._until.append((self.state.n_words, _Until.DONE, symbols))
         return self._settle()
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
@@ -443,7 +447,7 @@ class SessionProtocol:
         words after those before it (:meth:`_place_pending_symbols`)."""
         items = list(message.words)
         first = self.state.n_words
-        prefixes: dict[int, list[str]] = {0: self._pending_symbols} if self._pending_symbols else {}
+        prefixes: dict[int, list[str]] = {0: list(self._pending_symbols)} if self._pending_symbols else {}
         suffixes: dict[int, list[str]] = {}  # position among the words taken (-1: the word before them)
         k = 0  # words taken so far
         for i, item in enumerate(items):
@@ -452,6 +456,8 @@ class SessionProtocol:
                 continue
             if not (symbols := symbol_word(item.w)):
                 continue
+            if len(suffixes.get(k - 1, ())) + len(prefixes.get(k, ())) >= MAX_SYMBOL_RUN:
+                continue  # a longer run of symbols between two words: its first ones are shown
             after = next((x.w for x in items[i + 1:] if normalize_word(x.w) or symbol_word(x.w)), "")
             last_open = k > 0 or (first > self._sent and not prefixes.get(0))
             if k not in prefixes and last_open and unit_symbol(symbols, normalize_word(after) or after):
@@ -469,17 +475,19 @@ class SessionProtocol:
         return out
 
     def _attach(self, index: int, *, before: Sequence[str] = (), after: Sequence[str] = ()) -> None:
-        """Show ``before`` and ``after`` (symbol words) around word ``index`` in ``text``."""
+        """Show ``before`` and ``after`` (symbol words) around word ``index`` in ``text``, at
+        most :data:`MAX_SYMBOL_RUN` after it (units that come one a message after a word that
+        is not final yet)."""
         a, b = self._affixes.get(index, NO_AFFIX)
+        after = after[:max(0, MAX_SYMBOL_RUN - b.count(" "))]
         self._affixes[index] = ("".join(f"{x} " for x in before) + a, b + "".join(f" {x}" for x in after))
 
-    def _place_pending_symbols(self) -> None:
-        """At a flush or the end: symbols waiting for a next word are shown after the words
-        received so far, in a final of no words once those are final (:meth:`_settle`; offline,
-        "ok &" is written "ok. &")."""
-        if self._pending_symbols:
-            self._trailing_symbols.setdefault(self.state.n_words, []).extend(self._pending_symbols)
-        self._pending_symbols = []
+    def _place_pending_symbols(self) -> list[str]:
+        """At a flush or the end: the symbols waiting for a next word, to be shown after the
+        words received so far, in a final of no words once those are final (:meth:`_settle`;
+        offline, "ok &" is written "ok. &")."""
+        symbols, self._pending_symbols = self._pending_symbols, []
+        return symbols
 
     def _set_hypothesis(self, words: Sequence[str]) -> None:
         self.state.set_hypothesis(words)
@@ -807,10 +815,10 @@ class SessionProtocol:
         the text of words held at a pause (:meth:`_held_text`)."""
         out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
-            target, what = self._until.popleft()
+            target, what, symbols = self._until.popleft()
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held
-            if symbols := self._trailing_symbols.pop(target, None):  # after every word before them
+            if symbols:  # after every word before them
                 out.append(Final(self._sent, (), " ".join(symbols)))
             if held and what is _Until.FLUSHED and self.options.partials and self._idle():
                 # the partial shown at the pause carried the held words' text, which that final

@@ -365,8 +365,8 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
 
 
 def write_error_message(error: OSError) -> str:
-    """``cannot write FILE: why`` (stdout when the error names no file)."""
-    return f"cannot write {error.filename or 'stdout'}: {error.strerror or error}"
+    """``cannot write FILE: why`` (``cannot write: why`` when the error names no file)."""
+    return f"cannot write{' ' + str(error.filename) if error.filename else ''}: {error.strerror or error}"
 
 
 class _NamedWriter:
@@ -533,10 +533,15 @@ def write_all(stream: TextIO, text: str) -> None:
     except (AttributeError, OSError, ValueError):  # a text-only stream (io.StringIO)
         stream.write(text)
         return
-    stream.flush()
-    view = memoryview(text.encode(stream.encoding or "utf-8"))
-    while view:
-        view = view[os.write(fd, view):]
+    try:
+        stream.flush()
+        view = memoryview(text.encode(stream.encoding or "utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:  # named for the message (write_error_message): "stdout", or the file's path
+        if e.filename is None and isinstance(name := getattr(stream, "name", None), str):
+            e.filename = "stdout" if name == "<stdout>" else name
+        raise
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:

@@ -723,7 +723,7 @@ class FinalTexts:
         """The ``text`` of a partial: the held words (when the partial's words follow the
         last final word: ``follows_finals``), then ``words`` (provisional and hypothesis),
         with ``affixes`` around them (:meth:`Formatter.render`)."""
-        self._read_seed(words if follows_finals else ())
+        self._read_seed()  # (held words are inferred from words sent, not from a partial's)
         held = self._held if follows_finals else []
         learned = list(cases) + [None] * (len(words) - len(cases))
         all_words, all_labels = [h.word for h in held] + list(words), [h.label for h in held] + list(labels)

@@ -379,6 +379,12 @@ def test_a_wrong_path_is_one_line_and_a_machine_fault_keeps_its_traceback(capsys
     assert cli.run_command(disk_full, None, "streampunct evaluate") == 1
     assert capsys.readouterr().err == "streampunct evaluate: error: cannot write out/x.json: No space left on device\n"
 
+    def unnamed(args):  # a file's write that names no file (close() on a full disk): not stdout's
+        raise OSError(28, "No space left on device")
+
+    assert cli.run_command(unnamed, None, "streampunct train") == 1
+    assert capsys.readouterr().err == "streampunct train: error: cannot write: No space left on device\n"
+
     def io_error(args):  # a fault of the machine that is not a refused write: its traceback
         raise OSError(5, "Input/output error")
 

@@ -271,3 +271,55 @@ def test_a_stream_shows_symbol_words_where_offline_text_does(raw, chunks, right_
 
     offline = render_with_symbols(tokens, labels, render_words, affixes=affixes)
     assert " ".join(f.text for f in finals if f.text) == offline
+
+
+def test_a_run_of_symbol_words_shows_its_first_eight_and_holds_no_more():
+    """Symbol words take no index and no backlog: a run of them between two words (or before a
+    flush) shows its first MAX_SYMBOL_RUN, and units sent one a message after a word that is
+    not final yet stop there too, so a client cannot grow the session without bound."""
+    from streampunct.core.session_protocol import MAX_SYMBOL_RUN
+    from streampunct.core.wire import FlushRequest
+
+    driver = ProtocolDriver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.send(WordsMessage((Word("t1x1"), *(Word("😀") for _ in range(20)), Word("t1x2"))))
+    for _ in range(50):
+        driver.send(WordsMessage((Word("😀"),) * 100))
+    assert len(driver.protocol._pending_symbols) == MAX_SYMBOL_RUN
+    driver.send(FlushRequest())
+    tokens = [t.rstrip(",.?") for f in driver.of(Final) for t in f.text.split()]
+    assert tokens == ["t1x1", *["😀"] * MAX_SYMBOL_RUN, "t1x2", *["😀"] * MAX_SYMBOL_RUN]
+    units = ProtocolDriver(SessionOptions(right_context=3, max_delay_ms=60_000))
+    units.send(WordsMessage((Word("t1x1"),)))
+    for _ in range(30):
+        units.send(WordsMessage((Word("%"),)))
+    units.send(EndRequest())
+    assert " ".join(f.text for f in units.of(Final)).rstrip(",.?") == "t1x1 " + " ".join(["%"] * MAX_SYMBOL_RUN)
+
+
+def test_a_refused_words_message_leaves_no_symbol_behind():
+    """A words message refused whole (indices past MAX_START) takes nothing, its symbols too."""
+    from streampunct.core.wire import MAX_START, Error, ResumeRequest
+
+    driver = ProtocolDriver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.send(ResumeRequest(MAX_START - 1))
+    driver.send(WordsMessage((Word("t1x1"), Word("&"))))
+    out = driver.send(WordsMessage((Word("#"), Word("t1x2"), Word("t1x3"))))
+    assert [m.message.split(";")[0] for m in out if isinstance(m, Error)] == [
+        f"words: this message would take word indices past {MAX_START}, the largest exact in JSON"]
+    driver.send(EndRequest())
+    assert [f.text.rstrip(",.?") for f in driver.of(Final)] == ["t1x1", "&"]
+
+
+def test_symbols_sent_after_a_flush_wait_for_the_next_one():
+    """Two flushes with no word between: a symbol sent after the first is shown at the second,
+    after the first's ``flushed``."""
+    from streampunct.core.wire import Flushed, FlushRequest
+
+    driver = ProtocolDriver(SessionOptions(right_context=1, max_delay_ms=60_000))
+    driver.send(WordsMessage((Word("t1x1"), Word("&"))))
+    driver.send(FlushRequest())
+    driver.send(WordsMessage((Word("@"),)))
+    driver.send(FlushRequest())
+    shown = [(type(m).__name__, m.text.rstrip(",.?") if isinstance(m, Final) else None)
+             for m in driver.out if isinstance(m, (Final, Flushed))]
+    assert shown == [("Final", "t1x1"), ("Final", "&"), ("Flushed", None), ("Final", "@"), ("Flushed", None)]

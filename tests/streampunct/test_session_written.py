@@ -1071,3 +1071,19 @@ def test_a_stream_cut_after_any_final_and_resumed_shows_the_text_of_the_unbroken
     after.send(EndRequest())
     assert [x.w for f in finals + after.finals() for x in f.words] == words
     assert " ".join(f.text for f in finals + after.finals() if f.text) == unbroken
+
+
+def test_a_partial_before_the_words_sent_again_does_not_decide_the_held_words():
+    """With partials, a hypothesis ("your") may come before the words sent again after a resume
+    without ``held``: the held words are inferred from words sent ("york"), not from it."""
+    options = SessionOptions(right_context=1, max_delay_ms=60_000, partials=True)
+    driver = Driver(options)
+    for w in "we flew to new york".split():
+        driver.send(WordsMessage((Word(w),)))
+    context = tuple(PunctuatedWord(w.w, w.p) for f in driver.finals() for w in f.words)
+    assert [w.w for w in context] == ["we", "flew", "to", "new"] and driver.finals()[-1].held == 1
+    resumed = Driver(options)
+    resumed.send(ResumeRequest(len(context), context, ConfigRequest(right_context=1, partials=True)))
+    resumed.send(HypothesisMessage((Word("your"),)))
+    resumed.stream("york today")
+    assert " ".join(f.text for f in resumed.finals() if f.text) == "New York, today."
