@@ -173,11 +173,16 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
 
 
 def _stdout_fails() -> bool:
-    """Whether stdout cannot take what it holds (the write that failed was stdout's)."""
+    """Whether stdout cannot take what it holds for a reason of :data:`WRITE_ERRNOS` (the
+    write that failed was stdout's; a reader gone away is no full disk)."""
+    from streampunct.text.textfile import WRITE_ERRNOS
+
     try:
         sys.stdout.flush()
-    except (OSError, ValueError, AttributeError):
-        return True
+    except OSError as e:
+        return e.errno in WRITE_ERRNOS
+    except (ValueError, AttributeError):
+        return False
     return False
 
 

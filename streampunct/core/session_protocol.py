@@ -456,7 +456,8 @@ class SessionProtocol:
                 continue
             if not (symbols := symbol_word(item.w)):
                 continue
-            if len(suffixes.get(k - 1, ())) + len(prefixes.get(k, ())) >= MAX_SYMBOL_RUN:
+            before_run = self._affixes.get(first - 1, NO_AFFIX)[1].count(" ") if k == 0 else 0  # earlier units
+            if before_run + len(suffixes.get(k - 1, ())) + len(prefixes.get(k, ())) >= MAX_SYMBOL_RUN:
                 continue  # a longer run of symbols between two words: its first ones are shown
             after = next((x.w for x in items[i + 1:] if normalize_word(x.w) or symbol_word(x.w)), "")
             last_open = k > 0 or (first > self._sent and not prefixes.get(0))
@@ -658,6 +659,8 @@ class SessionProtocol:
         if self._texts_options is not self.options:
             o = self.options
             formatter = self._written.formatter(itn=o.itn, lexicon=o.lexicon, capitalize=o.capitalize)
+            if self._texts is not None:  # new options (a config before any word): what is held carries over
+                self._resumed_held = self._texts.held_or_unknown
             self._texts = FinalTexts(formatter) if formatter.active else None
             if self._texts is not None and self._resumed_written:
                 self._texts.seed([w for w, _ in self._resumed_written], [label for _, label in self._resumed_written],

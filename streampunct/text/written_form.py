@@ -631,6 +631,12 @@ class FinalTexts:
         """Final words whose text no final has carried yet."""
         return len(self._held)
 
+    @property
+    def held_or_unknown(self) -> int | None:
+        """:attr:`held`, or None while a resume's held words are still to be inferred (a new
+        :class:`FinalTexts` for new options is seeded with it)."""
+        return None if self._infer is not None else len(self._held)
+
     def read_seed_at_end(self) -> None:
         """A flush or the end with no word after a resume's context: the words it held are
         inferred now (:meth:`seed`), so that :attr:`held` counts them."""

@@ -294,6 +294,15 @@ def test_a_run_of_symbol_words_shows_its_first_eight_and_holds_no_more():
         units.send(WordsMessage((Word("%"),)))
     units.send(EndRequest())
     assert " ".join(f.text for f in units.of(Final)).rstrip(",.?") == "t1x1 " + " ".join(["%"] * MAX_SYMBOL_RUN)
+    # units after a word, then other symbols before the next word: one run, of 8 in all
+    mixed = ProtocolDriver(SessionOptions(right_context=3, max_delay_ms=60_000))
+    mixed.send(WordsMessage((Word("t1x1"),)))
+    for _ in range(MAX_SYMBOL_RUN - 2):
+        mixed.send(WordsMessage((Word("%"),)))
+    mixed.send(WordsMessage((*(Word("&") for _ in range(MAX_SYMBOL_RUN)), Word("t1x2"))))
+    mixed.send(EndRequest())
+    tokens = [t.rstrip(",.?") for f in mixed.of(Final) for t in f.text.split()]
+    assert tokens == ["t1x1", *["%"] * (MAX_SYMBOL_RUN - 2), "&", "&", "t1x2"]
 
 
 def test_a_refused_words_message_leaves_no_symbol_behind():

@@ -1087,3 +1087,20 @@ def test_a_partial_before_the_words_sent_again_does_not_decide_the_held_words():
     resumed.send(HypothesisMessage((Word("your"),)))
     resumed.stream("york today")
     assert " ".join(f.text for f in resumed.finals() if f.text) == "New York, today."
+
+
+@pytest.mark.parametrize("held", [None, 1])
+def test_a_held_word_a_flush_wrote_after_a_resume_is_not_held_again_by_a_config(held):
+    """Resume (context ending "twenty", held or to infer), ``flush`` (writes "20"), then a
+    ``config`` before any word: the new options' renderer carries over what is still held
+    (nothing), so "five dollars" is not read with "twenty" again ("$25")."""
+    from streampunct.core.wire import FlushRequest
+
+    options = SessionOptions(right_context=3, max_delay_ms=60_000, itn=True)
+    driver = Driver(options, written=WrittenForms(SERVER_LEXICON, NumberWordsNormalizer()))
+    context = tuple(PunctuatedWord(w, "") for w in ("it", "costs", "twenty"))
+    driver.send(ResumeRequest(3, context, ConfigRequest(right_context=3, itn=True), held=held))
+    driver.send(FlushRequest())
+    driver.send(ConfigRequest(right_context=3, itn=True, capitalize=False))
+    driver.stream("five dollars today")
+    assert [f.text for f in driver.finals() if f.text] == ["20", "five dollars today."]
