@@ -99,8 +99,8 @@ from streampunct.text.normalize import (
     unit_symbol,
 )
 from streampunct.text.written_form import (
+    INFER_REPLAY_WORDS,
     LEFT_CONTEXT_WORDS,
-    MAX_HELD_WORDS,
     FinalTexts,
     WouldWait,
     WrittenForms,
@@ -409,10 +409,13 @@ class SessionProtocol:
         return self._settle()
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
-        taken = [(word, item) for item in message.words if (word := normalize_word(item.w))]
-        if self._pending_symbols or (len(taken) < len(message.words)
-                                     and any(symbol_word(item.w) for item in message.words)):
-            return self._words_with_symbols(message, taken, now)
+        forms = [(normalize_word(item.w), item) for item in message.words]
+        taken = [(word, item) for word, item in forms if word]
+        if len(taken) < len(forms) or self._pending_symbols:
+            # what each item shows: its word, or for one that normalizes to nothing its symbols
+            shown = [word or symbol_word(item.w) for word, item in forms]
+            if self._pending_symbols or any(symbols != word for (word, _), symbols in zip(forms, shown, strict=True)):
+                return self._words_with_symbols(forms, shown, taken, now)
         return self._take(taken, now)
 
     def _take(self, taken: list[tuple[str, Word]], now: float) -> list[ServerMessage]:
@@ -434,7 +437,7 @@ class SessionProtocol:
             self._set_hypothesis([])
         return self._owed_partial()
 
-    def _words_with_symbols(self, message: WordsMessage, taken: list[tuple[str, Word]],
+    def _words_with_symbols(self, forms: list[tuple[str, Word]], shown: list[str], taken: list[tuple[str, Word]],
                             now: float) -> list[ServerMessage]:
         """:meth:`_words` for a message with words made only of symbols ("&", "😀", a "%" or a
         "€" of its own), or after one that ended with such words. They take no index (they
@@ -445,23 +448,24 @@ class SessionProtocol:
         mark after it, when that word is not final yet; any other before the next word
         ("rock & roll", "$ 20"), or, when a flush or the end comes first, in a final of no
         words after those before it (:meth:`_place_pending_symbols`)."""
-        items = list(message.words)
         first = self.state.n_words
         prefixes: dict[int, list[str]] = {0: list(self._pending_symbols)} if self._pending_symbols else {}
         suffixes: dict[int, list[str]] = {}  # position among the words taken (-1: the word before them)
+        after = [""] * len(shown)  # what the next item that shows anything shows
+        for i in range(len(shown) - 1, 0, -1):
+            after[i - 1] = shown[i] or after[i]
         k = 0  # words taken so far
-        for i, item in enumerate(items):
-            if normalize_word(item.w):
+        for i, ((word, _), symbols) in enumerate(zip(forms, shown, strict=True)):
+            if word:
                 k += 1
                 continue
-            if not (symbols := symbol_word(item.w)):
+            if not symbols:
                 continue
             before_run = self._affixes.get(first - 1, NO_AFFIX)[1].count(" ") if k == 0 else 0  # earlier units
             if before_run + len(suffixes.get(k - 1, ())) + len(prefixes.get(k, ())) >= MAX_SYMBOL_RUN:
                 continue  # a longer run of symbols between two words: its first ones are shown
-            after = next((x.w for x in items[i + 1:] if normalize_word(x.w) or symbol_word(x.w)), "")
             last_open = k > 0 or (first > self._sent and not prefixes.get(0))
-            if k not in prefixes and last_open and unit_symbol(symbols, normalize_word(after) or after):
+            if k not in prefixes and last_open and unit_symbol(symbols, after[i]):
                 suffixes.setdefault(k - 1, []).append(symbols)
             else:
                 prefixes.setdefault(k, []).append(symbols)
@@ -524,7 +528,7 @@ class SessionProtocol:
         # written forms read those and the words written before them (not told, held None: as
         # many as a held phrase may have)
         keep = max(self._limits.max_context_words or 0, request.held or 0)
-        keep_written = max(keep, (MAX_HELD_WORDS if request.held is None else request.held) + LEFT_CONTEXT_WORDS)
+        keep_written = max(keep, (INFER_REPLAY_WORDS if request.held is None else request.held) + LEFT_CONTEXT_WORDS)
         # the context's words: items that normalize to nothing are none (and not counted)
         words = [(w, ID_TO_MARK.index(x.p)) for w, x in ((normalize_word(x.w), x) for x in request.context) if w]
         marked = words[-keep_written:] if keep_written else []

@@ -572,7 +572,7 @@ class FinalTexts:
         the context (:meth:`_inferred_held`): the words a final would have held for a phrase
         that those words go on with."""
         given = [_Held(w, label, None) for w, label in zip(words, labels, strict=True)]
-        self._infer = given[-MAX_HELD_WORDS - LEFT_CONTEXT_WORDS:] if held is None else None
+        self._infer = given[-INFER_REPLAY_WORDS - LEFT_CONTEXT_WORDS:] if held is None else None
         self._infer_right_context = right_context
         cut = len(given) - max(0, min(held or 0, len(given), MAX_HELD_WORDS))
         self._written = given[:cut][-LEFT_CONTEXT_WORDS:]
