@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
@@ -188,10 +187,9 @@ def _stdout_fails() -> bool:
 
 def _stdout_to_devnull() -> None:
     """Point stdout's descriptor at /dev/null, so that the flush at exit does not fail again."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+    from streampunct.text.textfile import to_devnull
+
+    to_devnull(sys.stdout)
 
 
 def configure_logging(level: str) -> None:

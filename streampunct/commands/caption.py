@@ -212,16 +212,6 @@ def _rushed_cues(cues) -> tuple[int, int] | None:
     return (stats.short, stats.cues) if 2 * stats.short > stats.cues else None
 
 
-def _to_devnull(stream: TextIO) -> None:
-    """Point ``stream``'s file descriptor at /dev/null: writes (the flush at exit) go nowhere."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, stream.fileno())
-        os.close(null)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def _isatty(stream: TextIO | None) -> bool:
     try:
         return stream is not None and stream.isatty()
@@ -256,7 +246,9 @@ class _Stdout:
         if self.closed_pipe:
             return
         self.closed_pipe = True
-        _to_devnull(self.stream)
+        from streampunct.text.textfile import to_devnull
+
+        to_devnull(self.stream)
         self.on_close()
 
     def _failed(self, e: OSError) -> None:
@@ -342,7 +334,9 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         second = bool(signals) or (interrupt.stopped and not stdout.was_tty)
         signals.append(signal.SIGHUP)
         if stderr_tty:
-            _to_devnull(sys.stderr)
+            from streampunct.text.textfile import to_devnull
+
+            to_devnull(sys.stderr)
         if stdout.isatty():
             stdout.close_pipe()  # as `| head` does: on_closed_stdout stops the run, or ends it
         if second or not interrupt.stopped:

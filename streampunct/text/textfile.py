@@ -369,6 +369,24 @@ def write_error_message(error: OSError) -> str:
     return f"cannot write{' ' + str(error.filename) if error.filename else ''}: {error.strerror or error}"
 
 
+def _named(error: OSError, name: str, *, instead_of: Path | None = None) -> None:
+    """Make ``error`` name ``name``, the file the user asked for, when it names none (or only
+    ``instead_of``, the temporary file written in its place), for :func:`write_error_message`."""
+    if error.errno is not None and (error.filename is None or (
+            instead_of is not None and str(error.filename) == str(instead_of))):
+        error.filename = name
+
+
+def to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: writes (the flush at exit) go nowhere."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 class _NamedWriter:
     """A text file whose write errors (a full disk, a file-size limit) name ``path``, the file
     the user asked for, not the temporary one that is written (or none)."""
@@ -377,26 +395,21 @@ class _NamedWriter:
         self._file = file
         self._path = path
 
-    def _named(self, e: OSError) -> OSError:
-        return type(e)(e.errno, e.strerror, str(self._path)) if e.errno is not None else e
+    def _call(self, method: str, *args):
+        try:
+            return getattr(self._file, method)(*args)
+        except OSError as e:
+            _named(e, str(self._path))
+            raise
 
     def write(self, text: str) -> int:
-        try:
-            return self._file.write(text)
-        except OSError as e:
-            raise self._named(e) from None
+        return self._call("write", text)
 
     def flush(self) -> None:
-        try:
-            self._file.flush()
-        except OSError as e:
-            raise self._named(e) from None
+        self._call("flush")
 
     def close(self) -> None:
-        try:
-            self._file.close()
-        except OSError as e:
-            raise self._named(e) from None
+        self._call("close")
 
     @property
     def closed(self) -> bool:
@@ -457,8 +470,7 @@ class AtomicTextFile:
             self._commit()
         except OSError as e:
             self.discard()
-            if e.errno is not None and (e.filename is None or str(e.filename) == str(self.temp)):
-                raise type(e)(e.errno, e.strerror, str(self.path)) from None
+            _named(e, str(self.path), instead_of=self.temp)
             raise
 
     def _commit(self) -> None:
@@ -539,8 +551,8 @@ def write_all(stream: TextIO, text: str) -> None:
         while view:
             view = view[os.write(fd, view):]
     except OSError as e:  # named for the message (write_error_message): "stdout", or the file's path
-        if e.filename is None and isinstance(name := getattr(stream, "name", None), str):
-            e.filename = "stdout" if name == "<stdout>" else name
+        if isinstance(name := getattr(stream, "name", None), str):
+            _named(e, "stdout" if name == "<stdout>" else name)
         raise
 
 
