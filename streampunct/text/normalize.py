@@ -7,8 +7,10 @@ turns them into the model's form and back into readable text.
 Offline (``streampunct punctuate``), a word made only of symbols (emoji,
 ``™``, ``€``, ``+``, ``&``, ``%``) is kept as it is (:func:`symbol_word`,
 :func:`offline_tokens`): it is not sent to the model, takes no mark, and is
-written back in its place (:func:`render_with_symbols`). The stream drops it
-as before (its words take indices that client and server must count alike).
+written back in its place (:func:`render_with_symbols`). In a stream it takes no
+index (indices count the words client and server both normalize), but a final's
+``text`` shows it where offline text would
+(``streampunct.core.session_protocol``, :func:`unit_symbol`).
 
 The symbols at an ordinary word's edges (``$1,000``, ``50%``, ``c++``) are not the
 model's, but ``text`` writes them back around the word (:func:`surface_affixes`,
