@@ -45,6 +45,7 @@ import enum
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -125,6 +126,17 @@ class _Until(enum.Enum):
 
     FLUSHED = "flushed"  # answer a ``flush``
     DONE = "done"  # the stream is over (client ``end``, or server shutdown)
+    ERROR = "error"  # an ``error`` for a message after a flush: sent after that flush's answer
+
+
+class _Owed(NamedTuple):
+    """An answer owed once the words before ``target`` are final."""
+
+    target: int
+    what: _Until
+    #: symbol words a flush or the end left after the words (:meth:`SessionProtocol._place_pending_symbols`)
+    symbols: Sequence[str] = ()
+    error: Error | None = None  # what ``ERROR`` sends
 
 
 class WrittenText:
@@ -255,8 +267,7 @@ class SessionProtocol:
         self._resumed_from: tuple[int, list[str], float] | None = None  # its cut: start, context, time
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
-        # (words before it, what, symbol words a flush or the end left after them: _place_pending_symbols)
-        self._until: deque[tuple[int, _Until, list[str]]] = deque()
+        self._until: deque[_Owed] = deque()
         self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
         # index -> the input's symbols around the word, shown in ``text`` (only words that have some)
         self._affixes: dict[int, Affix] = {}
@@ -354,13 +365,28 @@ class SessionProtocol:
         try:
             message = decode(frame, self._limits)
         except ProtocolError as e:
-            return [Error(e.code, e.message)]
+            return self._refuse(Error(e.code, e.message))
         return self.receive(message, now)
+
+    def _refuse(self, error: Error) -> list[ServerMessage]:
+        """``error`` for a message, in the order of the answers: after the ``flushed`` owed to
+        an earlier ``flush`` (and the finals before it), so that no answer overtakes one owed
+        to an earlier message."""
+        if not self._until:
+            return [error]
+        self._until.append(_Owed(self._until[-1].target, _Until.ERROR, error=error))
+        return []
 
     def receive(self, message: ClientMessage, now: float) -> list[ServerMessage | WrittenText]:
         """Handle one decoded client message that arrived at ``now``."""
         if self.end_received:
             return []
+        out = self._receive(message, now)
+        if len(out) == 1 and isinstance(out[0], Error):  # a refused message: nothing else changed
+            return self._refuse(out[0])
+        return out
+
+    def _receive(self, message: ClientMessage, now: float) -> list[ServerMessage | WrittenText]:
         if isinstance(message, ResumeRequest):
             return self._resume(message, now)
         self._accepted = True
@@ -377,7 +403,7 @@ class SessionProtocol:
         if isinstance(message, FlushRequest):
             symbols = self._place_pending_symbols()
             self.state.flush(now)
-            self._until.append((self.state.n_words, _Until.FLUSHED, symbols))
+            self._until.append(_Owed(self.state.n_words, _Until.FLUSHED, symbols))
             return self._settle()
         if isinstance(message, EndRequest):
             self.end_received = True
@@ -405,7 +431,7 @@ class SessionProtocol:
             self.state.end(now)
         else:
             self.state.flush(now)
-        self._until.append((self.state.n_words, _Until.DONE, symbols))
+        self._until.append(_Owed(self.state.n_words, _Until.DONE, symbols))
         return self._settle()
 
     def _words(self, message: WordsMessage, now: float) -> list[ServerMessage]:
@@ -822,7 +848,10 @@ class SessionProtocol:
         the text of words held at a pause (:meth:`_held_text`)."""
         out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
-            target, what, symbols = self._until.popleft()
+            target, what, symbols, error = self._until.popleft()
+            if error is not None:
+                out.append(error)
+                continue
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held
             if symbols:  # after every word before them

@@ -149,6 +149,40 @@ def test_flush_answers_after_its_finals_and_end_closes_normally():
     assert driver.frame('{"type": "words", "words": ["late"]}') == []  # ignored after end
 
 
+@pytest.mark.parametrize("bad", [
+    '{"type": "nope"}',  # refused by the decoder
+    '{"type": "words", "words": [1]}',
+    '{"type": "config", "right_context": 0}',  # refused by the protocol: config after words
+    '{"type": "resume", "start": 0, "context": []}',  # resume not first
+])
+def test_an_error_never_overtakes_the_answer_owed_to_an_earlier_flush(bad):
+    """Answers come in the order of the messages they answer: a message refused after a
+    ``flush`` (read before that flush's words were run) gets its ``error`` after the flush's
+    finals and ``flushed``; the stream goes on as if it had not been sent."""
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=5, max_delay_ms=60_000))
+    def run() -> list:
+        out = []
+        while (request := protocol.next_request(0.0)) is not None:
+            out += protocol.apply(request, context_infer(request.input_ids))
+        return out
+
+    out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
+    out += protocol.receive(FlushRequest(), 0.0)
+    out += protocol.receive_frame(bad, 0.0)
+    out += protocol.receive(WordsMessage((Word("t1x3"),)), 0.0)
+    out += protocol.receive_frame(bad, 0.0)  # still behind the flush
+    assert out == []
+    out += run()
+    assert [m.type for m in out] == ["final", "flushed", "error", "error"] and out[1] == Flushed(2)
+    assert out[2] == out[3] and out[2].code is ErrorCode.BAD_REQUEST
+    [error] = protocol.receive_frame(bad, 0.0)  # no answer owed: at once
+    assert error == out[2]
+    out = protocol.receive(FlushRequest(), 0.0) + run()
+    assert [m.type for m in out] == ["final", "flushed"]
+    assert out[0].start == 2 and [w.w for w in out[0].words] == ["t1x3"] and out[1] == Flushed(3)
+
+
 def test_words_sent_right_after_a_flush_are_not_its_right_context():
     """A flush finalizes with the right context that exists. A loop clock that moves once a
     millisecond reads one time for the flush and the words behind it, and a busy server
