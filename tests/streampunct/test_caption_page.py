@@ -403,21 +403,27 @@ async def test_after_an_idle_close_the_page_resumes_with_its_next_words(start_se
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="needs chromium and chromedriver")
 async def test_the_page_keeps_the_symbols_around_words(start_server, tmp_path):
     """Typed "$1,000", "50%" and "c++" keep their symbols in the captions (the page sends the
-    words as typed; the server writes the symbols back), and the words are counted as before."""
+    words as typed; the server writes the symbols back), and the words are counted as before.
+    A word of symbols alone ("&", an emoji) is sent too and shown where it stood, with no index."""
     pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     server = await start_server()
-    typed = "so we paid $1,000, a 50% rise, for c++ books"
+    typed = "so we paid $1,000, a 50% rise, for c++ & rock \U0001f3b8 books"
 
     def drive():
         with _started_page(tmp_path / "profile", f"http://127.0.0.1:{server.port}/captions?wps=40", typed) as driver:
             js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended"))
-            return driver.find_element(By.ID, "finals").text, js("return window.captionStats")
+            return (driver.find_element(By.ID, "finals").text, driver.find_element(By.ID, "sent").text,
+                    js("return window.captionStats"))
 
-    finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    finals, sent, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
     assert stats["errors"] == [] and stats["resumes"] == 0
-    expected = render(normalize_words(typed.split()), [0] * 10, affixes=[surface_affixes(w) for w in typed.split()])
-    assert [t.rstrip(",.?").lower() for t in finals.split()] == expected.split()  # "$1,000" ... "50%" ... "c++"
+    indexed = [w for w in typed.split() if normalize_word(w)]
+    expected = render(normalize_words(indexed), [0] * 11, affixes=[surface_affixes(w) for w in indexed]).split()
+    expected[9:9] = ["&"]  # before "rock"
+    expected[11:11] = ["\U0001f3b8"]  # before "books"
+    assert sent == "11"
+    assert [t.rstrip(",.?").lower() for t in finals.split()] == expected  # "$1,000" ... "50%" ... "c++" "&"
