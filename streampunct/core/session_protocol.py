@@ -78,6 +78,7 @@ from streampunct.core.wire import (
     Resumed,
     ResumeRequest,
     ServerMessage,
+    Time,
     Word,
     WordsMessage,
     decode,
@@ -268,7 +269,7 @@ class SessionProtocol:
         self._sent = 0  # words finalized (their final is among the returned messages)
         self._sentence_start = True  # the next final word opens a sentence
         self._until: deque[_Owed] = deque()
-        self._times: dict[int, tuple[float | None, float | None]] = {}  # index -> client's start/end
+        self._times: dict[int, tuple[Time, Time]] = {}  # index -> client's start/end
         # index -> the input's symbols around the word, shown in ``text`` (only words that have some)
         self._affixes: dict[int, Affix] = {}
         self._pending_symbols: list[str] = []  # symbol words waiting for the next word (_words_with_symbols)

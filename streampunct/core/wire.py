@@ -100,13 +100,37 @@ DEFAULT_LIMITS = Limits()
 # -- client -> server ---------------------------------------------------------
 
 
+class NullTime:
+    """A word's time that the client sent as JSON ``null``: a final carries it back as ``null``
+    (protocol.md: times are "numbers or null", "carried back unchanged"), where a time not sent
+    at all stays out of the final. The one instance is :data:`NULL_TIME`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_TIME"
+
+    def __reduce__(self) -> str:
+        return "NULL_TIME"
+
+
+NULL_TIME = NullTime()
+#: A word's time as the client sent it: a number, ``null`` (:data:`NULL_TIME`), or none (None).
+Time = float | NullTime | None
+
+
+def _time_json(value: float | NullTime) -> float | None:
+    return None if value is NULL_TIME else value  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class Word:
-    """One ASR word; ``start``/``end`` are optional times in seconds (not used for punctuation)."""
+    """One ASR word; ``start``/``end`` are optional times in seconds (not used for punctuation),
+    :data:`NULL_TIME` for one sent as ``null``."""
 
     w: str
-    start: float | None = None
-    end: float | None = None
+    start: Time = None
+    end: Time = None
 
 
 @dataclass(frozen=True)
@@ -150,9 +174,9 @@ class _WordList:
             else:
                 item: dict[str, Any] = {"w": word.w}
                 if word.start is not None:
-                    item["start"] = word.start
+                    item["start"] = _time_json(word.start)
                 if word.end is not None:
-                    item["end"] = word.end
+                    item["end"] = _time_json(word.end)
                 items.append(item)
         return {"type": self.type, "words": items}  # type: ignore[attr-defined]
 
@@ -278,20 +302,20 @@ class PunctuatedWord:
     """A word as the server normalized it (``w``) and its mark (``p``: "", ",", "." or "?").
 
     ``start``/``end`` are the client's times for the word, echoed in finals
-    when the client sent them.
+    when the client sent them (:data:`NULL_TIME` for one sent as ``null``).
     """
 
     w: str
     p: str
-    start: float | None = None
-    end: float | None = None
+    start: Time = None
+    end: Time = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"w": self.w, "p": self.p}
         if self.start is not None:
-            out["start"] = self.start
+            out["start"] = _time_json(self.start)
         if self.end is not None:
-            out["end"] = self.end
+            out["end"] = _time_json(self.end)
         return out
 
 
@@ -469,10 +493,12 @@ def finite_number(value: object) -> bool:
         return False
 
 
-def _optional_time(item: Mapping[str, Any], name: str, index: int) -> float | None:
-    value = item.get(name)
-    if value is None:
+def _optional_time(item: Mapping[str, Any], name: str, index: int) -> Time:
+    if name not in item:
         return None
+    value = item[name]
+    if value is None:
+        return NULL_TIME  # carried back as null
     if not finite_number(value):
         raise _bad(f"words[{index}].{name} must be a finite number (within a double's range)")
     return value  # as sent (an int stays an int), so that finals echo it unchanged

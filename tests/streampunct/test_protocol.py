@@ -213,10 +213,10 @@ def test_docs_protocol_starts_with_the_shared_contract():
 
 
 def test_hypothesis_message_decodes_like_words():
-    from streampunct.core.wire import HypothesisMessage
+    from streampunct.core.wire import NULL_TIME, HypothesisMessage
 
     message = decode('{"type": "hypothesis", "words": ["so", {"w": "How", "start": 1, "end": null}]}')
-    assert message == HypothesisMessage((Word("so"), Word("How", 1, None)))
+    assert message == HypothesisMessage((Word("so"), Word("How", 1, NULL_TIME)))
     assert decode('{"type": "hypothesis", "words": []}') == HypothesisMessage(())
     assert decode(encode(message)) == message
     with pytest.raises(ProtocolError) as info:

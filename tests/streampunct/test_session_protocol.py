@@ -13,6 +13,7 @@ from streampunct.core.options import SessionOptions
 from streampunct.core.session_protocol import SessionProtocol
 from streampunct.core.windowing import WindowConfig
 from streampunct.core.wire import (
+    NULL_TIME,
     ConfigApplied,
     Ended,
     EndRequest,
@@ -26,6 +27,7 @@ from streampunct.core.wire import (
     Ready,
     Word,
     WordsMessage,
+    encode_frame,
 )
 from streampunct.labels import ID_TO_MARK
 from streampunct.text.normalize import render
@@ -280,20 +282,26 @@ def test_malformed_hypothesis_is_rejected_and_the_stream_is_intact():
 
 
 def test_finals_echo_word_times_unchanged():
+    """Times come back as sent: numbers as they were (an int stays an int), a ``null`` as
+    ``null``, one not sent stays out of the final."""
     driver = Driver(SessionOptions(right_context=0))
     frame = json.dumps({"type": "words", "words": [
         {"w": "t1x1", "start": 1, "end": 1.25}, "t1x2", {"w": "--", "start": 2.0}, {"w": "t1x3", "end": 3.5},
-        {"w": "t1x4", "start": None, "end": None},
+        {"w": "t1x4", "start": None, "end": None}, {"w": "t1x5", "start": None, "end": 0},
     ]})
     driver.frame(frame)
     driver.send(EndRequest())
     finals = [w for f in driver.of(Final) for w in f.words]
     assert [(w.w, w.start, w.end) for w in finals] == [
-        ("t1x1", 1, 1.25), ("t1x2", None, None), ("t1x3", None, 3.5), ("t1x4", None, None),
+        ("t1x1", 1, 1.25), ("t1x2", None, None), ("t1x3", None, 3.5), ("t1x4", NULL_TIME, NULL_TIME),
+        ("t1x5", NULL_TIME, 0),
     ]
     wire = [x for f in driver.of(Final) for x in f.to_json()["words"]]
     assert wire[0] == {"w": "t1x1", "p": wire[0]["p"], "start": 1, "end": 1.25}
-    assert "start" not in wire[1] and "end" not in wire[1] and wire[2]["end"] == 3.5
+    assert "start" not in wire[1] and "end" not in wire[1] and wire[2] == {"w": "t1x3", "p": wire[2]["p"], "end": 3.5}
+    assert wire[3] == {"w": "t1x4", "p": wire[3]["p"], "start": None, "end": None}
+    assert wire[4] == {"w": "t1x5", "p": wire[4]["p"], "start": None, "end": 0}
+    assert json.loads(encode_frame(driver.of(Final)[-1]))["words"][-1] == wire[4]
 
 
 # -- property: hypotheses never change finals -----------------------------------
