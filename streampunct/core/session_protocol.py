@@ -276,6 +276,9 @@ class SessionProtocol:
         # the hypothesis's words and their symbols (a partial for an older hypothesis shows none)
         self._hypothesis_affixes: tuple[tuple[str, ...], list[Affix]] = ((), [])
         self._partial_owed = False  # a hypothesis change still waits for its partial
+        self._hypothesis_owed = False  # a ``hypothesis`` message still waits for its partial
+        # a partial call whose hypothesis a newer one replaced and that was answered without it
+        self._replaced_call: WindowRequest | None = None
         self._last_overload: float | None = None  # when a call of this session last met a full queue
         # ``end`` arrived (at this time) while a partial was owed: the stream ends once it is out
         self._end_at: float | None = None
@@ -394,11 +397,13 @@ class SessionProtocol:
         if isinstance(message, WordsMessage):
             return self._words(message, now)
         if isinstance(message, HypothesisMessage):
+            out = self._replace_hypothesis()
             taken = [(word, item.w) for item in message.words if (word := normalize_word(item.w))]
             words = [word for word, _ in taken]
             self._hypothesis_affixes = (tuple(words), [affix_of(raw, word) for word, raw in taken])
             self._set_hypothesis(words)
-            return self._owed_partial()
+            self._hypothesis_owed = self.options.partials
+            return out + self._owed_partial()
         if isinstance(message, ConfigRequest):
             return self._configure(message)
         if isinstance(message, FlushRequest):
@@ -458,11 +463,12 @@ class SessionProtocol:
                 self._times[first + k] = (item.start, item.end)
             if (affix := affix_of(item.w, word)) is not NO_AFFIX:
                 self._affixes[first + k] = affix
+        out = self._replace_hypothesis() if self.state.hypothesis else []
         if taken:
             self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
             self._set_hypothesis([])
-        return self._owed_partial()
+        return out + self._owed_partial()
 
     def _words_with_symbols(self, forms: list[tuple[str, Word]], shown: list[str], taken: list[tuple[str, Word]],
                             now: float) -> list[ServerMessage]:
@@ -536,6 +542,7 @@ class SessionProtocol:
             return [Error(ErrorCode.BAD_REQUEST, "config is only allowed before the first words message")]
         self.options = self._served(request.apply_to(self.options))
         self._partial_owed = self._partial_owed and self.options.partials
+        self._hypothesis_owed = self._hypothesis_owed and self.options.partials
         hypothesis = self.state.hypothesis
         self._calls = self._new_calls()
         if self._resumed_from is not None:  # a config between resume and the words: the same cut
@@ -734,25 +741,46 @@ class SessionProtocol:
             return WrittenText(message, write, self._written_seq - 1, self._written_order)
         return write()
 
+    def _replace_hypothesis(self) -> list[ServerMessage | WrittenText]:
+        """A new message replaces the hypothesis: a partial call in flight for it is dropped
+        when it comes back (no partial goes back to a replaced hypothesis), and a ``hypothesis``
+        the model has not labeled yet gets its partial now (protocol.md: "a new hypothesis is
+        answered by a partial"), made without a model call: the tail and that hypothesis with
+        the labels the last partial call gave them (none for words it did not see). Labeling
+        each would multiply the model's work when the server is busiest."""
+        in_flight = self.state.in_flight
+        if in_flight is not None and in_flight.partial:
+            self._replaced_call = in_flight
+        if not self._hypothesis_owed:
+            return []
+        self._hypothesis_owed = False
+        decisions, hypothesis, cases = self.state.provisional()
+        return self._partial_message(decisions[0].index if decisions else self._sent, decisions, hypothesis, cases)
+
     def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial
         hypothesis, hypothesis_cases = self.state.last_hypothesis, self.state.last_hypothesis_cases
+        if request is self._replaced_call:
+            self._replaced_call = None
+            if request.hypothesis != self.state.hypothesis:  # answered when it was replaced
+                return []
         if not decisions and not request.hypothesis and not self._partial_owed:
             return []
         if request.hypothesis == self.state.hypothesis:
-            self._partial_owed = False
+            self._partial_owed = self._hypothesis_owed = False
         labeled = len(request.positions) - (len(request.hypothesis) - request.hypothesis_from)
-        if hypothesis and request.hypothesis != self.state.hypothesis and decisions and (
-                decisions[-1].index >= request.first_word + labeled):
-            # words came while the call ran (the ASR committed its hypothesis) and cleared its
-            # hypothesis: they show as the tail's words, not a second time as its hypothesis
-            hypothesis, hypothesis_cases = [], []
         start = decisions[0].index if decisions else max(self._sent, request.first_word + labeled)
+        return self._partial_message(start, decisions, hypothesis, hypothesis_cases)
+
+    def _partial_message(self, start: int, decisions: Sequence[Decision], hypothesis: Sequence[tuple[str, int]],
+                         hypothesis_cases: Sequence[int | None]) -> list[ServerMessage | WrittenText]:
+        """A partial of the tail's ``decisions`` (from word ``start``) and the hypothesis's
+        (word, label) pairs, its text rendered or to be written."""
         words = [d.word for d in decisions] + [w for w, _ in hypothesis]
         labels = [d.label for d in decisions] + [label for _, label in hypothesis]
         texts = self._final_texts()
         sentence_start = self._sentence_start and start == self._sent
-        cases = [d.case for d in decisions] + hypothesis_cases  # learned case, the hypothesis's too
+        cases = [d.case for d in decisions] + list(hypothesis_cases)  # learned case, the hypothesis's too
         affixes = self._partial_affixes(decisions, [w for w, _ in hypothesis])
         partial = Partial(
             start,
@@ -795,6 +823,7 @@ class SessionProtocol:
     def _idle_partial(self) -> list[ServerMessage | WrittenText]:
         """A partial of no words, ``start`` the next word's index; with written forms its text
         is the words a final held for a phrase ("" when none), which no other message shows."""
+        self._hypothesis_owed = False
         message = Partial(self._sent, (), "", ())
         texts = self._final_texts()
         if texts is None:

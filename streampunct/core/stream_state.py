@@ -520,6 +520,18 @@ class StreamState:
         return [earlier.get(i) or Decision(i, self.words[i - self._base], 0)
                 for i in range(self.n_final, first_fresh)] + fresh
 
+    def provisional(self) -> tuple[list[Decision], list[tuple[str, int]], list[int | None]]:
+        """The not-yet-final tail and the hypothesis with the labels the last partial call
+        gave them (``O``, no case, for words it did not see), without a model call: the tail's
+        decisions, the hypothesis's (word, label) pairs, and its cases."""
+        seen = self.last_hypothesis if len(self.last_hypothesis) == len(self.last_hypothesis_cases) else []
+        hypothesis, cases = [], []
+        for k, word in enumerate(self._hypothesis):
+            same = k < len(seen) and seen[k][0] == word
+            hypothesis.append((word, seen[k][1] if same else 0))
+            cases.append(self.last_hypothesis_cases[k] if same else None)
+        return self._whole_tail([]), hypothesis, cases
+
     def abort(self, request: WindowRequest) -> None:
         """The model call failed: forget it; its words will be requested again."""
         if request is not self._in_flight:

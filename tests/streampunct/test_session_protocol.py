@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streampunct.core.options import SessionOptions
@@ -241,19 +241,26 @@ def test_hypothesis_is_punctuated_in_partials_and_cleared_by_words():
 
 def test_words_that_commit_a_hypothesis_while_its_partial_runs_show_once():
     """``hypothesis [a]``, ``hypothesis [a, b]``, then ``words [a, b]`` while the partial of the
-    first runs: that partial shows the committed words, not "a" again as its hypothesis (the
-    words message cleared it)."""
+    first runs: each hypothesis is answered by a partial carrying it, in order, at once (no
+    model call: the model's labels for [a] come back too late); the late labels are dropped,
+    and the next partial shows the committed words once, with no hypothesis."""
     protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
                                defaults=SessionOptions(right_context=2, max_delay_ms=60_000, partials=True))
     a, b = words((1, 1), (1, 2))
-    protocol.receive(HypothesisMessage((Word(a),)), 0.0)
+    assert protocol.receive(HypothesisMessage((Word(a),)), 0.0) == []
     request = protocol.next_request(0.0)
     assert request is not None and request.partial and request.hypothesis == (a,)
-    protocol.receive(HypothesisMessage((Word(a), Word(b))), 0.1)
-    protocol.receive(WordsMessage((Word(a), Word(b))), 0.2)
-    [partial] = protocol.apply(request, context_infer(request.input_ids))
+    [first] = protocol.receive(HypothesisMessage((Word(a), Word(b))), 0.1)
+    [second] = protocol.receive(WordsMessage((Word(a), Word(b))), 0.2)
+    assert [(w.w, w.p) for w in first.hypothesis] == [(a, "")] and first.words == () and first.text == a
+    assert [w.w for w in second.hypothesis] == [a, b] and second.words == () and second.start == 0
+    assert protocol.apply(request, context_infer(request.input_ids)) == []
+    fresh = protocol.next_request(0.2)
+    assert fresh is not None and fresh.partial and fresh.hypothesis == ()
+    [partial] = protocol.apply(fresh, context_infer(fresh.input_ids))
     assert isinstance(partial, Partial) and [w.w for w in partial.words] == [a, b] and partial.hypothesis == ()
     assert len(partial.text.split()) == 2  # each word once
+    assert protocol.next_request(0.2) is None
 
 
 def test_no_partials_for_hypotheses_when_partials_are_off():
@@ -343,6 +350,71 @@ def _run(events, options: SessionOptions, with_hypotheses: bool, end_at_once: bo
             driver.advance(driver.now + dt)  # same clock, no message
     driver.send(EndRequest())
     return driver
+
+
+_step = st.one_of(
+    _event,
+    st.tuples(st.sampled_from(["start call", "finish call"]), st.just([]), st.floats(0, 0.3)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(_step, max_size=30), right_context=st.integers(0, 3),
+       max_delay_ms=st.sampled_from([0, 200, 60_000]), capitalize=st.booleans())
+# a partial call for the words runs while a hypothesis comes: its labels must not show after it
+@example(steps=[("words", [(1, 0)], 0.0), ("start call", [], 0.0), ("hyp", [(1, 0)], 0.0)],
+         right_context=1, max_delay_ms=200, capitalize=False)
+def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_context, max_delay_ms, capitalize):
+    """protocol.md: "a new hypothesis is answered by a partial". However the messages and the
+    model calls interleave (a call held in flight while hypotheses replace each other), every
+    partial carries the hypothesis current when it is sent (none goes back to one a newer
+    message replaced), and each ``hypothesis`` has had its partial before a message replaces it:
+    the replies to that message start with it."""
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context, max_delay_ms, True, capitalize))
+    now, held, out = 0.0, None, []
+    current: tuple[str, ...] = ()  # the hypothesis the client sent last (words clear it)
+    owed = False  # a hypothesis message still waits for its partial
+
+    def take(messages) -> None:
+        nonlocal owed
+        for m in messages:
+            out.append(m)
+            if isinstance(m, Partial):
+                assert tuple(w.w for w in m.hypothesis) == current
+                owed = False
+
+    def run_calls() -> None:
+        while (request := protocol.next_request(now)) is not None:
+            take(protocol.apply(request, context_infer(request.input_ids)))
+
+    for kind, specs, dt in steps:
+        now += dt
+        if kind == "start call":
+            held = held or protocol.next_request(now)
+        elif kind == "finish call":
+            if held is not None:
+                take(protocol.apply(held, context_infer(held.input_ids)))
+                held = None
+        else:
+            message = {"hyp": HypothesisMessage, "words": WordsMessage}.get(kind)
+            message = FlushRequest() if message is None else message(tuple(map(Word, words(*specs))))
+            replies = protocol.receive(message, now)
+            if kind == "hyp" or (kind == "words" and current):  # replaces the hypothesis
+                if owed:
+                    assert replies and isinstance(replies[0], Partial)
+                    take(replies[:1])
+                    replies = replies[1:]
+                current = tuple(words(*specs)) if kind == "hyp" else ()
+                owed = kind == "hyp"
+            take(replies)
+    if held is not None:
+        take(protocol.apply(held, context_infer(held.input_ids)))
+    run_calls()
+    assert not owed
+    take(protocol.receive(EndRequest(), now))
+    run_calls()
+    assert isinstance(out[-1], Ended)
 
 
 @settings(max_examples=150, deadline=None)
