@@ -496,8 +496,10 @@ def test_real_server_subprocess_with_fake_engine(tmp_path):
     high_all = 1000 * (cores + 0.0005) * (wall + 0.05) / every + 0.0005
     assert low_all <= server["cpu_ms_per_finalized_word"] <= high_all
     # the event loop (main thread) is part of the whole: the engine's thread and others are not in it
-    # (read as whole clock ticks of 10 ms, a thread's and the process's apart: one tick of slack)
-    assert 0 < server["loop_cpu_ms_per_word"] <= server["cpu_ms_per_word"] + 1000 * 0.01 / words + 0.001
+    # (read as clock ticks of 10 ms, a thread's and the process's apart, each split into user and
+    # system time by the kernel's own scaling, which holds a value back until it catches up: a
+    # 3 s step once read the loop 2 ticks over the whole; three ticks of slack)
+    assert 0 < server["loop_cpu_ms_per_word"] <= server["cpu_ms_per_word"] + 1000 * 0.03 / words + 0.001
     assert payload["server"]["started"] and payload["server"]["engine"] == "fake"
     assert json.loads(payload["server"]["healthz"])["status"] == "ok"
     assert (tmp_path / "load_test.png").is_file()

@@ -119,22 +119,25 @@ def test_state_compacts_while_a_request_is_always_in_flight():
 
 
 def test_hypotheses_never_pause_reading_and_the_newest_one_is_answered():
-    # Hypotheses that arrive while an earlier one is labeled replace it: the newest is
-    # labeled next, the replaced ones get no partial of their own (protocol.md, "hypothesis").
+    # Hypotheses that arrive while an earlier one is labeled replace it: each replaced one is
+    # answered as it is replaced, without a model call, and the newest is labeled next
+    # (protocol.md, "hypothesis"); the labels of the replaced call are dropped.
     p = SessionProtocol(aligner=FakeAligner(), window=WINDOW, defaults=SessionOptions(partials=True))
     p.receive(words_message(0, 3), 0.0)
     first = [Word(FakeAligner.word(2, 90))]
     p.receive(HypothesisMessage(tuple(first)), 0.0)
     in_flight = p.next_request(0.0)
     assert in_flight is not None and in_flight.partial and p.wants_input(0.0)
+    answered = []
     for serial in (91, 92):  # two more while the first is labeled
-        p.receive(HypothesisMessage((Word(FakeAligner.word(1, serial)),)), 0.0)
+        answered += p.receive(HypothesisMessage((Word(FakeAligner.word(1, serial)),)), 0.0)
         assert p.wants_input(0.0)
     ids = in_flight.input_ids[None, :]
-    answered = [m for m in p.apply(in_flight, fake_infer(ids, np.ones_like(ids))[0]) if isinstance(m, Partial)]
+    assert p.apply(in_flight, fake_infer(ids, np.ones_like(ids))[0]) == []
     answered += [m for m in run_one(p, 0.0) if isinstance(m, Partial)]
+    assert all(isinstance(m, Partial) for m in answered)
     assert [[w.w for w in m.hypothesis] for m in answered] == [
-        [FakeAligner.word(2, 90)], [FakeAligner.word(1, 92)]]
+        [FakeAligner.word(2, 90)], [FakeAligner.word(1, 91)], [FakeAligner.word(1, 92)]]
     assert run_one(p, 0.0) == [] and p.next_request(0.0) is None  # nothing owed any more
     # With partials off a hypothesis is stored and never answered.
     quiet = SessionProtocol(aligner=FakeAligner(), window=WINDOW)
