@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.model import model_folder_argument
 
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--data", type=Path, required=True, help="word<TAB>LABEL file, e.g. data/iwslt2011/test2011")
+    p.add_argument("--data", type=Path, required=True,
+                   help="word<TAB>LABEL file (- for stdin), e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
     add_engine_option(p)

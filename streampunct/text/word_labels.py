@@ -24,7 +24,7 @@ from pathlib import Path
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABEL_TO_ID, LABELS, O, strongest
 from streampunct.text.normalize import normalize_word
-from streampunct.text.textfile import decode_text, require_file, split_lines
+from streampunct.text.textfile import decode_text, read_text, require_file, split_lines
 
 
 @dataclass
@@ -69,6 +69,14 @@ def _read_text(path: Path) -> str:
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
         raise InputError(f"cannot read {path}: {e}") from None
     return decode_text(raw, str(path))
+
+
+def _source_text(path: str | Path) -> tuple[str, str]:
+    """The text of a data file (:func:`_read_text`), or of stdin for ``-``; and its name."""
+    if str(path) == "-":
+        return read_text("-"), "stdin"
+    path = require_file(path)
+    return _read_text(path), str(path)
 
 
 def split_labeled_line(line: str) -> tuple[str, str] | None:
@@ -145,15 +153,15 @@ def parse_word_labels(lines: Sequence[str], source: str, *, strict_labels: bool 
 
 def read_word_labels(path: str | Path, *, strict_labels: bool = True) -> WordLabels:
     """Read a ``word<TAB>LABEL`` file (one word a line; blank lines are skipped; ``.gz`` is
-    gunzipped), decoded as transcripts are (UTF-8, UTF-16 or UTF-32 by byte-order mark,
+    gunzipped; ``-`` reads stdin), decoded as transcripts are (UTF-8, UTF-16 or UTF-32 by byte-order mark,
     Windows-1252 when not UTF-8).
 
     Raises :class:`InputError` with the line number for a line without a tab,
     with two, with a space inside the word, or with an unknown label (unless
     ``strict_labels`` is False, in which case such a label counts as O).
     """
-    path = require_file(path)
-    return parse_word_labels(split_lines(_read_text(path)), str(path), strict_labels=strict_labels)
+    text, name = _source_text(path)
+    return parse_word_labels(split_lines(text), name, strict_labels=strict_labels)
 
 
 def read_punctuated_text(path: str | Path) -> WordLabels:
@@ -161,14 +169,13 @@ def read_punctuated_text(path: str | Path) -> WordLabels:
     ``word<TAB>LABEL`` file is refused (read as prose its labels would be words, every mark a miss)."""
     from streampunct.text.convert import text_to_word_labels
 
-    path = require_file(path)
-    text = _read_text(path)
+    text, name = _source_text(path)
     lines = split_lines(text)
-    if "\t" in text and is_word_label_text(lines, str(path)):
-        raise InputError(f"{path}: a word<TAB>LABEL file, not punctuated text (read it as labels, "
+    if "\t" in text and is_word_label_text(lines, name):
+        raise InputError(f"{name}: a word<TAB>LABEL file, not punctuated text (read it as labels, "
                          "without --text)")
     words, labels = text_to_word_labels(text)
-    return WordLabels(words, labels, 0, str(path))
+    return WordLabels(words, labels, 0, name)
 
 
 def write_word_labels(path: str | Path, data: WordLabels) -> None:

@@ -809,6 +809,37 @@ def test_evaluate_text_refuses_a_word_label_file(tmp_path, capsys, monkeypatch):
     assert "a word<TAB>LABEL file, not punctuated text" in capsys.readouterr().err
 
 
+def test_evaluate_reads_its_data_from_stdin(capsys, monkeypatch):
+    """``--data -`` reads stdin, as ``punctuate -`` and ``caption -`` do."""
+    import io
+
+    from streampunct.text.word_labels import read_punctuated_text, read_word_labels
+
+    def stdin(text: str) -> None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+
+    stdin("hello\tO\nworld\tPERIOD\n")
+    data = read_word_labels("-")
+    assert data.words == ["hello", "world"] and data.source == "stdin"
+    stdin("Hello, world.\n")
+    assert read_punctuated_text("-").words == ["hello", "world"]
+    _no_model(monkeypatch)
+    stdin("hello\tO\nworld\tPERIOD\n")
+    assert main(["evaluate", "--data", "-", "--text"]) == 2
+    assert "stdin: a word<TAB>LABEL file, not punctuated text" in capsys.readouterr().err
+
+
+def test_python_m_streampunct_is_the_command():
+    import subprocess
+    import sys
+
+    import streampunct
+
+    done = subprocess.run([sys.executable, "-m", "streampunct", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and streampunct.__version__ in done.stdout, done.stderr
+
+
 def test_ctrl_c_while_the_commands_load_exits_130_without_a_traceback(monkeypatch, capsys):
     from streampunct import cli
 
