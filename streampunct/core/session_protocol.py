@@ -662,7 +662,7 @@ class SessionProtocol:
             out = [] if self._finishing else self._partial(request)
         else:
             out = [self._final(decisions)] if decisions else []
-            settled = self._settle()
+            settled = self._settle(out)
             out += settled or (self._held_partial() if decisions else [])
         return out + self._owed_partial() + self._deferred_end()
 
@@ -873,9 +873,14 @@ class SessionProtocol:
         self._partial_owed = False  # it answers a hypothesis change still waiting too
         return self._idle_partial()
 
-    def _settle(self) -> list[ServerMessage | WrittenText]:
+    def _settle(self, finals: list[ServerMessage | WrittenText] | None = None) -> list[ServerMessage | WrittenText]:
         """``flushed`` for each flush (and ``end``) whose words have all been finalized, after
-        the text of words held at a pause (:meth:`_held_text`)."""
+        the text of words held at a pause (:meth:`_held_text`).
+
+        Symbol words that a flush or the end left after the words go at the end of the text
+        of ``finals``' last, when it is the final of the last word before them ("ok. &"), and
+        in a final of no words of their own otherwise (every word was final before them, or
+        a written form's text is still to come)."""
         out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
             target, what, symbols, error = self._until.popleft()
@@ -884,7 +889,11 @@ class SessionProtocol:
                 continue
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held
-            if symbols:  # after every word before them
+            last = finals[-1] if finals else None
+            if symbols and not held and isinstance(last, Final) and last.words and (
+                    last.start + len(last.words) == target):
+                finals[-1] = replace(last, text=f"{last.text} {' '.join(symbols)}")  # type: ignore[index]
+            elif symbols:  # after every word before them
                 out.append(Final(self._sent, (), " ".join(symbols)))
             if held and what is _Until.FLUSHED and self.options.partials and self._idle():
                 # the partial shown at the pause carried the held words' text, which that final

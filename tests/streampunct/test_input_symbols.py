@@ -13,6 +13,7 @@ from streampunct.client.subtitles import FinalPieces, TimedWord
 from streampunct.core.wire import (
     EndRequest,
     Final,
+    FlushRequest,
     HypothesisMessage,
     Partial,
     PunctuatedWord,
@@ -325,7 +326,23 @@ def test_a_refused_words_message_leaves_no_symbol_behind():
     assert [m.message.split(";")[0] for m in out if isinstance(m, Error)] == [
         f"words: this message would take word indices past {MAX_START}, the largest exact in JSON"]
     driver.send(EndRequest())
-    assert [f.text.rstrip(",.?") for f in driver.of(Final)] == ["t1x1", "&"]
+    assert [t.rstrip(",.?") for f in driver.of(Final) for t in f.text.split()] == ["t1x1", "&"]
+
+
+def test_symbols_at_the_end_go_in_the_last_words_final_when_it_is_still_to_come():
+    """Symbols a flush or the end leaves after the words: in the text of the final of the last
+    word before them, after its mark, when that final is still to come; in a final of no words
+    only when every word was final before them."""
+    driver = ProtocolDriver(SessionOptions(right_context=2, max_delay_ms=60_000))
+    driver.send(WordsMessage((Word("t1x1"), Word("\U0001f600"))))  # "t1x1" waits for its right context
+    driver.send(FlushRequest())
+    [final] = driver.of(Final)
+    assert [w.w for w in final.words] == ["t1x1"] and final.text.endswith(" \U0001f600")
+    assert final.text.split()[0].rstrip(",.?") == "t1x1"
+    driver.send(WordsMessage((Word("&"),)))  # every word is final
+    driver.send(EndRequest())
+    last = driver.of(Final)[-1]
+    assert last.words == () and last.start == 1 and last.text == "&"
 
 
 def test_symbols_sent_after_a_flush_wait_for_the_next_one():
@@ -340,4 +357,4 @@ def test_symbols_sent_after_a_flush_wait_for_the_next_one():
     driver.send(FlushRequest())
     shown = [(type(m).__name__, m.text.rstrip(",.?") if isinstance(m, Final) else None)
              for m in driver.out if isinstance(m, (Final, Flushed))]
-    assert shown == [("Final", "t1x1"), ("Final", "&"), ("Flushed", None), ("Final", "@"), ("Flushed", None)]
+    assert shown == [("Final", "t1x1 &"), ("Flushed", None), ("Final", "@"), ("Flushed", None)]
