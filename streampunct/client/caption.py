@@ -537,7 +537,7 @@ async def caption(
                 timed = [TimedWord(word.w, ID_TO_MARK.index(word.p),
                                    *_word_times(word, tracker.sent_at[message.start + k] - t0))
                          for k, word in enumerate(message.words)]
-                subtitles.add_final(timed, message.text)
+                subtitles.add_final(timed, message.text, message.held)
                 hold.arm()
             if isinstance(message, Error) and _loses_words(message) and errors is not None:
                 errors.write(f"server error {message.code}: {message.message}\n")

@@ -214,13 +214,21 @@ def _capitalized(piece: Piece) -> bool:
     return first.isupper() and core.lower() not in _PRONOUN_I
 
 
+def _shown_mark(piece: Piece) -> int:
+    """The mark of a piece's last word as its text shows it: ``O`` where the text does not end
+    with it (a written form took it inside: "April" of "April 25," had the model's comma)."""
+    label = piece.label
+    return label if label != O and piece.text.endswith(ID_TO_MARK[label]) else O
+
+
 def boundary(a: Piece, b: Piece) -> str:
     """What a break between ``a`` and the piece ``b`` after it would cut: after a ``sentence`` or
-    a ``clause`` end, a ``plain`` point, or (never when avoidable) inside a ``name`` or next to a
-    ``written`` form with no mark between."""
-    if a.label in (PERIOD, QUESTION):
+    a ``clause`` end (as the text shows it), a ``plain`` point, or (never when avoidable) inside a
+    ``name`` or next to a ``written`` form with no mark between."""
+    mark = _shown_mark(a)
+    if mark in (PERIOD, QUESTION):
         return SENTENCE
-    if a.label == COMMA:
+    if mark == COMMA:
         return CLAUSE
     if a.written or b.written:
         return WRITTEN
@@ -316,12 +324,17 @@ class CueBuilder:
     cues they completed, in order.
 
     ``capitalize``: sentence capitals for words added with :meth:`add` (pieces
-    come written).
+    come written). ``phrases``: spoken phrases (a lexicon's, as word tuples) that no cue
+    boundary cuts when another break fits, though their text spells their words ("rio de
+    janeiro" -> "Rio de Janeiro").
     """
 
-    def __init__(self, limits: CueLimits = CueLimits(), *, capitalize: bool = True) -> None:
+    def __init__(self, limits: CueLimits = CueLimits(), *, capitalize: bool = True,
+                 phrases: Iterable[Sequence[str]] = ()) -> None:
         self.limits = limits
         self.capitalize = capitalize
+        self._phrases = {tuple(p) for p in phrases if len(p) > 1}
+        self._longest = max(map(len, self._phrases), default=0)
         self._pending: list[Piece] = []
         self._sentence_start = True
         self._last_end = 0.0  # cues never start before the previous one ended
@@ -405,13 +418,14 @@ class CueBuilder:
         ends_sentence = pieces[-1].label in (PERIOD, QUESTION)
         total = len(" ".join(p.text for p in pieces))
         best, best_score, fallback = 0, float("-inf"), 1
+        in_phrases = self._inside_phrases(pieces)
         for k in range(1, len(pieces)):
             if not self._fits(pieces[:k]):
                 break
             fallback = k
             a, b = pieces[k - 1], pieces[k]
             kind = boundary(a, b)
-            if kind in (NAME, WRITTEN):
+            if kind in (NAME, WRITTEN) or k in in_phrases:
                 continue
             chars = len(" ".join(p.text for p in pieces[:k]))
             fill = chars / capacity
@@ -429,6 +443,27 @@ class CueBuilder:
             if score >= best_score:
                 best, best_score = k, score
         return best or fallback  # no allowed break: as much as fits
+
+    def _inside_phrases(self, pieces: Sequence[Piece]) -> set[int]:
+        """The breaks k (between ``pieces[k - 1]`` and ``pieces[k]``) inside a phrase of
+        ``phrases``, matched leftmost-longest over the pieces' words as a lexicon is."""
+        if not self._phrases:
+            return set()
+        words, piece_of = [], []
+        for k, piece in enumerate(pieces):
+            words += [w.w.lower() for w in piece.words]
+            piece_of += [k] * len(piece.words)
+        inside: set[int] = set()
+        i = 0
+        while i < len(words):
+            n = next((n for n in range(min(self._longest, len(words) - i), 1, -1)
+                      if tuple(words[i:i + n]) in self._phrases), 0)
+            if n:
+                inside.update(range(piece_of[i] + 1, piece_of[i + n - 1] + 1))
+                i += n
+            else:
+                i += 1
+        return inside
 
     def _cut(self, k: int | None) -> list[Cue]:
         """Write pending[:k] (all when None) as a cue."""
@@ -473,21 +508,35 @@ class FinalPieces:
     def __init__(self) -> None:
         self._tokens: list[str] = []
         self._words: list[TimedWord] = []
+        self._held = 0  # the last final's ``held``: its last words, whose text a later final writes
 
     @property
     def pending(self) -> int:
         """Words whose pieces are not decided yet."""
         return len(self._words)
 
-    def add(self, words: Sequence[TimedWord], text: str) -> list[Piece]:
-        """The pieces that one final (its words, its ``text``) decides."""
+    def add(self, words: Sequence[TimedWord], text: str, held: int = 0) -> list[Piece]:
+        """The pieces that one final (its words, its ``text``, its ``held``) decides."""
         self._words += words
         self._tokens += text.split()
+        self._held = held
         return self._take(final=False)
 
     def close(self) -> list[Piece]:
         """Every piece left (the stream ended)."""
         return self._take(final=True)
+
+    def settle(self) -> list[Piece]:
+        """At a pause: every piece the texts so far decide, the last match too; the words the
+        last final held for a phrase ("on" | "march", a pause, "fifth") wait for the final
+        that writes them, which would show them a second time had they been written as spoken
+        now."""
+        held = min(self._held, len(self._words))
+        kept = self._words[len(self._words) - held:]
+        self._words = self._words[: len(self._words) - held]
+        out = self._take(final=True)
+        self._words += kept
+        return out
 
     def _take(self, *, final: bool) -> list[Piece]:
         tokens, words = self._tokens, self._words
@@ -650,16 +699,17 @@ class SubtitleWriter:
         for cue in self.builder.add(word):
             self._cue(cue)
 
-    def add_final(self, words: Sequence[TimedWord], text: str) -> None:
-        """One final: its words (spoken, with labels and times) and its ``text``."""
-        for piece in self.pieces.add(words, text):
+    def add_final(self, words: Sequence[TimedWord], text: str, held: int = 0) -> None:
+        """One final: its words (spoken, with labels and times), its ``text`` and its ``held``
+        (how many of the stream's last words a later final's text writes)."""
+        for piece in self.pieces.add(words, text, held):
             for cue in self.builder.add_piece(piece):
                 self._cue(cue)
 
     def flush(self) -> None:
-        """Write the cue in progress now (the caption client calls it after a pause, when the
-        server has written every word it finalized: its last final held nothing)."""
-        for piece in self.pieces.close():
+        """Write the cue in progress now (the caption client calls it after a pause): the words
+        the finals' texts have written; words a final held for a phrase wait for its text."""
+        for piece in self.pieces.settle():
             for cue in self.builder.add_piece(piece):
                 self._cue(cue)
         for cue in self.builder.flush():

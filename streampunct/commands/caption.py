@@ -349,7 +349,8 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
     view = None
     if args.format != "text":
         outs = [stdout, out.file] if out is not None else [stdout]
-        subtitles = SubtitleWriter(args.format, outs, CueBuilder(capitalize=args.capitalize))
+        phrases = [spoken.split() for spoken, _ in args.lexicon or ()]  # no cue boundary inside one
+        subtitles = SubtitleWriter(args.format, outs, CueBuilder(capitalize=args.capitalize, phrases=phrases))
     elif not args.json:
         view = default_view(args.capitalize, stdout)
     closed_early: StreamClosedEarly | InputStopped | None = None

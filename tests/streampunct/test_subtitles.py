@@ -319,6 +319,59 @@ def test_written_forms_from_the_finals_text_across_finals():
                      ("York.", "york", False)]
 
 
+def test_a_pause_writes_what_the_texts_wrote_and_keeps_the_held_words_for_their_text():
+    """Words a final held for a phrase ("on" | "march", a pause, "fifth at noon") are not
+    written as spoken at the pause: the final that writes the phrase shows them, once."""
+    ws = spoken("we will meet on march fifth at noon.")
+    writer = SubtitleWriter("jsonl", [io.StringIO()])
+    writer.add_final(ws[:4], "We will meet on")
+    writer.add_final(ws[4:5], "", held=1)  # "march" may open a date
+    writer.flush()  # no final for as long as a cue lasts
+    assert [c.text for c in writer.cues] == ["We will meet on"] and writer.pending
+    writer.add_final(ws[5:8], "March 5 at noon.")
+    writer.close()
+    assert [c.text for c in writer.cues] == ["We will meet on", "March 5 at noon."]
+    assert [[w.w for w in c.words] for c in writer.cues] == [["we", "will", "meet", "on"],
+                                                             ["march", "fifth", "at", "noon"]]
+    assert [(p.text, len(p.words)) for p in writer.cues[1].pieces] == [("March", 1), ("5", 1), ("at", 1),
+                                                                       ("noon.", 1)]
+
+
+def test_a_mark_a_written_form_took_inside_is_not_a_clause_break():
+    """The model's comma after "april" went inside the date the server wrote ("April 25,"):
+    a cue cut there would cut the date. A long cue must break elsewhere."""
+    filler = "we walked all the way along the old river path to the park near the"
+    ws = spoken(f"{filler} on april, twenty fifth, they said.", step=0.4)
+    n = len(filler.split())
+    text = f"{filler.capitalize()} on April 25, they said."
+    writer = SubtitleWriter("jsonl", [io.StringIO()], CueBuilder(CueLimits(max_chars=40)))
+    writer.add_final(ws, text)
+    writer.close()
+    shown = [" ".join(c.lines) for c in writer.cues]
+    assert not any(t.endswith("April") for t in shown), shown
+    assert any("April 25," in t for t in shown) and [w for c in writer.cues for w in c.words] == ws
+    assert ws[n + 1].w == "april" and ws[n + 1].label == COMMA
+
+
+def test_a_lexicon_phrase_that_spells_its_words_is_not_cut_between_cues():
+    """A lexicon form that only changes case ("Rio de Janeiro") is plain pieces; the builder,
+    told the lexicon's phrases, keeps it in one cue where another break fits."""
+    words = spoken("my friends and i went to visit our old family in rio de janeiro last year.", step=0.4)
+    text = "My friends and I went to visit our old family in Rio de Janeiro last year."
+
+    def cues(phrases):
+        writer = SubtitleWriter("jsonl", [io.StringIO()], CueBuilder(CueLimits(max_chars=20), phrases=phrases))
+        writer.add_final(words, text)
+        writer.close()
+        return [" ".join(c.lines) for c in writer.cues]
+
+    plain = cues(())
+    assert any(t.endswith("Rio") or t.endswith("de") for t in plain), plain  # what the phrase avoids
+    kept = cues([("rio", "de", "janeiro"), ("new", "york")])
+    assert any("Rio de Janeiro" in t for t in kept), kept
+    assert " ".join(kept) == text
+
+
 def test_clitics_and_lexicon_forms_that_spell_their_words_are_one_piece():
     ws = spoken("it 's an i phone from nasa")
     shown = [(p.text, len(p.words), p.written) for p in run_finals([(ws, "It's an iPhone from N.A.S.A.")])]
