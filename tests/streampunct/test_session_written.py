@@ -321,6 +321,19 @@ def test_partials_start_with_the_held_words_and_write_their_phrases():
     assert partial.text == "$25 today."
 
 
+@pytest.mark.parametrize("right_context", [0, 1, 2])
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_a_phrase_repeated_inside_a_longer_one_is_written_after_it(right_context, chunk):
+    """"red bull red bull" is one entry, "red bull" another: three in a row are the long one and
+    the short one, as offline. The left context after the long one was its last words
+    ("bull red bull"), and the words after it were matched as its rest, written as spoken."""
+    lexicon = (("red bull", "Red Bull"), ("red bull red bull", "RBRB"))
+    driver = Driver(SessionOptions(right_context=right_context, max_delay_ms=60_000, lexicon=lexicon),
+                    written=WrittenForms(normalizer=FakeNormalizer()))
+    driver.stream("we sang red bull red bull red bull all night long", chunk=chunk)
+    assert " ".join(f.text for f in driver.finals() if f.text).rstrip(".") == "we sang RBRB Red Bull all night long"
+
+
 def test_lexicon_in_partials_and_finals_alike():
     options = SessionOptions(right_context=2, max_delay_ms=60_000, partials=True,
                              lexicon=(("stream punct", "StreamPunct"),))
