@@ -40,6 +40,7 @@ nothing itself:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import math
@@ -292,7 +293,7 @@ class _Supervisor:
         self.failed = False
         self.failed_to_start: set[int] = set()  # workers that reported their startup error
         self.error: BaseException | None = None  # the first startup error a worker reported
-        self.heard: dict[int, float] = {}  # a worker's last heartbeat (monotonic), from its first
+        self.heard: dict[int, float] = {}  # a worker's last heartbeat (monotonic), or its start
         self.ready: dict[int, Ready] = {}  # what each ready worker said
         self.hung: set[int] = set()  # workers killed for silence
 
@@ -328,6 +329,9 @@ class _Supervisor:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=worker_main, args=(spec, writer), name=f"streampunct-worker-{i}")
                 proc.start()
+                # judged from its start: a worker that stops before its first beat (in its imports)
+                # is killed as one that stops later, not left holding a share of the port
+                self.heard[i] = time.monotonic()
                 logger.info("worker %d (pid %d) started", i, proc.pid)
                 writer.close()
                 self.procs.append(proc)
@@ -428,6 +432,8 @@ class _Supervisor:
                          "killing it", i, proc.pid, now - heard, "" if i in self.ready else " while starting",
                          timeout)
             _kill_group(proc.pid)
+            with contextlib.suppress(ProcessLookupError):  # one stopped before it made its group
+                os.kill(proc.pid, signal.SIGKILL)
 
     def _cleanup_group(self, i: int) -> None:
         """What a worker that is gone leaves in its process group (its ITN pool) goes too."""

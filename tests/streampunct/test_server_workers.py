@@ -722,6 +722,28 @@ def test_an_itn_cache_that_cannot_be_made_is_refused_before_any_worker_starts(tm
     assert ok.itn_cache == tmp_path / "new" and (tmp_path / "new").is_dir()
 
 
+async def test_a_worker_stopped_before_its_first_beat_is_found_too(tmp_path):
+    # The workers stop themselves as their interpreter starts (a sitecustomize that only the
+    # spawned workers run), before their startup thread beats once: each is judged from its start.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "if 'spawn_main' in ' '.join(getattr(sys, 'orig_argv', ())):\n"
+        "    os.kill(os.getpid(), signal.SIGSTOP)\n")
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1", env={"PYTHONPATH": path}) as server:
+        assert await asyncio.wait_for(server.proc.wait(), 60) == 1
+        log = server.log.read_text()
+        pids = [int(p) for p in re.findall(r"worker \d \(pid (\d+)\) started", log)]
+        assert len(pids) == 2
+        for i, pid in enumerate(pids):
+            assert re.search(rf"worker {i} \(pid {pid}\) has not answered for \d+s while starting "
+                             r"\(worker_hang_timeout_s 1\); killing it", log), log
+            assert not _running(pid)
+        assert "ready on ws://" not in log
+
+
 async def test_a_worker_stopped_while_it_loads_is_found_too(tmp_path):
     # Worker 0 listens (the kernel hands it connections) and then stops before its engine is warm:
     # its startup thread's beats stop with it, so it is killed as a ready one would be, instead of
