@@ -377,7 +377,7 @@ class SessionProtocol:
         an earlier ``flush`` (and the finals before it), so that no answer overtakes one owed
         to an earlier message."""
         if not self._until:
-            return [error]
+            return [*self._answer_hypothesis_now(), error]  # a hypothesis before it first
         self._until.append(_Owed(self._until[-1].target, _Until.ERROR, error=error))
         return []
 
@@ -407,10 +407,13 @@ class SessionProtocol:
         if isinstance(message, ConfigRequest):
             return self._configure(message)
         if isinstance(message, FlushRequest):
+            # the partial owed to a hypothesis before it goes first (after an earlier flush's
+            # answer, when one is still owed: then the model's partial comes after it anyway)
+            out = [] if self._until else self._answer_hypothesis_now()
             symbols = self._place_pending_symbols()
             self.state.flush(now)
             self._until.append(_Owed(self.state.n_words, _Until.FLUSHED, symbols))
-            return self._settle()
+            return out + self._settle()
         if isinstance(message, EndRequest):
             self.end_received = True
             out = self._owed_partial()  # an empty partial, when that is what is owed
@@ -463,7 +466,7 @@ class SessionProtocol:
                 self._times[first + k] = (item.start, item.end)
             if (affix := affix_of(item.w, word)) is not NO_AFFIX:
                 self._affixes[first + k] = affix
-        out = self._replace_hypothesis() if self.state.hypothesis else []
+        out = self._replace_hypothesis() if self.state.hypothesis else self._answer_hypothesis_now()
         if taken:
             self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
@@ -751,19 +754,24 @@ class SessionProtocol:
         in_flight = self.state.in_flight
         if in_flight is not None and in_flight.partial:
             self._replaced_call = in_flight
+        return self._answer_hypothesis_now()
+
+    def _answer_hypothesis_now(self) -> list[ServerMessage | WrittenText]:
+        """The partial owed to the last ``hypothesis``, now and without a model call (see
+        :meth:`_replace_hypothesis`), when a later message is to be answered first otherwise;
+        nothing when none is owed. The model's partial for it may follow (the state moved on)."""
         if not self._hypothesis_owed:
             return []
-        self._hypothesis_owed = False
+        self._hypothesis_owed = self._partial_owed = False  # (``end`` need not wait for it)
         decisions, hypothesis, cases = self.state.provisional()
         return self._partial_message(decisions[0].index if decisions else self._sent, decisions, hypothesis, cases)
 
     def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial
         hypothesis, hypothesis_cases = self.state.last_hypothesis, self.state.last_hypothesis_cases
-        if request is self._replaced_call:
+        if request is self._replaced_call:  # its hypothesis was replaced (and answered) meanwhile
             self._replaced_call = None
-            if request.hypothesis != self.state.hypothesis:  # answered when it was replaced
-                return []
+            return []
         if not decisions and not request.hypothesis and not self._partial_owed:
             return []
         if request.hypothesis == self.state.hypothesis:

@@ -37,10 +37,10 @@ Bounded resources (see ``docs/server.md``, "Bounded resources"):
   socket, and TCP slows the sender;
 * *bounded outbox*: the driver asks for the next window, and the reader for
   the next frame, only while fewer than ``max_outbox_messages`` messages
-  wait to be sent; a partial that a newer partial replaces before it was
-  sent is dropped from the outbox (each partial replaces the previous one),
-  so a client that reads slowly holds one unsent partial, whatever the
-  size of its hypotheses;
+  wait to be sent; once ``PARTIALS_DROPPED_FROM`` messages wait, a partial
+  that a newer partial replaces before it was sent is dropped from the
+  outbox (each partial replaces the previous one), so a client that reads
+  slowly holds a few unsent partials, whatever the size of its hypotheses;
 * *frame rate*: the reader takes at most ``max_frames_per_s`` frames a second
   after a burst of as many, a frame counting once per started 256 characters
   (:mod:`streampunct.server.rate`), so a client sending frames that carry no
@@ -93,6 +93,11 @@ logger = logging.getLogger(__name__)
 
 #: Grammar searches one text awaits before it is written on the executor instead.
 _MAX_FETCHES = 16
+#: Messages waiting in the outbox from which a partial not sent yet is dropped for a newer one:
+#: the client is behind (it does not read, or finals ahead wait for their written form). Below
+#: it every partial is sent, so that each hypothesis keeps its own; at it a slow reader holds
+#: a few unsent partials, each up to a hypothesis of 1000 words, not one per frame it sent.
+PARTIALS_DROPPED_FROM = 8
 
 
 def _loggable(config: SessionOptions) -> dict:
@@ -558,7 +563,7 @@ class Session:
             elif isinstance(message, Resumed):
                 self._log.info("resumed at word %d, config %s", message.start, _loggable(message.config))
             elif isinstance(message, Partial):
-                if self._queued_partial is not None:
+                if self._queued_partial is not None and self._outbox.qsize() >= PARTIALS_DROPPED_FROM:
                     self._queued_partial.supersede()
                 item = self._queued_partial = _QueuedPartial(item)
             self._outbox.put_nowait((item, decidable))

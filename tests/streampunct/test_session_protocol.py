@@ -354,35 +354,44 @@ def _run(events, options: SessionOptions, with_hypotheses: bool, end_at_once: bo
 
 _step = st.one_of(
     _event,
-    st.tuples(st.sampled_from(["start call", "finish call"]), st.just([]), st.floats(0, 0.3)),
+    st.tuples(st.sampled_from(["start call", "finish call", "bad"]), st.just([]), st.floats(0, 0.3)),
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(steps=st.lists(_step, max_size=30), right_context=st.integers(0, 3),
        max_delay_ms=st.sampled_from([0, 200, 60_000]), capitalize=st.booleans())
 # a partial call for the words runs while a hypothesis comes: its labels must not show after it
 @example(steps=[("words", [(1, 0)], 0.0), ("start call", [], 0.0), ("hyp", [(1, 0)], 0.0)],
          right_context=1, max_delay_ms=200, capitalize=False)
+# ... nor after words that clear it again (the hypothesis is () before and after)
+@example(steps=[("words", [(1, 0), (1, 1)], 0.0), ("start call", [], 0.0), ("hyp", [(1, 2)], 0.0),
+                ("words", [(1, 2)], 0.0), ("finish call", [], 0.0)],
+         right_context=3, max_delay_ms=60_000, capitalize=False)
 def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_context, max_delay_ms, capitalize):
     """protocol.md: "a new hypothesis is answered by a partial". However the messages and the
     model calls interleave (a call held in flight while hypotheses replace each other), every
-    partial carries the hypothesis current when it is sent (none goes back to one a newer
-    message replaced), and each ``hypothesis`` has had its partial before a message replaces it:
-    the replies to that message start with it."""
+    partial carries the hypothesis current when it is sent and the words of the message that
+    last replaced one (none goes back to a replaced hypothesis), and a ``hypothesis`` that a
+    later message finds unanswered is answered first: the replies to that message (words, a
+    flush with none owed before it, a refused message) start with its partial."""
     protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
                                defaults=SessionOptions(right_context, max_delay_ms, True, capitalize))
     now, held, out = 0.0, None, []
     current: tuple[str, ...] = ()  # the hypothesis the client sent last (words clear it)
     owed = False  # a hypothesis message still waits for its partial
+    floor = 0  # the words received when a message last replaced the hypothesis
+    flushes = 0  # flushes sent and not answered yet
 
     def take(messages) -> None:
-        nonlocal owed
+        nonlocal owed, flushes
         for m in messages:
             out.append(m)
             if isinstance(m, Partial):
                 assert tuple(w.w for w in m.hypothesis) == current
+                assert m.start + len(m.words) >= floor
                 owed = False
+            flushes -= isinstance(m, Flushed)
 
     def run_calls() -> None:
         while (request := protocol.next_request(now)) is not None:
@@ -396,22 +405,32 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
             if held is not None:
                 take(protocol.apply(held, context_infer(held.input_ids)))
                 held = None
+        elif kind == "bad":
+            replies = protocol.receive_frame('{"type": "nope"}', now)
+            if flushes:  # after the flush's answer
+                assert replies == []
+            else:
+                assert [m.type for m in replies] == ["partial"] * owed + ["error"]
+            take(replies)
         else:
             message = {"hyp": HypothesisMessage, "words": WordsMessage}.get(kind)
             message = FlushRequest() if message is None else message(tuple(map(Word, words(*specs))))
+            first_answer = owed and (kind != "flush" or not flushes)
             replies = protocol.receive(message, now)
+            if first_answer:
+                assert replies and isinstance(replies[0], Partial)
+                take(replies[:1])
+                replies = replies[1:]
             if kind == "hyp" or (kind == "words" and current):  # replaces the hypothesis
-                if owed:
-                    assert replies and isinstance(replies[0], Partial)
-                    take(replies[:1])
-                    replies = replies[1:]
                 current = tuple(words(*specs)) if kind == "hyp" else ()
                 owed = kind == "hyp"
+                floor = protocol.n_words
+            flushes += kind == "flush"
             take(replies)
     if held is not None:
         take(protocol.apply(held, context_infer(held.input_ids)))
     run_calls()
-    assert not owed
+    assert not owed and not flushes
     take(protocol.receive(EndRequest(), now))
     run_calls()
     assert isinstance(out[-1], Ended)
@@ -469,8 +488,10 @@ def test_end_right_behind_a_hypothesis_answers_it_first_and_changes_no_final(
 @pytest.mark.parametrize("flush", [True, False])
 def test_finals_due_before_end_go_out_before_the_partial_end_waits_for(flush):
     """``end`` right behind a hypothesis waits for that hypothesis's partial, but the words
-    already decidable (right context, a flush) are final first, as without the hypothesis,
-    and the partial starts after them."""
+    already decidable by right context are final first, as without the hypothesis, and the
+    partial starts after them. A ``flush`` between them is answered after the hypothesis: its
+    partial comes at once (no model call), before the flush's finals, and ``end`` waits for
+    nothing."""
     def run(with_hypothesis):
         protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
                                    defaults=SessionOptions(right_context=1, partials=True))
@@ -485,7 +506,7 @@ def test_finals_due_before_end_go_out_before_the_partial_end_waits_for(flush):
     out, plain = run(True), run(False)
     assert [m for m in out if not isinstance(m, Partial)] == plain
     [partial] = [k for k, m in enumerate(out) if isinstance(m, Partial)]
-    due = 6 if flush else 5  # without a flush the last word waits for end
+    due = 0 if flush else 5  # without a flush the last word waits for end
     finals_before = [w for m in out[:partial] if isinstance(m, Final) for w in m.words]
     assert len(finals_before) == due and out[partial].start == due
     assert [w.w for w in out[partial].hypothesis] == words((1, 7), (2, 8))
