@@ -276,7 +276,8 @@ class SessionProtocol:
         # the hypothesis's words and their symbols (a partial for an older hypothesis shows none)
         self._hypothesis_affixes: tuple[tuple[str, ...], list[Affix]] = ((), [])
         self._partial_owed = False  # a hypothesis change still waits for its partial
-        self._hypothesis_owed = False  # a ``hypothesis`` message still waits for its partial
+        # a hypothesis change (a ``hypothesis``, or ``words`` that cleared one) waits for its partial
+        self._hypothesis_owed = False
         # a partial call whose hypothesis a newer one replaced and that was answered without it
         self._replaced_call: WindowRequest | None = None
         self._last_overload: float | None = None  # when a call of this session last met a full queue
@@ -471,6 +472,7 @@ class SessionProtocol:
             self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
             self._set_hypothesis([])
+            self._hypothesis_owed = self.options.partials  # answered by a partial carrying none
         return out + self._owed_partial()
 
     def _words_with_symbols(self, forms: list[tuple[str, Word]], shown: list[str], taken: list[tuple[str, Word]],
@@ -844,11 +846,13 @@ class SessionProtocol:
         """The stream goes on elsewhere (``serve --drain resume``): no more decisions here. The
         words a final held for a phrase are not written here: the server that resumes the
         stream writes them, with the phrase when the words sent again complete it (told by
-        resume's ``held``, or inferred from those words: :meth:`FinalTexts.seed`). Nothing is
-        left to send (the list is empty)."""
+        resume's ``held``, or inferred from those words: :meth:`FinalTexts.seed`). What is left
+        to send: the errors queued behind a flush (the flush is answered where the stream goes on)."""
         self._finishing = self._handed_off = True
         self._partial_owed = False
-        return []
+        errors = [owed.error for owed in self._until if owed.error is not None]
+        self._until = deque(owed for owed in self._until if owed.error is None)
+        return errors
 
     def _held_text(self) -> list[ServerMessage | WrittenText]:
         """At a flush or the end, once every word is final: the text of the words a final held

@@ -358,7 +358,7 @@ class Session:
         reader.cancel()
         driver.cancel()  # a window in flight is aborted (its words stay undecided)
         await asyncio.gather(reader, driver, return_exceptions=True)
-        self._emit(self.protocol.hand_off())  # nothing: held words are the resuming server's to write
+        self._emit(self.protocol.hand_off())  # errors still queued; held words are the resuming server's
         self._log.info("shutdown: handing off with %d of %d words final; closing with 1012",
                        self.protocol.n_final, self.protocol.n_words)
         if not await self._outbox_sent(writer, watch_connection()):

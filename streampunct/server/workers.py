@@ -75,6 +75,10 @@ POLL_S = 1.0
 #: A starting worker is judged on this many hang timeouts: its beats come from a thread, which
 #: a load that holds the GIL (ONNX Runtime builds its sessions so) holds up for that long.
 STARTUP_HANG_FACTOR = 4
+#: The least time a worker has from its start to its first beat (which its startup thread sends
+#: once the worker's modules are imported): a slow host's imports are no hang, a worker stopped
+#: in them is found after this.
+FIRST_BEAT_S = 20.0
 #: Heartbeats a worker sends within ``ServerConfig.worker_hang_timeout_s``: one late or lost
 #: beat (a busy loop, a slow host) is far from a hang.
 HEARTBEATS_PER_TIMEOUT = 6
@@ -296,6 +300,7 @@ class _Supervisor:
         self.heard: dict[int, float] = {}  # a worker's last heartbeat (monotonic), or its start
         self.ready: dict[int, Ready] = {}  # what each ready worker said
         self.hung: set[int] = set()  # workers killed for silence
+        self.beat: set[int] = set()  # workers heard from (the others are judged from their start)
 
     def forward(self, sig: int, frame: object = None) -> None:
         """The signal handler: pass ``sig`` on to every worker (each drains)."""
@@ -387,9 +392,11 @@ class _Supervisor:
             if message[0] == "alive":
                 if i not in self.hung:
                     self.heard[i] = time.monotonic()
+                    self.beat.add(i)
             elif message[0] == "ready":
                 self.ready[i] = Ready(*message[1:])
                 self.heard[i] = time.monotonic()
+                self.beat.add(i)
                 logger.info("worker %d (pid %d) ready", i, self.procs[i].pid)
                 if len(self.ready) == self.n and self.deadline is None:
                     for sock in sockets:  # every worker listens: the port is held by them
@@ -419,6 +426,8 @@ class _Supervisor:
         for i, heard in list(self.heard.items()):
             proc = self.procs[i]
             limit = timeout if i in self.ready else STARTUP_HANG_FACTOR * timeout
+            if i not in self.beat:
+                limit = max(limit, FIRST_BEAT_S)
             if i in self.hung or proc.exitcode is not None or now - heard < limit:
                 continue
             conn = next((c for c, k in self.conns.items() if k == i), None)

@@ -722,23 +722,33 @@ def test_an_itn_cache_that_cannot_be_made_is_refused_before_any_worker_starts(tm
     assert ok.itn_cache == tmp_path / "new" and (tmp_path / "new").is_dir()
 
 
-async def test_a_worker_stopped_before_its_first_beat_is_found_too(tmp_path):
+@pytest.mark.parametrize("how", ["stops", "is slow"])
+async def test_a_worker_judged_before_its_first_beat(tmp_path, how):
     # The workers stop themselves as their interpreter starts (a sitecustomize that only the
-    # spawned workers run), before their startup thread beats once: each is judged from its start.
+    # spawned workers run), before their startup thread beats once: each is judged from its start
+    # (after FIRST_BEAT_S, not four hang timeouts: imports on a slow host are no hang, and
+    # workers that take 5 s to import with a hang timeout of 1 s start).
     site = tmp_path / "site"
     site.mkdir()
+    act = "os.kill(os.getpid(), signal.SIGSTOP)" if how == "stops" else "time.sleep(5)"
     (site / "sitecustomize.py").write_text(
-        "import os, signal, sys\n"
+        "import os, signal, sys, time\n"
         "if 'spawn_main' in ' '.join(getattr(sys, 'orig_argv', ())):\n"
-        "    os.kill(os.getpid(), signal.SIGSTOP)\n")
+        f"    {act}\n")
     path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     async with serving(tmp_path, "--worker-hang-timeout-s", "1", env={"PYTHONPATH": path}) as server:
+        if how == "is slow":
+            async with asyncio.timeout(60):
+                while len(re.findall(r"worker \d \(pid \d+\) ready", server.log.read_text())) < 2:
+                    await asyncio.sleep(0.05)
+            assert "has not answered" not in server.log.read_text()
+            return
         assert await asyncio.wait_for(server.proc.wait(), 60) == 1
         log = server.log.read_text()
         pids = [int(p) for p in re.findall(r"worker \d \(pid (\d+)\) started", log)]
         assert len(pids) == 2
         for i, pid in enumerate(pids):
-            assert re.search(rf"worker {i} \(pid {pid}\) has not answered for \d+s while starting "
+            assert re.search(rf"worker {i} \(pid {pid}\) has not answered for 2\ds while starting "
                              r"\(worker_hang_timeout_s 1\); killing it", log), log
             assert not _running(pid)
         assert "ready on ws://" not in log

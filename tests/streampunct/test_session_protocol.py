@@ -185,6 +185,20 @@ def test_an_error_never_overtakes_the_answer_owed_to_an_earlier_flush(bad):
     assert out[0].start == 2 and [w.w for w in out[0].words] == ["t1x3"] and out[1] == Flushed(3)
 
 
+def test_a_hand_off_sends_the_errors_queued_behind_a_flush():
+    """``serve --drain resume``: the flush is answered where the stream goes on, but the error
+    for a message refused behind it is this connection's to send."""
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=5, max_delay_ms=60_000))
+    out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
+    out += protocol.receive(FlushRequest(), 0.0)
+    out += protocol.receive_frame('{"type": "config", "right_context": 0}', 0.0)
+    assert out == []
+    [error] = protocol.hand_off()
+    assert error.code is ErrorCode.BAD_REQUEST and "config is only allowed" in error.message
+    assert protocol.next_call(0.0) is None
+
+
 def test_words_sent_right_after_a_flush_are_not_its_right_context():
     """A flush finalizes with the right context that exists. A loop clock that moves once a
     millisecond reads one time for the flush and the words behind it, and a busy server
@@ -379,7 +393,7 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
                                defaults=SessionOptions(right_context, max_delay_ms, True, capitalize))
     now, held, out = 0.0, None, []
     current: tuple[str, ...] = ()  # the hypothesis the client sent last (words clear it)
-    owed = False  # a hypothesis message still waits for its partial
+    owed = False  # a hypothesis change (a hypothesis, words that clear one) still waits for its partial
     floor = 0  # the words received when a message last replaced the hypothesis
     flushes = 0  # flushes sent and not answered yet
 
@@ -423,7 +437,7 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
                 replies = replies[1:]
             if kind == "hyp" or (kind == "words" and current):  # replaces the hypothesis
                 current = tuple(words(*specs)) if kind == "hyp" else ()
-                owed = kind == "hyp"
+                owed = True  # words that clear a hypothesis are answered by a partial too
                 floor = protocol.n_words
             flushes += kind == "flush"
             take(replies)
