@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
@@ -395,6 +395,10 @@ class _Held:
     label: int
     case: int | None
     affix: Affix = NO_AFFIX
+    # written, a word of a written form but its first (the left context never starts inside
+    # one: read from a word inside, "bull" "red bull" of "RBRB", the words after it would be
+    # matched as the form's rest, not as a phrase of their own); not known in a resume's context
+    inside: bool = False
 
 
 class FinalTexts:
@@ -421,10 +425,6 @@ class FinalTexts:
         self._held: list[_Held] = []
         self._held_sentence_start = True
         self._written: list[_Held] = []  # the last words written, left context
-        # for each of them: a word of a written form but its first (the left context never
-        # starts inside one: read from a word inside, "bull" "red bull" of "RBRB", the words
-        # after it would be matched as the form's rest, not as a phrase of their own)
-        self._inside: list[bool] = []
         # (words, text) of the form the written text ends with, when all its words are in
         # _written: the next words may go on with it (_continued)
         self._last_form: tuple[int, str] | None = None
@@ -580,7 +580,6 @@ class FinalTexts:
         self._infer_right_context = right_context
         cut = len(given) - max(0, min(held or 0, len(given), MAX_HELD_WORDS))
         self._written = given[:cut][-LEFT_CONTEXT_WORDS:]
-        self._inside = [False] * len(self._written)  # not known: read as the context gives them
         self._held = given[cut:]
         self._held_sentence_start = not self._written or self._written[-1].label in (PERIOD, QUESTION)
         self._last_form = None
@@ -621,7 +620,6 @@ class FinalTexts:
             self._infer = None  # (after the search: one that must wait is run again)
             if k:
                 self._written = given[:-k][-LEFT_CONTEXT_WORDS:]
-                self._inside = [False] * len(self._written)
                 self._held = given[-k:]
                 self._held_sentence_start = not self._written or self._written[-1].label in (PERIOD, QUESTION)
                 self._seeded = bool(self._written)
@@ -726,15 +724,12 @@ class FinalTexts:
             ending = next((p for p in phrases if p.end == cut and p.text), None)
             self._last_form = (None if ending is None or cut - ending.start > LEFT_CONTEXT_WORDS
                                else (cut - ending.start, ending.text))
-        inside = [False] * cut
-        for p in phrases:
-            if p.text and p.end <= cut:
-                inside[p.start + 1:p.end] = [True] * (p.end - p.start - 1)
-        written, inside = self._written + span[:cut], self._inside + inside
+        inside = {k for p in phrases if p.text and p.end <= cut for k in range(p.start + 1, p.end)}
+        written = self._written + [replace(h, inside=True) if k in inside else h for k, h in enumerate(span[:cut])]
         start = max(0, len(written) - LEFT_CONTEXT_WORDS)
-        while start > 0 and inside[start] and len(written) - start < MAX_HELD_WORDS:
+        while start > 0 and written[start].inside and len(written) - start < MAX_HELD_WORDS:
             start -= 1  # from the first word of the form the last words are in
-        self._written, self._inside = written[start:], inside[start:]
+        self._written = written[start:]
         self._held = span[cut:]
         return text
 
