@@ -573,13 +573,22 @@ def _is_pronoun_i(word: str) -> bool:
     return word == "i" or word.startswith("i'")
 
 
+_POSSESSIVE = "'s"
+_INITIALISM = re.compile(r"(?:[^\W\d_]\.){2,}")
+
+
 def apply_case(word: str, case: int) -> str:
     """A lowercase word written in a case class of ``streampunct.labels.CASE_LABELS``.
 
-    MiXed case cannot be rebuilt from a lowercase word; it is shown Capitalized.
+    MiXed case cannot be rebuilt from a lowercase word; it is shown Capitalized. A possessive
+    stays lowercase after a word in upper case (``IBM's``), and an initialism spelled with
+    dots is written in capitals when its class is not lowercase (``U.N.'s``, not ``U.n.'s``).
     """
+    stem, suffix = (word[:-2], _POSSESSIVE) if word.endswith(_POSSESSIVE) and len(word) > 2 else (word, "")
+    if case != LOWER and _INITIALISM.fullmatch(stem):
+        return stem.upper() + suffix
     if case == UPPER:
-        return word.upper()
+        return stem.upper() + suffix
     if case in (CAPITALIZED, MIXED):
         return _capitalize(word)
     return word

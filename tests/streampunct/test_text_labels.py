@@ -8,6 +8,8 @@ from streampunct.labels import (
     CAPITALIZED,
     COMMA,
     LABELS,
+    LOWER,
+    MIXED,
     PERIOD,
     QUESTION,
     UPPER,
@@ -22,6 +24,7 @@ from streampunct.text.normalize import (
     normalize_word,
     normalize_words,
     render,
+    spelled_pieces,
 )
 
 
@@ -168,6 +171,20 @@ def test_capitals_keep_the_word_and_its_length():
     # a first letter whose capital is two letters stays as it is
     assert render(["ßa"], [PERIOD], capitalize=True) == "ßa."
     assert apply_case("'til", CAPITALIZED) == "'Til" and apply_case("straße", UPPER) == "STRASSE"
+
+
+def test_initialisms_and_possessives_keep_their_conventional_case():
+    # a possessive after a word in capitals stays lowercase
+    assert apply_case("ibm's", UPPER) == "IBM's" and apply_case("nasa", UPPER) == "NASA"
+    # an initialism spelled with dots is written in capitals whatever non-lower class it has
+    assert apply_case("u.s.'s", CAPITALIZED) == "U.S.'s" and apply_case("u.n.", MIXED) == "U.N."
+    assert apply_case("u.s.'s", UPPER) == "U.S.'s" and apply_case("u.s.'s", LOWER) == "u.s.'s"
+    # a word with one dotted letter is not an initialism; the rule keeps the word's length
+    assert apply_case("a.", CAPITALIZED) == "A." and apply_case("'s", UPPER) == "'S"
+    words = ["the", "u.k.'s", "envoy"]
+    shown = render(words, [O, O, PERIOD], capitalize=True, cases=[LOWER, CAPITALIZED, LOWER])
+    assert shown == "The U.K.'s envoy."
+    assert spelled_pieces("U.K.'s", words, 1) == ["U.K.'s"]
 
 
 def test_render_rejects_length_mismatch():
