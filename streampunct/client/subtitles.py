@@ -68,7 +68,7 @@ from typing import TextIO
 
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, ID_TO_MARK, PERIOD, QUESTION, O
-from streampunct.text.normalize import CLITICS, render, spelled_pieces
+from streampunct.text.normalize import CLITICS, render, spelled_pieces, unit_symbol
 
 
 @dataclass(frozen=True)
@@ -501,7 +501,8 @@ class FinalPieces:
     letter are matched to them (the most words matched, in order); what lies
     between two matches is a written form: its tokens show its words. Words
     with no token of their own ("dollars" in "$3 million") belong to the form
-    before them. The last match of a text stays open until the next final
+    before them; tokens with no word (symbols) to the word after them ("& roll"),
+    except a unit ("50 %") and what ends the stream's text ("OK. 😀"). The last match of a text stays open until the next final
     (a form may go on), unless :meth:`close` ends the stream.
     """
 
@@ -603,10 +604,15 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
         if k:
             groups.append([i, i + 1, j, j + k, True])
         ti, wj = i + 1, j + k
-    # words without a token join the group before (and its written form); tokens without words the next
+    # words without a token join the group before (and its written form); tokens without words
+    # the next, except a unit after a number ("50 %") and symbols after the last word ("OK. 😀"),
+    # which join the group before
     out: list[list] = []
-    for g in groups:
-        if g[0] == g[1] and out:  # words, no token
+    for x, g in enumerate(groups):
+        if g[2] == g[3] and out and out[-1][2] < out[-1][3] and _trails(tokens, g[0], g[1], x == len(groups) - 1):
+            prev = out.pop()
+            out.append([prev[0], g[1], prev[2], prev[3], False])
+        elif g[0] == g[1] and out:  # words, no token
             prev = out.pop()
             if prev[4] and out and not out[-1][4] and out[-1][2] < out[-1][3]:
                 before = out.pop()
@@ -621,6 +627,16 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
         first, second = out[0], out[1]
         out[:2] = [[second[0], second[1], first[2], second[3], False]]
     return [tuple(g) for g in out]  # type: ignore[misc]
+
+
+def _trails(tokens: Sequence[str], a: int, b: int, last: bool) -> bool:
+    """Whether tokens ``a:b``, which write no word, belong to the word before them: they end
+    the text, or the first is a unit of a number (``%``, ``°``, ``5 €``:
+    :func:`streampunct.text.normalize.unit_symbol`)."""
+    if last:
+        return True
+    token = _core(tokens[a]) or tokens[a]
+    return bool(token) and unit_symbol(token, tokens[b] if b < len(tokens) else "")
 
 
 # -- writing ------------------------------------------------------------------------------------

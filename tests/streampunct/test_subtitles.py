@@ -319,6 +319,21 @@ def test_written_forms_from_the_finals_text_across_finals():
                      ("York.", "york", False)]
 
 
+def test_symbols_without_a_word_stay_with_the_word_they_follow():
+    """A unit after a number belongs to the number, symbols after the last word to that
+    word; a sign before a number still goes with the number."""
+    ws = spoken("it rose 50. today we pay 20. ok.")
+    finals = [(ws[0:3], "It rose 50 %."), (ws[3:7], "Today we pay $"), (ws[7:8], "20."), (ws[8:9], "OK. \U0001f600")]
+    shown = [(p.text, " ".join(w.w for w in p.words)) for p in run_finals(finals)]
+    assert shown == [("It", "it"), ("rose", "rose"), ("50 %.", "50"), ("Today", "today"), ("we", "we"),
+                     ("pay", "pay"), ("$ 20.", "20"), ("OK. \U0001f600", "ok")]
+    writer = SubtitleWriter("jsonl", [io.StringIO()])
+    for words, text in finals:
+        writer.add_final(words, text)
+    writer.close()
+    assert " ".join(c.text for c in writer.cues).split() == " ".join(text for _, text in finals).split()
+
+
 def test_a_pause_writes_what_the_texts_wrote_and_keeps_the_held_words_for_their_text():
     """Words a final held for a phrase ("on" | "march", a pause, "fifth at noon") are not
     written as spoken at the pause: the final that writes the phrase shows them, once."""
