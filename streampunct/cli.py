@@ -7,7 +7,9 @@ Every other subcommand registers itself under the entry-point group
 :data:`ENTRY_POINT_GROUP` (``train`` and ``build-engine`` from ``training``,
 ``bench`` from ``benchmarks``; see pyproject.toml), so the runtime never
 imports the packages it does not need to serve. A plugin that fails to
-import is left out of ``--help`` with a warning instead of breaking the CLI.
+import is left out of ``--help`` with a warning instead of breaking the CLI;
+one whose package is not installed at all (an image with the runtime alone)
+is listed as such, and running it is a one-line error.
 Heavy imports (torch, onnx) happen inside ``run`` so that ``streampunct
 --help`` stays fast and works on the base install.
 
@@ -16,7 +18,8 @@ parser reports its own unknown arguments, with its usage); an error
 raised on purpose while running (:class:`~streampunct.errors.StreampunctError`,
 the engines' own :class:`~engines.base.EngineError`, which is not one since
 ``engines`` does not import ``streampunct``, or an ``OSError`` about a path
-the user gave: not found, permission denied, a directory, already there) is
+the user gave: not found, permission denied, a directory, already there, a name
+too long, a loop of links, no such device) is
 one line ``streampunct COMMAND: error: ...`` and status 2 too. An output the
 machine cannot take (a full disk, a file-size limit, a quota, a read-only file
 system: :data:`~streampunct.text.textfile.WRITE_ERRNOS`) is one line ``... error: cannot write FILE: why``
@@ -30,6 +33,7 @@ ignored, as under nohup) stop a command the same way, cleaning up as it does
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -57,9 +61,38 @@ def plugin_commands() -> Iterator[ModuleType]:
             continue
         try:
             yield ep.load()
+        except ModuleNotFoundError as e:
+            parts = ep.module.split(".")
+            if e.name not in {".".join(parts[: k + 1]) for k in range(len(parts))}:
+                log.warning("subcommand %s (%s) is unavailable: %s: %s", ep.name, ep.value,
+                            type(e).__name__, e)
+                continue
+            # its package is not installed here (a runtime-only image): listed, and says so if run
+            log.debug("subcommand %s: package %s not installed", ep.name, e.name)
+            yield _absent_command(ep.name, parts[0])
         except Exception as e:  # a broken plugin must not take the runtime's commands down
             log.warning("subcommand %s (%s) is unavailable: %s: %s", ep.name, ep.value,
                         type(e).__name__, e)
+
+
+def _absent_command(name: str, package: str) -> ModuleType:
+    """A subcommand whose package this install does not have: ``--help`` lists it as such, and
+    running it is a one-line error that says what to install."""
+    module = ModuleType(f"streampunct.cli.absent_{name}")
+    why = f"not in this install (the {package!r} package is missing)"
+
+    def run(_args: argparse.Namespace) -> int:
+        raise StreampunctError(f"{why}: install streampunct from a source checkout with "
+                               f"pip install . (train and build-engine: pip install '.[train]')")
+
+    module.NAME, module.HELP = name, why  # type: ignore[attr-defined]
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.takes_any_arguments = True  # type: ignore[attr-defined]  # run says why instead
+
+    module.add_arguments = add_arguments  # type: ignore[attr-defined]
+    module.run = run  # type: ignore[attr-defined]
+    return module
 
 
 def available_commands() -> Iterator[ModuleType]:
@@ -75,6 +108,8 @@ class SubcommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         namespace, extras = super().parse_known_args(args, namespace)
+        if getattr(self, "takes_any_arguments", False):  # a subcommand not installed here
+            return namespace, []
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
@@ -102,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: OSErrors that name a path the user gave wrong (a usage error, not a fault).
 PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+#: Their errnos with no class of their own: a name too long, a loop of links, a device that
+#: is not there (``/dev/tty`` with no terminal). A usage error too when the error names a path.
+PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENXIO, errno.ENODEV})
 
 
 class Terminated(KeyboardInterrupt):
@@ -157,6 +195,9 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
     except OSError as e:
         from streampunct.text.textfile import WRITE_ERRNOS, write_error_message
 
+        if e.errno in PATH_ERRNOS and e.filename:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
         if e.errno not in WRITE_ERRNOS:
             raise
         if e.filename == "stdout" or (not e.filename and _stdout_fails()):

@@ -29,7 +29,7 @@ def test_plugins_come_from_the_entry_point_group(monkeypatch, caplog):
     plugin.run = lambda args: print(f"hello {args.who}") or 0
     eps = [
         EntryPoint("hello", "fake_plugin", ENTRY_POINT_GROUP),
-        EntryPoint("broken", "no_such_module_here", ENTRY_POINT_GROUP),
+        EntryPoint("broken", "fake_plugin:no_such_attribute", ENTRY_POINT_GROUP),
         EntryPoint("serve", "fake_plugin", ENTRY_POINT_GROUP),
     ]
     monkeypatch.setitem(sys.modules, "fake_plugin", plugin)
@@ -37,6 +37,34 @@ def test_plugins_come_from_the_entry_point_group(monkeypatch, caplog):
     assert _subcommands(build_parser()) == [*COMMANDS, "hello"]
     assert "broken" in caplog.text and "shadows a runtime subcommand" in caplog.text
     assert main(["hello", "--who", "you"]) == 0
+
+
+def test_a_plugin_whose_package_is_not_installed_says_so_when_run(monkeypatch, caplog, capsys):
+    """An image with the runtime alone (docs/deploy.md, "Container recipe"): no warning on every
+    command; the subcommand is listed as missing and says what to install."""
+    eps = [EntryPoint("train", "no_such_package_here.cli", ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(cli, "entry_points", lambda group: eps if group == ENTRY_POINT_GROUP else [])
+    caplog.set_level("INFO")
+    parser = build_parser()
+    assert _subcommands(parser) == [*COMMANDS, "train"] and "unavailable" not in caplog.text
+    assert "'no_such_package_here' package is missing" in " ".join(parser.format_help().split())
+    assert main(["train", "--config", "x.toml", "--resume"]) == 2
+    assert capsys.readouterr().err == (
+        "streampunct train: error: not in this install (the 'no_such_package_here' package is missing): "
+        "install streampunct from a source checkout with pip install . "
+        "(train and build-engine: pip install '.[train]')\n")
+
+
+@pytest.mark.parametrize("where", ["input", "out"])
+def test_a_name_too_long_or_a_loop_of_links_is_one_line(tmp_path, capsys, where):
+    source = tmp_path / "t.txt"
+    source.write_text("hello there\n", encoding="utf-8")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    bad = tmp_path / ("\u5b57" * 90 + ".txt") if where == "input" else tmp_path / "loop"
+    argv = ["punctuate", str(bad)] if where == "input" else ["punctuate", str(source), "--out", str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streampunct punctuate: error: [Errno ") and err.count("\n") == 1
 
 
 def test_help_imports_neither_torch_nor_training_code():
