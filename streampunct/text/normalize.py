@@ -24,7 +24,17 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 from streampunct.errors import InputError
-from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER, O
+from streampunct.labels import (
+    CAPITALIZED,
+    COMMA,
+    ID_TO_MARK,
+    LOWER,
+    MIXED,
+    PERIOD,
+    QUESTION,
+    UPPER,
+    O,
+)
 
 #: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
 #: right single quote, both UTF-8 bytes read as cp1252.
@@ -642,6 +652,8 @@ def render(
             shown = before + shown + after
             if label == PERIOD and after.endswith("."):
                 mark = ""
+        if verbatim is not None and verbatim[k] and mark and shown.endswith(("!", "?")) and label != COMMA:
+            mark = "" if label == PERIOD or shown.endswith("?") else mark  # "Yahoo!", not "Yahoo!."
         if join_clitics and parts and word in CLITICS and previous == O:
             parts[-1] += shown + mark
         else:

@@ -346,7 +346,7 @@ class Formatter:
         ``phrases`` default to :meth:`phrases` of the words themselves.
         A phrase is written as its form says (no sentence capital is added);
         its last word's mark follows it, except a period after a form that
-        already ends with one ("p.m.").
+        already ends with one ("p.m.") or with "!" or "?" ("Yahoo!"), and a "?" after a "?".
         """
         if phrases is None:
             phrases = self.phrases(words, labels)

@@ -166,6 +166,15 @@ def test_render_learned_case_outside_phrases_and_no_double_period():
     assert f.render(words, labels, cases, sentence_start=False) == "See NASA at seven p.m."
 
 
+def test_a_form_with_its_own_sentence_mark_takes_no_period_after_it():
+    f = Formatter(Lexicon([("yahoo", "Yahoo!"), ("who", "Who?")]), None, capitalize=True)
+    words = ["i", "used", "yahoo", "then", "yahoo", "and", "who", "is", "it", "who", "is", "it", "who"]
+    labels = [NO, NO, PERIOD, NO, COMMA, NO, QUESTION, NO, NO, PERIOD, NO, NO, QUESTION]
+    # a period after "!" or "?", and a question mark after "?", are the form's own; a comma stays
+    assert f.render(words, labels, sentence_start=True) == "I used Yahoo! Then Yahoo!, and Who? Is it Who? Is it Who?"
+    assert f.render(["yahoo"], [QUESTION], sentence_start=True) == "Yahoo!?"
+
+
 def test_without_lexicon_or_itn_render_is_plain_render():
     f = Formatter(Lexicon(), None, capitalize=True)
     words, labels = ["hello", "i", "do", "n't", "know"], [COMMA, NO, NO, NO, QUESTION]
