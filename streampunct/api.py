@@ -273,8 +273,10 @@ class Punctuator:
         """Punctuate a whole text (a string, or a list of words) with the offline decoder.
 
         A list's item is one word, as a server's ``words`` item is (inner whitespace
-        removed). Punctuation and case in the input are dropped first; the last word ends a
-        sentence. Returns ``""`` when the text holds no words. ``capitalize`` (None:
+        removed). A string is one segment, its line breaks read as spaces (the
+        ``punctuate`` command reads each line as a segment: punctuate the lines one by one
+        for that). Punctuation and case in the input are dropped first; the last word ends a
+        sentence. A word is cut to 100 characters, as the server cuts it. Returns ``""`` when the text holds no words. ``capitalize`` (None:
         this punctuator's default) as in :meth:`load`; ``itn`` (None: on when the
         grammars are loaded) writes numbers as digits; the lexicon always applies.
         """

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 NAME = "punctuate"
 HELP = ("punctuate a transcript (plain text, each line a segment; or a word<TAB>LABEL file) with the offline "
         "decoder; words are normalized as the server's are (lowercase, punctuation and symbols at a word's "
-        "edges dropped; a word of symbols alone is kept)")
+        "edges dropped; a word of symbols alone is kept; a word cut to 100 characters, with a warning)")
 LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 
@@ -78,7 +78,22 @@ def read_transcript_segments(source: str) -> list[tuple[list[str], list[Affix]]]
         segments = [offline_tokens(line.split()) for line in lines]
     if not any(tokens for tokens, _ in segments):
         raise InputError("no words in the input (it is empty or holds only punctuation)")
+    _warn_cut_words(segments, name)
     return segments
+
+
+def _warn_cut_words(segments: list[tuple[list[str], list[Affix]]], name: str) -> None:
+    """A warning when words were cut to ``MAX_WORD_CHARS`` (as the server cuts them): a token
+    without spaces that long (a URL, a line of a script without spaces) loses its rest."""
+    import logging
+
+    from streampunct.text.normalize import MAX_WORD_CHARS
+
+    cut = [w for tokens, _ in segments for w in tokens if len(w) >= MAX_WORD_CHARS]
+    if cut:
+        logging.getLogger(__name__).warning(
+            "%s: %d word(s) reached the %d-character limit; a longer word is cut to it (the first: %s...)",
+            name, len(cut), MAX_WORD_CHARS, cut[0][:20])
 
 
 def read_transcript_words(source: str) -> list[str]:

@@ -111,7 +111,7 @@ def test_a_missing_model_from_streampunct_model_names_the_variable(tmp_path, com
                                         "(from STREAMPUNCT_MODEL; unset it for the shipped model)")
 
 
-def test_transcript_reader_handles_labels_and_huge_words(tmp_path):
+def test_transcript_reader_handles_labels_and_huge_words(tmp_path, caplog):
     from streampunct.commands.punctuate import read_transcript_words
 
     f = tmp_path / "wl"
@@ -120,6 +120,7 @@ def test_transcript_reader_handles_labels_and_huge_words(tmp_path):
     f.write_bytes(b"caf\xe9 " + b"x" * 100_000 + b" end")
     words = read_transcript_words(str(f))
     assert words[0] == "caf\u00e9" and len(words[1]) == 100 and words[2] == "end"  # Latin-1, read as such
+    assert "1 word(s) reached the 100-character limit; a longer word is cut to it (the first: xxxx" in caplog.text
 
 
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
