@@ -13,7 +13,9 @@ list of neither objects nor strings: "[1] so today"):
   at ``wps`` words per second in ASR-like chunks. A file is read as
   ``word<TAB>LABEL`` when every non-blank line is one; stdin, which is sent as
   it comes, line by line (:func:`labeled_word`).
-* ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``.
+* ``words``: JSON lines of word objects ``{"w" or "word": str, "start", "end"}``
+  (or lists of them, or of strings). An item holding spaces ("new york") is
+  its words, sharing its time, not one word with the spaces removed.
 * ``vosk``: Vosk/Kaldi recognizer output (``Result()``, ``PartialResult()``,
   ``FinalResult()`` as they print it):
   ``{"result": [{"word", "start", "end", ...}], "text": ...}`` commits words
@@ -165,15 +167,28 @@ def _time(item: dict[str, Any], name: str, where: str) -> float | None:
     return seconds
 
 
-def _word(item: Any, where: str) -> Word:
+def _word(item: Any, where: str) -> tuple[Word, ...]:
+    """The words of one word item: one, or for an item holding spaces ("new york"), which the
+    server would read as one word with the spaces removed, each of its words, sharing its
+    time (:func:`_spread`)."""
     if isinstance(item, str):
-        return Word(item)
+        return tuple(Word(w) for w in item.split()) if _SPACE.search(item.strip()) else (Word(item),)
     if not isinstance(item, dict):
         raise InputError(f"{where}: a word must be an object with 'w' or 'word'")
     text = item.get("w", item.get("word"))
     if not isinstance(text, str):
         raise InputError(f"{where}: a word needs a string 'w' or 'word'")
-    return Word(text.strip(), _time(item, "start", where), _time(item, "end", where))
+    start, end = _time(item, "start", where), _time(item, "end", where)
+    if _SPACE.search(text.strip()):
+        return _spread(text.split(), start, end)
+    return (Word(text.strip(), start, end),)
+
+
+def _words(items: Iterable[Any], where: str) -> tuple[Word, ...]:
+    return tuple(w for item in items for w in _word(item, where))
+
+
+_SPACE = re.compile(r"\s")
 
 
 def _due(words: Sequence[Word], previous: float | None) -> float | None:
@@ -424,7 +439,7 @@ def _vosk_events(obj: Any, where: str, previous: float | None) -> list[AsrEvent]
         return [AsrEvent(previous, words)] if words else []  # {"text": ""}: silence, nothing committed
     if not isinstance(result, list):
         raise InputError(f"{where}: 'result' must be a list of words")
-    words = tuple(_word(item, where) for item in result)
+    words = _words(result, where)
     return [AsrEvent(_due(words, previous), words)]
 
 
@@ -451,7 +466,7 @@ def _segment_words(segment: Any, where: str) -> tuple[Word, ...]:
     if items is not None and not isinstance(items, list):
         raise InputError(f"{where}: a segment's 'words' must be a list")
     if items:
-        return tuple(_word(item, where) for item in items)
+        return _words(items, where)
     text = segment.get("text", "")  # no word timestamps: the segment's words share its time
     if not isinstance(text, str):
         raise InputError(f"{where}: a segment's 'text' must be a string")
@@ -464,7 +479,7 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None,
     ``skip_segment`` is reported to it and skipped (the value's other segments are kept)."""
     if fmt == "words":
         items = obj if isinstance(obj, list) else [obj]
-        words = tuple(_word(item, where) for item in items)
+        words = _words(items, where)
         return [AsrEvent(_due(words, previous), words)]
     if fmt == "vosk":
         return _vosk_events(obj, where, previous)

@@ -41,6 +41,16 @@ def test_json_lines_of_words_are_timed_by_their_end(tmp_path):
     assert [e.at for e in fast] == [0.0, 0.0]
 
 
+def test_a_word_item_holding_spaces_is_its_words_sharing_its_time(tmp_path):
+    """The server reads one item as one word, spaces removed ("newyork"): the client sends the
+    words it holds."""
+    f = write_lines(tmp_path / "w.jsonl", [{"w": "new york", "start": 1.0, "end": 2.0}, ["hello there", "ok"]])
+    events = read_events(str(f), speed=0)
+    assert [w for e in events for w in e.words] == [
+        Word("new", 1.0, pytest.approx(1.0 + 3 / 7)), Word("york", pytest.approx(1.0 + 3 / 7), 2.0),
+        Word("hello"), Word("there"), Word("ok")]
+
+
 def test_vosk_results_commit_and_partials_become_hypotheses(tmp_path):
     f = write_lines(tmp_path / "vosk.jsonl", [
         {"partial": ""},
