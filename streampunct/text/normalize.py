@@ -121,7 +121,8 @@ def normalize_word(word: str) -> str:
     """The model's form of one ASR word: lowercase, no punctuation at the edges.
 
     Inner apostrophes and hyphens stay (``don't``, ``well-being``); a leading
-    apostrophe stays when a letter follows (clitics such as ``'s``); the result
+    apostrophe stays when a letter follows (clitics such as ``'s``), but not in a word that
+    an apostrophe also closes (``'yes'``, a quote); the result
     is ``""`` when nothing but punctuation was there. Words longer than
     ``MAX_WORD_CHARS`` are cut to that length. Invisible characters are
     dropped first (:func:`drop_invisible`: controls, format characters such as
@@ -166,14 +167,18 @@ def _strip_edges(w: str) -> str:
     """``w`` without the punctuation, symbols and spaces at its edges, each with the marks
     that belong to it (an emoji's variation selector U+FE0F, a keycap's U+20E3: a character
     in an enclosing mark is a symbol too, as in :func:`symbol_word`). A leading apostrophe
-    stays before a letter or digit (``'s``, ``'cause``)."""
+    stays before a letter or digit (``'s``, ``'cause``), unless one closes the word too
+    (``'yes'``: a quote)."""
     start, end = _edge_span(w)
     return w[start:end]
 
 
 def _edge_span(w: str) -> tuple[int, int]:
     """Where :func:`_strip_edges` cuts ``w``: ``w[start:end]`` is what it keeps."""
-    return _edge_clusters(w, _junk_first, _junk_last)
+    start, end = _edge_clusters(w, _junk_first, _junk_last)
+    if start < end and w[start] == "'" and w[end : end + 1] == "'":  # a quoted word ('yes'): no clitic
+        start += 1
+    return start, end
 
 
 def _junk_first(w: str, start: int, j: int) -> bool:

@@ -173,6 +173,13 @@ def test_capitals_keep_the_word_and_its_length():
     assert apply_case("'til", CAPITALIZED) == "'Til" and apply_case("straße", UPPER) == "STRASSE"
 
 
+def test_a_quoted_word_loses_its_opening_quote_and_a_clitic_keeps_its_apostrophe():
+    assert [normalize_word(w) for w in ["'yes'", "'yes',", "\u2018quoted\u2019", "''yes'"]] == ["yes"] * 2 + [
+        "quoted", "yes"]
+    assert [normalize_word(w) for w in ["'s", "'cause", "'90s", "'em,", "don't"]] == [
+        "'s", "'cause", "'90s", "'em", "don't"]
+
+
 def test_initialisms_and_possessives_keep_their_conventional_case():
     # a possessive after a word in capitals stays lowercase
     assert apply_case("ibm's", UPPER) == "IBM's" and apply_case("nasa", UPPER) == "NASA"
