@@ -448,6 +448,7 @@ class AtomicTextFile:
             raise cannot_write(self.path, e, option=option) from None
         self._stream = self._fd is not None or not regular  # a descriptor of ours, a FIFO or a device
         self.temp: Path | None = None
+        self.made_folders: list[Path] = []  # folders made for it, removed (when empty) by discard
         if self._stream:
             self.file: TextIO = io.StringIO()
             self._target = self.path
@@ -510,6 +511,11 @@ class AtomicTextFile:
             pass
         if self.temp is not None:
             self.temp.unlink(missing_ok=True)
+        for folder in reversed(self.made_folders):  # those made for it (output_file), if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def utf8_stdout() -> TextIO:
@@ -528,11 +534,15 @@ def output_file(path: str | Path, *, option: str | None = None) -> AtomicTextFil
     """An :class:`AtomicTextFile` at ``path``, its missing folders made first; a wrong path is
     :func:`cannot_write`'s one-line :class:`InputError` (``option``: the option that named it)."""
     path = Path(path)
+    missing = [d for d in path.parent.absolute().parents[::-1] if not d.exists()] + (
+        [path.parent.absolute()] if not path.parent.exists() else [])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise cannot_write(path, e, option=option) from None
-    return AtomicTextFile(path, option=option)
+    out = AtomicTextFile(path, option=option)
+    out.made_folders = missing
+    return out
 
 
 def write_all(stream: TextIO, text: str) -> None:

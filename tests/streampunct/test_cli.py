@@ -971,6 +971,20 @@ def test_output_file_makes_its_folders_and_names_the_option_of_a_wrong_path(tmp_
     assert str(error.value) == f"cannot write --json {tmp_path}/f/r.json: {tmp_path}/f is a file, not a folder"
 
 
+def test_a_discarded_output_file_leaves_no_folder_it_made(tmp_path):
+    from streampunct.text.textfile import output_file
+
+    (tmp_path / "kept").mkdir()
+    out = output_file(tmp_path / "kept" / "new" / "deeper" / "r.json")
+    out.file.write("{}\n")
+    out.discard()
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not list((tmp_path / "kept").iterdir())
+    out = output_file(tmp_path / "kept" / "new" / "r.json")
+    (tmp_path / "kept" / "new" / "other.txt").write_text("x")  # a file put there meanwhile: the folder stays
+    out.discard()
+    assert [p.name for p in (tmp_path / "kept" / "new").iterdir()] == ["other.txt"]
+
+
 def test_importing_the_cli_loads_no_numpy():
     """Until main() runs (and guards against Ctrl-C), the console script imports the CLI
     module only: numpy and the engines load inside main, so a Ctrl-C in the first moments
