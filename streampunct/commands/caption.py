@@ -374,7 +374,9 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         return 128 + signals[0]
     stdout.on_close = lambda: None  # the run is over: nothing left to stop
     stdout.flush()  # a closed stdout seen only now is a closed stdout too
-    if (closed_early is None and not result.interrupted and not result.transcript.n_final
+    # finals that show something: words, or symbols alone ("🎉 & 🎉": they take no index)
+    shown = result.transcript.n_final or any(text for *_, text in result.transcript.texts)
+    if (closed_early is None and not result.interrupted and not shown
             and not lost_words_errors(result.transcript)):
         # stdin held no words (a file with none is refused before connecting): as for a file
         if out is not None:
@@ -382,7 +384,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         print(f"streampunct caption: error: {args.transcript if args.transcript != '-' else 'stdin'}: "
               "no words", file=sys.stderr)
         return 2
-    if out is not None and not result.transcript.n_final:
+    if out is not None and not shown:
         # stopped, cut off or refused before any final: an existing --out keeps what it held
         out.discard()
         report(f"no word was final: --out {args.out} left as it was")

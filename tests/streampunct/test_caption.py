@@ -206,6 +206,16 @@ async def test_stdin_with_no_words_is_refused_as_a_file_is(start_server, tmp_pat
     assert rc == 2 and "no words" in stderr
 
 
+async def test_a_transcript_of_symbols_alone_is_shown_and_written_as_punctuate_does(start_server, tmp_path):
+    """Symbol words take no index: no final has words, but their text shows them."""
+    server = await start_server()
+    source, out = tmp_path / "e.txt", tmp_path / "e.cap"
+    source.write_text("\U0001f389 & \U0001f389\n", encoding="utf-8")
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--out", str(out))
+    assert rc == 0, stderr
+    assert out.read_text(encoding="utf-8").split() == ["\U0001f389", "&", "\U0001f389"]
+
+
 async def test_caption_json_mode_and_auth(start_server, tmp_path):
     server = await start_server(auth_token="tok")
     transcript = tmp_path / "talk.txt"
