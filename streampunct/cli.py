@@ -240,7 +240,18 @@ def configure_logging(level: str) -> None:
     )
 
 
+def _stderr_or_devnull() -> None:
+    """Started with stderr closed (``2>&-``), Python's ``sys.stderr`` is None, and ``print(...,
+    file=sys.stderr)`` would write to stdout, into the command's output: messages go nowhere
+    instead."""
+    if sys.stderr is None:
+        import os
+
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process's life)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _stderr_or_devnull()
     try:  # Ctrl-C while the commands' modules load (the first half second): no traceback either
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -252,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def command_main(module: ModuleType, argv: Sequence[str] | None = None) -> int:
     """``python -m <subcommand module>``: one subcommand without the CLI frame."""
+    _stderr_or_devnull()
     parser = argparse.ArgumentParser(prog=f"streampunct {module.NAME}", description=module.HELP)
     module.add_arguments(parser)
     args = parser.parse_args(argv)

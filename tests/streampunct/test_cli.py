@@ -985,6 +985,13 @@ def test_a_discarded_output_file_leaves_no_folder_it_made(tmp_path):
     assert [p.name for p in (tmp_path / "kept" / "new").iterdir()] == ["other.txt"]
 
 
+def test_with_stderr_closed_an_error_stays_out_of_the_output(tmp_path):
+    """``cmd 2>&-``: Python's sys.stderr is None, and print(file=None) writes to stdout."""
+    proc = subprocess.run([sys.executable, "-m", "streampunct", "punctuate", str(tmp_path / "nope.txt")],
+                          stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=120)
+    assert proc.returncode == 2 and proc.stdout == b""
+
+
 def test_importing_the_cli_loads_no_numpy():
     """Until main() runs (and guards against Ctrl-C), the console script imports the CLI
     module only: numpy and the engines load inside main, so a Ctrl-C in the first moments
