@@ -540,7 +540,8 @@ class Build:
 STAGE_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
     "iwslt": {"xashru": (DEV2012[0],), "alyakubovich": (TRAIN2012_SLICE[0],)},
     "dev2010": {"paddle": (DEV2010[0],)},
-    "spoken": {"swda": ("swda_data",), "mrda": ("mrda_data",), "maptask": ("maptask_data",)},
+    "spoken": {name: tuple(f"{folder}/{split}" for split in SPLITS if (name, split) not in HELD_OUT)
+               for name, folder, _, _ in SPOKEN},
     "ted": {"ted": TED_FOLDERS, "xashru": (EVAL_SETS[0][2], EVAL_SETS[1][2]),
             "paddle": (EVAL_SETS[2][2], EVAL_SETS[3][2])},
     "tedx": {"ted": (TEDX_FOLDER,), "xashru": (EVAL_SETS[0][2], EVAL_SETS[1][2]),
@@ -570,12 +571,35 @@ REFERENCE_SHA256 = {
 }
 
 
+def _empty_folders(sources: Path, trees: dict[str, SourceTree], stages: Sequence[str],
+                   ted_archive: bool) -> list[str]:
+    """A problem for each source folder a chosen stage reads that holds none of its files (a
+    copy whose folder is there but empty), in the words of the stage's own error."""
+    folders: list[tuple[str, str, str]] = []  # (source, folder, suffix)
+    if "spoken" in stages:
+        folders += [(key, path, ".txt") for key, paths in STAGE_SOURCES["spoken"].items() for path in paths]
+    if "ted" in stages:
+        folders += [("ted", folder, ".md") for folder in (TED_FOLDERS if ted_archive else TED_FOLDERS[:1])]
+    if "tedx" in stages:
+        folders.append(("ted", TEDX_FOLDER, ".md"))
+    problems = []
+    for key, folder, suffix in folders:
+        tree = trees.get(key)
+        if tree is not None and not tree.files(folder, suffix):
+            hint = "; or build without the archive: --no-ted-archive" if folder == TED_FOLDERS[1] else ""
+            problems.append(f"{tree.repo.slug} at {tree.root}: no {folder}/**/*{suffix} (expected at commit "
+                            f"{tree.repo.commit}: {tree.repo.clone_hint(sources)}){hint}")
+    return problems
+
+
 def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGES,
           ted_archive: bool = True) -> dict:
     """Build the data folder ``out`` from the source copies under ``sources``; returns the manifest.
 
-    Every source the chosen stages read is looked up before anything is written, so missing
-    ones fail at once (one InputError naming each repository and commit to clone).
+    Every source the chosen stages read (each file and folder, and that a folder holds files) is
+    looked up before anything is written, so missing ones fail at once (one InputError naming
+    each repository and commit to clone). The files are built beside ``out`` and moved in once
+    every stage has checked them: a build that fails writes nothing into ``out``.
     """
     sources, out = Path(sources), Path(out)
     if not sources.is_dir():
@@ -596,20 +620,32 @@ def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGE
         try:
             trees[key] = open_source(sources, key, paths)
         except InputError as e:
-            problems.append(str(e))
+            hint = ("; or build without the archive: --no-ted-archive"
+                    if key == "ted" and f"has no {TED_FOLDERS[1]}" in str(e) else "")
+            problems.append(f"{e}{hint}")
+    problems += _empty_folders(sources, trees, stages, ted_archive)
     if len(problems) == 1:
         raise InputError(problems[0])
     if problems:
         raise InputError(f"{len(problems)} sources are missing or incomplete:\n" +
                          "\n".join(f"  - {p}" for p in problems))
-    b = Build(out, trees, TED_FOLDERS if ted_archive else TED_FOLDERS[:1])
-    out.mkdir(parents=True, exist_ok=True)
+    # built into a folder beside ``out``, moved in when every stage has built and checked its files:
+    # a build that fails (a malformed line, a check) leaves ``out`` as it was
+    staging = out.parent / f".{out.name}.building"
+    shutil.rmtree(staging, ignore_errors=True)
+    b = Build(staging, trees, TED_FOLDERS if ted_archive else TED_FOLDERS[:1])
     actions: dict[str, Callable[[], None]] = {"iwslt": b.iwslt, "dev2010": b.dev2010, "spoken": b.spoken,
                                               "ted": b.ted, "tedx": b.tedx}
-    for stage in STAGES:
-        if stage in stages:
-            log.info("stage %s", stage)
-            actions[stage]()
+    try:
+        for stage in STAGES:
+            if stage in stages:
+                log.info("stage %s", stage)
+                actions[stage]()
+        for rel in b.written:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).replace(out / rel)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     manifest = {"sources": {t.repo.slug: t.describe() for t in trees.values()},
                 "files": b.written, "dropped": b.dropped,
                 "ted_archive": ted_archive}

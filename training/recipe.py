@@ -30,11 +30,22 @@ and what is wrong) when the output is missing or bad:
     default compare``), JSON into ``OUT/compare``. Check: every JSON is there and parses.
 
 A stage whose check passes is skipped, until one stage runs; every later stage then runs too
-(its input changed). ``--from STAGE`` runs STAGE and the later ones, ``--only STAGE`` that one
+(its input changed). A stage whose inputs changed since it ran is not done either: ``build``'s
+model must come from the checkpoint's ``best`` now there (its artifact's ``source_sha256``),
+``tune`` and ``compare`` must have run with the same commands on the same model folders (their
+fingerprints in ``stages.json``). ``train``'s inputs are its resolved config (the recipe's
+config with the ``--set`` values, against the ``start`` record of ``OUT/checkpoint``'s
+``metrics.jsonl``) and the shards' content (``stages.json``): where they differ from what the
+checkpoint there was trained with, the recipe refuses (:func:`check_train_inputs`, naming the
+keys) rather than resume or overwrite hours of training; move the checkpoint away to train
+afresh. ``--from STAGE`` runs STAGE and the later ones, ``--only STAGE`` that one
 (the earlier stages' checks must pass); ``--check`` only checks. Each command runs in its own
-process (``--in-process``: in this one, as the tests run it). ``OUT/stages.json`` records each
-stage's wall seconds (summed over the runs that resumed it), its peak resident memory and its
-commands, for the model card. ``--set KEY=VALUE`` goes to training (a tiny run in the tests).
+process (``--in-process``: in this one, as the tests run it), which on Linux dies with the recipe
+(``PR_SET_PDEATHSIG``: a SIGTERM, so the trainer writes its resume state); ``OUT/recipe.lock``
+keeps a second recipe out of ``OUT`` while the first or its command still runs. ``OUT/stages.json``
+records each stage's wall seconds (summed over the runs that resumed it), its peak resident memory,
+its commands and its inputs, for the model card. ``--set KEY=VALUE`` goes to training (a tiny run
+in the tests).
 """
 
 from __future__ import annotations
@@ -302,6 +313,96 @@ def check_train(r: Recipe) -> None:
         raise RecipeError("train", f"{r.best}'s validation figures are not finite: {figures}")
 
 
+# --- what the stages ran with ---------------------------------------------------------------
+
+
+def train_config(r: Recipe) -> dict:
+    """The config train runs with: the recipe's config and :func:`train_overrides`, resolved."""
+    from training.config import load_config
+
+    return load_config(r.config, train_overrides(r)).to_dict()
+
+
+def soft_labels_sha256(r: Recipe) -> str:
+    """One hash over the shards' files (those there), train's other input."""
+    from engines.sidecar import sha256_files
+
+    return sha256_files([p for p in shard_paths(r) if p.is_file()], r.soft_labels)
+
+
+def trained_config(r: Recipe) -> dict | None:
+    """The config the run in ``OUT/checkpoint`` started with (``metrics.jsonl``'s ``start``
+    record); None where no run started there."""
+    try:
+        starts = [x for x in _records(r.checkpoint / "metrics.jsonl") if x.get("type") == "start"]
+    except (OSError, ValueError):
+        return None
+    return starts[-1].get("config") if starts else None
+
+
+def _has_training(r: Recipe) -> bool:
+    return any((r.checkpoint / n).exists() for n in ("metrics.jsonl", "state.pt", "best"))
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def check_train_inputs(r: Recipe, entry: dict) -> None:
+    """The run in ``OUT/checkpoint`` (done or stopped) was trained with these inputs: the same
+    resolved config (:func:`trained_config`) and, where ``entry`` (train's ``stages.json``
+    record) has their hash, the same shards. Raises :class:`RecipeError` naming what differs
+    otherwise: training on would resume (or keep) a model of other inputs, and a fresh run
+    would overwrite hours of training, so the user moves the old checkpoint away."""
+    from training.trainer import config_changes
+
+    if not _has_training(r):
+        return
+    changed = []
+    saved = trained_config(r)
+    if saved is not None:
+        changed += [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in config_changes(saved, train_config(r))
+                    if k != "out"]  # where the folder is (moved with OUT, it is the same run)
+    recorded = (entry.get("inputs") or {}).get("soft_labels_sha256")
+    whole = all(p.is_file() for p in shard_paths(r))  # else label writes them first, then this is asked again
+    if recorded and whole and recorded != soft_labels_sha256(r):
+        changed.append(f"the shards in {r.soft_labels} (relabelled)")
+    if changed:
+        raise RecipeError("train", f"{r.checkpoint} was trained with other inputs ({'; '.join(changed)}): "
+                                   f"move it away (mv {r.checkpoint} {r.checkpoint}.old) to train afresh, "
+                                   "or run the recipe with the inputs it was trained with")
+
+
+def _json_files(folder: Path) -> str:
+    """One hash over a model folder's JSON files (its streampunct.json and its artifacts' sidecars,
+    which hold the artifacts' hashes): what tune and compare read, cheaply."""
+    from engines.sidecar import sha256_files
+
+    return sha256_files(sorted(folder.glob("*.json")), folder) if folder.is_dir() else ""
+
+
+def _sidecars(folder: Path) -> str:
+    from engines.model_meta import METADATA_FILE
+    from engines.sidecar import sha256_files
+
+    files = [p for p in folder.glob("*.json") if p.name != METADATA_FILE] if folder.is_dir() else []
+    return sha256_files(files, folder)
+
+
+def train_inputs(r: Recipe) -> dict:
+    return {"soft_labels_sha256": soft_labels_sha256(r), "overrides": list(r.overrides), "config": str(r.config)}
+
+
+def tune_inputs(r: Recipe) -> dict:
+    return {"commands": [str(c) for c in tune_commands(r)], "artifacts_sha256": _sidecars(r.model)}
+
+
+def compare_inputs(r: Recipe) -> dict:
+    return {"commands": [str(c) for c in compare_commands(r)], "candidate_sha256": _json_files(r.model),
+            "shipped_sha256": _json_files(r.shipped)}
+
+
 def check_build(r: Recipe) -> None:
     from streampunct.api import Punctuator
 
@@ -324,10 +425,16 @@ def check_build(r: Recipe) -> None:
     from engines.build.static_scales import has_static_scales
     from engines.sidecar import read_sidecar
 
-    stream = r.model / (read_model_meta(r.model).stream_artifact or "")
+    meta = read_model_meta(r.model)
+    stream = r.model / (meta.stream_artifact or "")
     if not has_static_scales(read_sidecar(stream)):
         raise RecipeError("build", f"{stream} has no static activation scales (training.static_scales): "
                                    "run the stage")
+    from training.add_stream_graph import checkpoint_source
+
+    if r.best.is_dir() and read_sidecar(r.model / meta.artifact).source_sha256 != checkpoint_source(r.best):
+        raise RecipeError("build", f"{r.model} was built from another checkpoint than {r.best} (its artifact's "
+                                   "source_sha256): run the stage")
 
 
 #: streampunct.json keys tune writes (window_tuning's engine says it was tuned on the built graph).
@@ -364,6 +471,8 @@ class Stage:
     clean: Callable[[Recipe], None] = lambda r: None
     #: a rerun continues a stopped run (its seconds add up); the other stages start afresh
     resumes: bool = False
+    #: a fingerprint of what the stage reads, recorded in stages.json when it runs
+    inputs: Callable[[Recipe], dict] | None = None
 
 
 def _clean_build(r: Recipe) -> None:
@@ -379,11 +488,27 @@ def _clean_compare(r: Recipe) -> None:
 
 RECIPE = {
     "label": Stage("label", label_commands, check_label, resumes=True),
-    "train": Stage("train", train_commands, check_train, resumes=True),
+    "train": Stage("train", train_commands, check_train, resumes=True, inputs=train_inputs),
     "build": Stage("build", build_commands, check_build, _clean_build),
-    "tune": Stage("tune", tune_commands, check_tune),
-    "compare": Stage("compare", compare_commands, check_compare, _clean_compare),
+    "tune": Stage("tune", tune_commands, check_tune, inputs=tune_inputs),
+    "compare": Stage("compare", compare_commands, check_compare, _clean_compare, inputs=compare_inputs),
 }
+
+
+def check_inputs(r: Recipe, stage: Stage, entry: dict) -> None:
+    """``stage`` ran with the inputs it would read now: train's (:func:`check_train_inputs`), and
+    for tune and compare the fingerprint ``entry`` (its ``stages.json`` record) holds, where it
+    holds one. Raises :class:`RecipeError` naming what changed otherwise."""
+    if stage.name == "train":
+        check_train_inputs(r, entry)
+        return
+    recorded = entry.get("inputs")
+    if stage.inputs is None or not recorded:
+        return
+    now = stage.inputs(r)
+    changed = [k for k in sorted(now.keys() | recorded.keys()) if now.get(k) != recorded.get(k)]
+    if changed:
+        raise RecipeError(stage.name, f"its inputs changed since it ran ({', '.join(changed)}): run the stage")
 
 
 # --- running -------------------------------------------------------------------------------
@@ -393,11 +518,42 @@ def _rss_mb(kb: int) -> float:
     return round(kb / 1024, 1)  # ru_maxrss is in KiB on Linux
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has a child sent SIGTERM when the recipe dies, however it dies
+    (Linux's ``prctl(PR_SET_PDEATHSIG)``: the trainer then writes its resume state and stops);
+    None where the platform has no such call (the child then outlives a killed recipe, and
+    ``OUT/recipe.lock`` names it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the recipe died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def run_child(c: Command) -> tuple[int, float, bool]:
     """Run ``c`` in a child process in its own session, so that a SIGINT or SIGTERM to the
-    recipe reaches it once, forwarded (the trainer then writes its resume state and stops).
-    Its exit status, peak resident memory in MiB, and whether a signal was forwarded."""
-    proc = subprocess.Popen([sys.executable, "-m", c.module, *c.argv], start_new_session=True)
+    recipe reaches it once, forwarded (the trainer then writes its resume state and stops);
+    on Linux it is sent SIGTERM when the recipe dies (:func:`_die_with_parent`), and a held
+    ``OUT/recipe.lock`` names it while it runs. Its exit status, peak resident memory in MiB,
+    and whether a signal was forwarded."""
+    proc = subprocess.Popen([sys.executable, "-m", c.module, *c.argv], start_new_session=True,
+                            preexec_fn=_die_with_parent())
+    for lock in _HELD:
+        lock.add(proc.pid)
     previous, signalled = {}, []
 
     def forward(signum, _frame):
@@ -425,6 +581,108 @@ def run_in_process(c: Command) -> tuple[int, float, bool]:
     return int(rc or 0), _rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), False
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, dead but not reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: it answered the signal
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+#: A lock file that does not read as "host pid ..." this long after it was made is left from a
+#: process stopped between creating and writing it: it is taken over (as the shards' locks).
+UNREADABLE_LOCK_S = 60.0
+
+
+class OutLock:
+    """``OUT/recipe.lock``: one recipe at a time in ``OUT`` (its training folder above all). The
+    file holds this host, this process's id and its commands' ids (:meth:`add`); it is taken over
+    when none of them runs any more (a killed recipe), and refused while one does."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "recipe.lock"
+        self.pids = [os.getpid()]
+
+    def _text(self) -> str:
+        import socket
+
+        return " ".join([socket.gethostname(), *map(str, self.pids)])
+
+    def _take(self) -> bool:
+        """Create the file exclusively; False where it exists."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(self._text())
+        return True
+
+    def _check_holder(self) -> None:
+        """Raise :class:`RecipeError` while the lock's holder may run; remove a stale lock."""
+        import socket
+
+        try:
+            host, *pids = self.path.read_text().split()
+            holders = [int(p) for p in pids]
+        except (OSError, ValueError):  # being written, or left half-made (or gone meanwhile)
+            try:
+                fresh = time.time() - self.path.stat().st_mtime < UNREADABLE_LOCK_S
+            except OSError:
+                return
+            if fresh:
+                raise RecipeError("lock", f"{self.path} is being taken by another recipe") from None
+            self.path.unlink(missing_ok=True)
+            return
+        if host != socket.gethostname():
+            raise RecipeError("lock", f"{self.path} is held by a recipe on {host} (its processes {' '.join(pids)}): "
+                                      "wait for it, or remove the file if it is gone")
+        live = [p for p in holders if _alive(p)]
+        if live:
+            raise RecipeError("lock", f"{self.path.parent} is in use by process {' '.join(map(str, live))} (another "
+                                      "recipe or the command it started): wait for it or stop it")
+        log.info("taking over %s (its processes %s are gone)", self.path, " ".join(pids))
+        self.path.unlink(missing_ok=True)
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            if self._take():
+                _HELD.append(self)
+                return
+            self._check_holder()
+        raise RecipeError("lock", f"cannot take {self.path}")
+
+    def add(self, pid: int) -> None:
+        """Name a command's process in the lock too (it may outlive this one)."""
+        self.pids.append(pid)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(self._text(), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def release(self) -> None:
+        if self in _HELD:
+            _HELD.remove(self)
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> OutLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+_HELD: list[OutLock] = []
+
+
 def _load_record(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -440,10 +698,13 @@ def _save_record(path: Path, record: dict) -> None:
 
 
 def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> None:
-    """Run ``stage``'s commands, then its check; its time and memory into ``record['stages']``."""
+    """Run ``stage``'s commands, then its check; its time, memory and inputs into ``record['stages']``."""
     entry = record["stages"].get(stage.name, {})
     resumed = stage.resumes and entry.get("status") in ("failed", "interrupted")  # this run continues that one
     commands = stage.commands(r)
+    if stage.name == "train":
+        check_train_inputs(r, entry)  # what label wrote, if it just ran
+    inputs = stage.inputs(r) if stage.inputs else None
     stage.clean(r)
     log.info("stage %s: %d command(s)", stage.name, len(commands))
     t0, peak, status = time.perf_counter(), 0.0, "failed"
@@ -470,6 +731,7 @@ def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> Non
             "peak_rss_mb": max(peak, entry.get("peak_rss_mb", 0.0) if resumed else 0.0),
             "rss_scope": "this process so far (in-process)" if in_process else "the stage's largest command",
             "commands": [str(c) for c in commands],
+            **({"inputs": inputs} if inputs is not None else {}),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         _save_record(r.out / "stages.json", record)
@@ -483,6 +745,17 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
     path = r.out / "stages.json"
     record = _load_record(path)
     record.setdefault("stages", {})
+    # a changed --set or config is refused before anything runs (not after hours of labelling)
+    check_train_inputs(r, record["stages"].get("train", {}))
+    if check_only:
+        return _run_recipe(r, record, start=start, only=only, check_only=True, in_process=in_process)
+    with OutLock(r.out):
+        return _run_recipe(r, record, start=start, only=only, check_only=False, in_process=in_process)
+
+
+def _run_recipe(r: Recipe, record: dict, *, start: str | None, only: str | None, check_only: bool,
+                in_process: bool) -> dict:
+    path = r.out / "stages.json"
     record["recipe"] = {"out": str(r.out), "data_root": r.data_root or "(default)", "teacher": str(r.teacher),
                         "soft_labels": str(r.soft_labels), "shards": r.shards, "config": str(r.config),
                         "shipped": str(r.shipped), "overrides": list(r.overrides)}
@@ -491,8 +764,10 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
     running = False
     for i, name in enumerate(STAGES):
         stage = RECIPE[name]
+        entry = record["stages"].get(name, {})
         if first is not None and i < first or check_only:
             stage.check(r)  # an earlier stage must be done (a RecipeError says which and why)
+            check_inputs(r, stage, entry)
             log.info("stage %s: done (checked)", name)
             continue
         if only is not None and i > first:
@@ -500,11 +775,15 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
         if not running and first is None:
             try:
                 stage.check(r)
-            except RecipeError as e:
+                check_inputs(r, stage, entry)
+            except RecipeError as e:  # train whose inputs changed is refused by run_stage
                 log.info("stage %s: to run (%s)", name, e)
             else:
                 log.info("stage %s: done, skipped", name)
-                record["stages"].setdefault(name, {}).update(status="done", last="skipped")
+                entry = record["stages"].setdefault(name, {})
+                entry.update(status="done", last="skipped")
+                if stage.inputs is not None and "inputs" not in entry:  # recorded before the fingerprints
+                    entry["inputs"] = stage.inputs(r)
                 _save_record(path, record)
                 continue
         running = True
@@ -542,6 +821,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--shards must be >= 1, got {args.shards}")
     if args.label_threads < 0:
         ap.error(f"--label-threads must be >= 0, got {args.label_threads}")
+    # the late stages' arguments, before hours of labelling and training
+    if min(args.stream_lefts) < 0:
+        ap.error(f"--stream-lefts must be >= 0, got {' '.join(map(str, args.stream_lefts))}")
+    if min(args.stream_cache_tokens) < 1:
+        ap.error(f"--stream-cache-tokens must be >= 1, got {' '.join(map(str, args.stream_cache_tokens))}")
+    if not args.check and args.only in (None, "compare") and not has_model_meta(args.shipped):
+        ap.error(f"--shipped {args.shipped}: no model folder there (no streampunct.json) for compare to compare with")
     r = Recipe(out=args.out, data_root=args.data_root, teacher=args.teacher, soft_labels=args.soft_labels,
                shards=args.shards, config=args.config, shipped=args.shipped, overrides=tuple(args.overrides),
                label_threads=args.label_threads, stream_lefts=tuple(args.stream_lefts),

@@ -291,3 +291,40 @@ def test_a_relative_data_folder_is_taken_from_the_current_directory(tmp_path, mo
     assert data_root("mydata") == tmp_path / "mydata"
     monkeypatch.setenv("STREAMPUNCT_DATA", "mydata")
     assert data_root() == tmp_path / "mydata"
+
+
+@pytest.mark.parametrize("incomplete", ["swda_val", "empty_tedx", "malformed"])
+def test_an_incomplete_source_writes_nothing(sources, tmp_path, capsys, incomplete):
+    """docs/data.md: a missing or incomplete source stops the build before anything is written,
+    and a source that fails later (a malformed line) leaves the folder as it was."""
+    src = sources["dir"]
+    if incomplete == "swda_val":
+        shutil.rmtree(src / "Switchboard-Corpus" / "swda_data" / "val")
+        message = "NathanDuran/Switchboard-Corpus at .* has no swda_data/val \\(expected at commit"
+    elif incomplete == "empty_tedx":
+        shutil.rmtree(src / "TED-Talks" / "cleaned_tedx_data")
+        (src / "TED-Talks" / "cleaned_tedx_data").mkdir()
+        message = "saranyan/TED-Talks at .*: no cleaned_tedx_data/\\*\\*/\\*.md \\(expected at commit"
+    else:
+        write(src / "MRDA-Corpus" / "mrda_data" / "val" / "m2.txt", "no separator here\n")
+        message = "m2.txt:1: no '\\|'-separated utterance"
+    out = tmp_path / "data"
+    with pytest.raises(InputError, match=message):
+        build(src, out)
+    assert list(tmp_path.iterdir()) == [src]  # no data folder, no staging folder
+    # an existing folder keeps its files as they were
+    write(out / "iwslt2011_che" / "dev2012", "old\tO\n")
+    assert main(["--sources", str(src), "--out", str(out)]) == 2
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["iwslt2011_che", "iwslt2011_che/dev2012"]
+    assert (out / "iwslt2011_che" / "dev2012").read_text() == "old\tO\n"
+    assert not (tmp_path / ".data.building").exists()
+
+
+def test_a_missing_ted_archive_suggests_building_without_it(sources, tmp_path):
+    shutil.rmtree(sources["dir"] / "TED-Talks" / "cleaned_ted_archive_data")
+    with pytest.raises(InputError, match="has no cleaned_ted_archive_data .*; or build without the archive: "
+                                         "--no-ted-archive$"):
+        build(sources["dir"], tmp_path / "data")
+    assert not (tmp_path / "data").exists()
+    build(sources["dir"], tmp_path / "data", ted_archive=False)
+    assert (tmp_path / "data" / "ted_talks" / "ted.jsonl.gz").is_file()

@@ -35,8 +35,9 @@ def complete_the_corpus(root):
         (root / "unlabeled" / name).write_text(text + "\n", encoding="utf-8")
 
 
-def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
-        tiny_base_model, tiny_data_root, tmp_path, monkeypatch, capsys):
+def tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
+    """The tiny recipe's arguments (a tiny teacher built, the corpus completed, the caption draw
+    shrunk): ``(args, out, soft, teacher)``."""
     import benchmarks.mark_rate
     import training.data
     from streampunct.cli import main as cli
@@ -60,6 +61,12 @@ def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
             "--soft-labels", str(soft), "--shards", "3", "--shipped", str(teacher), "--in-process",
             "--set", f'model.base_model="{tiny_base_model}"', "--set", f'data.cache_dir="{tmp_path / "cache"}"',
             *(a for s in TINY for a in ("--set", s)), "--stream-lefts", "4", "6", "--stream-cache-tokens", "8", "16"]
+    return args, out, soft, teacher
+
+
+def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
+        tiny_base_model, tiny_data_root, tmp_path, monkeypatch, capsys):
+    args, out, soft, teacher = tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch)
     assert main(args) == 0
     r = Recipe(out=out, data_root=str(tiny_data_root), teacher=teacher, soft_labels=soft, shards=3)
     record = json.loads((out / "stages.json").read_text())
@@ -171,3 +178,164 @@ def test_a_bad_override_or_shard_count_is_refused_before_any_stage(tmp_path, cap
             main([*base, "--shards", shards])
         assert f"--shards must be >= 1, got {shards}" in capsys.readouterr().err
     assert not (tmp_path / "soft").exists()
+
+
+def test_a_stage_whose_inputs_changed_is_not_skipped_and_a_changed_training_is_refused(
+        tiny_base_model, tiny_data_root, tmp_path, monkeypatch, capsys):
+    """Each stage's inputs are those it ran with, or it reruns: a changed --set is refused up
+    front (the checkpoint was trained without it), relabelled shards refuse a resume of the
+    finished training, a retrained checkpoint rebuilds the model, changed grids retune."""
+    import training.recipe
+    from engines.sidecar import read_sidecar
+    from training.add_stream_graph import checkpoint_source
+
+    args, out, soft, teacher = tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch)
+    assert main(args) == 0
+    r = Recipe(out=out, data_root=str(tiny_data_root), teacher=teacher, soft_labels=soft, shards=3)
+    real_run = training.recipe.run_in_process
+    ran = []
+
+    def recording(c):
+        ran.append(c.module)
+        return real_run(c)
+
+    # a changed --set: refused before any stage, naming the key; stages.json claims nothing
+    before = (out / "stages.json").read_text()
+    monkeypatch.setattr(training.recipe, "run_in_process", lambda c: pytest.fail(f"ran {c}"))
+    capsys.readouterr()
+    assert main([*args, "--set", "optim.max_steps=14"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: train: {out / 'checkpoint'} was trained with other inputs (optim.max_steps 12 -> 14)" in err
+    assert "move it away" in err and len(err.strip().splitlines()) == 1
+    assert (out / "stages.json").read_text() == before
+    assert main([*args, "--set", "optim.max_steps=14", "--check"]) == 2
+    assert "trained with other inputs" in capsys.readouterr().err
+
+    # changed tune grids: tune and compare run again (build stays)
+    monkeypatch.setattr(training.recipe, "run_in_process", recording)
+    assert main([*args[:-6], "--stream-lefts", "4", "--stream-cache-tokens", "8", "16"]) == 0
+    stages = json.loads((out / "stages.json").read_text())["stages"]
+    assert [stages[n]["last"] for n in STAGES] == ["skipped"] * 3 + ["ran"] * 2
+    meta = json.loads((out / "model" / "streampunct.json").read_text())
+    assert [row["left"] for row in meta["stream_window_tuning"]["grid"]] == [4]
+    assert main(args) == 0  # and back
+    stages = json.loads((out / "stages.json").read_text())["stages"]
+    assert [stages[n]["last"] for n in STAGES] == ["skipped"] * 3 + ["ran"] * 2
+
+    # retrained (only train, as a run stopped before build would leave it): build runs again
+    (out / "checkpoint" / "best" / "streampunct.json").write_text(json.dumps(
+        {**json.loads((out / "checkpoint" / "best" / "streampunct.json").read_text()), "retrained": True}))
+    with pytest.raises(RecipeError, match=r"^build: .*was built from another checkpoint than .*best"):
+        RECIPE["build"].check(r)
+    ran.clear()
+    assert main(args) == 0
+    stages = json.loads((out / "stages.json").read_text())["stages"]
+    assert [stages[n]["last"] for n in STAGES] == ["skipped"] * 2 + ["ran"] * 3
+    assert read_sidecar(out / "model" / "model.int8.onnx").source_sha256 == checkpoint_source(out / "checkpoint" / "best")
+
+    # the data changed and the shards moved away: label relabels, and the finished training on
+    # the old shards is neither resumed nor kept: refused until it is moved away
+    with open(tiny_data_root / "unlabeled" / "mrda_train.txt", "a", encoding="utf-8") as f:
+        f.write("the cat sat on the mat however we saw it today there indeed\n")
+    for p in soft.iterdir():
+        p.unlink()
+    ran.clear()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"error: train: {out / 'checkpoint'} was trained with other inputs (the shards in {soft} (relabelled))" in err
+    assert ran == ["training.distill"]
+    (out / "checkpoint").rename(out / "checkpoint.old")
+    assert main(args) == 0
+    stages = json.loads((out / "stages.json").read_text())["stages"]
+    assert [stages[n]["last"] for n in STAGES] == ["skipped"] + ["ran"] * 4
+    assert stages["train"]["runs"] == 1
+    assert stages["train"]["inputs"]["overrides"] == [a for a, before in zip(args[1:], args[:-1], strict=True) if before == "--set"]
+    for name in STAGES:
+        RECIPE[name].check(r)
+
+
+def test_a_late_stages_bad_argument_is_refused_before_any_stage(tmp_path, capsys, monkeypatch):
+    from training import distill
+
+    monkeypatch.setattr(distill, "label_shard_dir", lambda *a, **k: pytest.fail("labelled before the check"))
+    (tmp_path / "data").mkdir()
+    base = ["--out", str(tmp_path / "o"), "--in-process", "--data-root", str(tmp_path / "data"),
+            "--soft-labels", str(tmp_path / "soft")]
+    for bad, message in ((["--stream-lefts", "20", "-1"], "--stream-lefts must be >= 0, got 20 -1"),
+                         (["--stream-cache-tokens", "0"], "--stream-cache-tokens must be >= 1, got 0"),
+                         (["--shipped", str(tmp_path / "none")],
+                          f"--shipped {tmp_path / 'none'}: no model folder there")):
+        with pytest.raises(SystemExit) as e:
+            main([*base, *bad])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "soft").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_second_recipe_in_the_same_folder_is_refused_while_the_first_or_its_command_runs(tmp_path, capsys):
+    import socket
+    import subprocess
+    import sys
+
+    (tmp_path / "data").mkdir()
+    out = tmp_path / "o"
+    out.mkdir()
+    base = ["--out", str(out), "--in-process", "--data-root", str(tmp_path / "data"),
+            "--teacher", str(tmp_path / "none"), "--soft-labels", str(tmp_path / "soft")]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # the recipe that took the lock is gone, the trainer it started is not
+        (out / "recipe.lock").write_text(f"{socket.gethostname()} {gone.pid} {live.pid}")
+        assert main(base) == 2
+        assert f"error: lock: {out} is in use by process {live.pid} (another recipe" in capsys.readouterr().err
+    finally:
+        live.kill()
+        live.wait()
+    # both gone: taken over (then label finds no teacher), and released
+    assert main(base) == 2
+    assert "label: no teacher" in capsys.readouterr().err
+    assert not (out / "recipe.lock").exists()
+    (out / "recipe.lock").write_text(f"another-host {gone.pid}")
+    assert main(base) == 2
+    assert "recipe.lock is held by a recipe on another-host" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_command_dies_with_the_recipe(tmp_path):
+    """A recipe killed outright (SIGKILL, SIGHUP) takes its command with it: no trainer runs on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    (tmp_path / "sleeper.py").write_text(
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(tmp_path / 'pid')!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(60)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    recipe = subprocess.Popen([sys.executable, "-c", "from training.recipe import cmd, run_child; "
+                               "run_child(cmd('sleeper'))"], env=env)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").is_file() or not (tmp_path / "pid").read_text():
+        assert time.monotonic() < deadline and recipe.poll() is None
+        time.sleep(0.05)
+    child = int((tmp_path / "pid").read_text())
+
+    def running() -> bool:
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    assert running()
+    recipe.send_signal(signal.SIGKILL)
+    recipe.wait()
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if running():
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the command outlived the recipe")
