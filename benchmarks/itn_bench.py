@@ -174,8 +174,15 @@ def _server_config(cfg: ItnBenchConfig):
 
 
 async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, runtime) -> tuple[list, list]:
+    import logging
+
     from streampunct.server.app import serve
 
+    # its sessions' INFO lines (opened, config, closed: several per sentence) would bury the
+    # figures; a server the other benches start logs at WARNING too
+    server_log = logging.getLogger("streampunct.server")
+    level = server_log.level
+    server_log.setLevel(max(logging.WARNING, server_log.getEffectiveLevel()))
     server = await serve(_server_config(cfg), runtime)
     try:
         await server.wait_ready()
@@ -183,6 +190,7 @@ async def _serve_and_stream(cfg: ItnBenchConfig, schedules, options, runtime) ->
         off = await _stream_all(server.url, schedules, options, False, cfg.parallel)
     finally:
         await server.shutdown()
+        server_log.setLevel(level)
     return on, off
 
 
