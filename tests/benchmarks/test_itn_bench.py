@@ -43,7 +43,8 @@ def test_read_phrases_names_a_bad_line(tmp_path):
         read_phrases(bad)
 
 
-def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner):
+def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner, caplog):
+    caplog.set_level("INFO")
     data = tmp_path / "phrases.tsv"
     # (the fake engine's marks: a period after "it", "dollars", "saw"; none inside the numbers)
     data.write_text("money\tit costs twenty five dollars today\tit costs $25 today\n"
@@ -61,6 +62,8 @@ def test_the_bench_scores_sentences_through_a_server(tmp_path, aligner):
     # the offline decoder writes each sentence with the same engine and grammars
     assert result["same_as_offline"] + len(result["unlike_offline"]) == 3
     assert result["same_as_offline_share"] == round(result["same_as_offline"] / 3, 4)
+    # the server's sessions (several INFO lines each) stay out of the bench's output
+    assert not [r for r in caplog.records if r.name.startswith("streampunct.server") and r.levelname == "INFO"]
 
 
 def test_written_tokens_set_marks_and_sentence_starts_aside():
