@@ -109,7 +109,8 @@ def count_text(counts: dict) -> str:
 
 def write_result(name: str, payload: dict, out_dir: Path | None = None, *, command: str | None = None) -> Path:
     """Write ``payload`` (plus machine, time and command) as ``<out_dir>/<name>.json``, whole or
-    not at all (a file there before stays as it was if the write fails)."""
+    not at all (a file there before stays as it was if the write fails; one it replaces is named
+    on stderr)."""
     from streampunct.text.textfile import write_text_atomically
 
     out_dir = prepare_out_dir(out_dir)
@@ -122,6 +123,12 @@ def write_result(name: str, payload: dict, out_dir: Path | None = None, *, comma
         **payload,
     }
     path = out_dir / f"{name}.json"
+    if path.is_file():  # the default folders hold the figures the docs cite (benchmarks/results/...)
+        try:
+            before = json.loads(path.read_text(encoding="utf-8")).get("measured_at", "an unknown time")
+        except (OSError, ValueError, AttributeError):
+            before = "an unreadable file"
+        print(f"replacing {path} (measured at {before}); --out-dir or --name keeps it", file=sys.stderr)
     write_text_atomically(path, json.dumps(record, indent=2) + "\n")
     return path
 

@@ -49,6 +49,17 @@ def test_write_result_writes_the_json_atomically(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "new").iterdir()] == ["r.json"]  # no temporary file left
 
 
+def test_a_result_replaced_is_named_with_when_it_was_measured(tmp_path, capsys):
+    from benchmarks.common import write_result
+
+    path = write_result("r", {"a": 1}, tmp_path, command="test")
+    measured = json.loads(path.read_text())["measured_at"]
+    assert capsys.readouterr().err == ""
+    write_result("r", {"a": 2}, tmp_path, command="test")
+    assert capsys.readouterr().err == f"replacing {path} (measured at {measured}); --out-dir or --name keeps it\n"
+    assert json.loads(path.read_text())["a"] == 2
+
+
 def _model_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "model"
     folder.mkdir()
