@@ -128,6 +128,7 @@ class _Until(enum.Enum):
     FLUSHED = "flushed"  # answer a ``flush``
     DONE = "done"  # the stream is over (client ``end``, or server shutdown)
     ERROR = "error"  # an ``error`` for a message after a flush: sent after that flush's answer
+    PARTIAL = "partial"  # a hypothesis's partial answered without the model after such an error
 
 
 class _Owed(NamedTuple):
@@ -138,6 +139,8 @@ class _Owed(NamedTuple):
     #: symbol words a flush or the end left after the words (:meth:`SessionProtocol._place_pending_symbols`)
     symbols: Sequence[str] = ()
     error: Error | None = None  # what ``ERROR`` sends
+    #: what ``PARTIAL`` shows: the tail's decisions, the hypothesis's (word, label) pairs and cases
+    partial: tuple[Sequence[Decision], Sequence[tuple[str, int]], Sequence[int | None]] | None = None
 
 
 class WrittenText:
@@ -278,6 +281,8 @@ class SessionProtocol:
         self._partial_owed = False  # a hypothesis change still waits for its partial
         # a hypothesis change (a ``hypothesis``, or ``words`` that cleared one) waits for its partial
         self._hypothesis_owed = False
+        # that change came after a message whose error waits behind a flush: its partial follows that error
+        self._owed_behind_error = False
         # a partial call whose hypothesis a newer one replaced and that was answered without it
         self._replaced_call: WindowRequest | None = None
         self._last_overload: float | None = None  # when a call of this session last met a full queue
@@ -403,7 +408,7 @@ class SessionProtocol:
             words = [word for word, _ in taken]
             self._hypothesis_affixes = (tuple(words), [affix_of(raw, word) for word, raw in taken])
             self._set_hypothesis(words)
-            self._hypothesis_owed = self.options.partials
+            self._owe_hypothesis()
             return out + self._owed_partial()
         if isinstance(message, ConfigRequest):
             return self._configure(message)
@@ -472,7 +477,7 @@ class SessionProtocol:
             self.state.feed([word for word, _ in taken], now)
         if self.state.hypothesis:  # every words message clears the hypothesis
             self._set_hypothesis([])
-            self._hypothesis_owed = self.options.partials  # answered by a partial carrying none
+            self._owe_hypothesis()  # answered by a partial carrying none
         return out + self._owed_partial()
 
     def _words_with_symbols(self, forms: list[tuple[str, Word]], shown: list[str], taken: list[tuple[str, Word]],
@@ -766,7 +771,23 @@ class SessionProtocol:
             return []
         self._hypothesis_owed = self._partial_owed = False  # (``end`` need not wait for it)
         decisions, hypothesis, cases = self.state.provisional()
+        if self._owed_behind_error and any(owed.error is not None for owed in self._until):
+            # an error for a message before it waits behind a flush's answer: this one follows it
+            self._until.append(_Owed(self._until[-1].target, _Until.PARTIAL, partial=(decisions, hypothesis, cases)))
+            return []
         return self._partial_message(decisions[0].index if decisions else self._sent, decisions, hypothesis, cases)
+
+    def _owe_hypothesis(self) -> None:
+        """A hypothesis change (a ``hypothesis``, ``words`` that clear one) is owed its partial."""
+        self._hypothesis_owed = self.options.partials
+        self._owed_behind_error = any(owed.error is not None for owed in self._until)
+
+    def _deferred_partial(self, decisions: Sequence[Decision], hypothesis: Sequence[tuple[str, int]],
+                          cases: Sequence[int | None]) -> list[ServerMessage | WrittenText]:
+        """A partial :meth:`_answer_hypothesis_now` queued behind an error, sent now: its tail
+        without the words that have become final meanwhile."""
+        tail = [d for d in decisions if d.index >= self._sent]
+        return self._partial_message(tail[0].index if tail else self._sent, tail, hypothesis, cases)
 
     def _partial(self, request: WindowRequest) -> list[ServerMessage | WrittenText]:
         decisions = self.state.last_partial
@@ -847,12 +868,18 @@ class SessionProtocol:
         words a final held for a phrase are not written here: the server that resumes the
         stream writes them, with the phrase when the words sent again complete it (told by
         resume's ``held``, or inferred from those words: :meth:`FinalTexts.seed`). What is left
-        to send: the errors queued behind a flush (the flush is answered where the stream goes on)."""
+        to send: the errors queued behind a flush (the flush is answered where the stream goes on),
+        and the partials of hypotheses queued behind them."""
         self._finishing = self._handed_off = True
         self._partial_owed = False
-        errors = [owed.error for owed in self._until if owed.error is not None]
-        self._until = deque(owed for owed in self._until if owed.error is None)
-        return errors
+        queued: list[ServerMessage | WrittenText] = []
+        for owed in self._until:
+            if owed.error is not None:
+                queued.append(owed.error)
+            elif owed.partial is not None:
+                queued += self._deferred_partial(*owed.partial)
+        self._until = deque(owed for owed in self._until if owed.error is None and owed.partial is None)
+        return queued
 
     def _held_text(self) -> list[ServerMessage | WrittenText]:
         """At a flush or the end, once every word is final: the text of the words a final held
@@ -895,9 +922,12 @@ class SessionProtocol:
         a written form's text is still to come)."""
         out: list[ServerMessage | WrittenText] = []
         while self._until and self._until[0][0] <= self._sent:
-            target, what, symbols, error = self._until.popleft()
+            target, what, symbols, error, partial = self._until.popleft()
             if error is not None:
                 out.append(error)
+                continue
+            if partial is not None:
+                out += self._deferred_partial(*partial)
                 continue
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held

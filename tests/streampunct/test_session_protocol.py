@@ -185,6 +185,43 @@ def test_an_error_never_overtakes_the_answer_owed_to_an_earlier_flush(bad):
     assert out[0].start == 2 and [w.w for w in out[0].words] == ["t1x3"] and out[1] == Flushed(3)
 
 
+def test_a_hypothesis_after_a_refused_message_is_answered_after_its_error():
+    """flush, a refused message, then two hypotheses, all read before the flush's words were
+    run: the first hypothesis's partial (made without the model, the second replacing it)
+    follows the error, which follows the flush's finals and ``flushed``; it shows no word
+    that is final by then."""
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=5, max_delay_ms=60_000, partials=True))
+    out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
+    out += protocol.receive(FlushRequest(), 0.0)
+    out += protocol.receive_frame('{"type": "nope"}', 0.0)
+    out += protocol.receive(HypothesisMessage((Word("t1x1"),)), 0.0)
+    out += protocol.receive(HypothesisMessage((Word("t2x2"),)), 0.0)
+    assert out == []
+    while (request := protocol.next_request(0.0)) is not None:
+        out += protocol.apply(request, context_infer(request.input_ids))
+    types = [m.type for m in out]
+    assert types[:4] == ["final", "flushed", "error", "partial"], types
+    first = out[3]
+    assert first.start == 2 and first.words == () and [w.w for w in first.hypothesis] == ["t1x1"]
+    later = [m for m in out[4:] if isinstance(m, Partial)]
+    assert later and [w.w for w in later[-1].hypothesis] == ["t2x2"]
+
+
+def test_a_hand_off_sends_the_partial_queued_behind_an_error():
+    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
+                               defaults=SessionOptions(right_context=5, max_delay_ms=60_000, partials=True))
+    out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
+    out += protocol.receive(FlushRequest(), 0.0)
+    out += protocol.receive_frame('{"type": "nope"}', 0.0)
+    out += protocol.receive(HypothesisMessage((Word("t1x1"),)), 0.0)
+    out += protocol.receive(HypothesisMessage((Word("t2x2"),)), 0.0)
+    assert out == []
+    error, partial = protocol.hand_off()
+    assert error.code is ErrorCode.BAD_REQUEST and [w.w for w in partial.hypothesis] == ["t1x1"]
+    assert partial.start == 0 and [w.w for w in partial.words] == ["t1x1", "t2x2"]  # none final here
+
+
 def test_a_hand_off_sends_the_errors_queued_behind_a_flush():
     """``serve --drain resume``: the flush is answered where the stream goes on, but the error
     for a message refused behind it is this connection's to send."""
@@ -382,13 +419,20 @@ _step = st.one_of(
 @example(steps=[("words", [(1, 0), (1, 1)], 0.0), ("start call", [], 0.0), ("hyp", [(1, 2)], 0.0),
                 ("words", [(1, 2)], 0.0), ("finish call", [], 0.0)],
          right_context=3, max_delay_ms=60_000, capitalize=False)
+# hypotheses after a message refused behind a flush: answered after its error
+@example(steps=[("words", [(1, 0)], 0.0), ("flush", [], 0.0), ("bad", [], 0.0), ("hyp", [(1, 1)], 0.0),
+                ("hyp", [(1, 2)], 0.0)], right_context=0, max_delay_ms=60_000, capitalize=False)
+@example(steps=[("words", [(1, 0)], 0.0), ("flush", [], 0.0), ("bad", [], 0.0), ("hyp", [], 0.0),
+                ("words", [], 0.0), ("bad", [], 0.0)], right_context=0, max_delay_ms=0, capitalize=False)
 def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_context, max_delay_ms, capitalize):
     """protocol.md: "a new hypothesis is answered by a partial". However the messages and the
     model calls interleave (a call held in flight while hypotheses replace each other), every
     partial carries the hypothesis current when it is sent and the words of the message that
     last replaced one (none goes back to a replaced hypothesis), and a ``hypothesis`` that a
     later message finds unanswered is answered first: the replies to that message (words, a
-    flush with none owed before it, a refused message) start with its partial."""
+    flush with none owed before it, a refused message) start with its partial. One that came
+    after a message whose error waits behind a flush's answer is answered after that error
+    (its partial queued behind it, carrying it)."""
     protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
                                defaults=SessionOptions(right_context, max_delay_ms, True, capitalize))
     now, held, out = 0.0, None, []
@@ -396,12 +440,21 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
     owed = False  # a hypothesis change (a hypothesis, words that clear one) still waits for its partial
     floor = 0  # the words received when a message last replaced the hypothesis
     flushes = 0  # flushes sent and not answered yet
+    # answers queued behind a flush's answer, in order: errors, and the hypotheses whose partials
+    # were queued behind one
+    queued: list[tuple[str, ...] | None] = []  # None: an error
+    behind = False  # the owed change came after the message of an error still queued
 
     def take(messages) -> None:
         nonlocal owed, flushes
         for m in messages:
             out.append(m)
-            if isinstance(m, Partial):
+            if isinstance(m, Error) and queued:
+                assert queued.pop(0) is None, "an error overtook a partial queued before it"
+            elif isinstance(m, Partial) and queued and queued[0] is not None:  # its errors are out
+                assert tuple(w.w for w in m.hypothesis) == queued.pop(0)
+            elif isinstance(m, Partial):
+                assert not any(x is not None for x in queued), "a partial overtook one queued behind an error"
                 assert tuple(w.w for w in m.hypothesis) == current
                 assert m.start + len(m.words) >= floor
                 owed = False
@@ -423,6 +476,7 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
             replies = protocol.receive_frame('{"type": "nope"}', now)
             if flushes:  # after the flush's answer
                 assert replies == []
+                queued.append(None)
             else:
                 assert [m.type for m in replies] == ["partial"] * owed + ["error"]
             take(replies)
@@ -431,20 +485,24 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
             message = FlushRequest() if message is None else message(tuple(map(Word, words(*specs))))
             first_answer = owed and (kind != "flush" or not flushes)
             replies = protocol.receive(message, now)
-            if first_answer:
+            if first_answer and behind and None in queued:  # answered after the error it came behind
+                queued.append(current)
+                owed = False
+            elif first_answer:
                 assert replies and isinstance(replies[0], Partial)
                 take(replies[:1])
                 replies = replies[1:]
             if kind == "hyp" or (kind == "words" and current):  # replaces the hypothesis
                 current = tuple(words(*specs)) if kind == "hyp" else ()
                 owed = True  # words that clear a hypothesis are answered by a partial too
+                behind = None in queued
                 floor = protocol.n_words
             flushes += kind == "flush"
             take(replies)
     if held is not None:
         take(protocol.apply(held, context_infer(held.input_ids)))
     run_calls()
-    assert not owed and not flushes
+    assert not owed and not flushes and not queued
     take(protocol.receive(EndRequest(), now))
     run_calls()
     assert isinstance(out[-1], Ended)
