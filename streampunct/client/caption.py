@@ -174,12 +174,14 @@ def _sentences(text: str, ends: int) -> list[tuple[str, bool]]:
     """``text`` cut after its ``ends`` sentence ends: ``(piece, ends a sentence)`` pairs.
 
     ``ends`` (the final's words with a period or question mark) says how many of
-    its tokens ending in "." or "?" close a sentence; when a written form such as
-    "p.m." makes more end in ".", question marks and plain words go first.
+    its tokens ending in ".", "?" or "!" close a sentence (a written form with its own mark,
+    "Yahoo!", takes no period after it); when a written form such as "p.m." makes more end
+    in ".", question marks and plain words go first (then such forms and "!", the later first).
     """
     tokens = text.split()
-    marked = [i for i, t in enumerate(tokens) if t.endswith((".", "?"))]
-    ranked = sorted(marked, key=lambda i: (not tokens[i].endswith("?"), "." in tokens[i][:-1], -i))
+    marked = [i for i, t in enumerate(tokens) if t.endswith((".", "?", "!"))]
+    ranked = sorted(marked, key=lambda i: (not tokens[i].endswith("?"),
+                                           "." in tokens[i][:-1] or tokens[i].endswith("!"), -i))
     out, prev = [], 0
     for i in sorted(ranked[:max(0, ends)]):
         out.append((" ".join(tokens[prev : i + 1]), True))

@@ -216,8 +216,11 @@ def _capitalized(piece: Piece) -> bool:
 
 def _shown_mark(piece: Piece) -> int:
     """The mark of a piece's last word as its text shows it: ``O`` where the text does not end
-    with it (a written form took it inside: "April" of "April 25," had the model's comma)."""
+    with it (a written form took it inside: "April" of "April 25," had the model's comma); a
+    sentence end where a form ends with its own "!" or "?"."""
     label = piece.label
+    if label in (PERIOD, QUESTION) and piece.text.endswith(("!", "?")):
+        return label  # a written form's own mark, which takes no period after it ("Yahoo!")
     return label if label != O and piece.text.endswith(ID_TO_MARK[label]) else O
 
 
@@ -525,7 +528,7 @@ class FinalPieces:
 
     def close(self) -> list[Piece]:
         """Every piece left (the stream ended)."""
-        return self._take(final=True)
+        return self._take(final=True, closing=True)
 
     def settle(self) -> list[Piece]:
         """At a pause: every piece the texts so far decide, the last match too; the words the
@@ -539,11 +542,11 @@ class FinalPieces:
         self._words += kept
         return out
 
-    def _take(self, *, final: bool) -> list[Piece]:
+    def _take(self, *, final: bool, closing: bool = False) -> list[Piece]:
         tokens, words = self._tokens, self._words
         if not tokens and not final:
             return []
-        groups = _align(tokens, words)  # (tokens a:b, words c:d, matched)
+        groups = _align(tokens, words, closing=closing)  # (tokens a:b, words c:d, matched)
         if not final:
             # Keep the last match open (a written form may go on in the next text), with the
             # form before it, and the words after the last token (held for a phrase).
@@ -572,11 +575,14 @@ class FinalPieces:
         return out
 
 
-def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int, int, int, int, bool]]:
+def _align(tokens: Sequence[str], words: Sequence[TimedWord], *,
+           closing: bool = False) -> list[tuple[int, int, int, int, bool]]:
     """Groups ``(token a, b, word c, d, matched)`` covering both in order: matched tokens
     (one token spelling words) and written forms between them; a group with words but no
     token joins the group before it (with that group's written form before it, when it is
-    a match: "$3" "million" + "dollars"), a group with a token but no word the one after."""
+    a match: "$3" "million" + "dollars"), a group with a token but no word the one after,
+    except a unit of a number and (``closing``: the stream ended) the text's last tokens,
+    which join the one before (:func:`_trails`)."""
     n, m = len(tokens), len(words)
     lowered = [w.w.lower() for w in words]
     spell = [[_spells(tokens[i], lowered, j) for j in range(m)] for i in range(n)]
@@ -608,8 +614,8 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
     # the next, except a unit after a number ("50 %") and symbols after the last word ("OK. 😀"),
     # which join the group before
     out: list[list] = []
-    for x, g in enumerate(groups):
-        if g[2] == g[3] and out and out[-1][2] < out[-1][3] and _trails(tokens, g[0], g[1], x == len(groups) - 1):
+    for g in groups:
+        if g[2] == g[3] and out and out[-1][2] < out[-1][3] and _trails(tokens, g[0], g[1], closing):
             prev = out.pop()
             out.append([prev[0], g[1], prev[2], prev[3], False])
         elif g[0] == g[1] and out:  # words, no token
@@ -629,14 +635,15 @@ def _align(tokens: Sequence[str], words: Sequence[TimedWord]) -> list[tuple[int,
     return [tuple(g) for g in out]  # type: ignore[misc]
 
 
-def _trails(tokens: Sequence[str], a: int, b: int, last: bool) -> bool:
+def _trails(tokens: Sequence[str], a: int, b: int, closing: bool) -> bool:
     """Whether tokens ``a:b``, which write no word, belong to the word before them: they end
-    the text, or the first is a unit of a number (``%``, ``°``, ``5 €``:
-    :func:`streampunct.text.normalize.unit_symbol`)."""
-    if last:
-        return True
+    the text of a stream that ended (``closing``; until then what follows decides), or the
+    first is a unit of a number (``%``, ``°``, ``5 €``:
+    :func:`streampunct.text.normalize.unit_symbol`; not ``$`` before ``20``)."""
+    if b >= len(tokens):
+        return closing
     token = _core(tokens[a]) or tokens[a]
-    return bool(token) and unit_symbol(token, tokens[b] if b < len(tokens) else "")
+    return bool(token) and unit_symbol(token, tokens[b])
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -94,6 +94,17 @@ def test_view_shows_the_text_as_sent_with_written_forms_across_finals():
     assert "\r\x1b[KIt costs $25. At 7 p.m.\n" in out.getvalue()
 
 
+def test_a_written_form_with_its_own_mark_ends_a_line():
+    """A lexicon form ending in "!" takes no period after it ("Yahoo!"): the view still ends the
+    sentence there."""
+    out = io.StringIO()
+    view = CaptionView(out, live=False, capitalize=True)
+    t = Transcript()
+    t.apply(_final(0, [("i", ""), ("used", ""), ("yahoo", "."), ("then", "")], "I used Yahoo! Then"))
+    view.update(t)
+    assert out.getvalue() == "I used Yahoo!\n"
+
+
 def test_live_view_shows_the_dimmed_tail_on_a_status_line():
     out = io.StringIO()
     view = CaptionView(out, live=True, width=80, capitalize=True)

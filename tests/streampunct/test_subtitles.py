@@ -18,6 +18,7 @@ from streampunct.client.subtitles import (
     Piece,
     SubtitleWriter,
     TimedWord,
+    boundary,
     cue_stats,
     layout,
     main,
@@ -319,6 +320,12 @@ def test_written_forms_from_the_finals_text_across_finals():
                      ("York.", "york", False)]
 
 
+def test_a_form_with_its_own_mark_is_a_sentence_break():
+    yahoo = Piece("Yahoo!", (TimedWord("yahoo", PERIOD, 0.0, 0.4),), written=True)
+    then = Piece("Then", (TimedWord("then", O, 0.4, 0.8),))
+    assert boundary(yahoo, then) == "sentence"
+
+
 def test_symbols_without_a_word_stay_with_the_word_they_follow():
     """A unit after a number belongs to the number, symbols after the last word to that
     word; a sign before a number still goes with the number."""
@@ -332,6 +339,10 @@ def test_symbols_without_a_word_stay_with_the_word_they_follow():
         writer.add_final(words, text)
     writer.close()
     assert " ".join(c.text for c in writer.cues).split() == " ".join(text for _, text in finals).split()
+    # a pause before the number: the sign still waits for it (it ends only this text, not the stream)
+    aligner = FinalPieces()
+    shown = aligner.add(ws[3:6], "Today we pay $") + aligner.settle() + aligner.add(ws[6:7], "20.") + aligner.close()
+    assert [p.text for p in shown] == ["Today", "we", "pay", "$ 20."]
 
 
 def test_a_pause_writes_what_the_texts_wrote_and_keeps_the_held_words_for_their_text():
