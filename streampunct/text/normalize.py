@@ -176,7 +176,7 @@ def _strip_edges(w: str) -> str:
 def _edge_span(w: str) -> tuple[int, int]:
     """Where :func:`_strip_edges` cuts ``w``: ``w[start:end]`` is what it keeps."""
     start, end = _edge_clusters(w, _junk_first, _junk_last)
-    if start < end and w[start] == "'" and w[end : end + 1] == "'":  # a quoted word ('yes'): no clitic
+    if start < end and w[start] == "'" and "'" in w[end:]:  # a quoted word ('yes', 'yes,'): no clitic
         start += 1
     return start, end
 
@@ -542,7 +542,9 @@ def case_forms(word: str) -> tuple[str, ...]:
     """The ways the service writes a lowercase ``word``: as it is, capitalized (a sentence's
     first word, a learned capital) and in upper case (which may be longer: ``straße`` ->
     ``STRASSE``)."""
-    return (word, _capitalize(word), word.upper())
+    forms = (word, _capitalize(word), word.upper())
+    upper = apply_case(word, UPPER)  # a possessive after capitals: "STRASSE's"
+    return forms if upper in forms else (*forms, upper)
 
 
 def written_length(text: str, pos: int, word: str) -> int:
@@ -589,7 +591,7 @@ def _is_pronoun_i(word: str) -> bool:
 
 
 _POSSESSIVE = "'s"
-_INITIALISM = re.compile(r"(?:[^\W\d_]\.){2,}")
+_INITIALISM = re.compile(r"[^\W\d_](?:\.[^\W\d_])+\.?")  # "u.n", "u.s.": normalized, the last dot may go
 
 
 def apply_case(word: str, case: int) -> str:

@@ -174,8 +174,8 @@ def test_capitals_keep_the_word_and_its_length():
 
 
 def test_a_quoted_word_loses_its_opening_quote_and_a_clitic_keeps_its_apostrophe():
-    assert [normalize_word(w) for w in ["'yes'", "'yes',", "\u2018quoted\u2019", "''yes'"]] == ["yes"] * 2 + [
-        "quoted", "yes"]
+    assert [normalize_word(w) for w in ["'yes'", "'yes',", "\u2018quoted\u2019", "''yes'", "'yes,'", "'50%'"]] == [
+        "yes", "yes", "quoted", "yes", "yes", "50"]
     assert [normalize_word(w) for w in ["'s", "'cause", "'90s", "'em,", "don't"]] == [
         "'s", "'cause", "'90s", "'em", "don't"]
 
@@ -184,7 +184,13 @@ def test_initialisms_and_possessives_keep_their_conventional_case():
     # a possessive after a word in capitals stays lowercase
     assert apply_case("ibm's", UPPER) == "IBM's" and apply_case("nasa", UPPER) == "NASA"
     # an initialism spelled with dots is written in capitals whatever non-lower class it has
-    assert apply_case("u.s.'s", CAPITALIZED) == "U.S.'s" and apply_case("u.n.", MIXED) == "U.N."
+    assert apply_case("u.s.'s", CAPITALIZED) == "U.S.'s" and apply_case("u.n", MIXED) == "U.N"
+    assert normalize_word("U.N.") == "u.n"  # its last dot is an affix, written after it: "U.N."
+    shown = render(["the", "u.n"], [O, PERIOD], capitalize=True, cases=[LOWER, CAPITALIZED],
+                   affixes=[("", ""), ("", ".")])
+    assert shown == "The U.N."
+    # a possessive after a letter whose capital is longer still matches its word
+    assert apply_case("straße's", UPPER) == "STRASSE's" and spelled_pieces("STRASSE's", ["straße's"]) == ["STRASSE's"]
     assert apply_case("u.s.'s", UPPER) == "U.S.'s" and apply_case("u.s.'s", LOWER) == "u.s.'s"
     # a word with one dotted letter is not an initialism; the rule keeps the word's length
     assert apply_case("a.", CAPITALIZED) == "A." and apply_case("'s", UPPER) == "'S"
