@@ -643,7 +643,7 @@ def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGE
                 actions[stage]()
         for rel in b.written:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).replace(out / rel)
+            shutil.move(staging / rel, out / rel)  # a copy where ``out`` is another file system (a mount)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     manifest = {"sources": {t.repo.slug: t.describe() for t in trees.values()},

@@ -349,6 +349,14 @@ def _short(value: object, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+#: Config keys that say how a run goes, not what it learns: a rerun may change them (the folder,
+#: moved with OUT, is the same run; threads, device and the logging, evaluation, checkpoint and
+#: stopping cadence; the data cache's folder).
+RUN_ONLY_KEYS = frozenset({"out", "optim.threads", "optim.device", "optim.log_every", "optim.eval_every",
+                           "optim.checkpoint_every", "optim.checkpoint_minutes", "optim.stop_step",
+                           "data.cache_dir", "eval.batch_size"})
+
+
 def check_train_inputs(r: Recipe, entry: dict) -> None:
     """The run in ``OUT/checkpoint`` (done or stopped) was trained with these inputs: the same
     resolved config (:func:`trained_config`) and, where ``entry`` (train's ``stages.json``
@@ -363,7 +371,7 @@ def check_train_inputs(r: Recipe, entry: dict) -> None:
     saved = trained_config(r)
     if saved is not None:
         changed += [f"{k} {_short(a)} -> {_short(b)}" for k, a, b in config_changes(saved, train_config(r))
-                    if k != "out"]  # where the folder is (moved with OUT, it is the same run)
+                    if k not in RUN_ONLY_KEYS]
     recorded = (entry.get("inputs") or {}).get("soft_labels_sha256")
     whole = all(p.is_file() for p in shard_paths(r))  # else label writes them first, then this is asked again
     if recorded and whole and recorded != soft_labels_sha256(r):

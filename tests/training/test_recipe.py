@@ -210,6 +210,8 @@ def test_a_stage_whose_inputs_changed_is_not_skipped_and_a_changed_training_is_r
     assert (out / "stages.json").read_text() == before
     assert main([*args, "--set", "optim.max_steps=14", "--check"]) == 2
     assert "trained with other inputs" in capsys.readouterr().err
+    # how the run goes (threads, logging cadence) is no other training: checked as done
+    assert main([*args, "--set", "optim.threads=1", "--set", "optim.log_every=3", "--check"]) == 0
 
     # changed tune grids: tune and compare run again (build stays)
     monkeypatch.setattr(training.recipe, "run_in_process", recording)
