@@ -529,37 +529,39 @@ def _rss_mb(kb: int) -> float:
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has a child sent SIGTERM when the recipe dies, however it dies
-    (Linux's ``prctl(PR_SET_PDEATHSIG)``: the trainer then writes its resume state and stops);
-    None where the platform has no such call (the child then outlives a killed recipe, and
-    ``OUT/recipe.lock`` names it)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
+#: How a command starts on Linux: it asks to be sent SIGTERM when the recipe dies, however it dies
+#: (``prctl(PR_SET_PDEATHSIG)``: the trainer then writes its resume state and stops), then runs
+#: its module as ``python -m`` would. Done in the child itself, after exec: a ``preexec_fn`` would
+#: run Python between fork and exec, which may deadlock when the recipe has threads (an engine's).
+_CHILD = f"""import ctypes, os, runpy, signal, sys
+parent = int(sys.argv.pop(1))
+try:
+    ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:  # the recipe died before the call
+    sys.exit(128 + signal.SIGTERM)
+sys.argv.pop(0)
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
 
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the recipe died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
+def child_argv(c: Command) -> list[str]:
+    """The command line of ``c``: ``python -m MODULE ARGS``, through :data:`_CHILD` on Linux (the
+    command dies with the recipe; elsewhere it outlives a killed recipe, and ``OUT/recipe.lock``
+    names it)."""
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-c", _CHILD, str(os.getpid()), c.module, *c.argv]
+    return [sys.executable, "-m", c.module, *c.argv]
 
 
 def run_child(c: Command) -> tuple[int, float, bool]:
     """Run ``c`` in a child process in its own session, so that a SIGINT or SIGTERM to the
     recipe reaches it once, forwarded (the trainer then writes its resume state and stops);
-    on Linux it is sent SIGTERM when the recipe dies (:func:`_die_with_parent`), and a held
+    on Linux it is sent SIGTERM when the recipe dies (:func:`child_argv`), and a held
     ``OUT/recipe.lock`` names it while it runs. Its exit status, peak resident memory in MiB,
     and whether a signal was forwarded."""
-    proc = subprocess.Popen([sys.executable, "-m", c.module, *c.argv], start_new_session=True,
-                            preexec_fn=_die_with_parent())
+    proc = subprocess.Popen(child_argv(c), start_new_session=True)
     for lock in _HELD:
         lock.add(proc.pid)
     previous, signalled = {}, []
