@@ -511,11 +511,7 @@ class AtomicTextFile:
             pass
         if self.temp is not None:
             self.temp.unlink(missing_ok=True)
-        for folder in reversed(self.made_folders):  # those made for it (output_file), if still empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        _remove_empty(self.made_folders)  # those made for it (output_file), if still empty
 
 
 def utf8_stdout() -> TextIO:
@@ -540,9 +536,23 @@ def output_file(path: str | Path, *, option: str | None = None) -> AtomicTextFil
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise cannot_write(path, e, option=option) from None
-    out = AtomicTextFile(path, option=option)
+    try:
+        out = AtomicTextFile(path, option=option)
+    except BaseException:
+        _remove_empty(missing)
+        raise
     out.made_folders = missing
     return out
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (made in this order, each inside the one before), innermost first,
+    while they are empty."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def write_all(stream: TextIO, text: str) -> None:

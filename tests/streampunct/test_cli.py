@@ -983,6 +983,9 @@ def test_a_discarded_output_file_leaves_no_folder_it_made(tmp_path):
     (tmp_path / "kept" / "new" / "other.txt").write_text("x")  # a file put there meanwhile: the folder stays
     out.discard()
     assert [p.name for p in (tmp_path / "kept" / "new").iterdir()] == ["other.txt"]
+    with pytest.raises(OSError):  # the file cannot be made (a name too long): nothing made stays
+        output_file(tmp_path / "kept" / "a" / "b" / ("x" * 300))
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["new"]
 
 
 def test_with_stderr_closed_an_error_stays_out_of_the_output(tmp_path):
