@@ -334,6 +334,7 @@ class ServerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["STREAMPUNCT_PARENT_PID"] = str(os.getpid())  # it stops once this bench is gone, even killed
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root, env=env

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import signal
+import time
 
 NAME = "serve"
 HELP = "run the streaming punctuation WebSocket server"
@@ -397,6 +398,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     logging.getLogger("streampunct.server").info("streampunct %s", __version__)
+    watch_parent()
     raise_open_files_limit()  # before --workers start: they inherit it
     if config.workers > 1:
         return _supervise(config, args)
@@ -404,6 +406,36 @@ def run(args: argparse.Namespace) -> int:
     stopped_by = run_server(config, on_ready=announce)
     hangup = getattr(signal, "SIGHUP", None)
     return 128 + hangup if hangup is not None and stopped_by == hangup else 0  # a closed terminal: 129
+
+
+#: A process that starts ``serve`` for itself (a bench) names itself here: the server then stops,
+#: as on SIGTERM, once that process is gone, even killed outright (SIGKILL, the OOM killer).
+PARENT_ENV = "STREAMPUNCT_PARENT_PID"
+
+
+def watch_parent(interval_s: float = 0.5) -> None:
+    """With :data:`PARENT_ENV` set: a thread that sends this process SIGTERM once its parent is no
+    longer that process (it died, and the server was handed to another parent)."""
+    import threading
+
+    from streampunct.errors import InputError
+
+    value = os.environ.get(PARENT_ENV, "")
+    if not value:
+        return
+    try:
+        parent = int(value)
+    except ValueError:
+        raise InputError(f"${PARENT_ENV} must be a process id, got {value!r}") from None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        logging.getLogger("streampunct.server").warning("the process that started this server (%d) is gone: "
+                                                        "stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _supervise(config, args: argparse.Namespace) -> int:

@@ -132,3 +132,39 @@ async def test_serve_engine_fake_starts_and_answers_a_stream(tmp_path, aligner):
     assert "SIGTERM received; shutting down" in text
     assert ": bytes behind the request that are not frames (a second request behind the first)" in text
     assert re.search(r"server closed, \d+\.\ds after the shutdown began", text), text
+
+
+def test_a_server_stops_once_the_process_that_started_it_is_gone(tmp_path):
+    """``STREAMPUNCT_PARENT_PID`` (set by the benches): a bench killed outright (SIGKILL, the OOM
+    killer) leaves no server running."""
+    import signal
+    import subprocess
+    import time
+
+    log = tmp_path / "serve.log"
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        "env = dict(os.environ, STREAMPUNCT_PARENT_PID=str(os.getpid()))\n"
+        f"p = subprocess.Popen([sys.executable, '-m', 'streampunct', 'serve', '--engine', 'fake', '--port', '0'],"
+        f" env=env, stdout=open({str(log)!r}, 'w'), stderr=subprocess.STDOUT, cwd={str(REPO)!r})\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    server = int(starter.stdout.readline())
+
+    def running() -> bool:
+        try:
+            return Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 120
+    while "serving" not in log.read_text():
+        assert time.monotonic() < deadline and running(), log.read_text()
+        time.sleep(0.1)
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    deadline = time.monotonic() + 60
+    while running():
+        assert time.monotonic() < deadline, "the server outlived the process that started it"
+        time.sleep(0.1)
+    assert "is gone: stopping" in log.read_text()
