@@ -185,11 +185,9 @@ def test_an_error_never_overtakes_the_answer_owed_to_an_earlier_flush(bad):
     assert out[0].start == 2 and [w.w for w in out[0].words] == ["t1x3"] and out[1] == Flushed(3)
 
 
-def test_a_hypothesis_after_a_refused_message_is_answered_after_its_error():
-    """flush, a refused message, then two hypotheses, all read before the flush's words were
-    run: the first hypothesis's partial (made without the model, the second replacing it)
-    follows the error, which follows the flush's finals and ``flushed``; it shows no word
-    that is final by then."""
+def _hypotheses_behind_a_refused_message() -> SessionProtocol:
+    """Two words, a flush, a refused message, then two hypotheses, all read before the flush's
+    words were run: nothing is answered yet."""
     protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
                                defaults=SessionOptions(right_context=5, max_delay_ms=60_000, partials=True))
     out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
@@ -198,6 +196,16 @@ def test_a_hypothesis_after_a_refused_message_is_answered_after_its_error():
     out += protocol.receive(HypothesisMessage((Word("t1x1"),)), 0.0)
     out += protocol.receive(HypothesisMessage((Word("t2x2"),)), 0.0)
     assert out == []
+    return protocol
+
+
+def test_a_hypothesis_after_a_refused_message_is_answered_after_its_error():
+    """flush, a refused message, then two hypotheses, all read before the flush's words were
+    run: the first hypothesis's partial (made without the model, the second replacing it)
+    follows the error, which follows the flush's finals and ``flushed``; it shows no word
+    that is final by then."""
+    protocol = _hypotheses_behind_a_refused_message()
+    out = []
     while (request := protocol.next_request(0.0)) is not None:
         out += protocol.apply(request, context_infer(request.input_ids))
     types = [m.type for m in out]
@@ -209,14 +217,7 @@ def test_a_hypothesis_after_a_refused_message_is_answered_after_its_error():
 
 
 def test_a_hand_off_sends_the_partial_queued_behind_an_error():
-    protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
-                               defaults=SessionOptions(right_context=5, max_delay_ms=60_000, partials=True))
-    out = protocol.receive(WordsMessage(tuple(map(Word, words((1, 1), (2, 2))))), 0.0)
-    out += protocol.receive(FlushRequest(), 0.0)
-    out += protocol.receive_frame('{"type": "nope"}', 0.0)
-    out += protocol.receive(HypothesisMessage((Word("t1x1"),)), 0.0)
-    out += protocol.receive(HypothesisMessage((Word("t2x2"),)), 0.0)
-    assert out == []
+    protocol = _hypotheses_behind_a_refused_message()
     error, partial = protocol.hand_off()
     assert error.code is ErrorCode.BAD_REQUEST and [w.w for w in partial.hypothesis] == ["t1x1"]
     assert partial.start == 0 and [w.w for w in partial.words] == ["t1x1", "t2x2"]  # none final here
