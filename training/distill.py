@@ -361,48 +361,16 @@ def check_shard(path: Path, docs: Sequence[Document], k: int, n: int, teacher: s
                          "or seed, or a damaged file): move it away or use another --out")
 
 
-#: A lock file that does not read as "host pid" this long after it was made is left from a
-#: process stopped between creating and writing it: it is taken over.
-UNREADABLE_LOCK_S = 60.0
-
-
 def _claim(lock: Path) -> bool:
-    """Take ``lock`` (a shard's ``.lock`` file, created exclusively, holding this host and
-    process id) for this process; False while another live process on this host holds it. A
-    lock whose process is gone (a stopped run) is taken over, and so is one that still does
-    not read after :data:`UNREADABLE_LOCK_S`."""
+    """Take ``lock`` (a shard's ``.lock`` file) for this process; False while another live
+    process on this host, or one of another host, holds it (:mod:`training.lockfile`: a lock
+    whose process is gone is taken over, and so is one that still does not read after
+    :data:`~training.lockfile.UNREADABLE_LOCK_S`)."""
     import os
-    import socket
 
-    me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                host, pid = lock.read_text().split()
-            except (OSError, ValueError):  # being written, or left half-made
-                try:
-                    if time.time() - lock.stat().st_mtime < UNREADABLE_LOCK_S:
-                        return False
-                except OSError:
-                    continue  # gone meanwhile: try again
-                lock.unlink(missing_ok=True)
-                continue
-            if host != socket.gethostname():
-                return False  # another machine's process: it cannot be checked from here
-            try:
-                os.kill(int(pid), 0)
-                return False
-            except ProcessLookupError:
-                lock.unlink(missing_ok=True)  # stale: its process is gone
-            except PermissionError:
-                return False  # alive, another user's
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        return True
-    return False
+    from training.lockfile import take
+
+    return take(lock, [os.getpid()]) is None
 
 
 def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Sequence[str],

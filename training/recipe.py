@@ -591,90 +591,41 @@ def run_in_process(c: Command) -> tuple[int, float, bool]:
     return int(rc or 0), _rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), False
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host runs (a zombie, dead but not reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: it answered the signal
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
-
-
-#: A lock file that does not read as "host pid ..." this long after it was made is left from a
-#: process stopped between creating and writing it: it is taken over (as the shards' locks).
-UNREADABLE_LOCK_S = 60.0
-
-
 class OutLock:
     """``OUT/recipe.lock``: one recipe at a time in ``OUT`` (its training folder above all). The
     file holds this host, this process's id and its commands' ids (:meth:`add`); it is taken over
-    when none of them runs any more (a killed recipe), and refused while one does."""
+    when none of them runs any more (a killed recipe), and refused while one does
+    (:mod:`training.lockfile`, as the shards' locks)."""
 
     def __init__(self, out: Path) -> None:
         self.path = out / "recipe.lock"
         self.pids = [os.getpid()]
 
-    def _text(self) -> str:
-        import socket
-
-        return " ".join([socket.gethostname(), *map(str, self.pids)])
-
-    def _take(self) -> bool:
-        """Create the file exclusively; False where it exists."""
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(self._text())
-        return True
-
-    def _check_holder(self) -> None:
-        """Raise :class:`RecipeError` while the lock's holder may run; remove a stale lock."""
-        import socket
-
-        try:
-            host, *pids = self.path.read_text().split()
-            holders = [int(p) for p in pids]
-        except (OSError, ValueError):  # being written, or left half-made (or gone meanwhile)
-            try:
-                fresh = time.time() - self.path.stat().st_mtime < UNREADABLE_LOCK_S
-            except OSError:
-                return
-            if fresh:
-                raise RecipeError("lock", f"{self.path} is being taken by another recipe") from None
-            self.path.unlink(missing_ok=True)
-            return
-        if host != socket.gethostname():
-            raise RecipeError("lock", f"{self.path} is held by a recipe on {host} (its processes {' '.join(pids)}): "
-                                      "wait for it, or remove the file if it is gone")
-        live = [p for p in holders if _alive(p)]
-        if live:
-            raise RecipeError("lock", f"{self.path.parent} is in use by process {' '.join(map(str, live))} (another "
-                                      "recipe or the command it started): wait for it or stop it")
-        log.info("taking over %s (its processes %s are gone)", self.path, " ".join(pids))
-        self.path.unlink(missing_ok=True)
-
     def acquire(self) -> None:
+        import socket
+
+        from training.lockfile import take
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            if self._take():
-                _HELD.append(self)
-                return
-            self._check_holder()
-        raise RecipeError("lock", f"cannot take {self.path}")
+        held = take(self.path, self.pids)
+        if held is None:
+            _HELD.append(self)
+        elif held.host is None:
+            raise RecipeError("lock", f"{self.path} is being taken by another recipe")
+        elif held.host != socket.gethostname():
+            raise RecipeError("lock", f"{self.path} is held by a recipe on {held.host} (its processes "
+                                      f"{' '.join(map(str, held.pids))}): wait for it, or remove the file if it is gone")
+        else:
+            raise RecipeError("lock", f"{self.path.parent} is in use by process {' '.join(map(str, held.pids))} "
+                                      "(another recipe or the command it started): wait for it or stop it")
 
     def add(self, pid: int) -> None:
         """Name a command's process in the lock too (it may outlive this one)."""
+        from training.lockfile import lock_text
+
         self.pids.append(pid)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(self._text(), encoding="utf-8")
+        tmp.write_text(lock_text(self.pids), encoding="utf-8")
         tmp.replace(self.path)
 
     def release(self) -> None:

@@ -268,7 +268,8 @@ def test_a_half_made_lock_is_left_while_fresh_and_taken_over_when_old(tmp_path):
     import os
     import time
 
-    from training.distill import UNREADABLE_LOCK_S, _claim
+    from training.distill import _claim
+    from training.lockfile import UNREADABLE_LOCK_S
 
     lock = tmp_path / "shard_000_of_002.npz.lock"
     lock.write_text("")
