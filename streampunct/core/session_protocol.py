@@ -770,22 +770,27 @@ class SessionProtocol:
         if not self._hypothesis_owed:
             return []
         self._hypothesis_owed = self._partial_owed = False  # (``end`` need not wait for it)
-        decisions, hypothesis, cases = self.state.provisional()
-        if self._owed_behind_error and any(owed.error is not None for owed in self._until):
+        provisional = self.state.provisional()
+        if self._owed_behind_error and self._error_queued():
             # an error for a message before it waits behind a flush's answer: this one follows it
-            self._until.append(_Owed(self._until[-1].target, _Until.PARTIAL, partial=(decisions, hypothesis, cases)))
+            self._until.append(_Owed(self._until[-1].target, _Until.PARTIAL, partial=provisional))
             return []
-        return self._partial_message(decisions[0].index if decisions else self._sent, decisions, hypothesis, cases)
+        return self._provisional_partial(*provisional)
 
     def _owe_hypothesis(self) -> None:
         """A hypothesis change (a ``hypothesis``, ``words`` that clear one) is owed its partial."""
         self._hypothesis_owed = self.options.partials
-        self._owed_behind_error = any(owed.error is not None for owed in self._until)
+        self._owed_behind_error = self._error_queued()
 
-    def _deferred_partial(self, decisions: Sequence[Decision], hypothesis: Sequence[tuple[str, int]],
-                          cases: Sequence[int | None]) -> list[ServerMessage | WrittenText]:
-        """A partial :meth:`_answer_hypothesis_now` queued behind an error, sent now: its tail
-        without the words that have become final meanwhile."""
+    def _error_queued(self) -> bool:
+        """An ``error`` waits behind a flush's answer (:meth:`_refuse`)."""
+        return any(owed.error is not None for owed in self._until)
+
+    def _provisional_partial(self, decisions: Sequence[Decision], hypothesis: Sequence[tuple[str, int]],
+                             cases: Sequence[int | None]) -> list[ServerMessage | WrittenText]:
+        """The partial of :meth:`StreamState.provisional`'s tail and hypothesis, made without a
+        model call: now, or later for one queued behind an error (the words that have become
+        final meanwhile left out)."""
         tail = [d for d in decisions if d.index >= self._sent]
         return self._partial_message(tail[0].index if tail else self._sent, tail, hypothesis, cases)
 
@@ -877,7 +882,7 @@ class SessionProtocol:
             if owed.error is not None:
                 queued.append(owed.error)
             elif owed.partial is not None:
-                queued += self._deferred_partial(*owed.partial)
+                queued += self._provisional_partial(*owed.partial)
         self._until = deque(owed for owed in self._until if owed.error is None and owed.partial is None)
         return queued
 
@@ -927,7 +932,7 @@ class SessionProtocol:
                 out.append(error)
                 continue
             if partial is not None:
-                out += self._deferred_partial(*partial)
+                out += self._provisional_partial(*partial)
                 continue
             held = self._held_text() if what is _Until.FLUSHED or not self.finished else []
             out += held
