@@ -59,20 +59,17 @@ def plugin_commands() -> Iterator[ModuleType]:
         if ep.name in COMMANDS:
             log.warning("entry point %s=%s shadows a runtime subcommand; ignored", ep.name, ep.value)
             continue
+        parts = ep.module.split(".")
         try:
             yield ep.load()
-        except ModuleNotFoundError as e:
-            parts = ep.module.split(".")
-            if e.name not in {".".join(parts[: k + 1]) for k in range(len(parts))}:
+        except Exception as e:  # a broken plugin must not take the runtime's commands down
+            if isinstance(e, ModuleNotFoundError) and e.name in {".".join(parts[:k + 1]) for k in range(len(parts))}:
+                # its package is not installed here (a runtime-only image): listed, and says so if run
+                log.debug("subcommand %s: package %s not installed", ep.name, e.name)
+                yield _absent_command(ep.name, parts[0])
+            else:
                 log.warning("subcommand %s (%s) is unavailable: %s: %s", ep.name, ep.value,
                             type(e).__name__, e)
-                continue
-            # its package is not installed here (a runtime-only image): listed, and says so if run
-            log.debug("subcommand %s: package %s not installed", ep.name, e.name)
-            yield _absent_command(ep.name, parts[0])
-        except Exception as e:  # a broken plugin must not take the runtime's commands down
-            log.warning("subcommand %s (%s) is unavailable: %s: %s", ep.name, ep.value,
-                        type(e).__name__, e)
 
 
 def _absent_command(name: str, package: str) -> ModuleType:

@@ -172,23 +172,21 @@ def _word(item: Any, where: str) -> tuple[Word, ...]:
     server would read as one word with the spaces removed, each of its words, sharing its
     time (:func:`_spread`)."""
     if isinstance(item, str):
-        return tuple(Word(w) for w in item.split()) if _SPACE.search(item.strip()) else (Word(item),)
+        words = item.split()
+        return tuple(map(Word, words)) if len(words) > 1 else (Word(item),)
     if not isinstance(item, dict):
         raise InputError(f"{where}: a word must be an object with 'w' or 'word'")
     text = item.get("w", item.get("word"))
     if not isinstance(text, str):
         raise InputError(f"{where}: a word needs a string 'w' or 'word'")
     start, end = _time(item, "start", where), _time(item, "end", where)
-    if _SPACE.search(text.strip()):
-        return _spread(text.split(), start, end)
-    return (Word(text.strip(), start, end),)
+    words = text.split()
+    return _spread(words, start, end) if len(words) > 1 else (Word(text.strip(), start, end),)
 
 
 def _words(items: Iterable[Any], where: str) -> tuple[Word, ...]:
     return tuple(w for item in items for w in _word(item, where))
 
-
-_SPACE = re.compile(r"\s")
 
 
 def _due(words: Sequence[Word], previous: float | None) -> float | None:

@@ -642,8 +642,7 @@ def _trails(tokens: Sequence[str], a: int, b: int, closing: bool) -> bool:
     :func:`streampunct.text.normalize.unit_symbol`; not ``$`` before ``20``)."""
     if b >= len(tokens):
         return closing
-    token = _core(tokens[a]) or tokens[a]
-    return bool(token) and unit_symbol(token, tokens[b])
+    return unit_symbol(_core(tokens[a]) or tokens[a], tokens[b])  # a token of text.split(): never empty
 
 
 # -- writing ------------------------------------------------------------------------------------

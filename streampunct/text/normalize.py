@@ -24,17 +24,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 from streampunct.errors import InputError
-from streampunct.labels import (
-    CAPITALIZED,
-    COMMA,
-    ID_TO_MARK,
-    LOWER,
-    MIXED,
-    PERIOD,
-    QUESTION,
-    UPPER,
-    O,
-)
+from streampunct.labels import CAPITALIZED, ID_TO_MARK, LOWER, MIXED, PERIOD, QUESTION, UPPER, O
 
 #: Mojibake seen in the IWSLT files: a broken music note (U+266B) and a broken
 #: right single quote, both UTF-8 bytes read as cp1252.
@@ -602,9 +592,7 @@ def apply_case(word: str, case: int) -> str:
     dots is written in capitals when its class is not lowercase (``U.N.'s``, not ``U.n.'s``).
     """
     stem, suffix = (word[:-2], _POSSESSIVE) if word.endswith(_POSSESSIVE) and len(word) > 2 else (word, "")
-    if case != LOWER and _INITIALISM.fullmatch(stem):
-        return stem.upper() + suffix
-    if case == UPPER:
+    if case == UPPER or (case != LOWER and _INITIALISM.fullmatch(stem)):
         return stem.upper() + suffix
     if case in (CAPITALIZED, MIXED):
         return _capitalize(word)
@@ -659,8 +647,9 @@ def render(
             shown = before + shown + after
             if label == PERIOD and after.endswith("."):
                 mark = ""
-        if verbatim is not None and verbatim[k] and mark and shown.endswith(("!", "?")) and label != COMMA:
-            mark = "" if label == PERIOD or shown.endswith("?") else mark  # "Yahoo!", not "Yahoo!."
+        if verbatim is not None and verbatim[k] and (
+                label == PERIOD and shown.endswith(("!", "?")) or label == QUESTION and shown.endswith("?")):
+            mark = ""  # a written form's own mark ends it: "Yahoo!", not "Yahoo!."
         if join_clitics and parts and word in CLITICS and previous == O:
             parts[-1] += shown + mark
         else:

@@ -530,8 +530,8 @@ def output_file(path: str | Path, *, option: str | None = None) -> AtomicTextFil
     """An :class:`AtomicTextFile` at ``path``, its missing folders made first; a wrong path is
     :func:`cannot_write`'s one-line :class:`InputError` (``option``: the option that named it)."""
     path = Path(path)
-    missing = [d for d in path.parent.absolute().parents[::-1] if not d.exists()] + (
-        [path.parent.absolute()] if not path.parent.exists() else [])
+    folder = path.parent.absolute()
+    missing = [d for d in (*folder.parents[::-1], folder) if not d.exists()]  # outermost first
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
