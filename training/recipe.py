@@ -382,20 +382,16 @@ def check_train_inputs(r: Recipe, entry: dict) -> None:
                                    "or run the recipe with the inputs it was trained with")
 
 
-def _json_files(folder: Path) -> str:
-    """One hash over a model folder's JSON files (its streampunct.json and its artifacts' sidecars,
-    which hold the artifacts' hashes): what tune and compare read, cheaply."""
-    from engines.sidecar import sha256_files
-
-    return sha256_files(sorted(folder.glob("*.json")), folder) if folder.is_dir() else ""
-
-
-def _sidecars(folder: Path) -> str:
+def _json_sha256(folder: Path, *, metadata: bool = True) -> str:
+    """One hash over a model folder's JSON files: its artifacts' sidecars, which hold the
+    artifacts' hashes, and (``metadata``) its streampunct.json, which tune writes into: what tune
+    and compare read, cheaply. ``""`` where the folder is not there."""
     from engines.model_meta import METADATA_FILE
     from engines.sidecar import sha256_files
 
-    files = [p for p in folder.glob("*.json") if p.name != METADATA_FILE] if folder.is_dir() else []
-    return sha256_files(files, folder)
+    if not folder.is_dir():
+        return ""
+    return sha256_files([p for p in folder.glob("*.json") if metadata or p.name != METADATA_FILE], folder)
 
 
 def train_inputs(r: Recipe) -> dict:
@@ -403,12 +399,12 @@ def train_inputs(r: Recipe) -> dict:
 
 
 def tune_inputs(r: Recipe) -> dict:
-    return {"commands": [str(c) for c in tune_commands(r)], "artifacts_sha256": _sidecars(r.model)}
+    return {"commands": [str(c) for c in tune_commands(r)], "artifacts_sha256": _json_sha256(r.model, metadata=False)}
 
 
 def compare_inputs(r: Recipe) -> dict:
-    return {"commands": [str(c) for c in compare_commands(r)], "candidate_sha256": _json_files(r.model),
-            "shipped_sha256": _json_files(r.shipped)}
+    return {"commands": [str(c) for c in compare_commands(r)], "candidate_sha256": _json_sha256(r.model),
+            "shipped_sha256": _json_sha256(r.shipped)}
 
 
 def check_build(r: Recipe) -> None:
