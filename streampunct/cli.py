@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 #: The runtime's own subcommands, in the order ``--help`` lists them.
 COMMANDS = ("serve", "punctuate", "caption", "evaluate")
 
+#: Subcommands that need the ``train`` extra (torch and the export tools), not the runtime alone.
+TRAIN_EXTRA_COMMANDS = ("train", "build-engine")
+
 #: Entry-point group through which other packages add subcommands.
 ENTRY_POINT_GROUP = "streampunct.commands"
 
@@ -77,10 +80,10 @@ def _absent_command(name: str, package: str) -> ModuleType:
     running it is a one-line error that says what to install."""
     module = ModuleType(f"streampunct.cli.absent_{name}")
     why = f"not in this install (the {package!r} package is missing)"
+    install = "pip install '.[train]'" if name in TRAIN_EXTRA_COMMANDS else "pip install ."
 
     def run(_args: argparse.Namespace) -> int:
-        raise StreampunctError(f"{why}: install streampunct from a source checkout with "
-                               f"pip install . (train and build-engine: pip install '.[train]')")
+        raise StreampunctError(f"{why}: install streampunct from a source checkout with {install}")
 
     module.NAME, module.HELP = name, why  # type: ignore[attr-defined]
 

@@ -39,20 +39,21 @@ def test_plugins_come_from_the_entry_point_group(monkeypatch, caplog):
     assert main(["hello", "--who", "you"]) == 0
 
 
-def test_a_plugin_whose_package_is_not_installed_says_so_when_run(monkeypatch, caplog, capsys):
+@pytest.mark.parametrize(("name", "install"), [("train", "pip install '.[train]'"), ("bench", "pip install .")])
+def test_a_plugin_whose_package_is_not_installed_says_so_when_run(monkeypatch, caplog, capsys, name, install):
     """An image with the runtime alone (docs/deploy.md, "Container recipe"): no warning on every
-    command; the subcommand is listed as missing and says what to install."""
-    eps = [EntryPoint("train", "no_such_package_here.cli", ENTRY_POINT_GROUP)]
+    command; the subcommand is listed as missing and says what to install (the train extra only
+    for the commands that need it)."""
+    eps = [EntryPoint(name, "no_such_package_here.cli", ENTRY_POINT_GROUP)]
     monkeypatch.setattr(cli, "entry_points", lambda group: eps if group == ENTRY_POINT_GROUP else [])
     caplog.set_level("INFO")
     parser = build_parser()
-    assert _subcommands(parser) == [*COMMANDS, "train"] and "unavailable" not in caplog.text
+    assert _subcommands(parser) == [*COMMANDS, name] and "unavailable" not in caplog.text
     assert "'no_such_package_here' package is missing" in " ".join(parser.format_help().split())
-    assert main(["train", "--config", "x.toml", "--resume"]) == 2
+    assert main([name, "--config", "x.toml", "--resume"]) == 2
     assert capsys.readouterr().err == (
-        "streampunct train: error: not in this install (the 'no_such_package_here' package is missing): "
-        "install streampunct from a source checkout with pip install . "
-        "(train and build-engine: pip install '.[train]')\n")
+        f"streampunct {name}: error: not in this install (the 'no_such_package_here' package is missing): "
+        f"install streampunct from a source checkout with {install}\n")
 
 
 @pytest.mark.parametrize("where", ["input", "out"])
