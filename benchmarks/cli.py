@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
     from benchmarks.triton_bench import add_triton_arguments
+    from engines.registry import BACKENDS
     from streampunct.commands.argtypes import non_negative_int, positive_float
     from streampunct.model import model_folder_argument
 
@@ -41,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="streaming sweep: each word final MS after it was spoken, whatever follows "
                         "(default: 400 800 1600 3200)")
     a.add_argument("--wps", type=positive_float, default=2.5, help="speech rate, words/s (default 2.5)")
-    a.add_argument("--engine", default="onnxruntime", help="engine backend (default: onnxruntime)")
+    a.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
+                   help="engine backend (default: onnxruntime)")
     a.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
                    help="where the JSON and PNG go (default: benchmarks/results)")
     a.add_argument("--name", type=result_stem, default="accuracy", help="result file stem (default: accuracy)")

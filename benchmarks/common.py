@@ -68,7 +68,9 @@ def prepare_out_file(path: Path | str, parser=None) -> Path:
 
 def result_stem(value: str) -> str:
     """An argparse type for ``--name``: a result file's stem, written in ``--out-dir`` (no folder
-    in it, not empty, not hidden), so that a wrong one is a usage error before any work."""
+    in it, not empty, not hidden), so that a wrong one is a usage error before any work. A name
+    ending in ``.json`` is that file's: ``--name foo.json`` writes ``foo.json`` (and ``foo.png``)."""
+    value = value.removesuffix(".json")
     if not value or value in (".", "..") or value.startswith(".") or "/" in value or "\\" in value:
         raise argparse.ArgumentTypeError(
             f"must be a file name stem (the results go in --out-dir), not {value!r}")

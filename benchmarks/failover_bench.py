@@ -71,7 +71,8 @@ from benchmarks.server_under_test import (
     http_get,
     require_model_folder,
 )
-from engines.registry import engine_threads, physical_cores
+from engines.registry import BACKENDS, engine_threads, physical_cores
+from streampunct.commands.children import dies_with_parent
 from streampunct.core.options import SessionOptions
 from streampunct.model import model_folder_argument
 
@@ -89,6 +90,25 @@ def render_haproxy_config(ports: Sequence[int], bind: str, stats_socket: Path,
 def find_haproxy(name: str = "haproxy") -> str | None:
     """The haproxy binary: ``name`` on PATH, else in the sbin folders (a user's PATH may lack them)."""
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin:/sbin")
+
+
+def require_haproxy(name: str) -> str:
+    """:func:`find_haproxy`, or an InputError that says why not: a path given (``--haproxy
+    PATH``) that does not exist or cannot be run, or a name not on PATH."""
+    import os
+
+    from streampunct.errors import InputError
+
+    found = find_haproxy(name)
+    if found is not None:
+        return found
+    if os.sep in name or (os.altsep and os.altsep in name):
+        path = Path(name)
+        why = ("does not exist" if not path.exists() else "is a folder" if path.is_dir()
+               else "is not executable")
+        raise InputError(f"--haproxy {name}: {why}")
+    raise InputError(f"no {name!r} on PATH: install HAProxy (Debian: apt-get install haproxy), "
+                     "or name its binary with --haproxy PATH")
 
 
 def free_port() -> int:
@@ -176,8 +196,9 @@ class Replicas:
         cfg_path.write_text(render_haproxy_config([*self.ports, *self.extra_ports], f"127.0.0.1:{self.port}",
                                                   self.stats_socket))
         with open(self.workdir / "haproxy.log", "wb") as log:
-            self.proxy = subprocess.Popen([self.haproxy, "-db", "-f", str(cfg_path)], stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # it stops once this bench is gone, even killed, as the replicas do
+            argv = dies_with_parent([self.haproxy, "-db", "-f", str(cfg_path)])
+            self.proxy = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.wait_up(range(self.n + len(self.extra_ports)), timeout=30.0)
 
     def restart(self, k: int) -> None:
@@ -477,16 +498,23 @@ def ok(result: dict) -> bool:
             and result["sessions_ended"] == result["sessions"])
 
 
+def _ms(value: float | None) -> str:
+    """A figure in ms, or ``-`` where there is none (no word finalized in a phase, no resume)."""
+    return "-" if value is None else str(value)
+
+
 def summary_text(result: dict) -> str:
     m, resume = result["margin_ms"], result["resume_ms"]
     codes = ", ".join(f"{code}: {n}" for code, n in sorted(result["interruptions_by_close_code"].items())) or "none"
+    margins = [m[phase]["p95"] for phase in ("before", "during", "after")]
+    note = " (-: no word finalized then)" if None in margins else ""
     return (f"{result['sessions']} sessions, {result['words_sent']} words: {result['words_lost']} lost, "
             f"{result['words_duplicated']} duplicated, {result['words_out_of_order']} out of order; "
             f"{result['sessions_interrupted']} interrupted (close codes {codes}), "
-            f"{result['sessions_resumed']} resumed (p50 {resume['p50']} / max {resume['max']} ms), "
+            f"{result['sessions_resumed']} resumed (p50 {_ms(resume['p50'])} / max {_ms(resume['max'])} ms), "
             f"{result['sessions_failed']} failed; "
-            f"longest caption gap {result['longest_caption_gap_ms']} ms; p95 margin "
-            f"before {m['before']['p95']} / during {m['during']['p95']} / after {m['after']['p95']} ms")
+            f"longest caption gap {_ms(result['longest_caption_gap_ms'])} ms; p95 margin "
+            f"before {_ms(margins[0])} / during {_ms(margins[1])} / after {_ms(margins[2])} ms{note}")
 
 
 def replica_spec(cfg: FailoverConfig) -> ReplicaSpec:
@@ -500,11 +528,7 @@ def replica_spec(cfg: FailoverConfig) -> ReplicaSpec:
 
 def hold(cfg: FailoverConfig, workdir: Path | None = None) -> int:
     """Start the replicas and HAProxy, print where they are, and keep them until SIGINT/SIGTERM."""
-    from streampunct.errors import InputError
-
-    haproxy = find_haproxy(cfg.haproxy)
-    if haproxy is None:
-        raise InputError(f"no {cfg.haproxy!r} on PATH: install HAProxy (Debian: apt-get install haproxy)")
+    haproxy = require_haproxy(cfg.haproxy)
     require_model_folder(cfg.engine, cfg.model_dir)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -525,12 +549,8 @@ def hold(cfg: FailoverConfig, workdir: Path | None = None) -> int:
 
 def run_failover_bench(cfg: FailoverConfig, *, command: str | None = None, workdir: Path | None = None) -> dict:
     """Run the bench; writes ``<out_dir>/<name>.json`` and returns the result."""
-    from streampunct.errors import InputError
-
     prepare_out_dir(cfg.out_dir, f"{cfg.name}.json")
-    haproxy = find_haproxy(cfg.haproxy)
-    if haproxy is None:
-        raise InputError(f"no {cfg.haproxy!r} on PATH: install HAProxy (Debian: apt-get install haproxy)")
+    haproxy = require_haproxy(cfg.haproxy)
     require_model_folder(cfg.engine, cfg.model_dir)
     corpus = load_corpus(cfg.data)
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp:
@@ -560,7 +580,8 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int, default=d.replicas, help=f"replicas (default {d.replicas})")
     p.add_argument("--sessions", type=positive_int, default=d.sessions,
                    help=f"concurrent real-time sessions (default {d.sessions})")
-    p.add_argument("--engine", default=d.engine, help="replicas' engine backend, or fake (default: onnxruntime)")
+    p.add_argument("--engine", default=d.engine, choices=list(BACKENDS),
+                   help="replicas' engine backend, or fake (default: onnxruntime)")
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine-workers", type=positive_int, default=d.engine_workers,
                    help=f"serve --engine-workers of each replica (default {d.engine_workers})")

@@ -48,6 +48,7 @@ from benchmarks.common import (
     run_failed,
 )
 from benchmarks.load_bench import load_corpus
+from benchmarks.load_clients import closing_client
 from benchmarks.load_finals import check_finals
 from benchmarks.load_metrics import metrics_delta, parse_metrics, server_figures
 from benchmarks.server_under_test import (
@@ -147,7 +148,7 @@ async def push(url: str, words: list[str], message_words: int) -> dict:
     ended: int | None = None
     t0 = time.perf_counter()
     sent_at = None
-    async with await open_client(url) as client:  # a failed connection: one ConnectError
+    async with closing_client(await open_client(url)) as client:  # a failed connection: one ConnectError
 
         async def send() -> float:
             for k in range(0, len(words), message_words):

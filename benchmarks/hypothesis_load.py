@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import tempfile
 import time
@@ -175,13 +174,30 @@ def run_failure(rows: Sequence[dict]) -> str | None:
     return None
 
 
+def format_step(row: dict) -> str:
+    """A step's row as its printed line, as the other benches print theirs (``N=... | ...``)."""
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0f}"
+
+    failed = f"failed {row['failed_sessions']}"
+    if row["failed_sessions"]:
+        failed += f" ({count_text(row['failures'])}): {row['first_failure']}"
+    return " | ".join([
+        f"N={row['sessions']:<4d} words final {row['words_final']}",
+        f"p95 margin median/worst session {ms(row['p95_margin_ms_median_over_sessions'])}/"
+        f"{ms(row['p95_margin_ms_worst_session'])} ms",
+        f"errors {row['errors']}",
+        failed,
+    ])
+
+
 async def _steps(url: str, cfg: HypothesisLoadConfig, words: Sequence[str]) -> list[dict]:
     rows = []
     for n in cfg.sessions:
         if rows:
             await asyncio.sleep(1.0)  # let the server settle (sessions closed) between steps
         rows.append(await run_step(url, n, cfg, words))
-        print(json.dumps(rows[-1]), flush=True)
+        print(format_step(rows[-1]), flush=True)
     return rows
 
 

@@ -304,13 +304,14 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
 
 
 def add_itn_arguments(p: argparse.ArgumentParser) -> None:
+    from engines.registry import BACKENDS
     from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
 
     d = ItnBenchConfig()
     p.add_argument("--data", type=Path, default=d.data,
                    help="category<TAB>spoken<TAB>written sentences (default: %(default)s)")
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--engine", default=d.engine, help="engine backend (default: %(default)s)")
+    p.add_argument("--engine", default=d.engine, choices=list(BACKENDS), help="engine backend (default: %(default)s)")
     p.add_argument("--itn-cache", type=Path, default=None, help="compiled grammars (default: ~/.cache/streampunct/itn)")
     p.add_argument("--wps", type=positive_float, default=d.words_per_second, help="words/s (default: %(default)s)")
     p.add_argument("--right-context", type=non_negative_int, default=d.right_context,

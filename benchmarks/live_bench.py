@@ -53,6 +53,7 @@ from benchmarks.common import (
     run_failed,
     write_result,
 )
+from benchmarks.load_clients import closing_client
 from benchmarks.server_under_test import (
     ServerProcess,
     ServerUnderTest,
@@ -156,19 +157,23 @@ async def stream_schedule(url: str, events, options, *, partials: bool = False,
             if partials and isinstance(message, Final | Partial):
                 seen.append(message)
 
-    receiver = asyncio.create_task(receive())
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    for event in events:
-        await asyncio.sleep(max(0.0, t0 + event.time - loop.time()))
-        if event.kind == "words":
-            await client.send_words(list(event.words))
-        elif event.kind == "hypothesis":
-            await client.send_hypothesis(list(event.words))
-        elif event.kind == "flush":
-            await client.flush()
-    await client.end()  # after the flush: every word is already decided, so no mark is forced
-    await receiver
+    async with closing_client(client):  # interrupted (Ctrl-C): aborted, so the server stops at once
+        receiver = asyncio.create_task(receive())
+        try:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            for event in events:
+                await asyncio.sleep(max(0.0, t0 + event.time - loop.time()))
+                if event.kind == "words":
+                    await client.send_words(list(event.words))
+                elif event.kind == "hypothesis":
+                    await client.send_hypothesis(list(event.words))
+                elif event.kind == "flush":
+                    await client.flush()
+            await client.end()  # after the flush: every word is already decided, so no mark is forced
+            await receiver
+        finally:
+            receiver.cancel()
     return transcript, seen
 
 

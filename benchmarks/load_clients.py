@@ -19,6 +19,7 @@ start per connected session of that child; the child sends ``("done", Ran)``, or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import time
 import traceback
@@ -31,6 +32,24 @@ import numpy as np
 
 #: Concurrent WebSocket handshakes per client loop.
 CONNECT_CONCURRENCY = 32
+
+
+@contextlib.asynccontextmanager
+async def closing_client(client):
+    """``client`` (a :class:`~streampunct.client.stream_client.StreamClient`), closed on the way out.
+    A bench interrupted (Ctrl-C cancels its tasks) aborts the connection instead of its close
+    handshake: a server busy with the session's backlog (a flood) would answer only after the
+    client's close timeout, and a session left open would hold the server's shutdown for its
+    drain timeout; aborted, the server sees the session gone at once and stops promptly."""
+    try:
+        yield client
+    except asyncio.CancelledError:
+        transport = client.connection.transport
+        if transport is not None:
+            transport.abort()
+        raise
+    finally:
+        await client.close()
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from benchmarks.common import REPO, check_non_negative, check_positive
 from engines.deps import require
-from engines.registry import StreamCacheMode
+from engines.registry import BACKENDS, StreamCacheMode
 from streampunct.commands.argtypes import (
     choices,
     non_negative_float,
@@ -141,7 +141,8 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
     return {
         "model_dir": ("--model", dict(type=model_folder_argument, default=d.model_dir,
                                       help="model folder (default: the shipped model)")),
-        "engine": ("--engine", dict(default=d.engine, help="onnxruntime, tensorrt, torch, or fake (synthetic "
+        # serve's own list: a wrong name is the bench's usage error, not the child server's
+        "engine": ("--engine", dict(default=d.engine, choices=list(BACKENDS), help="onnxruntime, tensorrt, torch, or fake (synthetic "
                                                            "engine, no model needed) (default: %(default)s)")),
         "engine_options": ("--engine-option", dict(
             action="append", metavar="KEY=VALUE",

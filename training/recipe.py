@@ -522,33 +522,13 @@ def _rss_mb(kb: int) -> float:
     return round(kb / 1024, 1)  # ru_maxrss is in KiB on Linux
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-#: How a command starts on Linux: it asks to be sent SIGTERM when the recipe dies, however it dies
-#: (``prctl(PR_SET_PDEATHSIG)``: the trainer then writes its resume state and stops), then runs
-#: its module as ``python -m`` would. Done in the child itself, after exec: a ``preexec_fn`` would
-#: run Python between fork and exec, which may deadlock when the recipe has threads (an engine's).
-_CHILD = f"""import ctypes, os, runpy, signal, sys
-parent = int(sys.argv.pop(1))
-try:
-    ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:  # the recipe died before the call
-    sys.exit(128 + signal.SIGTERM)
-sys.argv.pop(0)
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
-
-
 def child_argv(c: Command) -> list[str]:
-    """The command line of ``c``: ``python -m MODULE ARGS``, through :data:`_CHILD` on Linux (the
-    command dies with the recipe; elsewhere it outlives a killed recipe, and ``OUT/recipe.lock``
-    names it)."""
-    if sys.platform.startswith("linux"):
-        return [sys.executable, "-c", _CHILD, str(os.getpid()), c.module, *c.argv]
-    return [sys.executable, "-m", c.module, *c.argv]
+    """The command line of ``c``: ``python -m MODULE ARGS``, which on Linux dies with the recipe
+    (:func:`streampunct.commands.children.dies_with_parent`: a SIGTERM, so the trainer writes its
+    resume state and stops; elsewhere it outlives a killed recipe, and ``OUT/recipe.lock`` names it)."""
+    from streampunct.commands.children import dies_with_parent
+
+    return dies_with_parent([sys.executable, "-m", c.module, *c.argv])
 
 
 def run_child(c: Command) -> tuple[int, float, bool]:

@@ -223,3 +223,26 @@ def test_an_engine_bench_row_longer_than_the_model_is_one_line_before_any_engine
     assert not out.exists()
     # the longest a row can be still runs
     assert engine_bench.too_long([512], None) is None and engine_bench.too_long([64], 448) is None
+
+
+@pytest.mark.parametrize("bench", ["load", "soak", "flood", "live", "hypotheses", "failover", "itn", "accuracy"])
+def test_an_unknown_engine_is_the_bench_s_usage_error_not_the_child_server_s(bench, capsys, monkeypatch):
+    """``--engine bogus`` is refused when the bench parses it, in one ``argument --engine`` line
+    naming serve's own backends, before any server starts (not the server's usage text after)."""
+    import benchmarks.server_under_test as sut
+    from engines.registry import BACKENDS
+    from streampunct.cli import main
+
+    def never(*_a, **_k):
+        pytest.fail("a server was started for an unknown engine")
+
+    monkeypatch.setattr(sut.ServerProcess, "start", never)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", bench, "--engine", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    choices = ", ".join(repr(name) for name in BACKENDS)
+    assert err.splitlines()[-1] == (f"streampunct bench {bench}: error: argument --engine: invalid choice: "
+                                    f"'bogus' (choose from {choices})")
+    assert "streampunct serve" not in err
+    assert build_parser().parse_args(["bench", bench, "--engine", "fake"]).engine == "fake"

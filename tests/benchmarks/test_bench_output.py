@@ -206,3 +206,29 @@ def test_accuracy_refuses_empty_data_before_the_model_and_writes_nothing(tmp_pat
     assert main(["bench", "accuracy", "--data", str(empty), "--out-dir", str(out)]) == 2
     assert capsys.readouterr() == ("", f"streampunct bench: error: {empty}: no words to score\n")
     assert list(out.iterdir()) == []  # no accuracy.json, no accuracy.png
+
+
+@pytest.mark.parametrize("bench", ["accuracy", "live", "load", "soak", "flood", "triton", "hypotheses", "failover"])
+def test_a_result_name_given_with_its_json_suffix_names_that_file(bench):
+    """``--name foo.json`` writes ``foo.json`` (not ``foo.json.json``), as ``--name foo`` does."""
+    from streampunct.cli import build_parser
+
+    required = ["--model", "models/default"] if bench == "triton" else []
+    for name in ("foo.json", "foo"):
+        assert build_parser().parse_args(["bench", bench, *required, "--name", name]).name == "foo"
+
+
+def test_a_result_name_of_only_the_suffix_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "load", "--name", ".json"])
+    assert e.value.code == 2
+    assert "argument --name: must be a file name stem" in capsys.readouterr().err
+
+
+def test_the_failover_result_of_a_name_with_its_suffix(tmp_path, monkeypatch):
+    """What the bench writes with ``--name foo.json``: ``foo.json``."""
+    from benchmarks.common import write_result
+    from streampunct.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "failover", "--name", "foo.json", "--out-dir", str(tmp_path)])
+    assert write_result(args.name, {}, args.out_dir).name == "foo.json"

@@ -245,3 +245,103 @@ def test_the_summary_says_out_of_order_words_close_codes_and_resume_times():
         "margin_ms": margins})
     assert "0 out of order" in text and "(close codes 1006: 2, 1012: 2)" in text
     assert "4 resumed (p50 91.2 / max 101.6 ms)" in text
+
+
+@needs_haproxy
+def test_a_bench_killed_outright_takes_haproxy_down_with_it(tmp_path):
+    """SIGKILL of the bench (no handler, no ``finally``): HAProxy, like the replicas, stops by
+    itself (``streampunct.commands.children.dies_with_parent``) rather than holding the balancer's port."""
+    import os
+    import signal
+    import sys
+    import time
+
+    import psutil
+
+    from benchmarks.common import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
+                             "--replicas", "2", "--haproxy", HAPROXY], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+    children: list[psutil.Process] = []
+
+    def gone(p: psutil.Process) -> bool:
+        try:
+            return p.status() == psutil.STATUS_ZOMBIE  # exited; its new parent may not reap it
+        except psutil.NoSuchProcess:
+            return True
+
+    try:
+        lines = []
+        while not (lines and lines[-1].startswith("balancer: ")):
+            line = proc.stdout.readline()
+            assert line, "the launcher exited before it was ready:\n" + "".join(lines)
+            lines.append(line)
+        children = psutil.Process(proc.pid).children()
+        proxies = [p for p in children if p.name() == "haproxy"]
+        assert len(proxies) == 1 and len(children) == 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not all(gone(p) for p in children):
+            time.sleep(0.1)
+        assert gone(proxies[0]), "haproxy outlived the bench that started it"
+        assert all(gone(p) for p in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for p in children:  # what this test started, should it have outlived the bench
+            if not gone(p):
+                p.kill()
+
+
+def test_the_summary_shows_a_missing_figure_as_a_dash_not_none():
+    """A phase in which no word was finalized (a run that stopped early, a kill before any final)
+    and a run without resumes have no figure: the line says so instead of printing ``None``."""
+    from benchmarks.failover_bench import summary_text
+
+    margins = {"before": {"p95": None}, "during": {"p95": 35.5}, "after": {"p95": None}}
+    text = summary_text({
+        "sessions": 2, "words_sent": 10, "words_lost": 10, "words_duplicated": 0, "words_out_of_order": 0,
+        "sessions_interrupted": 0, "interruptions_by_close_code": {}, "sessions_resumed": 0,
+        "resume_ms": {"p50": None, "max": None}, "sessions_failed": 0, "longest_caption_gap_ms": None,
+        "margin_ms": margins})
+    assert "None" not in text
+    assert "p95 margin before - / during 35.5 / after - ms (-: no word finalized then)" in text
+    assert "0 resumed (p50 - / max - ms)" in text and "longest caption gap - ms" in text
+
+
+def _plain_file(folder):
+    path = folder / "haproxy"
+    path.write_text("")  # mode 0644
+    return path
+
+
+@pytest.mark.parametrize(("make", "why"), [
+    (lambda tmp: tmp / "nonexistent", "does not exist"),
+    (lambda tmp: tmp, "is a folder"),
+    (_plain_file, "is not executable"),
+])
+def test_a_haproxy_path_given_that_cannot_run_says_why_not_path(make, why, tmp_path):
+    """``--haproxy PATH`` names one file: "not on PATH" would send the user looking at $PATH."""
+    from benchmarks.failover_bench import require_haproxy
+    from streampunct.errors import InputError
+
+    path = str(make(tmp_path))
+    with pytest.raises(InputError) as e:
+        require_haproxy(path)
+    assert str(e.value) == f"--haproxy {path}: {why}"
+    with pytest.raises(InputError, match=r"no 'no-such-haproxy' on PATH: install HAProxy"):
+        require_haproxy("no-such-haproxy")
+
+
+def test_the_bench_names_the_haproxy_path_it_cannot_run_before_any_replica(tmp_path, capsys):
+    from streampunct.cli import main
+
+    code = main(["bench", "failover", "--engine", "fake", "--haproxy", str(tmp_path / "nonexistent"),
+                 "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code != 0 and f"--haproxy {tmp_path / 'nonexistent'}: does not exist" in err
+    assert "PATH" not in err

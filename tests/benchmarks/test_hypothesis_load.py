@@ -99,9 +99,9 @@ def test_a_run_in_which_every_session_failed_exits_1_and_writes_nothing(tmp_path
     assert err.startswith(f"streampunct bench hypotheses: error: every session failed (2 tried; ConnectError=2): "
                           f"cannot connect to {url}: ")
     assert err.count("\n") == 1
-    row = json.loads(out.splitlines()[-1])  # the step's row is still printed
-    assert (row["failed_sessions"], row["failures"], row["words_final"]) == (2, {"ConnectError": 2}, 0)
-    assert row["p95_margin_ms_worst_session"] is None
+    line = out.splitlines()[-1]  # the step's row is still printed
+    assert line.startswith("N=2    words final 0 | p95 margin median/worst session -/- ms | errors 0 | "
+                           f"failed 2 (ConnectError=2): cannot connect to {url}: ")
     assert not (tmp_path / "out" / "h.json").exists()
 
 
@@ -115,3 +115,14 @@ def test_run_failure_of_the_steps():
     assert run_failure([row(2, 1, 30)]) is None  # one session failed: measured, in the row
     assert run_failure([row(2, 2, 0), row(3, 3, 0)]) == "every session failed (5 tried; ConnectError=5): cannot connect"
     assert run_failure([row(2, 0, 0)]) == "no word was finalized in any session (2 tried; 0 errors)"
+
+
+def test_a_step_is_printed_as_a_line_like_the_other_benches_not_a_dict():
+    from benchmarks.hypothesis_load import format_step
+
+    row = {"sessions": 50, "duration_s": 30.0, "failed_sessions": 0, "failures": {}, "first_failure": None,
+           "words_final": 3712, "errors": 0, "p95_margin_ms_median_over_sessions": 118.4,
+           "p95_margin_ms_worst_session": 342.6}
+    assert format_step(row) == "N=50   words final 3712 | p95 margin median/worst session 118/343 ms | errors 0 | failed 0"
+    row.update(failed_sessions=2, failures={"ConnectError": 2}, first_failure="cannot connect")
+    assert format_step(row).endswith(" | failed 2 (ConnectError=2): cannot connect")
