@@ -771,8 +771,9 @@ class SessionProtocol:
             return []
         self._hypothesis_owed = self._partial_owed = False  # (``end`` need not wait for it)
         provisional = self.state.provisional()
-        if self._owed_behind_error and self._error_queued():
-            # an error for a message before it waits behind a flush's answer: this one follows it
+        if (self._owed_behind_error and self._error_queued()) or self._partial_queued():
+            # an error for a message before it waits behind a flush's answer, or the partial of
+            # a hypothesis that came behind one still does: this one follows it
             self._until.append(_Owed(self._until[-1].target, _Until.PARTIAL, partial=provisional))
             return []
         return self._provisional_partial(*provisional)
@@ -781,6 +782,10 @@ class SessionProtocol:
         """A hypothesis change (a ``hypothesis``, ``words`` that clear one) is owed its partial."""
         self._hypothesis_owed = self.options.partials
         self._owed_behind_error = self._error_queued()
+
+    def _partial_queued(self) -> bool:
+        """A partial waits behind an error (:meth:`_answer_hypothesis_now`): later ones follow it."""
+        return any(owed.what is _Until.PARTIAL for owed in self._until)
 
     def _error_queued(self) -> bool:
         """An ``error`` waits behind a flush's answer (:meth:`_refuse`)."""
