@@ -111,8 +111,11 @@ def normalize_word(word: str) -> str:
     """The model's form of one ASR word: lowercase, no punctuation at the edges.
 
     Inner apostrophes and hyphens stay (``don't``, ``well-being``); a leading
-    apostrophe stays when a letter follows (clitics such as ``'s``), but not in a word that
-    an apostrophe also closes (``'yes'``, a quote); the result
+    apostrophe stays in a clitic, an elision or a year (``'s``, ``'cause``, ``'90s``:
+    :data:`ELISIONS`), but not in a word that an apostrophe also closes (``'yes'``, a quote),
+    nor before another word (``'no`` of ``'no way'``: a quote's opening); a plural
+    possessive's apostrophe (``students'``) goes here and comes back in ``text``
+    (:func:`surface_affixes`); the result
     is ``""`` when nothing but punctuation was there. Words longer than
     ``MAX_WORD_CHARS`` are cut to that length. Invisible characters are
     dropped first (:func:`drop_invisible`: controls, format characters such as
@@ -157,18 +160,36 @@ def _strip_edges(w: str) -> str:
     """``w`` without the punctuation, symbols and spaces at its edges, each with the marks
     that belong to it (an emoji's variation selector U+FE0F, a keycap's U+20E3: a character
     in an enclosing mark is a symbol too, as in :func:`symbol_word`). A leading apostrophe
-    stays before a letter or digit (``'s``, ``'cause``), unless one closes the word too
-    (``'yes'``: a quote)."""
+    stays in a clitic, an elision or a year (``'s``, ``'cause``, ``'90s``: :data:`ELISIONS`),
+    unless one closes the word too (``'yes'``: a quote); before another word it opens a
+    quote and goes (``'no``)."""
     start, end = _edge_span(w)
     return w[start:end]
+
+
+#: Words that a leading apostrophe begins, as a part of them (the clitics of the IWSLT format and
+#: the common elisions); before any other word it opens a quote (``'no way'``) and is dropped.
+ELISIONS = CLITICS | frozenset({
+    "'t", "'em", "'cause", "'cos", "'coz", "'cuz", "'til", "'till", "'bout", "'round", "'n", "'tis",
+    "'twas", "'twere", "'twill", "'kay", "'sup", "'nuff", "'fraid", "'scuse", "'ere", "'ol",
+})
 
 
 def _edge_span(w: str) -> tuple[int, int]:
     """Where :func:`_strip_edges` cuts ``w``: ``w[start:end]`` is what it keeps."""
     start, end = _edge_clusters(w, _junk_first, _junk_last)
-    if start < end and w[start] == "'" and "'" in w[end:]:  # a quoted word ('yes', 'yes,'): no clitic
-        start += 1
+    if start < end and w[start] == "'" and ("'" in w[end:] or not _elision(w[start:end])):
+        start += 1  # a quote ('yes', 'yes,', or 'no of 'no way'), not a clitic or an elision
     return start, end
+
+
+def _elision(core: str) -> bool:
+    """``core`` (starting with an apostrophe) is a word of its own, not a quote's opening: a
+    clitic or an elision (:data:`ELISIONS`: ``'s``, ``'cause``, ``'em``) or a year (``'90s``)."""
+    if core[1:2].isdigit():
+        return True
+    key = core.lower() if core.isascii() else unicodedata.normalize("NFKC", core).translate(_APOSTROPHES).lower()
+    return key in ELISIONS
 
 
 def _junk_first(w: str, start: int, j: int) -> bool:
@@ -231,7 +252,9 @@ def surface_affixes(word: str) -> Affix:
     word (``"$5,"`` -> ``$``). Before a number, a minus and a decimal point are kept too
     (``-$5``, ``$.99``, ``-.5``); after letters joined by dots, the final dot (``u.s.`` ->
     ``("", ".")``, ``Ph.D.``), which a period after the word does not double
-    (:func:`render`). A word made only of symbols has none (it is no word in a stream;
+    (:func:`render`); after a word ending with ``s`` that no apostrophe opened, the apostrophe
+    of a plural possessive (``students'`` -> ``("", "'")``, ``Jones'``; not ``'yes'``, a
+    quote). A word made only of symbols has none (it is no word in a stream;
     offline it is a symbol word). Each side keeps whole symbols, at most
     ``MAX_AFFIX_CHARS`` characters, those nearest the word.
     """
@@ -244,9 +267,18 @@ def surface_affixes(word: str) -> Affix:
     after = _symbols(w[end:])
     if w[end : end + 1] == "." and _DOTTED.fullmatch(core):
         after.insert(0, ".")
+    elif _possessive_apostrophe(w, start, end):
+        after.insert(0, "'")
     if not before and not after:
         return NO_AFFIX
     return "".join(_cut(before[::-1])[::-1]), "".join(_cut(after))
+
+
+def _possessive_apostrophe(w: str, start: int, end: int) -> bool:
+    """The apostrophe right after ``w[start:end]`` (what normalization keeps of ``w``) ends a
+    plural possessive (``students'``, ``Jones'``): the word ends with an ``s`` and no apostrophe
+    before it opened a quote (``'yes'``, ``'bosses'`` are quoted words)."""
+    return w[end : end + 1] == "'" and w[end - 1] in "sS" and "'" not in w[:start]
 
 
 def _cut(clusters: list[str]) -> list[str]:
@@ -325,7 +357,8 @@ def sending_form(word: str) -> str:
 def split_affixes(token: str) -> tuple[str, str, str]:
     """``token`` (a piece of ``text``, its mark stripped) as (symbols before, the rest, symbols
     after): what :func:`render` wrote around a word from :func:`surface_affixes` (``$1,000``
-    -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-$.5`` -> ``("-$.", "5", "")``).
+    -> ``("$", "1,000", "")``, ``C++`` -> ``("", "C", "++")``, ``-$.5`` -> ``("-$.", "5", "")``,
+    ``students'`` -> ``("", "students", "'")``).
     Clients match the rest to the word (:func:`written_length`)."""
     start, end = _edge_clusters(token, _symbol_first, _symbol_last)
     return token[:start], token[start:end], token[end:]
@@ -336,7 +369,7 @@ def _symbol_first(w: str, start: int, j: int) -> bool:
 
 
 def _symbol_last(w: str, start: int, end: int) -> bool:
-    return _symbol_cluster(w[start:end]) or w[start] in ".\u200d"
+    return _symbol_cluster(w[start:end]) or w[start] in ".'\u200d"
 
 
 def normalize_words(words: Iterable[str]) -> list[str]:

@@ -79,12 +79,21 @@ def _source_text(path: str | Path) -> tuple[str, str]:
     return _read_text(path), str(path)
 
 
+def label_of(name: str) -> int | None:
+    """The label id of a label name as a ``word<TAB>LABEL`` file writes it, in any case
+    (``COMMA``, ``comma``, ``Comma``; spaces around it ignored), else None. ASCII only: no
+    other letter stands for one of the label's (``perıod``, with a dotless i, is no label)."""
+    name = name.strip()
+    return LABEL_TO_ID.get(name.upper()) if name.isascii() else None
+
+
 def split_labeled_line(line: str) -> tuple[str, str] | None:
     """``(word, label)`` of a line that looks like ``word<TAB>LABEL`` (its last tab is followed by
-    one of :data:`~streampunct.labels.LABELS`), else None. :func:`labeled_pair` checks the word."""
-    word, tab, label = line.rpartition("\t")
-    label = label.strip()
-    return (word, label) if tab and label in LABEL_TO_ID else None
+    one of :data:`~streampunct.labels.LABELS`, in any case: :func:`label_of`), else None; the label
+    as :data:`~streampunct.labels.LABELS` spells it. :func:`labeled_pair` checks the word."""
+    word, tab, name = line.rpartition("\t")
+    label = label_of(name) if tab else None
+    return (word, LABELS[label]) if label is not None else None
 
 
 _INNER_SPACE = re.compile(r"\S\s+\S")
@@ -93,9 +102,10 @@ _INNER_SPACE = re.compile(r"\S\s+\S")
 def labeled_pair(line: str, source: str, lineno: int, *, strict_labels: bool = True) -> tuple[str, int]:
     """The word and label id of a ``word<TAB>LABEL`` line, or an :class:`InputError` that starts
     with ``source:lineno``: no tab, more than one, a word holding a space, or (when
-    ``strict_labels``) an unknown label (else it counts as O)."""
+    ``strict_labels``) an unknown label (else it counts as O). Labels are read in any case
+    (:func:`label_of`: ``comma`` is ``COMMA``)."""
     word, sep, label_name = line.rpartition("\t")
-    label = LABEL_TO_ID.get(label_name.strip()) if sep else None
+    label = label_of(label_name) if sep else None
     if label is not None and "\t" not in word and _INNER_SPACE.search(word) is None:
         return word, label
     where = f"{source}:{lineno}"

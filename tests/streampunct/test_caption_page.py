@@ -311,7 +311,19 @@ async def test_the_page_says_when_the_server_leaves_written_numbers_out(start_se
 
 #: Words the page and the server must count alike (each normalizes to a word, or each to none).
 TRICKY_WORDS = ["Hello,", "don’t", "ʼ", "\u3164", "a\u200bb", "ﹰ", "Café", "cafe\u0301", "'cause", "--",
-                "Ｗｏｒｌｄ", "e.g.", "x²", "İstanbul", "ß", "naïve!", "…", "¿qué?", "rock'n'roll", "`tis"]
+                "Ｗｏｒｌｄ", "e.g.", "x²", "İstanbul", "ß", "naïve!", "…", "¿qué?", "rock'n'roll", "`tis",
+                "'no", "'yes'", "'90s", "students'", "'Til", "‘Em"]
+
+
+def test_the_page_keeps_the_server_s_list_of_words_a_leading_apostrophe_belongs_to():
+    """captions.html's copy of ELISIONS (its asrWords drops a quote's opening as the server does)."""
+    from pathlib import Path
+
+    from streampunct.text.normalize import ELISIONS
+
+    page = (Path(__file__).resolve().parents[2] / "streampunct" / "server" / "static" / "captions.html").read_text()
+    listed = re.search(r"const ELISIONS = new Set\(\[(.*?)\]\);", page).group(1)
+    assert set(re.findall(r'"([^"]*)"', listed)) == set(ELISIONS)
 
 
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
