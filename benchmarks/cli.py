@@ -27,13 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.soak_bench import add_soak_arguments
     from benchmarks.triton_bench import add_triton_arguments
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import non_negative_int, positive_float
+    from streampunct.commands.argtypes import non_negative_int, path_argument, positive_float
     from streampunct.model import model_folder_argument
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     a = sub.add_parser("accuracy", help="F1 vs latency: offline decoder and streaming sweeps")
     a.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: shipped model)")
-    a.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
+    a.add_argument("--data", type=path_argument, default=Path("data/iwslt2011/test2011"),
                    help="labeled word<TAB>LABEL file (default: data/iwslt2011/test2011)")
     a.add_argument("--right-context", type=non_negative_int, nargs="+", default=[0, 1, 2, 4, 8], metavar="N",
                    help="streaming sweep: each word final once N words follow it, no delay bound "
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--wps", type=positive_float, default=2.5, help="speech rate, words/s (default 2.5)")
     a.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
-    a.add_argument("--out-dir", type=Path, default=RESULTS_DIR,
+    a.add_argument("--out-dir", type=path_argument, default=RESULTS_DIR,
                    help="where the JSON and PNG go (default: benchmarks/results)")
     a.add_argument("--name", type=result_stem, default="accuracy", help="result file stem (default: accuracy)")
     a.set_defaults(_bench=_accuracy)

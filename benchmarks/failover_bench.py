@@ -571,6 +571,7 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.commands.argtypes import (
         choices,
         non_negative_int,
+        path_argument,
         positive_float,
         positive_int,
     )
@@ -598,13 +599,13 @@ def add_failover_arguments(p: argparse.ArgumentParser) -> None:
                    help="start the killed replica again on its port (needed with 2 replicas)")
     p.add_argument("--right-context", type=non_negative_int, default=d.right_context)
     p.add_argument("--max-delay-ms", type=non_negative_int, default=d.max_delay_ms)
-    p.add_argument("--data", type=Path, default=d.data, help="transcript the sessions read")
+    p.add_argument("--data", type=path_argument, default=d.data, help="transcript the sessions read")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--haproxy", default=d.haproxy, help="the haproxy binary (default: haproxy on PATH)")
     p.add_argument("--hold", action="store_true",
                    help="only start the replicas and HAProxy, print the balancer's URL and keep them "
                         "until Ctrl-C (no sessions, no failures)")
-    p.add_argument("--out-dir", type=Path, default=d.out_dir, help="where the JSON goes")
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir, help="where the JSON goes")
     p.add_argument("--name", type=result_stem, default=d.name, help=f"result file stem (default {d.name})")
 
 

@@ -313,6 +313,7 @@ def add_flood_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.commands.argtypes import (
         non_negative_float,
         non_negative_int,
+        path_argument,
         positive_float,
         positive_int,
     )
@@ -331,8 +332,8 @@ def add_flood_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unique", action="store_true",
                    help="push unique random words (12-20 letters, ~10 sub-tokens each) instead of the transcript")
     p.add_argument("--seed", type=int, default=d.seed, help="randomness of --unique words")
-    p.add_argument("--data", type=Path, default=d.data, help="transcript, repeated as needed")
-    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--data", type=path_argument, default=d.data, help="transcript, repeated as needed")
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir)
     p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default %(default)s)")
     add_server_arguments(p.add_argument_group("the server started"), d.server, FLOOD_SERVER_FLAGS)
 

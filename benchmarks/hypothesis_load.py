@@ -238,7 +238,7 @@ def run_hypothesis_load(cfg: HypothesisLoadConfig, *, command: str | None = None
 
 
 def add_hypothesis_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.commands.argtypes import positive_float, positive_int
+    from streampunct.commands.argtypes import path_argument, positive_float, positive_int
 
     d = HypothesisLoadConfig()
     p.add_argument("--url", default=None, help="a running server (ws://HOST:PORT/v1/stream) instead of starting one")
@@ -246,10 +246,10 @@ def add_hypothesis_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps of N sessions at once, one after the other (default: %(default)s)")
     p.add_argument("--duration", type=positive_float, default=d.duration_s,
                    help="seconds of speech per session (default: %(default)s)")
-    p.add_argument("--data", type=Path, default=d.data,
+    p.add_argument("--data", type=path_argument, default=d.data,
                    help="punctuated text or word<TAB>LABEL lines (default: dev2010, %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="session k draws from seed + k (default: %(default)s)")
-    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir)
     p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     add_server_arguments(p.add_argument_group("the server started (not with --url)"), d.server,
                          HYPOTHESIS_SERVER_FLAGS)

@@ -305,14 +305,19 @@ def run_itn_bench(cfg: ItnBenchConfig, command: str | None = None, *, runtime: S
 
 def add_itn_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
+    from streampunct.commands.argtypes import (
+        non_negative_int,
+        path_argument,
+        positive_float,
+        positive_int,
+    )
 
     d = ItnBenchConfig()
-    p.add_argument("--data", type=Path, default=d.data,
+    p.add_argument("--data", type=path_argument, default=d.data,
                    help="category<TAB>spoken<TAB>written sentences (default: %(default)s)")
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default=d.engine, choices=list(BACKENDS), help="engine backend (default: %(default)s)")
-    p.add_argument("--itn-cache", type=Path, default=None, help="compiled grammars (default: ~/.cache/streampunct/itn)")
+    p.add_argument("--itn-cache", type=path_argument, default=None, help="compiled grammars (default: ~/.cache/streampunct/itn)")
     p.add_argument("--wps", type=positive_float, default=d.words_per_second, help="words/s (default: %(default)s)")
     p.add_argument("--right-context", type=non_negative_int, default=d.right_context,
                    help="session right_context (default: the server's, %(default)s)")
@@ -322,7 +327,7 @@ def add_itn_arguments(p: argparse.ArgumentParser) -> None:
                    help="sentences streamed at a time (default: %(default)s)")
     p.add_argument("--capitalize", action="store_true",
                    help="stream (and write offline) with capitalize: sentence starts, I and learned case")
-    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="where the JSON goes (default: %(default)s)")
+    p.add_argument("--out-dir", type=path_argument, default=RESULTS_DIR, help="where the JSON goes (default: %(default)s)")
 
 
 def run_itn_from_args(args: argparse.Namespace, command: str | None = None) -> int:

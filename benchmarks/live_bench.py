@@ -339,10 +339,10 @@ def disagreements(words, served, simulated, limit: int | None = DISAGREEMENTS_LI
 
 
 def add_live_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.commands.argtypes import positive_float, positive_int
+    from streampunct.commands.argtypes import path_argument, positive_float, positive_int
 
     d = LiveBenchConfig()
-    p.add_argument("--data", type=Path, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
+    p.add_argument("--data", type=path_argument, default=d.data, help="word<TAB>LABEL file (default: %(default)s)")
     p.add_argument("--text", action="store_true",
                    help="--data is punctuated text (cased or not), converted as training converts it, "
                         "e.g. ../shared/data/cased_spoken/swda_val_cased.txt")
@@ -358,7 +358,7 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capitalize", action=argparse.BooleanOptionalAction, default=None,
                    help="the sessions' capitalize (default: the server's); with it on, case counts for stability")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir)
     p.add_argument("--name", type=result_stem, default=None,
                    help="result file stem (default: live_ and the data set's name, e.g. live_test2011)")
     add_server_arguments(p.add_argument_group("the child server (not with --url) and the simulation"), d.server,

@@ -668,6 +668,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.commands.argtypes import (
         non_negative_float,
         non_negative_int,
+        path_argument,
         positive_float,
         positive_int,
     )
@@ -693,13 +694,13 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
                    help="no step starts that would end after this (default: %(default)s)")
     p.add_argument("--refine", type=non_negative_int, default=d.refine_steps,
                    help="extra steps between the last good and first bad N (default: %(default)s)")
-    p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
+    p.add_argument("--data", type=path_argument, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--itn", choices=ITN_MODES, default=d.itn,
                    help="sessions ask for itn (on; the started server loads the ITN grammars), or each step "
                         "runs with itn off and then on and reports on - off of the p95 finalize margin "
                         "(both) (default: %(default)s)")
-    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir)
     p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     p.add_argument("--sample-profile", action="store_true",
                    help="sample the started server with py-spy during each step and report where its CPU "

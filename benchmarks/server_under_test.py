@@ -31,6 +31,7 @@ from streampunct.commands.argtypes import (
     choices,
     non_negative_float,
     non_negative_int,
+    path_argument,
     positive_int,
 )
 from streampunct.core.options import SessionOptions
@@ -181,7 +182,7 @@ def _flags(d: ServerUnderTest) -> dict[str, tuple[str, dict]]:
         "fake_sleep": ("--fake-sleep", dict(action="store_true", help="--engine fake: idle instead of burning CPU")),
         "profile": ("--profile", dict(action="store_true", help="run the started server under cProfile")),
         "server_src": ("--server-src", dict(
-            type=Path, default=d.server_src, metavar="DIR",
+            type=path_argument, default=d.server_src, metavar="DIR",
             help="run the started server from this source tree (e.g. a git worktree of an earlier commit), "
                  "with the same interpreter: before/after in one sitting")),
     }

@@ -340,7 +340,12 @@ def run_soak_bench(cfg: SoakConfig, *, command: str | None = None) -> dict:
 
 
 def add_soak_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.commands.argtypes import non_negative_float, positive_float, positive_int
+    from streampunct.commands.argtypes import (
+        non_negative_float,
+        path_argument,
+        positive_float,
+        positive_int,
+    )
 
     d = SoakConfig()
     p.add_argument("--sessions", type=positive_int, default=d.sessions,
@@ -357,9 +362,9 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds left out of the slope (default: a fifth of --duration, at most 300)")
     p.add_argument("--tracemalloc", action="store_true",
                    help="run the server under tracemalloc and report its top allocation growth")
-    p.add_argument("--data", type=Path, default=d.data, help="transcript (default: %(default)s)")
+    p.add_argument("--data", type=path_argument, default=d.data, help="transcript (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out-dir", type=Path, default=d.out_dir)
+    p.add_argument("--out-dir", type=path_argument, default=d.out_dir)
     p.add_argument("--name", type=result_stem, default=d.name, help="result file stem (default: %(default)s)")
     add_server_arguments(p.add_argument_group("the server started"), d.server, SOAK_SERVER_FLAGS)
 

@@ -297,10 +297,15 @@ def summary_text(payload: dict) -> str:
 
 
 def add_triton_arguments(p: argparse.ArgumentParser) -> None:
-    from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
+    from streampunct.commands.argtypes import (
+        non_negative_int,
+        path_argument,
+        positive_float,
+        positive_int,
+    )
 
     p.add_argument("--model", type=model_folder_argument, required=True, help="model folder (an fp32 graph makes labels comparable)")
-    p.add_argument("--data", type=Path, default=Path("data/iwslt2011/test2011"),
+    p.add_argument("--data", type=path_argument, default=Path("data/iwslt2011/test2011"),
                    help="labelled words for the label comparison (default: %(default)s)")
     p.add_argument("--no-labels", action="store_true", help="skip the label comparison")
     p.add_argument("--triton-url", default=None, help="a running Triton's gRPC host:port (default: start PyTriton)")
@@ -320,7 +325,7 @@ def add_triton_arguments(p: argparse.ArgumentParser) -> None:
                         "it (default: %(default)s)")
     p.add_argument("--max-total-s", type=positive_float, default=540.0, help="time budget of each load ramp")
     p.add_argument("--nice", type=int, default=0, help="niceness of the started Triton server")
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--out-dir", type=path_argument, default=DEFAULT_OUT)
     p.add_argument("--name", type=result_stem, default="triton")
 
 

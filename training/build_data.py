@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from streampunct.commands.argtypes import path_argument
 from streampunct.errors import InputError
 from training.cli_support import run_tool
 
@@ -665,9 +666,9 @@ def build(sources: str | Path, out: str | Path, *, stages: Sequence[str] = STAGE
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.build_data", description=__doc__.split("\n")[0])
-    ap.add_argument("--sources", required=True, type=Path,
+    ap.add_argument("--sources", required=True, type=path_argument,
                     help="folder with a copy of each source repository (docs/data.md)")
-    ap.add_argument("--out", required=True, type=Path, help="the data folder to write")
+    ap.add_argument("--out", required=True, type=path_argument, help="the data folder to write")
     ap.add_argument("--only", nargs="+", choices=STAGES, default=list(STAGES), metavar="STAGE",
                     help=f"build only these stages ({', '.join(STAGES)}; default: all)")
     ap.add_argument("--no-ted-archive", action="store_true",

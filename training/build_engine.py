@@ -33,7 +33,12 @@ from engines.build.onnx_export import MIN_EXPORT_OPSET
 from engines.build.parity import ParityWindows
 from engines.deps import extra_hint
 from engines.model_meta import METADATA_FILE, has_model_meta
-from streampunct.commands.argtypes import non_negative_int, positive_float, positive_int
+from streampunct.commands.argtypes import (
+    non_negative_int,
+    path_argument,
+    positive_float,
+    positive_int,
+)
 from streampunct.errors import DependencyError, InputError, ModelError
 from streampunct.model import load_model_info, model_folder_argument
 from streampunct.text.textfile import cannot_write
@@ -75,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "fp16", "int8", "int4"), default=None,
                         help="default: int8 for onnxruntime, fp16 for tensorrt; int4 (onnxruntime): "
                              "4-bit weights in blocks of 32 (MatMulNBits)")
-    parser.add_argument("--out", type=Path, metavar="DIR", default=None,
+    parser.add_argument("--out", type=path_argument, metavar="DIR", default=None,
                         help="model folder to write (e.g. models/default); not needed when --model is a built "
                              "model folder and --triton-repo is given")
     parser.add_argument("--max-batch", type=positive_int, default=32,
@@ -85,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "profile's minimum, 8)")
     parser.add_argument("--opset", type=opset_number, default=17,
                         help=f"ONNX opset (default 17; at least {MIN_EXPORT_OPSET})")
-    parser.add_argument("--parity-data", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--parity-data", type=path_argument, default=None, metavar="PATH",
                         help="word<TAB>LABEL validation file (default: iwslt2011_che/dev2012 when "
                              "present; without one, parity uses random token ids)")
     parser.add_argument("--parity-lines", type=positive_int, default=2000,
@@ -93,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration-windows", type=non_negative_int, default=64,
                         help="128-token windows (read after the parity lines) for fp16/int8 "
                              "calibration (default 64)")
-    parser.add_argument("--timing-cache", type=Path, default=None,
+    parser.add_argument("--timing-cache", type=path_argument, default=None,
                         help="TensorRT timing cache file (read and updated)")
     parser.add_argument("--workspace-gb", type=positive_float, default=4.0,
                         help="TensorRT builder workspace in GiB (default 4)")
@@ -118,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Triton", "--triton-repo DIR writes a Triton Inference Server model repository for the model folder "
                   "(--model when it is a built folder, else --out after the build): an ONNX Runtime entry with "
                   "dynamic batching and a TensorRT plan entry (engines/build/triton_repo.py, docs/engines.md)")
-    t.add_argument("--triton-repo", type=Path, default=None, metavar="DIR", help="the repository to write")
+    t.add_argument("--triton-repo", type=path_argument, default=None, metavar="DIR", help="the repository to write")
     t.add_argument("--triton-name", default="streampunct",
                    help="the ONNX Runtime entry's model name; the plan's is NAME_trt (default: streampunct)")
     t.add_argument("--triton-kind", choices=("cpu", "gpu"), default="cpu",

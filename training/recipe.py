@@ -69,6 +69,7 @@ from pathlib import Path
 from engines.base import ArtifactError
 from engines.host import git_commit, machine
 from engines.model_meta import has_model_meta, metadata_path, read_model_meta
+from streampunct.commands.argtypes import path_argument
 from streampunct.errors import StreampunctError
 
 log = logging.getLogger(__name__)
@@ -731,16 +732,16 @@ def _run_recipe(r: Recipe, record: dict, *, start: str | None, only: str | None,
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training.recipe", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("build/release4"),
+    ap.add_argument("--out", type=path_argument, default=Path("build/release4"),
                     help="checkpoint, model folder, comparison and stages.json (default build/release4)")
     ap.add_argument("--data-root", default="", help="data folder (default: $STREAMPUNCT_DATA or ../shared/data)")
-    ap.add_argument("--teacher", type=Path, default=Path("models/base"), help="label's teacher (default models/base)")
-    ap.add_argument("--soft-labels", type=Path, default=Path("cache/soft/r4"),
+    ap.add_argument("--teacher", type=path_argument, default=Path("models/base"), help="label's teacher (default models/base)")
+    ap.add_argument("--soft-labels", type=path_argument, default=Path("cache/soft/r4"),
                     help="the shards' folder (default cache/soft/r4)")
     ap.add_argument("--shards", type=int, default=128, help="shards of the transfer set (default 128)")
     ap.add_argument("--label-threads", type=int, default=0, help="the teacher's CPU threads (default: all cores)")
-    ap.add_argument("--config", type=Path, default=Path(CONFIG), help=f"the student's config (default {CONFIG})")
-    ap.add_argument("--shipped", type=Path, default=Path("models/default"),
+    ap.add_argument("--config", type=path_argument, default=Path(CONFIG), help=f"the student's config (default {CONFIG})")
+    ap.add_argument("--shipped", type=path_argument, default=Path("models/default"),
                     help="what compare compares with (default models/default)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a training config override (repeatable)")

@@ -10,6 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 
 
 def _number(kind: type, ok: Callable[[float], bool], what: str) -> Callable[[str], int | float]:
@@ -37,6 +38,14 @@ non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), ">= 0")
 finite_float = _number(float, math.isfinite, "finite (not nan or inf)")
 port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
+
+
+def path_argument(text: str) -> Path:
+    """A file or folder argument: not an empty string (``--out "$UNSET"`` would name the current
+    folder, where a command that replaces its output would replace what is there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
 
 def int_between(low: int, high: int) -> Callable[[str], int | float]:

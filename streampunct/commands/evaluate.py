@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 NAME = "evaluate"
 HELP = "score a model on a labeled word<TAB>LABEL file (offline and/or simulated streaming)"
@@ -19,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices,
         int_between,
         non_negative_int,
+        path_argument,
         positive_int,
     )
     from streampunct.core.options import SessionOptions
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from streampunct.model import model_folder_argument
 
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
-    p.add_argument("--data", type=Path, required=True,
+    p.add_argument("--data", type=path_argument, required=True,
                    help="word<TAB>LABEL file (- for stdin), e.g. data/iwslt2011/test2011")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="streaming simulations with cached left context, as the server runs them "
                         "(auto: when the model folder has a streaming graph and does not say "
                         "\"stream_cache\": false; docs/server.md)")
-    p.add_argument("--json", type=Path, default=None,
+    p.add_argument("--json", type=path_argument, default=None,
                    help="write all figures here as JSON (whole or not at all; missing folders are made and "
                         "the path is checked before the model runs)")
 

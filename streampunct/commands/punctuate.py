@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streampunct.errors import InputError
@@ -23,7 +22,7 @@ LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import add_engine_option, lexicon_file
+    from streampunct.commands.argtypes import add_engine_option, lexicon_file, path_argument
     from streampunct.model import model_folder_argument
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
@@ -37,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--itn", action="store_true",
                    help="write numbers, dates, times and money as digits and symbols (inverse text "
                         "normalization, as a session's config.itn; needs the itn extra)")
-    p.add_argument("--itn-cache", type=Path, default=None, metavar="DIR",
+    p.add_argument("--itn-cache", type=path_argument, default=None, metavar="DIR",
                    help="where the compiled ITN grammars are cached (default: ~/.cache/streampunct/itn)")
     p.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
                    help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line "
@@ -57,8 +56,8 @@ def read_transcript_segments(source: str) -> list[tuple[list[str], list[Affix]]]
     """Normalized words of each line of a plain-text transcript (blank lines give ``[]``), and
     the symbols around each (``$1,000``: :func:`streampunct.text.normalize.offline_tokens`).
 
-    A ``word<TAB>LABEL`` file (every non-blank line one; see
-    :func:`streampunct.text.word_labels.is_word_label_text`) is one segment (one line). Text is decoded by
+    A ``word<TAB>LABEL`` file (every non-blank line one, its labels in any case: ``COMMA`` or
+    ``comma``; see :func:`streampunct.text.word_labels.is_word_label_text`) is one segment (one line). Text is decoded by
     its byte-order mark (UTF-8, UTF-16, UTF-32; UTF-8 without one, bad bytes
     replaced); binary input and input without words raise InputError. A word
     made only of symbols (emoji) is kept as it is

@@ -1,0 +1,45 @@
+"""An empty path argument (``--out "$UNSET"``) is a usage error, never the current folder: a
+command that replaces its output would replace what the current folder holds."""
+
+import pytest
+
+from streampunct.cli import main as cli
+
+CASES = {
+    "build-engine --out": (cli, ["build-engine", "--model", "models/default", "--out", ""]),
+    "build-engine --triton-repo": (cli, ["build-engine", "--model", "models/default", "--triton-repo", " "]),
+    "bench load --out-dir": (cli, ["bench", "load", "--engine", "fake", "--out-dir", ""]),
+    "bench accuracy --out-dir": (cli, ["bench", "accuracy", "--out-dir", ""]),
+    "evaluate --json": (cli, ["evaluate", "--data", "x.txt", "--json", ""]),
+}
+
+
+def _recipe(argv):
+    from training.recipe import main
+
+    return main(argv)
+
+
+def _build_data(argv):
+    from training.build_data import main
+
+    return main(argv)
+
+
+CASES["python -m training.recipe --out"] = (_recipe, ["--out", ""])
+CASES["python -m training.build_data --out"] = (_build_data, ["--sources", "src", "--out", ""])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_empty_path_is_refused_before_any_work(case, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")  # build-engine, bench and the recipe are the train extra's
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    run, argv = CASES[case]
+    try:
+        code = run(argv)
+    except SystemExit as e:  # argparse's usage error
+        code = e.code
+    assert code == 2
+    assert "expected a path, got an empty string" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
