@@ -390,7 +390,7 @@ def raise_open_files_limit() -> tuple[int, int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from streampunct import __version__
-    from streampunct.server.app import run_server
+    from streampunct.server.app import engine_abandoned, exit_now, run_server
 
     def announce(server) -> None:
         print(f"streampunct: serving {server.model_name} with {server.batcher.engine_name} "
@@ -405,7 +405,10 @@ def run(args: argparse.Namespace) -> int:
     limit_malloc_arenas()  # before the engine's threads allocate
     stopped_by = run_server(config, on_ready=announce)
     hangup = getattr(signal, "SIGHUP", None)
-    return 128 + hangup if hangup is not None and stopped_by == hangup else 0  # a closed terminal: 129
+    code = 128 + hangup if hangup is not None and stopped_by == hangup else 0  # a closed terminal: 129
+    if engine_abandoned():  # stopped while the engine loaded: not waiting for that thread at exit
+        exit_now(code)
+    return code
 
 
 #: A process that starts ``serve`` for itself (a bench) names itself here: the server then stops,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import http
@@ -31,7 +32,10 @@ import logging
 import os
 import re
 import signal
+import sys
+import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -642,7 +646,19 @@ class StreamServer:
             await self._ws.wait_closed()
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
-        await self.batcher.close()
+        # An engine still loading, warming up or running a call holds its thread, which nothing
+        # can stop (closing it waits behind that): wait for it within the shutdown's time (at
+        # least ENGINE_CLOSE_MIN_S), no more.
+        until = max(stopping + self.config.shutdown_timeout_s, time.monotonic() + ENGINE_CLOSE_MIN_S)
+        closing = asyncio.ensure_future(self.batcher.close())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(closing), until - time.monotonic())
+        while self.batcher.engine_busy() and time.monotonic() < until:
+            await asyncio.sleep(0.05)
+        if not closing.done() or self.batcher.engine_busy():
+            _engine_abandoned.set()
+            logger.warning("the engine is still busy (loading, warming up or running a call) %.1fs after the "
+                           "shutdown began: not waiting for it", time.monotonic() - stopping)
         if self._written_executor is not None:
             self._written_executor.shutdown(wait=False, cancel_futures=True)
         if self._itn_processes is not None:
@@ -906,6 +922,31 @@ def _ascii(value: str, limit: int = 80) -> str:
 def _set_content_type(headers: Headers, value: str) -> None:
     del headers["Content-Type"]
     headers["Content-Type"] = value
+
+
+#: Seconds a shutdown waits for the engine at least, past ``--shutdown-timeout-s`` (closing an
+#: idle engine takes milliseconds; a call that runs may take a batch's time).
+ENGINE_CLOSE_MIN_S = 2.0
+
+_engine_abandoned = threading.Event()
+
+
+def engine_abandoned() -> bool:
+    """A shutdown in this process stopped waiting for an engine's thread (:meth:`StreamServer.shutdown`):
+    the process must end without joining it (:func:`exit_now`), or it would wait for that load."""
+    return _engine_abandoned.is_set()
+
+
+def exit_now(code: int) -> typing.NoReturn:
+    """End this process at once with ``code``, its logs and output flushed, without joining the
+    threads an engine still runs in (:func:`engine_abandoned`)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 async def serve(config: ServerConfig, runtime: ServerRuntime | None = None) -> StreamServer:

@@ -70,6 +70,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -189,6 +190,15 @@ class _Worker:
     executor: ThreadPoolExecutor
     engine: Engine | None = None
     closed: bool = False
+    running: int = 0  # jobs running in its thread now (:meth:`call`)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """In the worker's thread: ``fn(*args)``, counted in :attr:`running` while it runs."""
+        self.running += 1
+        try:
+            return fn(*args)
+        finally:
+            self.running -= 1
 
 
 @dataclass(eq=False)
@@ -292,8 +302,9 @@ class Batcher:
             for worker in self._workers:
                 # built and kept in the worker's thread: an engine whose build outlives a cancelled
                 # start is still the worker's, and _close_engines (queued behind it) closes it
-                await loop.run_in_executor(worker.executor, self._build_engine, worker)
+                await loop.run_in_executor(worker.executor, worker.call, self._build_engine, worker)
             if self._warmup_ids is not None:
+                logger.info("engine %s built; warming up", self.engine_name)
                 t0 = time.perf_counter()
                 seqs = [self._warmup_ids]
                 for worker in self._workers:  # one at a time too
@@ -313,9 +324,9 @@ class Batcher:
 
     async def _warm(self, worker: _Worker, seqs: list[np.ndarray]) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine, seqs)
+        await loop.run_in_executor(worker.executor, worker.call, self._infer_padded, worker.engine, seqs)
         if not runs_rows_alone(self.config.batch_rows, worker.engine):
-            await loop.run_in_executor(worker.executor, self._infer_padded, worker.engine,
+            await loop.run_in_executor(worker.executor, worker.call, self._infer_padded, worker.engine,
                                        seqs * self.config.max_batch)
 
     async def close(self) -> None:
@@ -359,10 +370,14 @@ class Batcher:
                 continue
             worker.closed = True
             try:
-                await loop.run_in_executor(worker.executor, _close_engine, worker)
+                await loop.run_in_executor(worker.executor, worker.call, _close_engine, worker)
             except Exception:
                 logger.exception("engine close failed")
             worker.executor.shutdown(wait=False)
+
+    def engine_busy(self) -> bool:
+        """An engine's thread still runs a job (a load, a warm-up, a call): nothing can stop it."""
+        return any(worker.running for worker in self._workers)
 
     @property
     def engine(self) -> Engine | None:
@@ -470,7 +485,7 @@ class Batcher:
         self._trim_pending = False
         t0 = time.perf_counter()
         try:
-            await loop.run_in_executor(worker.executor, self._trim)
+            await loop.run_in_executor(worker.executor, worker.call, self._trim)
         except Exception:
             logger.exception("allocator trim failed; no more trims")
             self._trim = None
@@ -562,7 +577,7 @@ class Batcher:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await asyncio.get_running_loop().run_in_executor(worker.executor, self._infer_each,
+                results = await asyncio.get_running_loop().run_in_executor(worker.executor, worker.call, self._infer_each,
                                                                            worker.engine, work)
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
@@ -585,7 +600,7 @@ class Batcher:
             t0 = time.perf_counter()
             return fn(*args), time.perf_counter() - t0
 
-        return await asyncio.get_running_loop().run_in_executor(worker.executor, timed)
+        return await asyncio.get_running_loop().run_in_executor(worker.executor, worker.call, timed)
 
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One engine call per window, all in one hand-off to the worker thread; windows

@@ -577,6 +577,10 @@ def worker_main(spec: bytes, conn: Connection) -> None:
         for sig in STOP_SIGNALS:  # a late signal (a second Ctrl-C) must not break the exit
             signal.signal(sig, _early_signal)
         conn.close()
+    from streampunct.server.app import engine_abandoned, exit_now
+
+    if engine_abandoned():  # stopped while its engine loaded: not waiting for that thread at exit
+        exit_now(0)
 
 
 class _StartupBeats:

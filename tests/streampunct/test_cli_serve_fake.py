@@ -168,3 +168,32 @@ def test_a_server_stops_once_the_process_that_started_it_is_gone(tmp_path):
         assert time.monotonic() < deadline, "the server outlived the process that started it"
         time.sleep(0.1)
     assert "is gone: stopping" in log.read_text()
+
+
+def test_a_stop_while_the_engine_warms_up_ends_within_the_shutdown_timeout(tmp_path):
+    """The engine's thread cannot be stopped while it loads or warms up (here a warm-up call of a
+    minute): SIGTERM ends the server once --shutdown-timeout-s has passed (at least
+    app.ENGINE_CLOSE_MIN_S), saying it did not wait, rather than when the warm-up ends."""
+    import signal
+    import subprocess
+    import time
+
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streampunct", "serve", "--engine", "fake", "--port", "0",
+             "--engine-option", "sleep=true", "--engine-option", "batch_ms=60000", "--shutdown-timeout-s", "1"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while "warming up" not in log.read_text():  # for a minute from here on
+            assert time.monotonic() < deadline and server.poll() is None, log.read_text()
+            time.sleep(0.05)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0, log.read_text()  # the warm-up alone would take 60 s
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert re.search(r"the engine is still busy \(loading, warming up or running a call\) [0-9.]+s after "
+                     r"the shutdown began: not waiting for it", log.read_text())
