@@ -45,6 +45,23 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: An engine's thread options at most this many per usable core: more only adds contention and
+#: memory, and a typo (16000 for 16) would start threads until the host gives out.
+THREADS_PER_CORE = 4
+
+
+def check_threads(option: str, n: int | None) -> None:
+    """A ``ValueError`` naming ``option`` when ``n`` (None: the engine's default) is under 1 or
+    over :data:`THREADS_PER_CORE` per usable core."""
+    if n is None:
+        return
+    if n < 1:
+        raise ValueError(f"{option} must be >= 1, got {n}")
+    limit = THREADS_PER_CORE * usable_cores()
+    if n > limit:
+        raise ValueError(f"{option} must be at most {limit} on this host ({THREADS_PER_CORE} per usable core), got {n}")
+
+
 def machine() -> dict:
     """Where a figure was measured: CPU model and flags, cores, memory, Python, OS."""
     try:

@@ -31,7 +31,7 @@ from engines.base import (
     make_options,
 )
 from engines.deps import require
-from engines.host import usable_cores
+from engines.host import check_threads, usable_cores
 from engines.model_meta import has_model_meta, read_model_meta
 from engines.sidecar import Sidecar, read_sidecar, verify_artifact
 from engines.stream_spec import cache_shape, stream_interface_problems
@@ -104,10 +104,11 @@ class OrtOptions:
     mem_pattern: bool = False
 
     def __post_init__(self) -> None:
-        if self.intra_op_threads is not None and self.intra_op_threads < 1:
-            raise EngineError(f"intra_op_threads must be >= 1, got {self.intra_op_threads}")
-        if self.inter_op_threads < 1:
-            raise EngineError(f"inter_op_threads must be >= 1, got {self.inter_op_threads}")
+        try:
+            check_threads("intra_op_threads", self.intra_op_threads)
+            check_threads("inter_op_threads", self.inter_op_threads)
+        except ValueError as e:
+            raise EngineError(str(e)) from None
         if not self.providers:
             raise EngineError("providers must name at least one execution provider")
         if self.graph_optimization not in _OPT_LEVELS:

@@ -46,6 +46,7 @@ from engines.base import (
     make_options,
 )
 from engines.deps import require
+from engines.host import check_threads
 
 logger = logging.getLogger(__name__)
 
@@ -187,8 +188,10 @@ class TorchOptions:
             raise EngineError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.precision not in PRECISIONS:
             raise EngineError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if self.threads is not None and self.threads < 1:
-            raise EngineError(f"threads must be >= 1, got {self.threads}")
+        try:
+            check_threads("threads", self.threads)
+        except ValueError as e:
+            raise EngineError(str(e)) from None
 
 
 def build_graph_model(state: Mapping[str, np.ndarray], config: Mapping[str, Any], where: str) -> Any:

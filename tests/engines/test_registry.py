@@ -287,6 +287,31 @@ def test_engine_threads_names_each_backends_own_per_engine_option():
         registry.engine_threads("onnx", 1)
 
 
+@pytest.mark.parametrize("option", ["intra_op_threads", "inter_op_threads"])
+def test_an_engine_s_threads_are_bounded_by_the_host_s_cores(option, monkeypatch):
+    """A typo (16000 for 16) is refused with the bound, rather than starting threads until the
+    host gives out (the probe's 10,000 never got ready)."""
+    import engines.host
+    from engines.ort_engine import OrtOptions
+
+    monkeypatch.setattr(engines.host, "usable_cores", lambda: 2)
+    assert getattr(OrtOptions(**{option: 8}), option) == 8
+    with pytest.raises(EngineError, match=f"^{option} must be at most 8 on this host \\(4 per usable core\\), got 9$"):
+        OrtOptions(**{option: 9})
+    with pytest.raises(EngineError, match=f"^{option} must be >= 1, got 0$"):
+        OrtOptions(**{option: 0})
+
+
+def test_the_torch_engine_s_threads_are_bounded_too(monkeypatch):
+    pytest.importorskip("torch")
+    import engines.host
+    from engines.torch_backend import TorchOptions
+
+    monkeypatch.setattr(engines.host, "usable_cores", lambda: 1)
+    with pytest.raises(EngineError, match="^threads must be at most 4 on this host"):
+        TorchOptions(threads=5)
+
+
 # -- model folder checks ------------------------------------------------------------------
 
 
