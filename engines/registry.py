@@ -200,9 +200,9 @@ def resolve_artifact(backend: str, model_dir: str | Path, artifact: str | None =
     if named is not None and Path(named).suffix in b.suffixes:
         path = folder_file(model_dir, named, f"{metadata_path(model_dir)}: artifact")
         if not path.is_file():
-            raise ArtifactError(
-                f"{metadata_path(model_dir)} names artifact {named!r}, which is missing"
-            )
+            what = ("a folder, not a file" if path.is_dir() else "a link to nothing" if path.is_symlink()
+                    else "missing")
+            raise ArtifactError(f"{metadata_path(model_dir)} names artifact {named!r}, which is {what}")
         return _torch_weights_graph(path) if backend == "torch" else path
     for name in b.default_artifacts:
         if (model_dir / name).is_file():

@@ -91,10 +91,12 @@ class Aligner:
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> Aligner:
         path = Path(path)
-        if path.is_dir():
+        if path.is_dir() and path.name != "tokenizer.json":  # a model folder
             path = path / "tokenizer.json"
         if not path.is_file():
-            raise ModelError(f"no tokenizer at {path} (expected a Hugging Face tokenizer.json)")
+            what = ("is a folder, not a file" if path.is_dir() else "is a link to nothing" if path.is_symlink()
+                    else "does not exist")
+            raise ModelError(f"no tokenizer at {path}: it {what} (expected a Hugging Face tokenizer.json)")
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file

@@ -89,6 +89,13 @@ def test_streampunct_json_naming_a_missing_file(tmp_path):
     (folder / "streampunct.json").write_text(json.dumps({"artifact": "model.int8.onnx"}))
     with pytest.raises(ArtifactError, match="names artifact 'model.int8.onnx', which is missing"):
         resolve_artifact("onnxruntime", folder)
+    (folder / "model.int8.onnx").mkdir()
+    with pytest.raises(ArtifactError, match="names artifact 'model.int8.onnx', which is a folder, not a file$"):
+        resolve_artifact("onnxruntime", folder)
+    (folder / "model.int8.onnx").rmdir()
+    (folder / "model.int8.onnx").symlink_to(tmp_path / "gone.onnx")
+    with pytest.raises(ArtifactError, match="names artifact 'model.int8.onnx', which is a link to nothing$"):
+        resolve_artifact("onnxruntime", folder)
 
 
 def test_no_artifact_says_what_was_looked_for(tmp_path):

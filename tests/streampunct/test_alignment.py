@@ -39,8 +39,13 @@ def test_huge_word_is_capped(aligner):
 
 
 def test_missing_tokenizer(tmp_path):
-    with pytest.raises(ModelError, match="no tokenizer"):
+    with pytest.raises(ModelError, match="no tokenizer at .*tokenizer.json: it does not exist"):
         Aligner.from_file(tmp_path)
+    (tmp_path / "tokenizer.json").mkdir()  # named as a folder: the path as it is, said to be a folder
+    for given in (tmp_path, tmp_path / "tokenizer.json"):
+        with pytest.raises(ModelError) as e:
+            Aligner.from_file(given)
+        assert str(e.value).startswith(f"no tokenizer at {tmp_path / 'tokenizer.json'}: it is a folder, not a file")
 
 
 def test_stream_state_with_real_tokenizer(aligner):
