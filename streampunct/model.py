@@ -168,7 +168,11 @@ def _check_named_files(path: Path, meta: ModelMeta) -> None:
 
 
 def _check_positions(window: WindowConfig, key: str, where: str | Path) -> None:
-    """A window the encoders can see whole: ``size + 2`` tokens within :data:`MAX_POSITIONS`."""
+    """A window the encoders can see whole (``size + 2`` tokens within :data:`MAX_POSITIONS`) that
+    decides some tokens of its own: more than its ``left`` and ``right`` context together."""
+    if window.step < 1:
+        raise ModelError(f"{where}: {key} size {window.size} leaves no tokens to decide between left "
+                         f"{window.left} and right {window.right} (size must be > left + right)")
     if window.size + 2 > MAX_POSITIONS:
         raise ModelError(f"{where}: {key} size {window.size} is too large: the model sees size + 2 tokens and "
                          f"has {MAX_POSITIONS} positions (size <= {MAX_POSITIONS - 2})")

@@ -371,6 +371,21 @@ def test_a_window_beyond_the_encoders_positions_is_refused_at_load(tiny_export, 
                                                                              "right": 10})).window.size == 510
 
 
+@pytest.mark.parametrize("key", ["window", "stream_window"])
+def test_a_window_with_nothing_to_decide_is_refused_at_load(tiny_export, tmp_path, key):
+    """Context on both sides as wide as the window (or wider) leaves it no token to label."""
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+
+    folder = _tiny_folder(tiny_export, tmp_path, **{key: {"size": 126, "left": 100, "right": 100}})
+    with pytest.raises(ModelError) as exc:
+        load_model_info(folder)
+    assert str(exc.value).endswith(f"{key} size 126 leaves no tokens to decide between left 100 and right 100 "
+                                   "(size must be > left + right)")
+    ok = _tiny_folder(tiny_export, tmp_path / "ok", **{key: {"size": 126, "left": 100, "right": 25}})
+    assert getattr(load_model_info(ok), key).step == 1
+
+
 def test_the_decoder_reads_the_tokenizer_before_loading_the_engine(tiny_export, tmp_path, monkeypatch):
     from streampunct.core import decoder
 
