@@ -501,6 +501,8 @@ class StreamServer:
         self._started = time.monotonic()
         self._closing = False
         self._shutdown_task: asyncio.Task[None] | None = None
+        self._drain_deadline: asyncio.Timeout | None = None  # the drain's, while it waits
+        self._hurried = False  # hurry(): no more waiting for sessions or the engine
         self._tcp_connections: set[GuardedConnection] = set()  # every TCP connection, handshake or not
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
@@ -621,6 +623,15 @@ class StreamServer:
             self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown(), name="streampunct-shutdown")
         await asyncio.shield(self._shutdown_task)
 
+    def hurry(self) -> None:
+        """Cut a shutdown short (a second stop signal): the sessions still draining are closed now
+        as at the shutdown timeout (1001, the drain-cut-short reason), and the engine is not
+        waited for (:meth:`_shutdown`)."""
+        self._hurried = True
+        if self._drain_deadline is not None:
+            with contextlib.suppress(RuntimeError):  # it has just expired: the closes have begun
+                self._drain_deadline.reschedule(asyncio.get_running_loop().time())
+
     async def _shutdown(self) -> None:
         assert self._ws is not None and self._sessions_gone is not None
         handoff = self.config.drain == DrainMode.RESUME
@@ -629,7 +640,8 @@ class StreamServer:
         for session in list(self.sessions):
             session.shutdown(handoff=handoff)
         try:
-            async with asyncio.timeout(self.config.shutdown_timeout_s):
+            async with asyncio.timeout(0 if self._hurried else self.config.shutdown_timeout_s) as deadline:
+                self._drain_deadline = deadline
                 # The listener stays open until the sessions are gone, so that handshakes meanwhile
                 # get 503 (_process_request) rather than a refused connection; then it closes.
                 await self._sessions_gone.wait()
@@ -638,18 +650,22 @@ class StreamServer:
         except TimeoutError:
             self._close_listener()
             logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
-                           self.config.shutdown_timeout_s)
+                           time.monotonic() - stopping if self._hurried else self.config.shutdown_timeout_s)
             await asyncio.gather(*(  # the reason tells a drain cut short from a complete one
                 close_within(c, CloseCode.GOING_AWAY, DRAIN_CUT_SHORT_REASON, self.config.close_timeout_s)
                 for c in list(self._ws.connections)
             ))
             await self._ws.wait_closed()
+        finally:
+            self._drain_deadline = None  # over: hurry() has nothing left to reschedule
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
         # An engine still loading, warming up or running a call holds its thread, which nothing
         # can stop (closing it waits behind that): wait for it within the shutdown's time (at
         # least ENGINE_CLOSE_MIN_S), no more.
-        until = max(stopping + self.config.shutdown_timeout_s, time.monotonic() + ENGINE_CLOSE_MIN_S)
+        until = time.monotonic() + ENGINE_CLOSE_MIN_S
+        if not self._hurried:
+            until = max(until, stopping + self.config.shutdown_timeout_s)
         closing = asyncio.ensure_future(self.batcher.close())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(closing), until - time.monotonic())
@@ -982,8 +998,13 @@ async def run_until_signalled(
     stop = stop if stop is not None else asyncio.Event()
     received: list[signal.Signals] = []
 
+    serving: list[StreamServer] = []
+
     def on_signal(sig: signal.Signals) -> None:
         received.append(sig)
+        if len(received) > 1 and serving:  # a second signal: stop waiting for the drain
+            logger.warning("%s received again: closing the sessions still draining now", sig.name)
+            serving[0].hurry()
         stop.set()
 
     hangup = getattr(signal, "SIGHUP", None)
@@ -997,6 +1018,7 @@ async def run_until_signalled(
         for sig in handled:
             loop.remove_signal_handler(sig)
         raise
+    serving.append(server)
     try:
         stopped = asyncio.create_task(stop.wait())
         loading = asyncio.ensure_future(server.wait_ready())

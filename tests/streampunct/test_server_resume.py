@@ -227,3 +227,52 @@ async def test_a_drain_cut_short_by_the_shutdown_timeout_says_so_in_its_close_re
     assert (code, reason) == (1001, DRAIN_CUT_SHORT_REASON)
     assert not any('"final"' in f for f in frames)
     assert any("sessions still open after 0.2s; closing them" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_second_stop_signal_cuts_the_drain_short(aligner):
+    """The first SIGTERM drains (here the engine holds the stream's only window, so the drain
+    would wait the whole shutdown timeout, a minute); a second one closes the sessions still
+    draining at once, with the reason of a drain cut short, and the server stops without
+    waiting for the engine's call."""
+    import os
+    import signal
+
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed
+
+    from streampunct.server.app import (
+        DRAIN_CUT_SHORT_REASON,
+        ServerConfig,
+        ServerRuntime,
+        run_until_signalled,
+    )
+    from tests.streampunct.conftest import TEST_WINDOW
+    from tests.streampunct.fakes import GatedEngine, until
+
+    engine = GatedEngine(open=True)  # the warm-up passes
+    ready: asyncio.Future = asyncio.get_running_loop().create_future()
+    config = ServerConfig(host="127.0.0.1", port=0, shutdown_timeout_s=60.0, close_timeout_s=2.0)
+    serving = asyncio.create_task(run_until_signalled(
+        config, ServerRuntime(lambda: engine, aligner, TEST_WINDOW, model_name="fake-model"),
+        on_ready=ready.set_result))
+    try:
+        server = await asyncio.wait_for(ready, 30)
+        engine.close_gate()
+        async with ws_connect(server.url) as ws:
+            await ws.recv()  # ready
+            await ws.send(json.dumps({"type": "words", "words": [{"w": w} for w in SCHEDULE_VOCAB[:12]]}))
+            await ws.send(json.dumps({"type": "flush"}))
+            await engine.wait_entered(1)  # a window is at the engine; no word is final yet
+            os.kill(os.getpid(), signal.SIGTERM)
+            await until(lambda: server._shutdown_task is not None)  # draining: the words wait for the engine
+            os.kill(os.getpid(), signal.SIGTERM)
+            async with asyncio.timeout(10):
+                with contextlib.suppress(ConnectionClosed):
+                    async for _ in ws:
+                        pass
+        assert (ws.close_code, ws.close_reason) == (1001, DRAIN_CUT_SHORT_REASON)
+        assert await asyncio.wait_for(serving, 15) == signal.SIGTERM
+    finally:
+        engine.open()
+        if not serving.done():
+            serving.cancel()
