@@ -29,6 +29,7 @@ import http
 import importlib.resources
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -503,6 +504,7 @@ class StreamServer:
         self._shutdown_task: asyncio.Task[None] | None = None
         self._drain_deadline: asyncio.Timeout | None = None  # the drain's, while it waits
         self._hurried = False  # hurry(): no more waiting for sessions or the engine
+        self._engine_wait_until = math.inf  # hurry(): how long the engine is still waited for
         self._tcp_connections: set[GuardedConnection] = set()  # every TCP connection, handshake or not
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
@@ -627,7 +629,9 @@ class StreamServer:
         """Cut a shutdown short (a second stop signal): the sessions still draining are closed now
         as at the shutdown timeout (1001, the drain-cut-short reason), and the engine is not
         waited for (:meth:`_shutdown`)."""
-        self._hurried = True
+        if not self._hurried:
+            self._hurried = True
+            self._engine_wait_until = time.monotonic() + ENGINE_CLOSE_MIN_S
         if self._drain_deadline is not None:
             with contextlib.suppress(RuntimeError):  # it has just expired: the closes have begun
                 self._drain_deadline.reschedule(asyncio.get_running_loop().time())
@@ -663,14 +667,15 @@ class StreamServer:
         # An engine still loading, warming up or running a call holds its thread, which nothing
         # can stop (closing it waits behind that): wait for it within the shutdown's time (at
         # least ENGINE_CLOSE_MIN_S), no more.
-        until = time.monotonic() + ENGINE_CLOSE_MIN_S
-        if not self._hurried:
-            until = max(until, stopping + self.config.shutdown_timeout_s)
+        until = max(time.monotonic() + ENGINE_CLOSE_MIN_S, stopping + self.config.shutdown_timeout_s)
         closing = asyncio.ensure_future(self.batcher.close())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(closing), until - time.monotonic())
-        while self.batcher.engine_busy() and time.monotonic() < until:
-            await asyncio.sleep(0.05)
+        while time.monotonic() < min(until, self._engine_wait_until):  # (a second signal shortens it)
+            if not closing.done():
+                await asyncio.wait({closing}, timeout=0.05)
+            elif self.batcher.engine_busy():
+                await asyncio.sleep(0.05)
+            else:
+                break
         if not closing.done() or self.batcher.engine_busy():
             _engine_abandoned.set()
             logger.warning("the engine is still busy (loading, warming up or running a call) %.1fs after the "
@@ -1048,5 +1053,6 @@ def run_server(
     """:func:`run_until_signalled` on a new event loop of ``config.event_loop`` (uvloop or
     asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made.
     The signal that stopped it, as that returns."""
+    _engine_abandoned.clear()  # this run's
     with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
         return runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop))

@@ -170,10 +170,12 @@ def test_a_server_stops_once_the_process_that_started_it_is_gone(tmp_path):
     assert "is gone: stopping" in log.read_text()
 
 
-def test_a_stop_while_the_engine_warms_up_ends_within_the_shutdown_timeout(tmp_path):
+@pytest.mark.parametrize(("timeout", "signals"), [("1", 1), ("120", 2)])
+def test_a_stop_while_the_engine_warms_up_ends_within_the_shutdown_timeout(tmp_path, timeout, signals):
     """The engine's thread cannot be stopped while it loads or warms up (here a warm-up call of a
     minute): SIGTERM ends the server once --shutdown-timeout-s has passed (at least
-    app.ENGINE_CLOSE_MIN_S), saying it did not wait, rather than when the warm-up ends."""
+    app.ENGINE_CLOSE_MIN_S), saying it did not wait, rather than when the warm-up ends; with a
+    long timeout, a second SIGTERM ends the wait."""
     import signal
     import subprocess
     import time
@@ -182,14 +184,21 @@ def test_a_stop_while_the_engine_warms_up_ends_within_the_shutdown_timeout(tmp_p
     with open(log, "w") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "streampunct", "serve", "--engine", "fake", "--port", "0",
-             "--engine-option", "sleep=true", "--engine-option", "batch_ms=60000", "--shutdown-timeout-s", "1"],
+             "--engine-option", "sleep=true", "--engine-option", "batch_ms=60000", "--shutdown-timeout-s", timeout],
             stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    try:
+
+    def wait_for_line(text: str) -> None:
         deadline = time.monotonic() + 60
-        while "warming up" not in log.read_text():  # for a minute from here on
+        while text not in log.read_text():
             assert time.monotonic() < deadline and server.poll() is None, log.read_text()
             time.sleep(0.05)
+
+    try:
+        wait_for_line("warming up")  # for a minute from here on
         server.send_signal(signal.SIGTERM)
+        if signals == 2:
+            wait_for_line("websockets: server closed")  # the listener is closed: now waiting for the engine
+            server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0, log.read_text()  # the warm-up alone would take 60 s
     finally:
         if server.poll() is None:
