@@ -130,27 +130,41 @@ def test_a_killed_and_a_drained_replica_lose_and_repeat_no_word(tmp_path):
     assert (tmp_path / "run" / "haproxy.cfg").is_file()
 
 
+def start_hold(*extra: str) -> subprocess.Popen:
+    """``failover_bench --hold`` with two fake replicas (and ``extra``), its output piped."""
+    import os
+    import sys
+
+    from benchmarks.common import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
+                             "--replicas", "2", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO, env=env)
+
+
+def read_until_ready(proc: subprocess.Popen) -> list[str]:
+    """The lines ``--hold`` printed up to its ``balancer: URL`` line."""
+    lines: list[str] = []
+    while not (lines and lines[-1].startswith("balancer: ")):
+        line = proc.stdout.readline()
+        assert line, "the launcher exited before it was ready:\n" + "".join(lines)
+        lines.append(line)
+    return lines
+
+
 @needs_haproxy
 def test_hold_serves_streams_through_the_balancer_until_interrupted(tmp_path):
     import asyncio
     import os
     import signal
-    import sys
 
-    from benchmarks.common import REPO
     from streampunct.client.stream_client import StreamClient
     from streampunct.core.wire import Ended, Final
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
-                             "--replicas", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=REPO, env=env)
+    proc = start_hold()
     try:
-        lines = []
-        while not (lines and lines[-1].startswith("balancer: ")):
-            line = proc.stdout.readline()
-            assert line, "the launcher exited before it was ready:\n" + "".join(lines)
-            lines.append(line)
+        lines = read_until_ready(proc)
         url = lines[-1].split()[1]
         pids = [int(line.rsplit("pid ", 1)[1].rstrip(")\n")) for line in lines if line.startswith("replica r")]
         assert len(pids) == 2
@@ -251,19 +265,13 @@ def test_the_summary_says_out_of_order_words_close_codes_and_resume_times():
 def test_a_bench_killed_outright_takes_haproxy_down_with_it(tmp_path):
     """SIGKILL of the bench (no handler, no ``finally``): HAProxy, like the replicas, stops by
     itself (``streampunct.commands.children.dies_with_parent``) rather than holding the balancer's port."""
-    import os
     import signal
-    import sys
     import time
 
     import psutil
 
-    from benchmarks.common import REPO
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.failover_bench", "--hold", "--engine", "fake",
-                             "--replicas", "2", "--haproxy", HAPROXY], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+    proc = start_hold("--haproxy", HAPROXY)
     children: list[psutil.Process] = []
 
     def gone(p: psutil.Process) -> bool:
@@ -273,11 +281,7 @@ def test_a_bench_killed_outright_takes_haproxy_down_with_it(tmp_path):
             return True
 
     try:
-        lines = []
-        while not (lines and lines[-1].startswith("balancer: ")):
-            line = proc.stdout.readline()
-            assert line, "the launcher exited before it was ready:\n" + "".join(lines)
-            lines.append(line)
+        read_until_ready(proc)
         children = psutil.Process(proc.pid).children()
         proxies = [p for p in children if p.name() == "haproxy"]
         assert len(proxies) == 1 and len(children) == 3
