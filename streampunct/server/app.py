@@ -888,9 +888,9 @@ class StreamServer:
             if not self.sessions:
                 self._sessions_gone.set()
             self.metrics.sessions.dec()
-            logger.info("session=%s closed: code %s, %.1f s, %d words, %d final, %d errors sent", session.id,
+            logger.info("session=%s closed: code %s, %.1f s, %d words, %d finals sent, %d errors sent", session.id,
                         session_close_code(connection), time.monotonic() - opened, session.protocol.n_words,
-                        session.protocol.n_final, session.errors_sent, extra={"session": session.id})
+                        session.finals_sent, session.errors_sent, extra={"session": session.id})
 
 
 def session_close_code(connection) -> str:
@@ -997,7 +997,9 @@ async def run_until_signalled(
     ignored (``nohup``), and the CLI then exits with 129.
     ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
     ``stop``: an event that, set, shuts down as the signals do (they set it; a worker of
-    ``serve --workers`` sets it when its supervisor is gone).
+    ``serve --workers`` sets it when its supervisor is gone). A second signal cuts the drain
+    short (:meth:`StreamServer.hurry`); once a signal stopped it, the stop signals are ignored
+    from its return on, so that a late one does not kill the process's exit.
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
@@ -1039,7 +1041,9 @@ async def run_until_signalled(
     finally:
         await server.shutdown()
         for sig in handled:
-            loop.remove_signal_handler(sig)
+            loop.remove_signal_handler(sig)  # (back to the default action)
+            if received:  # stopping for a signal: a late one must not kill the rest of the exit
+                signal.signal(sig, signal.SIG_IGN)
     return received[0] if received else None
 
 

@@ -246,6 +246,7 @@ class Session:
         self._queued_partial: _QueuedPartial | None = None  # the newest partial not sent yet
         self._configs_logged = 0
         self.errors_sent = 0
+        self.finals_sent = 0  # words whose final was sent (a drain cut short leaves some queued)
         self._idle_closed = False  # closed for --idle-timeout-s
 
     @property
@@ -638,6 +639,7 @@ class Session:
                     ) from None
                 if decidable:
                     sent_at = loop.time()
+                    self.finals_sent += len(decidable)
                     metrics.words_finalized.inc(len(decidable))
                     for at in decidable:
                         metrics.finalize_margin.observe(max(0.0, sent_at - at))

@@ -676,7 +676,7 @@ async def test_health_checks_and_sessions_log_no_websockets_connection_lines_at_
     assert any(m.startswith("refused") and "421" in m for m in own), own
     # one form of peer address in every line; the close says how the session went
     assert any(re.fullmatch(r"session=\w+ opened from 127\.0\.0\.1:\d+", m) for m in own), own
-    assert any(re.fullmatch(r"session=\w+ closed: code 1000, \d+\.\d s, 5 words, 5 final, 0 errors sent", m)
+    assert any(re.fullmatch(r"session=\w+ closed: code 1000, \d+\.\d s, 5 words, 5 finals sent, 0 errors sent", m)
                for m in own), own
     if level == logging.INFO:
         assert connection_lines == []

@@ -146,3 +146,27 @@ async def test_sigterm_with_drain_resume_hands_streams_to_another_process(tmp_pa
         expected.append(2 if ids[aligner.label_offset(len(ids))] % 7 == 0 else 0)
     expected[-1] = 2
     assert transcript.labels == expected
+
+
+async def test_a_stop_signal_after_the_shutdown_does_not_kill_the_exit(tmp_path, minilm_tokenizer_path):
+    """A second SIGTERM that comes once the drain is over (a service manager's second try, Ctrl-C
+    twice) found the default action back and killed the process (status -15); it is ignored
+    while the stopping process exits."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT + "sys.stdin.readline()  # exits when told, after the test's late signal\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(minilm_tokenizer_path), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_default_stop_signals,
+    )
+    try:
+        int(await asyncio.wait_for(proc.stdout.readline(), 30))  # ready
+        proc.send_signal(signal.SIGTERM)
+        assert (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().strip() == "stopped"
+        proc.send_signal(signal.SIGTERM)  # after the shutdown
+        proc.stdin.write(b"\n")
+        await proc.stdin.drain()
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
