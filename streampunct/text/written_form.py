@@ -382,8 +382,12 @@ class Formatter:
 def _form_affix(form: str, first: Affix, last: Affix) -> Affix:
     """The input's symbols written around a phrase's form: those before its first word and
     after its last, each side unless the form already shows it there ("$" before "$25"). An
-    abbreviation's final dot ("u.s." -> "United States") belongs to the spoken form: it goes."""
+    abbreviation's final dot ("u.s." -> "United States") belongs to the spoken form: it goes, and
+    so does a plural possessive's apostrophe where the form does not end with an ``s``
+    ("two dollars' worth" -> "$2 worth")."""
     before, after = first[0], last[1].removesuffix(".")
+    if after.startswith("'") and form[-1:] not in ("s", "S"):
+        after = after[1:]
     before = "" if form.startswith(before) else before
     after = "" if form.endswith(after) else after
     return (before, after) if before or after else NO_AFFIX

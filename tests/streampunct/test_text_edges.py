@@ -153,3 +153,18 @@ def test_a_label_file_with_an_unknown_label_is_still_an_error(tmp_path):
     f.write_text("hello\tcomma\nworld\tper\u0131od\n")  # a dotless i: no label in any case
     with pytest.raises(InputError, match="unknown label"):
         read_transcript_segments(str(f))
+
+
+def test_a_written_form_takes_a_possessive_apostrophe_only_where_it_ends_with_s(aligner):
+    """"two dollars' worth" is "$2 worth" (the apostrophe was the spoken plural's), and a form that
+    ends with an s keeps it ("the Joneses'")."""
+    from streampunct.api import written_forms as api_written_forms
+    from streampunct.text.written_form import _form_affix
+
+    assert _form_affix("$2", ("", ""), ("", "'")) == ("", "")
+    assert _form_affix("Joneses", ("", ""), ("", "'")) == ("", "'")
+    written = api_written_forms(lexicon=[("two dollars", "$2"), ("the joneses", "the Joneses")])
+    punctuator = Punctuator.from_engine(FakeEngine(), aligner, window=TEST_WINDOW, written=written)
+    text = punctuator.punctuate("it cost two dollars' worth at the joneses' house")
+    assert "$2" in text and "$2'" not in text  # (the fake engine's marks: "$2. Worth")
+    assert "the Joneses' house" in text
