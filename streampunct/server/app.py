@@ -989,6 +989,7 @@ async def run_until_signalled(
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
     stop: asyncio.Event | None = None,
+    ignore_late_signals: bool = False,
 ) -> signal.Signals | None:
     """Serve until SIGINT, SIGTERM or SIGHUP, then shut down gracefully (the CLI's main loop);
     the signal that stopped it (None: ``stop`` was set).
@@ -998,8 +999,9 @@ async def run_until_signalled(
     ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
     ``stop``: an event that, set, shuts down as the signals do (they set it; a worker of
     ``serve --workers`` sets it when its supervisor is gone). A second signal cuts the drain
-    short (:meth:`StreamServer.hurry`); once a signal stopped it, the stop signals are ignored
-    from its return on, so that a late one does not kill the process's exit.
+    short (:meth:`StreamServer.hurry`). With ``ignore_late_signals`` (a process that exits
+    next: :func:`run_server`), once a signal stopped it the stop signals are ignored from its
+    return on, so that a late one does not kill the exit; else they are back at their defaults.
     """
     loop = asyncio.get_running_loop()
     stop = stop if stop is not None else asyncio.Event()
@@ -1042,7 +1044,7 @@ async def run_until_signalled(
         await server.shutdown()
         for sig in handled:
             loop.remove_signal_handler(sig)  # (back to the default action)
-            if received:  # stopping for a signal: a late one must not kill the rest of the exit
+            if received and ignore_late_signals:  # a late one must not kill the rest of the exit
                 signal.signal(sig, signal.SIG_IGN)
     return received[0] if received else None
 
@@ -1056,7 +1058,9 @@ def run_server(
 ) -> signal.Signals | None:
     """:func:`run_until_signalled` on a new event loop of ``config.event_loop`` (uvloop or
     asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made.
-    The signal that stopped it, as that returns."""
+    The signal that stopped it, as that returns; after one, this process ignores the stop
+    signals (it is about to exit: ``serve`` and its workers)."""
     _engine_abandoned.clear()  # this run's
     with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
-        return runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop))
+        return runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop,
+                                              ignore_late_signals=True))

@@ -153,7 +153,10 @@ async def test_a_stop_signal_after_the_shutdown_does_not_kill_the_exit(tmp_path,
     twice) found the default action back and killed the process (status -15); it is ignored
     while the stopping process exits."""
     script = tmp_path / "server.py"
-    script.write_text(SERVER_SCRIPT + "sys.stdin.readline()  # exits when told, after the test's late signal\n")
+    script.write_text(SERVER_SCRIPT.replace("on_ready=lambda server: print(server.port, flush=True),",
+                                            "on_ready=lambda server: print(server.port, flush=True),"
+                                            " ignore_late_signals=True,")
+                      + "sys.stdin.readline()  # exits when told, after the test's late signal\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(script), str(minilm_tokenizer_path), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_default_stop_signals,
