@@ -209,7 +209,8 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
         return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the command (a server exiting): kept
+                signal.signal(sig, handler)
 
 
 def _stdout_fails() -> bool:

@@ -653,8 +653,9 @@ class StreamServer:
                 await self._ws.wait_closed()
         except TimeoutError:
             self._close_listener()
-            logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
-                           time.monotonic() - stopping if self._hurried else self.config.shutdown_timeout_s)
+            if self.sessions:
+                logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
+                               time.monotonic() - stopping if self._hurried else self.config.shutdown_timeout_s)
             await asyncio.gather(*(  # the reason tells a drain cut short from a complete one
                 close_within(c, CloseCode.GOING_AWAY, DRAIN_CUT_SHORT_REASON, self.config.close_timeout_s)
                 for c in list(self._ws.connections)
@@ -669,7 +670,12 @@ class StreamServer:
         # least ENGINE_CLOSE_MIN_S), no more.
         until = max(time.monotonic() + ENGINE_CLOSE_MIN_S, stopping + self.config.shutdown_timeout_s)
         closing = asyncio.ensure_future(self.batcher.close())
-        while time.monotonic() < min(until, self._engine_wait_until):  # (a second signal shortens it)
+        waiting = time.monotonic()
+
+        def deadline() -> float:  # a second signal shortens it, to ENGINE_CLOSE_MIN_S of this wait at least
+            return min(until, max(self._engine_wait_until, waiting + ENGINE_CLOSE_MIN_S))
+
+        while time.monotonic() < deadline():
             if not closing.done():
                 await asyncio.wait({closing}, timeout=0.05)
             elif self.batcher.engine_busy():
@@ -1028,6 +1034,8 @@ async def run_until_signalled(
             loop.remove_signal_handler(sig)
         raise
     serving.append(server)
+    if len(received) > 1:  # signalled twice while it started
+        server.hurry()
     try:
         stopped = asyncio.create_task(stop.wait())
         loading = asyncio.ensure_future(server.wait_ready())

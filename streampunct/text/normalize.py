@@ -186,8 +186,8 @@ def _edge_span(w: str) -> tuple[int, int]:
 def _elision(core: str) -> bool:
     """``core`` (starting with an apostrophe) is a word of its own, not a quote's opening: a
     clitic or an elision (:data:`ELISIONS`: ``'s``, ``'cause``, ``'em``) or a year (``'90s``)."""
-    if unicodedata.normalize("NFKC", core[1:2])[:1].isdigit():  # after NFKC, as the caption page checks
-        return True
+    if unicodedata.category(unicodedata.normalize("NFKC", core[1:2])[:1] or " ").startswith("N"):
+        return True  # a number after NFKC, as the caption page checks (\p{N})
     key = core.lower() if core.isascii() else unicodedata.normalize("NFKC", core).translate(_APOSTROPHES).lower()
     return key in ELISIONS
 

@@ -312,7 +312,7 @@ async def test_the_page_says_when_the_server_leaves_written_numbers_out(start_se
 #: Words the page and the server must count alike (each normalizes to a word, or each to none).
 TRICKY_WORDS = ["Hello,", "don’t", "ʼ", "\u3164", "a\u200bb", "ﹰ", "Café", "cafe\u0301", "'cause", "--",
                 "Ｗｏｒｌｄ", "e.g.", "x²", "İstanbul", "ß", "naïve!", "…", "¿qué?", "rock'n'roll", "`tis",
-                "'no", "'yes'", "'90s", "students'", "'Til", "‘Em", "'½", "'Ⅻ"]
+                "'no", "'yes'", "'90s", "students'", "'Til", "‘Em", "'½", "'Ⅻ", "'〇"]
 
 
 def test_the_page_keeps_the_server_s_list_of_words_a_leading_apostrophe_belongs_to():

@@ -39,6 +39,26 @@ def test_plugins_come_from_the_entry_point_group(monkeypatch, caplog):
     assert main(["hello", "--who", "you"]) == 0
 
 
+def test_a_stop_signal_a_command_ignores_stays_ignored_after_it_returns(monkeypatch):
+    """``serve`` ignores late stop signals once one stopped it (it exits next); the CLI's
+    restoring of the signals it found must not undo that, or a late SIGTERM kills the exit."""
+    import signal
+
+    plugin = types.ModuleType("fake_server")
+    plugin.NAME, plugin.HELP = "stopper", "ignore SIGTERM as a stopped server does"
+    plugin.add_arguments = lambda p: None
+    plugin.run = lambda args: signal.signal(signal.SIGTERM, signal.SIG_IGN) and 0
+    monkeypatch.setitem(sys.modules, "fake_server", plugin)
+    monkeypatch.setattr(cli, "entry_points", lambda group: [EntryPoint("stopper", "fake_server", ENTRY_POINT_GROUP)]
+                        if group == ENTRY_POINT_GROUP else [])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["stopper"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.parametrize(("name", "install"), [("train", "pip install '.[train]'"), ("bench", "pip install .")])
 def test_a_plugin_whose_package_is_not_installed_says_so_when_run(monkeypatch, caplog, capsys, name, install):
     """An image with the runtime alone (docs/deploy.md, "Container recipe"): no warning on every

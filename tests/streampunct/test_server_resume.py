@@ -276,3 +276,18 @@ async def test_a_second_stop_signal_cuts_the_drain_short(aligner):
         engine.open()
         if not serving.done():
             serving.cancel()
+
+
+async def test_a_hurried_shutdown_still_closes_an_idle_engine(start_server, caplog):
+    """hurry() before the shutdown (a second signal while it starts): the drain is cut at once,
+    but an idle engine still gets its close (it is not "still busy", and serve would not exit
+    through os._exit), and no session count is claimed for a server that has none."""
+    from streampunct.server import app
+
+    app._engine_abandoned.clear()  # (process-wide: an earlier test's gated engine may have set it)
+    server = await start_server()
+    with caplog.at_level(logging.INFO, logger="streampunct.server.app"):
+        server.hurry()
+        await server.shutdown()
+    assert not server.batcher.engine_busy() and not app.engine_abandoned()
+    assert not [r for r in caplog.records if "still busy" in r.getMessage() or "still open" in r.getMessage()]
