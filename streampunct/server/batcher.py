@@ -190,10 +190,13 @@ class _Worker:
     executor: ThreadPoolExecutor
     engine: Engine | None = None
     closed: bool = False
-    running: int = 0  # jobs running in its thread now (:meth:`call`)
+    running: int = 0  # jobs running in its thread now (:meth:`run`)
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """In the worker's thread: ``fn(*args)``, counted in :attr:`running` while it runs."""
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the worker's thread, counted in :attr:`running` while it runs there."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._counted, fn, *args)
+
+    def _counted(self, fn: Callable[..., Any], *args: Any) -> Any:
         self.running += 1
         try:
             return fn(*args)
@@ -302,7 +305,7 @@ class Batcher:
             for worker in self._workers:
                 # built and kept in the worker's thread: an engine whose build outlives a cancelled
                 # start is still the worker's, and _close_engines (queued behind it) closes it
-                await loop.run_in_executor(worker.executor, worker.call, self._build_engine, worker)
+                await worker.run(self._build_engine, worker)
             if self._warmup_ids is not None:
                 logger.info("engine %s built; warming up", self.engine_name)
                 t0 = time.perf_counter()
@@ -323,11 +326,9 @@ class Batcher:
         self.ready = True
 
     async def _warm(self, worker: _Worker, seqs: list[np.ndarray]) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(worker.executor, worker.call, self._infer_padded, worker.engine, seqs)
+        await worker.run(self._infer_padded, worker.engine, seqs)
         if not runs_rows_alone(self.config.batch_rows, worker.engine):
-            await loop.run_in_executor(worker.executor, worker.call, self._infer_padded, worker.engine,
-                                       seqs * self.config.max_batch)
+            await worker.run(self._infer_padded, worker.engine, seqs * self.config.max_batch)
 
     async def close(self) -> None:
         """Stop batching, fail whatever still waits, close the engines in their threads."""
@@ -364,13 +365,12 @@ class Batcher:
     async def _close_engines(self) -> None:
         """Close each engine in its own thread (after the batch it may still run, or the build
         still in progress), then the threads."""
-        loop = asyncio.get_running_loop()
         for worker in self._workers:
             if worker.closed:
                 continue
             worker.closed = True
             try:
-                await loop.run_in_executor(worker.executor, worker.call, _close_engine, worker)
+                await worker.run(_close_engine, worker)
             except Exception:
                 logger.exception("engine close failed")
             worker.executor.shutdown(wait=False)
@@ -485,7 +485,7 @@ class Batcher:
         self._trim_pending = False
         t0 = time.perf_counter()
         try:
-            await loop.run_in_executor(worker.executor, worker.call, self._trim)
+            await worker.run(self._trim)
         except Exception:
             logger.exception("allocator trim failed; no more trims")
             self._trim = None
@@ -577,8 +577,7 @@ class Batcher:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await asyncio.get_running_loop().run_in_executor(worker.executor, worker.call, self._infer_each,
-                                                                           worker.engine, work)
+                results = await worker.run(self._infer_each, worker.engine, work)
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
@@ -600,7 +599,7 @@ class Batcher:
             t0 = time.perf_counter()
             return fn(*args), time.perf_counter() - t0
 
-        return await asyncio.get_running_loop().run_in_executor(worker.executor, worker.call, timed)
+        return await worker.run(timed)
 
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One engine call per window, all in one hand-off to the worker thread; windows
