@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engines.base import EngineError
+
 #: CPU features that change inference speed (int8 kernels: AVX2, AVX-512, VNNI, AMX; Arm dot products).
 _SIMD_PREFIXES = ("avx", "fma", "f16c", "amx", "sse4", "asimd", "sve", "i8mm", "bf16")
 
@@ -51,15 +53,16 @@ THREADS_PER_CORE = 4
 
 
 def check_threads(option: str, n: int | None) -> None:
-    """A ``ValueError`` naming ``option`` when ``n`` (None: the engine's default) is under 1 or
-    over :data:`THREADS_PER_CORE` per usable core."""
+    """An :class:`~engines.base.EngineError` naming ``option`` when ``n`` (None: the engine's
+    default) is under 1 or over :data:`THREADS_PER_CORE` per usable core."""
     if n is None:
         return
     if n < 1:
-        raise ValueError(f"{option} must be >= 1, got {n}")
+        raise EngineError(f"{option} must be >= 1, got {n}")
     limit = THREADS_PER_CORE * usable_cores()
     if n > limit:
-        raise ValueError(f"{option} must be at most {limit} on this host ({THREADS_PER_CORE} per usable core), got {n}")
+        raise EngineError(f"{option} must be at most {limit} on this host ({THREADS_PER_CORE} per usable core), "
+                          f"got {n}")
 
 
 def machine() -> dict:

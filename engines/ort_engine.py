@@ -104,11 +104,8 @@ class OrtOptions:
     mem_pattern: bool = False
 
     def __post_init__(self) -> None:
-        try:
-            check_threads("intra_op_threads", self.intra_op_threads)
-            check_threads("inter_op_threads", self.inter_op_threads)
-        except ValueError as e:
-            raise EngineError(str(e)) from None
+        check_threads("intra_op_threads", self.intra_op_threads)
+        check_threads("inter_op_threads", self.inter_op_threads)
         if not self.providers:
             raise EngineError("providers must name at least one execution provider")
         if self.graph_optimization not in _OPT_LEVELS:

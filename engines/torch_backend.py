@@ -188,10 +188,7 @@ class TorchOptions:
             raise EngineError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.precision not in PRECISIONS:
             raise EngineError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        try:
-            check_threads("threads", self.threads)
-        except ValueError as e:
-            raise EngineError(str(e)) from None
+        check_threads("threads", self.threads)
 
 
 def build_graph_model(state: Mapping[str, np.ndarray], config: Mapping[str, Any], where: str) -> Any:
