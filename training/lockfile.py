@@ -39,12 +39,21 @@ class Held(NamedTuple):
     pids: tuple[int, ...]
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat``'s fields from the state on (the 3rd: its name, in parentheses, may hold
+    spaces); None where it cannot be read (no such process, or no ``/proc``)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """When process ``pid`` of this host started (clock ticks after boot); None where it cannot be read."""
+    fields = _stat_fields(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[-1].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields is not None else None
+    except (ValueError, IndexError):
         return None
 
 
@@ -57,11 +66,9 @@ def alive(pid: int, started: int | None = None) -> bool:
         return False
     except PermissionError:
         pass  # another user's
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return True  # no /proc: it answered the signal
-    fields = stat.rsplit(")", 1)[-1].split()
     if fields[:1] == ["Z"]:
         return False
     return started is None or fields[19:20] == [str(started)]
