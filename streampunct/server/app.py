@@ -29,7 +29,6 @@ import http
 import importlib.resources
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -503,8 +502,7 @@ class StreamServer:
         self._closing = False
         self._shutdown_task: asyncio.Task[None] | None = None
         self._drain_deadline: asyncio.Timeout | None = None  # the drain's, while it waits
-        self._hurried = False  # hurry(): no more waiting for sessions or the engine
-        self._engine_wait_until = math.inf  # hurry(): how long the engine is still waited for
+        self._hurried_at: float | None = None  # hurry()'s first call: no more waiting for sessions
         self._tcp_connections: set[GuardedConnection] = set()  # every TCP connection, handshake or not
         self._policy: RequestPolicy | None = None  # set once listening (the Host rule needs the bound addresses)
         self._trusted_proxies = frozenset(a for a in map(canonical_ip, config.trusted_proxies) if a)
@@ -629,9 +627,8 @@ class StreamServer:
         """Cut a shutdown short (a second stop signal): the sessions still draining are closed now
         as at the shutdown timeout (1001, the drain-cut-short reason), and the engine is not
         waited for (:meth:`_shutdown`)."""
-        if not self._hurried:
-            self._hurried = True
-            self._engine_wait_until = time.monotonic() + ENGINE_CLOSE_MIN_S
+        if self._hurried_at is None:
+            self._hurried_at = time.monotonic()
         if self._drain_deadline is not None:
             with contextlib.suppress(RuntimeError):  # it has just expired: the closes have begun
                 self._drain_deadline.reschedule(asyncio.get_running_loop().time())
@@ -644,7 +641,7 @@ class StreamServer:
         for session in list(self.sessions):
             session.shutdown(handoff=handoff)
         try:
-            async with asyncio.timeout(0 if self._hurried else self.config.shutdown_timeout_s) as deadline:
+            async with asyncio.timeout(0 if self._hurried_at is not None else self.config.shutdown_timeout_s) as deadline:
                 self._drain_deadline = deadline
                 # The listener stays open until the sessions are gone, so that handshakes meanwhile
                 # get 503 (_process_request) rather than a refused connection; then it closes.
@@ -655,7 +652,8 @@ class StreamServer:
             self._close_listener()
             if self.sessions:
                 logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
-                               time.monotonic() - stopping if self._hurried else self.config.shutdown_timeout_s)
+                               time.monotonic() - stopping if self._hurried_at is not None
+                               else self.config.shutdown_timeout_s)
             await asyncio.gather(*(  # the reason tells a drain cut short from a complete one
                 close_within(c, CloseCode.GOING_AWAY, DRAIN_CUT_SHORT_REASON, self.config.close_timeout_s)
                 for c in list(self._ws.connections)
@@ -673,7 +671,9 @@ class StreamServer:
         waiting = time.monotonic()
 
         def deadline() -> float:  # a second signal shortens it, to ENGINE_CLOSE_MIN_S of this wait at least
-            return min(until, max(self._engine_wait_until, waiting + ENGINE_CLOSE_MIN_S))
+            if self._hurried_at is None:
+                return until
+            return min(until, max(self._hurried_at, waiting) + ENGINE_CLOSE_MIN_S)
 
         while time.monotonic() < deadline():
             if not closing.done():
