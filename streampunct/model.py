@@ -16,6 +16,7 @@ for ``--stream-cache on``.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,6 @@ from engines.model_meta import (
     read_model_meta,
 )
 from engines.registry import own_model
-from streampunct.commands.argtypes import nonempty_path
 from streampunct.core.alignment import Aligner
 from streampunct.core.windowing import MAX_POSITIONS, WindowConfig
 from streampunct.errors import ModelError
@@ -110,9 +110,12 @@ class ModelInfo:
         )
 
 
-#: A ``--model DIR`` argument (argparse's ``type``): a folder's path, not an empty string
-#: (``--model "$UNSET"`` would read the current folder as the model).
-model_folder_argument = nonempty_path("a model folder")
+def model_folder_argument(text: str) -> Path:
+    """A ``--model DIR`` argument (argparse's ``type``): a folder's path, not an empty string
+    (``--model "$UNSET"`` would read the current folder as the model)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a model folder, got an empty string")
+    return Path(text)
 
 
 def load_model_info(model_dir: str | Path | None = None, *, backend: str | None = None) -> ModelInfo:

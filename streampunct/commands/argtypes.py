@@ -40,20 +40,12 @@ port = _number(int, lambda v: 0 <= v <= 65535, "between 0 and 65535")
 unit_interval = _number(float, lambda v: 0 <= v < 1, "in [0, 1)")
 
 
-def nonempty_path(what: str) -> Callable[[str], Path]:
-    """An argument type for a file or folder (``what``: "a path", "a model folder"): not an
-    empty string, which ``Path`` reads as the current folder (``--out "$UNSET"``: a command that
-    replaces its output would replace what is there)."""
-
-    def parse(text: str) -> Path:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"expected {what}, got an empty string")
-        return Path(text)
-
-    return parse
-
-
-path_argument = nonempty_path("a path")
+def path_argument(text: str) -> Path:
+    """A file or folder argument: not an empty string (``--out "$UNSET"`` would name the current
+    folder, where a command that replaces its output would replace what is there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
 
 def int_between(low: int, high: int) -> Callable[[str], int | float]:
