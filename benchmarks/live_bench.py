@@ -116,10 +116,25 @@ class LiveBenchConfig:
 
 
 def segments(n_words: int, sessions: int) -> list[tuple[int, int]]:
-    """``sessions`` consecutive ``[start, end)`` spans covering ``n_words`` (sizes differ by <= 1)."""
+    """``sessions`` consecutive ``[start, end)`` spans covering ``n_words`` (sizes differ by <= 1);
+    never more spans than words (``bench live`` refuses more sessions first: :func:`check_sessions_fit`)."""
     sessions = max(1, min(sessions, n_words))
     bounds = np.linspace(0, n_words, sessions + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def check_sessions_fit(cfg: LiveBenchConfig, n_words: int) -> None:
+    """InputError (a usage error, status 2) when ``cfg.sessions`` is more than the file's words:
+    each session streams its own consecutive segment of at least one word, so a file of
+    ``n_words`` words holds at most ``n_words`` sessions. Refused rather than run with fewer, so
+    that the sessions a result reports are always the sessions asked for."""
+    if cfg.sessions > n_words:
+        from streampunct.errors import InputError
+
+        raise InputError(
+            f"--sessions {cfg.sessions}: {cfg.data} has {n_words} words and each session streams its own "
+            f"segment of at least one of them, so this file holds at most {n_words} sessions: pass "
+            f"--sessions {n_words} or fewer, or a longer --data")
 
 
 def with_hypotheses(events) -> list:
@@ -214,6 +229,7 @@ def run_live_bench(cfg: LiveBenchConfig, command: str | None = None) -> dict:
         check_url(cfg.url)  # a malformed --url: one line, before 60 sessions try it
     prepare_out_dir(cfg.out_dir, f"{cfg.result_name}.json")
     data = read_live_data(cfg)
+    check_sessions_fit(cfg, len(data.words))
     spans = segments(len(data.words), cfg.sessions)
     options = cfg.server.session_options()
     schedules = [live_schedule(data.words[a:b], words_per_second=cfg.words_per_second, max_chunk=cfg.max_chunk,

@@ -19,7 +19,9 @@ arrival of its final. Reported per step:
 
 * finalize margin (final arrival - decidable) and end-to-end latency
   (final arrival - send), p50/p95/p99/max;
-* words/s finalized against words/s offered;
+* words/s finalized against words/s offered (N x wps): of the words sent while every
+  session was streaming (:func:`steady_window`), the share finalized in time, times the
+  offered rate, so a step counts the finals of the words it offered and never more;
 * :func:`check_finals`: every word finalized exactly once, in order, and
   echoed back as sent (lost, duplicated, out-of-order, mismatched);
 * errors by code, sessions that failed to connect;
@@ -281,6 +283,18 @@ class SessionTimes:
     final_at: np.ndarray
 
 
+def first_final_times(out: SessionOutcome) -> np.ndarray:
+    """Per sent word of one session, the arrival of its first final (NaN: none came)."""
+    n = out.n_sent
+    final_at = np.full(n, np.nan)
+    for t, start, words in out.finals:
+        lo, hi = max(0, start), min(n, start + len(words))
+        if lo < hi:
+            seg = final_at[lo:hi]
+            seg[np.isnan(seg)] = t
+    return final_at
+
+
 def analyse_session(
     out: SessionOutcome, right_context: int, max_delay_ms: int
 ) -> tuple[FinalsCheck, SessionTimes]:
@@ -288,12 +302,7 @@ def analyse_session(
     n = out.n_sent
     sent = out.sent_at[:n]
     check = check_finals(out.plan.words[:n], ({"start": s, "words": w} for _, s, w in out.finals))
-    final_at = np.full(n, np.nan)
-    for t, start, words in out.finals:
-        lo, hi = max(0, start), min(n, start + len(words))
-        if lo < hi:
-            seg = final_at[lo:hi]
-            seg[np.isnan(seg)] = t
+    final_at = first_final_times(out)
     decidable = decidable_times(sent, right_context, max_delay_ms, [] if out.end_at is None else [(n, out.end_at)])
     measured = np.arange(n) >= out.plan.prefill
     measured &= ~np.isnan(final_at)
@@ -380,20 +389,23 @@ async def run_step(
     after = await http_get(url, "/metrics")
 
     check = FinalsCheck()
-    margins, latencies, final_times, send_lag = [], [], [], []
+    margins, latencies, send_lag = [], [], []
     for out in outcomes:
         c, times = analyse_session(out, cfg.right_context, cfg.max_delay_ms)
         check = check + c
         margins.append(times.margin)
         latencies.append(times.latency)
-        final_times.append(times.final_at)
         send_lag.extend(out.send_lag)
         errors.update(out.errors)
         if out.ended_words is not None and out.ended_words != out.n_sent:
             errors["end_count_mismatch"] += 1
     margin = np.concatenate(margins) if margins else np.zeros(0)
     latency = np.concatenate(latencies) if latencies else np.zeros(0)
-    finalized_wps = _steady_rate(np.concatenate(final_times) if final_times else np.zeros(0), starts, cfg)
+    offered_wps = round(n * cfg.words_per_second, 1)
+    window = steady_window(outcomes, cfg)
+    finalized_wps = None
+    if window is not None and window["words_offered"]:
+        finalized_wps = round(offered_wps * window["words_finalized"] / window["words_offered"], 1)
 
     step: dict = {
         "sessions": n,
@@ -401,10 +413,11 @@ async def run_step(
         "connected": len(connected),
         "client_processes": clients.processes,
         "connect_s": round(connect_s, 2),
-        "offered_wps": round(n * cfg.words_per_second, 1),
+        "offered_wps": offered_wps,
         "words_sent": int(sum(o.n_sent for o in outcomes)),
         "words_timed": int(margin.size),
         "finalized_wps": finalized_wps,
+        "window": window,
         "margin_ms": _quantiles_ms(margin),
         "latency_ms": _quantiles_ms(latency),
         "early_finals": int(np.count_nonzero(margin < -1e-3)),
@@ -456,23 +469,46 @@ async def run_step(
     return step
 
 
-def _steady_rate(final_at: np.ndarray, starts: Sequence[float], cfg: LoadBenchConfig) -> float | None:
-    """Words finalized per second while every session was streaming (None: no such time).
+#: A window shorter than this says nothing about a rate (``finalized_wps`` is then None).
+MIN_WINDOW_S = 1.0
 
-    The window runs from the last session's first real-time word to the
-    first session's last one, so start-up and drain do not dilute the rate.
+
+def steady_window(outcomes: Sequence[SessionOutcome], cfg: LoadBenchConfig) -> dict | None:
+    """The words the step offered while every session was streaming, and how many of them the
+    server finalized in time (None: no such period of :data:`MIN_WINDOW_S`).
+
+    The window runs on the clients' send times, from the last session's first real-time chunk
+    to the first session's last chunk (the ``end`` follows it; its flush is never inside), as the
+    sessions actually sent them. Its words are the real-time words sent in it (the prefill is
+    before it); a word counts as finalized when its first final arrived by the window's end +
+    ``max_delay_ms`` (by then the contract had decided every word of the window) + the SLO's
+    p95 bound. So a step counts the finals of the words it offered, never those of words sent
+    before or after the window, and ``words_finalized <= words_offered`` always; a server that
+    falls behind leaves the last words of the window unfinalized by then.
     """
-    if not starts or final_at.size == 0:
+    per: list[tuple[np.ndarray, np.ndarray]] = []
+    firsts, lasts = [], []
+    for out in outcomes:
+        n, prefill = out.n_sent, out.plan.prefill
+        if n <= prefill:
+            return None  # a session that sent no real-time word: no period with every session streaming
+        sent = out.sent_at[:n]
+        firsts.append(float(sent[prefill]))
+        lasts.append(float(sent[n - 1]))
+        per.append((sent[prefill:], first_final_times(out)[prefill:]))
+    if not per:
         return None
-    gap = 1.0 if cfg.prefill_words else 0.0
-    # A word is final about min(right_context words, max_delay) after it is spoken.
-    shift = min(cfg.right_context / cfg.words_per_second, cfg.max_delay_ms / 1000.0)
-    lo = max(starts) + gap + shift + cfg.max_chunk / cfg.words_per_second
-    hi = min(starts) + gap + cfg.duration_s
-    if hi - lo < 1.0:
+    lo, hi = max(firsts), min(lasts)
+    if hi - lo < MIN_WINDOW_S:
         return None
-    inside = np.count_nonzero((final_at >= lo) & (final_at < hi))
-    return round(inside / (hi - lo), 1)
+    until = hi + (cfg.max_delay_ms + cfg.slo_p95_ms) / 1000.0
+    offered = finalized = 0
+    for sent, final_at in per:
+        inside = (sent >= lo) & (sent <= hi)
+        offered += int(np.count_nonzero(inside))
+        finalized += int(np.count_nonzero(inside & (final_at <= until)))  # NaN (no final): not finalized
+    return {"s": round(hi - lo, 2), "words_offered": offered, "words_finalized": finalized,
+            "finalized_by_s": round(until - hi, 3)}
 
 
 async def _ramp(cfg: LoadBenchConfig, url: str, corpus: Sequence[str], server: ServerProcess | None,

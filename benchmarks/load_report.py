@@ -21,6 +21,9 @@ def format_step(s: Mapping) -> str:
         f"e2e p50/p95 {f(e['p50'])}/{f(e['p95'])} ms",
         f"{f(s['finalized_wps'])}/{s['offered_wps']:.0f} w/s",
     ]
+    window = s.get("window")
+    if window:  # what finalized_wps counts: the words sent while every session was streaming
+        parts[-1] += f" ({window['words_finalized']}/{window['words_offered']} words of a {window['s']:.1f} s window)"
     if "batch_size" in srv:
         parts.append(f"batch mean {srv['batch_size']['mean']:.1f}")
     if "tokens_per_word" in srv:

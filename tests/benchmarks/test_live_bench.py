@@ -227,3 +227,34 @@ def test_a_relative_model_folder_reaches_the_server_and_its_failure_is_one_line(
     assert "Traceback" not in done.stderr
     assert "streampunct bench: error: the server exited with code 2 before it was ready:" in done.stderr
     assert f"{tmp_path / 'm'} is not a streampunct model folder: no streampunct.json" in done.stderr
+
+
+def test_more_sessions_than_words_is_a_usage_error_naming_the_maximum(tmp_path, capsys, monkeypatch):
+    """``--sessions 500`` on a file of 100 words: each session streams its own segment of at least
+    one word, so the file holds 100 sessions. The bench refuses (status 2, one line naming the
+    maximum and why) before any session or server, rather than run 100 and report them as a run
+    of the 500 asked for."""
+    import streampunct.core.decoder as decoder
+    from benchmarks import live_bench
+    from streampunct.cli import main
+
+    monkeypatch.setattr(live_bench, "_run_sessions", lambda *a, **k: pytest.fail(f"{len(a[1])} sessions ran"))
+    monkeypatch.setattr(decoder.OfflineDecoder, "from_model_dir",
+                        classmethod(lambda *a, **k: pytest.fail("the simulation ran")))
+    data = tmp_path / "talk.tsv"
+    data.write_text("".join(f"w{k}\t{'PERIOD' if k % 10 == 9 else 'O'}\n" for k in range(100)))
+    argv = ["bench", "live", "--url", "ws://127.0.0.1:9/v1/stream", "--engine", "fake", "--data", str(data),
+            "--out-dir", str(tmp_path / "out")]
+    assert main([*argv, "--sessions", "500"]) == 2
+    assert capsys.readouterr().err == (
+        f"streampunct bench: error: --sessions 500: {data} has 100 words and each session streams its own "
+        "segment of at least one of them, so this file holds at most 100 sessions: pass --sessions 100 or "
+        "fewer, or a longer --data\n")
+    assert not (tmp_path / "out" / "live_talk.json").exists()
+    # as many sessions as words is a run of exactly that many (one word each)
+    ran = []
+    monkeypatch.setattr(live_bench, "_run_sessions", lambda url, schedules, *a, **k: ran.append(len(schedules))
+                        or pytest.skip("stop after the sessions' start"))
+    with pytest.raises(pytest.skip.Exception):
+        main([*argv, "--sessions", "100"])
+    assert ran == [100]

@@ -336,6 +336,58 @@ def test_correct_fake_server_meets_the_slo(tmp_path):
     assert payload["max_sessions_meeting_slo"] == 4
 
 
+def test_short_steps_never_report_more_words_finalized_than_offered(tmp_path, capsys):
+    """A ramp of 5 s steps: 12 real-time words a session (12.5 rounded), so a session's speech
+    and its ``end`` (which finalizes its last ``right_context`` words at once) come before
+    ``--duration`` is up. Each step counts the finals of the words it offered while every
+    session streamed: a correct server finalizes all of them, at the offered rate, never more
+    (a window closed at start + duration counted those end flushes: 17-18 w/s of 10 offered)."""
+    with fake_server(None) as url:
+        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2, 4), duration_s=5.0), command="test")
+    out = capsys.readouterr().out
+    assert [s["sessions"] for s in payload["steps"]] == [2, 4]
+    for step in payload["steps"]:
+        assert step["finalized_wps"] is not None
+        assert step["finalized_wps"] <= step["offered_wps"], step
+        window = step["window"]
+        assert 0 < window["words_offered"] <= step["words_sent"] - step["sessions"] * 6  # no prefill word
+        assert window["words_finalized"] == window["words_offered"]  # every one, in time
+        assert step["finalized_wps"] == step["offered_wps"] == 2.5 * step["sessions"]
+        assert window["s"] >= 1.0 and window["finalized_by_s"] == pytest.approx(5.1)
+        assert (f"{step['finalized_wps']:.0f}/{step['offered_wps']:.0f} w/s ({window['words_offered']}/"
+                f"{window['words_offered']} words of a {window['s']:.1f} s window)") in out
+
+
+def outcome(sent: list[float], finals: list[float | None], prefill: int = 0) -> SessionOutcome:
+    """One session's outcome: word k sent at ``sent[k]``, its final at ``finals[k]`` (None: none)."""
+    plan = SessionPlan(tuple(f"w{k}" for k in range(len(sent))), (), prefill)
+    out = SessionOutcome(plan, np.array(sent, dtype=float), end_at=sent[-1])
+    out.finals = [(t, k, [f"w{k}"]) for k, t in sorted(enumerate(finals), key=lambda kv: kv[1] or 0.0)
+                  if t is not None]
+    return out
+
+
+def test_the_steady_window_counts_the_finals_of_its_own_words_in_time():
+    from benchmarks.load_bench import steady_window
+
+    cfg = LoadBenchConfig(server=ServerUnderTest(max_delay_ms=1000), slo_p95_ms=100.0)
+    # session a streams real time from 1.0 (prefill at 0) to 4.0; session b from 1.5 to 5.0:
+    # the window is [1.5, 4.0], its words a's 1.5..4.0 and b's 1.5..4.0; finals by 4.0 + 1.1 count
+    a = outcome([0.0, 1.0, 1.5, 2.0, 3.0, 4.0], [1.2, 1.6, 2.1, 3.1, 4.2, 5.09], prefill=1)
+    b = outcome([0.0, 1.5, 2.5, 3.5, 5.0], [1.6, 2.6, 3.6, 5.2, 5.2], prefill=1)
+    window = steady_window([a, b], cfg)
+    assert window == {"s": 2.5, "words_offered": 7, "words_finalized": 6, "finalized_by_s": 1.1}
+    # b's word at 3.5 was finalized at 5.2 (> 5.1): a server behind its contract; a word never
+    # finalized is not counted either, and the words sent before and after the window never are
+    b_lost = outcome([0.0, 1.5, 2.5, 3.5, 5.0], [1.6, None, 3.6, 5.2, 5.2], prefill=1)
+    assert steady_window([a, b_lost], cfg)["words_finalized"] == 5
+    # no period of a second with every session streaming: no rate
+    late = outcome([0.0, 3.5, 4.0, 6.0], [3.6, 4.1, 6.1, 6.1], prefill=1)
+    assert steady_window([a, late], cfg) is None
+    assert steady_window([a, outcome([0.0], [0.1], prefill=1)], cfg) is None  # b sent its prefill only
+    assert steady_window([], cfg) is None
+
+
 def test_sessions_spread_over_client_processes_are_all_counted(tmp_path):
     """``--client-processes 2``: each step's sessions run in two spawned loops, connect
     before the step's common start and come back whole (every word finalized once; the
