@@ -389,14 +389,38 @@ CAPTION_TRAINING_DRAW = {"max_words": 400_000, "seed": 15}
 HELD_OUT_CAPTION_WORDS = 100_000
 
 
+def fitted_caption_draw(root: Path, draw: dict) -> dict:
+    """``draw`` shrunk to a data folder whose captions it would take entirely (a tiny folder, with
+    fewer caption words than the draw: nothing would be held out): at most half the folder's
+    caption words, and never the last talk in the draw's order, so that talks are held out. The
+    same draw for every caller (label's exclusion, the trainer's caption marks, mark_rate), as it
+    depends on the folder alone. ``draw`` itself where it leaves talks out or the folder holds
+    fewer than two talks."""
+    talks = load_unlabeled(["tedx"], root, max_words=0, seed=draw.get("seed", 0))
+    if len(talks) < 2:
+        return draw
+    total = sum(map(len, talks))
+    # load_unlabeled stops once it holds max_words words: this many ends before the last talk starts
+    fitted = {**draw, "max_words": min(total // 2, total - len(talks[-1]))}
+    log.warning("the TEDx caption training draw (%s words) would take every caption talk in %s (%d words in "
+                "%d talks): drawing %d words instead, so that talks are held out", f"{draw.get('max_words', 0):,}",
+                root, total, len(talks), fitted["max_words"])
+    return fitted
+
+
 def held_out_captions(root: Path, words: int = HELD_OUT_CAPTION_WORDS, seed: int = 7,
                       training_draw: dict | None = None) -> list[Document]:
     """Caption talks outside ``training_draw`` (default CAPTION_TRAINING_DRAW), a seeded sample
-    of about ``words`` words, whole talks."""
+    of about ``words`` words, whole talks. Where the draw would take every talk (a folder with
+    fewer caption words than the draw), the draw is :func:`fitted_caption_draw`'s; empty only
+    where the folder holds fewer than two caption talks."""
     draw = CAPTION_TRAINING_DRAW if training_draw is None else training_draw
-    drawn = {d.name for d in load_unlabeled(["tedx"], root, **draw)}
     everything = load_unlabeled(["tedx"], root, max_words=0, seed=0)
+    drawn = {d.name for d in load_unlabeled(["tedx"], root, **draw)}
     rest = [d for d in everything if d.name not in drawn]
+    if not rest and everything:
+        drawn = {d.name for d in load_unlabeled(["tedx"], root, **fitted_caption_draw(root, draw))}
+        rest = [d for d in everything if d.name not in drawn]
     random.Random(seed).shuffle(rest)
     out, total = [], 0
     for d in rest:

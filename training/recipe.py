@@ -45,7 +45,9 @@ process (``--in-process``: in this one, as the tests run it), which on Linux die
 keeps a second recipe out of ``OUT`` while the first or its command still runs. ``OUT/stages.json``
 records each stage's wall seconds (summed over the runs that resumed it), its peak resident memory,
 its commands and its inputs, for the model card. ``--set KEY=VALUE`` goes to training (a tiny run
-in the tests).
+in the tests). compare's mark rate needs TEDx caption talks held out from the students' caption
+draw: a tiny data folder gets a draw fitted to it (``training.data.fitted_caption_draw``), and one
+with fewer than two caption talks is refused before any stage (:func:`check_captions`).
 """
 
 from __future__ import annotations
@@ -226,6 +228,26 @@ def tune_commands(r: Recipe) -> list[Command]:
         cmd("training.window_tuning", r.model, "--stream-cache-tokens", *r.stream_cache_tokens, *r.root_args()),
         cmd("training.case_margin", r.model, "--data", *(r.cased(n) for n in CASED_VALID), "--write"),
     ]
+
+
+def check_captions(r: Recipe) -> None:
+    """compare's ``benchmarks.mark_rate`` reads TEDx caption talks held out from the students'
+    caption draw (``training.data.held_out_captions``; in a folder with fewer caption words than
+    the draw, a draw fitted to it). A folder with fewer than two caption talks holds none out:
+    said before any stage, not at compare after labelling and training."""
+    from training.data import UNLABELED_FILES
+
+    path = r.root() / UNLABELED_FILES["tedx"]
+    if not path.is_file():
+        return  # label names the stage that builds it
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+        talks = sum(1 for line in f if line.strip())
+    if talks < 2:
+        raise RecipeError("compare", f"{path} holds {talks} caption talk{'' if talks == 1 else 's'} (one a line): "
+                                     "compare's mark rate needs talks held out from the training draw, so at "
+                                     "least two; add caption talks, or run the stages up to tune with --only")
 
 
 def compare_outputs(r: Recipe) -> list[Path]:
@@ -680,6 +702,8 @@ def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, 
     """The stages in order (see the module's docstring); returns the ``stages.json`` record."""
     r.root()  # no data folder: say where to get one before anything runs
     check_config(r)
+    if not check_only and only in (None, "compare"):
+        check_captions(r)  # compare's held-out captions, before hours of labelling and training
     path = r.out / "stages.json"
     record = _load_record(path)
     record.setdefault("stages", {})

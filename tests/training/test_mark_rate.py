@@ -39,6 +39,39 @@ def test_held_out_sample_stops_at_the_word_budget(tiny_data_root, monkeypatch):
     assert sum(map(len, mr.held_out_captions(tiny_data_root, words=1))) == 150
 
 
+def test_a_draw_that_would_take_every_talk_is_fitted_to_the_folder(tiny_data_root):
+    """A folder with fewer caption words than the students' 400k-word draw (a tiny one, from the
+    command line): the draw shrinks to what the folder holds so that talks are held out, the same
+    for mark_rate, label's exclusion and the trainer; a folder of one talk holds none out."""
+    import gzip
+
+    import training.data as data
+
+    draw = data.CAPTION_TRAINING_DRAW
+    assert data.fitted_caption_draw(tiny_data_root, draw) == {"max_words": 150, "seed": 15}  # half of 2 x 150
+    held = data.held_out_captions(tiny_data_root)
+    assert [(d.name, len(d)) for d in held] == [("tedx:0", 150)]
+    assert [d.name for d in mr.held_out_captions(tiny_data_root, words=10_000)] == ["tedx:0"]
+    drawn = {d.name for d in data.load_unlabeled(["tedx"], tiny_data_root, max_words=150, seed=15)}
+    assert drawn == {"tedx:1"}
+
+    # uneven talks: half the words would reach into the last talk of the draw's order (tedx:0,
+    # 200 words, as above); the draw stops before it
+    captions = tiny_data_root / "unlabeled" / "tedx_autocaptions.txt.gz"
+    with gzip.open(captions, "wt", encoding="utf-8") as f:
+        f.write(" ".join(["the"] * 200) + "\n" + " ".join(["cat"] * 100) + "\n")
+    assert data.fitted_caption_draw(tiny_data_root, draw) == {"max_words": 100, "seed": 15}
+    assert [(d.name, len(d)) for d in data.held_out_captions(tiny_data_root)] == [("tedx:0", 200)]
+    # a draw that leaves talks out is not touched
+    assert [d.name for d in data.held_out_captions(tiny_data_root, training_draw={"max_words": 200, "seed": 0})] \
+        == ["tedx:1"]
+
+    with gzip.open(captions, "wt", encoding="utf-8") as f:
+        f.write("the cat sat on the mat\n")
+    assert data.fitted_caption_draw(tiny_data_root, draw) == draw
+    assert data.held_out_captions(tiny_data_root) == [] == mr.held_out_captions(tiny_data_root, words=10_000)
+
+
 def test_a_caption_draw_can_leave_out_the_held_out_talks(tiny_data_root, monkeypatch):
     """training.distill label --exclude-held-out-captions: a caption draw of the whole pool holds
     the training draw's talk and not the held-out one, so mark_rate's check stays clean."""
@@ -99,7 +132,11 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 def test_a_data_folder_with_no_held_out_caption_talk_is_named(tiny_data_root, tmp_path, capsys):
-    """The tiny folder's captions all fall in the default training draw: nothing to measure."""
+    """A folder of one caption talk: it falls in the training draw, however fitted: nothing to measure."""
+    import gzip
+
+    with gzip.open(tiny_data_root / "unlabeled" / "tedx_autocaptions.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("the cat sat on the mat\n")
     with pytest.raises(SystemExit) as done:
         mr.main([str(tmp_path / "model"), "--data-root", str(tiny_data_root)])
     assert done.value.code == 2

@@ -36,19 +36,17 @@ def complete_the_corpus(root):
 
 
 def tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
-    """The tiny recipe's arguments (a tiny teacher built, the corpus completed, the caption draw
-    shrunk): ``(args, out, soft, teacher)``."""
-    import benchmarks.mark_rate
-    import training.data
+    """The tiny recipe's arguments, as the command line takes them (a tiny teacher built, the
+    corpus completed): ``(args, out, soft, teacher)``. The caption draw is the release's own
+    (400,000 words, more than the tiny folder holds: fitted to it, so that one of its two caption
+    talks is held out for compare's mark rate), as from the command line."""
     from streampunct.cli import main as cli
+    from training.data import CACHE_ENV
 
     complete_the_corpus(tiny_data_root)
-    # one of the two caption talks held out (benchmarks.mark_rate, --exclude-held-out-captions);
-    # converted text cached here, not in the repository's cache/
-    draw = {"max_words": 150, "seed": 15}
-    monkeypatch.setattr(training.data, "CAPTION_TRAINING_DRAW", draw)
-    monkeypatch.setattr(benchmarks.mark_rate, "TRAINING_DRAW", draw)
-    monkeypatch.setattr(training.data, "resolve_cache", lambda _: tmp_path / "cache")
+    # converted text cached here, not in the repository's cache/ (as $STREAMPUNCT_CACHE does
+    # from the command line; the commands run in child processes read it too)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     # the teacher-to-be (models/base's place): a tiny model with a case head, as a runtime folder
     teacher_run = run(tiny_config(tiny_base_model, tiny_data_root, tmp_path / "teacher_run", "optim.max_steps=10",
                                   "model.case_head=true", 'data.train=["dev2012", "ted"]'))
@@ -90,6 +88,15 @@ def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
     assert [row["left"] for row in meta["stream_window_tuning"]["grid"]] == [4, 6]
     assert (out / "compare" / "compare_dev2010.json").is_file()
     assert (out / "learning_curve.json").is_file()
+    # mark_rate measured the caption talk that the draw, fitted to the tiny folder, held out; and
+    # so does its command in a child process, as the command line runs it (no state of this one)
+    assert json.loads((out / "compare" / "mark_rate.json").read_text())["captions_words"] == 150
+    from training.recipe import compare_commands, run_child
+
+    (mark_rate,) = [c for c in compare_commands(r) if c.module == "benchmarks.mark_rate"]
+    (out / "compare" / "mark_rate.json").unlink()
+    assert run_child(mark_rate)[0] == 0
+    assert json.loads((out / "compare" / "mark_rate.json").read_text())["captions_words"] == 150
 
     # a rerun skips every finished stage: nothing runs
     import training.recipe
@@ -254,6 +261,33 @@ def test_a_stage_whose_inputs_changed_is_not_skipped_and_a_changed_training_is_r
     assert stages["train"]["inputs"]["overrides"] == [a for a, before in zip(args[1:], args[:-1], strict=True) if before == "--set"]
     for name in STAGES:
         RECIPE[name].check(r)
+
+
+def test_a_folder_with_one_caption_talk_is_refused_before_any_stage_that_reaches_compare(
+        tiny_data_root, tmp_path, capsys, monkeypatch):
+    """compare's mark rate reads caption talks held out from the training draw: a data folder
+    with one talk has none, said before labelling and training, not at compare."""
+    import gzip
+
+    from training import distill
+
+    monkeypatch.setattr(distill, "label_shard_dir", lambda *a, **k: pytest.fail("labelled before the check"))
+    captions = tiny_data_root / "unlabeled" / "tedx_autocaptions.txt.gz"
+    with gzip.open(captions, "wt", encoding="utf-8") as f:
+        f.write("the cat sat on the mat\n\n")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "streampunct.json").write_text("{}")
+    base = ["--out", str(tmp_path / "o"), "--in-process", "--data-root", str(tiny_data_root),
+            "--teacher", str(tmp_path / "none"), "--soft-labels", str(tmp_path / "soft"), "--shipped", str(shipped)]
+    for extra in ([], ["--from", "train"], ["--only", "compare"]):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"error: compare: {captions} holds 1 caption talk (one a line): compare's mark rate needs talks " \
+               "held out from the training draw, so at least two" in err
+    assert not (tmp_path / "o" / "stages.json").exists()
+    assert main([*base, "--only", "label"]) == 2  # compare does not run: not asked
+    assert "label: no teacher" in capsys.readouterr().err
 
 
 def test_a_late_stages_bad_argument_is_refused_before_any_stage(tmp_path, capsys, monkeypatch):
