@@ -68,9 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = data_root(args.data_root)
     captions = held_out_captions(root, args.words)
     if not captions:
-        ap.error(f"no TEDx caption talk in {root} is held out: the training draw "
-                 f"({TRAINING_DRAW.get('max_words', 0):,} words) takes them all; a data folder with more "
-                 "caption text is needed")
+        ap.error(f"no TEDx caption talk in {root} is held out from the training draw: it holds fewer "
+                 "than two caption talks (unlabeled/tedx); a data folder with more caption text is needed")
     dev = load_validation_docs("dev2010", root, resolve_cache("cache"))
     gold = np.asarray([x for d in dev for x in d.labels], dtype=np.int64)
     result: dict = {"captions_words": sum(map(len, captions)), "dev2010_gold": rates(gold), "models": {}}

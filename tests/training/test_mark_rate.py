@@ -127,10 +127,6 @@ def test_a_checkpoint_is_decoded_by_its_punctuation_head_alone(monkeypatch, tmp_
     assert caps.tolist() == dev.tolist() == [2, 2, 2]
 
 
-if __name__ == "__main__":  # pragma: no cover
-    pytest.main([__file__])
-
-
 def test_a_data_folder_with_no_held_out_caption_talk_is_named(tiny_data_root, tmp_path, capsys):
     """A folder of one caption talk: it falls in the training draw, however fitted: nothing to measure."""
     import gzip
@@ -140,4 +136,10 @@ def test_a_data_folder_with_no_held_out_caption_talk_is_named(tiny_data_root, tm
     with pytest.raises(SystemExit) as done:
         mr.main([str(tmp_path / "model"), "--data-root", str(tiny_data_root)])
     assert done.value.code == 2
-    assert f"no TEDx caption talk in {tiny_data_root} is held out" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no TEDx caption talk in {tiny_data_root} is held out" in err
+    assert "fewer than two caption talks" in err
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
