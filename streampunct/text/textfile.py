@@ -11,7 +11,11 @@ that is not part of valid UTF-8 is read as Windows-1252 (the superset of
 Latin-1 that older tools write), so its UTF-8 accents stay; when none did, the
 rest is read as Windows-1252 (a Latin-1 file).
 Input that still holds NUL bytes or mostly control characters is refused
-with an :class:`~streampunct.errors.InputError`.
+with an :class:`~streampunct.errors.InputError`, and so is a line longer than
+:data:`MAX_LINE_CHARS` (text with no line ends: ``tr -d '\\n'``, or a device
+that never ends one): a file is read in pieces and refused at the first that
+breaks these rules, so an endless input (``/dev/zero``) is refused at once, not
+read into memory until it runs out.
 
 There is one such check (:class:`BinaryCheck`), for a whole file
 (:func:`decode_text`, ``punctuate``, ``caption FILE``) and for text that comes
@@ -36,7 +40,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO, cast
+from typing import BinaryIO, TextIO, cast
 
 from streampunct.errors import InputError
 
@@ -57,6 +61,11 @@ _MIN_JUDGED = 32
 _TEXT_CONTROLS = frozenset("\t\n\r\f\v")
 #: ``str.translate`` table deleting what :class:`BinaryCheck` counts: other control characters, U+FFFD.
 _ODD_CHARS = {c: None for c in [*range(32), 0xFFFD] if chr(c) not in _TEXT_CONTROLS}
+#: The longest line (characters between line ends) a text may hold: 64 Mi, far beyond a
+#: transcript's line, or a whole Whisper JSON file on one line (about 1 MB an hour of speech).
+MAX_LINE_CHARS = 64 * 2**20
+#: Bytes read at a time from a file or stdin (the first piece also chooses the encoding).
+_READ_BYTES = 1 << 20
 
 
 def _utf16_without_bom(raw: bytes) -> str | None:
@@ -125,13 +134,17 @@ class BinaryCheck:
     NUL character, or, from :data:`_MIN_JUDGED` characters on, when more than
     :data:`_MAX_CONTROL_SHARE` of them are control characters (other than tab,
     newline, carriage return, form feed, vertical tab) or undecodable bytes
-    (U+FFFD). ``name`` (a path, or ``stdin``) opens the message.
+    (U+FFFD); or a line (between ``\\n`` or ``\\r`` line ends) longer than
+    ``max_line`` characters (:data:`MAX_LINE_CHARS`). ``name`` (a path, or
+    ``stdin``) opens the message.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_line: int | None = None) -> None:
         self.name = name
         self.chars = 0
         self.odd = 0
+        self.max_line = MAX_LINE_CHARS if max_line is None else max_line
+        self.line = 0  # characters of the line in progress (since the last line end)
 
     def add(self, text: str) -> str:
         """``text``, after checking it with everything seen before."""
@@ -142,7 +155,30 @@ class BinaryCheck:
         if self.chars >= _MIN_JUDGED and self.odd > _MAX_CONTROL_SHARE * self.chars:
             raise InputError(f"{self.name} looks binary ({self.odd} of {self.chars} characters are control "
                              "or undecodable bytes); give a UTF-8 or UTF-16 text file")
+        self._check_lines(text)
         return text
+
+    def _check_lines(self, text: str) -> None:
+        """Count the line in progress through ``text``, in windows of ``max_line`` characters: a
+        line that starts and ends in one window is no longer than the limit, so only the line
+        that runs on from the window before, and the one that runs into the next, are counted."""
+        limit = self.max_line
+        for start in range(0, len(text), limit):
+            end = min(len(text), start + limit)
+            first = min((i for i in (text.find("\n", start, end), text.find("\r", start, end)) if i >= 0),
+                        default=-1)
+            if first < 0:
+                self.line += end - start
+            else:
+                self.line += first - start
+                self._line_fits()
+                self.line = end - 1 - max(text.rfind("\n", start, end), text.rfind("\r", start, end))
+            self._line_fits()
+
+    def _line_fits(self) -> None:
+        if self.line > self.max_line:
+            raise InputError(f"{self.name} has a line of more than {self.max_line:,} characters (no line end); "
+                             "give a text file with line ends")
 
 
 def decode_text(raw: bytes, name: str = "input") -> str:
@@ -168,9 +204,9 @@ class TextStream:
     Every piece goes through the same :class:`BinaryCheck` as a whole file.
     """
 
-    def __init__(self, name: str = "stdin") -> None:
+    def __init__(self, name: str = "stdin", max_line: int | None = None) -> None:
         self.name = name
-        self.check = BinaryCheck(name)
+        self.check = BinaryCheck(name, max_line)
         self._head = b""  # bytes before the encoding is known
         self._decoder: codecs.IncrementalDecoder | None = None
         self._utf8 = False  # UTF-8 so far (falls back to Windows-1252)
@@ -222,8 +258,8 @@ class TextStream:
                                "(Latin-1)", self.name, data[e.start], where)
                 self._decoder = codecs.getincrementaldecoder("utf-8")(errors=_CP1252_BYTES)
             else:
-                logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1) "
-                               "from there", self.name, data[e.start], where)
+                logger.warning("%s is not UTF-8 (byte 0x%02x at offset %d): read as Windows-1252 (Latin-1)",
+                               self.name, data[e.start], where)  # as decode_text says it: read_text reads here
                 self._decoder = codecs.getincrementaldecoder("cp1252")(errors=_LATIN1_FALLBACK)
             return bytes(data[:e.start]).decode("utf-8") + self._decoder.decode(bytes(data[e.start:]), final)
         self._multibyte = self._multibyte or any(ord(ch) >= 0x80 for ch in text)
@@ -294,16 +330,32 @@ def require_file(path: str | Path) -> Path:
 
 
 def read_text(source: str | Path) -> str:
-    """Decoded text of a file, or of stdin when ``source`` is ``"-"``."""
+    """Decoded text of a file, or of stdin when ``source`` is ``"-"``: read and checked a piece at
+    a time (:func:`read_stream`), so that binary data or a line without end (``/dev/zero``, a
+    pipe that never ends a line) is refused as soon as it comes."""
     if str(source) == "-":
         if sys.stdin is None:  # started with stdin closed (`cmd <&-`)
             raise InputError(STDIN_CLOSED)
-        return decode_text(sys.stdin.buffer.read(), "stdin")
+        return read_stream(sys.stdin.buffer, "stdin")
     path = require_file(source)
     try:
-        return decode_text(path.read_bytes(), str(path))
+        with open(path, "rb") as f:
+            return read_stream(f, str(path))
     except PermissionError:
         raise InputError(f"cannot read {path}: permission denied") from None
+
+
+def read_stream(stream: BinaryIO, name: str, max_line: int | None = None) -> str:
+    """The text of a binary stream to its end, decoded by :class:`TextStream` as
+    :func:`decode_text` decodes a whole file (the encoding chosen from the first
+    :data:`_READ_BYTES`), refused with an :class:`InputError` at the first piece that is binary
+    or makes a line longer than ``max_line`` (:data:`MAX_LINE_CHARS`)."""
+    decoder = TextStream(name, max_line)
+    parts: list[str] = []
+    while raw := stream.read(_READ_BYTES):
+        parts.append(decoder.feed(raw))
+    parts.append(decoder.close())
+    return "".join(parts)
 
 
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(self|\d+)/fd)/(\d+)")

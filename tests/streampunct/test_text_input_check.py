@@ -139,3 +139,113 @@ async def test_caption_and_punctuate_refuse_a_binary_file_alike(tmp_path):
         rc, caption = await run("caption", str(source), "--url", "ws://127.0.0.1:9/v1/stream")
         assert rc == 2
         assert caption.strip() == punctuate.strip().replace("streampunct punctuate:", "streampunct caption:")
+
+
+# -- endless input: /dev/zero, a line that never ends ---------------------------------------------------------
+
+def _lines_of(text: str) -> list[str]:
+    return text.replace("\r", "\n").split("\n")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_line_longer_than_the_limit_is_refused_wherever_the_pieces_cut(seed):
+    from streampunct.text.textfile import BinaryCheck
+
+    rng = random.Random(seed)
+    limit = rng.randint(1, 12)
+    text = "".join(rng.choice("ab\n\r") if rng.random() < 0.2 else "x" * rng.randint(1, 2 * limit)
+                   for _ in range(rng.randint(1, 12)))
+    too_long = max(map(len, _lines_of(text))) > limit
+    for step in (1, 2, 5, len(text)):
+        check = BinaryCheck("stdin", max_line=limit)
+        if too_long:
+            with pytest.raises(InputError, match=rf"^stdin has a line of more than {limit} characters \(no line end\)"):
+                for i in range(0, len(text), step):
+                    check.add(text[i:i + step])
+        else:
+            for i in range(0, len(text), step):
+                check.add(text[i:i + step])
+
+
+def test_read_text_refuses_an_endless_line_but_not_a_large_file_of_lines(tmp_path, monkeypatch):
+    from streampunct.text import textfile
+
+    monkeypatch.setattr(textfile, "MAX_LINE_CHARS", 1000)
+    monkeypatch.setattr(textfile, "_READ_BYTES", 4096)  # many pieces: the limit holds across them
+    lines = tmp_path / "lines.txt"
+    lines.write_text(("w" * 999 + "\n") * 3000 + "y" * 1000)  # 3 MB, no line over the limit
+    assert textfile.read_text(lines) == lines.read_text()
+    one_line = tmp_path / "one-line.txt"
+    one_line.write_text("w " * 2000)
+    with pytest.raises(InputError, match=rf"^{one_line} has a line of more than 1,000 characters"):
+        textfile.read_text(one_line)
+    with pytest.raises(InputError, match="^x has a line of more than 1,000 characters"):
+        decode_text(b"w\r" + b"w" * 1001, "x")  # a whole file: the same check
+
+
+def _memory_cap() -> None:
+    """In a child: at most 3 GB of address space, so that reading /dev/zero to its end fails fast."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+async def _run_capped(*args: str, stdin=asyncio.subprocess.DEVNULL, feed: bytes | None = None) -> tuple[int, str]:
+    """A command in a child with :func:`_memory_cap`; ``feed`` is written to its stdin again and
+    again until it exits (an endless pipe)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", *args, stdin=asyncio.subprocess.PIPE if feed else stdin,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, preexec_fn=_memory_cap,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    async def pump() -> None:
+        assert proc.stdin is not None and feed is not None
+        try:
+            while True:
+                proc.stdin.write(feed)
+                await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    pumping = asyncio.ensure_future(pump()) if feed else None
+    try:
+        assert proc.stderr is not None
+        stderr = await asyncio.wait_for(proc.stderr.read(), 120)
+        await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if pumping is not None:
+            pumping.cancel()
+    return proc.returncode, stderr.decode()
+
+
+async def test_punctuate_and_caption_refuse_dev_zero_at_once(start_server):
+    """``streampunct punctuate /dev/zero`` read without end (no newline ever comes): refused as binary,
+    as a file, as stdin, and as caption's input or lexicon."""
+    server = await start_server()
+    binary = "/dev/zero looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 text file"
+    for args, said in ((["punctuate", "--engine", "fake", "/dev/zero"], binary),
+                       (["caption", "/dev/zero", "--url", server.url], binary),
+                       (["caption", "--lexicon", "/dev/zero", "x.txt", "--url", server.url],
+                        f"argument --lexicon: {binary}")):
+        rc, err = await _run_capped(*args)
+        assert (rc, err.strip().splitlines()[-1]) == (2, f"streampunct {args[0]}: error: {said}")
+    with open("/dev/zero", "rb") as zero:
+        for args in (["punctuate", "--engine", "fake", "-"], ["caption", "-", "--url", server.url]):
+            rc, err = await _run_capped(*args, stdin=zero)
+            assert (rc, err.strip().splitlines()[-1]) == (2, f"streampunct {args[0]}: error: stdin looks binary "
+                                                             "(it holds NUL bytes); give a UTF-8 or UTF-16 text file")
+
+
+async def test_punctuate_and_caption_refuse_a_line_without_end(start_server):
+    """``yes word | tr -d '\\n' | streampunct punctuate``: refused once the line passes the limit."""
+    from streampunct.text.textfile import MAX_LINE_CHARS
+
+    server = await start_server()
+    for args in (["punctuate", "--engine", "fake", "-"], ["caption", "-", "--url", server.url]):
+        rc, err = await _run_capped(*args, feed=b"word " * 50_000)
+        assert (rc, err.strip().splitlines()[-1]) == (2, f"streampunct {args[0]}: error: stdin has a line of more "
+                                                         f"than {MAX_LINE_CHARS:,} characters (no line end); give a "
+                                                         "text file with line ends")
