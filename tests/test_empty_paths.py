@@ -43,3 +43,36 @@ def test_an_empty_path_is_refused_before_any_work(case, tmp_path, monkeypatch, c
     assert code == 2
     assert "expected a path, got an empty string" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+#: Options whose empty value once meant something else: serve --itn-cache "" the default cache (where
+#: punctuate --itn-cache "" was a usage error), caption --out "" no output file, punctuate --out "" "."
+PARSED = {
+    "serve --itn-cache": ["serve", "--engine", "fake", "--itn", "--itn-cache", ""],
+    "serve --itn-cache (blank)": ["serve", "--engine", "fake", "--itn-cache", " "],
+    "punctuate --itn-cache": ["punctuate", "--itn", "--itn-cache", "", "x.txt"],
+    "punctuate --out": ["punctuate", "--out", "", "x.txt"],
+    "caption --out": ["caption", "--out", "", "x.txt"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARSED))
+def test_an_empty_path_is_a_usage_error_in_every_command(case, capsys):
+    from streampunct.cli import build_parser
+
+    option = case.split()[1]
+    with pytest.raises(SystemExit) as exited:  # refused by argparse: nothing runs (serve serves nothing)
+        build_parser().parse_args(PARSED[case])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: argument {option}: expected a path, got an empty string")
+
+
+def test_the_cue_checker_refuses_an_empty_itn_cache(capsys):
+    from streampunct.client.subtitles import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["cues.jsonl", "--itn", "--itn-cache", ""])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: argument --itn-cache: expected a path, got an empty string")

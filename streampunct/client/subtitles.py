@@ -913,6 +913,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "as the ITN grammars read the cues' words (the itn extra)")
     p.add_argument("--itn-cache", metavar="DIR", default=None, help="where the compiled grammars are cached")
     args = p.parse_args(argv)
+    if args.itn_cache is not None and not args.itn_cache.strip():  # as the commands' path arguments
+        p.error("argument --itn-cache: expected a path, got an empty string")
     from pathlib import Path
 
     from streampunct.text.textfile import read_text, split_lines
@@ -928,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.itn:
         from streampunct.text.itn import load_normalizer
 
-        normalizer = load_normalizer(Path(args.itn_cache) if args.itn_cache else None)
+        normalizer = load_normalizer(Path(args.itn_cache) if args.itn_cache is not None else None)
     spoken, labels = [w.w.lower() for w in words], [w.label for w in words]
     kinds = {"lexicon phrases": Formatter(Lexicon(pairs)) if pairs else None,
              "written numbers, dates, times, money": Formatter(Lexicon(), normalizer) if normalizer else None}

@@ -48,6 +48,12 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def path_text(text: str) -> str:
+    """:func:`path_argument` kept as the text given: an output that ``-`` sends to stdout."""
+    path_argument(text)
+    return text
+
+
 def int_between(low: int, high: int) -> Callable[[str], int | float]:
     """An integer in ``[low, high]`` (a session option within a server's default limits)."""
     return _number(int, lambda v: low <= v <= high, f"between {low} and {high}")

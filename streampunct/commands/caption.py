@@ -12,6 +12,11 @@ not at all (a temporary file in the same folder, moved over it at the end),
 so a crash leaves what was there before, and so does a run stopped before any
 word was final.
 
+Once the run is over (written, or failed), these signals are ignored until the
+process exits (:func:`_ignore_stop_signals`): a second Ctrl-C just after the
+first, the run having ended in between, changes nothing (no traceback, the
+same status).
+
 A closed stdout (``caption ... | head``) is taken as the first signal is: no
 more is written to stdout, the stream is ended (at once when there is no
 ``--out``), ``--out`` gets everything final, and the command exits quietly
@@ -48,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         lexicon_file,
         non_negative_float,
         non_negative_int,
+        path_text,
         positive_float,
         positive_int,
     )
@@ -87,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=None,
                         help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line, "
                              "sent as config.lexicon")
-    parser.add_argument("--out", metavar="FILE", default=None,
+    parser.add_argument("--out", metavar="FILE", type=path_text, default=None,
                         help="text: write the final punctuated transcript here; vtt/srt/jsonl: the subtitles "
                              "(also on stdout)")
     parser.add_argument("--json", action="store_true",
@@ -146,13 +152,53 @@ def run(args: argparse.Namespace) -> int:
         if args.format != "text":
             _report_times_going_back(events, report)
     out = AtomicTextFile(args.out) if args.out else None
+    blocked: list[set[signal.Signals]] = []  # the signal mask before the run's end blocked the stop signals
     try:
-        code = asyncio.run(_caption(args, events, out, report))
+        try:
+            code = asyncio.run(_quiet_after(_caption(args, events, out, report), blocked))
+        finally:
+            _ignore_stop_signals(blocked)
     except BaseException:
         if out is not None:
             out.discard()  # what was at --out stays as it was
         raise
     return code
+
+
+#: The signals that stop a run (the loop's handlers, :func:`_caption`).
+_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+async def _quiet_after(run, blocked: list[set[signal.Signals]]):
+    """``run``'s result; once it is over (written, or failed), the stop signals are blocked
+    (the mask they had goes into ``blocked``) until :func:`_ignore_stop_signals`, and the loop's
+    handlers are gone (one that came just before is not said as a second signal as it closes)."""
+    try:
+        return await run
+    finally:
+        if hasattr(signal, "pthread_sigmask"):
+            blocked.append(signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS))
+        loop = asyncio.get_running_loop()
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def _ignore_stop_signals(blocked: list[set[signal.Signals]]) -> None:
+    """Ignore the stop signals from now until the process exits, then let them in again (one
+    that came while they were blocked is dropped).
+
+    The run is over: what is final is written, and all that is left is to exit. A signal that
+    came now (a second Ctrl-C a few milliseconds after the first, the run having ended at once)
+    would otherwise reach the loop's wakeup pipe as the loop closes it (a traceback), Python's
+    own handler once the loop is closed (a ``KeyboardInterrupt`` anywhere on the way out), or,
+    as the interpreter finalizes, the default action (a death by SIGINT, not the status said).
+    So they are blocked from the end of the run (:func:`_quiet_after`) while the loop closes,
+    in the main thread, the one that takes them (the input's reader thread blocks them:
+    :func:`streampunct.client.caption_input._stdin_lines`), and ignored before they are let in."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked[0])
 
 
 def _check_subtitle_times(source: str, events, fmt: str) -> None:

@@ -22,7 +22,12 @@ LOG_LEVEL = "WARNING"  # a filter: stderr carries only what went wrong
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import add_engine_option, lexicon_file, path_argument
+    from streampunct.commands.argtypes import (
+        add_engine_option,
+        lexicon_file,
+        path_argument,
+        path_text,
+    )
     from streampunct.model import model_folder_argument
 
     p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
@@ -41,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lexicon", metavar="FILE", type=lexicon_file, default=(),
                    help="spoken phrases and how to write them, one 'spoken<TAB>written' pair a line "
                         "(as serve --lexicon)")
-    p.add_argument("--out", default=None, metavar="FILE",
+    p.add_argument("--out", type=path_text, default=None, metavar="FILE",
                    help="write here instead of stdout ('-': stdout), whole or not at all; the path is "
                         "checked before the model runs")
 

@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         finite_float,
         lexicon_file,
         non_negative_float,
+        path_argument,
         port,
         positive_int,
         unit_interval,
@@ -200,7 +201,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "sessions may ask for itn: on (needs the itn extra), auto (when it is "
                               "installed), off (default, unless --itn: a session's itn is ignored and "
                               "its config answer names no itn)")
-    written.add_argument("--itn-cache", metavar="DIR", default=None,
+    written.add_argument("--itn-cache", metavar="DIR", type=path_argument, default=None,
                          help="where the compiled ITN grammars are cached (default: "
                               "~/.cache/streampunct/itn; the first start compiles them, about half a minute)")
     written.add_argument("--itn-workers", metavar="N", type=int, default=ServerConfig.itn_workers,
@@ -276,7 +277,7 @@ def build_config(args: argparse.Namespace):
         flag = "--itn" if args.itn else "--itn-grammars on"
         raise InputError(f"{flag} needs the itn extra: pip install -e '.[itn]' in the streampunct checkout "
                          "(pip install '.[itn]' where it is installed from a copy, as in a container)")
-    if args.itn_cache and (args.itn or args.itn_grammars != ItnGrammars.OFF) and itn_available():
+    if args.itn_cache is not None and (args.itn or args.itn_grammars != ItnGrammars.OFF) and itn_available():
         from streampunct.text.itn import grammar_cache
 
         grammar_cache(Path(args.itn_cache))  # a file or a folder it cannot make: said here, not by a worker
@@ -330,7 +331,7 @@ def build_config(args: argparse.Namespace):
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,
                                             itn=args.itn),
             itn_grammars=ItnGrammars.ON if args.itn else args.itn_grammars,
-            itn_cache=Path(args.itn_cache) if args.itn_cache else None,
+            itn_cache=Path(args.itn_cache) if args.itn_cache is not None else None,
             itn_workers=args.itn_workers,
             lexicon=args.lexicon,
             stream_cache=args.stream_cache,

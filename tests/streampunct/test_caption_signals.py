@@ -237,6 +237,43 @@ async def test_sighup_writes_every_final_word_as_sigterm_does(start_server, tmp_
     assert no_temporary_files(tmp_path)
 
 
+@pytest.mark.parametrize("fmt", ["text", "srt"])
+async def test_ctrl_c_again_as_the_run_ends_changes_nothing(start_server, tmp_path, fake_labels, fmt):
+    """A second Ctrl-C a few milliseconds after the first, when the run (its ``end`` answered at
+    once) is already over: SIGINTs, one a millisecond, from the line that says the output is written
+    until the process is gone, land as its loop closes and as the interpreter exits. Each is
+    ignored: status 130 (not a death by SIGINT), no traceback (the loop's closed wakeup pipe, a
+    KeyboardInterrupt), no late "stopping at once", and --out whole."""
+    server = await start_server()
+    out = tmp_path / f"t.{fmt}"
+    async with caption_process("-", "--url", server.url, "--out", str(out), "--format", fmt, "--right-context",
+                               "3", "--max-delay-ms", "600000", "--no-partials") as proc:
+        words = "so this is the story of how it all began".split()
+        proc.stdin.write((" ".join(words) + "\n").encode())
+        await proc.stdin.drain()
+        await until(lambda: words_in(server) == len(words) and words_finalized(server) == len(words) - 3)
+        proc.send_signal(signal.SIGINT)
+        written = await stderr_line(proc, "words final, written")
+        while proc.returncode is None:
+            try:
+                os.kill(proc.pid, signal.SIGINT)  # until it is reaped: its exit too
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 0.001)
+        rc, _, stderr = await finish(proc)
+    assert f"interrupted by SIGINT: {len(words)} words final" in written
+    assert rc == 130, written + stderr
+    assert "Traceback" not in stderr and "stopping at once" not in stderr, stderr
+    shown = out.read_text(encoding="utf-8")
+    if fmt == "text":
+        assert shown == render(words, ended(fake_labels(words)), capitalize=True) + "\n"
+    else:
+        assert [w.strip(".,?").lower() for block in shown.strip().split("\n\n")
+                for w in block.split("\n", 2)[2].split()] == words
+    assert no_temporary_files(tmp_path)
+
+
 async def test_a_stop_before_any_final_leaves_the_out_file_as_it_was(start_server, tmp_path):
     """Ctrl-C twice before the server finalized anything (its engine held): --out keeps what it
     held, instead of an empty file (an SRT or text file) or a bare WEBVTT header."""
