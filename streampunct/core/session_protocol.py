@@ -382,10 +382,11 @@ class SessionProtocol:
         """``error`` for a message, in the order of the answers: after the ``flushed`` owed to
         an earlier ``flush`` (and the finals before it), so that no answer overtakes one owed
         to an earlier message."""
+        out = self._answer_hypothesis_now(queue=True)  # a hypothesis before it first
         if not self._until:
-            return [*self._answer_hypothesis_now(), error]  # a hypothesis before it first
+            return [*out, error]
         self._until.append(_Owed(self._until[-1].target, _Until.ERROR, error=error))
-        return []
+        return out
 
     def receive(self, message: ClientMessage, now: float) -> list[ServerMessage | WrittenText]:
         """Handle one decoded client message that arrived at ``now``."""
@@ -414,8 +415,8 @@ class SessionProtocol:
             return self._configure(message)
         if isinstance(message, FlushRequest):
             # the partial owed to a hypothesis before it goes first (after an earlier flush's
-            # answer, when one is still owed: then the model's partial comes after it anyway)
-            out = [] if self._until else self._answer_hypothesis_now()
+            # answer, when one is still owed: queued behind it)
+            out = self._answer_hypothesis_now(queue=True)
             symbols = self._place_pending_symbols()
             self.state.flush(now)
             self._until.append(_Owed(self.state.n_words, _Until.FLUSHED, symbols))
@@ -763,16 +764,20 @@ class SessionProtocol:
             self._replaced_call = in_flight
         return self._answer_hypothesis_now()
 
-    def _answer_hypothesis_now(self) -> list[ServerMessage | WrittenText]:
+    def _answer_hypothesis_now(self, *, queue: bool = False) -> list[ServerMessage | WrittenText]:
         """The partial owed to the last ``hypothesis``, now and without a model call (see
         :meth:`_replace_hypothesis`), when a later message is to be answered first otherwise;
-        nothing when none is owed. The model's partial for it may follow (the state moved on)."""
+        nothing when none is owed. The model's partial for it may follow (the state moved on).
+        ``queue``: that later message's answer goes behind an earlier flush's (a ``flush``, a
+        refused message), so the partial does too when one is owed, ahead of that answer."""
         if not self._hypothesis_owed:
             return []
         self._hypothesis_owed = self._partial_owed = False  # (``end`` need not wait for it)
         provisional = self.state.provisional()
-        if (self._owed_behind_error and self._error_queued()) or self._partial_queued():
-            # an error for a message before it waits behind a flush's answer, or the partial of
+        if self._until and (queue or (self._owed_behind_error and self._error_queued())
+                            or self._partial_queued()):
+            # answering a later message (a flush, a refused one) that waits behind an earlier
+            # flush's answer; or an error for a message before it waits there, or the partial of
             # a hypothesis that came behind one still does: this one follows it
             self._until.append(_Owed(self._until[-1].target, _Until.PARTIAL, partial=provisional))
             return []

@@ -429,13 +429,20 @@ _step = st.one_of(
                 ("hyp", [(1, 2)], 0.0)], right_context=0, max_delay_ms=60_000, capitalize=False)
 @example(steps=[("words", [(1, 0)], 0.0), ("flush", [], 0.0), ("bad", [], 0.0), ("hyp", [], 0.0),
                 ("words", [], 0.0), ("bad", [], 0.0)], right_context=0, max_delay_ms=0, capitalize=False)
+# a hypothesis after a flush still waiting for its words, then a message refused or a flush: its
+# partial before their answers (found by an outside client, 2026-12-02)
+@example(steps=[("words", [(1, 0)], 0.0), ("flush", [], 0.0), ("hyp", [(1, 1)], 0.0), ("bad", [], 0.0)],
+         right_context=3, max_delay_ms=60_000, capitalize=False)
+@example(steps=[("words", [(1, 0)], 0.0), ("flush", [], 0.0), ("hyp", [(1, 1)], 0.0), ("flush", [], 0.0)],
+         right_context=3, max_delay_ms=60_000, capitalize=False)
 def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_context, max_delay_ms, capitalize):
     """protocol.md: "a new hypothesis is answered by a partial". However the messages and the
     model calls interleave (a call held in flight while hypotheses replace each other), every
     partial carries the hypothesis current when it is sent and the words of the message that
     last replaced one (none goes back to a replaced hypothesis), and a ``hypothesis`` that a
     later message finds unanswered is answered first: the replies to that message (words, a
-    flush with none owed before it, a refused message) start with its partial. One that came
+    flush with none owed before it, a refused message) start with its partial, or, where that
+    message's answer waits behind an earlier flush's, it is queued right before it. One that came
     after a message whose error waits behind a flush's answer is answered after that error
     (its partial queued behind it, carrying it)."""
     protocol = SessionProtocol(aligner=FakeAligner(), window=WINDOW,
@@ -444,26 +451,29 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
     current: tuple[str, ...] = ()  # the hypothesis the client sent last (words clear it)
     owed = False  # a hypothesis change (a hypothesis, words that clear one) still waits for its partial
     floor = 0  # the words received when a message last replaced the hypothesis
-    flushes = 0  # flushes sent and not answered yet
-    # answers queued behind a flush's answer, in order: errors, and the hypotheses whose partials
-    # were queued behind one
-    queued: list[tuple[str, ...] | None] = []  # None: an error
+    # the answers owed while a flush waits for its words, in order: "flushed" for each flush, None
+    # for an error queued behind one, and the hypotheses whose partials were queued behind one
+    answers: list[tuple[str, ...] | str | None] = []
     behind = False  # the owed change came after the message of an error still queued
 
+    def partial_queued() -> bool:
+        return any(isinstance(x, tuple) for x in answers)
+
     def take(messages) -> None:
-        nonlocal owed, flushes
+        nonlocal owed
         for m in messages:
             out.append(m)
-            if isinstance(m, Error) and queued:
-                assert queued.pop(0) is None, "an error overtook a partial queued before it"
-            elif isinstance(m, Partial) and queued and queued[0] is not None:  # its errors are out
-                assert tuple(w.w for w in m.hypothesis) == queued.pop(0)
+            if isinstance(m, Error) and answers:
+                assert answers.pop(0) is None, f"an error overtook an answer owed before it: {answers}"
+            elif isinstance(m, Flushed):
+                assert answers and answers.pop(0) == "flushed", f"a flushed overtook an answer owed before it: {m}"
+            elif isinstance(m, Partial) and answers and isinstance(answers[0], tuple):  # in its turn
+                assert tuple(w.w for w in m.hypothesis) == answers.pop(0)
             elif isinstance(m, Partial):
-                assert not any(x is not None for x in queued), "a partial overtook one queued behind an error"
+                assert not partial_queued(), "a partial overtook one queued behind a flush's answer"
                 assert tuple(w.w for w in m.hypothesis) == current
                 assert m.start + len(m.words) >= floor
                 owed = False
-            flushes -= isinstance(m, Flushed)
 
     def run_calls() -> None:
         while (request := protocol.next_request(now)) is not None:
@@ -479,36 +489,40 @@ def test_each_hypothesis_is_answered_by_one_partial_in_order(steps, right_contex
                 held = None
         elif kind == "bad":
             replies = protocol.receive_frame('{"type": "nope"}', now)
-            if flushes:  # after the flush's answer
+            if answers:  # after the flush's answer, and after the partial owed before it
                 assert replies == []
-                queued.append(None)
+                if owed:
+                    answers.append(current)
+                    owed = False
+                answers.append(None)
             else:
                 assert [m.type for m in replies] == ["partial"] * owed + ["error"]
             take(replies)
         else:
             message = {"hyp": HypothesisMessage, "words": WordsMessage}.get(kind)
             message = FlushRequest() if message is None else message(tuple(map(Word, words(*specs))))
-            first_answer = owed and (kind != "flush" or not flushes)
             replies = protocol.receive(message, now)
-            # answered after the error it came behind, or after a partial still queued behind one
-            if first_answer and ((behind and None in queued) or any(x is not None for x in queued)):
-                queued.append(current)
+            # answered after the error it came behind, or after a partial still queued behind one;
+            # before a flush that waits behind an earlier flush's answer, in its turn
+            if owed and ((behind and None in answers) or partial_queued() or (kind == "flush" and answers)):
+                answers.append(current)
                 owed = False
-            elif first_answer:
+            elif owed:
                 assert replies and isinstance(replies[0], Partial)
                 take(replies[:1])
                 replies = replies[1:]
             if kind == "hyp" or (kind == "words" and current):  # replaces the hypothesis
                 current = tuple(words(*specs)) if kind == "hyp" else ()
                 owed = True  # words that clear a hypothesis are answered by a partial too
-                behind = None in queued
+                behind = None in answers
                 floor = protocol.n_words
-            flushes += kind == "flush"
+            if kind == "flush":
+                answers.append("flushed")
             take(replies)
     if held is not None:
         take(protocol.apply(held, context_infer(held.input_ids)))
     run_calls()
-    assert not owed and not flushes and not queued
+    assert not owed and not answers
     take(protocol.receive(EndRequest(), now))
     run_calls()
     assert isinstance(out[-1], Ended)
