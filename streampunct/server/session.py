@@ -37,10 +37,13 @@ Bounded resources (see ``docs/server.md``, "Bounded resources"):
   socket, and TCP slows the sender;
 * *bounded outbox*: the driver asks for the next window, and the reader for
   the next frame, only while fewer than ``max_outbox_messages`` messages
-  wait to be sent; once ``PARTIALS_DROPPED_FROM`` messages wait, a partial
-  that a newer partial replaces before it was sent is dropped from the
-  outbox (each partial replaces the previous one), so a client that reads
-  slowly holds a few unsent partials, whatever the size of its hypotheses;
+  wait to be sent; once ``PARTIALS_DROPPED_FROM`` messages wait while the
+  writer is held (a send blocked: the client is not reading; or a written
+  form still to come), a partial that a newer partial replaces before it was
+  sent is dropped from the outbox (each partial replaces the previous one),
+  so a client that reads slowly holds a few unsent partials, whatever the
+  size of its hypotheses. A burst of answers to a client that reads (a
+  flush's finals and the errors queued behind it) drops none;
 * *frame rate*: the reader takes at most ``max_frames_per_s`` frames a second
   after a burst of as many, a frame counting once per started 256 characters
   (:mod:`streampunct.server.rate`), so a client sending frames that carry no
@@ -93,9 +96,10 @@ logger = logging.getLogger(__name__)
 
 #: Grammar searches one text awaits before it is written on the executor instead.
 _MAX_FETCHES = 16
-#: Messages waiting in the outbox from which a partial not sent yet is dropped for a newer one:
-#: the client is behind (it does not read, or finals ahead wait for their written form). Below
-#: it every partial is sent, so that each hypothesis keeps its own; at it a slow reader holds
+#: Messages waiting in the outbox from which a partial not sent yet is dropped for a newer one,
+#: while the writer is held: the client is behind (it does not read, or finals ahead wait for their
+#: written form). Below it, or with the writer free (a burst the client will read at once), every
+#: partial is sent, so that each hypothesis keeps its own; at it a slow reader holds
 #: a few unsent partials, each up to a hypothesis of 1000 words, not one per frame it sent.
 PARTIALS_DROPPED_FROM = 8
 
@@ -244,6 +248,8 @@ class Session:
         self._frame_rate = FrameRate(context.max_frames_per_s) if context.max_frames_per_s else None
         self.peak_outbox = 0
         self._queued_partial: _QueuedPartial | None = None  # the newest partial not sent yet
+        # the writer waits on the client (a send blocked: it is not reading) or on a written form
+        self._writer_held = False
         self._configs_logged = 0
         self.errors_sent = 0
         self.finals_sent = 0  # words whose final was sent (a drain cut short leaves some queued)
@@ -564,7 +570,8 @@ class Session:
             elif isinstance(message, Resumed):
                 self._log.info("resumed at word %d, config %s", message.start, _loggable(message.config))
             elif isinstance(message, Partial):
-                if self._queued_partial is not None and self._outbox.qsize() >= PARTIALS_DROPPED_FROM:
+                if (self._queued_partial is not None and self._writer_held
+                        and self._outbox.qsize() >= PARTIALS_DROPPED_FROM):
                     self._queued_partial.supersede()
                 item = self._queued_partial = _QueuedPartial(item)
             self._outbox.put_nowait((item, decidable))
@@ -622,14 +629,18 @@ class Session:
                     if message is None:
                         continue
                 if isinstance(message, WrittenText):  # in order; grammar searches off the event loop
+                    self._writer_held = True
                     try:
                         message = await self._written(message)
                     except Exception as e:
                         raise _WritingFailed(str(e)) from e
+                    finally:
+                        self._writer_held = False
                     if nothing_to_send(message):  # no words held at a flush or the end after all
                         continue
                 if superseded:
                     continue
+                self._writer_held = True  # seen by others only while the send waits (the client's buffers are full)
                 try:
                     async with asyncio.timeout(timeout):
                         await self._ws.send(encode_frame(message), text=True)
@@ -637,6 +648,8 @@ class Session:
                     raise SlowReaderError(
                         f"client not reading: a send was blocked for {timeout:g}s"
                     ) from None
+                finally:
+                    self._writer_held = False
                 if decidable:
                     sent_at = loop.time()
                     self.finals_sent += len(decidable)

@@ -780,3 +780,69 @@ async def test_finals_echo_start_and_end_on_the_wire(start_server):
         {"w": "this", "p": words[1]["p"]},
         {"w": "is", "p": words[2]["p"], "end": 2.5},
     ]
+
+
+def _session_of(server):
+    (session,) = server.sessions
+    return session
+
+
+@pytest.mark.parametrize("then", ["bad", "flush"])
+async def test_a_hypothesis_behind_a_waiting_flush_is_answered_before_a_later_message(start_server, then):
+    """protocol.md: every hypothesis gets its own partial, in order, before the answer to any
+    later message. Found by an outside client (2026-12-02): a hypothesis sent while a flush
+    waited for its words' finals, then a refused message (or another flush), got its partial
+    only after that message's error (or flushed)."""
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()
+    entered = engine.entered
+    try:
+        client = await StreamClient.connect(server.url, right_context=5, max_delay_ms=600_000, partials=True)
+        await client.send_words(["hello"])
+        await client.send_raw('{"type": "flush"}')
+        await engine.wait_entered(entered + 1)  # the flush's window is held at the engine
+        await client.send_raw(json.dumps({"type": "hypothesis", "words": ["x"]}))
+        await client.send_raw('{"type": "bogus"}' if then == "bad" else '{"type": "flush"}')
+        session = _session_of(server)
+        await until(lambda: len(session.protocol._until) >= 2)  # both wait behind the flush's answer
+    finally:
+        engine.open()
+    _, messages = await finish(client)
+    kinds = [m.type for m in messages]
+    answered = next(k for k, m in enumerate(messages) if isinstance(m, Partial) and m.hypothesis)
+    assert [w.w for w in messages[answered].hypothesis] == ["x"]
+    later = "error" if then == "bad" else "flushed"
+    first_flushed = kinds.index("flushed")
+    assert first_flushed < answered < kinds.index(later, first_flushed + 1), kinds
+    assert kinds[-1] == "end" and client.close_code == 1000
+
+
+async def test_a_burst_of_answers_to_a_reading_client_drops_no_partial(start_server):
+    """A partial not sent yet is dropped for a newer one only while the server cannot send (a
+    slow reader). Found by an outside client (2026-12-02): a flush's final and flushed and five
+    errors queued behind it went out in one burst with a hypothesis's partial, and the partial
+    of the words that cleared it, a moment later, dropped it: that hypothesis got no partial."""
+    engine = GatedEngine(open=True)
+    server = await start_server(engine=engine)
+    engine.close_gate()
+    entered = engine.entered
+    try:
+        client = await StreamClient.connect(server.url, partials=True)
+        await client.send_words(["a", "b"])
+        await client.send_raw('{"type": "flush"}')
+        await engine.wait_entered(entered + 1)
+        for _ in range(5):
+            await client.send_raw("x")  # not JSON: an error, queued behind the flush's answer
+        await client.send_raw(json.dumps({"type": "hypothesis", "words": ["c"]}))
+        await client.send_words(["c"])
+        await client.send_words(["d"])
+        session = _session_of(server)
+        await until(lambda: session.protocol.n_words == 4)
+    finally:
+        engine.open()
+    transcript, messages = await finish(client)
+    hypotheses = [[w.w for w in m.hypothesis] for m in messages if isinstance(m, Partial)]
+    assert ["c"] in hypotheses, [m.type for m in messages]
+    assert [m.type for m in messages].count("error") == 5
+    assert transcript.words == ["a", "b", "c", "d"] and client.close_code == 1000
