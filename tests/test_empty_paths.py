@@ -47,12 +47,16 @@ def test_an_empty_path_is_refused_before_any_work(case, tmp_path, monkeypatch, c
 
 #: Options whose empty value once meant something else: serve --itn-cache "" the default cache (where
 #: punctuate --itn-cache "" was a usage error), caption --out "" no output file, punctuate --out "" "."
+#: (and an empty input file "." too)
 PARSED = {
     "serve --itn-cache": ["serve", "--engine", "fake", "--itn", "--itn-cache", ""],
     "serve --itn-cache (blank)": ["serve", "--engine", "fake", "--itn-cache", " "],
     "punctuate --itn-cache": ["punctuate", "--itn", "--itn-cache", "", "x.txt"],
     "punctuate --out": ["punctuate", "--out", "", "x.txt"],
     "caption --out": ["caption", "--out", "", "x.txt"],
+    # the input file: "" was read as "." ("is a directory")
+    "punctuate input": ["punctuate", ""],
+    "caption transcript": ["caption", ""],
 }
 
 

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         positive_int,
     )
 
-    parser.add_argument("transcript", help="input file, or - for stdin (an ASR process piping JSON lines or text); "
+    parser.add_argument("transcript", type=path_text, help="input file, or - for stdin (an ASR process piping JSON lines or text); "
                                            "a pipe given by name (<(asr ...), a FIFO) is read as it comes, as stdin")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                         help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     from streampunct.model import model_folder_argument
 
-    p.add_argument("input", nargs="?", default="-", help="text file, or - for stdin (default)")
+    p.add_argument("input", nargs="?", default="-", type=path_text, help="text file, or - for stdin (default)")
     p.add_argument("--model", type=model_folder_argument, default=None, help="model folder (default: the shipped model)")
     p.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")

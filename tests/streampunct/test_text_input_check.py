@@ -223,13 +223,14 @@ async def _run_capped(*args: str, stdin=asyncio.subprocess.DEVNULL, feed: bytes 
 
 async def test_punctuate_and_caption_refuse_dev_zero_at_once(start_server):
     """``streampunct punctuate /dev/zero`` read without end (no newline ever comes): refused as binary,
-    as a file, as stdin, and as caption's input or lexicon."""
+    as a file, as stdin, as caption's input or lexicon, and as evaluate's data."""
     server = await start_server()
     binary = "/dev/zero looks binary (it holds NUL bytes); give a UTF-8 or UTF-16 text file"
     for args, said in ((["punctuate", "--engine", "fake", "/dev/zero"], binary),
                        (["caption", "/dev/zero", "--url", server.url], binary),
                        (["caption", "--lexicon", "/dev/zero", "x.txt", "--url", server.url],
-                        f"argument --lexicon: {binary}")):
+                        f"argument --lexicon: {binary}"),
+                       (["evaluate", "--engine", "fake", "--data", "/dev/zero"], binary)):  # a word/label file
         rc, err = await _run_capped(*args)
         assert (rc, err.strip().splitlines()[-1]) == (2, f"streampunct {args[0]}: error: {said}")
     with open("/dev/zero", "rb") as zero:
