@@ -50,7 +50,8 @@ Errors: a bad model folder raises :class:`~streampunct.errors.ModelError`
 failed window's words are asked for again by the next call, and finals made
 before the failure in the failed call are returned by the next one; after a
 failed :meth:`Stream.end`, :meth:`Stream.poll` or :meth:`Stream.end` again
-finishes the stream). A stream is
+finishes the stream; a ``KeyboardInterrupt`` during a model call is raised as it is,
+and the stream goes on in the same way). A stream is
 not thread-safe; streams of one :class:`Punctuator` may run in different
 threads (ONNX Runtime sessions are thread-safe).
 """
@@ -530,8 +531,10 @@ class Stream:
             try:
                 output = self._run(call)
                 messages = protocol.apply(call, output)  # checks the output first (its shape)
-            except Exception as e:
-                protocol.abort(call)  # asked for again by the next call
+            except BaseException as e:
+                protocol.abort(call)  # asked for again by the next call (after a Ctrl-C too)
+                if not isinstance(e, Exception):
+                    raise  # KeyboardInterrupt, SystemExit: as they are
                 raise self._punctuator._failed(e) from e
             self._owed += self._collect(messages)
         if protocol.finished:

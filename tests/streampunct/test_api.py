@@ -802,3 +802,30 @@ def test_a_call_that_close_overtakes_raises_input_error_not_engine_failure(align
         [error] = result
         assert isinstance(error, InputError) and not isinstance(error, EngineFailedError), (call, error)
         assert "closed (close() was called) during the call" in str(error)
+
+
+class InterruptedEngine(FakeEngine):
+    """A fake engine whose next call raises ``KeyboardInterrupt`` (Ctrl-C during inference)."""
+
+    interrupt = False
+
+    def infer(self, *args, **kwargs):
+        if self.interrupt:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        return super().infer(*args, **kwargs)
+
+
+def test_a_ctrl_c_during_a_model_call_leaves_the_stream_to_go_on(aligner):
+    """A KeyboardInterrupt in a window's call is raised as it is; the window is asked for
+    again (it is not left in flight for ever, which made end() return nothing, unfinished)."""
+    engine = InterruptedEngine()
+    s = Punctuator.from_engine(engine, aligner, window=TEST_WINDOW).stream(right_context=1, max_delay_ms=NO_DELAY)
+    got = s.push(["the", "cat"], now=0.0)
+    engine.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        s.push(["sat", "on", "the", "mat"], now=1.0)
+    got += s.end(now=2.0)
+    assert s.finished
+    assert _indices(got) == list(range(6))
+    assert [w.w for f in got for w in f.words] == ["the", "cat", "sat", "on", "the", "mat"]
