@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION
+from streampunct.labels import COMMA, LOWER, PERIOD, QUESTION, O
 from streampunct.text.normalize import NO_AFFIX, Affix, normalize_word, render, symbol_word
 from streampunct.text.textfile import split_lines
 
@@ -56,6 +56,10 @@ _TIME_LETTERS = ("a", "p")
 _TIME_LINKS = ("past", "to")
 #: Openers a time link may follow ("half past", "quarter to").
 _HOUR_FRACTIONS = ("half", "quarter")
+#: The word that goes on with an ordinal as a date does ("the fourth" before "of july": "July 4").
+_DATE_LINK = "of"
+#: How an ordinal number word ends ("fourth", "twenty-first", "second").
+_ORDINAL_ENDINGS = ("th", "first", "second", "third")
 #: Final words already written that the next phrases see as left context (a cue such as
 #: "in" before "two thousand and twelve": a year, 2012, not a count, 2,012).
 LEFT_CONTEXT_WORDS = 3
@@ -480,6 +484,10 @@ class FinalTexts:
         return bool(words) and known is not None and all(
             w in known or ("-" in w and all(part in known for part in w.split("-"))) for w in words)
 
+    def _ordinal(self, word: str) -> bool:
+        """Is ``word`` an ordinal number word ("fourth", "twenty-first", "first")?"""
+        return self._number([word]) and word.endswith(_ORDINAL_ENDINGS)
+
     def _month(self, word: str) -> bool:
         """Is ``word`` a month name of the normalizer (its ``month_words``; none without ITN or
         such an attribute)?"""
@@ -518,7 +526,8 @@ class FinalTexts:
         before "and", or money in whole units before a pause ("two dollars" before "and fifty
         cents": "$2.50")."""
         n = len(span)
-        trailing = 1 if n > 1 and span[-1].word in _GOES_ON + _TIME_LETTERS + _TIME_LINKS else 0  # "one hundred and"
+        trailing = 1 if n > 1 and (span[-1].word in _GOES_ON + _TIME_LETTERS + _TIME_LINKS or (
+            span[-1].word == _DATE_LINK and self._ordinal(span[-2].word))) else 0  # "one hundred and", "the fourth of"
         last = n - trailing
         # A comma does not end a number: the model puts them between digits and inside numbers
         # ("five, five, five, one two...", "one thousand, two hundred") when it sees little
@@ -543,6 +552,9 @@ class FinalTexts:
         if 0 < s < last and span[s].word == "and" and span[s - 1].label not in (PERIOD, QUESTION) and (
                 (money := self._form_before(span, s)) is not None and money.text[:1] in _CURRENCY):
             s = money.start  # "one hundred dollars and forty" (cents may follow): held from "one"
+        if (span[-1].word if trailing else context[:1] and context[0]) == _DATE_LINK and s > 0 and \
+                span[s - 1].word == "the" and span[s - 1].label == O:
+            s -= 1  # "the fourth of" (july): the date's reading takes the "the" too ("July 4")
         ending = next((p for p in phrases if p.end == last), None)
         return Phrase(s if ending is None else min(s, ending.start), n, "")
 
@@ -687,7 +699,8 @@ class FinalTexts:
         if crossing is None and paused:  # "three thirty p" before a pause: "m" may follow
             crossing = next((p for p in phrases if p.end == n and not p.text), None)
         if crossing is None and (paused or context[:1] and context[0] in _GOES_ON + _TIME_LETTERS + _TIME_LINKS
-                                 or self._number(context[:1])):
+                                 or self._number(context[:1])
+                                 or span and context[:1] and context[0] == _DATE_LINK and self._ordinal(span[-1].word)):
             crossing = self._open_number(span, phrases, context, paused)  # "twenty" before a pause or "and"
         if crossing is None and (paused or self._number(context[:1]) or context[:1] and context[0] in _TIME_LINKS):
             crossing = self._open_date(span, phrases)  # "march" or "march fifth," before a pause or a number

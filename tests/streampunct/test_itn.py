@@ -502,7 +502,8 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
     it or none), a stream writes each sentence as its finals' words and marks written in one piece
     would be: times before "m", money before "and", dates after a month, numbers across the
     commas the model puts between digits, a year's "oh", an opener before a number, "quarter to" and
-    "ten past" before the hour, a number word after a sum that ends on one ("one dollar five two")."""
+    "ten past" before the hour, a number word after a sum that ends on one ("one dollar five two"),
+    "the fourth" before "of july"."""
     from streampunct import Punctuator
     from streampunct.labels import ID_TO_MARK
     from streampunct.model import DEFAULT_MODEL_DIR
@@ -517,6 +518,9 @@ def test_streamed_written_forms_do_not_depend_on_the_chunking(nemo, right_contex
                    "the galaxy holds a hundred billion stars", "the survey asked one thousand two hundred adults",
                    "it costs one dollar five two of them", "we left at quarter to nine ok",
                    "see you at ten past seven ok",
+                   # an ordinal before "of" and a month (found by an outside client, 2026-12-02: at right
+                   # contexts 0 and 1 "the fourth" was written before "of july" came)
+                   "we met on the fourth of july in paris", "it was the twenty first of march then",
                    # money with cents, whose reading the grammars find only once "cents" comes ("one
                    # hundred and ninety six dollars and forty" has none), and across the commas
                    # the model puts in it ("three hundred, six dollars")
