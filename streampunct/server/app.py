@@ -996,6 +996,7 @@ async def run_until_signalled(
     on_ready: Callable[[StreamServer], None] | None = None,
     stop: asyncio.Event | None = None,
     ignore_late_signals: bool = False,
+    repeated: Callable[[int], bool] | None = None,
 ) -> signal.Signals | None:
     """Serve until SIGINT, SIGTERM or SIGHUP, then shut down gracefully (the CLI's main loop);
     the signal that stopped it (None: ``stop`` was set).
@@ -1005,7 +1006,9 @@ async def run_until_signalled(
     ``on_ready`` is called once the engine is warm; ``runtime`` as for :func:`serve`.
     ``stop``: an event that, set, shuts down as the signals do (they set it; a worker of
     ``serve --workers`` sets it when its supervisor is gone). A second signal cuts the drain
-    short (:meth:`StreamServer.hurry`). With ``ignore_late_signals`` (a process that exits
+    short (:meth:`StreamServer.hurry`), unless ``repeated``, given how many stop signals came,
+    says they are one stop (a worker of ``serve --workers`` that a service manager signalled
+    itself, as its supervisor did). With ``ignore_late_signals`` (a process that exits
     next: :func:`run_server`), once a signal stopped it the stop signals are ignored from its
     return on, so that a late one does not kill the exit; else they are back at their defaults.
     """
@@ -1015,11 +1018,18 @@ async def run_until_signalled(
 
     serving: list[StreamServer] = []
 
+    def again() -> bool:
+        """Whether the signals received ask twice (a second one: stop waiting for the drain)."""
+        return len(received) > 1 and (repeated is None or repeated(len(received)))
+
     def on_signal(sig: signal.Signals) -> None:
         received.append(sig)
-        if len(received) > 1 and serving:  # a second signal: stop waiting for the drain
+        if again() and serving:
             logger.warning("%s received again: closing the sessions still draining now", sig.name)
             serving[0].hurry()
+        elif len(received) > 1:
+            logger.info("%s received again, the same stop as the first (sent to every process of the "
+                        "service): draining on", sig.name)
         stop.set()
 
     hangup = getattr(signal, "SIGHUP", None)
@@ -1034,7 +1044,7 @@ async def run_until_signalled(
             loop.remove_signal_handler(sig)
         raise
     serving.append(server)
-    if len(received) > 1:  # signalled twice while it started
+    if again():  # signalled twice while it started
         server.hurry()
     try:
         stopped = asyncio.create_task(stop.wait())
@@ -1063,6 +1073,7 @@ def run_server(
     *,
     on_ready: Callable[[StreamServer], None] | None = None,
     stop: asyncio.Event | None = None,
+    repeated: Callable[[int], bool] | None = None,
 ) -> signal.Signals | None:
     """:func:`run_until_signalled` on a new event loop of ``config.event_loop`` (uvloop or
     asyncio's; :mod:`streampunct.server.event_loop`): the one place the server's loop is made.
@@ -1071,4 +1082,4 @@ def run_server(
     _engine_abandoned.clear()  # this run's
     with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
         return runner.run(run_until_signalled(config, runtime, on_ready=on_ready, stop=stop,
-                                              ignore_late_signals=True))
+                                              ignore_late_signals=True, repeated=repeated))

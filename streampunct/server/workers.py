@@ -16,7 +16,9 @@ nothing itself:
 - **Signals.** SIGTERM and SIGINT are forwarded to every worker, each of which drains as a
   single server does (``--drain``); the supervisor exits once they have all exited: 0 when each
   exited cleanly. The workers start with both signals blocked and unblock them once they can
-  act on them, so that a signal during startup is never lost nor fatal.
+  act on them, so that a signal during startup is never lost nor fatal. A worker cuts its drain
+  short on a second stop only (:func:`_asks_twice`): one signal that reached it both itself and
+  through the supervisor (systemd signals every process of the service) is one stop.
 - **A worker that dies** (any exit the supervisor did not ask for) is not restarted: the
   supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
   service (systemd, Kubernetes, a shell loop) sees the failure. **A worker that hangs** is
@@ -42,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import math
 import multiprocessing
@@ -64,6 +67,7 @@ from typing import TYPE_CHECKING
 from streampunct.server.app import STOP_SIGNALS
 
 if TYPE_CHECKING:
+    from ctypes import c_int
     from multiprocessing.process import BaseProcess
 
     from streampunct.server.app import ServerConfig, StreamServer
@@ -301,6 +305,10 @@ class _Supervisor:
         self.ready: dict[int, Ready] = {}  # what each ready worker said
         self.hung: set[int] = set()  # workers killed for silence
         self.beat: set[int] = set()  # workers heard from (the others are judged from their start)
+        # The stops passed on to the workers, which they read to tell a second stop (hurry) from
+        # one signal that reached them twice: the supervisor's and a service manager's own, sent
+        # to every process of the service at once (systemd's KillMode=control-group).
+        self.stops: c_int | None = None
 
     def forward(self, sig: int, frame: object = None) -> None:
         """The signal handler: pass ``sig`` on to every worker (each drains)."""
@@ -310,6 +318,10 @@ class _Supervisor:
         self._stop(sig)
 
     def _stop(self, sig: int) -> None:
+        if self.stops is not None and any(
+                p.exitcode is None and p.pid is not None and i not in self.failed_to_start
+                for i, p in enumerate(self.procs)):
+            self.stops.value += 1  # before the signals: a worker that handles one reads it counted
         if self.deadline is None:
             self.deadline = time.monotonic() + (
                 self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
@@ -322,6 +334,7 @@ class _Supervisor:
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
+        self.stops = ctx.RawValue("i", 0)  # written by this process' signal handler only
         # The workers start with the stop signals blocked (a spawned child inherits the mask) and
         # unblock them once they can handle them: a signal meanwhile waits instead of killing them.
         # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT and
@@ -332,7 +345,8 @@ class _Supervisor:
             for i in range(self.n):
                 spec = pickle.dumps((worker_config(self.config, i, self.n, self.port), self.setup))
                 reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=worker_main, args=(spec, writer), name=f"streampunct-worker-{i}")
+                proc = ctx.Process(target=worker_main, args=(spec, writer, self.stops),
+                                   name=f"streampunct-worker-{i}")
                 proc.start()
                 # judged from its start: a worker that stops before its first beat (in its imports)
                 # is killed as one that stops later, not left holding a share of the port
@@ -343,7 +357,7 @@ class _Supervisor:
                 self.conns[reader] = i
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal that came meanwhile runs forward() now
-        if self.stop_signal is not None:
+        if self.stop_signal is not None and not self.stops.value:  # it came before any worker was there
             self._stop(self.stop_signal)
 
     def run(self, sockets: list[socket.socket], on_ready: Callable[[Ready], None] | None) -> int:
@@ -534,9 +548,10 @@ def _early_signal(sig: int, frame: object) -> None:
         _early_stop.set()
 
 
-def worker_main(spec: bytes, conn: Connection) -> None:
+def worker_main(spec: bytes, conn: Connection, stops: c_int | None = None) -> None:
     """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
-    over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``."""
+    over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``. ``stops``: the
+    stops the supervisor passed on (:func:`_asks_twice`)."""
     global _early_stop, _starting
     os.setpgid(0, 0)  # a group of its own: the supervisor kills it with its children (_kill_group)
     config, setup = pickle.loads(spec)
@@ -555,7 +570,8 @@ def worker_main(spec: bytes, conn: Connection) -> None:
     try:
         from streampunct.server.app import run_server
 
-        run_server(config, on_ready=lambda server: _ready(server, conn), stop=_early_stop)
+        run_server(config, on_ready=lambda server: _ready(server, conn), stop=_early_stop,
+                   repeated=None if stops is None else functools.partial(_asks_twice, stops))
     except BaseException as e:
         from engines.base import EngineError
         from streampunct.errors import StreampunctError
@@ -581,6 +597,15 @@ def worker_main(spec: bytes, conn: Connection) -> None:
 
     if engine_abandoned():  # stopped while its engine loaded: not waiting for that thread at exit
         exit_now(0)
+
+
+def _asks_twice(stops: c_int, received: int) -> bool:
+    """Whether the ``received`` stop signals of a worker ask it twice to stop (cut its drain short):
+    the supervisor passed on two (Ctrl-C twice), or two came from elsewhere. One the supervisor
+    passed on and one sent to the worker itself (systemd signals every process of the service at
+    once; ``kill`` of every pid) are one stop, which drains."""
+    forwarded = stops.value
+    return forwarded >= 2 or received - forwarded >= 2
 
 
 class _StartupBeats:

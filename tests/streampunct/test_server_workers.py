@@ -443,7 +443,7 @@ MASK_PROBE = """
 import sys
 from streampunct.server import workers
 
-def probe(spec, conn):
+def probe(spec, conn, *rest):  # worker_main's arguments
     status = open("/proc/self/status").read()
     conn.send(int(status.split("SigBlk:")[1].split()[0], 16))
     conn.close()
@@ -592,6 +592,51 @@ async def test_sighup_ends_the_supervisor_at_once_and_the_workers_drain(tmp_path
             assert transcript.words == WORDS and client.close_code == 1001
         await until(lambda: not any(_running(h["pid"]) for h in health.values()), timeout=20)
         assert "its 2 workers drain by themselves" in server.log.read_text()
+
+
+#: An engine call of seconds: a drain lasts that long, so that the test's signals come during it.
+SLOW_ENGINE = ("--engine-option", "batch_ms=2000", "--engine-option", "sleep=true")
+
+
+async def test_a_stop_signal_sent_to_every_process_at_once_drains(tmp_path):
+    """systemd's default KillMode=control-group (or a kill of every pid) sends SIGTERM to the
+    supervisor and to each worker; the supervisor passes its own on. A worker got two and took
+    them for Ctrl-C twice: the drain was cut short, its clients closed with no final. One stop
+    from two senders drains: every word final, 1001 with the plain reason, status 0."""
+    async with serving(tmp_path, *SLOW_ENGINE) as server:
+        await server.ready_line()
+        health = await server.workers_by_health(2)
+        clients = [await pending_stream(server, w) for w in (0, 1)]
+        for h in health.values():  # the service manager's signal reaches each worker itself...
+            os.kill(h["pid"], signal.SIGTERM)
+        await until(lambda: server.log.read_text().count("SIGTERM received; shutting down") == 2, timeout=10)
+        server.proc.send_signal(signal.SIGTERM)  # ...and the supervisor, which passes it on
+        for client in clients:
+            transcript = await read_to_close(client)
+            assert transcript.words == WORDS, server.log.read_text()
+            assert (client.close_code, client.close_reason) == (1001, "server shutting down")
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 0
+        log = server.log.read_text()  # each worker had both signals while it drained
+        assert log.count("the same stop as the first") == 2 and "received again: closing" not in log
+
+
+async def test_a_second_stop_signal_to_the_supervisor_cuts_the_workers_drain_short(tmp_path):
+    """Ctrl-C twice (two signals to the supervisor, each passed on): the workers close the
+    sessions still draining at once, with the reason that says so."""
+    from streampunct.server.app import DRAIN_CUT_SHORT_REASON
+
+    async with serving(tmp_path, *SLOW_ENGINE) as server:
+        await server.ready_line()
+        await server.workers_by_health(2)
+        clients = [await pending_stream(server, w) for w in (0, 1)]
+        server.proc.send_signal(signal.SIGTERM)
+        await until(lambda: server.log.read_text().count("SIGTERM received; shutting down") == 2, timeout=10)
+        server.proc.send_signal(signal.SIGTERM)
+        for client in clients:
+            await read_to_close(client)
+            assert (client.close_code, client.close_reason) == (1001, DRAIN_CUT_SHORT_REASON)
+        assert await asyncio.wait_for(server.proc.wait(), 30) == 0
+        assert server.log.read_text().count("received again: closing the sessions still draining now") == 2
 
 
 async def test_sighup_drains_a_single_server_which_exits_129(tmp_path):
