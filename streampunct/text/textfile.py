@@ -13,9 +13,10 @@ rest is read as Windows-1252 (a Latin-1 file).
 Input that still holds NUL bytes or mostly control characters is refused
 with an :class:`~streampunct.errors.InputError`, and so is a line longer than
 :data:`MAX_LINE_CHARS` (text with no line ends: ``tr -d '\\n'``, or a device
-that never ends one): a file is read in pieces and refused at the first that
-breaks these rules, so an endless input (``/dev/zero``) is refused at once, not
-read into memory until it runs out.
+that never ends one): stdin, a device or a pipe is read in pieces and refused at
+the first that breaks these rules, so an endless input (``/dev/zero``) is
+refused at once, not read into memory until it runs out (a regular file ends,
+and is decoded whole).
 
 There is one such check (:class:`BinaryCheck`), for a whole file
 (:func:`decode_text`, ``punctuate``, ``caption FILE``) and for text that comes
@@ -177,8 +178,12 @@ class BinaryCheck:
 
     def _line_fits(self) -> None:
         if self.line > self.max_line:
-            raise InputError(f"{self.name} has a line of more than {self.max_line:,} characters (no line end); "
-                             "give a text file with line ends")
+            self.refuse_line()
+
+    def refuse_line(self) -> None:
+        """Raise the :class:`InputError` of a line longer than ``max_line``."""
+        raise InputError(f"{self.name} has a line of more than {self.max_line:,} characters (no line end); "
+                         "give a text file with line ends")
 
 
 def decode_text(raw: bytes, name: str = "input") -> str:
@@ -286,6 +291,7 @@ def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
         return
     decoder = TextStream(name)
     held: list[str] = []  # the line in progress
+    held_chars = 0  # its length: lines end at "\n" alone here, so a "\r"-only stream is one line
     while True:
         # os.read, not the buffered reader: what has come, at once; and a read left waiting in a
         # daemon thread then holds no lock that the interpreter's exit would wait for
@@ -293,11 +299,14 @@ def text_lines(stream: TextIO, name: str = "stdin") -> Iterator[str]:
         *lines, last = (decoder.feed(raw) if raw else decoder.close()).split("\n")
         if lines:
             lines[0] = "".join(held) + lines[0]
-            held = []
+            held, held_chars = [], 0
         for line in lines:
             yield line + "\n"
         if last:
             held.append(last)
+            held_chars += len(last)
+            if held_chars > decoder.check.max_line:
+                decoder.check.refuse_line()
         if not raw:
             if held:
                 yield "".join(held)
@@ -330,16 +339,19 @@ def require_file(path: str | Path) -> Path:
 
 
 def read_text(source: str | Path) -> str:
-    """Decoded text of a file, or of stdin when ``source`` is ``"-"``: read and checked a piece at
-    a time (:func:`read_stream`), so that binary data or a line without end (``/dev/zero``, a
-    pipe that never ends a line) is refused as soon as it comes."""
+    """Decoded text of a file, or of stdin when ``source`` is ``"-"``. A regular file is decoded
+    whole (:func:`decode_text`); stdin, a device or a pipe is read and checked a piece at a time
+    (:func:`read_stream`), so that binary data or a line without end (``/dev/zero``, a pipe that
+    never ends a line) is refused as soon as it comes."""
     if str(source) == "-":
         if sys.stdin is None:  # started with stdin closed (`cmd <&-`)
             raise InputError(STDIN_CLOSED)
         return read_stream(sys.stdin.buffer, "stdin")
     path = require_file(source)
     try:
-        with open(path, "rb") as f:
+        if path.is_file():  # a regular file: it ends; decoded whole
+            return decode_text(path.read_bytes(), str(path))
+        with open(path, "rb") as f:  # a device or a pipe (/dev/zero, <(cmd)): may never end
             return read_stream(f, str(path))
     except PermissionError:
         raise InputError(f"cannot read {path}: permission denied") from None

@@ -24,7 +24,7 @@ from pathlib import Path
 from streampunct.errors import InputError
 from streampunct.labels import COMMA, LABEL_TO_ID, LABELS, O, strongest
 from streampunct.text.normalize import normalize_word
-from streampunct.text.textfile import read_stream, read_text, require_file, split_lines
+from streampunct.text.textfile import decode_text, read_text, require_file, split_lines
 
 
 @dataclass
@@ -63,10 +63,11 @@ def _open_text(path: Path):
 
 def _read_text(path: Path) -> str:
     """A file's text (gunzipped when it ends in ``.gz``), read and decoded as every transcript is
-    (:func:`streampunct.text.textfile.read_stream`: by its byte-order mark, UTF-16, Latin-1)."""
+    (:func:`streampunct.text.textfile.read_text`: by its byte-order mark, UTF-16, Latin-1)."""
+    if path.suffix != ".gz":
+        return read_text(path)  # a device or a pipe in pieces: binary or endless input is refused as it comes
     try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            return read_stream(f, str(path))  # in pieces: binary or endless input is refused as it comes
+        return decode_text(gzip.decompress(path.read_bytes()), str(path))
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
         raise InputError(f"cannot read {path}: {e}") from None
 

@@ -250,3 +250,38 @@ async def test_punctuate_and_caption_refuse_a_line_without_end(start_server):
         assert (rc, err.strip().splitlines()[-1]) == (2, f"streampunct {args[0]}: error: stdin has a line of more "
                                                          f"than {MAX_LINE_CHARS:,} characters (no line end); give a "
                                                          "text file with line ends")
+
+
+def test_a_regular_file_is_accepted_or_refused_as_decode_text_does(tmp_path):
+    """read_text decodes a regular file whole, as decode_text does: a BOM-less UTF-16 file is
+    judged on all of it, not on its first piece (found in review, 2026-12-02: read in pieces,
+    one of odd length, or one whose first MiB was ASCII and the rest CJK, was accepted)."""
+    from streampunct.text import textfile
+
+    cases = {"odd.txt": "hello world\n".encode("utf-16-le") + b"x",
+             "late.txt": ("a" * (1 << 19) + "\u4e2d\u6587" * 1000).encode("utf-16-le"),
+             "plain.txt": "so this is it\n".encode("utf-16-le")}
+    for name, raw in cases.items():
+        path = tmp_path / name
+        path.write_bytes(raw)
+        outcomes = []
+        for read, arg in ((decode_text, raw), (textfile.read_text, path)):
+            try:
+                outcomes.append(read(arg) if read is textfile.read_text else read(arg, str(path)))
+            except InputError as e:
+                outcomes.append(f"InputError: {e}")
+        assert outcomes[0] == outcomes[1], name
+
+
+def test_text_lines_bound_a_line_that_ends_in_carriage_returns_only(monkeypatch):
+    """text_lines ends lines at "\\n" alone: a stream of "\\r"-ended pieces is one line in
+    progress, refused past the limit (found in review: it was held in memory without end)."""
+    from streampunct.text import textfile
+
+    monkeypatch.setattr(textfile, "MAX_LINE_CHARS", 1000)
+    r, w = os.pipe()
+    with os.fdopen(w, "wb") as f:
+        f.write(b"word\r" * 400)
+    with os.fdopen(r, "r") as stream, pytest.raises(
+            InputError, match="^stdin has a line of more than 1,000 characters"):
+        list(text_lines(stream))
