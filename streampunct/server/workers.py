@@ -321,7 +321,13 @@ class _Supervisor:
         if self.stops is not None and any(
                 p.exitcode is None and p.pid is not None and i not in self.failed_to_start
                 for i, p in enumerate(self.procs)):
-            self.stops.value += 1  # before the signals: a worker that handles one reads it counted
+            # before the signals: a worker that handles one reads it counted; with the stop signals
+            # blocked, as forward() (their handler) may run between this read and write otherwise
+            masked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                self.stops.value += 1
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         if self.deadline is None:
             self.deadline = time.monotonic() + (
                 self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
@@ -334,7 +340,7 @@ class _Supervisor:
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self.stops = ctx.RawValue("i", 0)  # written by this process' signal handler only
+        self.stops = ctx.RawValue("i", 0)  # written by this process only (_stop), read by the workers
         # The workers start with the stop signals blocked (a spawned child inherits the mask) and
         # unblock them once they can handle them: a signal meanwhile waits instead of killing them.
         # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT and
