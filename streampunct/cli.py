@@ -36,6 +36,7 @@ import argparse
 import errno
 import importlib
 import logging
+import signal as _signal
 import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
@@ -156,6 +157,10 @@ def _terminated(signum: int, _frame: object) -> None:
     raise Terminated(signum)
 
 
+#: The signals that stop a command (Ctrl-C, SIGTERM, SIGHUP where the platform has it).
+_ALL_STOP_SIGNALS = tuple(getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(_signal, name))
+
+
 def _stop_signals() -> dict[int, object]:
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while a command runs,
     where they would kill the process at once (their default; an ignored one, as under nohup,
@@ -174,15 +179,20 @@ def _stop_signals() -> dict[int, object]:
     return previous
 
 
-def run_command(run, args: argparse.Namespace, prog: str) -> int:
+def run_command(run, args: argparse.Namespace, prog: str, *, own_process: bool = True) -> int:
     """Run one subcommand; the project's and the engines' own errors, and wrong paths, become a
     one-line message and status 2; anything else keeps its traceback. Ctrl-C, SIGTERM and
-    SIGHUP end it with 128 + the signal's number (130, 143, 129)."""
+    SIGHUP end it with 128 + the signal's number (130, 143, 129).
+
+    ``own_process``: the command is the process's (``streampunct ...``), which exits next, so a
+    stop signal that the command ignores for its exit (``serve``, ``caption``) stays ignored.
+    Called in-process (``main(argv)``), every stop signal's handler is put back as it was."""
     import signal
 
     # here, not at import: numpy loads with it, and main() guards that time against Ctrl-C
     from engines.base import EngineError
 
+    before = {sig: signal.getsignal(sig) for sig in _ALL_STOP_SIGNALS}
     previous = _stop_signals()
     try:
         return int(run(args) or 0)
@@ -211,6 +221,10 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
         for sig, handler in previous.items():
             if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the command (a server exiting): kept
                 signal.signal(sig, handler)
+        if not own_process:  # the caller goes on: as it had them, ignored by the command or not
+            for sig, handler in before.items():
+                if handler is not None:  # (None: set outside Python; left as the command left it)
+                    signal.signal(sig, handler)
 
 
 def _stdout_fails() -> bool:
@@ -259,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     configure_logging(args.log_level or args._log_level)
-    return run_command(args._run, args, f"streampunct {args.command}")
+    return run_command(args._run, args, f"streampunct {args.command}", own_process=argv is None)
 
 
 def command_main(module: ModuleType, argv: Sequence[str] | None = None) -> int:
@@ -269,7 +283,7 @@ def command_main(module: ModuleType, argv: Sequence[str] | None = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging("INFO")
-    return run_command(module.run, args, parser.prog)
+    return run_command(module.run, args, parser.prog, own_process=argv is None)
 
 
 if __name__ == "__main__":

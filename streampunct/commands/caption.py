@@ -15,7 +15,8 @@ word was final.
 Once the run is over (written, or failed), these signals are ignored until the
 process exits (:func:`_ignore_stop_signals`): a second Ctrl-C just after the
 first, the run having ended in between, changes nothing (no traceback, the
-same status).
+same status). Called in-process (``streampunct.cli.main(argv)``), the caller's
+handlers are put back when it returns (:func:`streampunct.cli.run_command`).
 
 A closed stdout (``caption ... | head``) is taken as the first signal is: no
 more is written to stdout, the stream is ended (at once when there is no

@@ -444,3 +444,24 @@ def test_out_to_dev_stdout_writes_through_the_shells_redirect(tmp_path, redirect
                            check=True, capture_output=True, text=True)
     assert piped.stdout == "body\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "log"]
+
+
+def test_an_in_process_caption_leaves_the_callers_stop_signals_as_they_were(tmp_path, capsys):
+    """``main([...])`` in-process: the caller goes on, so the stop signals a command ignores for its
+    own exit are put back (found in review, 2026-12-02: after an in-process caption, Ctrl-C was
+    ignored in the caller and in every process it started later)."""
+    import signal
+
+    from streampunct.cli import main
+
+    stops = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    before = {s: signal.getsignal(s) for s in stops}
+    transcript = tmp_path / "t.txt"
+    transcript.write_text("hello world\n")
+    try:
+        assert main(["caption", str(transcript), "--url", "ws://127.0.0.1:9/v1/stream"]) == 2  # nobody there
+        assert {s: signal.getsignal(s) for s in stops} == before
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert "cannot connect" in capsys.readouterr().err

@@ -41,7 +41,8 @@ def test_plugins_come_from_the_entry_point_group(monkeypatch, caplog):
 
 def test_a_stop_signal_a_command_ignores_stays_ignored_after_it_returns(monkeypatch):
     """``serve`` ignores late stop signals once one stopped it (it exits next); the CLI's
-    restoring of the signals it found must not undo that, or a late SIGTERM kills the exit."""
+    restoring of the signals it found must not undo that, or a late SIGTERM kills the exit. Called
+    in-process with its arguments, the caller goes on: its handlers are put back."""
     import signal
 
     plugin = types.ModuleType("fake_server")
@@ -53,8 +54,12 @@ def test_a_stop_signal_a_command_ignores_stays_ignored_after_it_returns(monkeypa
                         if group == ENTRY_POINT_GROUP else [])
     before = signal.getsignal(signal.SIGTERM)
     try:
-        assert main(["stopper"]) == 0
+        monkeypatch.setattr(sys, "argv", ["streampunct", "stopper"])
+        assert main() == 0  # the process's own command line: it exits next
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        signal.signal(signal.SIGTERM, before)
+        assert main(["stopper"]) == 0  # in-process (argv given): the caller goes on, its handler back
+        assert signal.getsignal(signal.SIGTERM) is before
     finally:
         signal.signal(signal.SIGTERM, before)
 
@@ -679,7 +684,7 @@ def test_each_command_logs_at_its_own_default_level_unless_told(monkeypatch, arg
 
     seen = []
     monkeypatch.setattr(cli, "configure_logging", seen.append)
-    monkeypatch.setattr(cli, "run_command", lambda run, args, prog: 0)
+    monkeypatch.setattr(cli, "run_command", lambda run, args, prog, **kw: 0)
     assert cli.main(argv) == 0
     assert seen == [level]
 
