@@ -79,7 +79,7 @@ from streampunct.server.http_policy import (
     redact_tokens,
 )
 from streampunct.server.metrics import ServerMetrics
-from streampunct.server.session import Session, SessionContext, close_within
+from streampunct.server.session import SHUTDOWN_REASON, Session, SessionContext, close_within
 from streampunct.server.ws_connection import GuardedConnection, max_write_buffer
 from streampunct.text.itn import ProcessNormalizer, load_normalizer
 from streampunct.text.itn import available as itn_available
@@ -654,8 +654,11 @@ class StreamServer:
                 logger.warning("%d sessions still open after %.1fs; closing them", len(self.sessions),
                                time.monotonic() - stopping if self._hurried_at is not None
                                else self.config.shutdown_timeout_s)
+            drained = {s.connection for s in self.sessions if s.drained}  # all final, all sent: nothing cut
             await asyncio.gather(*(  # the reason tells a drain cut short from a complete one
-                close_within(c, CloseCode.GOING_AWAY, DRAIN_CUT_SHORT_REASON, self.config.close_timeout_s)
+                close_within(c, CloseCode.GOING_AWAY,
+                             SHUTDOWN_REASON if c in drained else DRAIN_CUT_SHORT_REASON,
+                             self.config.close_timeout_s)
                 for c in list(self._ws.connections)
             ))
             await self._ws.wait_closed()

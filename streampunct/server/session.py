@@ -94,6 +94,8 @@ from streampunct.text.written_form import WouldWait, WrittenForms
 
 logger = logging.getLogger(__name__)
 
+#: The close reason of a session whose words were all final and sent at a shutdown (1001).
+SHUTDOWN_REASON = "server shutting down"
 #: Grammar searches one text awaits before it is written on the executor instead.
 _MAX_FETCHES = 16
 #: Messages waiting in the outbox from which a partial not sent yet is dropped for a newer one,
@@ -261,6 +263,17 @@ class Session:
         return self.protocol.backlog
 
     @property
+    def connection(self) -> ServerConnection:
+        """The session's WebSocket connection."""
+        return self._ws
+
+    @property
+    def drained(self) -> bool:
+        """Every word received is final and every message is sent: a close now cuts nothing."""
+        return (self.protocol.n_final == self.protocol.n_words and self._outbox.empty()
+                and not self._writer_held)
+
+    @property
     def connection_open(self) -> bool:
         """The connection is not closing or closed (such a session's slot is free)."""
         return self._ws.state is websockets.protocol.State.OPEN
@@ -349,7 +362,7 @@ class Session:
                     await self._close(code, IDLE_TIMEOUT_REASON)
                 else:
                     self._log.info("shutdown: all %d words final, closing", self.protocol.n_final)
-                    await self._close(code, "server shutting down")
+                    await self._close(code, SHUTDOWN_REASON)
         except websockets.ConnectionClosed:
             self._log.info("connection closed while finishing")
         finally:

@@ -291,3 +291,43 @@ async def test_a_hurried_shutdown_still_closes_an_idle_engine(start_server, capl
         await server.shutdown()
     assert not server.batcher.engine_busy() and not app.engine_abandoned()
     assert not [r for r in caplog.records if "still busy" in r.getMessage() or "still open" in r.getMessage()]
+
+
+async def test_a_drain_cut_short_closes_a_session_with_every_word_final_as_a_complete_drain(start_server):
+    """At the shutdown timeout (here 0) every session still open is closed with 1001; one whose
+    words were all final and sent gets the complete drain's reason, not the one that says its
+    words may not all be final (found by an operator's probe, 2026-12-02)."""
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed
+
+    from streampunct.server.app import DRAIN_CUT_SHORT_REASON
+    from streampunct.server.session import SHUTDOWN_REASON
+    from tests.streampunct.fakes import GatedEngine
+
+    engine = GatedEngine(open=True)  # the warm-up passes
+    server = await start_server(engine=engine, shutdown_timeout_s=0.0, close_timeout_s=2.0)
+    try:
+        async with ws_connect(server.url) as done, ws_connect(server.url) as held:
+            await done.recv()
+            await held.recv()  # ready
+            await done.send(json.dumps({"type": "words", "words": SCHEDULE_VOCAB[:3]}))
+            await done.send(json.dumps({"type": "flush"}))
+            async with asyncio.timeout(10):
+                while json.loads(await done.recv())["type"] != "flushed":
+                    pass
+            engine.close_gate()
+            entered = engine.entered
+            await held.send(json.dumps({"type": "words", "words": SCHEDULE_VOCAB[:12]}))
+            await held.send(json.dumps({"type": "flush"}))
+            await engine.wait_entered(entered + 1)  # its window is at the engine: not final
+            stopping = asyncio.create_task(server.shutdown())
+            for ws in (done, held):
+                async with asyncio.timeout(10):
+                    with contextlib.suppress(ConnectionClosed):
+                        async for _ in ws:
+                            pass
+            assert (done.close_code, done.close_reason) == (1001, SHUTDOWN_REASON)
+            assert (held.close_code, held.close_reason) == (1001, DRAIN_CUT_SHORT_REASON)
+    finally:
+        engine.open()
+    await stopping
