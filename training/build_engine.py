@@ -406,7 +406,9 @@ def _run(args: argparse.Namespace) -> int:
     if not from_graph and not (ckpt / "tokenizer.json").is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
     parity_path: Path | None = args.parity_data or default_parity_data()
-    if parity_path is not None and "test2011" in parity_path.name:
+    from training.data import is_test_set
+
+    if parity_path is not None and is_test_set(parity_path):
         raise InputError("the IWSLT test sets are for final evaluation only: pass a validation file")
     emulate = _emulates_int8(ckpt, args) if from_graph else False
     if args.int8_activations is not None and not from_graph:

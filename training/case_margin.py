@@ -152,10 +152,10 @@ def tune(model_dir: str | Path, data: Sequence[str | Path], margins: Sequence[fl
     """Decode each file once, sweep ``margins``, choose one; with ``write`` store it in the folder."""
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.text.textfile import read_text
-    from training.data import FORBIDDEN
+    from training.data import is_test_set
 
     for path in data:
-        if any(bad in Path(path).name for bad in FORBIDDEN):
+        if is_test_set(path):
             raise InputError(f"{Path(path).name} is a test set: never tune on it")
     p = OfflineDecoder.from_model_dir(model_dir)
     try:

@@ -115,10 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-words", type=int, default=0)
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args(argv)
+    if any(rc < 0 for rc in args.right_context):
+        ap.error(f"--right-context takes words of right context, 0 or more, not {min(args.right_context)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from streampunct.errors import StreampunctError
+    from training.cli_support import check_writable
 
     try:
+        if args.json:
+            check_writable(args.json, "--json")  # now, not after the report is made
         rep = report(args.checkpoint, args.data, args.right_context, data_root_dir=args.data_root,
                      device=args.device, max_words=args.max_words, stream_sources=args.stream_data, live=args.live)
     except StreampunctError as e:

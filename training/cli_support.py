@@ -4,10 +4,12 @@ and turn the errors a user can fix into one line and exit code 2."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from streampunct.errors import StreampunctError
+from streampunct.errors import InputError, StreampunctError
 
 
 def run_tool(action: Callable[[], object]) -> int:
@@ -21,3 +23,22 @@ def run_tool(action: Callable[[], object]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_writable(path: str | Path, flag: str, *, folder: bool = False) -> Path:
+    """``path`` made absolute, or an :class:`InputError` now, before the work, when the file
+    (with ``folder``: the folder) cannot be written there: a file in the way, a folder where a
+    file goes, no permission. Nothing is created."""
+    p = Path(path).expanduser().absolute()
+    if folder and p.exists() and not p.is_dir():
+        raise InputError(f"{flag} {p} is a file, not a folder")
+    if not folder and p.is_dir():
+        raise InputError(f"{flag} {p} is a folder, not a file")
+    near = p if folder else p.parent
+    while not near.exists() and near != near.parent:  # the nearest part of the path that is there
+        near = near.parent
+    if not near.is_dir():
+        raise InputError(f"{flag} {p} cannot be written: {near} is a file")
+    if not os.access(near, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {p} cannot be written: no permission to write in {near}")
+    return p

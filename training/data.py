@@ -151,8 +151,20 @@ def _converter_fingerprint() -> str:
     return hashlib.sha256(Path(streampunct.text.convert.__file__).read_bytes()).hexdigest()[:12]
 
 
+def is_test_set(path: str | Path) -> bool:
+    """Whether ``path`` names a test set (:data:`FORBIDDEN`), in any case (``TEST2011.txt``),
+    by its own name or, for a link, by the name of the file it leads to."""
+    p = Path(path)
+    names = [p.name]
+    try:
+        names.append(p.resolve().name)
+    except (OSError, RuntimeError):
+        pass
+    return any(bad in name.lower() for name in names for bad in FORBIDDEN)
+
+
 def _check_allowed(path: Path) -> None:
-    if any(bad in path.name for bad in FORBIDDEN):
+    if is_test_set(path):
         raise InputError(f"{path.name} is a test set: never train or select models on it")
 
 

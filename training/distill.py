@@ -36,7 +36,7 @@ import numpy as np
 
 from streampunct.errors import InputError
 from streampunct.labels import CASE_LABELS, LABELS
-from training.cli_support import run_tool
+from training.cli_support import check_writable, run_tool
 from training.data import IGNORE, Document
 
 log = logging.getLogger(__name__)
@@ -322,6 +322,7 @@ def label_sources(teacher: str | Path, labelled: Sequence[str], unlabeled: Seque
     k, n = shard
     if not 0 <= k < n:  # before any data is read
         raise InputError(f"--shard K/N needs 0 <= K < N, got {k}/{n}")
+    check_writable(out, "--out")  # now, not after the labelling
     docs = select_documents(labelled, unlabeled, data_root_dir=data_root_dir, cache_dir=cache_dir,
                             max_unlabeled_words=max_unlabeled_words, max_labelled_words=max_labelled_words,
                             seed=seed, exclude_held_out_captions=exclude_held_out_captions)
@@ -390,6 +391,7 @@ def label_shard_dir(teacher: str | Path, labelled: Sequence[str], unlabeled: Seq
     waits for them (every ``poll_s`` seconds), so that every process returns when all are done."""
     if shards < 1:
         raise InputError(f"--shards must be >= 1, got {shards}")
+    check_writable(out_dir, "--out", folder=True)  # now, not after the data is read
     docs = select_documents(labelled, unlabeled, data_root_dir=data_root_dir, cache_dir=cache_dir,
                             max_unlabeled_words=max_unlabeled_words, max_labelled_words=max_labelled_words,
                             seed=seed, exclude_held_out_captions=exclude_held_out_captions)

@@ -23,7 +23,10 @@ def default_out_dir(cfg: TrainConfig) -> Path:
 
 def run(cfg: TrainConfig, out_dir: Path | None = None, *, resume: bool = False) -> RunResult:
     """Train as the config says; returns the best checkpoint and its validation scores."""
+    from training.cli_support import check_writable
+
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(cfg)
+    check_writable(out_dir, "--out", folder=True)  # now, not after the data is read
     kind = cfg.method.kind
     if kind == "self_training":
         from training.self_training import run_self_training
