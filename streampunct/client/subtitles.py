@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -340,7 +341,9 @@ class CueBuilder:
         self._longest = max(map(len, self._phrases), default=0)
         self._pending: list[Piece] = []
         self._sentence_start = True
-        self._last_end = 0.0  # cues never start before the previous one ended
+        # cues never start before the previous one ended; none yet, so that word times before 0
+        # (an offset clock, which jsonl cues carry as they are) are not pulled to 0
+        self._last_end = -math.inf
 
     @property
     def pending(self) -> int:

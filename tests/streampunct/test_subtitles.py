@@ -622,3 +622,12 @@ def test_the_cue_checker_names_the_file_and_line_of_a_bad_record(tmp_path, capsy
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.jsonl")])
     assert "no such file" in capsys.readouterr().err
+
+
+def test_cues_of_word_times_before_0_keep_their_times():
+    """jsonl cues carry word times before 0 (an offset clock) as they are: the first cue is
+    not pulled to 0 (it used to start at 0 and, past the lag bound, show for 1 ms)."""
+    cues = build(timed("so today we talk about the river. it flooded every spring.", start=-10.0))
+    assert cues[0].start == pytest.approx(-10.0)
+    assert all(c.duration >= CueLimits().min_duration_s - 1e-9 for c in cues)
+    assert all(a.end <= b.start for a, b in zip(cues, cues[1:], strict=False))
