@@ -188,11 +188,14 @@ def run_command(run, args: argparse.Namespace, prog: str, *, own_process: bool =
     stop signal that the command ignores for its exit (``serve``, ``caption``) stays ignored.
     Called in-process (``main(argv)``), every stop signal's handler is put back as it was."""
     import signal
+    import threading
 
     # here, not at import: numpy loads with it, and main() guards that time against Ctrl-C
     from engines.base import EngineError
 
-    before = {sig: signal.getsignal(sig) for sig in _ALL_STOP_SIGNALS}
+    # (off the main thread no command sets a handler, and none can be set back)
+    before = {sig: signal.getsignal(sig) for sig in _ALL_STOP_SIGNALS
+              if threading.current_thread() is threading.main_thread()}
     previous = _stop_signals()
     try:
         return int(run(args) or 0)

@@ -1149,3 +1149,19 @@ def test_caption_refuses_a_negative_latency_option_before_connecting(option, cap
         build_parser().parse_args(["caption", "talk.txt", option, "-1"])
     assert e.value.code == 2
     assert f"argument {option}: must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_command_run_in_process_off_the_main_thread_returns_its_status():
+    """Off the main thread no signal handler can be set: ``main(argv)`` there returns the command's
+    status (found in review, 2026-12-02: putting the caller's handlers back raised ValueError)."""
+    import argparse
+    import threading
+
+    from streampunct.cli import run_command
+
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(
+        run_command(lambda args: 3, argparse.Namespace(), "x", own_process=False)))
+    thread.start()
+    thread.join(30)
+    assert got == [3]
