@@ -28,14 +28,17 @@ def run_tool(action: Callable[[], object]) -> int:
 def check_writable(path: str | Path, flag: str, *, folder: bool = False) -> Path:
     """``path`` made absolute, or an :class:`InputError` now, before the work, when the file
     (with ``folder``: the folder) cannot be written there: a file in the way, a folder where a
-    file goes, no permission. Nothing is created."""
-    p = Path(path).expanduser().absolute()
+    file goes, a link to nothing on the way, no permission. Nothing is created. ``path`` is taken
+    as the tools write it (a ``~`` the shell did not expand is a folder named ``~``)."""
+    p = Path(path).absolute()
     if folder and p.exists() and not p.is_dir():
         raise InputError(f"{flag} {p} is a file, not a folder")
     if not folder and p.is_dir():
         raise InputError(f"{flag} {p} is a folder, not a file")
     near = p if folder else p.parent
     while not near.exists() and near != near.parent:  # the nearest part of the path that is there
+        if near.is_symlink():  # making the folders would fail there (after the work)
+            raise InputError(f"{flag} {p} cannot be written: {near} is a link to nothing ({os.readlink(near)})")
         near = near.parent
     if not near.is_dir():
         raise InputError(f"{flag} {p} cannot be written: {near} is a file")

@@ -23,6 +23,20 @@ def test_check_writable_refuses_a_file_in_the_way_and_creates_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_check_writable_refuses_a_link_to_nothing_and_takes_the_path_as_written(tmp_path, monkeypatch):
+    """A dangling link on the way would make the later mkdir fail after the work; a "~" the shell
+    left is a folder named "~" where the tools write (found in review, 2026-12-02)."""
+    from training.cli_support import check_writable
+
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(InputError, match="is a link to nothing"):
+        check_writable(tmp_path / "dangling" / "soft.npz", "--out")
+    with pytest.raises(InputError, match="is a link to nothing"):
+        check_writable(tmp_path / "dangling", "--out", folder=True)
+    monkeypatch.chdir(tmp_path)
+    assert check_writable("~/r.json", "--json") == tmp_path / "~" / "r.json"
+
+
 def test_test_sets_are_refused_in_any_case_and_through_links(tmp_path):
     from training.data import load_labelled
 
