@@ -625,7 +625,8 @@ class StreamServer:
 
     def hurry(self) -> None:
         """Cut a shutdown short (a second stop signal): the sessions still draining are closed now
-        as at the shutdown timeout (1001, the drain-cut-short reason), and the engine is not
+        as at the shutdown timeout (1001, the drain-cut-short reason; a session whose words were all
+        final and sent, the plain one), and the engine is not
         waited for (:meth:`_shutdown`)."""
         if self._hurried_at is None:
             self._hurried_at = time.monotonic()
