@@ -75,8 +75,9 @@ from streampunct.text.textfile import read_text, text_lines
 from streampunct.text.word_labels import is_word_label_text, parse_word_labels, split_labeled_line
 
 INPUT_FORMATS = ("auto", "text", "words", "vosk", "whisper")
-#: Signals that stop a run: taken by the main thread, blocked in the input's reader thread.
-_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+#: Signals that stop a run: taken by the main thread (the caption command's loop), blocked in the
+#: input's reader thread.
+STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 #: What to do with a JSON line that cannot be read (``--on-bad-line``).
 BAD_LINE_ACTIONS = ("stop", "skip")
 #: The largest word time (seconds, either sign) read from JSON input: 2**53 ms (about 285,000
@@ -621,7 +622,7 @@ def _stdin_lines(path: str = "-") -> asyncio.Queue[str | Exception | None]:
 
     def pump() -> None:
         if hasattr(signal, "pthread_sigmask"):  # Ctrl-C and the like are the main thread's (its loop's) to take
-            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             for line in lines():
                 put(line)

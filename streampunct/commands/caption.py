@@ -166,21 +166,19 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-#: The signals that stop a run (the loop's handlers, :func:`_caption`).
-_STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-
 async def _quiet_after(run, blocked: list[set[signal.Signals]]):
     """``run``'s result; once it is over (written, or failed), the stop signals are blocked
     (the mask they had goes into ``blocked``) until :func:`_ignore_stop_signals`, and the loop's
     handlers are gone (one that came just before is not said as a second signal as it closes)."""
+    from streampunct.client.caption_input import STOP_SIGNALS
+
     try:
         return await run
     finally:
         if hasattr(signal, "pthread_sigmask"):
-            blocked.append(signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS))
+            blocked.append(signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS))
         loop = asyncio.get_running_loop()
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 
@@ -196,7 +194,9 @@ def _ignore_stop_signals(blocked: list[set[signal.Signals]]) -> None:
     So they are blocked from the end of the run (:func:`_quiet_after`) while the loop closes,
     in the main thread, the one that takes them (the input's reader thread blocks them:
     :func:`streampunct.client.caption_input._stdin_lines`), and ignored before they are let in."""
-    for sig in _STOP_SIGNALS:
+    from streampunct.client.caption_input import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     if blocked:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked[0])
