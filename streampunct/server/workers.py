@@ -318,9 +318,9 @@ class _Supervisor:
         self._stop(sig)
 
     def _stop(self, sig: int) -> None:
-        if self.stops is not None and any(
-                p.exitcode is None and p.pid is not None and i not in self.failed_to_start
-                for i, p in enumerate(self.procs)):
+        running = [p for i, p in enumerate(self.procs)
+                   if p.exitcode is None and p.pid is not None and i not in self.failed_to_start]
+        if self.stops is not None and running:
             # before the signals: a worker that handles one reads it counted; with the stop signals
             # blocked, as forward() (their handler) may run between this read and write otherwise
             masked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -331,12 +331,11 @@ class _Supervisor:
         if self.deadline is None:
             self.deadline = time.monotonic() + (
                 self.config.shutdown_timeout_s + self.config.close_timeout_s + STOP_GRACE_S)
-        for i, proc in enumerate(self.procs):
-            if proc.exitcode is None and proc.pid is not None and i not in self.failed_to_start:
-                try:
-                    os.kill(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
+        for proc in running:
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
