@@ -280,7 +280,7 @@ def build_config(args: argparse.Namespace):
     if args.itn_cache is not None and (args.itn or args.itn_grammars != ItnGrammars.OFF) and itn_available():
         from streampunct.text.itn import grammar_cache
 
-        grammar_cache(Path(args.itn_cache))  # a file or a folder it cannot make: said here, not by a worker
+        grammar_cache(args.itn_cache)  # a file or a folder it cannot make: said here, not by a worker
     check_worker_count("--workers", args.workers, "each worker loads its own engines and event loop")
     if args.engine_workers != "auto":  # engines of every worker process: they all hold their weights
         what = "--engine-workers" if args.workers == 1 else \
@@ -331,7 +331,7 @@ def build_config(args: argparse.Namespace):
             session_defaults=SessionOptions(args.right_context, args.max_delay_ms, args.partials, args.capitalize,
                                             itn=args.itn),
             itn_grammars=ItnGrammars.ON if args.itn else args.itn_grammars,
-            itn_cache=Path(args.itn_cache) if args.itn_cache is not None else None,
+            itn_cache=args.itn_cache,  # a Path (path_argument) or None
             itn_workers=args.itn_workers,
             lexicon=args.lexicon,
             stream_cache=args.stream_cache,
