@@ -81,6 +81,7 @@ from streampunct.core.wire import (
     Time,
     Word,
     WordsMessage,
+    check_resume,
     decode,
 )
 from streampunct.labels import (
@@ -566,6 +567,11 @@ class SessionProtocol:
         """Continue a stream at ``request.start``: its context words are final left context."""
         if self._accepted:
             return [Error(ErrorCode.BAD_REQUEST, "resume is only allowed as the first message of a connection")]
+        # its words, not its items, count against ``start`` and bound ``held`` (decode asked too)
+        try:
+            check_resume(request)
+        except ProtocolError as e:
+            return [Error(e.code, e.message)]
         self._accepted = True
         if request.config is not None:
             self.options = self._served(request.config.apply_to(self.options))
@@ -579,9 +585,10 @@ class SessionProtocol:
         marked = words[-keep_written:] if keep_written else []
         context = [w for w, _ in marked[-keep:]] if keep else []
         self._resumed_written = marked
-        # the context's last words no final wrote (the old connection's last ``held``): written here
-        # (None: inferred from the words that follow, by the first text written: FinalTexts.seed)
-        self._resumed_held = None if request.held is None else min(request.held, len(marked))
+        # the context's last words no final wrote (the old connection's last ``held``, at most its
+        # words: check_resume, and all within ``marked``): written here (None: inferred from the
+        # words that follow, by the first text written: FinalTexts.seed)
+        self._resumed_held = request.held
         self._calls = self._new_calls()
         self._resumed_from = (request.start, context, now)
         self.state.resume(*self._resumed_from)

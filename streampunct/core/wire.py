@@ -28,6 +28,7 @@ from streampunct.core.options import (
     require_int,
 )
 from streampunct.errors import StreampunctError
+from streampunct.text.normalize import normalize_word
 
 #: The ``protocol`` field of ``ready``.
 PROTOCOL_VERSION = 1
@@ -231,7 +232,9 @@ class ResumeRequest:
         context: the last final words before ``start`` (``w``, ``p``), oldest first.
         config: the options of the old connection (None: the server's defaults).
         held: how many of the context's last words no final's text wrote (the last final's
-            ``held``, an extension): the new connection writes them first. None (not sent, as
+            ``held``, an extension; at most the context's words, items that normalize to
+            nothing not counted: :func:`check_resume`): the new connection writes them
+            first. None (not sent, as
             by a client that knows only the protocol): the server infers them from the words
             that follow (:meth:`~streampunct.text.written_form.FinalTexts.seed`); this
             project's clients always send it.
@@ -576,8 +579,6 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
             ErrorCode.TOO_LARGE,
             f"resume: {len(raw)} context words; the limit is {limits.max_words_per_message}",
         )
-    if len(raw) > start:
-        raise _bad(f"resume: {len(raw)} context words, but only {start} words come before 'start'")
     context = []
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("w"), str) or not isinstance(item.get("p"), str):
@@ -599,9 +600,40 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
         except ProtocolError as e:
             raise ProtocolError(e.code, f"resume: config: {e.message}") from None
     held = obj.get("held")
-    if held is not None and (type(held) is not int or not 0 <= held <= len(context)):
-        raise _bad(f"resume: 'held' must be an integer from 0 to the {len(context)} context words, not {held!r}")
-    return ResumeRequest(start, tuple(context), config, held)
+    if held is not None and (type(held) is not int or held < 0):
+        n = context_word_count(context)
+        raise _bad(
+            f"resume: 'held' must be an integer from 0 to the {n} context words, not {held!r}"
+        )
+    request = ResumeRequest(start, tuple(context), config, held)
+    check_resume(request)
+    return request
+
+
+def context_word_count(context: Sequence[PunctuatedWord]) -> int:
+    """How many words a ``resume`` context holds: its items that normalize to a word (one
+    that normalizes to nothing, ``"$$$"``, is no word, as in ``words``: it takes no index)."""
+    return sum(1 for x in context if normalize_word(x.w))
+
+
+def check_resume(request: ResumeRequest) -> None:
+    """The rules of ``resume`` that count its context's words (:func:`context_word_count`), not
+    its items: they come before ``start`` (so no more of them than ``start``), and ``held``
+    counts the last of them (so at most as many). Raises :class:`ProtocolError`
+    (``bad_request``); the decoder and the session (for a request made in Python) both ask."""
+    n = context_word_count(request.context)
+    dropped = len(request.context) - n
+    note = f"; {dropped} of the context's items normalize to no word and are not counted"
+    note = note if dropped else ""
+    if n > request.start:
+        raise _bad(
+            f"resume: {n} context words, but only {request.start} words come before 'start'{note}"
+        )
+    if request.held is not None and not 0 <= request.held <= n:
+        raise _bad(
+            f"resume: 'held' must be an integer from 0 to the {n} context words, "
+            f"not {request.held!r}{note}"
+        )
 
 
 # -- decoding server messages (client side) -------------------------------------
