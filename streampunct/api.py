@@ -61,8 +61,9 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, MappingView, Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -161,19 +162,26 @@ class Punctuator:
                 times and money written as digits and symbols by default.
             lexicon: ``(spoken, written)`` pairs applied in every text, as ``serve --lexicon``.
             engine_options: the backend's options (e.g. ``intra_op_threads=1``).
+
+        A relative ``model_dir`` is a folder of the current one, taken whole (``info.path`` and
+        the errors name it absolute): ``Path("")`` is ``Path(".")``, the current folder.
         """
         if not isinstance(engine, str) or engine not in BACKENDS:
-            raise InputError(f"engine must be one of {', '.join(BACKENDS)}, not {engine!r}")
+            raise InputError(f"engine must be one of {', '.join(BACKENDS)}, not {_shown(engine)}")
         try:
             stream_cache = StreamCacheMode(stream_cache)
         except ValueError:
             raise InputError(f"stream_cache must be one of {', '.join(StreamCacheMode)}, "
-                             f"not {stream_cache!r}") from None
+                             f"not {_shown(stream_cache)}") from None
         capitalize = _bool("capitalize", capitalize)
         stream_cache_tokens = _cache_tokens(stream_cache_tokens)
         written = written_forms(itn=_bool("itn", itn), lexicon=lexicon, itn_cache=itn_cache)
         if isinstance(model_dir, str) and not model_dir.strip():  # Path("") would be the current folder
             raise InputError("model_dir is empty: give a model folder, or None for the shipped model")
+        if isinstance(model_dir, str | PurePath):
+            folder = Path(model_dir).expanduser()
+            if not folder.is_absolute() and folder.is_dir():  # "." (Path("")) names the folder it is
+                model_dir = folder.absolute()
         info = load_model_info(model_dir)
         try:
             decoder = OfflineDecoder.from_model_dir(info.path, engine=engine, **engine_options)
@@ -240,7 +248,7 @@ class Punctuator:
             raise InputError(f"written must be a WrittenForms (streampunct.api.written_forms) or None, "
                              f"not {type(written).__name__}")
         if not finite_number(case_margin) or case_margin < 0:
-            raise InputError(f"case_margin must be a finite number >= 0, not {case_margin!r}")
+            raise InputError(f"case_margin must be a finite number >= 0, not {_shown(case_margin)}")
         window = window or WindowConfig()
         decoder = OfflineDecoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
         stream_cache_tokens = _cache_tokens(stream_cache_tokens)
@@ -336,11 +344,12 @@ class Punctuator:
         a threshold outside [0, 1) raises :class:`~streampunct.errors.InputError`."""
         self._check_open()
         if not callable(clock):
-            raise InputError(f"clock must be a function that returns seconds, not {clock!r}")
+            raise InputError(f"clock must be a function that returns seconds, not {_shown(clock)}")
         try:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
-        except ValueError as e:
-            raise InputError(str(e).replace("partial mark threshold", "partial_mark_threshold", 1)) from None
+        except (ValueError, OverflowError):  # OverflowError: an integer beyond a float's range
+            raise InputError(f"partial_mark_threshold must be a number in [0, 1), "
+                             f"not {_shown(partial_mark_threshold)}") from None
         right_context, max_delay_ms = _plain_int(right_context), _plain_int(max_delay_ms)
         given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": _plain_bool(partials),
                  "capitalize": _plain_bool(capitalize), "itn": _plain_bool(itn), "lexicon": _as_list(lexicon)}
@@ -465,9 +474,10 @@ class Stream:
         return self._protocol.next_deadline()
 
     def push(self, words: str | Iterable[str | Word], *, now: float | None = None) -> list[Final]:
-        """Committed ASR words (a list of words, :class:`~streampunct.core.wire.Word` with
-        times, or a string split on whitespace) that arrived at ``now``; the finals that
-        are due. Words that normalize to nothing (punctuation) are dropped."""
+        """Committed ASR words (a list, tuple or other ordered iterable of words or
+        :class:`~streampunct.core.wire.Word` with times, or a string split on whitespace)
+        that arrived at ``now``; the finals that are due. Words that normalize to nothing
+        (punctuation) are dropped. A set (or a dict or its view) is refused: it has no word order."""
         items = tuple(_word(w) for w in _items(words, "words"))
         return self._send(WordsMessage(items), now)
 
@@ -505,7 +515,7 @@ class Stream:
         seconds = _seconds(value)
         if seconds is None:
             source = "the stream's clock must return" if now is None else "now must be"
-            raise InputError(f"{source} a finite number of seconds, not {value!r}")
+            raise InputError(f"{source} a finite number of seconds, not {_shown(value)}")
         self._latest = max(self._latest, float(seconds))
         return self._latest
 
@@ -559,6 +569,36 @@ class Stream:
         return finals
 
 
+#: The most characters of a value an error message shows (its repr cut, with "...").
+_SHOWN_CHARS = 24
+_SET_ITERATOR = type(iter(set()))  # iter() of a set or frozenset: no order either
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error message shows it: its repr, cut after :data:`_SHOWN_CHARS`
+    characters, and an integer of more digits by its length (a 5000-digit int has no repr)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = _digits(value)
+        if digits + (value < 0) > _SHOWN_CHARS:  # its repr would be cut
+            return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails: say what it is
+        return f"a {type(value).__name__}"
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _digits(value: int) -> int:
+    """The decimal digits of ``value`` (without its sign), counted without ``str``."""
+    n = abs(value)
+    digits = max(1, int(n.bit_length() * math.log10(2)))
+    while 10**digits <= n:
+        digits += 1
+    while digits > 1 and 10 ** (digits - 1) > n:
+        digits -= 1
+    return digits
+
+
 def _seconds(value: object) -> int | float | None:
     """A time as the wire takes it (:func:`~streampunct.core.wire.finite_number`), with numpy's
     and other real scalars (``numbers.Real``, not bools) as a Python float; None when it is not one."""
@@ -583,7 +623,7 @@ def _cache_tokens(value: object) -> int | None:
         return None
     value = _plain_int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {value!r}")
+        raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {_shown(value)}")
     return value
 
 
@@ -611,7 +651,7 @@ def _word(item: str | Word) -> Word:
             value = getattr(item, name)
             seconds = None if value is None else _seconds(value)
             if value is not None and seconds is None:
-                raise InputError(f"Word.{name} must be None or a finite number of seconds, not {value!r}")
+                raise InputError(f"Word.{name} must be None or a finite number of seconds, not {_shown(value)}")
             times[name] = seconds
         if times["start"] is item.start and times["end"] is item.end:
             return item
@@ -627,6 +667,7 @@ def written_forms(*, itn: bool = False, lexicon: Iterable[Sequence[str]] = (),
     :class:`~streampunct.errors.DependencyError` without the ``itn`` extra)."""
     from streampunct.text.itn import load_normalizer
 
+    itn = _bool("itn", itn)  # a bool, as load's: "no" or 0 is not a flag
     pairs = _lexicon(lexicon)
     normalizer = load_normalizer(Path(itn_cache) if itn_cache else None, option="itn_cache") if itn else None
     return WrittenForms(Lexicon(pairs), normalizer)
@@ -640,7 +681,7 @@ def _lexicon(pairs: Iterable[Sequence[str]] | None) -> tuple[tuple[str, str], ..
     try:
         return normalize_lexicon(list(pairs))
     except TypeError:
-        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not {pairs!r}") from None
+        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not {_shown(pairs)}") from None
     except ValueError as e:
         raise InputError(str(e)) from None
 
@@ -656,11 +697,15 @@ def _as_list(value: Any) -> Any:
 
 
 def _items(words: Any, name: str) -> list[Any]:
-    """A string's words (split on whitespace) or an iterable's items; InputError for anything else."""
+    """A string's words (split on whitespace) or an ordered iterable's items; InputError for
+    anything else: a set (its iteration order is not the words') and a mapping or its views."""
     if isinstance(words, str):
         return words.split()
-    if isinstance(words, Mapping):
+    if isinstance(words, Mapping | MappingView):
         raise InputError(f"{name} must be a str or a sequence of words, not a {type(words).__name__}")
+    if isinstance(words, AbstractSet | _SET_ITERATOR):
+        raise InputError(f"{name} must be a str or a sequence of words (a list or tuple), not a "
+                         f"{type(words).__name__}: a set has no order, and words have one")
     if isinstance(words, bytes | bytearray | memoryview):
         raise InputError(f"{name} must be a str, not {type(words).__name__}: bytes are not text, decode them "
                          "first (e.g. data.decode('utf-8'))")
