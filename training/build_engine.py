@@ -180,6 +180,20 @@ def is_checkpoint_folder(folder: Path) -> bool:
     return all((folder / name).is_file() for name in CHECKPOINT_FILES)
 
 
+#: What ``streampunct train --out RUN`` writes into RUN beside ``best/`` (training.trainer: the
+#: resume state, the metrics log; training.self_training: its record of the rounds).
+RUN_FILES = ("state.pt", "metrics.jsonl", "self_training.json")
+
+
+def training_run_entries(folder: Path) -> list[str]:
+    """What makes ``folder`` a training run's folder (``streampunct train --out``): the files
+    of :data:`RUN_FILES` there, and ``best/`` where it holds a checkpoint; empty for another folder."""
+    found = [name for name in RUN_FILES if (folder / name).is_file()]
+    if is_checkpoint_folder(folder / "best"):
+        found.append("best/")
+    return found
+
+
 def is_built_model_folder(folder: Path) -> bool:
     """A runtime model folder (streampunct.json and a graph or plan), not a training checkpoint."""
     return (folder.is_dir() and has_model_meta(folder) and not is_checkpoint_folder(folder)
@@ -403,6 +417,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.out.is_dir() and is_checkpoint_folder(args.out):
         raise InputError(f"--out {args.out} is a training checkpoint: the build would replace its "
                          f"streampunct.json and tokenizer.json; write the built folder elsewhere")
+    if args.out.is_dir() and (run := training_run_entries(args.out)):
+        raise InputError(f"--out {args.out} is a training run's folder (it holds {', '.join(run)}): the build "
+                         f"would mix its graph, streampunct.json and tokenizer.json with the run's files; "
+                         f"write the built folder elsewhere")
     if not from_graph and not (ckpt / "tokenizer.json").is_file():
         raise InputError(f"{ckpt} has no tokenizer.json (a Hugging Face fast tokenizer)")
     parity_path: Path | None = args.parity_data or default_parity_data()

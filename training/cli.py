@@ -4,6 +4,10 @@ Registered under the ``streampunct.commands`` entry-point group (pyproject.toml)
 
 Needs the ``[train]`` extra (torch, transformers, safetensors, spaCy); torch
 is imported only when the command runs.
+
+A run stopped by Ctrl-C or SIGTERM writes its resume state after the step in flight
+(``training.trainer``), says so in one line, and exits 130 or 143 (128 + the signal), as
+``build-engine`` and the other commands do; status 2 stays the usage error's.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 
 from engines.deps import extra_hint
 from streampunct.errors import DependencyError
@@ -46,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from training.config import load_config
     from training.run import run as run_training
+    from training.trainer import TrainingInterrupted
 
     # The encoder folders carry an unused pooler; its "unexpected keys" report is noise.
     hf_logging.set_verbosity_error()
@@ -58,7 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if args.data_root:
         overrides.append(f"data.root={json.dumps(args.data_root)}")
     cfg = load_config(args.config, overrides)
-    result = run_training(cfg, resume=args.resume)
+    try:
+        result = run_training(cfg, resume=args.resume)
+    except TrainingInterrupted as e:  # stopped on purpose, its state written: no usage error
+        print(f"streampunct {NAME}: {e}", file=sys.stderr)
+        return 128 + e.signum
     v = result.validation
     print(f"best checkpoint: {result.best_dir}")
     print(f"validation overall F1 {v['overall_f1']:.2f} (P {v['overall']['precision']:.2f}, "

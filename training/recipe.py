@@ -47,7 +47,9 @@ records each stage's wall seconds (summed over the runs that resumed it), its pe
 its commands and its inputs, for the model card. ``--set KEY=VALUE`` goes to training (a tiny run
 in the tests). compare's mark rate needs TEDx caption talks held out from the students' caption
 draw: a tiny data folder gets a draw fitted to it (``training.data.fitted_caption_draw``), and one
-with fewer than two caption talks is refused before any stage (:func:`check_captions`).
+with fewer than two caption talks is refused before any stage (:func:`check_captions`). Every
+stage caches the text it converts in one folder, ``--cache``, else ``$STREAMPUNCT_CACHE``, else
+``OUT/cache`` (:func:`stage_cache`), never the repository's ``cache/`` unless named.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +118,19 @@ class Recipe:
     stream_lefts: tuple[int, ...] = STREAM_LEFTS
     stream_cache_tokens: tuple[int, ...] = STREAM_CACHE_TOKENS
     window_grid: dict = field(default_factory=lambda: dict(WINDOW_GRID))
+    #: ``--cache``: where every stage caches converted data (None: :attr:`cache_dir`'s default)
+    cache: Path | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        """The one folder every stage caches converted data in: ``--cache``, else
+        ``$STREAMPUNCT_CACHE``, else ``OUT/cache``; never the repository's ``cache/`` unless asked."""
+        from training.data import CACHE_ENV
+
+        if self.cache is not None:
+            return Path(self.cache).expanduser().absolute()
+        env = os.environ.get(CACHE_ENV)
+        return Path(env).expanduser().absolute() if env else (self.out / "cache").absolute()
 
     @property
     def checkpoint(self) -> Path:
@@ -674,7 +690,9 @@ def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> Non
             rc, rss, signalled = (run_in_process if in_process else run_child)(c)
             peak = max(peak, rss)
             if rc:
-                if signalled or rc in (130, -signal.SIGINT, -signal.SIGTERM):
+                # 130/143: the trainer's (and every command's) exit on SIGINT/SIGTERM; -N: killed by it
+                stopped = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
+                if signalled or rc in stopped:
                     status = "interrupted"
                 raise RecipeError(stage.name, f"`{c}` exited with {rc}" +
                                   (": run the recipe again to resume" if status == "interrupted" else ""))
@@ -697,9 +715,35 @@ def run_stage(r: Recipe, stage: Stage, record: dict, *, in_process: bool) -> Non
         _save_record(r.out / "stages.json", record)
 
 
+@contextmanager
+def stage_cache(r: Recipe) -> Iterator[Path]:
+    """``$STREAMPUNCT_CACHE`` set to :attr:`Recipe.cache_dir` while the stages run (and put back
+    after): every command (distill, the trainer, window tuning, the comparisons, in a child process
+    or in this one) and the recipe's own checks resolve their data cache through it
+    (:func:`training.data.resolve_cache`), so all of them share one folder."""
+    from training.data import CACHE_ENV
+
+    folder, before = r.cache_dir, os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+
+
 def run_recipe(r: Recipe, *, start: str | None = None, only: str | None = None, check_only: bool = False,
                in_process: bool = False) -> dict:
-    """The stages in order (see the module's docstring); returns the ``stages.json`` record."""
+    """The stages in order (see the module's docstring), with one data cache
+    (:func:`stage_cache`); returns the ``stages.json`` record."""
+    with stage_cache(r):
+        return _checked_recipe(r, start=start, only=only, check_only=check_only, in_process=in_process)
+
+
+def _checked_recipe(r: Recipe, *, start: str | None, only: str | None, check_only: bool,
+                    in_process: bool) -> dict:
     r.root()  # no data folder: say where to get one before anything runs
     check_config(r)
     if not check_only and only in (None, "compare"):
@@ -720,7 +764,7 @@ def _run_recipe(r: Recipe, record: dict, *, start: str | None, only: str | None,
     path = r.out / "stages.json"
     record["recipe"] = {"out": str(r.out), "data_root": r.data_root or "(default)", "teacher": str(r.teacher),
                         "soft_labels": str(r.soft_labels), "shards": r.shards, "config": str(r.config),
-                        "shipped": str(r.shipped), "overrides": list(r.overrides)}
+                        "shipped": str(r.shipped), "overrides": list(r.overrides), "cache": str(r.cache_dir)}
     record["machine"], record["commit"] = machine(), git_commit()
     first = STAGES.index(only or start) if (only or start) else None
     running = False
@@ -769,6 +813,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="what compare compares with (default models/default)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a training config override (repeatable)")
+    ap.add_argument("--cache", type=path_argument, default=None, metavar="DIR",
+                    help="where every stage caches converted data (default: $STREAMPUNCT_CACHE, else OUT/cache)")
     ap.add_argument("--stream-lefts", type=int, nargs="+", default=list(STREAM_LEFTS), metavar="L",
                     help="tune's streaming left contexts")
     ap.add_argument("--stream-cache-tokens", type=int, nargs="+", default=list(STREAM_CACHE_TOKENS), metavar="N",
@@ -793,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r = Recipe(out=args.out, data_root=args.data_root, teacher=args.teacher, soft_labels=args.soft_labels,
                shards=args.shards, config=args.config, shipped=args.shipped, overrides=tuple(args.overrides),
                label_threads=args.label_threads, stream_lefts=tuple(args.stream_lefts),
-               stream_cache_tokens=tuple(args.stream_cache_tokens))
+               stream_cache_tokens=tuple(args.stream_cache_tokens), cache=args.cache)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         record = run_recipe(r, start=args.start, only=args.only, check_only=args.check,

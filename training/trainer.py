@@ -51,13 +51,15 @@ log = logging.getLogger(__name__)
 
 
 class TrainingInterrupted(StreampunctError):
-    """SIGTERM/SIGINT stopped the run after its resume state was written."""
+    """SIGTERM/SIGINT stopped the run after its resume state was written. ``signum``: the
+    signal (``streampunct train`` exits with 128 + it: 130 for Ctrl-C, 143 for SIGTERM)."""
 
-    def __init__(self, step: int, state_path: Path) -> None:
+    def __init__(self, step: int, state_path: Path, signum: int = signal.SIGINT) -> None:
         super().__init__(f"interrupted at step {step}; resume state written to {state_path} "
                          "(continue with --resume)")
         self.step = step
         self.state_path = state_path
+        self.signum = int(signum)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -416,8 +418,12 @@ class Trainer:
     # --- the loop --------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._stop_signal is not None:  # a second signal: stop at once
-            raise KeyboardInterrupt
+        if self._stop_signal is not None:  # a second signal: stop at once, as the command line does
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            from streampunct.cli import Terminated
+
+            raise Terminated(signum)  # a KeyboardInterrupt too: 128 + the signal at the command line
         self._stop_signal = signum
         log.warning("signal %d: writing the resume state after this step, then stopping", signum)
 
@@ -444,7 +450,7 @@ class Trainer:
     def _interrupted(self) -> None:
         """Stop for the signal received, its resume state written: log it, raise."""
         self.log.write("interrupted", step=self.state.step, signal=self._stop_signal)
-        raise TrainingInterrupted(self.state.step, self.state_path)
+        raise TrainingInterrupted(self.state.step, self.state_path, self._stop_signal)
 
     def _fit(self, *, resume: bool = False) -> float:
         """The training loop; its wall seconds."""
