@@ -73,7 +73,13 @@ from engines.registry import BACKENDS, StreamCacheMode
 from streampunct.core.alignment import Aligner
 from streampunct.core.decoder import OfflineDecoder
 from streampunct.core.engine_call import EngineCall, EngineOutput, run_calls
-from streampunct.core.options import OptionError, SessionOptions, check_bool_option, check_options
+from streampunct.core.options import (
+    OptionError,
+    SessionOptions,
+    check_bool_option,
+    check_options,
+    shown,
+)
 from streampunct.core.session_protocol import SessionProtocol
 from streampunct.core.stream_cache import StreamCacheConfig
 from streampunct.core.windowing import WindowConfig
@@ -167,12 +173,12 @@ class Punctuator:
         the errors name it absolute): ``Path("")`` is ``Path(".")``, the current folder.
         """
         if not isinstance(engine, str) or engine not in BACKENDS:
-            raise InputError(f"engine must be one of {', '.join(BACKENDS)}, not {_shown(engine)}")
+            raise InputError(f"engine must be one of {', '.join(BACKENDS)}, not {shown(engine)}")
         try:
             stream_cache = StreamCacheMode(stream_cache)
         except ValueError:
             raise InputError(f"stream_cache must be one of {', '.join(StreamCacheMode)}, "
-                             f"not {_shown(stream_cache)}") from None
+                             f"not {shown(stream_cache)}") from None
         capitalize = _bool("capitalize", capitalize)
         stream_cache_tokens = _cache_tokens(stream_cache_tokens)
         written = written_forms(itn=_bool("itn", itn), lexicon=lexicon, itn_cache=itn_cache)
@@ -248,7 +254,7 @@ class Punctuator:
             raise InputError(f"written must be a WrittenForms (streampunct.api.written_forms) or None, "
                              f"not {type(written).__name__}")
         if not finite_number(case_margin) or case_margin < 0:
-            raise InputError(f"case_margin must be a finite number >= 0, not {_shown(case_margin)}")
+            raise InputError(f"case_margin must be a finite number >= 0, not {shown(case_margin)}")
         window = window or WindowConfig()
         decoder = OfflineDecoder(engine, aligner, window, stream_window=stream_window or window, case_margin=case_margin)
         stream_cache_tokens = _cache_tokens(stream_cache_tokens)
@@ -344,12 +350,12 @@ class Punctuator:
         a threshold outside [0, 1) raises :class:`~streampunct.errors.InputError`."""
         self._check_open()
         if not callable(clock):
-            raise InputError(f"clock must be a function that returns seconds, not {_shown(clock)}")
+            raise InputError(f"clock must be a function that returns seconds, not {shown(clock)}")
         try:
             threshold = check_partial_mark_threshold(partial_mark_threshold)
         except (ValueError, OverflowError):  # OverflowError: an integer beyond a float's range
             raise InputError(f"partial_mark_threshold must be a number in [0, 1), "
-                             f"not {_shown(partial_mark_threshold)}") from None
+                             f"not {shown(partial_mark_threshold)}") from None
         right_context, max_delay_ms = _plain_int(right_context), _plain_int(max_delay_ms)
         given = {"right_context": right_context, "max_delay_ms": max_delay_ms, "partials": _plain_bool(partials),
                  "capitalize": _plain_bool(capitalize), "itn": _plain_bool(itn), "lexicon": _as_list(lexicon)}
@@ -515,7 +521,7 @@ class Stream:
         seconds = _seconds(value)
         if seconds is None:
             source = "the stream's clock must return" if now is None else "now must be"
-            raise InputError(f"{source} a finite number of seconds, not {_shown(value)}")
+            raise InputError(f"{source} a finite number of seconds, not {shown(value)}")
         self._latest = max(self._latest, float(seconds))
         return self._latest
 
@@ -569,34 +575,7 @@ class Stream:
         return finals
 
 
-#: The most characters of a value an error message shows (its repr cut, with "...").
-_SHOWN_CHARS = 24
 _SET_ITERATOR = type(iter(set()))  # iter() of a set or frozenset: no order either
-
-
-def _shown(value: object) -> str:
-    """``value`` as an error message shows it: its repr, cut after :data:`_SHOWN_CHARS`
-    characters, and an integer of more digits by its length (a 5000-digit int has no repr)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        digits = _digits(value)
-        if digits + (value < 0) > _SHOWN_CHARS:  # its repr would be cut
-            return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
-    try:
-        text = repr(value)
-    except Exception:  # a repr that fails: say what it is
-        return f"a {type(value).__name__}"
-    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
-
-
-def _digits(value: int) -> int:
-    """The decimal digits of ``value`` (without its sign), counted without ``str``."""
-    n = abs(value)
-    digits = max(1, int(n.bit_length() * math.log10(2)))
-    while 10**digits <= n:
-        digits += 1
-    while digits > 1 and 10 ** (digits - 1) > n:
-        digits -= 1
-    return digits
 
 
 def _seconds(value: object) -> int | float | None:
@@ -623,7 +602,7 @@ def _cache_tokens(value: object) -> int | None:
         return None
     value = _plain_int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {_shown(value)}")
+        raise InputError(f"stream_cache_tokens must be None or an int >= 1, not {shown(value)}")
     return value
 
 
@@ -651,7 +630,7 @@ def _word(item: str | Word) -> Word:
             value = getattr(item, name)
             seconds = None if value is None else _seconds(value)
             if value is not None and seconds is None:
-                raise InputError(f"Word.{name} must be None or a finite number of seconds, not {_shown(value)}")
+                raise InputError(f"Word.{name} must be None or a finite number of seconds, not {shown(value)}")
             times[name] = seconds
         if times["start"] is item.start and times["end"] is item.end:
             return item
@@ -681,7 +660,7 @@ def _lexicon(pairs: Iterable[Sequence[str]] | None) -> tuple[tuple[str, str], ..
     try:
         return normalize_lexicon(list(pairs))
     except TypeError:
-        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not {_shown(pairs)}") from None
+        raise InputError(f"lexicon must be a list of (spoken, written) pairs, not {shown(pairs)}") from None
     except ValueError as e:
         raise InputError(str(e)) from None
 

@@ -11,11 +11,14 @@ decoder (:func:`streampunct.core.wire.decode_config`, a ``bad_request``), the
 ``serve`` command (its ``--right-context`` and ``--max-delay-ms``), the Python
 API (``Punctuator.stream``, an ``InputError``) and :class:`SessionOptions`
 itself (no upper bound: it does not know the server's limits) all raise
-:class:`OptionError` with the same message for the same value.
+:class:`OptionError` with the same message for the same value. A message shows a value
+by :func:`shown`: short, however long the value (a client's 400-digit ``right_context``
+is "an integer of 400 digits").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,6 +56,37 @@ class OptionError(ValueError):
         self.message = message
 
 
+#: The most characters of a value that an error message shows (:func:`shown`).
+SHOWN_CHARS = 24
+
+
+def decimal_digits(value: int) -> int:
+    """The decimal digits of ``value`` (without its sign), counted without ``str`` (which
+    refuses an integer past ``sys.get_int_max_str_digits``, 4300 digits out of the box)."""
+    n = abs(value)
+    digits = max(1, int(n.bit_length() * math.log10(2)))
+    while 10**digits <= n:
+        digits += 1
+    while digits > 1 and 10 ** (digits - 1) > n:
+        digits -= 1
+    return digits
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message shows it: its repr, cut after :data:`SHOWN_CHARS`
+    characters, and an integer whose repr would be cut by its digit count (a 5000-digit
+    int has no repr at all: ``str`` raises past 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = decimal_digits(value)
+        if digits + (value < 0) > SHOWN_CHARS:
+            return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails: say what it is
+        return f"a {type(value).__name__}"
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 #: The options that are integers from 0 up to a server limit -> the name of that limit.
 INT_OPTIONS: Mapping[str, str] = {"right_context": "max_right_context", "max_delay_ms": "max_delay_ms"}
 #: The options that are true or false.
@@ -72,20 +106,20 @@ def require_int(config: object, name: str, minimum: int, maximum: int | None = N
     bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (
             maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer {bounds}{' or None' if optional else ''}, not {value!r}")
+        raise ValueError(f"{name} must be an integer {bounds}{' or None' if optional else ''}, not {shown(value)}")
 
 
 def check_int_option(name: str, value: object, limits: OptionLimits | None = None) -> int:
     """``value`` of the integer option ``name``: an ``int`` (not a bool) from 0 up to the
     server's limit (``limits``; None: no upper bound)."""
     maximum = None if limits is None else getattr(limits, INT_OPTIONS[name])
+    # (a limit is shown as a value is: a server's own limit may be past str's 4300 digits)
+    bounds = ">= 0" if maximum is None else f"between 0 and {shown(maximum)}"
     # bool is an int subclass in Python; true/false is not a number on the wire.
     if type(value) is not int:
-        bounds = ">= 0" if maximum is None else f"between 0 and {maximum}"
         raise OptionError(name, f"'{name}' must be an integer {bounds}")
     if value < 0 or (maximum is not None and value > maximum):
-        bounds = ">= 0" if maximum is None else f"between 0 and {maximum}"
-        raise OptionError(name, f"'{name}' must be {bounds}, not {value}")
+        raise OptionError(name, f"'{name}' must be {bounds}, not {shown(value)}")
     return value
 
 

@@ -26,6 +26,7 @@ from streampunct.core.options import (
     SessionOptions,
     check_options,
     require_int,
+    shown,
 )
 from streampunct.errors import StreampunctError
 from streampunct.text.normalize import normalize_word
@@ -603,7 +604,7 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
     if held is not None and (type(held) is not int or held < 0):
         n = context_word_count(context)
         raise _bad(
-            f"resume: 'held' must be an integer from 0 to the {n} context words, not {held!r}"
+            f"resume: 'held' must be an integer from 0 to the {n} context words, not {shown(held)}"
         )
     request = ResumeRequest(start, tuple(context), config, held)
     check_resume(request)
@@ -632,7 +633,7 @@ def check_resume(request: ResumeRequest) -> None:
     if request.held is not None and not 0 <= request.held <= n:
         raise _bad(
             f"resume: 'held' must be an integer from 0 to the {n} context words, "
-            f"not {request.held!r}{note}"
+            f"not {shown(request.held)}{note}"
         )
 
 

@@ -12,7 +12,15 @@ import pytest
 from engines.registry import StreamCacheMode
 from streampunct.api import Punctuator
 from streampunct.commands import serve
-from streampunct.core.options import OptionError, SessionOptions, check_option, check_options
+from streampunct.core import codec
+from streampunct.core.options import (
+    OptionError,
+    SessionOptions,
+    check_option,
+    check_options,
+    decimal_digits,
+    shown,
+)
 from streampunct.core.wire import DEFAULT_LIMITS, ErrorCode, Limits, ProtocolError, decode
 from streampunct.errors import InputError
 from streampunct.server.app import DrainMode, ItnGrammars, ServerConfig
@@ -127,3 +135,86 @@ def test_batch_rows_is_an_enum_too():
     assert serve.build_config(args).batching.batch_rows is BatchRows.PADDED
     with pytest.raises(ValueError, match="batch_rows must be one of padded, exact, alone, got 'x'"):
         BatcherConfig(batch_rows="x")
+
+
+# -- values shown in messages: bounded, however long the value ----------------------
+
+
+@pytest.mark.parametrize(("value", "shown_as"), [
+    (10**400, "an integer of 401 digits"),
+    (-(10**400), "a negative integer of 401 digits"),
+    (10**5000, "an integer of 5001 digits"),  # past str's 4300 digits: it has no repr
+    (-(10**5000) + 1, "a negative integer of 5000 digits"),
+    (10**24, "an integer of 25 digits"),  # 25 characters: one past what is shown
+    (-(10**23), "a negative integer of 24 digits"),  # 24 digits and the sign
+    (10**23, "100000000000000000000000"),  # 24 characters: shown whole
+    (-(10**22), "-10000000000000000000000"),
+], ids=["401", "-401", "5001", "-5000", "25", "-24", "24-shown", "-23-shown"])  # (no str of 10**5000)
+def test_a_huge_integer_option_is_shown_by_its_digit_count(aligner, value, shown_as):
+    bounded = f"'right_context' must be between 0 and 1000, not {shown_as}"
+    with pytest.raises(OptionError) as caught:
+        check_option("right_context", value, DEFAULT_LIMITS)
+    assert caught.value.message == bounded
+    assert _api_message(aligner, {"right_context": value}) == bounded
+    if value < 0:  # SessionOptions has no upper bound
+        with pytest.raises(OptionError, match=f"^'max_delay_ms' must be >= 0, not {shown_as}$"):
+            SessionOptions(max_delay_ms=value)
+    else:
+        with pytest.raises(ValueError, match=f"^'right_context' must be between 0 and 1000, not {shown_as}$"):
+            ServerConfig(session_defaults=SessionOptions(right_context=value))
+
+
+@pytest.mark.parametrize("json_lib", ["orjson", "json"])
+@pytest.mark.parametrize(("digits", "name", "message"), [
+    ("1" * 400, "right_context", "'right_context' must be between 0 and 1000, not an integer of 400 digits"),
+    ("-" + "9" * 400, "max_delay_ms", "'max_delay_ms' must be between 0 and 600000, not a negative integer of 400 digits"),
+    ("1" * 5000, "max_delay_ms", "invalid JSON: a number in the frame is too long"),  # already so: kept
+], ids=["400", "-400", "5000"])
+def test_a_huge_json_integer_option_gets_a_short_bad_request(monkeypatch, json_lib, digits, name, message):
+    if json_lib == "json":
+        monkeypatch.setattr(codec, "orjson", None)
+    for frame, expected in [
+        (f'{{"type": "config", "{name}": {digits}}}', message),
+        (f'{{"type": "resume", "start": 0, "context": [], "config": {{"{name}": {digits}}}}}',
+         message if message.startswith("invalid JSON") else f"resume: config: {message}"),
+    ]:
+        with pytest.raises(ProtocolError) as caught:
+            decode(frame)
+        assert (caught.value.code, caught.value.message) == (ErrorCode.BAD_REQUEST, expected)
+
+
+def test_a_servers_limit_past_strs_digits_is_shown_by_its_digit_count():
+    limits = Limits(max_right_context=10**5000)
+    assert check_option("right_context", 10**4999, limits) == 10**4999
+    with pytest.raises(OptionError) as caught:
+        check_option("right_context", -1, limits)
+    assert caught.value.message == "'right_context' must be between 0 and an integer of 5001 digits, not -1"
+    with pytest.raises(OptionError) as caught:
+        check_option("right_context", 1.5, limits)
+    assert caught.value.message == "'right_context' must be an integer between 0 and an integer of 5001 digits"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_word_chars": -(10**5000)}, "max_word_chars must be an integer >= 1, not a negative integer of 5001 digits"),
+    ({"max_right_context": -(10**400)}, "max_right_context must be an integer >= 0, not a negative integer of 401 digits"),
+    ({"max_word_chars": "x" * 100}, "max_word_chars must be an integer >= 1, not 'xxxxxxxxxxxxxxxxxxxxxxx... (102 characters)"),
+    ({"max_word_chars": 0}, "max_word_chars must be an integer >= 1, not 0"),
+    ({"max_context_words": "5"}, "max_context_words must be an integer >= 0 or None, not '5'"),
+])
+def test_a_configurations_own_counts_show_their_values_bounded(kwargs, message):
+    with pytest.raises(ValueError) as caught:
+        Limits(**kwargs)
+    assert str(caught.value) == message
+
+
+def test_shown_cuts_reprs_and_counts_digits_exactly():
+    class NoRepr:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    assert [shown(v) for v in (True, 7, -7, "abc", None)] == ["True", "7", "-7", "'abc'", "None"]
+    assert shown([1] * 20) == "[1, 1, 1, 1, 1, 1, 1, 1,... (60 characters)"
+    assert shown(NoRepr()) == "a NoRepr"
+    for k in (1, 2, 15, 16, 17, 100, 4300, 4301, 10_000):
+        assert (decimal_digits(10**k - 1), decimal_digits(10**k), decimal_digits(-(10**k))) == (k, k + 1, k + 1)
+    assert decimal_digits(0) == 1

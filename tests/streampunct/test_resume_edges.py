@@ -195,3 +195,16 @@ def test_symbol_items_in_a_resume_context_change_nothing(case):
     else:
         finals, n = plain
         assert n == len(words) and (not finals or finals[0][0] == start)
+
+
+def test_a_huge_held_is_shown_by_its_digits_in_the_refusal():
+    # a 400-digit held is not repeated whole; one past Python's 4300-digit str limit
+    # (made in Python) is refused the same way, not with int's own ValueError
+    assert refusal('{"type": "resume", "start": 1, "context": [], "held": -' + "1" * 400 + "}") == (
+        "resume: 'held' must be an integer from 0 to the 0 context words, not a negative integer of 400 digits"
+    )
+    driver = Driver(SessionOptions(right_context=0))
+    assert driver.send(ResumeRequest(0, (), None, 10**5000)) == [
+        Error(ErrorCode.BAD_REQUEST, "resume: 'held' must be an integer from 0 to the 0 context words, "
+              "not an integer of 5001 digits")
+    ]
