@@ -18,7 +18,8 @@ nothing itself:
   exited cleanly. The workers start with both signals blocked and unblock them once they can
   act on them, so that a signal during startup is never lost nor fatal. A worker cuts its drain
   short on a second stop only (:func:`_asks_twice`): one signal that reached it both itself and
-  through the supervisor (systemd signals every process of the service) is one stop.
+  through the supervisor (systemd signals every process of the service) is one stop, and the
+  stop the supervisor sends on its own (a worker died) is none of the operator's.
 - **A worker that dies** (any exit the supervisor did not ask for) is not restarted: the
   supervisor drains the others (SIGTERM) and exits with status 1, so that what restarts the
   service (systemd, Kubernetes, a shell loop) sees the failure. **A worker that hangs** is
@@ -309,6 +310,9 @@ class _Supervisor:
         # one signal that reached them twice: the supervisor's and a service manager's own, sent
         # to every process of the service at once (systemd's KillMode=control-group).
         self.stops: c_int | None = None
+        # The stops the supervisor sent on its own (a worker died, hung or failed to start): no
+        # operator's, so none counts toward a second one (:func:`_asks_twice`).
+        self.own_stops: c_int | None = None
 
     def forward(self, sig: int, frame: object = None) -> None:
         """The signal handler: pass ``sig`` on to every worker (each drains)."""
@@ -317,15 +321,18 @@ class _Supervisor:
             logger.info("%s received; draining %d workers", signal.Signals(sig).name, self.n)
         self._stop(sig)
 
-    def _stop(self, sig: int) -> None:
+    def _stop(self, sig: int, *, own: bool = False) -> None:
+        """Send ``sig`` to every running worker: a stop passed on (an operator's signal), or with
+        ``own`` one the supervisor starts itself (a worker is gone), which the workers count apart."""
         running = [p for i, p in enumerate(self.procs)
                    if p.exitcode is None and p.pid is not None and i not in self.failed_to_start]
-        if self.stops is not None and running:
+        counter = self.own_stops if own else self.stops
+        if counter is not None and running:
             # before the signals: a worker that handles one reads it counted; with the stop signals
             # blocked, as forward() (their handler) may run between this read and write otherwise
             masked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                self.stops.value += 1
+                counter.value += 1
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, masked)
         if self.deadline is None:
@@ -340,6 +347,7 @@ class _Supervisor:
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.stops = ctx.RawValue("i", 0)  # written by this process only (_stop), read by the workers
+        self.own_stops = ctx.RawValue("i", 0)  # likewise
         # The workers start with the stop signals blocked (a spawned child inherits the mask) and
         # unblock them once they can handle them: a signal meanwhile waits instead of killing them.
         # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT and
@@ -350,7 +358,7 @@ class _Supervisor:
             for i in range(self.n):
                 spec = pickle.dumps((worker_config(self.config, i, self.n, self.port), self.setup))
                 reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=worker_main, args=(spec, writer, self.stops),
+                proc = ctx.Process(target=worker_main, args=(spec, writer, self.stops, self.own_stops),
                                    name=f"streampunct-worker-{i}")
                 proc.start()
                 # judged from its start: a worker that stops before its first beat (in its imports)
@@ -427,7 +435,7 @@ class _Supervisor:
                 self.failed = True
                 if self.error is None:
                     self.error = _loaded_error(message[1])
-                    self._stop(signal.SIGTERM)
+                    self._stop(signal.SIGTERM, own=True)
 
     def _beat_s(self) -> float:
         """Seconds between a worker's heartbeats (0: none)."""
@@ -490,7 +498,7 @@ class _Supervisor:
             what = "was killed for not answering" if i in self.hung else f"exited unexpectedly ({_exit_status(code)})"
             logger.error("worker %d (pid %d) %s; draining the others, then exiting with status 1", i, proc.pid,
                          what)
-            self._stop(signal.SIGTERM)
+            self._stop(signal.SIGTERM, own=True)
         else:
             logger.error("worker %d (pid %d) exited with %s", i, proc.pid, _exit_status(code))
 
@@ -553,10 +561,11 @@ def _early_signal(sig: int, frame: object) -> None:
         _early_stop.set()
 
 
-def worker_main(spec: bytes, conn: Connection, stops: c_int | None = None) -> None:
+def worker_main(spec: bytes, conn: Connection, stops: c_int | None = None,
+                own_stops: c_int | None = None) -> None:
     """A worker process (``spawn``): its server until the stop signals, reporting to the supervisor
     over ``conn``: ``("ready", model, engine, url)`` or ``("failed", pickled error)``. ``stops``: the
-    stops the supervisor passed on (:func:`_asks_twice`)."""
+    stops the supervisor passed on; ``own_stops``: those it sent on its own (:func:`_asks_twice`)."""
     global _early_stop, _starting
     os.setpgid(0, 0)  # a group of its own: the supervisor kills it with its children (_kill_group)
     config, setup = pickle.loads(spec)
@@ -576,7 +585,7 @@ def worker_main(spec: bytes, conn: Connection, stops: c_int | None = None) -> No
         from streampunct.server.app import run_server
 
         run_server(config, on_ready=lambda server: _ready(server, conn), stop=_early_stop,
-                   repeated=None if stops is None else functools.partial(_asks_twice, stops))
+                   repeated=None if stops is None else functools.partial(_asks_twice, stops, own_stops))
     except BaseException as e:
         from engines.base import EngineError
         from streampunct.errors import StreampunctError
@@ -604,13 +613,16 @@ def worker_main(spec: bytes, conn: Connection, stops: c_int | None = None) -> No
         exit_now(0)
 
 
-def _asks_twice(stops: c_int, received: int) -> bool:
+def _asks_twice(stops: c_int, own_stops: c_int | None, received: int) -> bool:
     """Whether the ``received`` stop signals of a worker ask it twice to stop (cut its drain short):
     the supervisor passed on two (Ctrl-C twice), or two came from elsewhere. One the supervisor
     passed on and one sent to the worker itself (systemd signals every process of the service at
-    once; ``kill`` of every pid) are one stop, which drains."""
+    once; ``kill`` of every pid) are one stop, which drains. The stops the supervisor sent on its
+    own (``own_stops``: a worker died) are no operator's: none of them counts (after one, the
+    service manager's single stop still drains)."""
     forwarded = stops.value
-    return forwarded >= 2 or received - forwarded >= 2
+    own = own_stops.value if own_stops is not None else 0
+    return forwarded >= 2 or received - forwarded - own >= 2
 
 
 class _StartupBeats:
