@@ -123,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "event loop once ready; the process while it loads, for 4 S) is killed, the others "
                             "drain and serve exits with status 1, as when a worker dies; at least 1, or 0: never "
                             "(default: %(default)s)")
+    batch.add_argument("--engine-stall-timeout-s", type=non_negative_float,
+                       default=BatcherConfig.stall_timeout_s, metavar="S",
+                       help="an engine call still running after S seconds (a wedged GPU driver, a deadlocked "
+                            "library) marks the engine stalled: /healthz answers 503 \"stalled\", handshakes "
+                            "503, until it returns; nothing is killed. Loading and warm-up are not watched; "
+                            "0: never (default: %(default)s)")
     batch.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=str(ServerConfig.stream_cache),
                        help="streaming windows with cached left context: auto (default) where the model "
                             "folder has a streaming graph (and does not say \"stream_cache\": false) and the "
@@ -312,7 +318,7 @@ def build_config(args: argparse.Namespace):
             port=args.port,
             batching=BatcherConfig(args.max_batch, args.max_wait_ms, args.max_queue,
                                    resolve_engine_workers(args.engine_workers, args.engine, args.workers),
-                                   args.batch_rows),
+                                   args.batch_rows, stall_timeout_s=args.engine_stall_timeout_s or None),
             workers=args.workers,
             max_sessions=args.max_sessions,
             limits=limits,

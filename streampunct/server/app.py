@@ -47,6 +47,7 @@ from websockets import ConnectionClosed
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.datastructures import Headers
+from websockets.exceptions import PayloadTooBig, ProtocolError, TooManyFragments
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
@@ -462,6 +463,7 @@ class StreamServer:
             on_batch=self.metrics.observe_batch,
         )
         self.metrics.queue_depth.set_function(lambda: self.batcher.queue_depth)
+        self.metrics.engine_stalled.set_function(lambda: float(self.batcher.engine_stalled))
         self.metrics.backlog.set_function(lambda: sum(s.backlog for s in self.sessions))
         self._context = SessionContext(
             aligner=runtime.aligner,
@@ -667,6 +669,11 @@ class StreamServer:
             self._drain_deadline = None  # over: hurry() has nothing left to reschedule
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
+        elif self._loader is not None and not self._loader.cancelled() and self._loader.exception() is not None:
+            # a load that failed once the stop had come (run_until_signalled no longer waits on
+            # it): the stop ends the server; its error is one line, not asyncio's traceback of a
+            # task exception never retrieved
+            logger.warning("the engine failed to load while the server stopped: %s", self._loader.exception())
         # An engine still loading, warming up or running a call holds its thread, which nothing
         # can stop (closing it waits behind that): wait for it within the shutdown's time (at
         # least ENGINE_CLOSE_MIN_S), no more.
@@ -745,6 +752,8 @@ class StreamServer:
             response = self._unavailable(connection, request, "unavailable", "not serving (starting or stopping)")
         elif self.batcher.engine_failing:  # /healthz says "failing": its windows would fail
             response = self._unavailable(connection, request, "unavailable", "not serving (the engine is failing)")
+        elif self.batcher.engine_stalled:  # /healthz says "stalled": its windows would wait behind a hung call
+            response = self._unavailable(connection, request, "unavailable", "not serving (the engine is stalled)")
         elif self._at_session_limit():
             response = self._unavailable(
                 connection, request, "sessions", f"session limit reached ({self.config.max_sessions}"
@@ -833,8 +842,11 @@ class StreamServer:
         loader_failed = self._loader is not None and self._loader.done() and (
             self._loader.cancelled() or self._loader.exception() is not None
         )
-        status = ("failing" if self.batcher.engine_failing else "ok") if self.ready else (
-            "failed" if loader_failed else "stopping" if self._closing else "loading")
+        if not self.ready:
+            status = "failed" if loader_failed else "stopping" if self._closing else "loading"
+        else:
+            status = "stalled" if self.batcher.engine_stalled else "failing" if self.batcher.engine_failing else "ok"
+        stalled_s = self.batcher.stalled_s()
         body = {
             "status": status,
             "engine": self.batcher.engine_name if self.batcher.ready else self.config.engine,
@@ -846,6 +858,8 @@ class StreamServer:
                            else self.config.batching.batch_rows),
             "uptime_s": round(time.monotonic() - self._started, 3),
             "sessions": len(self.sessions),
+            # seconds the oldest stalled engine call has run (status "stalled"), else null
+            "stalled_s": None if stalled_s is None else round(stalled_s, 3),
             "protocol": PROTOCOL_VERSION,
             # which process answered (serve --workers: each worker answers for itself)
             "worker": self.config.worker,
@@ -903,14 +917,35 @@ class StreamServer:
                         session.finals_sent, session.errors_sent, extra={"session": session.id})
 
 
+#: How websockets fails a connection on a client's bytes (its frame parser, or its decoding of a
+#: text message): the error it keeps, the close code it sends, what the log line says. It reads
+#: nothing more then, the client's answer to that close included.
+_CLIENT_FAILURES: tuple[tuple[type[Exception], int, str], ...] = (
+    (PayloadTooBig, CloseCode.MESSAGE_TOO_BIG, "message too big"),
+    (TooManyFragments, CloseCode.MESSAGE_TOO_BIG, "too many fragments"),
+    (UnicodeDecodeError, CloseCode.INVALID_DATA, "invalid UTF-8"),
+    (ProtocolError, CloseCode.PROTOCOL_ERROR, "protocol error"),
+)
+
+
 def session_close_code(connection) -> str:
     """The close code a session ended with, for its log line: the server's own when it closed
     first, also when the client never answered (websockets' ``close_code`` is then 1006: a
-    client that stops reading, closed with 1013, would be logged as 1006); else the client's."""
+    client that stops reading, closed with 1013, would be logged as 1006); else the client's.
+    A close that websockets sent when it failed the connection on the client's bytes (1009,
+    1007, 1002) says why instead: websockets reads nothing after it, so whether the client
+    answered is not known."""
     protocol = connection.protocol
     sent, received = protocol.close_sent, protocol.close_rcvd
     if sent is not None and not protocol.close_rcvd_then_sent:
-        return str(sent.code) if received is not None else f"{sent.code} (the client did not answer)"
+        if received is not None:
+            return str(sent.code)
+        # the parser's error (a frame), or the connection's (a text message's UTF-8)
+        for error in (getattr(protocol, "parser_exc", None), getattr(connection, "connection_exc", None)):
+            for kind, code, what in _CLIENT_FAILURES:
+                if isinstance(error, kind) and sent.code == code:  # the close this failure sent
+                    return f"{sent.code} ({what})"
+        return f"{sent.code} (the client did not answer)"
     return str(connection.close_code)
 
 

@@ -56,6 +56,15 @@ The collector hands an idle worker :func:`streampunct.server.allocator.trim` onc
 every ``trim_interval_s`` while batches run, and once more when the engine has
 been idle that long after its last batch, so a server's RSS follows what it
 uses rather than the most it ever used (docs/server.md, "Memory that stays").
+
+``stall_timeout_s``: an engine call that never returns (a wedged GPU driver, a
+deadlocked library) cannot be stopped, and its windows' sessions wait for it
+forever. A batch (or trim) still in its worker's thread ``stall_timeout_s`` after
+it was handed there marks the engine stalled (:attr:`Batcher.engine_stalled`; one
+log line), so that ``/healthz`` answers 503 and a balancer sends new sessions
+elsewhere, until the call returns (one more line). Loading and warming up are not
+watched. Nothing is killed: the thread cannot be, and the operator decides
+(docs/server.md, "Operations").
 """
 
 from __future__ import annotations
@@ -133,6 +142,9 @@ class BatcherConfig:
             memory (:func:`streampunct.server.allocator.trim`, on an idle worker's
             thread) while batches run; the engine idle this long after a batch
             gets one more. None: never.
+        stall_timeout_s: an engine call (a batch, a trim) still running this many seconds
+            after it started marks the engine stalled until it returns (module docstring).
+            None: never.
     """
 
     max_batch: int = 32
@@ -141,11 +153,12 @@ class BatcherConfig:
     engine_workers: int = 1
     batch_rows: BatchRows = BatchRows.EXACT
     trim_interval_s: float | None = 5.0
+    stall_timeout_s: float | None = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "engine_workers"):
             require_int(self, name, 1)
-        require_finite(self, "max_wait_ms", "trim_interval_s")
+        require_finite(self, "max_wait_ms", "trim_interval_s", "stall_timeout_s")
         if self.max_wait_ms < 0:
             raise ValueError("max_wait_ms must be >= 0")
 
@@ -155,6 +168,8 @@ class BatcherConfig:
             raise ValueError(f"batch_rows must be one of {', '.join(BatchRows)}, got {self.batch_rows!r}") from None
         if self.trim_interval_s is not None and self.trim_interval_s <= 0:
             raise ValueError("trim_interval_s must be > 0 (None: no trims)")
+        if self.stall_timeout_s is not None and self.stall_timeout_s <= 0:
+            raise ValueError("stall_timeout_s must be > 0 (None: never)")
 
 
 @dataclass(frozen=True)
@@ -191,6 +206,7 @@ class _Worker:
     engine: Engine | None = None
     closed: bool = False
     running: int = 0  # jobs running in its thread now (:meth:`run`)
+    stalled_since: float | None = None  # when its stalled call started (the loop's clock; Batcher._watched)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the worker's thread, counted in :attr:`running` while it runs there."""
@@ -238,6 +254,8 @@ class Batcher:
         trims: trims run so far; last_trim_end: when the last one finished (the loop's clock).
         engine_failing: the engine failed the warm-up window after windows failed in a
             row (module docstring); false again once any window succeeds.
+        engine_stalled (property): an engine call has run longer than ``stall_timeout_s``
+            and not returned yet (module docstring).
     """
 
     def __init__(
@@ -380,6 +398,16 @@ class Batcher:
         return any(worker.running for worker in self._workers)
 
     @property
+    def engine_stalled(self) -> bool:
+        """An engine call has run longer than ``stall_timeout_s`` and not returned yet."""
+        return any(worker.stalled_since is not None for worker in self._workers)
+
+    def stalled_s(self) -> float | None:
+        """Seconds the oldest stalled engine call has run (None: none is stalled)."""
+        since = [worker.stalled_since for worker in self._workers if worker.stalled_since is not None]
+        return asyncio.get_running_loop().time() - min(since) if since else None
+
+    @property
     def engine(self) -> Engine | None:
         """The first worker's engine (all workers run the same artifact)."""
         return self._workers[0].engine if self._workers else None
@@ -485,7 +513,7 @@ class Batcher:
         self._trim_pending = False
         t0 = time.perf_counter()
         try:
-            await worker.run(self._trim)
+            await self._watched(worker, self._trim)
         except Exception:
             logger.exception("allocator trim failed; no more trims")
             self._trim = None
@@ -577,7 +605,7 @@ class Batcher:
                 results = [exc]
             else:
                 logger.warning("engine failed on a batch of %d; retrying one by one", len(batch))
-                results = await worker.run(self._infer_each, worker.engine, work)
+                results = await self._watched(worker, self._infer_each, worker.engine, work)
             seconds = time.perf_counter() - t0
         failed = self._answer(batch, results)
         if self._on_batch is not None:
@@ -589,8 +617,7 @@ class Batcher:
             self._on_batch(BatchRecord(len(batch), tokens, seconds, failed,
                                        tuple((rows, secs) for rows, _, secs in calls)))
 
-    @staticmethod
-    async def _in_thread(worker: _Worker, fn: Callable, *args: object) -> tuple:
+    async def _in_thread(self, worker: _Worker, fn: Callable, *args: object) -> tuple:
         """``fn(*args)`` in the worker's thread: (its result, the seconds it ran there). Timed
         in the thread, so the wait for the event loop to take the answers does not count as
         engine time."""
@@ -599,7 +626,36 @@ class Batcher:
             t0 = time.perf_counter()
             return fn(*args), time.perf_counter() - t0
 
-        return await worker.run(timed)
+        return await self._watched(worker, timed)
+
+    async def _watched(self, worker: _Worker, fn: Callable, *args: object) -> Any:
+        """``worker.run(fn, *args)`` for a batch or a trim (the worker holds no other job, so it
+        starts now), watched: still running ``stall_timeout_s`` later, it marks the engine
+        stalled until it returns (module docstring)."""
+        bound = self.config.stall_timeout_s
+        if bound is None:
+            return await worker.run(fn, *args)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(bound, self._stall_seen, worker, loop.time())
+        try:
+            return await worker.run(fn, *args)
+        finally:
+            timer.cancel()
+            stalled_since, worker.stalled_since = worker.stalled_since, None
+            if stalled_since is not None and not self._closed:  # (closing cancels the wait, not the call)
+                seconds = loop.time() - stalled_since
+                logger.warning("engine call returned after %.1f s; %s", seconds,
+                               "another is still stalled" if self.engine_stalled else "the engine is no longer stalled")
+
+    def _stall_seen(self, worker: _Worker, started: float) -> None:
+        """(Loop timer) ``worker``'s call has run ``stall_timeout_s``: the engine is stalled."""
+        if self._closed:
+            return
+        worker.stalled_since = started
+        logger.error("engine stalled: a call has run for %.1f s without returning (stall timeout %g s); "
+                     "/healthz answers 503 \"stalled\" until it returns; %d windows are in or wait for the engine",
+                     asyncio.get_running_loop().time() - started, self.config.stall_timeout_s,
+                     len(self._queue) + len(self._running))
 
     async def _run_alone(self, worker: _Worker, batch: list[_Pending]) -> None:
         """One engine call per window, all in one hand-off to the worker thread; windows

@@ -83,6 +83,8 @@ class ServerMetrics:
         errors: error messages sent, by code; rejected: handshakes refused, by reason.
         engine_failures: windows the engine failed on (handed to their sessions).
         queue_depth: requests waiting for the engine.
+        engine_stalled: 1 while an engine call has run past the stall timeout without
+            returning (``serve --engine-stall-timeout-s``; summed over ``--workers``).
         window_tokens, windows: tokens (CLS and SEP included, no padding) and
             windows the engine encoded for sessions, by kind (``final``:
             windows that decide finals; ``partial``: provisional labels).
@@ -165,6 +167,12 @@ class ServerMetrics:
             "streampunct_queue_depth", "Window requests waiting for the engine.", registry=r,
             multiprocess_mode="livesum",
         )
+        self.engine_stalled = _LiveGauge(
+            "streampunct_engine_stalled",
+            "1 while an engine call has run longer than --engine-stall-timeout-s without returning "
+            "(/healthz answers 503 \"stalled\"); with --workers, the workers so stalled.",
+            registry=r, multiprocess_mode="livesum",
+        )
         self.window_tokens = Counter(
             "streampunct_window_tokens",
             "Tokens of the windows encoded for sessions (CLS/SEP included, unpadded), by kind.",
@@ -236,7 +244,7 @@ class ServerMetrics:
         live in files (a single server started with ``$PROMETHEUS_MULTIPROC_DIR`` set too), the
         allocator's trims with :attr:`multiprocess`."""
         if values_in_files():
-            for gauge in (self.queue_depth, self.backlog):
+            for gauge in (self.queue_depth, self.backlog, self.engine_stalled):
                 if gauge.live is not None:
                     gauge.set(gauge.live())
         if not self.multiprocess:

@@ -17,7 +17,7 @@ import time
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 from streampunct.client.stream_client import StreamClient, Transcript
 from streampunct.core.wire import Final
@@ -926,18 +926,54 @@ def test_the_session_log_gives_the_close_code_the_server_sent_when_the_client_ne
     ``close_code`` is then 1006, which the session's log line used to give."""
     from types import SimpleNamespace
 
+    from websockets.exceptions import ProtocolError
     from websockets.frames import Close
 
     from streampunct.server.app import session_close_code
 
-    def connection(sent, received, received_first, close_code):
-        protocol = SimpleNamespace(close_sent=sent, close_rcvd=received, close_rcvd_then_sent=received_first)
+    def connection(sent, received, received_first, close_code, parser_exc=None):
+        protocol = SimpleNamespace(close_sent=sent, close_rcvd=received, close_rcvd_then_sent=received_first,
+                                   parser_exc=parser_exc)
         return SimpleNamespace(protocol=protocol, close_code=close_code)
 
     assert session_close_code(connection(Close(1013, "not reading"), None, None, 1006)) == \
         "1013 (the client did not answer)"
+    # ... and sent a bad frame instead of its answer: the close was the server's 1013, not the failure's
+    assert session_close_code(connection(Close(1013, "not reading"), None, None, 1006,
+                                         ProtocolError("invalid opcode"))) == "1013 (the client did not answer)"
+    assert session_close_code(connection(Close(1002, "invalid opcode"), None, None, 1006,
+                                         ProtocolError("invalid opcode"))) == "1002 (protocol error)"
     assert session_close_code(connection(Close(1000, ""), Close(1000, ""), False, 1000)) == "1000"
     # the client closed first (its own code; the server echoed it)
     assert session_close_code(connection(Close(4001, ""), Close(4001, "bye"), True, 4001)) == "4001"
     # the connection dropped: no close frame either way
     assert session_close_code(connection(None, None, None, 1006)) == "1006"
+
+
+@pytest.mark.parametrize("frame, code, why", [
+    ("x" * (2 << 20), 1009, "message too big"),  # the brief's 2 MiB text frame (the limit: 1 MiB)
+    (b'{"type": "words", "words": ["caf\xe9"]}', 1007, "invalid UTF-8"),  # sent as a text frame
+    (None, 1002, "protocol error"),  # an unmasked frame (a client must mask): written on the socket
+])
+async def test_a_connection_websockets_fails_is_logged_with_why_not_that_the_client_did_not_answer(
+        start_server, caplog, frame, code, why):
+    """websockets fails the connection on such a frame: it sends its close and reads nothing more,
+    so the client's answer (which it sends) is never seen; the log line said the client did not
+    answer."""
+    caplog.set_level(logging.INFO)
+    server = await start_server()
+    async with ws_connect(server.url, max_size=None) as ws:
+        await ws.recv()  # ready
+        if frame is None:
+            ws.transport.write(b"\x81\x01a")
+        else:
+            await ws.send(frame, text=True)
+        with pytest.raises(ConnectionClosedError):
+            async for _ in ws:
+                pass
+        assert ws.protocol.close_rcvd.code == code and ws.protocol.close_sent.code == code  # it answered
+    await until(lambda: not server.sessions, timeout=TIMEOUT)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "streampunct.server.app" and " closed: " in
+               r.getMessage()]
+    assert re.fullmatch(rf"session=\w+ closed: code {code} \({why}\), [0-9.]+ s, 0 words, 0 finals sent, "
+                        r"0 errors sent", line), line
