@@ -19,14 +19,18 @@ nothing and repeat nothing; each interruption is one line on ``errors``.
 
 A bad input line (:class:`~streampunct.client.caption_input.BadLine`, raised by the
 events with ``--on-bad-line stop``) ends the stream there: every word sent
-before it is finalized, and :class:`InputStopped` carries the result.
+before it is finalized, and :class:`InputStopped` carries the result. So does a
+cue the subtitles cannot hold (an SRT time at 100 hours, a time before 0:
+:class:`~streampunct.client.subtitles.SubtitleWriter`): the cues before it are
+written, nothing after it, and the connection is closed there.
 
 A run can be stopped from outside (:class:`Interrupt`; ``streampunct caption``
 wires SIGINT and SIGTERM to it): the first stop ends the input there and the
 stream with ``end``, so that every word sent is finalized, and waits at most
 ``grace_s`` for the server's ``end``; an abort (a second signal, or the grace
-running out) stops at once. Either way the run returns what is final, with
-``interrupted`` set.
+running out) stops at once: the connection is cut without its closing
+handshake, which a server that does not answer would hold up. Either way the
+run returns what is final, with ``interrupted`` set.
 
 Nothing is sent that the server must refuse for its size: committed words go
 in messages of at most the server's ``max_words_per_message`` words and
@@ -95,7 +99,8 @@ MAX_WORD_CHARS = DEFAULT_LIMITS.max_word_chars
 #: After a stop (the first Ctrl-C or SIGTERM), the longest wait for the finals of the words sent
 #: (``caption --end-timeout-s``): the server's ``end`` normally comes within a few engine calls.
 END_GRACE_S = 5.0
-#: After an abort, the longest wait for the connection's closing handshake.
+#: After an abort, the longest wait for the connection to be closed (it is cut at once: no
+#: closing handshake is waited for; this bounds the rest of the closing).
 ABORT_CLOSE_S = 1.0
 
 
@@ -105,7 +110,7 @@ def close_meaning(code: int | None, reason: str | None) -> str:
     if code == 1001:
         return ("its idle timeout: no words for too long" if reason == IDLE_TIMEOUT_REASON
                 else "the server is shutting down")
-    return f"close code {code}"
+    return f"close code {code}" + (f": {reason}" if reason else "")
 
 def _loses_words(error: Error) -> bool:
     """The errors that refuse a message, its words with it: ``bad_request`` and ``too_large``.
@@ -302,8 +307,9 @@ class StreamClosedEarly(ClientError):
 
 
 class InputStopped(InputError):
-    """Reading the input failed (a bad line, with ``--on-bad-line stop``); every word sent
-    before it was finalized, and ``result`` has them."""
+    """Reading the input failed (a bad line, with ``--on-bad-line stop``): every word sent
+    before it was finalized, and ``result`` has them; or the subtitles could not hold a cue
+    (its time): the cues before it are written, and ``result`` has the finals that came."""
 
     def __init__(self, message: str, result: CaptionResult) -> None:
         super().__init__(message)
@@ -318,11 +324,13 @@ class _SubtitleHold:
     """Writes the cue in progress when no final has come for as long as a cue may last
     (``max_duration_s`` of the cue limits, in wall time): a pause in the speech must not hold
     words back until the speaker goes on. (While finals come, the cue builder itself cuts a
-    cue whose words span that long.)"""
+    cue whose words span that long.) A cue the subtitles refuse goes to ``on_error``."""
 
-    def __init__(self, subtitles: SubtitleWriter | None, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, subtitles: SubtitleWriter | None, loop: asyncio.AbstractEventLoop,
+                 on_error) -> None:
         self.subtitles = subtitles
         self.loop = loop
+        self.on_error = on_error
         self._last: float = 0.0  # when the last final came
         self._timer: asyncio.TimerHandle | None = None
 
@@ -340,7 +348,10 @@ class _SubtitleHold:
             return
         hold = self.subtitles.builder.limits.max_duration_s
         if self.loop.time() - self._last >= hold - 1e-3:
-            self.subtitles.flush()
+            try:
+                self.subtitles.flush()
+            except InputError as e:  # a cue the format cannot hold: the run stops there
+                self.on_error(e)
         else:  # a final came meanwhile: wait for as long after it
             self._timer = self.loop.call_at(self._last + hold, self._expire)
 
@@ -350,15 +361,21 @@ class _SubtitleHold:
             self._timer = None
 
 
-async def _until_aborted(awaitable, interrupt: Interrupt, *, on_stop: bool = False) -> tuple[bool, object]:
+async def _until_aborted(awaitable, interrupt: Interrupt | None, *, on_stop: bool = False,
+                         also: asyncio.Event | None = None) -> tuple[bool, object]:
     """Run ``awaitable`` to its end, ``(True, its result)`` (its exception is raised), or until
-    ``interrupt`` aborts (``on_stop``: stops): then it is cancelled and ``(False, None)`` comes back."""
+    ``interrupt`` aborts (``on_stop``: stops) or ``also`` is set: then it is cancelled and
+    ``(False, None)`` comes back."""
     task = asyncio.ensure_future(awaitable)
-    aborted = asyncio.ensure_future((interrupt.stopping if on_stop else interrupt.aborting).wait())
+    events = [also] if also is not None else []
+    if interrupt is not None:
+        events.append(interrupt.stopping if on_stop else interrupt.aborting)
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
-        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, *waits}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        aborted.cancel()
+        for wait in waits:
+            wait.cancel()
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -449,7 +466,8 @@ async def caption(
     subtitles, so nothing received is lost) when the stream ends before the
     server's ``end`` and cannot be resumed, and :class:`InputStopped` when the
     events raised :class:`~streampunct.errors.InputError` (a bad line): the
-    words sent before it are finalized first.
+    words sent before it are finalized first; or when ``subtitles`` refused a
+    cue (its time): the cues before it are written, none after it.
 
     ``interrupt`` (:class:`Interrupt`) stops the run from outside; a stopped
     run returns what is final (``interrupted`` set, ``unfinal`` words sent
@@ -526,7 +544,15 @@ async def caption(
         tracker.flush_sent(loop.time())
 
     sender = asyncio.create_task(send_all())
-    hold = _SubtitleHold(subtitles, loop)
+    bad_cue: list[InputError] = []  # a cue the subtitles refused: nothing more is written
+    cue_refused = asyncio.Event()
+
+    def refuse_cue(error: InputError) -> None:
+        if not bad_cue:
+            bad_cue.append(error)
+        cue_refused.set()
+
+    hold = _SubtitleHold(subtitles, loop, refuse_cue)
     resume_failed: ResumeFailed | None = None
 
     async def receive() -> None:
@@ -539,7 +565,11 @@ async def caption(
                 timed = [TimedWord(word.w, ID_TO_MARK.index(word.p),
                                    *_word_times(word, tracker.sent_at[message.start + k] - t0))
                          for k, word in enumerate(message.words)]
-                subtitles.add_final(timed, message.text, message.held)
+                try:
+                    subtitles.add_final(timed, message.text, message.held)
+                except InputError as e:  # a cue the format cannot hold: the run stops there
+                    refuse_cue(e)
+                    return
                 hold.arm()
             if isinstance(message, Error) and _loses_words(message) and errors is not None:
                 errors.write(f"server error {message.code}: {message.message}\n")
@@ -548,10 +578,8 @@ async def caption(
                 view.update(transcript)
 
     try:
-        if interrupt is None:
-            await receive()
-        else:
-            await _until_aborted(receive(), interrupt)  # aborted: what came is kept
+        # aborted, or a cue refused: what came is kept
+        await _until_aborted(receive(), interrupt, also=cue_refused)
     except ResumeFailed as e:
         resume_failed = e
     finally:
@@ -560,7 +588,9 @@ async def caption(
         if not sender.done():
             sender.cancel()
         results = await asyncio.gather(sender, return_exceptions=True)
-        if interrupt is not None and interrupt.aborted:  # at once: no long closing handshake
+        if interrupt is not None and interrupt.aborted:
+            # at once: a server that does not answer would hold the closing handshake up
+            stream.abort()
             try:
                 await asyncio.wait_for(stream.close(), ABORT_CLOSE_S)
             except (TimeoutError, ConnectionClosed):
@@ -570,14 +600,20 @@ async def caption(
         if view is not None:
             view.close(transcript)
         hold.cancel()
-        if subtitles is not None:
-            subtitles.close()
+        if subtitles is not None and not bad_cue:
+            try:
+                subtitles.close()
+            except InputError as e:  # the last cue cannot be written
+                refuse_cue(e)
     stopped = interrupt is not None and interrupt.stopped
     result = CaptionResult(transcript, tracker.summary(), stream.options, interrupted=stopped,
                            unfinal=len(stream.pending))
     failure = results[0]
     if isinstance(failure, Exception) and not isinstance(failure, ConnectionClosed | ClientError):
         raise failure  # a bug; what came back is written already
+    if bad_cue:
+        written = subtitles.count if subtitles is not None else 0
+        raise InputStopped(f"{bad_cue[0]}; stopped there: the {written} cues before it are written", result)
     if stopped:
         return result
     if transcript.ended_words is None:

@@ -245,6 +245,11 @@ class StreamClient:
     async def close(self) -> None:
         await self.connection.close()
 
+    def abort(self) -> None:
+        """Drop the connection now, without the closing handshake: a server that does not
+        answer holds nothing up (a :meth:`close` after this returns at once)."""
+        self.connection.transport.abort()
+
     async def __aenter__(self) -> StreamClient:
         return self
 
@@ -825,6 +830,13 @@ class ResumableStream:
         self._closing = True
         self._sent_while_closed.set()
         await self._client.close()
+
+    def abort(self) -> None:
+        """Drop the connection now, without the closing handshake (:meth:`StreamClient.abort`);
+        the stream is not resumed after this, and its :meth:`close` returns at once."""
+        self._closing = True
+        self._sent_while_closed.set()
+        self._client.abort()
 
     async def __aenter__(self) -> ResumableStream:
         return self

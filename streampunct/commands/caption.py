@@ -7,10 +7,26 @@ of every word sent, writes everything final (captions, subtitles, ``--out``)
 and exits with 128 + the signal's number: 130 after SIGINT, 143 after SIGTERM,
 129 after SIGHUP (the terminal closed: captions on it are a closed stdout,
 below; nohup's ignored SIGHUP stays ignored). A second signal stops waiting at
-once; what is final is still written. The ``--out`` file is written whole or
+once (the connection is cut, without waiting for the server to answer its
+closing); what is final is still written. The ``--out`` file is written whole or
 not at all (a temporary file in the same folder, moved over it at the end),
 so a crash leaves what was there before, and so does a run stopped before any
 word was final.
+
+A signal that comes while the program is still loading (before the CLI runs
+``caption``: the first tenths of a second, more on a busy machine) meets
+Python's defaults, not the above: SIGTERM and SIGHUP end the process by the
+signal (a shell's status is 143 or 129 all the same), Ctrl-C may too, or stop
+it with a ``KeyboardInterrupt`` traceback while ``streampunct.cli`` imports;
+nothing was sent, and ``--out`` is left as it was.
+
+An input that stops mid-stream exits with 2 after writing what was final, as
+the first signal does: a bad line (``--on-bad-line stop``: the words sent
+before it are finalized first), or, from stdin or a pipe, a word time that
+``--format srt``/``vtt`` cannot write (an SRT cue at 100 hours or later, a time
+before 0: the cues before it are written, on stdout and to ``--out``, none
+after it; when it was the first, ``--out`` is left as it was). A named file
+with such times is refused before anything is sent.
 
 Once the run is over (written, or failed), these signals are ignored until the
 process exits (:func:`_ignore_stop_signals`): a second Ctrl-C just after the
@@ -436,6 +452,12 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         out.discard()
         report(f"no word was final: --out {args.out} left as it was")
         out = None
+    elif (out is not None and isinstance(closed_early, InputStopped) and subtitles is not None
+          and not subtitles.cues):
+        # the subtitles refused the first cue (its time): nothing to replace --out with
+        out.discard()
+        report(f"no cue was written: --out {args.out} left as it was")
+        out = None
     if out is not None:
         if args.format == "text":
             written = join_texts([text for _, _, text in result.transcript.texts])  # as the server sent it
@@ -449,9 +471,10 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
         return 1
     if stdout.closed_pipe and not signals:  # `| head`: quietly, as the CLI ends on a closed pipe
         return 128 + signal.SIGPIPE
-    if closed_early is not None and not result.interrupted:
+    if closed_early is not None:  # (a stopped run still says why its subtitles stopped short)
         print(f"streampunct caption: error: {closed_early}", file=sys.stderr)
-        return 2 if isinstance(closed_early, InputStopped) else 1
+        if not result.interrupted:
+            return 2 if isinstance(closed_early, InputStopped) else 1
     options = result.options
     print(f"latency: right_context {options.right_context}, max_delay_ms {options.max_delay_ms}: "
           f"{result.latency.format()}", file=sys.stderr)

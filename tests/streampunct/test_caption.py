@@ -484,7 +484,8 @@ def test_an_unasked_close_is_said_in_words():
 
     assert close_meaning(1001, "idle timeout") == "its idle timeout: no words for too long"
     assert close_meaning(1001, "server shutting down") == "the server is shutting down"
-    assert close_meaning(1011, "internal error") == "close code 1011"
+    assert close_meaning(1011, "internal error") == "close code 1011: internal error"
+    assert close_meaning(1013, "") == close_meaning(1013, None) == "close code 1013"
 
 
 @pytest.mark.parametrize("url", ["ws://127.0.0.1:notaport/v1/stream", "ws://127.0.0.1:99999/v1/stream",
