@@ -349,3 +349,54 @@ def test_the_bench_names_the_haproxy_path_it_cannot_run_before_any_replica(tmp_p
     err = capsys.readouterr().err
     assert code != 0 and f"--haproxy {tmp_path / 'nonexistent'}: does not exist" in err
     assert "PATH" not in err
+
+
+@needs_haproxy
+def test_a_stream_on_a_frozen_replica_resumes_elsewhere_once_the_checks_mark_it_down(tmp_path):
+    """A replica that stops answering but keeps its sockets open (SIGSTOP here; a hung event loop,
+    a frozen VM or a host cut off alike) sends no close and no reset, and clients set no ping
+    timeout: HAProxy's checks mark it down within seconds, and the template's
+    ``on-marked-down shutdown-sessions`` then cuts its tunnels, so the stream resumes on the other
+    replica. Without it the stream waited for the frozen replica (``timeout tunnel``: an hour)."""
+    import asyncio
+    import os
+    import signal
+
+    from benchmarks.failover_bench import Replicas, ReplicaSpec
+    from streampunct.client.stream_client import ResumableStream
+    from streampunct.core.wire import Ended, Final
+
+    words = [f"w{i}" for i in range(40)]
+    frozen: list[int] = []
+    with Replicas(ReplicaSpec(engine="fake"), 2, tmp_path, haproxy=HAPROXY) as replicas:
+
+        async def run() -> tuple[list[str], int, int]:
+            finals: list[str] = []
+            stream = await ResumableStream.connect(replicas.url, right_context=1)
+            async with stream:
+                await stream.send_words(words[:20])
+                await stream.flush()
+                messages = aiter(stream)
+                while len(finals) < 20:
+                    message = await asyncio.wait_for(anext(messages), 10)
+                    if isinstance(message, Final):
+                        finals += [w.w for w in message.words]
+                holder = [name for name, row in replicas.stats().items() if row["scur"] == "1"]
+                assert len(holder) == 1, replicas.stats()
+                k = int(holder[0][1:]) - 1
+                frozen.append(replicas.servers[k].proc.pid)
+                os.kill(frozen[0], signal.SIGSTOP)
+                await stream.send_words(words[20:])
+                await stream.end()
+                # the checks take at most about 5 s (2 checks of 500 ms + 2 s timeout each)
+                while not isinstance(message := await asyncio.wait_for(anext(messages), 20), Ended):
+                    if isinstance(message, Final):
+                        finals += [w.w for w in message.words]
+                return finals, message.words, len(stream.notices)
+
+        try:
+            finals, ended, notices = asyncio.run(run())
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+    assert finals == words and ended == 40 and notices == 1
