@@ -563,7 +563,7 @@ def decode(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         return FlushRequest()
     if kind == "end":
         return EndRequest()
-    raise _bad(f"unknown message type {kind!r}; expected config, words, hypothesis, flush, end or resume")
+    raise _bad(f"unknown message type {shown(kind)}; expected config, words, hypothesis, flush, end or resume")
 
 
 def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
@@ -571,7 +571,7 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
     if type(start) is not int:
         raise _bad("resume: 'start' must be an integer")
     if not 0 <= start <= MAX_START:
-        raise _bad(f"resume: 'start' must be between 0 and {MAX_START}, not {start}")
+        raise _bad(f"resume: 'start' must be between 0 and {MAX_START}, not {shown(start)}")
     raw = obj.get("context")
     if not isinstance(raw, list):
         raise _bad('resume: \'context\' must be a list of {"w": str, "p": str} objects')
@@ -585,7 +585,7 @@ def _decode_resume(obj: Mapping[str, Any], limits: Limits) -> ResumeRequest:
         if not isinstance(item, dict) or not isinstance(item.get("w"), str) or not isinstance(item.get("p"), str):
             raise _bad(f'resume: context[{i}] must be an object {{"w": str, "p": str}}')
         if item["p"] not in MARKS:
-            raise _bad(f"resume: context[{i}].p must be one of \"\", \",\", \".\", \"?\", not {item['p']!r}")
+            raise _bad(f"resume: context[{i}].p must be one of \"\", \",\", \".\", \"?\", not {shown(item['p'])}")
         if len(item["w"]) > limits.max_word_chars:
             raise ProtocolError(
                 ErrorCode.TOO_LARGE,

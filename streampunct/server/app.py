@@ -500,6 +500,7 @@ class StreamServer:
         self._ws: Server | None = None
         self._port = config.port
         self._loader: asyncio.Task[None] | None = None
+        self._load_error_raised = False  # wait_ready raised the load's error to a caller
         self._started = time.monotonic()
         self._closing = False
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -597,7 +598,13 @@ class StreamServer:
     async def wait_ready(self) -> None:
         """Wait until the engine is loaded and warmed up; raises what loading raised."""
         assert self._loader is not None, "start() first"
-        await asyncio.shield(self._loader)
+        try:
+            await asyncio.shield(self._loader)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            self._load_error_raised = True  # the caller reports it (the CLI: its one error line)
+            raise
 
     @property
     def ready(self) -> bool:
@@ -669,7 +676,8 @@ class StreamServer:
             self._drain_deadline = None  # over: hurry() has nothing left to reschedule
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
-        elif self._loader is not None and not self._loader.cancelled() and self._loader.exception() is not None:
+        elif (self._loader is not None and not self._loader.cancelled() and self._loader.exception() is not None
+              and not self._load_error_raised):
             # a load that failed once the stop had come (run_until_signalled no longer waits on
             # it): the stop ends the server; its error is one line, not asyncio's traceback of a
             # task exception never retrieved

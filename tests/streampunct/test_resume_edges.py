@@ -205,6 +205,39 @@ def test_a_huge_held_is_shown_by_its_digits_in_the_refusal():
     )
     driver = Driver(SessionOptions(right_context=0))
     assert driver.send(ResumeRequest(0, (), None, 10**5000)) == [
-        Error(ErrorCode.BAD_REQUEST, "resume: 'held' must be an integer from 0 to the 0 context words, "
-              "not an integer of 5001 digits")
+        Error(
+            ErrorCode.BAD_REQUEST,
+            "resume: 'held' must be an integer from 0 to the 0 context words, "
+            "not an integer of 5001 digits",
+        )
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"type": "resume", "start": ' + "9" * 400 + ', "context": []}',
+            "resume: 'start' must be between 0 and 9007199254740991, not an integer of 400 digits",
+        ),
+        (
+            '{"type": "resume", "start": -' + "9" * 400 + ', "context": []}',
+            "resume: 'start' must be between 0 and 9007199254740991, "
+            "not a negative integer of 400 digits",
+        ),
+        (
+            '{"type": "resume", "start": 1, "context": [{"w": "so", "p": "' + "!" * 300 + '"}]}',
+            'resume: context[0].p must be one of "", ",", ".", "?", '
+            "not '!!!!!!!!!!!!!!!!!!!!!!!... (302 characters)",
+        ),
+        (
+            '{"type": "' + "x" * 500 + '"}',
+            "unknown message type 'xxxxxxxxxxxxxxxxxxxxxxx... (502 characters); "
+            "expected config, words, hypothesis, flush, end or resume",
+        ),
+    ],
+)
+def test_a_long_start_mark_or_type_is_shown_short_in_the_refusal(text, message):
+    """As ``held`` and the config's options: a client's 400-digit ``start`` or 300-character
+    mark is not repeated whole in its ``bad_request``."""
+    assert refusal(text) == message
