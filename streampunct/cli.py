@@ -27,7 +27,13 @@ and status 1, an ``--out`` file left as it was. Any other exception is a fault
 of the program or the machine (a bug) and keeps its traceback; a closed pipe on
 the output (``| head``) ends the command quietly with status 141. Ctrl-C, SIGTERM and SIGHUP (unless
 ignored, as under nohup) stop a command the same way, cleaning up as it does
-(an ``--out`` file stays as it was), with status 130, 143 and 129.
+(an ``--out`` file stays as it was), with status 130, 143 and 129: from the first thing
+:func:`main` does, before the subcommands' modules load (the first half second), quietly.
+Before :func:`main`, while Python starts and this module loads (a few hundredths of a second,
+kept short: its heavier imports wait until used), Python's defaults hold: SIGTERM and SIGHUP
+end the process by the signal (a shell's status is 143 or 129 all the same), and a Ctrl-C stops
+the import with a traceback, unless the command came in through
+:func:`streampunct.__main__.console`, which loads this module with both taken care of.
 """
 
 from __future__ import annotations
@@ -35,17 +41,16 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import logging
 import signal as _signal
 import sys
-from collections.abc import Iterator, Sequence
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 
 from streampunct import __version__
 from streampunct.errors import StreampunctError
 
-log = logging.getLogger(__name__)
+# logging and importlib.metadata load when used (main() has its signal handlers by then): they
+# take most of this module's import time, before main() runs and while no handler is set
 
 #: The runtime's own subcommands, in the order ``--help`` lists them.
 COMMANDS = ("serve", "punctuate", "caption", "evaluate")
@@ -57,8 +62,18 @@ TRAIN_EXTRA_COMMANDS = ("train", "build-engine")
 ENTRY_POINT_GROUP = "streampunct.commands"
 
 
+def entry_points(group: str):
+    """:func:`importlib.metadata.entry_points` of ``group``, imported on first use."""
+    from importlib.metadata import entry_points as installed
+
+    return installed(group=group)
+
+
 def plugin_commands() -> Iterator[ModuleType]:
     """Subcommand modules registered under :data:`ENTRY_POINT_GROUP`, sorted by name."""
+    import logging
+
+    log = logging.getLogger(__name__)
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
         if ep.name in COMMANDS:
             log.warning("entry point %s=%s shadows a runtime subcommand; ignored", ep.name, ep.value)
@@ -161,22 +176,52 @@ def _terminated(signum: int, _frame: object) -> None:
 _ALL_STOP_SIGNALS = tuple(getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(_signal, name))
 
 
-def _stop_signals() -> dict[int, object]:
+def _stop_signals(previous: dict[int, object]) -> None:
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while a command runs,
     where they would kill the process at once (their default; an ignored one, as under nohup,
-    stays ignored; a command with an event loop sets its own). The handlers they had, to
-    restore."""
+    stays ignored; a command with an event loop sets its own). The handlers they had go into
+    ``previous``, to restore."""
     import signal
     import threading
 
-    previous: dict[int, object] = {}
     if threading.current_thread() is not threading.main_thread():
-        return previous
+        return
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, _terminated)
-    return previous
+
+
+def _stopped(e: KeyboardInterrupt) -> int:
+    """The status of a command that a stop signal ended: 128 + its number."""
+    return 128 + (e.signum if isinstance(e, Terminated) else _signal.SIGINT)
+
+
+def _with_stop_signals(body: Callable[[], int], own_process: bool) -> int:
+    """``body()``, which Ctrl-C, SIGTERM and SIGHUP end with 128 + the signal's number (130,
+    143, 129) at any point, its imports included (:func:`_stop_signals`); then the handlers as
+    :func:`run_command` says (``own_process``)."""
+    import signal
+    import threading
+
+    before: dict[int, object] = {}  # every stop signal's handler, for a caller that goes on
+    previous: dict[int, object] = {}  # those that _stop_signals replaced
+    try:
+        # (off the main thread no command sets a handler, and none can be set back)
+        if threading.current_thread() is threading.main_thread():
+            before.update((sig, signal.getsignal(sig)) for sig in _ALL_STOP_SIGNALS)
+        _stop_signals(previous)
+        return body()
+    except KeyboardInterrupt as e:
+        return _stopped(e)
+    finally:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the command (a server exiting): kept
+                signal.signal(sig, handler)
+        if not own_process:  # the caller goes on: as it had them, ignored by the command or not
+            for sig, handler in before.items():
+                if handler is not None:  # (None: set outside Python; left as the command left it)
+                    signal.signal(sig, handler)
 
 
 def run_command(run, args: argparse.Namespace, prog: str, *, own_process: bool = True) -> int:
@@ -187,16 +232,13 @@ def run_command(run, args: argparse.Namespace, prog: str, *, own_process: bool =
     ``own_process``: the command is the process's (``streampunct ...``), which exits next, so a
     stop signal that the command ignores for its exit (``serve``, ``caption``) stays ignored.
     Called in-process (``main(argv)``), every stop signal's handler is put back as it was."""
-    import signal
-    import threading
+    return _with_stop_signals(lambda: _run_command(run, args, prog), own_process)
 
-    # here, not at import: numpy loads with it, and main() guards that time against Ctrl-C
+
+def _run_command(run, args: argparse.Namespace, prog: str) -> int:
+    # here, not at import: numpy loads with it (the stop signals are taken care of by now)
     from engines.base import EngineError
 
-    # (off the main thread no command sets a handler, and none can be set back)
-    before = {sig: signal.getsignal(sig) for sig in _ALL_STOP_SIGNALS
-              if threading.current_thread() is threading.main_thread()}
-    previous = _stop_signals()
     try:
         return int(run(args) or 0)
     except (StreampunctError, EngineError, *PATH_ERRORS) as e:
@@ -218,16 +260,6 @@ def run_command(run, args: argparse.Namespace, prog: str, *, own_process: bool =
             e.filename = "stdout"
         print(f"{prog}: error: {write_error_message(e)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as e:
-        return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
-    finally:
-        for sig, handler in previous.items():
-            if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the command (a server exiting): kept
-                signal.signal(sig, handler)
-        if not own_process:  # the caller goes on: as it had them, ignored by the command or not
-            for sig, handler in before.items():
-                if handler is not None:  # (None: set outside Python; left as the command left it)
-                    signal.signal(sig, handler)
 
 
 def _stdout_fails() -> bool:
@@ -252,6 +284,8 @@ def _stdout_to_devnull() -> None:
 
 
 def configure_logging(level: str) -> None:
+    import logging
+
     logging.basicConfig(
         level=getattr(logging, level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -269,24 +303,33 @@ def _stderr_or_devnull() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _stderr_or_devnull()
-    try:  # Ctrl-C while the commands' modules load (the first half second): no traceback either
-        parser = build_parser()
-        args = parser.parse_args(argv)
-    except KeyboardInterrupt:
-        return 130
-    configure_logging(args.log_level or args._log_level)
-    return run_command(args._run, args, f"streampunct {args.command}", own_process=argv is None)
+    """The ``streampunct`` command (``argv``: its arguments, in-process; None: the process's).
+    Its first step takes the stop signals (:func:`_with_stop_signals`), so that one that comes
+    while the subcommands' modules load (the first half second) ends it as one during its run
+    does: quietly, with 130, 143 or 129."""
+
+    def command() -> int:
+        _stderr_or_devnull()
+        args = build_parser().parse_args(argv)
+        configure_logging(args.log_level or args._log_level)
+        return run_command(args._run, args, f"streampunct {args.command}", own_process=argv is None)
+
+    return _with_stop_signals(command, own_process=argv is None)
 
 
 def command_main(module: ModuleType, argv: Sequence[str] | None = None) -> int:
-    """``python -m <subcommand module>``: one subcommand without the CLI frame."""
-    _stderr_or_devnull()
-    parser = argparse.ArgumentParser(prog=f"streampunct {module.NAME}", description=module.HELP)
-    module.add_arguments(parser)
-    args = parser.parse_args(argv)
-    configure_logging("INFO")
-    return run_command(module.run, args, parser.prog, own_process=argv is None)
+    """``python -m <subcommand module>``: one subcommand without the CLI frame (stop signals as
+    :func:`main` takes them)."""
+
+    def command() -> int:
+        _stderr_or_devnull()
+        parser = argparse.ArgumentParser(prog=f"streampunct {module.NAME}", description=module.HELP)
+        module.add_arguments(parser)
+        args = parser.parse_args(argv)
+        configure_logging("INFO")
+        return run_command(module.run, args, parser.prog, own_process=argv is None)
+
+    return _with_stop_signals(command, own_process=argv is None)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ so a crash leaves what was there before, and so does a run stopped before any
 word was final.
 
 A signal that comes while the program is still loading (before the CLI runs
-``caption``: the first tenths of a second, more on a busy machine) meets
-Python's defaults, not the above: SIGTERM and SIGHUP end the process by the
-signal (a shell's status is 143 or 129 all the same), Ctrl-C may too, or stop
-it with a ``KeyboardInterrupt`` traceback while ``streampunct.cli`` imports;
-nothing was sent, and ``--out`` is left as it was.
+``caption``: the first tenths of a second, more on a busy machine) ends it
+the same way, quietly, with 130, 143 or 129 (:func:`streampunct.cli.main`
+takes the stop signals first; the ``streampunct`` command,
+:func:`streampunct.__main__.console`, from before ``streampunct.cli`` loads);
+nothing was sent, and ``--out`` is left as it was. Only Python's own start
+keeps Python's defaults.
 
 An input that stops mid-stream exits with 2 after writing what was final, as
 the first signal does: a bad line (``--on-bad-line stop``: the words sent
