@@ -46,7 +46,11 @@ came for that long: a pause) writes what is held.
 What a cue shows comes from the finals' ``text`` (:class:`FinalPieces`), so
 written forms ("$25", "New York", "iPhone") appear as the server wrote
 them; times come from the words' timestamps when the client sent them
-(finals echo them), otherwise from when each word was sent.
+(finals echo them), otherwise from when each word was sent. Symbols that
+no word took (a transcript of symbols alone, "& ...", or symbols after a
+pause with no word after them), which have no time of their own, make the
+last cue: right after the cue before (at 0 when none came), for as long as
+reading it takes, as the captions show them.
 :func:`cue_stats` measures the rules on a list of cues.
 
 Writing: WebVTT cue text escapes ``&``, ``<`` and ``>`` (``&amp;``, ``&lt;``,
@@ -471,6 +475,15 @@ class CueBuilder:
                 i += 1
         return inside
 
+    def alone(self, tokens: Sequence[str]) -> Cue:
+        """A cue of tokens with no word and so no time of their own (:meth:`FinalPieces.unplaced`):
+        shown when the last cue ends (at 0 when none came), for as long as reading it takes."""
+        lines = _clip(wrap(tokens, self.limits.max_chars), self.limits)
+        start = self._last_end if math.isfinite(self._last_end) else 0.0
+        end = start + self._need(len(" ".join(lines)))
+        self._last_end = end
+        return Cue(start, end, tuple(lines), ())
+
     def _cut(self, k: int | None) -> list[Cue]:
         """Write pending[:k] (all when None) as a cue."""
         pieces = self._pending if k is None else self._pending[:k]
@@ -530,8 +543,18 @@ class FinalPieces:
         return self._take(final=False)
 
     def close(self) -> list[Piece]:
-        """Every piece left (the stream ended)."""
+        """Every piece left (the stream ended); then :meth:`unplaced` has the symbols no word took."""
         return self._take(final=True, closing=True)
+
+    def unplaced(self) -> list[str]:
+        """After :meth:`close`: the tokens no word took (taken now, so they are shown once):
+        symbols with no word after them whose word before was taken already (:meth:`settle`
+        at a pause), or a stream with no word at all (an emoji alone). Until then, tokens with
+        no word wait for the next word; empty when every token went with a word."""
+        if self._words:
+            return []
+        tokens, self._tokens = self._tokens, []
+        return tokens
 
     def settle(self) -> list[Piece]:
         """At a pause: every piece the texts so far decide, the last match too; the words the
@@ -741,11 +764,16 @@ class SubtitleWriter:
             self._cue(cue)
 
     def close(self) -> None:
+        """The end of the stream: every cue left, then one of the symbols no word took
+        (:meth:`CueBuilder.alone`), so that a final shows in the subtitles as in the captions."""
         for piece in self.pieces.close():
             for cue in self.builder.add_piece(piece):
                 self._cue(cue)
         for cue in self.builder.close():
             self._cue(cue)
+        unplaced = self.pieces.unplaced()
+        if unplaced:
+            self._cue(self.builder.alone(unplaced))
 
     def _cue(self, cue: Cue) -> None:
         error = srt_time_error(cue.end) if self.format == "srt" else None

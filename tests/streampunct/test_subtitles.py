@@ -631,3 +631,68 @@ def test_cues_of_word_times_before_0_keep_their_times():
     assert cues[0].start == pytest.approx(-10.0)
     assert all(c.duration >= CueLimits().min_duration_s - 1e-9 for c in cues)
     assert all(a.end <= b.start for a, b in zip(cues, cues[1:], strict=False))
+
+
+PARTY = "\U0001f389"
+
+
+@pytest.mark.parametrize("fmt", ["srt", "vtt", "jsonl"])
+def test_symbols_no_word_took_make_a_last_cue_of_their_own(fmt):
+    """Finals of symbols alone ("🎉 & 🎉": no words, so no times) are shown in the captions;
+    the subtitles show them too, in a cue after the last one (at 0 when there is none), for as
+    long as reading takes, instead of an empty file. Symbols after a pause, with no word after
+    them, likewise: their word before is in a cue already."""
+    out = io.StringIO()
+    writer = SubtitleWriter(fmt, [out])
+    writer.add_final([], f"{PARTY} & {PARTY}")
+    writer.close()
+    assert [(c.start, c.end, c.lines, c.words) for c in writer.cues] == [(0.0, 1.0, (f"{PARTY} & {PARTY}",), ())]
+    written = out.getvalue()
+    if fmt == "srt":
+        assert written == f"1\n00:00:00,000 --> 00:00:01,000\n{PARTY} & {PARTY}\n\n"
+        assert [c.content for c in srt.parse(written)] == [f"{PARTY} & {PARTY}"]
+    elif fmt == "vtt":
+        assert written == f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n{PARTY} &amp; {PARTY}\n\n"
+    else:
+        back = read_cues_jsonl(written.splitlines())
+        assert [(c.start, c.end, c.lines, c.words) for c in back] == [(0.0, 1.0, (f"{PARTY} & {PARTY}",), ())]
+        assert cue_stats(back).cues == 1
+
+    writer = SubtitleWriter(fmt, [io.StringIO()])
+    writer.add_final(spoken("hello there."), "Hello there.")
+    writer.flush()  # a pause: "Hello there." is a cue
+    writer.add_final([], PARTY)
+    writer.close()
+    assert [(c.text, c.start, c.end) for c in writer.cues] == [("Hello there.", 0.0, 1.0), (PARTY, 1.0, 2.0)]
+
+
+def test_symbols_that_a_word_follows_or_ends_still_go_with_that_word():
+    """Only symbols no word took make a cue of their own: before a word they go with it, at the
+    end of a stream with the word before them when it is not in a cue yet."""
+    writer = SubtitleWriter("jsonl", [io.StringIO()])
+    writer.add_final([], PARTY)
+    writer.add_final(spoken("hello there."), "Hello there.")
+    writer.add_final([], PARTY)
+    writer.close()
+    assert [c.text for c in writer.cues] == [f"{PARTY} Hello there. {PARTY}"]
+    assert [p.text for c in writer.cues for p in c.pieces] == [f"{PARTY} Hello", f"there. {PARTY}"]
+
+
+async def test_caption_srt_of_a_transcript_of_symbols_alone_is_not_empty(start_server, tmp_path):
+    """``caption --format srt --out`` of "🎉 & 🎉" writes the cue that ``--format text`` shows as
+    text (it wrote an empty file)."""
+    import asyncio
+    import sys
+
+    server = await start_server()
+    source, out = tmp_path / "e.txt", tmp_path / "e.srt"
+    source.write_text(f"{PARTY} & {PARTY}\n", encoding="utf-8")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streampunct.cli", "caption", str(source), "--url", server.url, "--format", "srt",
+        "--out", str(out), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stderr.decode()
+    expected = f"1\n00:00:00,000 --> 00:00:01,000\n{PARTY} & {PARTY}\n\n"
+    assert out.read_text(encoding="utf-8") == expected
+    assert stdout.decode("utf-8") == expected
