@@ -32,8 +32,11 @@ from streampunct.labels import CAPITALIZED, CASE_LABELS, LOWER, MIXED, PERIOD, Q
 
 def case_report(gold: Sequence[int], pred: Sequence[int]) -> dict:
     """Accuracy, per-class P/R/F1 and non-lower P/R/F1 (percent) over words with a gold class
-    (negative gold = unknown, skipped)."""
+    (negative gold = unknown, skipped). A ratio with nothing to count (no word predicted or
+    gold in a class) is 0. Raises ValueError when ``gold`` and ``pred`` differ in length."""
     g_all, p_all = np.asarray(gold), np.asarray(pred)
+    if g_all.shape != p_all.shape:
+        raise ValueError(f"lengths differ: {g_all.size} gold case classes, {p_all.size} predicted")
     keep = g_all >= 0
     g, p = g_all[keep], p_all[keep]
 

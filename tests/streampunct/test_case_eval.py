@@ -78,3 +78,14 @@ def test_the_command_checks_its_output_and_input_before_the_run(tmp_path, capsys
     data.write_text("hello\tCOMMA\nthere\tPERIOD\n")  # an IWSLT labels file has no case to score
     assert main(["--data", str(data), "--model", str(tmp_path)]) == 2
     assert "holds word<TAB>LABEL lines (no case to score)" in capsys.readouterr().err
+
+
+def test_case_report_refuses_predictions_of_another_length():
+    # a numpy boolean-index IndexError before; now the same refusal as mid_sentence_report's
+    with pytest.raises(ValueError, match="lengths differ: 2 gold case classes, 3 predicted"):
+        case_report([LOWER, CAPITALIZED], [LOWER, CAPITALIZED, UPPER])
+    with pytest.raises(ValueError, match="lengths differ: 0 gold case classes, 1 predicted"):
+        case_report([], [LOWER])
+    # nothing to score: every figure is 0, not a division by zero
+    assert case_report([], [])["non_lower"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+    assert case_report([-1], [UPPER])["words"] == 0
