@@ -8,7 +8,8 @@ silently dropping a label:
 * a line whose word is empty, or becomes empty once normalized (the ``--``
   tokens of dev2012), is folded into the word before it: that word keeps the
   stronger of the two labels (a dash itself counts as a comma). The number of
-  folded lines is reported in ``WordLabels.folded``.
+  folded lines is reported in ``WordLabels.folded``; such a line before the
+  first word has no word to take its label, which goes, counted there too.
 """
 
 from __future__ import annotations
