@@ -15,7 +15,9 @@ The stream outlives its connection (:class:`~streampunct.client.stream_client.Re
 when the connection drops, or the server closes it with 1001, 1011, 1012 or
 1013, the client reconnects with backoff and resumes, sending again the words
 that have no final yet, so that captions, subtitles and the transcript lose
-nothing and repeat nothing; each interruption is one line on ``errors``.
+nothing and repeat nothing; each interruption is one line on ``errors``. A
+server that goes silent while it owes finals (it hangs without closing its
+socket) is taken for a dropped connection after ``silence_timeout_s``.
 
 A bad input line (:class:`~streampunct.client.caption_input.BadLine`, raised by the
 events with ``--on-bad-line stop``) ends the stream there: every word sent
@@ -58,6 +60,7 @@ from websockets.exceptions import ConnectionClosed
 
 from streampunct.client.caption_input import AsrEvent, asr_chunks, read_transcript, text_events
 from streampunct.client.stream_client import (
+    SILENCE_TIMEOUT_S,
     ClientError,
     LatencySummary,
     LatencyTracker,
@@ -451,6 +454,7 @@ async def caption(
     errors: TextIO | None = None,
     reconnect: Reconnect | None = None,
     interrupt: Interrupt | None = None,
+    silence_timeout_s: float | None = SILENCE_TIMEOUT_S,
 ) -> CaptionResult:
     """Stream ASR ``events`` (or plain ``words`` paced at ``wps``) to the server and collect the captions.
 
@@ -460,7 +464,9 @@ async def caption(
     as ``reconnect`` says (default :class:`~streampunct.client.stream_client.Reconnect`;
     ``Reconnect(attempts=0)``: never), with one line on ``errors`` each time.
     ``itn`` and ``lexicon`` (``(spoken, written)`` pairs) are sent as the session's
-    ``config.itn`` and ``config.lexicon``.
+    ``config.itn`` and ``config.lexicon``. A server silent for ``silence_timeout_s``
+    while it owes finals is taken for a dropped connection (None or 0: never;
+    :class:`~streampunct.client.stream_client.ResumableStream`).
 
     Raises :class:`StreamClosedEarly` (after closing the view and the
     subtitles, so nothing received is lost) when the stream ends before the
@@ -495,7 +501,7 @@ async def caption(
     connecting = ResumableStream.connect(
         url, token=token, reconnect=reconnect, on_notice=notice, right_context=right_context,
         max_delay_ms=max_delay_ms, partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
-        on_message=log if json_log is not None else None,
+        on_message=log if json_log is not None else None, silence_timeout_s=silence_timeout_s,
     )
     if interrupt is None:
         stream = await connecting
@@ -624,9 +630,10 @@ async def caption(
             why = ("the connection was lost and the stream could not be resumed"
                    + (" (above)" if errors is not None else f": {resume_failed}"))
         else:
-            code = stream.close_code
-            why = ("the connection was lost before the stream ended" if code == 1006 else
-                   f"the server closed the stream early ({close_meaning(code, stream.close_reason)})")
+            code, close_reason = stream.close_code, stream.close_reason
+            why = ("the connection was lost before the stream ended"
+                   + (f" ({close_reason})" if close_reason else "") if code == 1006 else
+                   f"the server closed the stream early ({close_meaning(code, close_reason)})")
         reason = "; ".join(f"{e.code}: {e.message}" for e in transcript.errors)
         if input_failure:
             why = f"{input_failure[0]}; then {why}"

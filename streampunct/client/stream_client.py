@@ -13,7 +13,9 @@ stream that outlives its connections: it keeps every word it sent until the
 word's final arrives and, when the connection drops or the server closes it
 with 1001, 1011, 1012 or 1013, reconnects with backoff and continues the
 stream with ``resume`` (protocol "Resuming a stream"), so that no word is
-lost and none is finalized twice.
+lost and none is finalized twice. It does the same when the server goes
+silent while it owes finals (:data:`SILENCE_TIMEOUT_S`): a server that hangs
+without closing its socket sends no close frame and no reset.
 
 :class:`Transcript` folds ``final``/``partial`` messages into the stream's
 words and marks, checking that finals are contiguous and never revised.
@@ -88,6 +90,11 @@ logger = logging.getLogger(__name__)
 #: stream that owes nothing: its reconnect attempts start again from zero.
 STABLE_CONNECTION_S = 30.0
 
+#: How long (seconds) a :class:`ResumableStream` waits, past the moment a final (or ``flushed``,
+#: or ``end``) became due under the latency contract, with nothing at all from the server,
+#: before it takes the connection for lost (``silence_timeout_s``; None or 0: never).
+SILENCE_TIMEOUT_S = 30.0
+
 #: ``on_message(direction, message)``: ``direction`` is ``"send"`` or ``"recv"``.
 MessageTap = Callable[[str, Message], None]
 
@@ -140,6 +147,8 @@ class StreamClient:
         is held back by TCP (the server stops reading at its backlog limit),
         and its pings wait behind the words it already sent: a ping timeout
         would drop a healthy connection. See docs/server.md, "Bounded resources".
+        (:class:`ResumableStream` finds a server that hangs by its silence instead:
+        ``silence_timeout_s``.)
         """
         headers = {"Authorization": f"Bearer {token}"} if token else None
         connection = await ws_connect(
@@ -613,6 +622,9 @@ class ResumeNotice:
         seconds: from the loss to the resume (or to giving up).
         url: where it resumed.
         error: why it could not resume (the last attempt's failure).
+
+    A connection the client cut because the server went silent while it owed finals
+    (``silence_timeout_s``) has code 1006 (no close frame) and says so in ``reason``.
     """
 
     code: int
@@ -626,7 +638,7 @@ class ResumeNotice:
 
     def format(self) -> str:
         if self.code == 1006:
-            what = "the connection dropped"
+            what = self.reason or "the connection dropped"
         else:
             what = f"close code {self.code}" + (f": {self.reason}" if self.reason else "")
         head = f"connection lost ({what})"
@@ -676,10 +688,30 @@ class ResumableStream:
     A server that refused a message (``error`` ``bad_request`` or
     ``too_large``) may have numbered words otherwise than the client: such a
     stream is not resumed (its notice says so).
+
+    A server that hangs without closing its socket (a stopped process, a frozen
+    VM, a host cut off without a reset) sends nothing more, and the stream sets
+    no ping timeout (:meth:`StreamClient.connect` says why). So the stream takes
+    the connection for lost, cuts it (:meth:`StreamClient.abort`) and resumes
+    as after a drop, when both hold for ``silence_timeout_s`` seconds
+    (default :data:`SILENCE_TIMEOUT_S`; None or 0: never): the server owes
+    something, a final for a word the latency contract made decidable (as the
+    client counts: ``right_context`` more words sent after it, ``max_delay_ms``
+    since it was sent, or a ``flush`` or ``end`` after it), an answer to a
+    ``flush``, or the ``end``; and no frame at all has come from the server.
+    A server that is slow but alive still sends something meanwhile: the finals
+    of earlier words, partials. One that reads the client slowly (its backlog
+    full) is finalizing the words it has, and sends their finals; only an engine
+    call longer than the timeout would look silent. A client that owes nothing
+    (every final in) is never cut, however long it pauses. The notice has code
+    1006, and ``reason`` says that the server was silent.
     """
 
     def __init__(self, client: StreamClient, url: str, connect_options: dict, reconnect: Reconnect,
-                 on_notice: Callable[[ResumeNotice], None] | None = None, seed: int | None = None) -> None:
+                 on_notice: Callable[[ResumeNotice], None] | None = None, seed: int | None = None,
+                 silence_timeout_s: float | None = SILENCE_TIMEOUT_S) -> None:
+        if silence_timeout_s is not None and not silence_timeout_s >= 0:
+            raise ValueError("silence_timeout_s must be >= 0 (or None)")
         self._client = client
         self.url = url
         self._connect_options = connect_options
@@ -706,6 +738,15 @@ class ResumableStream:
         self._failure: ResumeNotice | None = None
         self._close: tuple[int, str] | None = None
         self._sent_while_closed = asyncio.Event()  # a send (or close) after an idle close
+        #: seconds of silence from a server that owes finals before the connection is cut (0: never)
+        self.silence_timeout_s = silence_timeout_s or 0.0
+        self._loop = asyncio.get_running_loop()
+        self._sent_at: deque[float] = deque()  # when each word of ``_pending`` was sent
+        self._flush_at: deque[float] = deque()  # when each unanswered flush was sent
+        self._end_at = math.inf  # when ``end`` was sent
+        self._live_since = -math.inf  # when the current connection began to take the replay
+        self._heard_at = self._loop.time()  # when the last frame came from the server
+        self._waiting: asyncio.Timeout | None = None  # the iteration's wait for a frame
         #: every interruption, in order
         self.notices: list[ResumeNotice] = []
 
@@ -717,16 +758,20 @@ class ResumableStream:
         right_context: int | None = None, max_delay_ms: int | None = None, partials: bool | None = None,
         capitalize: bool | None = None, itn: bool | None = None,
         lexicon: Sequence[tuple[str, str]] | None = None, on_message: MessageTap | None = None,
+        silence_timeout_s: float | None = SILENCE_TIMEOUT_S,
     ) -> ResumableStream:
         """Open the stream's first connection (failures raise :class:`ConnectError`); options as
         :meth:`StreamClient.connect` (``on_message`` sees the messages of every connection:
-        ``resume``, the words sent again and ``resumed`` too)."""
+        ``resume``, the words sent again and ``resumed`` too). ``silence_timeout_s``: see the
+        class (a negative value raises ``ValueError`` before connecting)."""
+        if silence_timeout_s is not None and not silence_timeout_s >= 0:
+            raise ValueError("silence_timeout_s must be >= 0 (or None)")
         connect_options = {"token": token, "open_timeout": open_timeout, "max_size": max_size,
                            "ping_timeout": ping_timeout, "on_message": on_message}
         client = await open_client(url, right_context=right_context, max_delay_ms=max_delay_ms,
                                    partials=partials, capitalize=capitalize, itn=itn, lexicon=lexicon,
                                    **connect_options)
-        return cls(client, url, connect_options, reconnect or Reconnect(), on_notice, seed)
+        return cls(client, url, connect_options, reconnect or Reconnect(), on_notice, seed, silence_timeout_s)
 
     # -- what the stream holds -----------------------------------------------
     @property
@@ -799,7 +844,9 @@ class ResumableStream:
             elif symbols := symbol_word(word.w[: limits.max_word_chars]):
                 sending.append(Word(symbols, word.start, word.end))
         self._pending.extend(out)
+        self._sent_at.extend(itertools.repeat(self._loop.time(), len(out)))
         self._hypothesis = ()  # every words message clears it
+        self._rearm()
         for chunk in message_words(sending, limits) or [()]:
             if not await self._send(client, WordsMessage(chunk)):
                 break
@@ -817,12 +864,16 @@ class ResumableStream:
     async def flush(self) -> None:
         self._check_open()
         self._flushes.append(self.n_sent)
+        self._flush_at.append(self._loop.time())
+        self._rearm()
         await self._send(self._client, FlushRequest())
 
     async def end(self) -> None:
         """End the stream: every word sent is finalized, then the server's ``end`` comes."""
         self._check_open()
         self._end_sent = True
+        self._end_at = self._loop.time()
+        self._rearm()
         await self._send(self._client, EndRequest())
 
     async def close(self) -> None:
@@ -848,7 +899,7 @@ class ResumableStream:
     async def __aiter__(self) -> AsyncIterator[ServerMessage]:
         while not self._ended:
             try:
-                frame = await self._client.connection.recv()
+                frame = await self._next_frame()
             except ConnectionClosed as e:
                 self._close = close_code(e)
                 if self._closing or self._close[0] not in RESUME_CLOSE_CODES or not self.reconnect.attempts:
@@ -862,6 +913,16 @@ class ResumableStream:
                     if self._closing:
                         return
                     self._progress = True
+                yield await self._resume()
+                continue
+            if frame is None:  # the server went silent while it owed finals: as a drop
+                silent = self._loop.time() - self._heard_at
+                logger.info("no message from the server in %.1f s while it owed finals: "
+                            "cutting the connection", silent)
+                self._client.abort()
+                self._close = (1006, f"no message from the server in {silent:.0f} s while it owed finals")
+                if self._closing or not self.reconnect.attempts:
+                    return
                 yield await self._resume()
                 continue
             message = self._client.received(frame)
@@ -883,16 +944,65 @@ class ResumableStream:
             self.n_final = message.start + len(words)
             for _ in range(min(len(words), len(self._pending))):
                 self._pending.popleft()
+                self._sent_at.popleft()
             self._context.extend(PunctuatedWord(w.w, w.p) for w in words)
             self._held = message.held  # final words no text wrote yet (a resume passes them on)
         elif isinstance(message, Flushed):
             if self._flushes:
                 self._flushes.popleft()
+                self._flush_at.popleft()
         elif isinstance(message, Ended):
             self._ended = True
         elif isinstance(message, Error) and message.code in (ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE) \
                 and not self._untracked:  # the errors that refuse a message
             self._untracked = f"the server refused a message ({message.code}: {message.message})"
+
+    async def _next_frame(self) -> str | bytes | None:
+        """The current connection's next frame; None once the server has been silent while it owed
+        something for ``silence_timeout_s`` (:meth:`_silence_deadline`). Frames that came while
+        nothing iterated are taken first: only a wait with none to take counts as silence."""
+        connection = self._client.connection
+        while True:
+            deadline = self._silence_deadline()
+            if deadline is not None and deadline - self._loop.time() <= 1e-3:
+                return None
+            try:
+                async with asyncio.timeout_at(deadline) as self._waiting:
+                    frame = await connection.recv()
+            except TimeoutError:
+                continue  # the deadline came, or moved (a final, a send): look again
+            finally:
+                self._waiting = None
+            self._heard_at = self._loop.time()
+            return frame
+
+    def _silence_deadline(self) -> float | None:
+        """When the connection is to be taken for lost if no frame comes before: ``silence_timeout_s``
+        after both the last frame and the moment the server first owed what it still owes (the
+        oldest word without a final became decidable as the client counts it, or the oldest
+        unanswered ``flush`` or the ``end`` was sent; for a resumed connection, not before it took
+        the words sent again). None: the server owes nothing now (or the timeout is off)."""
+        if not self.silence_timeout_s:
+            return None
+        due = min(self._flush_at[0] if self._flush_at else math.inf,
+                  self._end_at if not self._ended else math.inf)
+        if self._sent_at:
+            options = self._client.options
+            due = min(due, self._sent_at[0] + options.max_delay_ms / 1000.0)
+            if len(self._sent_at) > options.right_context:
+                due = min(due, self._sent_at[options.right_context])
+        if due == math.inf:
+            return None
+        return max(due, self._live_since, self._heard_at) + self.silence_timeout_s
+
+    def _rearm(self) -> None:
+        """A send may make the server owe something sooner: bring the iteration's wait forward."""
+        waiting = self._waiting
+        if waiting is None or waiting.expired():
+            return
+        deadline = self._silence_deadline()
+        if deadline is not None and (waiting.when() is None or deadline < waiting.when()):
+            waiting.reschedule(deadline)
 
     async def _resume(self) -> Resumed:
         """Reconnect with backoff and resume; raises :class:`ResumeFailed`."""
@@ -935,7 +1045,7 @@ class ResumableStream:
                 break
             self._client = client
             self._close = None
-            self._connected_at = loop.time()
+            self._connected_at = self._live_since = self._heard_at = loop.time()
             resent = await self._replay(client)
             self._notify(ResumeNotice(code, reason, resumed.start, resent, attempts, loop.time() - began, self.url))
             return resumed

@@ -66,7 +66,7 @@ FORMATS = ("text", "vtt", "srt", "jsonl")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from streampunct.client.caption import END_GRACE_S
     from streampunct.client.caption_input import BAD_LINE_ACTIONS, INPUT_FORMATS
-    from streampunct.client.stream_client import Reconnect
+    from streampunct.client.stream_client import SILENCE_TIMEOUT_S, Reconnect
     from streampunct.commands.argtypes import (
         lexicon_file,
         non_negative_float,
@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when the connection drops or the server closes it with 1001/1011/1012/1013, "
                              "reconnect and resume the stream, with up to N attempts and backoff "
                              "(0: never; default: %(default)s)")
+    parser.add_argument("--silence-timeout-s", type=non_negative_float, default=SILENCE_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="take the connection for dropped (and resume) when the server has sent nothing "
+                             "for this long while it owes finals: past a word's latency bound (its "
+                             "right context or max_delay_ms), a flush or the end; a server that hangs "
+                             "without closing its socket sends no close (0: never; default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -425,7 +431,7 @@ async def _caption(args: argparse.Namespace, events, out, report) -> int:
             partials=args.partials, capitalize=args.capitalize, itn=args.itn, lexicon=args.lexicon, view=view,
             json_log=stdout if args.json else None,
             subtitles=subtitles, errors=sys.stderr, reconnect=Reconnect(attempts=args.reconnect_attempts),
-            interrupt=interrupt,
+            interrupt=interrupt, silence_timeout_s=args.silence_timeout_s,
         )
     except (StreamClosedEarly, InputStopped) as e:
         result, closed_early = e.result, e

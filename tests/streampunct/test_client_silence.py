@@ -1,0 +1,276 @@
+"""A server that hangs without closing its socket (``ResumableStream(silence_timeout_s=...)``, ``caption
+--silence-timeout-s``).
+
+A replica that is SIGSTOPped, a frozen VM, a host cut off without a reset: the connection stays
+open and nothing more comes, no close frame, no reset, and the clients set no ping timeout. Here
+a TCP forwarder that stops forwarding the connections it holds (:class:`FreezingProxy`) stands
+in for such a replica, deterministically; new connections go to another server, as a balancer
+sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from streampunct.client.stream_client import Reconnect, ResumableStream, ResumeNotice
+from streampunct.core.wire import Ended, Flushed, Resumed
+from tests.streampunct.fakes import until
+from tests.streampunct.tcp_proxy import TcpProxy
+from tests.streampunct.test_resume_client import (
+    FAST,
+    Reader,
+    assert_exactly_once,
+    expected_text,
+    vocabulary_words,
+)
+
+#: The silence timeout of these tests (seconds): short, the engine's and the loop's delays far below it.
+SILENCE_S = 0.5
+
+
+class FreezingProxy(TcpProxy):
+    """:class:`TcpProxy` whose :meth:`freeze` stops forwarding, both ways, on every connection open
+    then (each side's bytes are read no more: TCP holds the peer), without a close or a reset:
+    a replica that hangs. Later connections are forwarded as usual."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__(target)
+        self._frozen: set[asyncio.StreamWriter] = set()
+        self._never = asyncio.Event()  # the frozen pumps wait on it until the proxy is closed
+
+    def freeze(self) -> int:
+        """Hang every open connection; returns how many."""
+        pipes = list(self._pipes)
+        for pair in pipes:
+            self._frozen.update(pair)
+        return len(pipes)
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        source: asyncio.StreamWriter,
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                if writer in self._frozen or source in self._frozen:
+                    await self._never.wait()  # cancelled by close()
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (OSError, ConnectionError):
+            writer.transport.abort()
+            source.transport.abort()
+
+
+async def test_a_replica_that_hangs_is_left_once_it_owes_finals_and_the_stream_resumes_elsewhere(
+    start_server, fake_labels
+):
+    """Server 1 hangs while 3 words wait for right context: it owes nothing (the delay bound is
+    10 minutes away), and the stream is not cut, however long nothing comes. Once the words sent
+    give them their right context it owes their finals; silent for ``silence_timeout_s`` past
+    that, the connection is cut and the stream resumes on server 2, every word once."""
+    server1 = await start_server()
+    server2 = await start_server()
+    proxy = await FreezingProxy(server1.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(40, shift=2)
+    try:
+        stream = await ResumableStream.connect(
+            proxy.url(),
+            right_context=3,
+            max_delay_ms=600_000,
+            capitalize=True,
+            reconnect=FAST,
+            on_notice=notices.append,
+            silence_timeout_s=SILENCE_S,
+        )
+        reader = Reader(stream)
+        await stream.send_words(words[:10])
+        await reader.until(lambda: stream.n_final == 7)  # words 7..9 wait for right context
+        assert proxy.freeze() == 1
+        proxy.target = server2.port  # the balancer sends new connections to server 2
+        # nothing owed: several timeouts of silence cut nothing
+        with pytest.raises(TimeoutError):
+            await reader.until(lambda: bool(notices), timeout=4 * SILENCE_S)
+        assert proxy.connections == 1 and not reader.task.done()
+        await stream.send_words(words[10:20])  # words 7..16 are owed now; server 1 says nothing
+        await reader.until(lambda: bool(notices))
+        await stream.send_words(words[20:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    assert_exactly_once(reader, words, fake_labels)
+    [notice] = notices
+    assert (notice.code, notice.start, notice.resent, notice.attempts) == (1006, 7, 13, 1)
+    assert (
+        "no message from the server in" in notice.reason and "while it owed finals" in notice.reason
+    )
+    assert notice.format().startswith("connection lost (no message from the server in ")
+    assert [m for m in reader.messages if isinstance(m, Resumed)] == [Resumed(7, stream.options)]
+    assert server2.metrics.words_in._value.get() == 40 - 7  # server 2 got only what it had to
+    assert proxy.connections == 2
+
+
+async def test_an_unanswered_flush_is_owed_at_once_and_answered_once_after_the_resume(start_server):
+    """A ``flush`` sent to a replica that hangs is owed at once (the words before it are owed
+    their finals too, whatever the delay bound): the stream resumes on server 2, which
+    finalizes them and answers the flush, once."""
+    server1 = await start_server()
+    server2 = await start_server()
+    proxy = await FreezingProxy(server1.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(8, shift=1)
+    try:
+        stream = await ResumableStream.connect(
+            proxy.url(),
+            right_context=50,
+            max_delay_ms=600_000,
+            reconnect=FAST,
+            on_notice=notices.append,
+            silence_timeout_s=SILENCE_S,
+        )
+        reader = Reader(stream)
+        await stream.send_words(words[:5])
+        proxy.freeze()
+        proxy.target = server2.port
+        await stream.flush()
+        await reader.until(lambda: any(isinstance(m, Flushed) for m in reader.messages))
+        await stream.send_words(words[5:])
+        await stream.end()
+        await reader.finish()
+    finally:
+        await proxy.close()
+    assert reader.transcript.words == words
+    assert [m.upto for m in reader.messages if isinstance(m, Flushed)] == [5]
+    [notice] = notices
+    assert (notice.code, notice.start, notice.resent) == (1006, 0, 5)
+
+
+async def test_a_slow_server_that_keeps_sending_is_not_left(start_server):
+    """A server whose engine takes 0.15 s a call, handed 240 words at once (all owed at once,
+    right context 0): the last of them waits several timeouts for its final, but finals of the
+    words before it come all along, and the stream stays on its connection."""
+    from tests.streampunct.conftest import FakeEngine
+
+    server = await start_server(engine=FakeEngine(delay_s=0.15))
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(240, shift=5)
+    stream = await ResumableStream.connect(
+        server.url,
+        right_context=0,
+        max_delay_ms=600_000,
+        capitalize=True,
+        partials=True,
+        reconnect=FAST,
+        on_notice=notices.append,
+        silence_timeout_s=SILENCE_S,
+    )
+    reader = Reader(stream)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await stream.send_words(words)
+    await stream.end()
+    await reader.finish(timeout=60)
+    took = loop.time() - began
+    assert not notices and server.metrics.sessions_total._value.get() == 1
+    finals = reader.finals()
+    assert [f.start + i for f in finals for i in range(len(f.words))] == list(range(len(words)))
+    assert reader.transcript.words == words and reader.messages[-1] == Ended(len(words))
+    assert took > 2 * SILENCE_S and len(finals) > 3  # overdue for longer than the timeout, in steps
+
+
+async def test_the_caption_command_leaves_a_replica_that_hangs(start_server, tmp_path, fake_labels):
+    """``streampunct caption - --silence-timeout-s 0.5`` through a balancer: server 1 hangs with
+    words owed (stdin closed: ``end`` sent); the command resumes on server 2 and exits 0 with
+    every word once, where it used to wait for server 1 for ever."""
+    server1 = await start_server()
+    server2 = await start_server()
+    proxy = await FreezingProxy(server1.port).start()
+    out = tmp_path / "out.txt"
+    words = vocabulary_words(30, shift=3)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "streampunct.cli",
+        "caption",
+        "-",
+        "--url",
+        proxy.url(),
+        "--out",
+        str(out),
+        "--right-context",
+        "3",
+        "--max-delay-ms",
+        "600000",
+        "--max-chunk",
+        "5",
+        "--silence-timeout-s",
+        str(SILENCE_S),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        proc.stdin.write((" ".join(words[:20]) + "\n").encode())
+        await proc.stdin.drain()
+        await until(
+            lambda: sum(s.protocol.n_words for s in server1.sessions) >= 20
+        )  # server 1 holds them
+        proxy.freeze()
+        proxy.target = server2.port
+        proc.stdin.write((" ".join(words[20:]) + "\n").encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await proxy.close()
+    stderr = stderr.decode()
+    assert proc.returncode == 0, stderr
+    [resume] = [line for line in stderr.splitlines() if "connection lost" in line]
+    assert "no message from the server in" in resume and "resumed at word" in resume
+    assert "Traceback" not in stderr
+    expected = expected_text(words, fake_labels)
+    assert out.read_text().strip() == expected
+    assert stdout.decode().replace("\n", " ").strip() == expected
+
+
+async def test_a_replica_that_hangs_with_no_reconnects_ends_the_stream(start_server):
+    """``Reconnect(attempts=0)``: the stream cut for silence ends (1006, the reason says why)
+    instead of waiting; the words without a final are kept."""
+    server = await start_server()
+    proxy = await FreezingProxy(server.port).start()
+    try:
+        stream = await ResumableStream.connect(
+            proxy.url(),
+            right_context=0,
+            max_delay_ms=600_000,
+            reconnect=Reconnect(attempts=0),
+            silence_timeout_s=SILENCE_S,
+        )
+        reader = Reader(stream)
+        proxy.freeze()
+        await stream.send_words(["one", "two"])
+        await reader.finish(timeout=10)
+    finally:
+        await proxy.close()
+    assert stream.close_code == 1006 and "while it owed finals" in (stream.close_reason or "")
+    assert [w.w for w in stream.pending] == ["one", "two"] and stream.notices == []
+
+
+async def test_a_silence_timeout_of_zero_or_none_is_off_and_a_negative_one_is_refused(start_server):
+    server = await start_server()
+    for off in (0, None):
+        stream = await ResumableStream.connect(server.url, silence_timeout_s=off)
+        assert stream.silence_timeout_s == 0
+        await stream.close()
+    with pytest.raises(ValueError, match="silence_timeout_s"):
+        await ResumableStream.connect(server.url, silence_timeout_s=-1)
