@@ -960,17 +960,25 @@ class ResumableStream:
     async def _next_frame(self) -> str | bytes | None:
         """The current connection's next frame; None once the server has been silent while it owed
         something for ``silence_timeout_s`` (:meth:`_silence_deadline`). Frames that came while
-        nothing iterated are taken first: only a wait with none to take counts as silence."""
+        nothing iterated are taken first, those still in the socket too (a consumer, or the whole
+        process, that was busy or stopped past the deadline): only a wait with none to take
+        counts as silence."""
         connection = self._client.connection
         while True:
             deadline = self._silence_deadline()
-            if deadline is not None and deadline - self._loop.time() <= 1e-3:
-                return None
             try:
+                # (a deadline already past still takes a frame that is there: it waits for none)
                 async with asyncio.timeout_at(deadline) as self._waiting:
                     frame = await connection.recv()
             except TimeoutError:
-                continue  # the deadline came, or moved (a final, a send): look again
+                deadline = self._silence_deadline()
+                if deadline is None or deadline - self._loop.time() > 1e-3:
+                    continue  # the deadline moved (a final, a send): wait again
+                try:  # a last look, after the loop read the socket once more: none there, silent
+                    async with asyncio.timeout(0):
+                        frame = await connection.recv()
+                except TimeoutError:
+                    return None
             finally:
                 self._waiting = None
             self._heard_at = self._loop.time()

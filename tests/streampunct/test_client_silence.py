@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from streampunct.client.stream_client import Reconnect, ResumableStream, ResumeNotice
-from streampunct.core.wire import Ended, Flushed, Resumed
+from streampunct.core.wire import Ended, Final, Flushed, Resumed
 from tests.streampunct.fakes import until
 from tests.streampunct.tcp_proxy import TcpProxy
 from tests.streampunct.test_resume_client import (
@@ -59,6 +59,34 @@ class FreezingProxy(TcpProxy):
                 if writer in self._frozen or source in self._frozen:
                     await self._never.wait()  # cancelled by close()
                 writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (OSError, ConnectionError):
+            writer.transport.abort()
+            source.transport.abort()
+
+
+class EndWatchingProxy(TcpProxy):
+    """:class:`TcpProxy` that sets :attr:`ended` once the server's ``end`` message has been
+    written to the client's socket (server frames are not masked: the JSON shows)."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__(target)
+        self.ended = asyncio.Event()
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        source: asyncio.StreamWriter,
+    ) -> None:
+        to_client = writer.get_extra_info("sockname")[1] == self.port
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                if to_client and b'"type":"end"' in data.replace(b" ", b""):
+                    self.ended.set()
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()
@@ -274,3 +302,66 @@ async def test_a_silence_timeout_of_zero_or_none_is_off_and_a_negative_one_is_re
         await stream.close()
     with pytest.raises(ValueError, match="silence_timeout_s"):
         await ResumableStream.connect(server.url, silence_timeout_s=-1)
+
+
+async def test_answers_that_came_while_nothing_iterated_are_taken_and_the_stream_is_not_cut(
+    start_server,
+):
+    """The server answered every word and the ``end`` while the consumer was busy elsewhere, for
+    longer than the timeout: those frames are taken first, the server was not silent (the stream
+    was cut and resumed: the deadline, past, was looked at before the frames that had come)."""
+    server = await start_server()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(5, shift=4)
+    stream = await ResumableStream.connect(
+        server.url,
+        right_context=0,
+        max_delay_ms=600_000,
+        reconnect=FAST,
+        on_notice=notices.append,
+        silence_timeout_s=SILENCE_S,
+    )
+    loop = asyncio.get_running_loop()
+    await stream.send_words(words)
+    await stream.end()
+    owed = loop.time()
+    await until(lambda: stream.close_code is not None)  # every answer and the close came, unread
+    await until(lambda: loop.time() > owed + 2 * SILENCE_S)
+    messages = [message async for message in stream]
+    assert notices == [] and server.metrics.sessions_total._value.get() == 1
+    assert [w.w for m in messages if isinstance(m, Final) for w in m.words] == words
+    assert messages[-1] == Ended(len(words)) and stream.close_code == 1000
+
+
+async def test_answers_still_in_the_socket_when_the_deadline_passed_are_taken_first(start_server):
+    """As above, with the answers still in the client's socket, not read by its event loop yet (a
+    process stopped, or a loop blocked, past the deadline): the wait that ends at the deadline
+    lets the loop read them, and they are taken; only then is a server with nothing sent silent."""
+    server = await start_server()
+    proxy = await EndWatchingProxy(server.port).start()
+    notices: list[ResumeNotice] = []
+    words = vocabulary_words(5, shift=6)
+    try:
+        stream = await ResumableStream.connect(
+            proxy.url(),
+            right_context=0,
+            max_delay_ms=600_000,
+            reconnect=FAST,
+            on_notice=notices.append,
+            silence_timeout_s=SILENCE_S,
+        )
+        transport = stream._client.connection.transport
+        transport.pause_reading()  # what the server sends stays in the client's socket
+        loop = asyncio.get_running_loop()
+        await stream.send_words(words)
+        await stream.end()
+        owed = loop.time()
+        await asyncio.wait_for(proxy.ended.wait(), 10)  # the answers are in the socket
+        await until(lambda: loop.time() > owed + 2 * SILENCE_S)
+        transport.resume_reading()
+        messages = [message async for message in stream]
+    finally:
+        await proxy.close()
+    assert notices == [] and proxy.connections == 1
+    assert [w.w for m in messages if isinstance(m, Final) for w in m.words] == words
+    assert messages[-1] == Ended(len(words))
