@@ -49,8 +49,9 @@ them; times come from the words' timestamps when the client sent them
 (finals echo them), otherwise from when each word was sent. Symbols that
 no word took (a transcript of symbols alone, "& ...", or symbols after a
 pause with no word after them), which have no time of their own, make the
-last cue: right after the cue before (at 0 when none came), for as long as
-reading it takes, as the captions show them.
+last cue (cues of ``max_lines`` lines when they fill more, none cut): right
+after the cue before (at 0 when none came), for as long as reading it takes,
+as the captions show them.
 :func:`cue_stats` measures the rules on a list of cues.
 
 Writing: WebVTT cue text escapes ``&``, ``<`` and ``>`` (``&amp;``, ``&lt;``,
@@ -475,14 +476,18 @@ class CueBuilder:
                 i += 1
         return inside
 
-    def alone(self, tokens: Sequence[str]) -> Cue:
-        """A cue of tokens with no word and so no time of their own (:meth:`FinalPieces.unplaced`):
-        shown when the last cue ends (at 0 when none came), for as long as reading it takes."""
-        lines = _clip(wrap(tokens, self.limits.max_chars), self.limits)
-        start = self._last_end if math.isfinite(self._last_end) else 0.0
-        end = start + self._need(len(" ".join(lines)))
-        self._last_end = end
-        return Cue(start, end, tuple(lines), ())
+    def alone(self, tokens: Sequence[str]) -> list[Cue]:
+        """The cues of tokens with no word and so no time of their own (:meth:`FinalPieces.unplaced`):
+        one after the other from when the last cue ends (at 0 when none came), ``max_lines``
+        lines each (every token shown, none cut), each for as long as reading it takes."""
+        lines = wrap(tokens, self.limits.max_chars)
+        cues = []
+        for i in range(0, len(lines), self.limits.max_lines):
+            shown = tuple(lines[i : i + self.limits.max_lines])
+            start = self._last_end if math.isfinite(self._last_end) else 0.0
+            self._last_end = start + self._need(len(" ".join(shown)))
+            cues.append(Cue(start, self._last_end, shown, ()))
+        return cues
 
     def _cut(self, k: int | None) -> list[Cue]:
         """Write pending[:k] (all when None) as a cue."""
@@ -764,16 +769,15 @@ class SubtitleWriter:
             self._cue(cue)
 
     def close(self) -> None:
-        """The end of the stream: every cue left, then one of the symbols no word took
+        """The end of the stream: every cue left, then those of the symbols no word took
         (:meth:`CueBuilder.alone`), so that a final shows in the subtitles as in the captions."""
         for piece in self.pieces.close():
             for cue in self.builder.add_piece(piece):
                 self._cue(cue)
         for cue in self.builder.close():
             self._cue(cue)
-        unplaced = self.pieces.unplaced()
-        if unplaced:
-            self._cue(self.builder.alone(unplaced))
+        for cue in self.builder.alone(self.pieces.unplaced()):
+            self._cue(cue)
 
     def _cue(self, cue: Cue) -> None:
         error = srt_time_error(cue.end) if self.format == "srt" else None

@@ -678,6 +678,17 @@ def test_symbols_that_a_word_follows_or_ends_still_go_with_that_word():
     assert [p.text for c in writer.cues for p in c.pieces] == [f"{PARTY} Hello", f"there. {PARTY}"]
 
 
+def test_symbols_no_word_took_that_fill_more_than_a_cue_make_cues_of_their_own_none_cut():
+    """60 symbols alone fill three lines of 42 characters: two cues (two lines, then one), one
+    after the other, with every symbol; they were cut to one cue of two lines ending in "…"."""
+    writer = SubtitleWriter("srt", [io.StringIO()])
+    writer.add_final([], " ".join(["&"] * 60))
+    writer.close()
+    row = " ".join(["&"] * 21)
+    assert [c.lines for c in writer.cues] == [(row, row), (" ".join(["&"] * 18),)]
+    assert writer.cues[0].start == 0.0 and writer.cues[0].end == writer.cues[1].start
+    assert all(c.duration >= CueLimits().min_duration_s for c in writer.cues)
+
 async def test_caption_srt_of_a_transcript_of_symbols_alone_is_not_empty(start_server, tmp_path):
     """``caption --format srt --out`` of "🎉 & 🎉" writes the cue that ``--format text`` shows as
     text (it wrote an empty file)."""
