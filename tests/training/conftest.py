@@ -80,3 +80,15 @@ def tiny_data_root(tmp_path) -> Path:
             tw, tl = synthetic_words(150, seed=seed)
             f.write(json.dumps({"id": f"talk{seed}", "text": cased_text(tw, tl).capitalize()}) + "\n")
     return root
+
+
+@pytest.fixture
+def tiny_checkpoint(tiny_base_model, tmp_path):
+    """A training checkpoint of a tiny random model (build-engine's input)."""
+    from training.checkpoint import save_checkpoint
+    from training.model import build_model
+
+    model = build_model(tiny_base_model, head="linear", random_init=True)
+    meta = {"label_position": "last", "max_word_tokens": 16, "window": {"size": 30, "left": 8, "right": 6},
+            "base_model": str(tiny_base_model)}
+    return save_checkpoint(tmp_path / "ckpt", model, tiny_base_model, meta)

@@ -13,17 +13,6 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 
 
-@pytest.fixture
-def checkpoint(tiny_base_model, tmp_path):
-    from training.checkpoint import save_checkpoint
-    from training.model import build_model
-
-    model = build_model(tiny_base_model, head="linear", random_init=True)
-    meta = {"label_position": "last", "max_word_tokens": 16, "window": {"size": 30, "left": 8, "right": 6},
-            "base_model": str(tiny_base_model)}
-    return save_checkpoint(tmp_path / "ckpt", model, tiny_base_model, meta)
-
-
 def build(*args):
     from streampunct.cli import main as cli
 
@@ -34,38 +23,38 @@ def snapshot(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def test_a_rebuild_replaces_the_build_and_keeps_what_is_not_its_own(checkpoint, tmp_path, capsys):
+def test_a_rebuild_replaces_the_build_and_keeps_what_is_not_its_own(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "model"
-    assert build("--model", checkpoint, "--out", out, "--precision", "int4") == 0
+    assert build("--model", tiny_checkpoint, "--out", out, "--precision", "int4") == 0
     (out / "MODEL_CARD.md").write_text("# tiny\n")
-    assert build("--model", checkpoint, "--out", out, "--precision", "fp32") == 0
+    assert build("--model", tiny_checkpoint, "--out", out, "--precision", "fp32") == 0
     names = {p.name for p in out.iterdir()}
     # the int4 graphs of the first build are gone: nothing picks a stale graph by its name
     assert names == {"model.onnx", "model.onnx.json", "tokenizer.json", "streampunct.json", "MODEL_CARD.md"}
     assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.onnx"
     assert not (tmp_path / ".model.building").exists() and not (out / ".building").exists()
-    assert f"built onnxruntime fp32 from {checkpoint} into {out}" in capsys.readouterr().out
+    assert f"built onnxruntime fp32 from {tiny_checkpoint} into {out}" in capsys.readouterr().out
 
 
-def test_an_interrupted_build_leaves_the_folder_as_it_was(checkpoint, tmp_path, monkeypatch, capsys):
+def test_an_interrupted_build_leaves_the_folder_as_it_was(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     import engines.build.stream_graph
 
     out = tmp_path / "model"
-    assert build("--model", checkpoint, "--out", out) == 0  # int8 with its streaming graph
+    assert build("--model", tiny_checkpoint, "--out", out) == 0  # int8 with its streaming graph
     before = snapshot(out)
 
     def interrupted(*args, **kwargs):  # Ctrl-C in the last step, after streampunct.json was written
         raise KeyboardInterrupt
 
     monkeypatch.setattr(engines.build.stream_graph, "build_stream_artifact", interrupted)
-    assert build("--model", checkpoint, "--out", out, "--precision", "int4") == 130
+    assert build("--model", tiny_checkpoint, "--out", out, "--precision", "int4") == 130
     assert snapshot(out) == before and not (out / ".building").exists()
     fresh = tmp_path / "fresh"
-    assert build("--model", checkpoint, "--out", fresh) == 130
+    assert build("--model", tiny_checkpoint, "--out", fresh) == 130
     assert not fresh.exists()  # no folder that loads as if whole
 
 
-def test_an_out_it_must_not_write_into_is_refused_before_the_checkpoint_loads(checkpoint, tmp_path, monkeypatch,
+def test_an_out_it_must_not_write_into_is_refused_before_the_checkpoint_loads(tiny_checkpoint, tmp_path, monkeypatch,
                                                                                capsys):
     import shutil
 
@@ -75,23 +64,23 @@ def test_an_out_it_must_not_write_into_is_refused_before_the_checkpoint_loads(ch
         raise AssertionError("the checkpoint was loaded")
 
     monkeypatch.setattr(training.checkpoint, "load_checkpoint", not_loaded)
-    other = shutil.copytree(checkpoint, tmp_path / "other_ckpt")
-    assert build("--model", checkpoint, "--out", other) == 2
+    other = shutil.copytree(tiny_checkpoint, tmp_path / "other_ckpt")
+    assert build("--model", tiny_checkpoint, "--out", other) == 2
     assert f"--out {other} is a training checkpoint: the build would replace its streampunct.json" \
         in capsys.readouterr().err
     (tmp_path / "afile").write_text("x")
-    assert build("--model", checkpoint, "--out", tmp_path / "afile" / "sub") == 2
+    assert build("--model", tiny_checkpoint, "--out", tmp_path / "afile" / "sub") == 2
     assert capsys.readouterr().err.strip().endswith(
         f"error: cannot write --out {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file, not a folder")
 
 
-def test_options_a_build_does_not_use_are_named_in_a_warning(checkpoint, tmp_path, capsys):
-    assert build("--model", checkpoint, "--out", tmp_path / "a", "--precision", "int4", "--max-len", "16",
+def test_options_a_build_does_not_use_are_named_in_a_warning(tiny_checkpoint, tmp_path, capsys):
+    assert build("--model", tiny_checkpoint, "--out", tmp_path / "a", "--precision", "int4", "--max-len", "16",
                  "--workspace-gb", "1", "--full-range", "--quantize-embeddings") == 0
     err = capsys.readouterr().err
     assert ("streampunct build-engine: warning: --max-len, --workspace-gb, --full-range do nothing in this "
             "onnxruntime int4 build; ignored") in err
-    assert build("--model", checkpoint, "--out", tmp_path / "b", "--precision", "fp32") == 0
+    assert build("--model", tiny_checkpoint, "--out", tmp_path / "b", "--precision", "fp32") == 0
     assert "warning" not in capsys.readouterr().err
     from training.build_engine import add_arguments, ignored_options
 
@@ -101,7 +90,7 @@ def test_options_a_build_does_not_use_are_named_in_a_warning(checkpoint, tmp_pat
     assert ignored_options(args, "int8", False) == []  # the repository's plan entry takes it
 
 
-def test_an_out_on_another_file_system_is_built_beside_its_files(checkpoint, tmp_path):
+def test_an_out_on_another_file_system_is_built_beside_its_files(tiny_checkpoint, tmp_path):
     # a stage beside a linked --out (a mount, a link to another disk) could not be renamed into
     # it (EXDEV) after the old files were gone: the stage is inside an existing --out
     from training.build_engine import _stage_folder
@@ -111,6 +100,6 @@ def test_an_out_on_another_file_system_is_built_beside_its_files(checkpoint, tmp
     assert _stage_folder(out) == out / ".building" and (out / ".building").is_dir()
     fresh = tmp_path / "fresh"
     assert _stage_folder(fresh) == tmp_path / ".fresh.building"
-    assert build("--model", checkpoint, "--out", out, "--precision", "fp32") == 0
+    assert build("--model", tiny_checkpoint, "--out", out, "--precision", "fp32") == 0
     assert json.loads((out / "streampunct.json").read_text())["artifact"] == "model.onnx"
     assert not (out / ".building").exists()

@@ -91,15 +91,6 @@ def test_a_second_signal_stops_train_at_once_with_the_same_status(tiny_base_mode
 # --- build-engine: not into a training run's folder -----------------------------------------
 
 
-@pytest.fixture
-def checkpoint(tiny_base_model, tmp_path):
-    from training.checkpoint import save_checkpoint
-    from training.model import build_model
-
-    model = build_model(tiny_base_model, head="linear", random_init=True)
-    meta = {"label_position": "last", "max_word_tokens": 8, "window": {"size": 30, "left": 6, "right": 4},
-            "base_model": str(tiny_base_model)}
-    return save_checkpoint(tmp_path / "ckpt", model, tiny_base_model, meta)
 
 
 def snapshot(folder):
@@ -117,7 +108,7 @@ RUN_LAYOUTS = {
 
 
 @pytest.mark.parametrize("layout", sorted(RUN_LAYOUTS))
-def test_build_engine_refuses_a_training_runs_folder_as_out_before_any_work(checkpoint, tmp_path, monkeypatch,
+def test_build_engine_refuses_a_training_runs_folder_as_out_before_any_work(tiny_checkpoint, tmp_path, monkeypatch,
                                                                             capsys, layout):
     import shutil
 
@@ -130,11 +121,11 @@ def test_build_engine_refuses_a_training_runs_folder_as_out_before_any_work(chec
     for name in files:
         (run / name).write_text("x\n")
     if with_best:
-        shutil.copytree(checkpoint, run / "best")
+        shutil.copytree(tiny_checkpoint, run / "best")
     before = snapshot(run)
     monkeypatch.setattr(training.checkpoint, "load_checkpoint",
                         lambda *a, **k: pytest.fail("the checkpoint was loaded"))
-    assert cli(["build-engine", "--model", str(run / "best" if with_best else checkpoint), "--precision", "fp32",
+    assert cli(["build-engine", "--model", str(run / "best" if with_best else tiny_checkpoint), "--precision", "fp32",
                 "--out", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (f"streampunct build-engine: error: --out {run} is a training run's folder (it holds "
@@ -144,13 +135,13 @@ def test_build_engine_refuses_a_training_runs_folder_as_out_before_any_work(chec
     assert not (tmp_path / ".run.building").exists()
 
 
-def test_build_engine_still_builds_into_a_folder_that_merely_holds_a_config(checkpoint, tmp_path, capsys):
+def test_build_engine_still_builds_into_a_folder_that_merely_holds_a_config(tiny_checkpoint, tmp_path, capsys):
     from streampunct.cli import main as cli
 
     out = tmp_path / "model"
     out.mkdir()
     (out / "config.toml").write_text("x\n")  # not a run's mark on its own (a user's notes, say)
-    assert cli(["build-engine", "--model", str(checkpoint), "--precision", "fp32", "--parity-lines", "100",
+    assert cli(["build-engine", "--model", str(tiny_checkpoint), "--precision", "fp32", "--parity-lines", "100",
                 "--out", str(out)]) == 0
     assert (out / "streampunct.json").is_file() and (out / "config.toml").read_text() == "x\n"
 
@@ -159,7 +150,7 @@ def test_build_engine_still_builds_into_a_folder_that_merely_holds_a_config(chec
 
 
 def test_the_recipes_stages_cache_converted_data_in_one_folder_outside_the_repository(
-        checkpoint, tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
+        tiny_checkpoint, tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
     """Without $STREAMPUNCT_CACHE, label and train (and the recipe's checks) cache the converted
     text in OUT/cache, or --cache DIR; nothing lands in the repository's cache/."""
     import training.data
@@ -171,7 +162,7 @@ def test_the_recipes_stages_cache_converted_data_in_one_folder_outside_the_repos
     monkeypatch.setattr(training.data, "REPO_ROOT", repo)
     complete_the_corpus(tiny_data_root)
     out, soft = tmp_path / "release", tmp_path / "soft"
-    args = ["--out", str(out), "--data-root", str(tiny_data_root), "--teacher", str(checkpoint),
+    args = ["--out", str(out), "--data-root", str(tiny_data_root), "--teacher", str(tiny_checkpoint),
             "--soft-labels", str(soft), "--shards", "2", "--in-process",
             "--set", f'model.base_model="{tiny_base_model}"', *(a for s in TINY for a in ("--set", s))]
     assert main([*args, "--only", "label"]) == 0
