@@ -10,8 +10,9 @@ import shutil
 import pytest
 
 from streampunct.text.normalize import normalize_word, normalize_words, render, surface_affixes
-from tests.streampunct.fakes import ended_or_final_before, until
+from tests.streampunct.fakes import ended, ended_or_final_before, until
 from tests.streampunct.tcp_proxy import TcpProxy
+from tests.streampunct.test_client_silence import FreezingProxy
 from tests.streampunct.test_server_protocol import http_get
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -439,3 +440,121 @@ async def test_the_page_keeps_the_symbols_around_words(start_server, tmp_path):
     expected[11:11] = ["\U0001f3b8"]  # before "books"
     assert sent == "11"
     assert [t.rstrip(",.?").lower() for t in finals.split()] == expected  # "$1,000" ... "50%" ... "c++" "&"
+
+
+class _ThawingProxy(FreezingProxy):
+    """:class:`FreezingProxy` whose frozen connections can go on again (:meth:`thaw`): the hung
+    replica wakes up (SIGCONT) and sends what it had to the page's old connection."""
+
+    def thaw(self) -> None:
+        self._never.set()
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_server, fake_labels, tmp_path):
+    """The replica behind the page's address hangs mid-stream without closing its socket (no close,
+    no reset: the proxy stops forwarding), and new connections go to another server. The page's
+    words keep going out and the hung server owes their finals: silent for the page's
+    ``?silence_timeout_s=1``, the connection is dropped and the stream resumes on the other
+    server, every word once. When the hung server wakes, what it sends to the old connection
+    changes nothing."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    hung = await start_server(auth_token="tok")
+    other = await start_server(auth_token="tok")
+    address = await _ThawingProxy(hung.port).start()
+    loop = asyncio.get_running_loop()
+
+    async def hang() -> None:
+        address.freeze()
+        address.target = other.port  # a balancer sends new connections to the other server
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            driver.get(f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=1")
+            js("document.getElementById('text').value = (SAMPLE + ' ').repeat(3)")
+            driver.find_element(By.ID, "start").click()
+            WebDriverWait(driver, 60, 0.05).until(lambda d: js("return window.captionStats.finals") >= 5)
+            asyncio.run_coroutine_threadsafe(hang(), loop).result(10)
+            # words keep going out, the hung server owes their finals and sends nothing
+            WebDriverWait(driver, 30, 0.05).until(lambda d: js("return window.captionStats.resumes") >= 1
+                                                  or "closed" in d.find_element(By.ID, "status").text)
+            loop.call_soon_threadsafe(address.thaw)  # the hung server goes on, on the old connection
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
+                                            or "closed" in d.find_element(By.ID, "status").text)
+            return (driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
+                    js("return window.captionStats"), js("return asrWords(document.getElementById('text').value)"))
+        finally:
+            driver.quit()
+
+    try:
+        status, finals, stats, sent = await asyncio.wait_for(asyncio.to_thread(drive), 150)
+    finally:
+        await address.close()
+    words = normalize_words(sent)
+    assert stats["ended"] and status == f"done: {len(words)} words" and stats["errors"] == []
+    assert stats["resumes"] == 1 and stats["reconnects"] == 1 and stats["resent"] > 0
+    [silent] = stats["silences"]
+    assert silent >= 1
+    assert finals in [render(words, labels, capitalize=True) for labels in ended_or_final_before(fake_labels(words))]
+    assert other.metrics.words_in._value.get() < len(words)  # it got only the rest
+    assert address.connections >= 2
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+async def test_the_page_waits_out_a_silence_while_the_server_owes_nothing(start_server, fake_labels, tmp_path):
+    """Three words at 0.5 words/s, a right context of 3 and a delay bound of 10 minutes: the
+    server owes no final until the page's ``end``, 6 s in, so its silence (it hangs before the
+    first word) is not taken for a loss before: the connection is dropped ``silence_timeout_s``
+    after the end, and the stream ends on the other server."""
+    pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    hung = await start_server()
+    other = await start_server()
+    address = await FreezingProxy(hung.port).start()
+    loop = asyncio.get_running_loop()
+    text = "so we went"
+
+    async def hang() -> None:
+        address.freeze()
+        address.target = other.port
+
+    def drive():
+        driver = _headless_chromium(tmp_path / "profile")
+        js = driver.execute_script
+        try:
+            driver.get(f"http://127.0.0.1:{address.port}/captions?wps=0.5&silence_timeout_s=0.5")
+            js("document.getElementById('text').value = arguments[0]; document.getElementById('delay').value = 600000",
+               text)
+            driver.find_element(By.ID, "start").click()
+            # the page's first frame after `config` comes 2 s later
+            WebDriverWait(driver, 30, 0.02).until(lambda d: d.find_element(By.ID, "status").text == "streaming")
+            asyncio.run_coroutine_threadsafe(hang(), loop).result(10)
+            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
+                                            or "closed" in d.find_element(By.ID, "status").text)
+            return driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text, \
+                js("return window.captionStats")
+        finally:
+            driver.quit()
+
+    try:
+        status, finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
+    finally:
+        await address.close()
+    words = normalize_words(text.split())
+    assert stats["ended"] and status == "done: 3 words" and stats["resumes"] == 1
+    # silent from `config` (or at worst its first word) on: 6 s owing nothing, then the timeout
+    # past the end; a page that took the first word or hypothesis for owed cut at 2.5 s
+    [silent] = stats["silences"]
+    assert silent >= 4
+    assert finals == render(words, ended(fake_labels(words)), capitalize=True)
+    assert other.metrics.words_in._value.get() == 3  # every word again: none had a final
+
