@@ -11,8 +11,7 @@ import pytest
 
 from streampunct.text.normalize import normalize_word, normalize_words, render, surface_affixes
 from tests.streampunct.fakes import ended, ended_or_final_before, until
-from tests.streampunct.tcp_proxy import TcpProxy
-from tests.streampunct.test_client_silence import FreezingProxy
+from tests.streampunct.tcp_proxy import FreezingProxy, TcpProxy
 from tests.streampunct.test_server_protocol import http_get
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -88,18 +87,32 @@ async def test_captions_appear_in_headless_chromium(start_server, fake_labels, t
 
 
 @contextlib.contextmanager
-def _started_page(profile, url: str, text: str):
-    """Headless Chromium on the caption page at ``url``, ``text`` pasted and started; quit after."""
+def _started_page(profile, url: str, text: str | None = None, *, samples: int = 0):
+    """Headless Chromium on the caption page at ``url``, ``text`` (or else the built-in sample
+    ``samples`` times over) pasted and started; quit after."""
     from selenium.webdriver.common.by import By
 
     driver = _headless_chromium(profile)
     try:
         driver.get(url)
-        driver.execute_script("document.getElementById('text').value = arguments[0]", text)
+        if text is None:
+            driver.execute_script("document.getElementById('text').value = (SAMPLE + ' ').repeat(arguments[0])",
+                                  samples)
+        else:
+            driver.execute_script("document.getElementById('text').value = arguments[0]", text)
         driver.find_element(By.ID, "start").click()
         yield driver
     finally:
         driver.quit()
+
+
+def _ended_or_closed(driver) -> bool:
+    """Whether the page's stream ended, or the page says it closed (what the tests wait for last)."""
+    from selenium.webdriver.common.by import By
+
+    if driver.execute_script("return window.captionStats.ended"):
+        return True
+    return "closed" in driver.find_element(By.ID, "status").text
 
 
 def _headless_chromium(profile):
@@ -243,12 +256,9 @@ async def test_the_page_resumes_a_stream_across_a_server_restart(start_server, f
         address.target = new.port
 
     def drive():
-        driver = _headless_chromium(tmp_path / "profile")
-        js = driver.execute_script
-        try:
-            driver.get(f"http://127.0.0.1:{address.port}/captions?token=tok&wps=40")
-            js("document.getElementById('text').value = (SAMPLE + ' ').repeat(3)")
-            driver.find_element(By.ID, "start").click()
+        url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=40"
+        with _started_page(tmp_path / "profile", url, samples=3) as driver:
+            js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= 5)
             # Drained: the page's connection closes with 1012 at once, and the old server goes on
             # closing (it waits for Chromium's idle preconnected socket) while the page retries.
@@ -258,13 +268,10 @@ async def test_the_page_resumes_a_stream_across_a_server_restart(start_server, f
                                             or "closed" in d.find_element(By.ID, "status").text)
             during = driver.find_element(By.ID, "status").text
             loop.call_soon_threadsafe(route_to_new)  # ... then the restarted server answers there
-            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
-                                            or "closed" in d.find_element(By.ID, "status").text)
+            WebDriverWait(driver, 60).until(_ended_or_closed)
             drained.result(30)
             return (during, driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
                     js("return window.captionStats"), js("return asrWords(document.getElementById('text').value)"))
-        finally:
-            driver.quit()
 
     try:
         during, status, finals, stats, sent = await asyncio.wait_for(asyncio.to_thread(drive), 150)
@@ -387,8 +394,7 @@ async def test_after_an_idle_close_the_page_resumes_with_its_next_words(start_se
             js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.idleCloses") >= 1)
             parked = driver.find_element(By.ID, "status").text
-            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
-                                            or "closed" in d.find_element(By.ID, "status").text)
+            WebDriverWait(driver, 60).until(_ended_or_closed)
             return (parked, driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
                     js("return window.captionStats"))
 
@@ -442,6 +448,12 @@ async def test_the_page_keeps_the_symbols_around_words(start_server, tmp_path):
     assert [t.rstrip(",.?").lower() for t in finals.split()] == expected  # "$1,000" ... "50%" ... "c++" "&"
 
 
+async def _hang(address: FreezingProxy, other) -> None:
+    """The replica behind ``address`` hangs; new connections go to ``other``."""
+    address.freeze()
+    address.target = other.port
+
+
 class _ThawingProxy(FreezingProxy):
     """:class:`FreezingProxy` whose frozen connections can go on again (:meth:`thaw`): the hung
     replica wakes up (SIGCONT) and sends what it had to the page's old connection."""
@@ -465,37 +477,25 @@ async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_se
 
     hung = await start_server(auth_token="tok")
     other = await start_server(auth_token="tok")
-    address = await _ThawingProxy(hung.port).start()
     loop = asyncio.get_running_loop()
 
-    async def hang() -> None:
-        address.freeze()
-        address.target = other.port  # a balancer sends new connections to the other server
-
     def drive():
-        driver = _headless_chromium(tmp_path / "profile")
-        js = driver.execute_script
-        try:
-            driver.get(f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=1")
-            js("document.getElementById('text').value = (SAMPLE + ' ').repeat(3)")
-            driver.find_element(By.ID, "start").click()
+        url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=1"
+        with _started_page(tmp_path / "profile", url, samples=3) as driver:
+            js = driver.execute_script
             WebDriverWait(driver, 60, 0.05).until(lambda d: js("return window.captionStats.finals") >= 5)
-            asyncio.run_coroutine_threadsafe(hang(), loop).result(10)
+            # the server hangs; a balancer sends new connections to the other server
+            asyncio.run_coroutine_threadsafe(_hang(address, other), loop).result(10)
             # words keep going out, the hung server owes their finals and sends nothing
             WebDriverWait(driver, 30, 0.05).until(lambda d: js("return window.captionStats.resumes") >= 1
                                                   or "closed" in d.find_element(By.ID, "status").text)
             loop.call_soon_threadsafe(address.thaw)  # the hung server goes on, on the old connection
-            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
-                                            or "closed" in d.find_element(By.ID, "status").text)
+            WebDriverWait(driver, 60).until(_ended_or_closed)
             return (driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text,
                     js("return window.captionStats"), js("return asrWords(document.getElementById('text').value)"))
-        finally:
-            driver.quit()
 
-    try:
+    async with _ThawingProxy(hung.port) as address:
         status, finals, stats, sent = await asyncio.wait_for(asyncio.to_thread(drive), 150)
-    finally:
-        await address.close()
     words = normalize_words(sent)
     assert stats["ended"] and status == f"done: {len(words)} words" and stats["errors"] == []
     assert stats["resumes"] == 1 and stats["reconnects"] == 1 and stats["resent"] > 0
@@ -519,13 +519,8 @@ async def test_the_page_waits_out_a_silence_while_the_server_owes_nothing(start_
 
     hung = await start_server()
     other = await start_server()
-    address = await FreezingProxy(hung.port).start()
     loop = asyncio.get_running_loop()
     text = "so we went"
-
-    async def hang() -> None:
-        address.freeze()
-        address.target = other.port
 
     def drive():
         driver = _headless_chromium(tmp_path / "profile")
@@ -537,18 +532,15 @@ async def test_the_page_waits_out_a_silence_while_the_server_owes_nothing(start_
             driver.find_element(By.ID, "start").click()
             # the page's first frame after `config` comes 2 s later
             WebDriverWait(driver, 30, 0.02).until(lambda d: d.find_element(By.ID, "status").text == "streaming")
-            asyncio.run_coroutine_threadsafe(hang(), loop).result(10)
-            WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.ended")
-                                            or "closed" in d.find_element(By.ID, "status").text)
+            asyncio.run_coroutine_threadsafe(_hang(address, other), loop).result(10)
+            WebDriverWait(driver, 60).until(_ended_or_closed)
             return driver.find_element(By.ID, "status").text, driver.find_element(By.ID, "finals").text, \
                 js("return window.captionStats")
         finally:
             driver.quit()
 
-    try:
+    async with FreezingProxy(hung.port) as address:
         status, finals, stats = await asyncio.wait_for(asyncio.to_thread(drive), 120)
-    finally:
-        await address.close()
     words = normalize_words(text.split())
     assert stats["ended"] and status == "done: 3 words" and stats["resumes"] == 1
     # silent from `config` (or at worst its first word) on: 6 s owing nothing, then the timeout

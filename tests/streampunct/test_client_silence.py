@@ -3,68 +3,32 @@
 
 A replica that is SIGSTOPped, a frozen VM, a host cut off without a reset: the connection stays
 open and nothing more comes, no close frame, no reset, and the clients set no ping timeout. Here
-a TCP forwarder that stops forwarding the connections it holds (:class:`FreezingProxy`) stands
-in for such a replica, deterministically; new connections go to another server, as a balancer
-sends them.
+a TCP forwarder that stops forwarding the connections it holds
+(:class:`~tests.streampunct.tcp_proxy.FreezingProxy`) stands in for such a replica,
+deterministically; new connections go to another server, as a balancer sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import pytest
 
 from streampunct.client.stream_client import Reconnect, ResumableStream, ResumeNotice
 from streampunct.core.wire import Ended, Final, Flushed, Resumed
 from tests.streampunct.fakes import until
-from tests.streampunct.tcp_proxy import TcpProxy
+from tests.streampunct.tcp_proxy import FreezingProxy, TcpProxy
 from tests.streampunct.test_resume_client import (
     FAST,
     Reader,
+    assert_captioned_once,
     assert_exactly_once,
-    expected_text,
+    caption_across_a_switch,
     vocabulary_words,
 )
 
 #: The silence timeout of these tests (seconds): short, the engine's and the loop's delays far below it.
 SILENCE_S = 0.5
-
-
-class FreezingProxy(TcpProxy):
-    """:class:`TcpProxy` whose :meth:`freeze` stops forwarding, both ways, on every connection open
-    then (each side's bytes are read no more: TCP holds the peer), without a close or a reset:
-    a replica that hangs. Later connections are forwarded as usual."""
-
-    def __init__(self, target: int) -> None:
-        super().__init__(target)
-        self._frozen: set[asyncio.StreamWriter] = set()
-        self._never = asyncio.Event()  # the frozen pumps wait on it until the proxy is closed
-
-    def freeze(self) -> int:
-        """Hang every open connection; returns how many."""
-        pipes = list(self._pipes)
-        for pair in pipes:
-            self._frozen.update(pair)
-        return len(pipes)
-
-    async def _pump(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        source: asyncio.StreamWriter,
-    ) -> None:
-        try:
-            while data := await reader.read(65536):
-                if writer in self._frozen or source in self._frozen:
-                    await self._never.wait()  # cancelled by close()
-                writer.write(data)
-                await writer.drain()
-            if writer.can_write_eof():
-                writer.write_eof()
-        except (OSError, ConnectionError):
-            writer.transport.abort()
-            source.transport.abort()
 
 
 class EndWatchingProxy(TcpProxy):
@@ -75,24 +39,25 @@ class EndWatchingProxy(TcpProxy):
         super().__init__(target)
         self.ended = asyncio.Event()
 
-    async def _pump(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        source: asyncio.StreamWriter,
+    async def _forward(
+        self, data: bytes, writer: asyncio.StreamWriter, source: asyncio.StreamWriter
     ) -> None:
+        writer.write(data)
         to_client = writer.get_extra_info("sockname")[1] == self.port
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                if to_client and b'"type":"end"' in data.replace(b" ", b""):
-                    self.ended.set()
-                await writer.drain()
-            if writer.can_write_eof():
-                writer.write_eof()
-        except (OSError, ConnectionError):
-            writer.transport.abort()
-            source.transport.abort()
+        if to_client and b'"type":"end"' in data.replace(b" ", b""):
+            self.ended.set()
+
+
+async def connect(
+    url: str, notices: list[ResumeNotice] | None = None, **options
+) -> ResumableStream:
+    """A stream owed no final by time (a delay bound of 10 minutes) that resumes at once
+    (:data:`FAST`) and leaves a connection silent for :data:`SILENCE_S` while it owes finals;
+    its notices go to ``notices``; ``options`` add to these or change them."""
+    settings = {"max_delay_ms": 600_000, "reconnect": FAST, "silence_timeout_s": SILENCE_S}
+    if notices is not None:
+        settings["on_notice"] = notices.append
+    return await ResumableStream.connect(url, **(settings | options))
 
 
 async def test_a_replica_that_hangs_is_left_once_it_owes_finals_and_the_stream_resumes_elsewhere(
@@ -104,19 +69,10 @@ async def test_a_replica_that_hangs_is_left_once_it_owes_finals_and_the_stream_r
     that, the connection is cut and the stream resumes on server 2, every word once."""
     server1 = await start_server()
     server2 = await start_server()
-    proxy = await FreezingProxy(server1.port).start()
     notices: list[ResumeNotice] = []
     words = vocabulary_words(40, shift=2)
-    try:
-        stream = await ResumableStream.connect(
-            proxy.url(),
-            right_context=3,
-            max_delay_ms=600_000,
-            capitalize=True,
-            reconnect=FAST,
-            on_notice=notices.append,
-            silence_timeout_s=SILENCE_S,
-        )
+    async with FreezingProxy(server1.port) as proxy:
+        stream = await connect(proxy.url(), notices, right_context=3, capitalize=True)
         reader = Reader(stream)
         await stream.send_words(words[:10])
         await reader.until(lambda: stream.n_final == 7)  # words 7..9 wait for right context
@@ -128,11 +84,7 @@ async def test_a_replica_that_hangs_is_left_once_it_owes_finals_and_the_stream_r
         assert proxy.connections == 1 and not reader.task.done()
         await stream.send_words(words[10:20])  # words 7..16 are owed now; server 1 says nothing
         await reader.until(lambda: bool(notices))
-        await stream.send_words(words[20:])
-        await stream.end()
-        await reader.finish()
-    finally:
-        await proxy.close()
+        await reader.send_last(words[20:])
     assert_exactly_once(reader, words, fake_labels)
     [notice] = notices
     assert (notice.code, notice.start, notice.resent, notice.attempts) == (1006, 7, 13, 1)
@@ -151,29 +103,17 @@ async def test_an_unanswered_flush_is_owed_at_once_and_answered_once_after_the_r
     finalizes them and answers the flush, once."""
     server1 = await start_server()
     server2 = await start_server()
-    proxy = await FreezingProxy(server1.port).start()
     notices: list[ResumeNotice] = []
     words = vocabulary_words(8, shift=1)
-    try:
-        stream = await ResumableStream.connect(
-            proxy.url(),
-            right_context=50,
-            max_delay_ms=600_000,
-            reconnect=FAST,
-            on_notice=notices.append,
-            silence_timeout_s=SILENCE_S,
-        )
+    async with FreezingProxy(server1.port) as proxy:
+        stream = await connect(proxy.url(), notices, right_context=50)
         reader = Reader(stream)
         await stream.send_words(words[:5])
         proxy.freeze()
         proxy.target = server2.port
         await stream.flush()
         await reader.until(lambda: any(isinstance(m, Flushed) for m in reader.messages))
-        await stream.send_words(words[5:])
-        await stream.end()
-        await reader.finish()
-    finally:
-        await proxy.close()
+        await reader.send_last(words[5:])
     assert reader.transcript.words == words
     assert [m.upto for m in reader.messages if isinstance(m, Flushed)] == [5]
     [notice] = notices
@@ -189,22 +129,11 @@ async def test_a_slow_server_that_keeps_sending_is_not_left(start_server):
     server = await start_server(engine=FakeEngine(delay_s=0.15))
     notices: list[ResumeNotice] = []
     words = vocabulary_words(240, shift=5)
-    stream = await ResumableStream.connect(
-        server.url,
-        right_context=0,
-        max_delay_ms=600_000,
-        capitalize=True,
-        partials=True,
-        reconnect=FAST,
-        on_notice=notices.append,
-        silence_timeout_s=SILENCE_S,
-    )
+    stream = await connect(server.url, notices, right_context=0, capitalize=True, partials=True)
     reader = Reader(stream)
     loop = asyncio.get_running_loop()
     began = loop.time()
-    await stream.send_words(words)
-    await stream.end()
-    await reader.finish(timeout=60)
+    await reader.send_last(words, timeout=60)
     took = loop.time() - began
     assert not notices and server.metrics.sessions_total._value.get() == 1
     finals = reader.finals()
@@ -219,77 +148,34 @@ async def test_the_caption_command_leaves_a_replica_that_hangs(start_server, tmp
     every word once, where it used to wait for server 1 for ever."""
     server1 = await start_server()
     server2 = await start_server()
-    proxy = await FreezingProxy(server1.port).start()
     out = tmp_path / "out.txt"
     words = vocabulary_words(30, shift=3)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "streampunct.cli",
-        "caption",
-        "-",
-        "--url",
-        proxy.url(),
-        "--out",
-        str(out),
-        "--right-context",
-        "3",
-        "--max-delay-ms",
-        "600000",
-        "--max-chunk",
-        "5",
-        "--silence-timeout-s",
-        str(SILENCE_S),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        proc.stdin.write((" ".join(words[:20]) + "\n").encode())
-        await proc.stdin.drain()
-        await until(
-            lambda: sum(s.protocol.n_words for s in server1.sessions) >= 20
-        )  # server 1 holds them
+
+    async def hang() -> None:
         proxy.freeze()
         proxy.target = server2.port
-        proc.stdin.write((" ".join(words[20:]) + "\n").encode())
-        await proc.stdin.drain()
-        proc.stdin.close()
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await proxy.close()
-    stderr = stderr.decode()
-    assert proc.returncode == 0, stderr
+
+    async with FreezingProxy(server1.port) as proxy:
+        rc, stdout, stderr = await caption_across_a_switch(
+            proxy, server1, words, out, hang, "--silence-timeout-s", str(SILENCE_S)
+        )
+    assert rc == 0, stderr
     [resume] = [line for line in stderr.splitlines() if "connection lost" in line]
     assert "no message from the server in" in resume and "resumed at word" in resume
     assert "Traceback" not in stderr
-    expected = expected_text(words, fake_labels)
-    assert out.read_text().strip() == expected
-    assert stdout.decode().replace("\n", " ").strip() == expected
+    assert_captioned_once(out, stdout, words, fake_labels)
 
 
 async def test_a_replica_that_hangs_with_no_reconnects_ends_the_stream(start_server):
     """``Reconnect(attempts=0)``: the stream cut for silence ends (1006, the reason says why)
     instead of waiting; the words without a final are kept."""
     server = await start_server()
-    proxy = await FreezingProxy(server.port).start()
-    try:
-        stream = await ResumableStream.connect(
-            proxy.url(),
-            right_context=0,
-            max_delay_ms=600_000,
-            reconnect=Reconnect(attempts=0),
-            silence_timeout_s=SILENCE_S,
-        )
+    async with FreezingProxy(server.port) as proxy:
+        stream = await connect(proxy.url(), right_context=0, reconnect=Reconnect(attempts=0))
         reader = Reader(stream)
         proxy.freeze()
         await stream.send_words(["one", "two"])
         await reader.finish(timeout=10)
-    finally:
-        await proxy.close()
     assert stream.close_code == 1006 and "while it owed finals" in (stream.close_reason or "")
     assert [w.w for w in stream.pending] == ["one", "two"] and stream.notices == []
 
@@ -313,14 +199,7 @@ async def test_answers_that_came_while_nothing_iterated_are_taken_and_the_stream
     server = await start_server()
     notices: list[ResumeNotice] = []
     words = vocabulary_words(5, shift=4)
-    stream = await ResumableStream.connect(
-        server.url,
-        right_context=0,
-        max_delay_ms=600_000,
-        reconnect=FAST,
-        on_notice=notices.append,
-        silence_timeout_s=SILENCE_S,
-    )
+    stream = await connect(server.url, notices, right_context=0)
     loop = asyncio.get_running_loop()
     await stream.send_words(words)
     await stream.end()
@@ -338,18 +217,10 @@ async def test_answers_still_in_the_socket_when_the_deadline_passed_are_taken_fi
     process stopped, or a loop blocked, past the deadline): the wait that ends at the deadline
     lets the loop read them, and they are taken; only then is a server with nothing sent silent."""
     server = await start_server()
-    proxy = await EndWatchingProxy(server.port).start()
     notices: list[ResumeNotice] = []
     words = vocabulary_words(5, shift=6)
-    try:
-        stream = await ResumableStream.connect(
-            proxy.url(),
-            right_context=0,
-            max_delay_ms=600_000,
-            reconnect=FAST,
-            on_notice=notices.append,
-            silence_timeout_s=SILENCE_S,
-        )
+    async with EndWatchingProxy(server.port) as proxy:
+        stream = await connect(proxy.url(), notices, right_context=0)
         transport = stream._client.connection.transport
         transport.pause_reading()  # what the server sends stays in the client's socket
         loop = asyncio.get_running_loop()
@@ -360,8 +231,6 @@ async def test_answers_still_in_the_socket_when_the_deadline_passed_are_taken_fi
         await until(lambda: loop.time() > owed + 2 * SILENCE_S)
         transport.resume_reading()
         messages = [message async for message in stream]
-    finally:
-        await proxy.close()
     assert notices == [] and proxy.connections == 1
     assert [w.w for m in messages if isinstance(m, Final) for w in m.words] == words
     assert messages[-1] == Ended(len(words))

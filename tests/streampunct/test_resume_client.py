@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -26,6 +25,7 @@ from streampunct.text.normalize import render
 from tests.streampunct.conftest import SCHEDULE_VOCAB
 from tests.streampunct.fakes import until
 from tests.streampunct.tcp_proxy import TcpProxy
+from tests.streampunct.test_caption_signals import caption_process
 
 FAST = Reconnect(attempts=5, initial_delay_s=0.01, max_delay_s=0.05)
 
@@ -63,6 +63,12 @@ class Reader:
     async def finish(self, timeout: float = 20.0) -> None:
         await asyncio.wait_for(self.task, timeout)
 
+    async def send_last(self, words: list[str], timeout: float = 20.0) -> None:
+        """Send the stream's last ``words``, then ``end``, and wait for the stream to finish."""
+        await self.stream.send_words(words)
+        await self.stream.end()
+        await self.finish(timeout)
+
     def finals(self) -> list[Final]:
         return [m for m in self.messages if isinstance(m, Final)]
 
@@ -71,6 +77,31 @@ def expected_text(words, fake_labels) -> str:
     labels = fake_labels(words)
     labels[-1] = 2 if labels[-1] in (0, 1) else labels[-1]  # the end of the stream marks its last word
     return render(words, labels, capitalize=True)
+
+
+def assert_captioned_once(out, stdout: str, words: list[str], fake_labels) -> None:
+    """``caption``'s --out and stdout hold every word once, as one stream."""
+    expected = expected_text(words, fake_labels)
+    assert out.read_text().strip() == expected
+    assert stdout.replace("\n", " ").strip() == expected
+
+
+async def caption_across_a_switch(proxy, server, words, out, switch, *options) -> tuple[int, str, str]:
+    """``streampunct caption - --out out`` through ``proxy`` (the balancer): 20 of ``words`` on
+    its stdin; once ``server`` holds them, ``await switch()`` (the server goes away, new
+    connections go to another), then the rest, and stdin closes. Returns the exit status,
+    stdout and stderr."""
+    async with caption_process("-", "--url", proxy.url(), "--out", str(out), "--right-context", "3",
+                               "--max-delay-ms", "600000", "--max-chunk", "5", *options) as proc:
+        proc.stdin.write((" ".join(words[:20]) + "\n").encode())
+        await proc.stdin.drain()
+        await until(lambda: sum(s.protocol.n_words for s in server.sessions) >= 20)  # the server holds them
+        await switch()
+        proc.stdin.write((" ".join(words[20:]) + "\n").encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, stdout.decode(), stderr.decode()
 
 
 def assert_exactly_once(reader: Reader, words: list[str], fake_labels) -> None:
@@ -102,9 +133,7 @@ async def test_a_drained_server_hands_the_stream_to_another(start_server, fake_l
         await stream.send_words(words[30:40])  # while server 1 goes away
         await drained
         await reader.until(lambda: bool(notices))
-        await stream.send_words(words[40:])
-        await stream.end()
-        await reader.finish()
+        await reader.send_last(words[40:])
     finally:
         await proxy.close()
     assert_exactly_once(reader, words, fake_labels)
@@ -143,9 +172,7 @@ async def test_a_dropped_connection_resumes_with_flush_and_hypothesis(start_serv
                        for m in after)
 
         await reader.until(hypothesis_answered_after_resume)
-        await stream.send_words(words[16:])
-        await stream.end()
-        await reader.finish()
+        await reader.send_last(words[16:])
     finally:
         await proxy.close()
     assert_exactly_once(reader, words, fake_labels)
@@ -169,9 +196,7 @@ async def test_going_away_1001_after_finalizing_resumes_with_nothing_to_send_aga
         proxy.target = server2.port
         await server1.shutdown()
         await reader.until(lambda: bool(notices))
-        await stream.send_words(words[10:])
-        await stream.end()
-        await reader.finish()
+        await reader.send_last(words[10:])
     finally:
         await proxy.close()
     [notice] = notices
@@ -202,9 +227,7 @@ async def test_after_an_idle_close_owing_nothing_the_stream_comes_back_at_its_ne
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(until(lambda: opened() > 1, timeout=30), 1.5)
     assert not notices and not reader.task.done()
-    await stream.send_words(words[6:])
-    await stream.end()
-    await reader.finish()
+    await reader.send_last(words[6:])
     assert_exactly_once(reader, words, fake_labels)
     [notice] = notices
     assert (notice.code, notice.reason, notice.start, notice.resent) == (1001, "idle timeout", 6, 6)
@@ -224,9 +247,7 @@ async def test_a_resume_fits_the_servers_frame_limit_by_sending_less_context(sta
     reader = Reader(stream)
     await stream.send_words(words[:30])
     await until(lambda: server.metrics.idle_closes._value.get() >= 1, timeout=10)
-    await stream.send_words(words[30:])
-    await stream.end()
-    await reader.finish()
+    await reader.send_last(words[30:])
     assert reader.transcript.words == words and reader.messages[-1] == Ended(len(words))
     [notice] = notices
     assert (notice.code, notice.start) == (1001, 30)
@@ -253,9 +274,7 @@ async def test_reconnect_retries_until_a_server_answers(start_server, fake_label
         await reader.until(lambda: reader.transcript.n_final >= 4)
         proxy.drop()
         await reader.until(lambda: bool(notices))
-        await stream.send_words(words[6:])
-        await stream.end()
-        await reader.finish()
+        await reader.send_last(words[6:])
     finally:
         await proxy.close()
     assert_exactly_once(reader, words, fake_labels)
@@ -343,9 +362,7 @@ async def test_a_resumed_stream_writes_the_words_a_lost_connection_held(start_se
         assert reader.finals()[-1].held == 1  # "new": final, its text held
         assert proxy.drop() == 1
         await reader.until(lambda: bool(notices))
-        await stream.send_words(["today"])
-        await stream.end()
-        await reader.finish()
+        await reader.send_last(["today"])
     finally:
         await proxy.close()
     finals = reader.finals()
@@ -370,34 +387,20 @@ async def test_caption_command_resumes_on_another_server(start_server, tmp_path,
     resumes on server 2; --out and stdout hold every word once, stderr says what happened."""
     server1 = await start_server(drain="resume")
     server2 = await start_server()
-    proxy = await TcpProxy(server1.port).start()
     out = tmp_path / "out.txt"
     words = vocabulary_words(40, shift=4)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "streampunct.cli", "caption", "-", "--url", proxy.url(), "--out", str(out),
-        "--right-context", "3", "--max-delay-ms", "600000", "--max-chunk", "5",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        proc.stdin.write((" ".join(words[:20]) + "\n").encode())
-        await proc.stdin.drain()
-        await until(lambda: sum(s.protocol.n_words for s in server1.sessions) >= 20)  # server 1 holds them
+
+    async def drain() -> None:
         proxy.target = server2.port
         await server1.shutdown()
-        proc.stdin.write((" ".join(words[20:]) + "\n").encode())
-        await proc.stdin.drain()
-        proc.stdin.close()
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        await proxy.close()
-    stderr = stderr.decode()
-    assert proc.returncode == 0, stderr
+
+    async with TcpProxy(server1.port) as proxy:
+        rc, stdout, stderr = await caption_across_a_switch(proxy, server1, words, out, drain)
+    assert rc == 0, stderr
     resumes = [line for line in stderr.splitlines() if "connection lost" in line]
     assert len(resumes) == 1 and "close code 1012" in resumes[0] and "resumed at word" in resumes[0]
     assert "Traceback" not in stderr
-    expected = expected_text(words, fake_labels)
-    assert out.read_text().strip() == expected
-    assert stdout.decode().replace("\n", " ").strip() == expected
+    assert_captioned_once(out, stdout, words, fake_labels)
 
 
 def test_reconnect_waits_double_up_to_the_cap_with_jitter():
