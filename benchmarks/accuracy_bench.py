@@ -5,6 +5,14 @@ streams (the real StreamState, words arriving at a fixed speech rate) over a
 sweep of ``right_context`` values (no delay bound) and of ``max_delay_ms``
 values (no right-context trigger). Each point carries the mean and p95 latency
 in words and in seconds; a PNG plots overall F1 against mean latency.
+
+The streams run as the server serves them: ``stream_cache`` is the server's
+``--stream-cache`` (``auto``, the default: cached left context where the model
+folder has a streaming graph and does not switch it off; ``off``: whole
+windows, each encoding its left context). They are simulated by
+:func:`streampunct.evaluation.accuracy.streaming_runs`, as ``streampunct
+evaluate --right-context`` simulates them, so a right context scores the same
+here and there.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ class AccuracyBenchConfig:
         delays_ms: max-delay sweep (milliseconds).
         words_per_second: simulated speech rate.
         engine: engine backend.
+        stream_cache: the streams' cached left context, as ``serve --stream-cache``
+            (``auto``, ``on`` or ``off``: whole windows).
         out_dir: where JSON and PNG go.
         name: result file stem.
     """
@@ -40,6 +50,7 @@ class AccuracyBenchConfig:
     delays_ms: Sequence[int] = (400, 800, 1600, 3200)
     words_per_second: float = 2.5
     engine: str = "onnxruntime"
+    stream_cache: str = "auto"
     out_dir: Path = RESULTS_DIR
     name: str = "accuracy"
 
@@ -60,9 +71,10 @@ def _point(kind: str, setting: int | None, report, lat_words, lat_s, secs: float
 
 
 def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) -> dict:
+    from engines.registry import engine_threads
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.errors import InputError
-    from streampunct.evaluation.accuracy import offline_labels, streaming_labels
+    from streampunct.evaluation.accuracy import offline_labels, streaming_runs
     from streampunct.evaluation.scores import evaluate
     from streampunct.text.word_labels import read_word_labels
 
@@ -73,6 +85,10 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
     punct = OfflineDecoder.from_model_dir(cfg.model_dir, engine=cfg.engine)
     points = []
     try:
+        # the server's streaming engine, one thread, as ``evaluate`` loads it (None: whole windows)
+        stream_engine = punct.stream_engine(cfg.stream_cache, **engine_threads(cfg.engine, 1))
+        print(f"streams: {'cached left context' if stream_engine is not None else 'whole windows'} "
+              f"(--stream-cache {cfg.stream_cache})", flush=True)
         t0 = time.perf_counter()
         pred = offline_labels(data.words, punct.aligner, punct.window, punct.engine.infer)
         rep = evaluate(data.labels, pred)
@@ -82,14 +98,16 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
         points.append(_point("offline", None, rep, lat_w, [w / cfg.words_per_second for w in lat_w],
                              time.perf_counter() - t0))
         print(f"offline: F1 {rep.overall_f1:.1f}", flush=True)
-        sweeps = [("right_context", rc, {"right_context": rc}) for rc in cfg.right_contexts]
-        sweeps += [("max_delay_ms", d, {"right_context": 10**9, "max_delay_ms": d}) for d in cfg.delays_ms]
-        for kind, setting, kwargs in sweeps:
+        sweeps = [("right_context", rc, rc, {}) for rc in cfg.right_contexts]
+        sweeps += [("max_delay_ms", d, 10**9, {"max_delay_ms": d}) for d in cfg.delays_ms]
+        for kind, setting, rc, kwargs in sweeps:
             t0 = time.perf_counter()
-            run = streaming_labels(
-                data.words, punct.aligner, punct.stream_window, punct.engine.infer,
-                words_per_second=cfg.words_per_second, **kwargs,
-            )
+            # evaluate's simulation: one window per engine call, alone (batch 1: the labels of
+            # one call per request, for every engine)
+            run = streaming_runs(
+                data.words, punct.aligner, punct.stream_window, punct.engine.infer, [rc],
+                words_per_second=cfg.words_per_second, stream_engine=stream_engine, **kwargs,
+            )[rc]
             rep = evaluate(data.labels, run.labels)
             p = _point(kind, setting, rep, run.latency_words, run.latency_s, time.perf_counter() - t0)
             points.append(p)
@@ -104,6 +122,7 @@ def run_accuracy_bench(cfg: AccuracyBenchConfig, *, command: str | None = None) 
         "words_per_second": cfg.words_per_second,
         "window": punct.window.to_dict(),
         "stream_window": punct.stream_window.to_dict(),
+        "stream_cache": stream_engine is not None,
         "points": points,
     }
     path = write_result(cfg.name, payload, cfg.out_dir, command=command)

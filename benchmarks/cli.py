@@ -26,8 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from benchmarks.load_bench import add_load_arguments
     from benchmarks.soak_bench import add_soak_arguments
     from benchmarks.triton_bench import add_triton_arguments
-    from engines.registry import BACKENDS
-    from streampunct.commands.argtypes import non_negative_int, path_argument, positive_float
+    from engines.registry import BACKENDS, StreamCacheMode
+    from streampunct.commands.argtypes import (
+        choices,
+        non_negative_int,
+        path_argument,
+        positive_float,
+    )
     from streampunct.model import model_folder_argument
 
     sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -44,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--wps", type=positive_float, default=2.5, help="speech rate, words/s (default 2.5)")
     a.add_argument("--engine", default="onnxruntime", choices=list(BACKENDS),
                    help="engine backend (default: onnxruntime)")
+    a.add_argument("--stream-cache", choices=choices(StreamCacheMode), default=StreamCacheMode.AUTO.value,
+                   help="streams with cached left context, as serve's --stream-cache: auto (default) where "
+                        "the model folder has a streaming graph and does not switch it off; off: whole windows")
     a.add_argument("--out-dir", type=path_argument, default=RESULTS_DIR,
                    help="where the JSON and PNG go (default: benchmarks/results)")
     a.add_argument("--name", type=result_stem, default="accuracy", help="result file stem (default: accuracy)")
@@ -96,7 +104,7 @@ def _accuracy(args: argparse.Namespace) -> int:
     cfg = AccuracyBenchConfig(
         model_dir=args.model, data=args.data, right_contexts=tuple(args.right_context),
         delays_ms=tuple(args.max_delay_ms), words_per_second=args.wps, engine=args.engine,
-        out_dir=args.out_dir, name=args.name,
+        stream_cache=args.stream_cache, out_dir=args.out_dir, name=args.name,
     )
     run_accuracy_bench(cfg, command=_command())
     return 0

@@ -10,6 +10,11 @@ calls, until ``min_runs`` rounds and ``min_seconds`` per engine have passed;
 tokens/s uses the median latency. Interleaving keeps comparisons between
 backends/precisions fair on a shared machine whose load varies.
 
+A folder that holds only a streaming graph (``stream_artifact``, no artifact above;
+``models/base``) is timed as the server runs it, as if ``--stream-past P`` were given
+with P the cached tokens the server keeps for it (:func:`implied_stream_past`), and
+says so in one line.
+
 Library use: :func:`run_engine_bench`; command line ``streampunct bench engine``
 (options: :func:`add_engine_arguments`) or::
 
@@ -38,7 +43,7 @@ from benchmarks.common import (
     run_module,
     write_result,
 )
-from engines.base import EngineError
+from engines.base import ArtifactError, EngineError
 from engines.model_meta import read_model_meta
 from engines.registry import available_backends, load_engine
 from streampunct.model import model_folder_argument
@@ -361,6 +366,47 @@ def too_long(seq_lens: Sequence[int], past: int | None) -> str | None:
     return None
 
 
+def implied_stream_past(model_dir: str | Path, backends: Sequence[str] | None = None,
+                        precisions: Sequence[str] | None = None) -> tuple[str, int] | None:
+    """``(streaming graph, P)`` when ``model_dir`` holds only a streaming graph: its
+    ``stream_artifact`` and none of the whole-window :data:`ARTIFACTS`, so that the sweep
+    would measure nothing, while the server runs that graph with cached left context.
+    P is the number of tokens the server's cache keeps for the folder (its
+    ``stream_cache_tokens``, else the streaming window's left context, within the window's
+    positions: :func:`streampunct.core.stream_cache.new_cache`). None when the folder has a
+    whole-window artifact or no streaming graph, when ``backends`` leave out onnxruntime
+    (which runs streaming graphs here), or when the graph's precision (its sidecar's) is
+    not among ``precisions``."""
+    from engines.model_meta import has_model_meta
+    from engines.sidecar import read_sidecar
+    from streampunct.core.stream_cache import new_cache
+    from streampunct.errors import ModelError
+    from streampunct.model import load_model_info
+
+    model_dir = Path(model_dir)
+    if backends is not None and "onnxruntime" not in backends:
+        return None
+    if not has_model_meta(model_dir) or any((model_dir / name).is_file() for name in ARTIFACTS.values()):
+        return None
+    try:
+        info = load_model_info(model_dir)
+    except ModelError:  # the sweep reports what is wrong with the folder
+        return None
+    artifact = info.meta.stream_artifact
+    if not artifact or not (model_dir / artifact).is_file():
+        return None
+    if precisions is not None:
+        try:
+            precision = read_sidecar(model_dir / artifact).precision
+        except ArtifactError:
+            precision = None  # unknown: not filtered
+        if precision is not None and precision not in precisions:
+            return None
+    # the capacity of a session's cache, as the server makes it (the layout does not change it)
+    past = new_cache((1, 1, 1), info.stream_window, info.meta.stream_cache_tokens).capacity
+    return artifact, past
+
+
 def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None) -> int:
     """Run the benchmark from parsed :func:`add_engine_arguments` options."""
     from streampunct.errors import InputError
@@ -369,8 +415,17 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
         raise InputError(why)
     if not Path(args.model).is_dir():
         raise InputError(f"no model folder at {args.model}: pass --model DIR")
+    stream_past = args.stream_past
+    if stream_past is None and (implied := implied_stream_past(args.model, args.backends,
+                                                               args.precisions)) is not None:
+        artifact, stream_past = implied
+        print(f"{args.model} holds only its streaming graph {artifact}: timing it as the server runs it, "
+              f"against the {stream_past} tokens its cache keeps (as with --stream-past {stream_past})",
+              flush=True)
+        if (why := too_long(args.seq_lens, stream_past)) is not None:
+            raise InputError(why)
     decode = str(args.decode_data) != "none"
-    if decode and args.stream_past is None and not Path(args.decode_data).is_file():  # not after the sweep
+    if decode and stream_past is None and not Path(args.decode_data).is_file():  # not after the sweep
         raise InputError(f"--decode-data {args.decode_data}: no such file (none: skip the offline decode)")
     if args.out_json is not None:  # a wrong path fails now, not after the timings
         out = Path(args.out_json)
@@ -381,12 +436,13 @@ def run_engine_from_args(args: argparse.Namespace, *, command: str | None = None
     if args.spinning:
         ort_options["allow_spinning"] = True
     options = {"onnxruntime": ort_options} if ort_options else None
-    if args.stream_past is not None:
-        if args.stream_past < 0:
+    if stream_past is not None:
+        if stream_past < 0:
             raise SystemExit("--stream-past must be >= 0")
-        report = run_stream_bench(args.model, sorted(set(args.batch_sizes) | {1}), args.seq_lens, args.stream_past,
+        report = run_stream_bench(args.model, sorted(set(args.batch_sizes) | {1}), args.seq_lens, stream_past,
                                   engine_options=ort_options, settings=BenchSettings(min_seconds=args.min_seconds),
                                   command=command)
+        report["stream_past_implied"] = args.stream_past is None  # chosen by implied_stream_past
         if args.out_json is not None:
             _write_json(report, args.out_json)
         return 0

@@ -103,6 +103,8 @@ def test_in_range_values_still_parse():
                                         "--triton-queue-delay-us", "0"])
     assert (triton.sessions, triton.nice, triton.triton_queue_delay_us) == ([], -5, 0)
     assert build_parser().parse_args(["bench", "load", "--seed", "-7"]).seed == -7  # a seed is any integer
+    assert build_parser().parse_args(["bench", "accuracy"]).stream_cache == "auto"  # as serve serves
+    assert build_parser().parse_args(["bench", "accuracy", "--stream-cache", "off"]).stream_cache == "off"
 
 
 # -- the benches run as python -m ... --------------------------------------------------------
