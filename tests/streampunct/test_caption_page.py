@@ -468,7 +468,7 @@ async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_se
     """The replica behind the page's address hangs mid-stream without closing its socket (no close,
     no reset: the proxy stops forwarding), and new connections go to another server. The page's
     words keep going out and the hung server owes their finals: silent for the page's
-    ``?silence_timeout_s=1``, the connection is dropped and the stream resumes on the other
+    ``?silence_timeout_s=3``, the connection is dropped and the stream resumes on the other
     server, every word once. When the hung server wakes, what it sends to the old connection
     changes nothing."""
     pytest.importorskip("selenium", reason="needs selenium (the dev extra)")
@@ -480,7 +480,7 @@ async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_se
     loop = asyncio.get_running_loop()
 
     def drive():
-        url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=1"
+        url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=3"
         with _started_page(tmp_path / "profile", url, samples=3) as driver:
             js = driver.execute_script
             WebDriverWait(driver, 60, 0.05).until(lambda d: js("return window.captionStats.finals") >= 5)
@@ -500,7 +500,7 @@ async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_se
     assert stats["ended"] and status == f"done: {len(words)} words" and stats["errors"] == []
     assert stats["resumes"] == 1 and stats["reconnects"] == 1 and stats["resent"] > 0
     [silent] = stats["silences"]
-    assert silent >= 1
+    assert silent >= 3
     assert finals in [render(words, labels, capitalize=True) for labels in ended_or_final_before(fake_labels(words))]
     assert other.metrics.words_in._value.get() < len(words)  # it got only the rest
     assert address.connections >= 2
