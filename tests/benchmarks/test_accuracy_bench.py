@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 from benchmarks.accuracy_bench import AccuracyBenchConfig, run_accuracy_bench  # noqa: E402
 from tests.engines.conftest import (  # noqa: E402
     LABELS,
+    tiny_bert_config,
     tiny_two_head_model,
     write_tiny_tokenizer,
     write_word_labels,
@@ -27,23 +28,11 @@ RIGHT_CONTEXTS = (0, 2)
 def folder(tmp_path_factory):
     """A model folder with a whole-window graph (model.onnx) and a streaming graph whose
     cache keeps 4 tokens, far fewer than the windows' left context: the two disagree."""
-    from transformers import BertConfig
-
     from engines.build.onnx_export import export_onnx
     from engines.build.stream_graph import build_stream_artifact
 
     torch.set_num_threads(1)
-    model = tiny_two_head_model(
-        tmp_path_factory.mktemp("bert"),
-        BertConfig(
-            vocab_size=120,
-            hidden_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=32,
-            max_position_embeddings=64,
-        ),
-    )
+    model = tiny_two_head_model(tmp_path_factory.mktemp("bert"), tiny_bert_config())
     with torch.no_grad():  # sharper attention than a fresh init's near-uniform one: context matters
         for layer in model.encoder.encoder.layer:
             layer.attention.self.query.weight.mul_(20.0)

@@ -71,23 +71,11 @@ def tiny_stream_only(tmp_path_factory):
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
-    from transformers import BertConfig
-
     from engines.build.stream_graph import build_stream_artifact
-    from tests.engines.conftest import tiny_two_head_model
+    from tests.engines.conftest import tiny_bert_config, tiny_two_head_model
 
     torch.set_num_threads(1)
-    model = tiny_two_head_model(
-        tmp_path_factory.mktemp("bert"),
-        BertConfig(
-            vocab_size=120,
-            hidden_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=32,
-            max_position_embeddings=64,
-        ),
-    )
+    model = tiny_two_head_model(tmp_path_factory.mktemp("bert"), tiny_bert_config())
     path = tmp_path_factory.mktemp("stream_only") / "model"
     path.mkdir()
     (path / "streampunct.json").write_text(

@@ -156,3 +156,12 @@ def tiny_two_head_model(folder: Path, config, seed: int = 0):
     config.save_pretrained(folder)
     torch.manual_seed(seed)
     return build_model(folder, random_init=True, dropout=0.0, case_head=True).eval()
+
+
+def tiny_bert_config():
+    """The Hugging Face config of the benches' tiny two-head models: 2 layers of width 16,
+    a 120-word vocabulary, 64 positions."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=64)
