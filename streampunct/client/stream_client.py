@@ -744,8 +744,7 @@ class ResumableStream:
         self._sent_at: deque[float] = deque()  # when each word of ``_pending`` was sent
         self._flush_at: deque[float] = deque()  # when each unanswered flush was sent
         self._end_at = math.inf  # when ``end`` was sent
-        self._live_since = -math.inf  # when the current connection began to take the replay
-        self._heard_at = self._loop.time()  # when the last frame came from the server
+        self._heard_at = self._loop.time()  # when the last frame came (or the connection was resumed)
         self._waiting: asyncio.Timeout | None = None  # the iteration's wait for a frame
         #: every interruption, in order
         self.notices: list[ResumeNotice] = []
@@ -1001,7 +1000,7 @@ class ResumableStream:
                 due = min(due, self._sent_at[options.right_context])
         if due == math.inf:
             return None
-        return max(due, self._live_since, self._heard_at) + self.silence_timeout_s
+        return max(due, self._heard_at) + self.silence_timeout_s
 
     def _rearm(self) -> None:
         """A send may make the server owe something sooner: bring the iteration's wait forward."""
@@ -1053,7 +1052,7 @@ class ResumableStream:
                 break
             self._client = client
             self._close = None
-            self._connected_at = self._live_since = self._heard_at = loop.time()
+            self._connected_at = self._heard_at = loop.time()
             resent = await self._replay(client)
             self._notify(ResumeNotice(code, reason, resumed.start, resent, attempts, loop.time() - began, self.url))
             return resumed
