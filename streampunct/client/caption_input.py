@@ -5,9 +5,9 @@ as ``words``) or an interim hypothesis (sent as ``hypothesis``), each with
 the time it is due, in seconds from the start of the stream.
 
 Formats (``--input-format``; ``auto`` looks at the start: input whose first
-non-blank character is ``{`` or ``[`` is read as JSON and its first value
-names the format, anything else is text; so is a first JSON value that is a
-list of neither objects nor strings: "[1] so today"):
+non-blank character is ``{`` or ``[`` is read as JSON (or printed Whisper
+segments) and its first value names the format, anything else is text; so is
+a first JSON value that is a list of neither objects nor strings: "[1] so today"):
 
 * ``text``: plain text, or ``word<TAB>LABEL`` lines (labels ignored); paced
   at ``wps`` words per second in ASR-like chunks. A file is read as
@@ -24,12 +24,22 @@ list of neither objects nor strings: "[1] so today"):
   ``{"alternatives": [{"result" or "text", ...}, ...]}`` (``SetMaxAlternatives``)
   commits its first (best) alternative. An object with none of these is a bad line.
 * ``whisper``: Whisper segments, as JSON lines of segments, a JSON list of
-  segments, or ``{"segments": [...]}`` (openai-whisper's JSON); each segment
+  segments, or ``{"segments": [...]}`` (openai-whisper's ``--output_format json``,
+  WhisperX's); each segment
   ``{"start", "end", "text", "words": [{"word", "start", "end"}]}``. A segment
   without word timestamps (no ``words``, ``null`` or empty: openai-whisper's
   default, faster-whisper's ``word_timestamps=False``) has its ``text``'s words
   share its time in proportion to their characters. Detected by ``segments``,
-  ``words``, or ``text`` with ``start`` or ``end``.
+  ``words``, or ``text`` with ``start`` or ``end``. Also whisper.cpp's document
+  (``-oj``, ``-ojf``: ``{"transcription": [{"offsets": {"from", "to"}, "text"}]}``,
+  milliseconds; its ``tokens`` are not read), detected by ``transcription``; and
+  segments as the tools print them, one a line (:func:`segment_lines`:
+  ``[00:01.000 --> 00:04.000]  text`` of openai-whisper and whisper.cpp, with
+  hours when there are any, ``[1.00s -> 4.00s]  text`` of faster-whisper's
+  example), detected by the first such line; other lines among them are bad lines
+  (openai-whisper's "Detected language" lines: pass it ``--language``, or skip
+  them). A segment whose text is a marker alone (whisper.cpp's
+  ``[BLANK_AUDIO]``) has no words.
 
 The JSON formats read a stream of JSON values (:class:`JsonStream`), each on
 one line or pretty-printed over several; a value is taken as soon as its text
@@ -398,6 +408,8 @@ def _format_of(value: JsonValue, name: str) -> str:
         return "whisper" if obj and _is_segment(obj[0]) else "words"
     if not isinstance(obj, dict):
         return "text"
+    if "transcription" in obj:  # whisper.cpp's document (-oj), whose "result" is not Vosk's
+        return "whisper"
     if "result" in obj or "partial" in obj or "alternatives" in obj or set(obj) == {"text"}:
         return "vosk"
     if "segments" in obj or _is_segment(obj):
@@ -413,6 +425,20 @@ def _is_segment(obj: dict[str, Any]) -> bool:
     if "w" in obj or "word" in obj:
         return False
     return "words" in obj or ("text" in obj and ("start" in obj or "end" in obj))
+
+
+#: A segment's text that is a whisper.cpp marker alone (``[BLANK_AUDIO]``, ``[MUSIC]``): no words.
+_MARKER = re.compile(r"\s*\[[^\[\]]*\]\s*")
+
+
+def _segment_times(segment: dict[str, Any], where: str) -> tuple[float | None, float | None]:
+    """A segment's ``start`` and ``end`` (seconds); whisper.cpp's (``-oj``) are ``offsets``
+    ``{"from", "to"}`` in milliseconds."""
+    offsets = segment.get("offsets")
+    if "start" in segment or "end" in segment or not isinstance(offsets, dict):
+        return _time(segment, "start", where), _time(segment, "end", where)
+    start, end = _time(offsets, "from", f"{where}: offsets"), _time(offsets, "to", f"{where}: offsets")
+    return (None if start is None else start / 1000), (None if end is None else end / 1000)
 
 
 def _vosk_events(obj: Any, where: str, previous: float | None) -> list[AsrEvent]:
@@ -467,12 +493,39 @@ def _segment_words(segment: Any, where: str) -> tuple[Word, ...]:
     items = segment.get("words")
     if items is not None and not isinstance(items, list):
         raise InputError(f"{where}: a segment's 'words' must be a list")
-    if items:
-        return _words(items, where)
-    text = segment.get("text", "")  # no word timestamps: the segment's words share its time
+    text = segment.get("text", "")
     if not isinstance(text, str):
         raise InputError(f"{where}: a segment's 'text' must be a string")
-    return _spread(text.split(), _time(segment, "start", where), _time(segment, "end", where))
+    if _MARKER.fullmatch(text):  # no speech
+        return ()
+    if items:
+        return _words(items, where)
+    return _spread(text.split(), *_segment_times(segment, where))  # its words share its time
+
+
+_CLOCK = r"(?:\d+:){0,2}\d+(?:[.,]\d+)?"
+#: A segment as Whisper tools print it, a line each: openai-whisper's and whisper.cpp's console
+#: (``[00:02.000 --> 00:04.500]  text``; whisper.cpp always with hours, ``00:00:02.000``) and
+#: faster-whisper's README example (``[2.00s -> 4.50s]  text``).
+_SEGMENT_LINE = re.compile(rf"^[ \t]*\[[ \t]*({_CLOCK})s?[ \t]+-{{1,2}}>[ \t]+({_CLOCK})s?[ \t]*\](.*?)\r?$",
+                           re.MULTILINE)
+
+
+def _seconds(clock: str) -> float:
+    """Seconds of ``[[HH:]MM:]SS[.mmm]`` (or ``,mmm``)."""
+    *whole, seconds = clock.split(":")
+    return sum(int(part) * 60 ** (len(whole) - i) for i, part in enumerate(whole)) + float(
+        seconds.replace(",", "."))
+
+
+def _segment_json(match: re.Match[str]) -> str:
+    return json.dumps({"start": _seconds(match[1]), "end": _seconds(match[2]), "text": match[3]})
+
+
+def segment_lines(text: str) -> str:
+    """``text`` with each printed Whisper segment line (:data:`_SEGMENT_LINE`) written as the
+    segment it is, a JSON object on the same line, for the Whisper reader."""
+    return _SEGMENT_LINE.sub(_segment_json, text) if "[" in text else text
 
 
 def _parse_object(fmt: str, obj: Any, where: str, previous: float | None,
@@ -486,7 +539,9 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None,
     if fmt == "vosk":
         return _vosk_events(obj, where, previous)
     if fmt == "whisper":
-        segments = obj.get("segments") if isinstance(obj, dict) and "segments" in obj else obj
+        segments = obj
+        if isinstance(obj, dict) and ("segments" in obj or "transcription" in obj):  # whisper.cpp: transcription
+            segments = obj["segments"] if "segments" in obj else obj["transcription"]
         if isinstance(segments, dict):
             segments = [segments]
         if not isinstance(segments, list):
@@ -558,7 +613,7 @@ def read_events(
     if fmt == "auto" and text.lstrip()[:1] not in ("{", "["):
         fmt = "text"
     elif fmt != "text":
-        values = json_values([text])
+        values = json_values([segment_lines(text) if fmt in ("auto", "whisper") else text])
         if fmt == "auto":
             first = next(values)
             fmt = _format_of(first, str(path))
@@ -681,7 +736,10 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
             for event in text_events([line]):
                 yield event
             continue
-        values = stream.close() if line is None else stream.feed(line)
+        if line is None:
+            values = stream.close()
+        else:
+            values = stream.feed(segment_lines(line) if fmt in (None, "whisper") else line)
         if fmt is None:
             if line is not None:
                 held.append(line)

@@ -1,4 +1,4 @@
-"""Input adapters of ``streampunct caption``: text, JSON lines of words, Vosk, faster-whisper."""
+"""Input adapters of ``streampunct caption``: text, JSON lines of words, Vosk, Whisper (JSON and printed)."""
 
 from __future__ import annotations
 
@@ -534,3 +534,100 @@ def test_a_latin1_transcript_is_read_once_and_warned_about_once(tmp_path, caplog
     assert [w.w for e in events for w in e.words] == ["caf\u00e9", "is", "here", "and", "there"]
     assert [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()] == [
         f"{f} is not UTF-8 (byte 0xe9 at offset 3): read as Windows-1252 (Latin-1)"]
+
+
+# whisper.cpp's -oj document as examples/cli/cli.cpp writes it (output_json): tab-indented, a
+# "result" object that is not Vosk's, segment times in "offsets" (ms); "[BLANK_AUDIO]" for silence.
+WHISPER_CPP_JSON = """{
+\t"systeminfo": "AVX = 1 | AVX2 = 1",
+\t"model": {
+\t\t"type": "base",
+\t\t"multilingual": false
+\t},
+\t"params": {
+\t\t"model": "models/ggml-base.en.bin",
+\t\t"language": "en",
+\t\t"translate": false
+\t},
+\t"result": {
+\t\t"language": "en"
+\t},
+\t"transcription": [
+\t\t{
+\t\t\t"timestamps": {
+\t\t\t\t"from": "00:00:00,000",
+\t\t\t\t"to": "00:00:02,000"
+\t\t\t},
+\t\t\t"offsets": {
+\t\t\t\t"from": 0,
+\t\t\t\t"to": 2000
+\t\t\t},
+\t\t\t"text": " [BLANK_AUDIO]"
+\t\t},
+\t\t{
+\t\t\t"timestamps": {
+\t\t\t\t"from": "00:00:02,000",
+\t\t\t\t"to": "00:00:04,000"
+\t\t\t},
+\t\t\t"offsets": {
+\t\t\t\t"from": 2000,
+\t\t\t\t"to": 4000
+\t\t\t},
+\t\t\t"text": " So how are you?"
+\t\t}
+\t]
+}
+"""
+
+
+@pytest.mark.parametrize("input_format", ["auto", "whisper"])
+def test_a_whisper_cpp_json_document_is_timed_by_its_offsets_without_its_markers(tmp_path, input_format):
+    source = tmp_path / "talk.wav.json"
+    source.write_text(WHISPER_CPP_JSON, encoding="utf-8")
+    assert detect_format(WHISPER_CPP_JSON) == "whisper"
+    events = read_events(str(source), input_format=input_format, speed=0)
+    ends = [pytest.approx(2 + 2 * n / 12) for n in (2, 5, 8)]  # its 2 s shared by characters (12)
+    assert [w for e in events for w in e.words] == [
+        Word("So", 2.0, ends[0]), Word("how", ends[0], ends[1]), Word("are", ends[1], ends[2]), Word("you?", ends[2], 4.0)]
+
+
+# Segment lines as the tools print them on stdout: openai-whisper (whisper/transcribe.py, verbose:
+# "[MM:SS.mmm --> MM:SS.mmm] " + the segment's text, which starts with a space; hours once there
+# are any), whisper.cpp's whisper-cli (a blank line first, then "[HH:MM:SS.mmm --> HH:MM:SS.mmm]  "
+# + text), faster-whisper's README example ("[%.2fs -> %.2fs] %s").
+PRINTED_SEGMENTS = {
+    "openai-whisper": "[59:58.000 --> 59:59.500]  So how are you?\r\n[59:59.500 --> 01:00:01.000]  Fine.\r\n",
+    "whisper.cpp": "\n[00:59:58.000 --> 00:59:59.500]   So how are you?\n[00:59:59.500 --> 01:00:01.000]   Fine.\n"
+                   "[01:00:01.000 --> 01:00:03.000]   [BLANK_AUDIO]\n",
+    "faster-whisper": "[3598.00s -> 3599.50s]  So how are you?\n[3599.50s -> 3601.00s]  Fine.\n",
+}
+
+
+@pytest.mark.parametrize("tool", PRINTED_SEGMENTS)
+async def test_printed_whisper_segment_lines_are_timed_segments_from_a_file_and_stdin(tmp_path, monkeypatch, tool):
+    import io
+    import sys
+
+    from streampunct.client.caption_input import stdin_events
+
+    source = tmp_path / "talk.txt"
+    source.write_bytes(PRINTED_SEGMENTS[tool].encode())
+    for input_format in ("auto", "whisper"):
+        events = read_events(str(source), input_format=input_format, speed=1.0)
+        assert [(e.at, [(w.w, w.start, w.end) for w in e.words]) for e in events] == [
+            (0.0, [("So", 3598.0, 3598.25), ("how", 3598.25, 3598.625), ("are", 3598.625, 3599.0),
+                                  ("you?", 3599.0, 3599.5)]),
+            (pytest.approx(1.5), [("Fine.", 3599.5, 3601.0)])]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(source.read_text(encoding="utf-8")))
+    assert [[w.w for w in e.words] async for e in stdin_events()] == [["So", "how", "are", "you?"], ["Fine."]]
+
+
+def test_openai_whisper_language_lines_are_bad_lines_of_printed_segments(tmp_path):
+    source = tmp_path / "talk.txt"
+    source.write_text("Detecting language using up to the first 30 seconds. Use `--language` to specify the language\n"
+                      "Detected language: English\n[00:00.000 --> 00:01.000]  So how\n", encoding="utf-8")
+    reported: list[str] = []
+    events = read_events(str(source), input_format="whisper", speed=0, on_bad_line="skip", report=reported.append)
+    assert [w.w for e in events for w in e.words] == ["So", "how"]
+    assert reported == [f"{source}:1: not JSON (Expecting value at column 1); line skipped",
+                        f"{source}:2: not JSON (Expecting value at column 1); line skipped"]
