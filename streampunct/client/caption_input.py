@@ -597,6 +597,20 @@ def text_events(words: Sequence[str], *, wps: float, max_chunk: int, seed: int) 
         words, wps=wps, max_chunk=max_chunk, seed=seed)]
 
 
+#: A line that opens a JSON object (``{`` alone, as pretty-printed Vosk results start, or ``{"``).
+_JSON_OPENING = re.compile(r'[ \t]*\{[ \t]*(?:"|\r?$)')
+
+
+def _check_no_json_in_text(line: str, where: str) -> None:
+    """Under ``auto``, input read as text from its first line (a banner an ASR example prints
+    first, say) must not go on with JSON results: they would be sent as words. InputError."""
+    if _JSON_OPENING.match(line):
+        raise InputError(f"{where}: opens a JSON value, but the input was taken for plain text from its first "
+                         "line; for an ASR's JSON output pass --input-format vosk or whisper (with "
+                         "--on-bad-line skip for the lines that are not JSON), or --input-format text to send it "
+                         "as text")
+
+
 def read_events(
     source: str, *, input_format: str = "auto", wps: float = 2.5, max_chunk: int = 4, seed: int = 0,
     speed: float = 1.0, on_bad_line: str = "stop", report: Callable[[str], None] | None = None,
@@ -619,6 +633,9 @@ def read_events(
             fmt = _format_of(first, str(path))
             values = itertools.chain([first], values)
     if fmt == "text":
+        if input_format == "auto":
+            for number, line in enumerate(text.splitlines(), 1):
+                _check_no_json_in_text(line, f"{path}:{number}")
         words = read_transcript(path, text)
         if not words:
             raise InputError(f"{source}: no words")
@@ -715,7 +732,7 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
         for line in lines:
             word = labeled_word(line)
             words = tuple(Word(w) for w in line.split()) if word is None else (Word(word),) if word else ()
-            step = max_chunk or len(words)
+            step = max_chunk or len(words) or 1
             for i in range(0, len(words), step):
                 yield AsrEvent(None, words[i : i + step])
 
@@ -726,13 +743,18 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
     previous: float | None = None
     name = "stdin" if path == "-" else path
     lines = _stdin_lines(path)
+    number = 0  # of the last line read
     while True:
         line = await lines.get()
         if isinstance(line, Exception):  # binary input, a failed read
             raise line
+        if line is not None:
+            number += 1
         if fmt == "text":
             if line is None:
                 break
+            if input_format == "auto":
+                _check_no_json_in_text(line, f"{name}:{number}")
             for event in text_events([line]):
                 yield event
             continue
@@ -749,6 +771,8 @@ async def stdin_events(input_format: str = "auto", max_chunk: int | None = None,
             elif values:
                 fmt = _format_of(values[0], name)
             if fmt == "text":
+                for k, held_line in enumerate(held):
+                    _check_no_json_in_text(held_line, f"{name}:{number - len(held) + 1 + k}")
                 for event in text_events(held):
                     yield event
             if fmt is not None:

@@ -631,3 +631,40 @@ def test_openai_whisper_language_lines_are_bad_lines_of_printed_segments(tmp_pat
     assert [w.w for e in events for w in e.words] == ["So", "how"]
     assert reported == [f"{source}:1: not JSON (Expecting value at column 1); line skipped",
                         f"{source}:2: not JSON (Expecting value at column 1); line skipped"]
+
+
+VOSK_BANNER = ("#" * 80 + "\nPress Ctrl+C to stop the recording\n" + "#" * 80 + "\n"
+               '{\n  "partial" : "hello"\n}\n{\n  "text" : "hello world"\n}\n')  # vosk-api's test_microphone.py
+
+
+async def test_json_results_after_a_banner_read_as_text_are_refused_not_sent_as_words(tmp_path, monkeypatch):
+    """``python test_microphone.py | caption -``: the banner makes ``auto`` read text, and the
+    Vosk results after it would go to the server as words ('"partial"', ':', '"hello"')."""
+    import io
+    import sys
+
+    from streampunct.client.caption_input import stdin_events
+
+    source = tmp_path / "mic.txt"
+    source.write_text(VOSK_BANNER, encoding="utf-8")
+    advice = ("opens a JSON value, but the input was taken for plain text from its first line; for an ASR's "
+              "JSON output pass --input-format vosk or whisper (with --on-bad-line skip for the lines that "
+              "are not JSON), or --input-format text to send it as text")
+    with pytest.raises(InputError) as info:
+        read_events(str(source))
+    assert str(info.value) == f"{source}:4: {advice}"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n" + VOSK_BANNER))
+    seen: list[list[str]] = []
+    with pytest.raises(InputError) as info:
+        async for event in stdin_events():
+            seen.append([w.w for w in event.words])
+    assert str(info.value) == f"stdin:5: {advice}"
+    assert seen == [["#" * 80], ["Press", "Ctrl+C", "to", "stop", "the", "recording"], ["#" * 80]]
+    # what the message says to do reads it; text asked for is sent as text; braces in text are text
+    reported: list[str] = []
+    events = read_events(str(source), input_format="vosk", on_bad_line="skip", report=reported.append, speed=0)
+    assert [(e.interim, [w.w for w in e.words]) for e in events] == [(True, ["hello"]), (False, ["hello", "world"])]
+    assert len(reported) == 3
+    assert '"partial"' in [w.w for e in read_events(str(source), input_format="text") for w in e.words]
+    source.write_text("so today\n{laughs} and { the braces }\n", encoding="utf-8")
+    assert [w.w for e in read_events(str(source)) for w in e.words][2:4] == ["{laughs}", "and"]
