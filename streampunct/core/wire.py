@@ -544,6 +544,8 @@ def decode_config(obj: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> Co
     try:
         return ConfigRequest(**check_options(obj, limits))
     except OptionError as e:
+        if obj.get(e.name, 0) is None:  # a client's serializer that writes unset fields as null
+            raise _bad(f"{e.message}, not null (leave '{e.name}' out to keep its value)") from None
         raise _bad(e.message) from None
 
 

@@ -87,6 +87,20 @@ def test_bad_request(frame):
     assert info.value.message
 
 
+@pytest.mark.parametrize("name, rule", [("right_context", "'right_context' must be an integer between 0 and 1000"),
+                                        ("partials", "'partials' must be true or false"),
+                                        ("lexicon", "'lexicon' must be a list of [spoken, written] string pairs")])
+def test_an_option_sent_as_null_is_refused_with_what_to_do(name, rule):
+    """Serializers that write unset fields as null (Jackson's default, Go's nil pointers) are
+    told to leave the field out; null is still not "absent"."""
+    for frame in (f'{{"type": "config", "{name}": null}}',
+                  f'{{"type": "resume", "start": 0, "context": [], "config": {{"{name}": null}}}}'):
+        with pytest.raises(ProtocolError) as info:
+            decode(frame)
+        assert info.value.code is ErrorCode.BAD_REQUEST
+        assert info.value.message.endswith(f"{rule}, not null (leave '{name}' out to keep its value)")
+
+
 @pytest.mark.parametrize(
     "frame, message",
     [
