@@ -61,7 +61,11 @@ def tiny_base_model(tmp_path_factory) -> Path:
 @pytest.fixture()
 def tiny_data_root(tmp_path) -> Path:
     """A data folder laid out like ../shared/data with a few hundred synthetic words."""
-    root = tmp_path / "data"
+    return write_tiny_data_root(tmp_path / "data")
+
+
+def write_tiny_data_root(root: Path) -> Path:
+    """:func:`tiny_data_root`'s folder, written at ``root`` (for fixtures of a wider scope)."""
     (root / "iwslt2011_che").mkdir(parents=True)
     (root / "cased_spoken").mkdir()
     (root / "unlabeled").mkdir()

@@ -3,6 +3,7 @@ tiny model and a tiny corpus (every stage for real, each check passing), a rerun
 finished stages, and broken outputs caught by their stage's check."""
 
 import json
+import shutil
 
 import pytest
 
@@ -12,7 +13,7 @@ pytest.importorskip("onnxruntime")
 from training.recipe import RECIPE, STAGES, Recipe, RecipeError, main  # noqa: E402
 from training.run import run  # noqa: E402
 
-from .conftest import cased_text, synthetic_words  # noqa: E402
+from .conftest import cased_text, synthetic_words, write_tiny_data_root  # noqa: E402
 from .test_train_tiny import tiny_config  # noqa: E402
 
 #: The student's config made tiny: the tiny encoder, a few steps, windows that fit it.
@@ -62,10 +63,36 @@ def tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch):
     return args, out, soft, teacher
 
 
-def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(
-        tiny_base_model, tiny_data_root, tmp_path, monkeypatch, capsys):
-    args, out, soft, teacher = tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch)
-    assert main(args) == 0
+@pytest.fixture(scope="module")
+def recipe_run_once(tiny_base_model, tmp_path_factory):
+    """The tiny recipe (:func:`tiny_recipe`) run once from scratch, ``main(args) == 0``, in a
+    folder of its own, and a copy of that folder as the run left it: ``(work, copy, args, out,
+    soft, teacher)``. The tests below each start from that run (it takes most of their time)."""
+    work = tmp_path_factory.mktemp("recipe") / "work"
+    with pytest.MonkeyPatch.context() as mp:
+        args, out, soft, teacher = tiny_recipe(tiny_base_model, write_tiny_data_root(work / "data"), work, mp)
+        assert main(args) == 0
+    copy = work.parent / "as_run"
+    shutil.copytree(work, copy, symlinks=True)
+    return work, copy, args, out, soft, teacher
+
+
+@pytest.fixture
+def recipe_run(recipe_run_once, monkeypatch):
+    """The folder of :func:`recipe_run_once` put back as the run left it, in the same place (the
+    record holds its paths), with the data cache of :func:`tiny_recipe`: ``(args, out, soft,
+    teacher, data_root)``; a test changes it as it likes."""
+    from training.data import CACHE_ENV
+
+    work, copy, args, out, soft, teacher = recipe_run_once
+    shutil.rmtree(work)
+    shutil.copytree(copy, work, symlinks=True)
+    monkeypatch.setenv(CACHE_ENV, str(work / "cache"))
+    return args, out, soft, teacher, work / "data"
+
+
+def test_the_recipe_rebuilds_a_tiny_model_stage_by_stage_and_resumes(recipe_run, monkeypatch, capsys):
+    args, out, soft, teacher, tiny_data_root = recipe_run  # main(args) == 0 from scratch
     r = Recipe(out=out, data_root=str(tiny_data_root), teacher=teacher, soft_labels=soft, shards=3)
     record = json.loads((out / "stages.json").read_text())
     assert list(record["stages"]) == list(STAGES)
@@ -188,7 +215,7 @@ def test_a_bad_override_or_shard_count_is_refused_before_any_stage(tmp_path, cap
 
 
 def test_a_stage_whose_inputs_changed_is_not_skipped_and_a_changed_training_is_refused(
-        tiny_base_model, tiny_data_root, tmp_path, monkeypatch, capsys):
+        recipe_run, monkeypatch, capsys):
     """Each stage's inputs are those it ran with, or it reruns: a changed --set is refused up
     front (the checkpoint was trained without it), relabelled shards refuse a resume of the
     finished training, a retrained checkpoint rebuilds the model, changed grids retune."""
@@ -196,8 +223,7 @@ def test_a_stage_whose_inputs_changed_is_not_skipped_and_a_changed_training_is_r
     from engines.sidecar import read_sidecar
     from training.add_stream_graph import checkpoint_source
 
-    args, out, soft, teacher = tiny_recipe(tiny_base_model, tiny_data_root, tmp_path, monkeypatch)
-    assert main(args) == 0
+    args, out, soft, teacher, tiny_data_root = recipe_run  # main(args) == 0 from scratch
     r = Recipe(out=out, data_root=str(tiny_data_root), teacher=teacher, soft_labels=soft, shards=3)
     real_run = training.recipe.run_in_process
     ran = []
