@@ -15,7 +15,9 @@ guidelines, Netflix timed text style guide):
   reading speed, then the minimum duration, give way, down to 1 ms on
   screen). With word times that never go back, no cue starts more than
   ``max_lag_s`` after its first word (plus 1 ms for each cue before it with
-  no time left at all: words said at one instant, the lag used up);
+  no time left at all: words said at one instant, the lag used up), or,
+  for a written form said across a pause (below), after its first word
+  after the pause;
 * **short pieces are merged**: a sentence that ends a cue too short to be
   read in its own speaking time ("Yes.", or "dollars." left over from a long
   sentence) is held and shown with the next sentence when both fit in one
@@ -29,7 +31,24 @@ guidelines, Netflix timed text style guide):
   money or lexicon phrase the server wrote: "$25", "March 5, 2020");
 * **balanced lines**: a cue of two lines is cut near its middle, at a word
   boundary, after punctuation when it can, and not with a last line of one
-  word when avoidable.
+  word when avoidable;
+* **units**: a line break never falls inside a name, a lexicon phrase
+  (``phrases``: "Rio de Janeiro") or a written form as the pieces show it
+  (inside a written piece, "$3 million"; after one with no mark between, its
+  scale or unit written as spoken: "2 million", "10 kilometers"; between a
+  month and its day: "March 5"): each is laid out as one word is
+  (:func:`units`), and words whose units do not fit a cue's lines make more
+  cues. A break before a form ("about | 2 million") is only avoided; a unit
+  longer than a line is cut as a long word is (at its best spaces; a word of
+  it longer than a line, by characters);
+* **a form said across a pause**: the words of a written form, which no cue
+  cuts, may be said across a pause longer than a cue lasts
+  (``max_duration_s``; "twenty", a pause, "five dollars": "$25"). Its cue
+  shows it when it is complete: it starts with the form's words after the
+  pause (:func:`said_from`), so that it is neither on screen across the
+  pause nor gone when the form ends; the form's words before the pause are
+  said with no cue showing them, and the lag bound (and :func:`cue_stats`)
+  counts from the words after the pause. Every other rule holds for it.
 
 A cue never shows more than ``max_lines`` lines: a word (or written form) too
 long for them alone is cut, with an ellipsis, on the last line (the cue's
@@ -68,7 +87,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -88,7 +107,8 @@ class CueLimits:
         (characters a second, spaces included).
     max_lag_s: latest a cue ends after its last word was spoken (it gives way to
         ``max_cps`` and ``min_duration_s`` when speech is faster than they allow),
-        so that no cue starts more than this after its first word.
+        so that no cue starts more than this after its first word (its first word
+        after a pause inside a written form: :func:`said_from`).
     """
 
     max_chars: int = 42
@@ -126,8 +146,8 @@ class Piece:
 
     ``text``: as shown ("Hello,", "it's", "$25", "March 5, 2020");
     ``written``: a written form whose text does not spell its words (ITN, or a
-    lexicon phrase such as "N.A.S.A."): no cue or line break next to it
-    unless a mark separates them.
+    lexicon phrase such as "N.A.S.A."): no cue break next to it unless a mark
+    separates them, and no line break after it (:func:`units`).
     """
 
     text: str
@@ -256,10 +276,87 @@ def _break_bonus(a: Piece, b: Piece, kind: str) -> float:
     return bonus
 
 
-def layout(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
-    """The lines of a cue: as few as fit, balanced, cut at the best word boundaries; never more than
-    ``max_lines`` (:func:`_clip`)."""
-    return _clip(_lines(pieces, limits), limits)
+def phrase_breaks(pieces: Sequence[Piece], phrases: Iterable[Sequence[str]]) -> set[int]:
+    """The breaks k (between ``pieces[k - 1]`` and ``pieces[k]``) inside a phrase of ``phrases``
+    (spoken word sequences, a lexicon's), matched leftmost-longest over the pieces' words as a
+    lexicon is."""
+    return _phrase_breaks(pieces, {tuple(p) for p in phrases if len(p) > 1})
+
+
+def _phrase_breaks(pieces: Sequence[Piece], phrases: set[tuple[str, ...]]) -> set[int]:
+    if not phrases:
+        return set()
+    longest = max(map(len, phrases))
+    words, piece_of = [], []
+    for k, piece in enumerate(pieces):
+        words += [w.w.lower() for w in piece.words]
+        piece_of += [k] * len(piece.words)
+    inside: set[int] = set()
+    i = 0
+    while i < len(words):
+        sizes = range(min(longest, len(words) - i), 1, -1)
+        n = next((n for n in sizes if tuple(words[i : i + n]) in phrases), 0)
+        if n:
+            inside.update(range(piece_of[i] + 1, piece_of[i + n - 1] + 1))
+            i += n
+        else:
+            i += 1
+    return inside
+
+
+#: Month names: "March" before "5, 2020" is part of the written date.
+_MONTHS = frozenset(
+    "january february march april may june july august september october november december".split()
+)
+
+
+def _joined(a: Piece, b: Piece) -> bool:
+    """No line break between ``a`` and ``b`` (but in a unit longer than a line): inside a name, or
+    inside a written form as the pieces show it: after a form with no mark between (its scale or
+    unit spells its word: "2 million", "10 kilometers") and between a month and its day ("March
+    5"). Before a form ("about 2 million") a break is only avoided (:func:`_lines`)."""
+    kind = boundary(a, b)
+    return kind == NAME or kind == WRITTEN and (a.written or _core(a.text).lower() in _MONTHS)
+
+
+def units(pieces: Sequence[Piece], inside: Collection[int] = ()) -> list[tuple[int, int]]:
+    """The runs ``(i, j)`` of ``pieces[i:j]`` that a cue lays out as one unit, as it does a word
+    (:func:`_joined`; ``inside``: the breaks inside a lexicon's phrases, :func:`phrase_breaks`):
+    no line break inside one, unless it alone is longer than a line."""
+    runs, i = [], 0
+    for k in range(1, len(pieces)):
+        if k not in inside and not _joined(pieces[k - 1], pieces[k]):
+            runs.append((i, k))
+            i = k
+    if pieces:
+        runs.append((i, len(pieces)))
+    return runs
+
+
+def _boxes(pieces: Sequence[Piece], runs: Sequence[tuple[int, int]], width: int) -> list[str]:
+    """What a line wrap may not cut: each unit, or the words of one longer than a line."""
+    out = []
+    for i, j in runs:
+        text = " ".join(p.text for p in pieces[i:j])
+        out += [text] if len(text) <= width else text.split()
+    return out
+
+
+def line_count(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] = ()) -> int:
+    """How many lines :func:`layout` needs for ``pieces`` (no unit cut, but one longer than a
+    line)."""
+    if sum(len(p.text) + 1 for p in pieces) - 1 <= limits.max_chars:
+        return 1 if pieces else 0
+    return len(wrap(_boxes(pieces, units(pieces, inside), limits.max_chars), limits.max_chars))
+
+
+def layout(
+    pieces: Sequence[Piece], limits: CueLimits, phrases: Iterable[Sequence[str]] = ()
+) -> list[str]:
+    """The lines of a cue: as few as fit, balanced, cut at the best word boundaries, never inside a
+    unit (:func:`units`; ``phrases``: a lexicon's spoken phrases) but one longer than a line; never
+    more than ``max_lines`` (:func:`_clip`)."""
+    return _clip(_lines(pieces, limits, phrase_breaks(pieces, phrases)), limits)
 
 
 def _clip(lines: list[str], limits: CueLimits) -> list[str]:
@@ -272,13 +369,40 @@ def _clip(lines: list[str], limits: CueLimits) -> list[str]:
     return kept
 
 
-def _lines(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
-    tokens = [p.text for p in pieces]
-    if any(len(t) > limits.max_chars for t in tokens):
-        return wrap(" ".join(tokens).split(), limits.max_chars)
-    n_lines = len(wrap(tokens, limits.max_chars))
+def _lines(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] = ()) -> list[str]:
+    width_max = limits.max_chars
+    runs = units(pieces, inside)
+    n_lines = len(wrap(_boxes(pieces, runs, width_max), width_max))
     if n_lines <= 1:
-        return [" ".join(tokens)] if tokens else []
+        return [" ".join(p.text for p in pieces)] if pieces else []
+
+    def cut_cost(k: int) -> float:  # a break between pieces k-1 and k (characters of imbalance)
+        kind = boundary(pieces[k - 1], pieces[k])
+        cost = {SENTENCE: -12.0, CLAUSE: -8.0, PLAIN: 0.0, NAME: 60.0, WRITTEN: 60.0}[kind]
+        return cost - 15.0 * _break_bonus(pieces[k - 1], pieces[k], kind)
+
+    # The words of the pieces (a word longer than a line cut in lines' lengths, as wrap cuts
+    # it), and what a line break before each costs: None where it may not fall (inside a unit
+    # no longer than a line); inside a longer unit, more than any imbalance, so that it takes
+    # as few as it must.
+    hard = 4.0 * width_max * n_lines + 100.0
+    tokens: list[str] = []
+    costs: list[float | None] = []
+    for i, j in runs:
+        long = len(" ".join(p.text for p in pieces[i:j])) > width_max
+        for k in range(i, j):
+            for m, word in enumerate(pieces[k].text.split() or [pieces[k].text]):
+                chunks = [word[s : s + width_max] for s in range(0, len(word), width_max)]
+                for c, chunk in enumerate(chunks or [word]):
+                    if c:
+                        costs.append(0.0)  # a full line of a long word before it
+                    elif m:
+                        costs.append(hard + 60.0 if long else None)  # inside a piece ("$3 million")
+                    elif k > i:
+                        costs.append(hard + cut_cost(k) if long else None)  # inside a unit
+                    else:
+                        costs.append(cut_cost(k) if k else 0.0)
+                    tokens.append(chunk)
     total = len(" ".join(tokens))
     target = total / n_lines
     n = len(tokens)
@@ -289,11 +413,6 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
     def width(i: int, j: int) -> int:  # tokens[i:j] on one line
         return ends[j] - ends[i] - 1
 
-    def cut_cost(k: int) -> float:  # a line break between tokens k-1 and k (in characters of imbalance)
-        kind = boundary(pieces[k - 1], pieces[k])
-        cost = {SENTENCE: -12.0, CLAUSE: -8.0, PLAIN: 0.0, NAME: 60.0, WRITTEN: 60.0}[kind]
-        return cost - 15.0 * _break_bonus(pieces[k - 1], pieces[k], kind)
-
     inf = float("inf")
     # best[l][j]: cost of tokens[:j] in l lines; the last line may not be a single word when avoidable
     best = [[inf] * (n + 1) for _ in range(n_lines + 1)]
@@ -302,17 +421,16 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
     for lines in range(1, n_lines + 1):
         for j in range(1, n + 1):
             for i in range(j):
-                if best[lines - 1][i] == inf or width(i, j) > limits.max_chars:
+                cut = costs[i]
+                if best[lines - 1][i] == inf or cut is None or width(i, j) > width_max:
                     continue
-                cost = best[lines - 1][i] + abs(width(i, j) - target)
-                if i > 0:
-                    cost += cut_cost(i)
+                cost = best[lines - 1][i] + abs(width(i, j) - target) + (cut if i else 0.0)
                 if lines == n_lines and j == n and j - i == 1 and n > n_lines:
                     cost += 15.0  # a one-word last line
                 if cost < best[lines][j]:
                     best[lines][j], back[lines][j] = cost, i
-    if best[n_lines][n] == inf:
-        return wrap(tokens, limits.max_chars)
+    if best[n_lines][n] == inf:  # not expected: the wrap above is one such layout
+        return wrap(_boxes(pieces, runs, width_max), width_max)
     out, j = [], n
     for lines in range(n_lines, 0, -1):
         i = back[lines][j]
@@ -322,6 +440,23 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits) -> list[str]:
 
 
 # -- cues ---------------------------------------------------------------------------------
+
+
+def said_from(words: Sequence[TimedWord], pause_s: float) -> float:
+    """When ``words`` (one cue's, or one written form's, in order) are said from, as a cue shows
+    them: their first word's start; but when there is a pause longer than ``pause_s`` between two
+    of them (the words of a written form, which no cue cuts, said across a pause), the start of
+    the words after the last such pause: the cue shows them when the form is complete, not
+    across the pause."""
+    if len(words) == 1:
+        return words[0].start
+    first, said = 0, -math.inf
+    for k, w in enumerate(words):
+        if k and w.start - said > pause_s:
+            first = k
+        said = max(said, w.start, w.end)
+    return min(w.start for w in words[first:])
+
 
 #: The shortest time a cue is shown when it catches up with the speech (``max_lag_s``): one
 #: millisecond, the timestamps' step, so that its end still comes after its start.
@@ -343,7 +478,6 @@ class CueBuilder:
         self.limits = limits
         self.capitalize = capitalize
         self._phrases = {tuple(p) for p in phrases if len(p) > 1}
-        self._longest = max(map(len, self._phrases), default=0)
         self._pending: list[Piece] = []
         self._sentence_start = True
         # cues never start before the previous one ended; none yet, so that word times before 0
@@ -400,12 +534,19 @@ class CueBuilder:
         return out
 
     def _fits(self, pieces: Sequence[Piece]) -> bool:
-        """The pieces fit in one cue: its lines, and ``max_duration_s`` of speech (or as long as one
-        of them takes alone: a word given a whole segment's time is not cut off alone for it)."""
+        """The pieces fit in one cue: its lines (no unit cut: :func:`units`), and ``max_duration_s``
+        of speech (or as long as one of them takes alone: a word given a whole segment's time is
+        not cut off alone for it), counted from when they are said (:meth:`_said_from`)."""
         limits = self.limits
-        longest = max(limits.max_duration_s, max(p.end - p.start for p in pieces))
-        return (len(wrap([p.text for p in pieces], limits.max_chars)) <= limits.max_lines
-                and pieces[-1].end - pieces[0].start <= longest)
+        span = pieces[-1].end - self._said_from(pieces[0])
+        if span > limits.max_duration_s and span > max(p.end - self._said_from(p) for p in pieces):
+            return False
+        return line_count(pieces, limits, _phrase_breaks(pieces, self._phrases)) <= limits.max_lines
+
+    def _said_from(self, piece: Piece) -> float:
+        """When a cue that starts with ``piece`` may start: :func:`said_from` its words, over a
+        pause longer than a cue lasts."""
+        return said_from(piece.words, self.limits.max_duration_s)
 
     def _need(self, chars: int) -> float:
         """How long a cue of ``chars`` characters must be shown."""
@@ -414,29 +555,30 @@ class CueBuilder:
     def _short(self, pieces: Sequence[Piece], *, after: float | None = None) -> bool:
         """Too short to be read within its own speech (it would need more time than its words
         took); ``after``: when the cue before it ends (default: the last cue written)."""
-        start = max(pieces[0].start, self._last_end if after is None else after)
+        start = max(self._said_from(pieces[0]), self._last_end if after is None else after)
         return start + self._need(len(" ".join(p.text for p in pieces))) > pieces[-1].end
 
     def _forced_break(self, pieces: Sequence[Piece]) -> int:
         """Where to cut pieces that do not fit: the best k (cue = pieces[:k], 0 < k < len).
 
-        Scored by what the break cuts (a sentence end, then a clause end; never a name or
-        a written form when avoidable) and by how full the cue is. When the last piece ends a
-        sentence, the rest becomes a cue at once: then the two are balanced instead, and a
+        Scored by what the break cuts (a sentence end, then a clause end; never a name, a
+        phrase or next to a written form when avoidable: unless the pieces on either side
+        cannot share a cue, as a form said across a pause cannot) and by how full the cue is.
+        When the last piece ends a sentence, the rest becomes a cue at once: then the two are balanced instead, and a
         rest too short to be read in its own time ("horse." of a long sentence) is avoided.
         """
         capacity = self.limits.max_chars * self.limits.max_lines
         ends_sentence = pieces[-1].label in (PERIOD, QUESTION)
         total = len(" ".join(p.text for p in pieces))
         best, best_score, fallback = 0, float("-inf"), 1
-        in_phrases = self._inside_phrases(pieces)
+        in_phrases = _phrase_breaks(pieces, self._phrases)
         for k in range(1, len(pieces)):
             if not self._fits(pieces[:k]):
                 break
             fallback = k
             a, b = pieces[k - 1], pieces[k]
             kind = boundary(a, b)
-            if kind in (NAME, WRITTEN) or k in in_phrases:
+            if (kind in (NAME, WRITTEN) or k in in_phrases) and self._fits([a, b]):
                 continue
             chars = len(" ".join(p.text for p in pieces[:k]))
             fill = chars / capacity
@@ -454,27 +596,6 @@ class CueBuilder:
             if score >= best_score:
                 best, best_score = k, score
         return best or fallback  # no allowed break: as much as fits
-
-    def _inside_phrases(self, pieces: Sequence[Piece]) -> set[int]:
-        """The breaks k (between ``pieces[k - 1]`` and ``pieces[k]``) inside a phrase of
-        ``phrases``, matched leftmost-longest over the pieces' words as a lexicon is."""
-        if not self._phrases:
-            return set()
-        words, piece_of = [], []
-        for k, piece in enumerate(pieces):
-            words += [w.w.lower() for w in piece.words]
-            piece_of += [k] * len(piece.words)
-        inside: set[int] = set()
-        i = 0
-        while i < len(words):
-            n = next((n for n in range(min(self._longest, len(words) - i), 1, -1)
-                      if tuple(words[i:i + n]) in self._phrases), 0)
-            if n:
-                inside.update(range(piece_of[i] + 1, piece_of[i + n - 1] + 1))
-                i += n
-            else:
-                i += 1
-        return inside
 
     def alone(self, tokens: Sequence[str]) -> list[Cue]:
         """The cues of tokens with no word and so no time of their own (:meth:`FinalPieces.unplaced`):
@@ -494,8 +615,8 @@ class CueBuilder:
         pieces = self._pending if k is None else self._pending[:k]
         self._pending = [] if k is None else self._pending[k:]
         limits = self.limits
-        lines = layout(pieces, limits)
-        start = max(pieces[0].start, self._last_end)
+        lines = _clip(_lines(pieces, limits, _phrase_breaks(pieces, self._phrases)), limits)
+        start = max(self._said_from(pieces[0]), self._last_end)
         need = self._need(len(" ".join(lines)))
         end = max(pieces[-1].end, start + need)  # long enough to read
         end = min(end, start + max(limits.max_duration_s, need))
@@ -820,7 +941,8 @@ class CueStats:
         span_breaks: cue boundaries inside the given spans (written forms, lexicon phrases).
         spans: how many spans were checked (those of more than one word).
         one_word_last_lines: cues of two or more lines whose last line is one word.
-        lag_p95_s, lag_max_s: how long after its first word was spoken a cue starts.
+        lag_p95_s, lag_max_s: how long after its first word was spoken a cue starts (its first
+            word after a pause longer than ``limits.max_duration_s`` inside it: :func:`said_from`).
         overlaps: cues that start before the previous one ended (or go back in time).
     """
 
@@ -876,7 +998,7 @@ def cue_stats(cues: Sequence[Cue], spans: Iterable[tuple[int, int]] = (), *, min
         overlaps += cue.start < prev_end - 1e-9 or cue.end < cue.start
         prev_end = cue.end
         if cue.words:
-            lags.append(max(0.0, cue.start - min(w.start for w in cue.words)))
+            lags.append(max(0.0, cue.start - said_from(cue.words, limits.max_duration_s)))
         n_words += len(cue.words)
         if i + 1 < len(cues):
             boundaries.add(n_words)
