@@ -125,6 +125,7 @@ async def test_the_shipped_model_streams_as_the_server_does(shipped):
     """The default server (cached left context, int8 windows alone) and Punctuator.load()
     give the same finals for 400 test2011 words in chunks of 1-4 with two flushes."""
     from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.batcher import BatcherConfig
     from streampunct.text.word_labels import read_word_labels
 
     assert shipped.stream_cache
@@ -139,7 +140,10 @@ async def test_the_shipped_model_streams_as_the_server_does(shipped):
         if len(events) in (30, 75):
             events.append(Event(t, kind="flush"))
     events.append(Event(t + 1, kind="end"))
-    server = await serve(ServerConfig(model_dir=DEFAULT_MODEL_DIR, port=0))
+    # One session: its windows go to the engine one at a time, and no other can join their
+    # batch, so a batching wait (5 ms a window by default) would only idle.
+    batching = BatcherConfig(max_wait_ms=0)
+    server = await serve(ServerConfig(model_dir=DEFAULT_MODEL_DIR, port=0, batching=batching))
     try:
         await server.wait_ready()
         for rc, capitalize in ((3, True), (1, False)):

@@ -624,19 +624,20 @@ async def test_subtitles_from_word_times_that_go_back_come_with_a_warning(start_
     source = tmp_path / "talk.jsonl"
     times = [("so", 1.0), ("we", 1.4), ("met", 5.0), ("in", 2.0), ("paris", 2.5)]  # "in" goes back
     source.write_text("".join(f'{{"w": "{w}", "start": {t}, "end": {t + 0.3}}}\n' for w, t in times))
-    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    # --speed 0: sent at once, not over the 5 s of its word times (which the cues keep all the same)
+    rc, stdout, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt", "--speed", "0")
     assert rc == 0 and "Traceback" not in stderr and stdout.startswith("WEBVTT")
     warnings = [line for line in stderr.splitlines() if "warning" in line]
     assert warnings == ["streampunct caption: warning: word 3 ('in') starts at 2 s, before the word before it "
                         "('met', 5 s): the recognizer's times go back, and cues there may be shown for as "
                         "little as 1 ms"]
     source.write_text('{"w": "so", "start": 5, "end": 1}\n{"w": "we", "start": 6, "end": 6.5}\n')
-    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt", "--speed", "0")
     assert rc == 0 and [line for line in stderr.splitlines() if "warning" in line] == [
         "streampunct caption: warning: word 0 ('so') ends at 1 s, before it starts (5 s): the recognizer's "
         "times go back, and cues there may be shown for as little as 1 ms"]
     source.write_text("".join(f'{{"w": "{w}", "start": {t}, "end": {t + 0.3}}}\n' for w, t in sorted(times, key=lambda x: x[1])))
-    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt")
+    rc, _, stderr = await run_cli(str(source), "--url", server.url, "--format", "vtt", "--speed", "0")
     assert rc == 0 and "warning" not in stderr
 
 
@@ -781,8 +782,11 @@ def _event(text: str):
 
 async def test_caption_command_fails_when_the_server_refused_words(start_server, monkeypatch):
     from streampunct.core.wire import Limits
+    from streampunct.server.batcher import BatcherConfig
 
-    server = await start_server()
+    # One session: its 751 windows go to the engine one at a time, and no other can join their
+    # batch, so a batching wait (5 ms a window by default) would only idle.
+    server = await start_server(batching=BatcherConfig(max_wait_ms=0))
     rc, stdout, stderr = await run_cli("-", "--url", server.url, "--right-context", "1",
                                        stdin=(" ".join(["word"] * 3000) + "\n").encode())
     assert rc == 0, stderr

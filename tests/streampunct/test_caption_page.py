@@ -257,7 +257,8 @@ async def test_the_page_resumes_a_stream_across_a_server_restart(start_server, f
 
     def drive():
         url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=40"
-        with _started_page(tmp_path / "profile", url, samples=3) as driver:
+        # 130 words, 3.25 s of them: the drain comes in the first second
+        with _started_page(tmp_path / "profile", url, samples=2) as driver:
             js = driver.execute_script
             WebDriverWait(driver, 60).until(lambda d: js("return window.captionStats.finals") >= 5)
             # Drained: the page's connection closes with 1012 at once, and the old server goes on
@@ -481,7 +482,8 @@ async def test_the_page_leaves_a_server_that_hangs_while_it_owes_finals(start_se
 
     def drive():
         url = f"http://127.0.0.1:{address.port}/captions?token=tok&wps=20&silence_timeout_s=3"
-        with _started_page(tmp_path / "profile", url, samples=3) as driver:
+        # 130 words, 6.5 s of them: the hang comes in the first second, the cut 3 s later
+        with _started_page(tmp_path / "profile", url, samples=2) as driver:
             js = driver.execute_script
             WebDriverWait(driver, 60, 0.05).until(lambda d: js("return window.captionStats.finals") >= 5)
             # the server hangs; a balancer sends new connections to the other server

@@ -250,6 +250,10 @@ async def test_a_client_that_sends_pings_and_reads_nothing_is_aborted(start_serv
     flood = asyncio.create_task(asyncio.to_thread(ping_flood, server.port, stop))
     try:
         async with asyncio.timeout(TIMEOUT):
+            # A small kernel send buffer (a slow network): the pongs back up into the server's
+            # own buffer within a second, not after megabytes of loopback buffer filled.
+            await until(lambda: server.sessions)
+            shrink_send_buffer(only_session(server))
             await until(lambda: metric(server, "streampunct_slow_reader_closes_total") >= 1)
             ended = await flood
     finally:
@@ -325,7 +329,10 @@ async def test_a_paused_reader_is_waited_for_and_never_dropped_by_keepalive(star
     # waits for each ping's pong, and drops a client whose pong is late with 1011: it never has
     # two pings unanswered at once. The server's must (it sets no pong timeout), and the
     # connection must stay open while the client reads nothing.
-    server = await start_server(send_timeout_s=None, ping_interval_s=0.02, max_backlog_words=300)
+    # One session: its windows go to the engine one at a time (about 600 of them), and no other
+    # can join their batch, so a batching wait (5 ms a window by default) would only idle.
+    server = await start_server(send_timeout_s=None, ping_interval_s=0.02, max_backlog_words=300,
+                                batching=BatcherConfig(max_wait_ms=0))
     ws, session = await open_raw(server)
     await ws.send(encode(ConfigRequest(right_context=0)))
     words = corpus(20_000)

@@ -32,6 +32,7 @@ async def test_streaming_agrees_with_offline_on_test2011(model_dir):
     from streampunct.core.decoder import OfflineDecoder
     from streampunct.model import load_model_info
     from streampunct.server.app import ServerConfig, serve
+    from streampunct.server.batcher import BatcherConfig
     from streampunct.text.word_labels import read_word_labels
 
     words = read_word_labels(TEST2011).words
@@ -44,7 +45,10 @@ async def test_streaming_agrees_with_offline_on_test2011(model_dir):
 
     # right_context in words >= R in tokens (every word has at least one token).
     right_context = info.window.right
-    server = await serve(ServerConfig(model_dir=model_dir, port=0))
+    # One session has one window at the engine at a time: no other can join its batch, so
+    # waiting for one (max_wait_ms, 5 ms a window by default) would only idle.
+    batching = BatcherConfig(max_wait_ms=0)
+    server = await serve(ServerConfig(model_dir=model_dir, port=0, batching=batching))
     try:
         await asyncio.wait_for(server.wait_ready(), 120)
         async with await StreamClient.connect(

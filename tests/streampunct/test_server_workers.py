@@ -802,9 +802,11 @@ async def test_a_worker_judged_before_its_first_beat(tmp_path, how):
 async def test_a_worker_stopped_while_it_loads_is_found_too(tmp_path):
     # Worker 0 listens (the kernel hands it connections) and then stops before its engine is warm:
     # its startup thread's beats stop with it, so it is killed as a ready one would be, instead of
-    # holding its share of the connections with no ready line ever.
-    async with serving(tmp_path, "--worker-hang-timeout-s", "1.5",
-                       "--engine-option", "batch_ms=4000", "--engine-option", "sleep=true") as server:
+    # holding its share of the connections with no ready line ever. A warm-up of two 2 s calls:
+    # worker 0 is stopped well within it, and worker 1 is ready by the time worker 0 is killed
+    # (4 s after its last beat), so that it drains at once instead of finishing a call first.
+    async with serving(tmp_path, "--worker-hang-timeout-s", "1",
+                       "--engine-option", "batch_ms=2000", "--engine-option", "sleep=true") as server:
         async with asyncio.timeout(60):
             while not re.search(r"\[worker 0\] .*server listening", server.log.read_text()):
                 await asyncio.sleep(0.05)
@@ -813,6 +815,6 @@ async def test_a_worker_stopped_while_it_loads_is_found_too(tmp_path):
         assert await asyncio.wait_for(server.proc.wait(), 60) == 1
         log = server.log.read_text()
         assert re.search(rf"worker 0 \(pid {pid}\) has not answered for \d+s while starting "
-                         r"\(worker_hang_timeout_s 1.5\); killing it", log), log
+                         r"\(worker_hang_timeout_s 1\); killing it", log), log
         assert "ready on ws://" not in log
         assert not _running(pid)
