@@ -514,8 +514,11 @@ _SEGMENT_LINE = re.compile(rf"^[ \t]*\[[ \t]*({_CLOCK})s?[ \t]+-{{1,2}}>[ \t]+({
 def _seconds(clock: str) -> float:
     """Seconds of ``[[HH:]MM:]SS[.mmm]`` (or ``,mmm``)."""
     *whole, seconds = clock.split(":")
-    return sum(int(part) * 60 ** (len(whole) - i) for i, part in enumerate(whole)) + float(
-        seconds.replace(",", "."))
+    try:
+        return sum(int(part) * 60 ** (len(whole) - i) for i, part in enumerate(whole)) + float(
+            seconds.replace(",", "."))
+    except OverflowError:  # past a float: a time the reader refuses as it refuses Infinity (a bad line)
+        return math.inf
 
 
 def _segment_json(match: re.Match[str]) -> str:
@@ -603,12 +606,17 @@ _JSON_OPENING = re.compile(r'[ \t]*\{[ \t]*(?:"|\r?$)')
 
 def _check_no_json_in_text(line: str, where: str) -> None:
     """Under ``auto``, input read as text from its first line (a banner an ASR example prints
-    first, say) must not go on with JSON results: they would be sent as words. InputError."""
+    first, say, or Whisper's "Detected language" line) must not go on with JSON results or
+    printed Whisper segments: they would be sent as words, timestamps included. InputError."""
     if _JSON_OPENING.match(line):
         raise InputError(f"{where}: opens a JSON value, but the input was taken for plain text from its first "
                          "line; for an ASR's JSON output pass --input-format vosk or whisper (with "
                          "--on-bad-line skip for the lines that are not JSON), or --input-format text to send it "
                          "as text")
+    if _SEGMENT_LINE.match(line):
+        raise InputError(f"{where}: is a Whisper segment as the tools print it, but the input was taken for plain "
+                         "text from its first line; pass --input-format whisper (with --on-bad-line skip for "
+                         "lines such as \"Detected language\"), or --input-format text to send it as text")
 
 
 def read_events(
@@ -634,7 +642,7 @@ def read_events(
             values = itertools.chain([first], values)
     if fmt == "text":
         if input_format == "auto":
-            for number, line in enumerate(text.splitlines(), 1):
+            for number, line in enumerate(text.split("\n"), 1):  # numbered as stdin's lines are
                 _check_no_json_in_text(line, f"{path}:{number}")
         words = read_transcript(path, text)
         if not words:

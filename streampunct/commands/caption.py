@@ -81,8 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default="auto",
                         help="text (plain or word<TAB>LABEL), words (JSON lines of {w,start,end}), vosk, "
                              "whisper (segments, with words or without: then a segment's time is shared by "
-                             "its words); JSON one object a line or pretty-printed over several; default: "
-                             "detected from the start (a first '{' or '[' is read as JSON)")
+                             "its words; whisper.cpp's -oj file; printed lines '[00:01.000 --> 00:04.000] text'); "
+                             "JSON one object a line or pretty-printed over several; default: detected from the "
+                             "start (a first '{' or '[' is read as JSON or printed segments)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text: live captions on stdout; vtt/srt: subtitles; jsonl: one cue per line "
                              "(default: %(default)s)")

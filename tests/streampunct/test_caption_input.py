@@ -668,3 +668,43 @@ async def test_json_results_after_a_banner_read_as_text_are_refused_not_sent_as_
     assert '"partial"' in [w.w for e in read_events(str(source), input_format="text") for w in e.words]
     source.write_text("so today\n{laughs} and { the braces }\n", encoding="utf-8")
     assert [w.w for e in read_events(str(source)) for w in e.words][2:4] == ["{laughs}", "and"]
+
+
+async def test_printed_segments_after_a_language_line_are_refused_not_sent_as_words(tmp_path, monkeypatch):
+    """faster-whisper's example and openai-whisper without --language print "Detected language"
+    first: ``auto`` reads text, and the segments' timestamps would be sent as words."""
+    import io
+    import sys
+
+    from streampunct.client.caption_input import stdin_events
+
+    printed = "Detected language 'en' with probability 0.98\n[0.00s -> 2.00s] So today\n[2.00s -> 3.50s] we talk\n"
+    source = tmp_path / "fw.txt"
+    source.write_text(printed, encoding="utf-8")
+    advice = ("is a Whisper segment as the tools print it, but the input was taken for plain text from its first "
+              "line; pass --input-format whisper (with --on-bad-line skip for lines such as \"Detected "
+              "language\"), or --input-format text to send it as text")
+    with pytest.raises(InputError) as info:
+        read_events(str(source))
+    assert str(info.value) == f"{source}:2: {advice}"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(printed))
+    with pytest.raises(InputError) as info:
+        [e async for e in stdin_events()]
+    assert str(info.value) == f"stdin:2: {advice}"
+    events = read_events(str(source), input_format="whisper", on_bad_line="skip", report=lambda _: None, speed=0)
+    assert [[w.w for w in e.words] for e in events] == [["So", "today"], ["we", "talk"]]
+    # a file's lines are numbered as stdin's: only at newlines
+    source.write_text("so today\x0c we talk\nand\n{\"text\": \"x\"}\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{source}:3: opens a JSON value"):
+        read_events(str(source))
+
+
+def test_a_printed_segment_time_past_a_float_is_a_bad_line(tmp_path):
+    from streampunct.client.caption_input import BadLine
+
+    source = tmp_path / "big.txt"
+    source.write_text(f"[{'9' * 400}:00.000 --> 00:01.000] hi\n[00:01.000 --> 00:02.000] there\n", encoding="utf-8")
+    with pytest.raises(BadLine, match=rf"^{source}:1: "):
+        read_events(str(source))
+    assert [[w.w for w in e.words] for e in read_events(str(source), on_bad_line="skip", report=lambda _: None,
+                                                        speed=0)] == [["there"]]
