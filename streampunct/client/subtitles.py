@@ -86,6 +86,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -310,12 +311,26 @@ _MONTHS = frozenset(
 )
 
 
+#: A number as a word shows it ("100", "2.5", "1,000", "$5", "-3"), and the scale or unit words
+#: that go with one: "100" / "million dollars" is the break a number the ASR wrote in digits
+#: (Whisper does) would otherwise get, where an ITN form's scale is kept with it.
+_NUMBER = re.compile(r"[-+$€£¥]?\d[\d,.]*%?")
+_SCALES_UNITS = frozenset(
+    "hundred thousand million billion trillion percent dollars dollar cents euros pounds yen "
+    "years year months weeks days hours minutes seconds miles feet foot inches meters metres "
+    "kilometers kilometres kilograms kilos tons degrees".split()
+)
+
+
 def _joined(a: Piece, b: Piece) -> bool:
     """No line break between ``a`` and ``b`` (but in a unit longer than a line): inside a name, or
     inside a written form as the pieces show it: after a form with no mark between (its scale or
     unit spells its word: "2 million", "10 kilometers") and between a month and its day ("March
-    5"). Before a form ("about 2 million") a break is only avoided (:func:`_lines`)."""
+    5"); likewise after a number written in digits and a scale or unit ("100 million dollars").
+    Before a form ("about 2 million") a break is only avoided (:func:`_lines`)."""
     kind = boundary(a, b)
+    if kind == PLAIN and _NUMBER.fullmatch(a.text) and _core(b.text).lower() in _SCALES_UNITS:
+        return True
     return kind == NAME or kind == WRITTEN and (a.written or _core(a.text).lower() in _MONTHS)
 
 

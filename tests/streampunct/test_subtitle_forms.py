@@ -91,6 +91,22 @@ def test_a_line_break_never_falls_inside_a_written_number_or_date():
     ]
 
 
+def test_a_number_in_digits_keeps_its_scale_or_unit_on_its_line():
+    """An ASR that writes numbers in digits (Whisper) gives plain words "100" and "million": the
+    test2011 run broke "... cost 100" / "million dollars ..." and "... 70 to 80" / "percent of ...";
+    a scale or unit stays with its number as an ITN form's does. A number before another word is
+    an ordinary word."""
+    text = "We thought it would cost 100 million dollars to build so far."
+    assert lines_of(caption([(spoken(text.lower()), text)])) == [
+        ("We thought it would cost", "100 million dollars to build so far.")]
+    text = "In fact, he said it was 70 to 80 percent of how we actually take care"
+    assert lines_of(caption([(spoken(text.lower()), text)])) == [
+        ("In fact, he said it was 70 to 80 percent", "of how we actually take care")]
+    text = "We thought it would cost them 100 of their friends to build so far."
+    assert lines_of(caption([(spoken(text.lower()), text)])) == [
+        ("We thought it would cost them 100", "of their friends to build so far.")]
+
+
 def test_a_form_longer_than_a_line_is_cut_as_a_long_word_is_and_the_forms_beside_it_are_not():
     """A written form longer than a line is cut where it must be (a word of it by characters, as a long
     word is; a phrase at its best space: after its comma); "$3 million." in the same cue stays whole
