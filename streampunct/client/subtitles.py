@@ -315,6 +315,7 @@ _MONTHS = frozenset(
 #: that go with one: "100" / "million dollars" is the break a number the ASR wrote in digits
 #: (Whisper does) would otherwise get, where an ITN form's scale is kept with it.
 _NUMBER = re.compile(r"[-+$€£¥]?\d[\d,.]*%?")
+_SCALES = frozenset("hundred thousand million billion trillion".split())
 _SCALES_UNITS = frozenset(
     "hundred thousand million billion trillion percent dollars dollar cents euros pounds yen "
     "years year months weeks days hours minutes seconds miles feet foot inches meters metres "
@@ -329,7 +330,8 @@ def _joined(a: Piece, b: Piece) -> bool:
     5"); likewise after a number written in digits and a scale or unit ("100 million dollars").
     Before a form ("about 2 million") a break is only avoided (:func:`_lines`)."""
     kind = boundary(a, b)
-    if kind == PLAIN and _NUMBER.fullmatch(a.text) and _core(b.text).lower() in _SCALES_UNITS:
+    if kind == PLAIN and (_NUMBER.fullmatch(a.text) or a.text.lower() in _SCALES) and _core(
+            b.text).lower() in _SCALES_UNITS:  # "100 million dollars": the number, its scale, its unit
         return True
     return kind == NAME or kind == WRITTEN and (a.written or _core(a.text).lower() in _MONTHS)
 
@@ -390,6 +392,8 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] =
     n_lines = len(wrap(_boxes(pieces, runs, width_max), width_max))
     if n_lines <= 1:
         return [" ".join(p.text for p in pieces)] if pieces else []
+    if n_lines > limits.max_lines:  # more than a cue shows (a piece of many words): as wrapped
+        return wrap(_boxes(pieces, runs, width_max), width_max)
 
     def cut_cost(k: int) -> float:  # a break between pieces k-1 and k (characters of imbalance)
         kind = boundary(pieces[k - 1], pieces[k])
@@ -435,14 +439,16 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] =
     best[0][0] = 0.0
     for lines in range(1, n_lines + 1):
         for j in range(1, n + 1):
-            for i in range(j):
+            for i in range(j - 1, -1, -1):  # lines that fit: from one token back, until too wide
+                if width(i, j) > width_max:
+                    break
                 cut = costs[i]
-                if best[lines - 1][i] == inf or cut is None or width(i, j) > width_max:
+                if best[lines - 1][i] == inf or cut is None:
                     continue
                 cost = best[lines - 1][i] + abs(width(i, j) - target) + (cut if i else 0.0)
                 if lines == n_lines and j == n and j - i == 1 and n > n_lines:
                     cost += 15.0  # a one-word last line
-                if cost < best[lines][j]:
+                if cost <= best[lines][j]:  # ties: the earliest break, as i runs backwards
                     best[lines][j], back[lines][j] = cost, i
     if best[n_lines][n] == inf:  # not expected: the wrap above is one such layout
         return wrap(_boxes(pieces, runs, width_max), width_max)

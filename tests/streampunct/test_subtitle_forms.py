@@ -102,6 +102,9 @@ def test_a_number_in_digits_keeps_its_scale_or_unit_on_its_line():
     text = "In fact, he said it was 70 to 80 percent of how we actually take care"
     assert lines_of(caption([(spoken(text.lower()), text)])) == [
         ("In fact, he said it was 70 to 80 percent", "of how we actually take care")]
+    text = "We raised 2 million dollars in the first year."  # the number, its scale and its unit
+    assert lines_of(caption([(spoken(text.lower()), text)])) == [
+        ("We raised 2 million dollars", "in the first year.")]  # was "... 2 million" / "dollars ..."
     text = "We thought it would cost them 100 of their friends to build so far."
     assert lines_of(caption([(spoken(text.lower()), text)])) == [
         ("We thought it would cost them 100", "of their friends to build so far.")]
