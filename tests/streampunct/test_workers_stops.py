@@ -46,7 +46,9 @@ async def test_a_service_stop_after_a_worker_died_still_drains_the_others(tmp_pa
         assert await asyncio.wait_for(server.proc.wait(), 30) == 1  # a worker died
         log = server.log.read_text()
         assert "received again: closing" not in log, log
-        assert log.count("the same stop as the first") == 2, log  # the two signals it got after
+        # the two signals it got after: two, or one where both came before its handler ran (a
+        # standard signal pending twice is delivered once)
+        assert log.count("the same stop as the first") in (1, 2), log
 
 
 def test_the_supervisors_own_stops_count_toward_no_second_stop():
