@@ -544,7 +544,7 @@ def _parse_object(fmt: str, obj: Any, where: str, previous: float | None,
     if fmt == "whisper":
         segments = obj
         if isinstance(obj, dict) and ("segments" in obj or "transcription" in obj):  # whisper.cpp: transcription
-            segments = obj["segments"] if "segments" in obj else obj["transcription"]
+            segments = obj.get("segments", obj.get("transcription"))
         if isinstance(segments, dict):
             segments = [segments]
         if not isinstance(segments, list):

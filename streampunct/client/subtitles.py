@@ -316,10 +316,9 @@ _MONTHS = frozenset(
 #: (Whisper does) would otherwise get, where an ITN form's scale is kept with it.
 _NUMBER = re.compile(r"[-+$€£¥]?\d[\d,.]*%?")
 _SCALES = frozenset("hundred thousand million billion trillion".split())
-_SCALES_UNITS = frozenset(
-    "hundred thousand million billion trillion percent dollars dollar cents euros pounds yen "
-    "years year months weeks days hours minutes seconds miles feet foot inches meters metres "
-    "kilometers kilometres kilograms kilos tons degrees".split()
+_SCALES_UNITS = _SCALES | frozenset(
+    "percent dollars dollar cents euros pounds yen years year months weeks days hours minutes seconds "
+    "miles feet foot inches meters metres kilometers kilometres kilograms kilos tons degrees".split()
 )
 
 
@@ -389,11 +388,12 @@ def _clip(lines: list[str], limits: CueLimits) -> list[str]:
 def _lines(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] = ()) -> list[str]:
     width_max = limits.max_chars
     runs = units(pieces, inside)
-    n_lines = len(wrap(_boxes(pieces, runs, width_max), width_max))
+    wrapped = wrap(_boxes(pieces, runs, width_max), width_max)
+    n_lines = len(wrapped)
     if n_lines <= 1:
         return [" ".join(p.text for p in pieces)] if pieces else []
     if n_lines > limits.max_lines:  # more than a cue shows (a piece of many words): as wrapped
-        return wrap(_boxes(pieces, runs, width_max), width_max)
+        return wrapped
 
     def cut_cost(k: int) -> float:  # a break between pieces k-1 and k (characters of imbalance)
         kind = boundary(pieces[k - 1], pieces[k])
@@ -451,7 +451,7 @@ def _lines(pieces: Sequence[Piece], limits: CueLimits, inside: Collection[int] =
                 if cost <= best[lines][j]:  # ties: the earliest break, as i runs backwards
                     best[lines][j], back[lines][j] = cost, i
     if best[n_lines][n] == inf:  # not expected: the wrap above is one such layout
-        return wrap(_boxes(pieces, runs, width_max), width_max)
+        return wrapped
     out, j = [], n
     for lines in range(n_lines, 0, -1):
         i = back[lines][j]
